@@ -1,0 +1,86 @@
+#include "flashcpp/tensor.hpp"
+
+#include <string>
+
+#include "flashcpp/error.hpp"
+
+namespace flashcpp {
+
+static void check_rank(size_t rank) {
+  if (rank > static_cast<size_t>(TensorView::kMaxRank))
+    throw_error(ErrorCode::invalid_argument,
+                "tensor rank " + std::to_string(rank) + " exceeds the maximum of " + std::to_string(TensorView::kMaxRank));
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, Device device, std::span<const int64_t> shape) {
+  check_rank(shape.size());
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.device = device;
+  v.rank = static_cast<int32_t>(shape.size());
+  int64_t stride = 1;
+  for (int i = v.rank - 1; i >= 0; --i) {
+    if (shape[i] < 0) throw_error(ErrorCode::invalid_argument, "tensor shape has a negative size");
+    v.shape[i] = shape[i];
+    v.strides[i] = stride;
+    stride *= shape[i] > 0 ? shape[i] : 1;
+  }
+  return v;
+}
+
+TensorView TensorView::strided(void* data, DType dtype, Device device, std::span<const int64_t> shape,
+                               std::span<const int64_t> strides) {
+  check_rank(shape.size());
+  if (strides.size() != shape.size())
+    throw_error(ErrorCode::invalid_argument, "tensor strides and shape have different lengths");
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.device = device;
+  v.rank = static_cast<int32_t>(shape.size());
+  for (int i = 0; i < v.rank; ++i) {
+    if (shape[i] < 0) throw_error(ErrorCode::invalid_argument, "tensor shape has a negative size");
+    v.shape[i] = shape[i];
+    v.strides[i] = strides[i];
+  }
+  return v;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+int64_t TensorView::nbytes() const {
+  if (numel() == 0) return 0;
+  int64_t last = 0;  // offset of the last element, in elements
+  for (int i = 0; i < rank; ++i) last += (shape[i] - 1) * (strides[i] < 0 ? -strides[i] : strides[i]);
+  return (last + 1) * dtype_size(dtype);
+}
+
+bool TensorView::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+std::string TensorView::describe() const {
+  std::string s(dtype_name(dtype));
+  s += '[';
+  for (int i = 0; i < rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  s += "] ";
+  s += device_type_name(device.type);
+  if (device.type == DeviceType::cuda) s += ":" + std::to_string(device.id);
+  return s;
+}
+
+}  // namespace flashcpp
