@@ -1,0 +1,56 @@
+/* flashcpp C ABI: status codes, the thread-local last error, and the plain tensor struct.
+ * No exception crosses this boundary; every function returns a flashcpp_status. */
+#ifndef FLASHCPP_C_COMMON_H_
+#define FLASHCPP_C_COMMON_H_
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLASHCPP_C_ABI_VERSION 1u
+
+typedef enum flashcpp_status {
+  FLASHCPP_SUCCESS = 0,
+  FLASHCPP_INVALID_ARGUMENT = 1, /* an argument broke a documented rule; nothing was launched or written */
+  FLASHCPP_UNSUPPORTED_ARCH = 2, /* the device's architecture (or this build) cannot run the op */
+  FLASHCPP_CUDA_ERROR = 3,       /* the CUDA runtime reported an error */
+  FLASHCPP_INTERNAL = 4,         /* a flashcpp bug or an unexpected failure */
+  FLASHCPP_NOT_FOUND = 5,        /* a module, function, file or artifact is missing */
+  FLASHCPP_FFI_ERROR = 6,        /* a FlashInfer kernel module raised an error */
+  FLASHCPP_IO_ERROR = 7          /* file-system, network or integrity failure */
+} flashcpp_status;
+
+/* DLPack-compatible codes. */
+typedef enum flashcpp_dtype {
+  FLASHCPP_F16 = 0, FLASHCPP_BF16 = 1, FLASHCPP_F32 = 2, FLASHCPP_F64 = 3, FLASHCPP_E4M3 = 4,
+  FLASHCPP_E5M2 = 5, FLASHCPP_I8 = 6, FLASHCPP_U8 = 7, FLASHCPP_I16 = 8, FLASHCPP_U16 = 9,
+  FLASHCPP_I32 = 10, FLASHCPP_U32 = 11, FLASHCPP_I64 = 12, FLASHCPP_U64 = 13, FLASHCPP_BOOL = 14
+} flashcpp_dtype;
+
+typedef enum flashcpp_device_type { FLASHCPP_CPU = 1, FLASHCPP_CUDA = 2, FLASHCPP_CUDA_HOST = 3 } flashcpp_device_type;
+
+#define FLASHCPP_MAX_RANK 6
+
+/* A non-owning tensor: strides in elements (never NULL-equivalent: fill all `rank` entries). */
+typedef struct flashcpp_tensor {
+  void* data;
+  int32_t dtype;       /* flashcpp_dtype */
+  int32_t device_type; /* flashcpp_device_type */
+  int32_t device_id;
+  int32_t rank;
+  int64_t shape[FLASHCPP_MAX_RANK];
+  int64_t strides[FLASHCPP_MAX_RANK];
+} flashcpp_tensor;
+
+/* The message of the last failed call on this thread ("" if none). Valid until the next failing call. */
+const char* flashcpp_last_error(void);
+/* FLASHCPP_C_ABI_VERSION of the loaded library. */
+uint32_t flashcpp_abi_version(void);
+/* A short, static name for a status ("invalid argument", ...). */
+const char* flashcpp_status_name(flashcpp_status status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHCPP_C_COMMON_H_ */

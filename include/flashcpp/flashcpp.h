@@ -1,0 +1,5 @@
+/* flashcpp: the C ABI. Include this one header from C or any language with a C FFI. */
+#ifndef FLASHCPP_FLASHCPP_H_
+#define FLASHCPP_FLASHCPP_H_
+#include "flashcpp/c/common.h"
+#endif

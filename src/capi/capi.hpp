@@ -1,0 +1,44 @@
+// Plumbing shared by every C ABI entry point: exception -> status translation with a thread-local
+// last-error message, and flashcpp_tensor -> TensorView conversion (validated).
+#pragma once
+#include <string>
+#include <utility>
+
+#include "flashcpp/c/common.h"
+#include "flashcpp/error.hpp"
+#include "flashcpp/tensor.hpp"
+
+namespace flashcpp::capi {
+
+void set_last_error(std::string message) noexcept;
+void clear_last_error() noexcept;
+flashcpp_status status_of(ErrorCode code) noexcept;
+
+/// Runs `fn` and turns any exception into a status; on success clears nothing (last error keeps the
+/// previous failure, as errno does).
+template <class Fn>
+flashcpp_status guard(Fn&& fn) noexcept {
+  try {
+    std::forward<Fn>(fn)();
+    return FLASHCPP_SUCCESS;
+  } catch (const Error& e) {
+    set_last_error(e.what());
+    return status_of(e.code());
+  } catch (const std::bad_alloc&) {
+    set_last_error("out of host memory");
+    return FLASHCPP_INTERNAL;
+  } catch (const std::exception& e) {
+    set_last_error(std::string("internal error: ") + e.what());
+    return FLASHCPP_INTERNAL;
+  } catch (...) {
+    set_last_error("internal error: unknown exception");
+    return FLASHCPP_INTERNAL;
+  }
+}
+
+/// Converts and checks a C tensor (rank, dtype and device codes). `name` is used in messages.
+TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name);
+/// Like to_view, but a null pointer means "absent" and yields nullptr-like empty optional.
+bool to_optional_view(const flashcpp_tensor* t, const char* op, const char* name, TensorView& out);
+
+}  // namespace flashcpp::capi
