@@ -1,0 +1,40 @@
+// Internal view of the Runtime used by the op layers.
+#pragma once
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "ffi/ffi.hpp"
+#include "flashcpp/runtime.hpp"
+
+namespace flashcpp {
+
+/// A source of module files: returns the .so path for a URI, or nullopt to let the next source try.
+using ModuleSource = std::function<std::optional<std::filesystem::path>(const std::string& uri)>;
+
+/// The artifacts (prebuilt jit-cache) and jit (module builder) sources, in that order, honouring the
+/// policy; defined in src/runtime/module_sources.cpp.
+std::vector<ModuleSource> default_module_sources(const RuntimeOptions& options);
+/// libtvm_ffi resolution when no explicit path is given (artifacts layer).
+std::filesystem::path default_tvm_ffi_library();
+/// How to get a module that no source could provide (message appended to the not_found error).
+std::string module_help(const std::string& uri, const RuntimeOptions& options);
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  std::vector<ModuleSource> sources;
+  mutable std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<ffi::ModuleLibrary>> modules;
+
+  /// The module for `uri`, loading it on first use (thread-safe). Throws not_found with a help text.
+  std::shared_ptr<ffi::ModuleLibrary> module(const std::string& uri);
+};
+
+/// Shorthand used by ops: the module for `uri` of runtime `rt`.
+inline std::shared_ptr<ffi::ModuleLibrary> load_module(const Runtime& rt, const std::string& uri) {
+  return rt.impl().module(uri);
+}
+
+}  // namespace flashcpp
