@@ -1,0 +1,195 @@
+// Config::from_env (environment and pip configuration) and the pinned manifest (built-in or a user file).
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "artifacts/internal.hpp"
+#include "flashcpp/artifacts_manifest.hpp"
+
+namespace flashcpp::artifacts {
+namespace fs = std::filesystem;
+using detail::getenv_str;
+
+namespace {
+
+std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+// index-url from a pip configuration file ([global], [download] or [install] section; the last one read wins
+// the way pip merges sections for `pip download`).
+std::optional<std::string> pip_conf_index_url(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return std::nullopt;
+  std::string line, section;
+  std::optional<std::string> found;
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = trim(line.substr(1, line.size() - 2));
+      continue;
+    }
+    const auto eq = line.find_first_of("=:");
+    if (eq == std::string::npos) continue;
+    std::string key = trim(line.substr(0, eq));
+    for (char& c : key)
+      if (c == '_') c = '-';
+    if (key != "index-url") continue;
+    if (section == "global" || section == "download" || section == "install") {
+      std::string v = trim(line.substr(eq + 1));
+      if (!v.empty()) found = v;
+    }
+  }
+  return found;
+}
+
+double env_seconds(const char* name, double fallback) {
+  const auto v = getenv_str(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const double d = std::strtod(v->c_str(), &end);
+  if (end == v->c_str() || *end != 0 || !(d > 0) || d > 86400)
+    throw_error(ErrorCode::invalid_argument,
+                std::string("environment variable ") + name + " must be a number of seconds in (0, 86400]; got '" + *v + "'");
+  return d;
+}
+
+std::vector<fs::path> split_paths(const std::string& s) {
+  std::vector<fs::path> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ':'))
+    if (!item.empty()) out.emplace_back(item);
+  return out;
+}
+
+}  // namespace
+
+Config Config::from_env() {
+  Config c;
+  const auto home = getenv_str("HOME");
+  if (auto d = getenv_str("FLASHCPP_CACHE_DIR"))
+    c.cache_dir = *d;
+  else if (auto x = getenv_str("XDG_CACHE_HOME"))
+    c.cache_dir = fs::path(*x) / "flashcpp";
+  else if (home)
+    c.cache_dir = fs::path(*home) / ".cache" / "flashcpp";
+  else
+    throw_error(ErrorCode::invalid_argument,
+                "no cache directory: set FLASHCPP_CACHE_DIR (HOME and XDG_CACHE_HOME are not set)");
+
+  if (auto v = getenv_str("FLASHCPP_JIT_CACHE")) c.jit_cache_override = *v;
+  if (auto v = getenv_str("FLASHCPP_TVM_FFI")) c.tvm_ffi_override = *v;
+  if (auto v = getenv_str("FLASHCPP_FLASHINFER_PYTHON")) c.flashinfer_python_override = *v;
+
+  if (auto v = getenv_str("FLASHCPP_PYTHON_PREFIXES")) c.python_prefixes = split_paths(*v);
+  if (auto v = getenv_str("VIRTUAL_ENV")) c.python_prefixes.emplace_back(*v);
+  if (auto v = getenv_str("CONDA_PREFIX")) c.python_prefixes.emplace_back(*v);
+  // Last resort: the build tree's unpacked pinned wheels, so programs started from a build work offline.
+  if (getenv_str("FLASHCPP_NO_BUILD_DEPS").value_or("0") != "1" && *generated::kBuildDepsDir)
+    c.python_prefixes.emplace_back(generated::kBuildDepsDir);
+
+  if (auto v = getenv_str("FLASHCPP_OFFLINE")) c.offline = (*v != "0");
+
+  if (auto v = getenv_str("FLASHCPP_INDEX_URL")) {
+    c.index_url = *v, c.index_url_source = "FLASHCPP_INDEX_URL";
+  } else if (auto p = getenv_str("PIP_INDEX_URL")) {
+    c.index_url = *p, c.index_url_source = "PIP_INDEX_URL";
+  } else {
+    // pip's order of precedence, highest first: PIP_CONFIG_FILE, site (virtualenv), user, global.
+    std::vector<fs::path> files;
+    if (auto f = getenv_str("PIP_CONFIG_FILE")) files.emplace_back(*f);
+    if (auto v = getenv_str("VIRTUAL_ENV")) files.push_back(fs::path(*v) / "pip.conf");
+    const auto xdg_config = getenv_str("XDG_CONFIG_HOME");
+    if (xdg_config) files.push_back(fs::path(*xdg_config) / "pip" / "pip.conf");
+    if (home) {
+      if (!xdg_config) files.push_back(fs::path(*home) / ".config" / "pip" / "pip.conf");
+      files.push_back(fs::path(*home) / ".pip" / "pip.conf");
+    }
+    const std::string xdg_dirs = getenv_str("XDG_CONFIG_DIRS").value_or("/etc/xdg");
+    for (const auto& d : split_paths(xdg_dirs)) files.push_back(d / "pip" / "pip.conf");
+    files.emplace_back("/etc/pip.conf");
+    for (const auto& f : files)
+      if (auto url = pip_conf_index_url(f)) {
+        c.index_url = *url, c.index_url_source = f.string();
+        break;
+      }
+  }
+
+  c.connect_timeout_s = env_seconds("FLASHCPP_CONNECT_TIMEOUT", c.connect_timeout_s);
+  c.stall_timeout_s = env_seconds("FLASHCPP_STALL_TIMEOUT", c.stall_timeout_s);
+  if (auto v = getenv_str("FLASHCPP_RETRIES")) {
+    char* end = nullptr;
+    const long n = std::strtol(v->c_str(), &end, 10);
+    if (end == v->c_str() || *end != 0 || n < 0 || n > 100)
+      throw_error(ErrorCode::invalid_argument, "environment variable FLASHCPP_RETRIES must be an integer in [0, 100]; got '" + *v + "'");
+    c.max_retries = static_cast<int>(n);
+  }
+  if (auto v = getenv_str("FLASHCPP_MANIFEST")) c.manifest_file = *v;
+  return c;
+}
+
+Manifest Config::manifest() const { return manifest_file.empty() ? Manifest::builtin() : Manifest::load(manifest_file); }
+
+Manifest Manifest::builtin() {
+  Manifest m;
+  m.cuda_tag = generated::kCudaTag;
+  m.arch = generated::kArch;
+  m.jit_cache = {"flashinfer_jit_cache", generated::kJitCacheFile, generated::kJitCacheSha256, 0, generated::kJitCacheUrl,
+                 "flashinfer-jit-cache"};
+  m.tvm_ffi = {"apache_tvm_ffi", generated::kTvmFfiFile, generated::kTvmFfiSha256, generated::kTvmFfiSize, "",
+               "apache-tvm-ffi"};
+  m.flashinfer_python = {"flashinfer_python", generated::kFlashInferPythonFile, generated::kFlashInferPythonSha256,
+                         generated::kFlashInferPythonSize, "", "flashinfer-python"};
+  return m;
+}
+
+Manifest Manifest::load(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw_error(ErrorCode::not_found, "manifest file '" + file.string() + "' (FLASHCPP_MANIFEST) cannot be read");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw_error(ErrorCode::invalid_argument, "manifest file '" + file.string() + "' is not valid JSON: " + e.what());
+  }
+  const auto bad = [&](const std::string& what) -> void {
+    throw_error(ErrorCode::invalid_argument, "manifest file '" + file.string() + "': " + what);
+  };
+  if (!j.is_object()) bad("the top level must be an object");
+  Manifest m = builtin();
+  if (j.contains("cuda_tag")) m.cuda_tag = j.at("cuda_tag").get<std::string>();
+  if (j.contains("arch")) m.arch = j.at("arch").get<std::string>();
+  const std::pair<const char*, WheelPin*> keys[] = {
+      {"flashinfer_jit_cache", &m.jit_cache}, {"apache_tvm_ffi", &m.tvm_ffi}, {"flashinfer_python", &m.flashinfer_python}};
+  for (const auto& [key, pin] : keys) {
+    if (!j.contains(key)) continue;
+    const auto& e = j.at(key);
+    if (!e.is_object()) bad(std::string("'") + key + "' must be an object");
+    try {
+      WheelPin p;
+      p.name = key;
+      p.filename = e.at("filename").get<std::string>();
+      p.sha256 = e.at("sha256").get<std::string>();
+      p.size = e.value("size", std::uint64_t{0});
+      p.url = e.value("url", std::string());
+      p.project = e.value("project", pin->project);
+      if (p.filename.empty() || p.filename.find('/') != std::string::npos || p.filename.size() < 5 ||
+          p.filename.substr(p.filename.size() - 4) != ".whl")
+        bad(std::string("'") + key + ".filename' must be a .whl file name without '/'");
+      if (!detail::is_sha256_hex(p.sha256)) bad(std::string("'") + key + ".sha256' must be 64 lowercase hex digits");
+      if (p.url.empty() && p.project.empty()) bad(std::string("'") + key + "' needs a 'url' or a 'project'");
+      *pin = std::move(p);
+    } catch (const nlohmann::json::exception& ex) {
+      bad(std::string("'") + key + "': " + ex.what());
+    }
+  }
+  return m;
+}
+
+}  // namespace flashcpp::artifacts

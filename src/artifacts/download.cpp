@@ -1,0 +1,396 @@
+// libcurl downloads: resumable (Range), retried with back-off, connect and stall timeouts, progress,
+// SHA-256 while streaming, fsync and atomic rename.
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "artifacts/internal.hpp"
+
+namespace flashcpp::artifacts {
+namespace fs = std::filesystem;
+using namespace detail;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw_error(ErrorCode::internal, "curl_global_init failed");
+  });
+}
+
+struct CurlHandle {
+  CURL* h = curl_easy_init();
+  curl_slist* headers = nullptr;
+  ~CurlHandle() {
+    curl_slist_free_all(headers);
+    if (h) curl_easy_cleanup(h);
+  }
+};
+
+bool transient_http(long status) { return status == 408 || status == 429 || status >= 500; }
+
+bool transient_curl(CURLcode rc) {
+  switch (rc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string http_reason(long s) {
+  switch (s) {
+    case 401: return " (unauthorized)";
+    case 403: return " (forbidden)";
+    case 404: return " (not found)";
+    case 408: return " (request timeout)";
+    case 416: return " (range not satisfiable)";
+    case 429: return " (too many requests)";
+    case 500: return " (internal server error)";
+    case 502: return " (bad gateway)";
+    case 503: return " (service unavailable)";
+    case 504: return " (gateway timeout)";
+    default: return "";
+  }
+}
+
+void apply_common(CURL* h, const Config& cfg, const std::string& url) {
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::ceil(cfg.connect_timeout_s * 1000)));
+  // Stall: abort when fewer than 1 byte/s arrive for stall_timeout_s.
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(std::ceil(cfg.stall_timeout_s))));
+  curl_easy_setopt(h, CURLOPT_USERAGENT, "flashcpp-artifacts/1");
+  curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "identity");
+#if LIBCURL_VERSION_NUM >= 0x075500
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#endif
+}
+
+double backoff_seconds(const Config& cfg, int retry) {
+  return std::min(30.0, cfg.retry_backoff_s * std::pow(2.0, retry));
+}
+
+std::string describe_failure(CURLcode rc, long status, const char* errbuf, const Config& cfg) {
+  if (rc == CURLE_HTTP_RETURNED_ERROR) return "HTTP " + std::to_string(status) + http_reason(status);
+  if (rc == CURLE_OPERATION_TIMEDOUT) {
+    std::string s = errbuf && *errbuf ? errbuf : curl_easy_strerror(rc);
+    if (s.find("Connection timed out") != std::string::npos || s.find("onnect") != std::string::npos)
+      return "connect timed out after " + std::to_string(cfg.connect_timeout_s) + " s (" + s + ")";
+    return "stalled: no data for " + std::to_string(static_cast<long>(std::ceil(cfg.stall_timeout_s))) + " s (" + s + ")";
+  }
+  std::string s = curl_easy_strerror(rc);
+  if (errbuf && *errbuf) s += std::string(": ") + errbuf;
+  return s;
+}
+
+// One download attempt's sink: appends to the .part file through a large buffer, hashing as bytes arrive.
+struct Sink {
+  int fd = -1;
+  Sha256* hash = nullptr;
+  std::uint64_t offset = 0;        // bytes already in the file when the attempt started
+  std::uint64_t received = 0;      // bytes of this attempt
+  std::uint64_t expected_size = 0;
+  bool checked_status = false;
+  bool restart_from_zero = false;  // server ignored the Range request: rewrite from byte 0
+  CURL* curl = nullptr;
+  std::vector<char> buf;
+  size_t used = 0;
+  int write_errno = 0;
+  bool oversize = false;
+
+  bool flush() {
+    size_t off = 0;
+    while (off < used) {
+      const ssize_t n = ::write(fd, buf.data() + off, used - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        write_errno = errno;
+        return false;
+      }
+      off += static_cast<size_t>(n);
+    }
+    used = 0;
+    return true;
+  }
+};
+
+size_t sink_write(char* data, size_t size, size_t nmemb, void* user) {
+  auto* s = static_cast<Sink*>(user);
+  const size_t n = size * nmemb;
+  if (!s->checked_status) {
+    s->checked_status = true;
+    long status = 0;
+    curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
+    if (s->offset > 0 && status == 200) {
+      // The server sent the whole file instead of the requested range: start over.
+      s->restart_from_zero = true;
+      if (::ftruncate(s->fd, 0) != 0 || ::lseek(s->fd, 0, SEEK_SET) != 0) {
+        s->write_errno = errno;
+        return 0;
+      }
+      s->offset = 0;
+      s->hash->reset();
+    }
+  }
+  if (s->expected_size && s->offset + s->received + n > s->expected_size) {
+    s->oversize = true;
+    return 0;
+  }
+  s->hash->update(data, n);
+  s->received += n;
+  if (s->used + n > s->buf.size() && !s->flush()) return 0;
+  if (n >= s->buf.size()) {  // larger than the buffer (already flushed): write through
+    size_t off = 0;
+    while (off < n) {
+      const ssize_t w = ::write(s->fd, data + off, n - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        s->write_errno = errno;
+        return 0;
+      }
+      off += static_cast<size_t>(w);
+    }
+    return n;
+  }
+  std::memcpy(s->buf.data() + s->used, data, n);
+  s->used += n;
+  return n;
+}
+
+struct ProgressState {
+  const Config* cfg;
+  std::string what;
+  std::uint64_t total = 0;
+  std::uint64_t base = 0;  // resumed prefix
+  Clock::time_point start;
+  Clock::time_point last{};
+};
+
+int progress_cb(void* user, curl_off_t /*dltotal*/, curl_off_t dlnow, curl_off_t, curl_off_t) {
+  auto* p = static_cast<ProgressState*>(user);
+  const auto now = Clock::now();
+  if (now - p->last < std::chrono::milliseconds(100)) return 0;
+  p->last = now;
+  Progress pr;
+  pr.what = p->what;
+  pr.done = p->base + static_cast<std::uint64_t>(dlnow);
+  pr.total = p->total;
+  pr.seconds = std::chrono::duration<double>(now - p->start).count();
+  pr.bytes_per_second = pr.seconds > 0 ? static_cast<double>(dlnow) / pr.seconds : 0;
+  try {
+    p->cfg->progress(pr);
+  } catch (...) {
+    return 1;  // a throwing callback aborts the transfer
+  }
+  return 0;
+}
+
+std::uint64_t file_size_or_zero(const fs::path& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? static_cast<std::uint64_t>(st.st_size) : 0;
+}
+
+}  // namespace
+
+DownloadResult download_file(const Config& cfg, const std::string& url, const fs::path& dest,
+                             std::string_view expected_sha256, std::uint64_t expected_size) {
+  global_init();
+  if (!is_sha256_hex(expected_sha256))
+    throw_error(ErrorCode::invalid_argument, "download_file: argument 'expected_sha256' must be 64 lowercase hex digits");
+  const fs::path part = dest.string() + ".part";
+  const std::string shown = redact_url(url);
+  const std::string what = dest.filename().string();
+  DownloadResult result;
+  Sha256 hash;
+  std::vector<char> buffer(std::size_t{4} << 20);
+  const auto start = Clock::now();
+  std::string last_error;
+
+  for (int attempt = 0;; ++attempt) {
+    result.attempts = attempt + 1;
+    std::uint64_t have = file_size_or_zero(part);
+    if (expected_size && have > expected_size) have = 0;
+    hash.reset();
+    int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw_io("cannot create", part, errno);
+    struct FdGuard {
+      int& fd;
+      ~FdGuard() {
+        if (fd >= 0) ::close(fd);
+      }
+    } guard{fd};
+    if (have > 0) {
+      try {
+        hash_prefix(hash, part, have);
+      } catch (const Error&) {
+        have = 0;
+        hash.reset();
+      }
+    }
+    if (::ftruncate(fd, static_cast<off_t>(have)) != 0 || ::lseek(fd, static_cast<off_t>(have), SEEK_SET) < 0)
+      throw_io("cannot prepare", part, errno);
+
+    bool complete_already = expected_size && have == expected_size;
+    CURLcode rc = CURLE_OK;
+    long status = 0;
+    char errbuf[CURL_ERROR_SIZE] = {0};
+    Sink sink;
+    sink.fd = fd;
+    sink.hash = &hash;
+    sink.offset = have;
+    sink.expected_size = expected_size;
+    sink.buf.swap(buffer);
+    if (!complete_already) {
+      CurlHandle c;
+      if (!c.h) throw_error(ErrorCode::internal, "curl_easy_init failed");
+      sink.curl = c.h;
+      apply_common(c.h, cfg, url);
+      curl_easy_setopt(c.h, CURLOPT_ERRORBUFFER, errbuf);
+      curl_easy_setopt(c.h, CURLOPT_BUFFERSIZE, 512L * 1024);
+      curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, sink_write);
+      curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &sink);
+      if (have > 0) curl_easy_setopt(c.h, CURLOPT_RESUME_FROM_LARGE, static_cast<curl_off_t>(have));
+      ProgressState ps{&cfg, what, expected_size, have, Clock::now()};
+      if (cfg.progress) {
+        curl_easy_setopt(c.h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, progress_cb);
+        curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &ps);
+      }
+      rc = curl_easy_perform(c.h);
+      curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &status);
+      if (sink.restart_from_zero) have = 0;
+      if (rc == CURLE_OK || transient_curl(rc)) sink.flush();  // keep what arrived for the next attempt
+      result.transferred += sink.received;
+      if (have > 0 && sink.received > 0) result.resumed = true;
+    }
+    buffer.swap(sink.buf);
+
+    if (sink.write_errno) throw_io("cannot write", part, sink.write_errno);
+    if (sink.oversize) {
+      ::unlink(part.c_str());
+      throw_error(ErrorCode::integrity_error, "downloading " + what + " from " + shown + ": the server sent more than the pinned " +
+                                                  std::to_string(expected_size) + " bytes; the partial file was removed");
+    }
+    if (rc == CURLE_HTTP_RETURNED_ERROR && status == 416 && have > 0) {
+      // Our partial file does not fit the server's: start from zero (not counted as a failure).
+      ::ftruncate(fd, 0);
+      if (attempt < cfg.max_retries + 1) continue;
+    }
+    if (rc == CURLE_OK) {
+      const std::uint64_t size = sink.offset + sink.received;
+      const std::string got = hash.hex_digest();
+      if ((expected_size && size != expected_size) || got != expected_sha256) {
+        ::unlink(part.c_str());
+        throw_error(ErrorCode::integrity_error,
+                    "downloaded " + what + " from " + shown + " does not match its pin: sha256 " + got + " (" +
+                        std::to_string(size) + " bytes), expected " + std::string(expected_sha256) +
+                        (expected_size ? " (" + std::to_string(expected_size) + " bytes)" : std::string()) +
+                        "; the file was not kept");
+      }
+      if (::fsync(fd) != 0) throw_io("cannot fsync", part, errno);
+      ::close(fd);
+      fd = -1;
+      if (::rename(part.c_str(), dest.c_str()) != 0) throw_io("cannot rename onto", dest, errno);
+      fsync_path(dest.parent_path(), true);
+      result.bytes = size;
+      if (cfg.progress) {
+        Progress pr;
+        pr.what = what;
+        pr.done = pr.total = size;
+        pr.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        pr.bytes_per_second = pr.seconds > 0 ? static_cast<double>(result.transferred) / pr.seconds : 0;
+        pr.finished = true;
+        cfg.progress(pr);
+      }
+      return result;
+    }
+    last_error = describe_failure(rc, status, errbuf, cfg);
+    const bool transient = rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc);
+    if (!transient) {
+      throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " failed: " + last_error + " (not retried)");
+    }
+    if (attempt >= cfg.max_retries) {
+      throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " failed after " +
+                                                std::to_string(attempt + 1) + " attempt(s): " + last_error +
+                                                "; the partial file is kept and the next attempt resumes it");
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff_seconds(cfg, attempt)));
+  }
+}
+
+namespace detail {
+
+namespace {
+size_t text_write(char* data, size_t size, size_t nmemb, void* user) {
+  auto* s = static_cast<std::string*>(user);
+  if (s->size() + size * nmemb > (std::size_t{64} << 20)) return 0;  // an index page is not 64 MiB
+  s->append(data, size * nmemb);
+  return size * nmemb;
+}
+}  // namespace
+
+std::string http_get_text(const Config& cfg, const std::string& url, std::string* effective_url) {
+  global_init();
+  const std::string shown = redact_url(url);
+  for (int attempt = 0;; ++attempt) {
+    CurlHandle c;
+    if (!c.h) throw_error(ErrorCode::internal, "curl_easy_init failed");
+    std::string body;
+    char errbuf[CURL_ERROR_SIZE] = {0};
+    apply_common(c.h, cfg, url);
+    curl_easy_setopt(c.h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, text_write);
+    curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &body);
+    c.headers = curl_slist_append(c.headers, "Accept: text/html");
+    curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.headers);
+    const CURLcode rc = curl_easy_perform(c.h);
+    long status = 0;
+    curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &status);
+    if (rc == CURLE_OK) {
+      if (effective_url) {
+        char* eff = nullptr;
+        curl_easy_getinfo(c.h, CURLINFO_EFFECTIVE_URL, &eff);
+        *effective_url = eff ? eff : url;
+      }
+      return body;
+    }
+    const std::string err = describe_failure(rc, status, errbuf, cfg);
+    const bool transient = rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc);
+    if (!transient || attempt >= cfg.max_retries)
+      throw_error(ErrorCode::network_error, "fetching index page " + shown + " failed after " +
+                                                std::to_string(attempt + 1) + " attempt(s): " + err);
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff_seconds(cfg, attempt)));
+  }
+}
+
+}  // namespace detail
+}  // namespace flashcpp::artifacts

@@ -1,0 +1,71 @@
+// Internal helpers of the artifacts layer: hashing, file locks, atomic files, environment.
+#pragma once
+#include <openssl/evp.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "flashcpp/artifacts.hpp"
+#include "flashcpp/error.hpp"
+
+namespace flashcpp::artifacts::detail {
+
+/// Streaming SHA-256 (OpenSSL EVP).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void reset();
+  void update(const void* data, size_t n);
+  std::string hex_digest();  ///< finalises; call reset() to reuse
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+/// Adds the first `bytes` bytes of `file` to `h` (resume of a partial download).
+void hash_prefix(Sha256& h, const std::filesystem::path& file, std::uint64_t bytes);
+
+/// Exclusive advisory lock (flock) on a lock file, created if missing; released on destruction.
+class FileLock {
+ public:
+  /// Blocks until the lock is held.
+  explicit FileLock(const std::filesystem::path& lock_file);
+  /// Does not block: std::nullopt when another process holds it.
+  static std::optional<FileLock> try_lock(const std::filesystem::path& lock_file);
+  FileLock(FileLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  FileLock& operator=(FileLock&&) = delete;
+  ~FileLock();
+
+ private:
+  FileLock() = default;
+  int fd_ = -1;
+};
+
+/// Writes `content` to `file` via a temporary in the same directory, fsync, rename.
+void write_file_atomic(const std::filesystem::path& file, std::string_view content);
+/// fsync of a file or directory path (best effort for directories).
+void fsync_path(const std::filesystem::path& p, bool directory);
+/// A name unique to this process and call, for temporaries: ".tmp-<pid>-<n>".
+std::string temp_suffix();
+
+std::optional<std::string> getenv_str(const char* name);  ///< set and non-empty
+std::string redact_url(std::string_view url);              ///< hides user:password@
+bool is_sha256_hex(std::string_view s);
+
+/// Verified-stamp of a cached wheel: matches when size and mtime are unchanged since it was hashed.
+bool stamp_matches(const std::filesystem::path& wheel, const std::filesystem::path& stamp, std::string_view sha256,
+                   std::uint64_t expected_size);
+void write_stamp(const std::filesystem::path& wheel, const std::filesystem::path& stamp, std::string_view sha256);
+
+[[noreturn]] void throw_io(std::string what, const std::filesystem::path& p, int err);
+
+/// HTTP GET of a small document into memory (index pages), with the same retries/timeouts as downloads.
+std::string http_get_text(const Config& cfg, const std::string& url, std::string* effective_url);
+
+}  // namespace flashcpp::artifacts::detail

@@ -1,0 +1,12 @@
+// Internal: wheel extraction that reports a missing member instead of throwing.
+#pragma once
+#include <filesystem>
+#include <string_view>
+
+#include "flashcpp/artifacts.hpp"
+
+namespace flashcpp::artifacts::detail {
+/// As extract_from_wheel, but returns false (nothing written) when no member matches `prefix`.
+bool try_extract_from_wheel(const Config& cfg, const std::filesystem::path& wheel, std::string_view prefix,
+                            const std::filesystem::path& dest_root, std::filesystem::path& out_path);
+}  // namespace flashcpp::artifacts::detail
