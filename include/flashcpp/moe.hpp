@@ -1,0 +1,106 @@
+// CUTLASS fused mixture-of-experts (FlashInfer's fused_moe_{90,100,103,120} modules).
+//
+//   auto runner = flashcpp::FusedMoeRunner::create(*rt, {.activation_dtype = DType::bf16, ...});
+//   runner.run(args, stream);   // as often as needed; the FlashInfer runner object is created once
+//
+// For every token t and every k < top_k, with e = token_selected_experts[t, k]:
+//   h   = fc1[e] · x_t                         fc1[e]: [N1, hidden]
+//   a   = gated ? act(h[I:2I]) ⊙ h[0:I] : act(h)   (I = intermediate size; N1 = 2I gated, else I)
+//   out_t += token_final_scales[t, k] · fc2[e] · a   fc2[e]: [hidden, I]
+// FlashInfer 0.6.3's runner allocates its workspace on every call through the TVM-FFI tensor
+// allocator; flashcpp installs a pooled, stream-ordered allocator for it (ffi::install_tensor_allocator).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "flashcpp/dtype.hpp"
+#include "flashcpp/runtime.hpp"
+#include "flashcpp/tensor.hpp"
+
+namespace flashcpp {
+
+/// Activation after fc1 (values are FlashInfer's ActivationType). Gated: swiglu, geglu.
+enum class MoeActivation : int64_t { gelu = 0, relu = 1, silu = 2, swiglu = 3, geglu = 4, relu2 = 6, identity = 7 };
+bool moe_activation_is_gated(MoeActivation a) noexcept;
+
+enum class MoeQuantization {
+  none,                       ///< 16-bit activations and weights (f16 or bf16, all equal)
+  fp8_per_tensor,             ///< e4m3 input and weights, per-tensor/per-expert float scales, 16-bit output
+  deepseek_fp8_block_scale,   ///< bf16 input and output, e4m3 weights with 128×128 block scales (SM90 only)
+};
+
+/// Which module: fused_moe_90 (Hopper), _100, _103, _120. automatic: by compute capability
+/// (9.x → 90, 10.0 → 100, 10.3 → 103, 12.x → 120).
+enum class MoeBackend { automatic, sm90, sm100, sm103, sm120 };
+std::string fused_moe_uri(MoeBackend backend);  ///< backend must not be automatic
+
+struct FusedMoeConfig {
+  DType activation_dtype = DType::bf16;  ///< dtype of `input`
+  DType weight_dtype = DType::bf16;      ///< dtype of fc1/fc2 weights
+  DType output_dtype = DType::bf16;      ///< dtype of `output`
+  MoeQuantization quantization = MoeQuantization::none;
+  MoeBackend backend = MoeBackend::automatic;
+  int device = 0;  ///< CUDA device the runner serves
+};
+
+/// One MoE call. T tokens, K = top_k, E = experts on this rank, H = hidden, I = intermediate.
+/// All tensors contiguous, on the config's device.
+struct FusedMoeArgs {
+  TensorView output;                  ///< [T, H] output_dtype
+  TensorView input;                   ///< [T, H] activation_dtype
+  TensorView token_selected_experts;  ///< [T, K] i32, global expert ids (values are not checked)
+  TensorView token_final_scales;      ///< [T, K] f32 routing weights
+  TensorView fc1_weights;             ///< [E, N1, H] weight_dtype (N1 = 2I for gated activations, else I)
+  TensorView fc2_weights;             ///< [E, H, I] weight_dtype
+  OptionalTensor fc1_bias = nullptr;  ///< [E, N1] output_dtype; fc1_bias and fc2_bias come together
+  OptionalTensor fc2_bias = nullptr;  ///< [E, H] output_dtype
+  // fp8_per_tensor scales (f32): fc1 output = (x·w1)·fc1_dequant[e]; the intermediate is quantized
+  // to e4m3 as a·fc2_quant; fc2 output = (q·w2)·fc2_dequant[e]. fc1_input_dequant is the input's scale.
+  OptionalTensor fc1_dequant = nullptr;        ///< [E]
+  OptionalTensor fc2_quant = nullptr;          ///< [] (0-d) or [E]
+  OptionalTensor fc2_dequant = nullptr;        ///< [E]
+  OptionalTensor fc1_input_dequant = nullptr;  ///< [] (0-d)
+  // deepseek_fp8_block_scale scales (f32): weight block (i, j) of expert e is scaled by scales[e, i, j].
+  OptionalTensor fc1_block_scales = nullptr;   ///< [E, N1/128, H/128]
+  OptionalTensor fc2_block_scales = nullptr;   ///< [E, H/128, I/128]
+  MoeActivation activation = MoeActivation::swiglu;
+  int64_t tp_size = 1, tp_rank = 0, ep_size = 1, ep_rank = 0;
+  bool enable_pdl = false;
+};
+
+/// A FlashInfer FusedMoeRunner created once (module `init`) and reused for every call. Thread-safe
+/// (FlashInfer serialises calls per runner). Keeps its module loaded.
+class FusedMoeRunner {
+ public:
+  /// Validates the configuration, resolves the backend, loads the module, registers the tensor
+  /// allocator, sets the DeepGEMM include directories once per module (block-scale path) and
+  /// creates the runner. Throws unsupported for combinations the device cannot run.
+  static FusedMoeRunner create(const Runtime& rt, const FusedMoeConfig& config);
+  /// A runner shared per (runtime, configuration) from a process-wide cache.
+  static std::shared_ptr<FusedMoeRunner> shared(const Runtime& rt, const FusedMoeConfig& config);
+
+  /// Validates `args` against the configuration (shapes, dtypes, alignment of H and I, scales),
+  /// makes the device current (the runner does not) and launches on `stream`.
+  void run(const FusedMoeArgs& args, cudaStream_t stream) const;
+
+  const FusedMoeConfig& config() const;  ///< backend resolved
+  const std::string& uri() const;
+
+  FusedMoeRunner(FusedMoeRunner&&) noexcept;
+  FusedMoeRunner& operator=(FusedMoeRunner&&) noexcept;
+  ~FusedMoeRunner();
+
+  struct State;
+
+ private:
+  explicit FusedMoeRunner(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
+
+/// Validation only (what run() checks before launching); for callers and tests.
+void validate_fused_moe(const FusedMoeConfig& config, const FusedMoeArgs& args);
+
+}  // namespace flashcpp

@@ -1,0 +1,161 @@
+// GDN prefill (SM90): validation, workspace, device switch and packing (facts sheet A.3, B.5).
+#include "flashcpp/gdn.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/check.hpp"
+#include "ffi/ffi.hpp"
+#include "ops/ops_extra_internal.hpp"
+#include "runtime/runtime_internal.hpp"
+
+namespace flashcpp {
+
+// ----------------------------------------------------------------------------- shared helpers
+namespace ops_extra {
+namespace {
+std::atomic<DeviceFactsFn> g_facts_hook{nullptr};
+}
+DeviceFacts device_facts(int device) {
+  if (DeviceFactsFn hook = g_facts_hook.load()) return hook(device);
+  const DeviceInfo& info = device_info(device);
+  return DeviceFacts{info.cc_major, info.cc_minor, info.sm_count};
+}
+void set_device_facts_for_testing(DeviceFactsFn fn) { g_facts_hook.store(fn); }
+}  // namespace ops_extra
+
+// ----------------------------------------------------------------------------- gdn_prefill
+namespace {
+constexpr const char* kOp = "gdn_prefill";
+
+/// One workspace per device, allocated on first use and kept for the process.
+TensorView default_workspace(int device) {
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  const int64_t bytes = gdn_prefill_workspace_bytes(device);
+  std::lock_guard lock(mu);
+  if (buffers.size() <= static_cast<size_t>(device)) buffers.resize(static_cast<size_t>(device) + 1);
+  auto& slot = buffers[static_cast<size_t>(device)];
+  if (!slot) slot = std::make_unique<DeviceBuffer>(static_cast<size_t>(bytes), device);
+  return TensorView::contiguous(slot->get(), DType::u8, Device::cuda(device), {bytes});
+}
+
+/// `gdn_prefill` of the runtime's module, resolved once per runtime (the module stays loaded).
+ffi::abi::SafeCall gdn_function(const Runtime& rt) {
+  static std::mutex mu;
+  static const Runtime* cached_rt = nullptr;
+  static std::shared_ptr<ffi::ModuleLibrary> cached_lib;
+  static ffi::abi::SafeCall cached_fn = nullptr;
+  std::lock_guard lock(mu);
+  if (cached_rt != &rt || !cached_fn) {
+    auto lib = load_module(rt, kGdnPrefillUri);
+    cached_fn = lib->function("gdn_prefill");
+    cached_lib = std::move(lib);
+    cached_rt = &rt;
+  }
+  return cached_fn;
+}
+
+void check_dense(const Validator& v, const TensorView& t, const char* name, const TensorView& ref) {
+  v.defined(t, name).on_cuda(t, name).same_device(t, name, ref, "q").contiguous(t, name).aligned(t, name, 16);
+}
+}  // namespace
+
+int64_t gdn_prefill_workspace_bytes(int device) {
+  return static_cast<int64_t>(ops_extra::device_facts(device).sm_count) * 128;
+}
+
+void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillParams& p, cudaStream_t stream) {
+  const Validator v(kOp);
+  // q decides dtype, device, T and D; everything else is checked against it.
+  v.defined(a.q, "q").on_cuda(a.q, "q").dtype(a.q, "q", {DType::f16, DType::bf16}).rank(a.q, "q", 3);
+  const int64_t T = a.q.size(0), Hq = a.q.size(1), D = a.q.size(2);
+  v.dim(a.q, "q", 2, kGdnHeadSize, "the kernel's head size");
+  v.require(T >= 1, "q", "must hold at least one token");
+  check_dense(v, a.q, "q", a.q);
+  v.rank(a.k, "k", 3).same_dtype(a.k, "k", a.q, "q").dim(a.k, "k", 0, T, "q.size(0)").dim(a.k, "k", 2, D, "q.size(2)");
+  check_dense(v, a.k, "k", a.q);
+  v.rank(a.v, "v", 3).same_dtype(a.v, "v", a.q, "q").dim(a.v, "v", 0, T, "q.size(0)").dim(a.v, "v", 2, D, "q.size(2)");
+  check_dense(v, a.v, "v", a.q);
+  const int64_t Hk = a.k.size(1), Hv = a.v.size(1);
+  v.require(Hq >= 1 && Hk >= 1 && Hv >= 1, "q/k/v", "must have at least one head each");
+  if (Hq >= Hv) {  // GQA
+    v.dim(a.k, "k", 1, Hv, "v.size(1): with Hq >= Hv (GQA) k and v have the same heads");
+    v.divisible(Hq, "q.size(1)", Hv, "v.size(1)");
+  } else {  // GVA
+    v.dim(a.k, "k", 1, Hq, "q.size(1): with Hv > Hq (GVA) q and k have the same heads");
+    v.divisible(Hv, "v.size(1)", Hq, "q.size(1)");
+  }
+  const int64_t Hsab = std::max(Hq, Hv);
+  v.shape(a.output, "output", {T, Hsab, D}).same_dtype(a.output, "output", a.q, "q");
+  check_dense(v, a.output, "output", a.q);
+
+  v.defined(a.cu_seqlens, "cu_seqlens").on_cuda(a.cu_seqlens, "cu_seqlens").same_device(a.cu_seqlens, "cu_seqlens", a.q, "q")
+      .dtype(a.cu_seqlens, "cu_seqlens", {DType::i64}).rank(a.cu_seqlens, "cu_seqlens", 1).contiguous(a.cu_seqlens, "cu_seqlens");
+  const int64_t N = a.cu_seqlens.size(0) - 1;
+  v.require(N >= 1, "cu_seqlens", "must have at least 2 entries (one sequence)");
+  if (a.cu_seqlens_host) {
+    const TensorView& h = *a.cu_seqlens_host;
+    v.on_host(h, "cu_seqlens_host").dtype(h, "cu_seqlens_host", {DType::i64}).shape(h, "cu_seqlens_host", {N + 1})
+        .contiguous(h, "cu_seqlens_host");
+    v.require(h.data != nullptr, "cu_seqlens_host", "must not be null");
+    const int64_t* c = h.data_as<const int64_t>();
+    if (c[0] != 0) v.fail("cu_seqlens_host", "must start at 0; got " + std::to_string(c[0]));
+    for (int64_t i = 1; i <= N; ++i)
+      if (c[i] < c[i - 1])
+        v.fail("cu_seqlens_host", "must never decrease; entry " + std::to_string(i) + " is " + std::to_string(c[i]) +
+                                      " after " + std::to_string(c[i - 1]));
+    if (c[N] != T) v.fail("cu_seqlens_host", "must end at the total token count " + std::to_string(T) + "; got " +
+                                                 std::to_string(c[N]));
+  }
+  v.dtype(a.output_state, "output_state", {DType::f32}).shape(a.output_state, "output_state", {N, Hsab, D, D});
+  check_dense(v, a.output_state, "output_state", a.q);
+  if (a.input_state) {
+    v.dtype(*a.input_state, "input_state", {DType::f32}).shape(*a.input_state, "input_state", {N, Hsab, D, D});
+    check_dense(v, *a.input_state, "input_state", a.q);
+  }
+  if (a.alpha) {
+    v.dtype(*a.alpha, "alpha", {DType::f32}).shape(*a.alpha, "alpha", {T, Hsab});
+    check_dense(v, *a.alpha, "alpha", a.q);
+  }
+  if (a.beta) {
+    v.dtype(*a.beta, "beta", {DType::f32}).shape(*a.beta, "beta", {T, Hsab});
+    check_dense(v, *a.beta, "beta", a.q);
+  }
+  v.finite(p.scale, "scale");
+  v.require(p.scale >= 0.0, "scale", "must be >= 0 (0 selects 1/sqrt(head_size))");
+
+  const int device = a.q.device.id;
+  const ops_extra::DeviceFacts facts = ops_extra::device_facts(device);
+  if (facts.cc_major != 9)
+    throw Error(ErrorCode::unsupported, std::string(kOp) + ": FlashInfer's GDN prefill runs only on compute capability "
+                                        "9.x (Hopper); device " + std::to_string(device) + " is " +
+                                        std::to_string(facts.cc_major) + "." + std::to_string(facts.cc_minor));
+  TensorView ws;
+  if (a.workspace) {
+    ws = *a.workspace;
+    v.defined(ws, "workspace").on_cuda(ws, "workspace").same_device(ws, "workspace", a.q, "q")
+        .dtype(ws, "workspace", {DType::u8}).rank(ws, "workspace", 1).contiguous(ws, "workspace")
+        .min_bytes(ws, "workspace", int64_t{facts.sm_count} * 128).aligned(ws, "workspace", 128);
+  } else {
+    ws = default_workspace(device);
+  }
+
+  const ffi::abi::SafeCall fn = gdn_function(rt);
+  ffi::TensorArg out(a.output), state(a.output_state), q(a.q), k(a.k), vv(a.v), cu(a.cu_seqlens), wsa(ws);
+  ffi::TensorArg in_state, alpha, beta;
+  if (a.input_state) in_state.set(*a.input_state);
+  if (a.alpha) alpha.set(*a.alpha);
+  if (a.beta) beta.set(*a.beta);
+  const ffi::Arg args[] = {out, state, q, k, vv, cu,
+                           a.input_state ? &in_state : nullptr, a.alpha ? &alpha : nullptr,
+                           a.beta ? &beta : nullptr, p.scale, wsa};
+  ops_extra::CurrentDeviceScope device_scope(device);  // the kernel launches on the current device
+  const ffi::StreamBinding binding{a.q.device, stream};
+  ffi::call(fn, args, nullptr, &binding);
+}
+
+}  // namespace flashcpp
