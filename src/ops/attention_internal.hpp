@@ -1,0 +1,93 @@
+// Internals shared by prefill.cpp and decode.cpp: the batch-prefill plan core (also the tensor-core
+// decode path) and argument packing of FlashInfer's attention entry points.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ops/common.hpp"
+
+namespace flashcpp::ops {
+
+enum FamilyId : uint8_t {
+  kFamilyNorm = 1, kFamilyPage = 2, kFamilySinglePrefill = 3, kFamilyBatchPrefillFa2 = 4,
+  kFamilyBatchPrefillFa3 = 5, kFamilySingleDecode = 6, kFamilyBatchDecode = 7,
+};
+
+/// mask_mode codes (FlashInfer MaskMode).
+inline constexpr int64_t kMaskNone = 0, kMaskCausal = 1;
+/// Python passes reciprocals of rope_scale = 1 and rope_theta = 1e4; unused without in-kernel RoPE.
+inline constexpr double kRopeRcpScale = 1.0, kRopeRcpTheta = 1e-4;
+
+/// 16-bit q == kv == o with head dims FlashInfer has an fa3 (sm90) batch-prefill variant for.
+bool fa3_variant_exists(const AttentionVariant& v);
+/// Compute capability major of device `id`, or -1 when no such device is visible.
+int device_cc_major(int id) noexcept;
+/// Resolves automatic/fa2/fa3 for a batch-prefill variant (validates an explicit fa3 request).
+bool choose_fa3(const Validator& v, AttentionBackend backend, const AttentionVariant& var, bool ragged_hnd,
+                int device_id);
+
+/// What a batch-prefill plan was made for; run() compares against it.
+struct PrefillPlanCore {
+  ResolvedModule mod;  // fns: plan, ragged_run, paged_run
+  std::string uri;
+  bool fa3 = false;
+  ffi::Array plan_info;
+  Workspace ws;                  // as given by the caller
+  TensorView float_ws, int_ws;   // as passed to FlashInfer (u8 views; int may exclude a reserved tail)
+  Device device;
+  KvStorage storage = KvStorage::paged;
+  int64_t batch = 0, total_q = 0, kv_total = 0, max_page_index = -1;
+  int64_t num_qo_heads = 0, num_kv_heads = 0, head_dim_qk = 0, head_dim_vo = 0, page_size = 1;
+  AttentionVariant variant;
+  KvLayout layout = KvLayout::nhd;
+  int64_t mask_mode = kMaskNone;
+  int64_t window_left = -1;
+  double logits_soft_cap = 0, sm_scale = 1;
+  bool enable_pdl = false, enable_cuda_graph = false;
+};
+
+/// Validates the workspace (device buffers on one CUDA device, pinned host buffer >= int buffer).
+void check_workspace(const Validator& v, const Workspace& ws, int64_t reserved_int_bytes);
+
+struct PrefillPlanRequest {
+  const TensorView* qo_indptr;        // host
+  const TensorView* kv_indptr;        // host
+  std::vector<int32_t> kv_len_arr;    // tokens per request
+  int64_t kv_total = 0;               // kv_indptr[-1]
+  int64_t max_page_index = -1;
+  int64_t fixed_split_size = -1;
+  bool disable_split_kv = false;
+  bool causal = false;
+  int64_t reserved_int_bytes = 0;     // tail of the int workspace kept out of FlashInfer's reach
+};
+
+/// Calls the module's plan (fa2: 19 args, fa3: 16) and fills `core.plan_info`. `core` carries the
+/// module, workspace, geometry and flags already.
+void run_prefill_plan(PrefillPlanCore& core, const PrefillPlanRequest& req, const Validator& v, cudaStream_t stream);
+
+/// Validated paged run (fa2 27 args / fa3 24) of a core; `qo_indptr` is a device int32 [batch + 1].
+void run_prefill_paged(const PrefillPlanCore& core, const Validator& v, const TensorView& q, const PagedKvCache& kv,
+                       const TensorView& qo_indptr, const TensorView& out, OptionalTensor lse, cudaStream_t stream);
+
+/// Strides are passed to FlashInfer's kernels as 32-bit values.
+void check_strides_32bit(const Validator& v, const TensorView& t, const char* arg);
+
+}  // namespace flashcpp::ops
+
+namespace flashcpp::ops {
+/// Host page-table checks shared by prefill and decode plans; fills kv_len_arr, kv_total, max_page_index.
+void check_host_page_table(const Validator& v, const TensorView& kv_indptr, const TensorView& last_page_len,
+                           OptionalTensor kv_indices, int64_t batch, int64_t page_size, PrefillPlanRequest& req);
+/// Validates k/v of a single-request op (rank, dtype, layout shapes); returns kv_len.
+int64_t check_single_kv(const Validator& v, const TensorView& q, const TensorView& k, const TensorView& vv,
+                        KvLayout layout, int64_t num_kv_heads_unused, int64_t head_dim_qk, int64_t head_dim_vo,
+                        bool require_contiguous);
+/// Validates `tmp` (empty, or 1-D CUDA with >= need bytes) and fills its argument.
+void check_tmp(const Validator& v, const TensorView& tmp, int64_t need, const TensorView& q, ffi::TensorArg& arg);
+/// FlashInfer fa2 single prefill `run` (15 args); arguments must be validated.
+void call_single_prefill(const Runtime& rt, const TensorView& q, const TensorView& k, const TensorView& vv,
+                         const TensorView& out, OptionalTensor lse, ffi::TensorArg& tmp_arg, int64_t mask_mode,
+                         KvLayout layout, int64_t window_left, double cap, double sm_scale, bool f16qk,
+                         cudaStream_t stream);
+void check_plan_alive(const Validator& v, const void* state);
+}  // namespace flashcpp::ops

@@ -1,0 +1,108 @@
+// Shared machinery of the FlashInfer ops: module/function resolution cached per thread, module URIs,
+// the validation helpers every op family uses, and the stream binding of a call.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/check.hpp"
+#include "ffi/ffi.hpp"
+#include "flashcpp/attention.hpp"
+#include "flashcpp/page.hpp"
+#include "flashcpp/runtime.hpp"
+
+namespace flashcpp::ops {
+
+// -------------------------------------------------------------------------------------------------
+// Module URIs (FlashInfer v0.6.3 naming, facts sheet §B). The lead will replace these with src/jit's.
+
+/// Flags of an attention module variant (posenc is always 0 here: no in-kernel RoPE/ALiBi).
+struct AttentionVariant {
+  DType q = DType::bf16, kv = DType::bf16, o = DType::bf16;
+  int64_t head_dim_qk = 0, head_dim_vo = 0;
+  bool use_sliding_window = false;
+  bool use_logits_soft_cap = false;
+  bool use_fp16_qk_reduction = false;
+};
+
+std::string single_prefill_uri(const AttentionVariant& v, bool sm90);
+std::string batch_prefill_uri(const AttentionVariant& v, DType idx, bool sm90);
+std::string single_decode_uri(const AttentionVariant& v);
+std::string batch_decode_uri(const AttentionVariant& v, DType idx);
+inline constexpr const char* kNormUri = "norm";
+inline constexpr const char* kPageUri = "page";
+
+// -------------------------------------------------------------------------------------------------
+// Resolved module functions
+
+/// Identifies a (module, function set) for the per-thread cache; built from the op family and the
+/// variant, never from strings.
+struct ModuleKey {
+  uint64_t a = 0, b = 0;
+  friend bool operator==(const ModuleKey&, const ModuleKey&) = default;
+};
+ModuleKey module_key(uint8_t family, const AttentionVariant& v, uint8_t extra = 0);
+
+inline constexpr size_t kMaxFunctions = 4;
+struct ResolvedModule {
+  std::shared_ptr<ffi::ModuleLibrary> lib;  ///< keeps the module loaded while its functions are used
+  std::array<ffi::abi::SafeCall, kMaxFunctions> fns{};
+};
+
+/// Per-thread hit path: no lock, no allocation, no string (the entry holds a weak reference, so a
+/// Runtime that went away is never served from the cache).
+bool lookup_cached_module(const Runtime& rt, const ModuleKey& key, ResolvedModule& out);
+/// Miss path: loads `uri` through the runtime and resolves `names` (throws not_found).
+void resolve_module_slow(const Runtime& rt, const ModuleKey& key, const std::string& uri,
+                         std::span<const char* const> names, ResolvedModule& out);
+
+template <class UriFn>
+ResolvedModule resolve_module(const Runtime& rt, const ModuleKey& key, UriFn&& make_uri,
+                              std::initializer_list<const char*> names) {
+  ResolvedModule r;
+  if (lookup_cached_module(rt, key, r)) return r;
+  resolve_module_slow(rt, key, make_uri(), std::span<const char* const>(names.begin(), names.size()), r);
+  return r;
+}
+
+// -------------------------------------------------------------------------------------------------
+// Validation helpers
+
+/// A CUDA tensor argument: defined, on CUDA, on `device` (if given), no negative strides.
+void check_cuda_tensor(const Validator& v, const TensorView& t, const char* arg);
+/// The tensor is on the same CUDA device as `ref`.
+void check_same_device(const Validator& v, const TensorView& t, const char* arg, const TensorView& ref,
+                       const char* ref_arg);
+/// 1-D contiguous int32 CUDA index array with `len` entries (len < 0: any).
+void check_device_index_array(const Validator& v, const TensorView& t, const char* arg, int64_t len,
+                              const TensorView& ref, const char* ref_arg);
+/// 1-D CUDA buffer (any dtype, contiguous).
+void check_device_buffer(const Validator& v, const TensorView& t, const char* arg, const TensorView& ref,
+                         const char* ref_arg);
+/// sm_scale: given -> finite and > 0; absent -> 1/sqrt(head_dim).
+double resolve_sm_scale(const Validator& v, const std::optional<double>& sm_scale, int64_t head_dim);
+void check_window_and_cap(const Validator& v, int64_t window_left, double logits_soft_cap);
+/// H_qo > 0, H_kv > 0, H_qo % H_kv == 0.
+void check_heads(const Validator& v, int64_t num_qo_heads, int64_t num_kv_heads, const char* qo_arg,
+                 const char* kv_arg);
+
+/// The host view relabelled as kDLCPU (what FlashInfer's Python passes for pinned/host arrays).
+inline TensorView as_cpu(TensorView t) {
+  t.device = Device::cpu();
+  return t;
+}
+
+/// Stream binding of a call on tensors of `device`.
+inline ffi::StreamBinding binding_for(const TensorView& t, cudaStream_t stream) { return {t.device, stream}; }
+
+/// Paged KV cache geometry read from the cache tensors.
+struct PagedGeometry {
+  int64_t num_pages = 0, page_size = 0, num_kv_heads = 0, head_dim = 0;
+};
+/// Validates a paged cache (shapes, strides, dtypes, page table arrays) for `op` against `ref` (device).
+PagedGeometry check_paged_cache(const Validator& v, const PagedKvCache& kv, const TensorView& ref,
+                                const char* ref_arg, int64_t expected_batch);
+
+}  // namespace flashcpp::ops

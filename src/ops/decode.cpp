@@ -1,0 +1,246 @@
+// Single decode and batch decode plans: the CUDA-core decode modules and the tensor-core path through
+// the batch-prefill modules, chosen per head configuration as FlashInfer's wrapper does (facts sheet
+// §A.5, §A.8, §E "Decode paths").
+#include <cstring>
+
+#include "flashcpp/attention.hpp"
+#include "ops/attention_internal.hpp"
+
+namespace flashcpp {
+namespace {
+
+bool decode_group_supported(int64_t hq, int64_t hkv) {
+  const int64_t g = hq / hkv;
+  return g == 1 || g == 2 || g == 3 || g == 4 || g == 8;
+}
+
+int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+void single_decode(const Runtime& rt, const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, OptionalTensor lse, const TensorView& tmp, const SingleDecodeOptions& o,
+                   cudaStream_t stream) {
+  const Validator val("single_decode");
+  ops::check_cuda_tensor(val, q, "q");
+  val.rank(q, "q", 2).dtype(q, "q", {DType::f16, DType::bf16}).contiguous(q, "q");
+  const int64_t hq = q.size(0), d = q.size(1);
+  val.in_range(d, "q.size(1)", 16, 512).divisible(d, "q.size(1)", 16, "16");
+  ops::check_same_device(val, out, "out", q, "q");
+  val.dtype(out, "out", {DType::f16, DType::bf16}).shape(out, "out", {hq, d}).contiguous(out, "out");
+  const int64_t kv_len = ops::check_single_kv(val, q, k, v, o.layout, 0, d, d, true);
+  const int64_t hkv = o.layout == KvLayout::nhd ? k.size(1) : k.size(0);
+  ops::check_heads(val, hq, hkv, "q.size(0)", "num_kv_heads");
+  if (lse) {
+    ops::check_same_device(val, *lse, "lse", q, "q");
+    val.dtype(*lse, "lse", {DType::f32}).shape(*lse, "lse", {hq}).contiguous(*lse, "lse");
+  }
+  ops::check_window_and_cap(val, o.window_left, o.logits_soft_cap);
+  const double sm_scale = ops::resolve_sm_scale(val, o.sm_scale, d);
+  const bool tensor_cores = decode_uses_tensor_cores(hq, hkv, o.backend);
+  if (!tensor_cores && !decode_group_supported(hq, hkv))
+    val.fail("backend", "cuda_cores supports GQA group sizes 1, 2, 3, 4, 8 only; got " + std::to_string(hq / hkv) +
+                            " (use tensor_cores or automatic)");
+  ffi::TensorArg tmp_arg;
+  if (tensor_cores) {
+    ops::check_tmp(val, tmp, single_prefill_tmp_bytes(1, kv_len, hq, hkv, d, out.dtype, q.device.id), q, tmp_arg);
+    // One query row of FlashInfer's prefill kernel: [1, H_qo, D] views of q/out, [1, H_qo] of lse.
+    const TensorView q3 = TensorView::contiguous(q.data, q.dtype, q.device, {1, hq, d});
+    const TensorView o3 = TensorView::contiguous(out.data, out.dtype, out.device, {1, hq, d});
+    TensorView l2;
+    if (lse) l2 = TensorView::contiguous(lse->data, DType::f32, lse->device, {1, hq});
+    ops::call_single_prefill(rt, q3, k, v, o3, lse ? &l2 : nullptr, tmp_arg, ops::kMaskNone, o.layout, o.window_left,
+                             o.logits_soft_cap, sm_scale, false, stream);
+    return;
+  }
+  ops::check_tmp(val, tmp, single_decode_tmp_bytes(kv_len, hq, hkv, d, out.dtype, q.device.id), q, tmp_arg);
+  ops::AttentionVariant var{q.dtype, k.dtype, out.dtype, d, d, o.window_left != -1, o.logits_soft_cap > 0, false};
+  const auto mod = ops::resolve_module(rt, ops::module_key(ops::kFamilySingleDecode, var),
+                                       [&] { return ops::single_decode_uri(var); }, {"run"});
+  ffi::TensorArg tq(q), tk(k), tv(v), to(out), tl;
+  if (lse) tl.set(*lse);
+  const ffi::Arg args[] = {tq, tk, tv, tmp_arg, to, lse ? ffi::Arg(tl) : ffi::Arg(nullptr),
+                           static_cast<int64_t>(o.layout), o.window_left, nullptr, o.logits_soft_cap, sm_scale,
+                           ops::kRopeRcpScale, ops::kRopeRcpTheta};
+  const ffi::StreamBinding binding = ops::binding_for(q, stream);
+  ffi::call(mod.fns[0], args, nullptr, &binding);
+}
+
+// -------------------------------------------------------------------------------------------------
+// Batch decode plan
+
+struct BatchDecodePlan::State {
+  bool tensor_cores = false;
+  ops::PrefillPlanCore core;  // both paths; on the CUDA-core path mod.fns = {plan, run}
+  TensorView qo_arange;       // tensor-core path: device int32 [batch + 1] at the int workspace's tail
+};
+
+BatchDecodePlan::BatchDecodePlan(std::unique_ptr<State> s) : s_(std::move(s)) {}
+BatchDecodePlan::BatchDecodePlan(BatchDecodePlan&&) noexcept = default;
+BatchDecodePlan& BatchDecodePlan::operator=(BatchDecodePlan&&) noexcept = default;
+BatchDecodePlan::~BatchDecodePlan() = default;
+
+BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, const DecodeIndptrs& ip,
+                                        const BatchDecodeConfig& c, cudaStream_t stream) {
+  const Validator v("BatchDecodePlan::create");
+  ops::check_heads(v, c.num_qo_heads, c.num_kv_heads, "num_qo_heads", "num_kv_heads");
+  v.in_range(c.head_dim, "head_dim", 16, 512).divisible(c.head_dim, "head_dim", 16, "16");
+  v.in_range(c.page_size, "page_size", 1, 1 << 16);
+  if (c.q_dtype != DType::f16 && c.q_dtype != DType::bf16) v.fail("q_dtype", "must be f16 or bf16");
+  if (c.kv_dtype != c.q_dtype) v.fail("kv_dtype", "must equal q_dtype");
+  const DType o_dtype = c.o_dtype.value_or(c.q_dtype);
+  if (o_dtype != DType::f16 && o_dtype != DType::bf16) v.fail("o_dtype", "must be f16 or bf16");
+  if (c.layout != KvLayout::nhd && c.layout != KvLayout::hnd) v.fail("layout", "must be nhd or hnd");
+  ops::check_window_and_cap(v, c.window_left, c.logits_soft_cap);
+  const double sm_scale = ops::resolve_sm_scale(v, c.sm_scale, c.head_dim);
+  const bool tc = decode_uses_tensor_cores(c.num_qo_heads, c.num_kv_heads, c.backend);
+  if (!tc && !decode_group_supported(c.num_qo_heads, c.num_kv_heads))
+    v.fail("backend", "cuda_cores supports GQA group sizes 1, 2, 3, 4, 8 only; got " +
+                          std::to_string(c.num_qo_heads / c.num_kv_heads) + " (use tensor_cores or automatic)");
+  v.on_host(ip.kv_last_page_len, "kv_last_page_len").rank(ip.kv_last_page_len, "kv_last_page_len", 1);
+  const int64_t batch = ip.kv_last_page_len.size(0);
+  v.require(batch >= 1, "kv_last_page_len", "must have at least one entry (batch >= 1)");
+  ops::PrefillPlanRequest req;
+  ops::check_host_page_table(v, ip.kv_indptr, ip.kv_last_page_len, ip.kv_indices, batch, c.page_size, req);
+  const int64_t reserved = tc ? align_up((batch + 1) * 4, 256) : 0;
+  ops::check_workspace(v, ws, reserved);
+
+  auto state = std::make_unique<State>();
+  state->tensor_cores = tc;
+  ops::PrefillPlanCore& core = state->core;
+  core.ws = ws;
+  core.device = ws.float_buffer.device;
+  core.storage = KvStorage::paged;
+  core.batch = batch;
+  core.total_q = batch;
+  core.kv_total = req.kv_total;
+  core.max_page_index = req.max_page_index;
+  core.num_qo_heads = c.num_qo_heads;
+  core.num_kv_heads = c.num_kv_heads;
+  core.head_dim_qk = core.head_dim_vo = c.head_dim;
+  core.page_size = c.page_size;
+  core.variant = ops::AttentionVariant{c.q_dtype, c.kv_dtype, o_dtype, c.head_dim, c.head_dim, c.window_left != -1,
+                                       c.logits_soft_cap > 0, false};
+  core.layout = c.layout;
+  core.mask_mode = ops::kMaskNone;
+  core.window_left = c.window_left;
+  core.logits_soft_cap = c.logits_soft_cap;
+  core.sm_scale = sm_scale;
+  core.enable_pdl = c.enable_pdl;
+  core.enable_cuda_graph = c.enable_cuda_graph;
+
+  if (tc) {
+    core.fa3 = ops::choose_fa3(v, c.prefill_backend, core.variant, false, core.device.id);
+    core.uri = ops::batch_prefill_uri(core.variant, DType::i32, core.fa3);
+    core.mod = ops::resolve_module(
+        rt, ops::module_key(core.fa3 ? ops::kFamilyBatchPrefillFa3 : ops::kFamilyBatchPrefillFa2, core.variant),
+        [&] { return core.uri; }, {"plan", "ragged_run", "paged_run"});
+    std::vector<int32_t> arange(static_cast<size_t>(batch + 1));
+    for (size_t i = 0; i < arange.size(); ++i) arange[i] = static_cast<int32_t>(i);
+    const TensorView qo_host = TensorView::contiguous(arange.data(), DType::i32, Device::cpu(), {batch + 1});
+    req.qo_indptr = &qo_host;
+    req.kv_indptr = &ip.kv_indptr;
+    req.causal = false;
+    req.reserved_int_bytes = reserved;
+    ops::run_prefill_plan(core, req, v, stream);
+    // The query indptr 0..batch lives in the int workspace's reserved tail; its pinned twin is written
+    // here and copied on the plan's stream (a later plan writes the same prefix, so reuse is safe).
+    const int64_t int_bytes = ws.int_buffer.numel() * dtype_size(ws.int_buffer.dtype);
+    auto* pinned_tail = static_cast<char*>(ws.pinned_int_buffer.data) + (int_bytes - reserved);
+    auto* device_tail = static_cast<char*>(ws.int_buffer.data) + (int_bytes - reserved);
+    std::memcpy(pinned_tail, arange.data(), arange.size() * sizeof(int32_t));
+    {
+      DeviceGuard guard(core.device.id);
+      cuda_check(cudaMemcpyAsync(device_tail, pinned_tail, arange.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 stream),
+                 "BatchDecodePlan::create: cudaMemcpyAsync (query indptr)");
+    }
+    state->qo_arange = TensorView::contiguous(device_tail, DType::i32, core.device, {batch + 1});
+    return BatchDecodePlan(std::move(state));
+  }
+
+  core.uri = ops::batch_decode_uri(core.variant, DType::i32);
+  core.mod = ops::resolve_module(rt, ops::module_key(ops::kFamilyBatchDecode, core.variant),
+                                 [&] { return core.uri; }, {"plan", "run"});
+  const int64_t int_bytes = ws.int_buffer.numel() * dtype_size(ws.int_buffer.dtype);
+  core.float_ws = TensorView::contiguous(ws.float_buffer.data, DType::u8, core.device,
+                                         {ws.float_buffer.numel() * dtype_size(ws.float_buffer.dtype)});
+  core.int_ws = TensorView::contiguous(ws.int_buffer.data, DType::u8, core.device, {int_bytes});
+  const TensorView pinned = TensorView::contiguous(ws.pinned_int_buffer.data, DType::u8, Device::cpu(), {int_bytes});
+  // FlashInfer only reads the dtypes of these two (Python passes 0-element tensors).
+  const TensorView empty_q = TensorView::contiguous(nullptr, c.q_dtype, Device::cpu(), {0});
+  const TensorView empty_kv = TensorView::contiguous(nullptr, c.kv_dtype, Device::cpu(), {0});
+  ffi::TensorArg fws(core.float_ws), iws(core.int_ws), pws(pinned), ptr(ops::as_cpu(ip.kv_indptr)), eq(empty_q),
+      ekv(empty_kv);
+  const ffi::Arg args[] = {fws, iws, pws, ptr, batch, c.num_qo_heads, c.num_kv_heads, c.page_size,
+                           c.enable_cuda_graph, c.window_left, c.logits_soft_cap, c.head_dim, c.head_dim, eq, ekv};
+  const ffi::StreamBinding binding{core.device, stream};
+  ffi::Any result;
+  ffi::call(core.mod.fns[0], args, &result, &binding);
+  if (result.type_index() < ffi::abi::kStaticObjectBegin)
+    throw Error(ErrorCode::ffi_error, "BatchDecodePlan::create: FlashInfer's plan returned no plan-info array");
+  core.plan_info = ffi::Array(result.take_object());
+  if (core.plan_info.size() != 10)
+    throw Error(ErrorCode::ffi_error, "BatchDecodePlan::create: FlashInfer's plan returned " +
+                                          std::to_string(core.plan_info.size()) + " plan-info entries; expected 10");
+  return BatchDecodePlan(std::move(state));
+}
+
+void BatchDecodePlan::run(const TensorView& q, const PagedKvCache& kv, const TensorView& out, OptionalTensor lse,
+                          cudaStream_t stream) const {
+  const Validator v("BatchDecodePlan::run");
+  ops::check_plan_alive(v, s_.get());
+  const ops::PrefillPlanCore& core = s_->core;
+  if (s_->tensor_cores) {
+    ops::run_prefill_paged(core, v, q, kv, s_->qo_arange, out, lse, stream);
+    return;
+  }
+  ops::check_cuda_tensor(v, q, "q");
+  if (!(q.device == core.device))
+    v.fail("q", q, "must be on the planned device cuda:" + std::to_string(core.device.id));
+  v.rank(q, "q", 3).dtype(q, "q", {core.variant.q}).last_dim_contiguous(q, "q");
+  v.shape(q, "q", {core.batch, core.num_qo_heads, core.head_dim_qk});
+  ops::check_strides_32bit(v, q, "q");
+  ops::check_same_device(v, out, "out", q, "q");
+  v.dtype(out, "out", {core.variant.o}).shape(out, "out", {core.batch, core.num_qo_heads, core.head_dim_vo});
+  v.contiguous(out, "out");
+  if (lse) {
+    ops::check_same_device(v, *lse, "lse", q, "q");
+    v.dtype(*lse, "lse", {DType::f32}).shape(*lse, "lse", {core.batch, core.num_qo_heads}).contiguous(*lse, "lse");
+  }
+  const ops::PagedGeometry g = ops::check_paged_cache(v, kv, q, "q", core.batch);
+  v.dtype(kv.k_cache, "k_cache", {core.variant.kv});
+  if (kv.layout != core.layout) v.fail("layout", "must be the planned layout");
+  if (g.page_size != core.page_size)
+    v.fail("k_cache", kv.k_cache, "must have the planned page size " + std::to_string(core.page_size));
+  if (g.num_kv_heads != core.num_kv_heads)
+    v.fail("k_cache", kv.k_cache, "must have the planned num_kv_heads " + std::to_string(core.num_kv_heads));
+  if (g.head_dim != core.head_dim_qk)
+    v.fail("k_cache", kv.k_cache, "must have the planned head_dim " + std::to_string(core.head_dim_qk));
+  ops::check_strides_32bit(v, kv.k_cache, "k_cache");
+  if (kv.indices.size(0) < core.kv_total)
+    v.fail("indices", kv.indices, "must hold at least the planned " + std::to_string(core.kv_total) + " page ids");
+  if (core.max_page_index >= g.num_pages)
+    v.fail("indices", "holds page id " + std::to_string(core.max_page_index) + " (planned) but the cache has " +
+                          std::to_string(g.num_pages) + " pages");
+
+  ffi::TensorArg fws(core.float_ws), iws(core.int_ws), tq(q), kc(kv.k_cache), vc(kv.v_cache), ptr(kv.indptr),
+      idx(kv.indices), last(kv.last_page_len), o(out), l;
+  if (lse) l.set(*lse);
+  const ffi::Arg args[] = {fws, iws, core.plan_info, tq, kc, vc, ptr, idx, last, o,
+                           lse ? ffi::Arg(l) : ffi::Arg(nullptr), static_cast<int64_t>(core.layout), core.window_left,
+                           core.enable_pdl, nullptr, core.logits_soft_cap, core.sm_scale, ops::kRopeRcpScale,
+                           ops::kRopeRcpTheta};
+  const ffi::StreamBinding binding{core.device, stream};
+  ffi::call(core.mod.fns[1], args, nullptr, &binding);
+}
+
+bool BatchDecodePlan::uses_tensor_cores() const { return s_->tensor_cores; }
+AttentionBackend BatchDecodePlan::prefill_backend() const {
+  return s_->core.fa3 ? AttentionBackend::fa3 : AttentionBackend::fa2;
+}
+const std::string& BatchDecodePlan::module_uri() const { return s_->core.uri; }
+int64_t BatchDecodePlan::batch_size() const { return s_->core.batch; }
+std::vector<int64_t> BatchDecodePlan::plan_info() const { return s_->core.plan_info.to_int64(); }
+
+}  // namespace flashcpp

@@ -1,0 +1,136 @@
+// Paged KV append: validation and argument packing for FlashInfer's `page` module (facts sheet §A.2).
+#include "flashcpp/page.hpp"
+
+#include "ops/common.hpp"
+
+namespace flashcpp {
+namespace {
+
+enum PageFn { kAppend = 0, kAppendMla = 1 };
+
+ops::ResolvedModule page_module(const Runtime& rt) {
+  static const ops::ModuleKey key = ops::module_key(2, ops::AttentionVariant{});
+  return ops::resolve_module(rt, key, [] { return std::string(ops::kPageUri); },
+                             {"append_paged_kv_cache", "append_paged_mla_kv_cache"});
+}
+
+// The append kernels move 16 bytes per thread: rows and heads must start on 16-byte boundaries.
+void check_vector_rows(const Validator& v, const TensorView& t, const char* arg) {
+  const int64_t vec = 16 / dtype_size(t.dtype);
+  v.aligned(t, arg, 16);
+  v.divisible(t.size(-1), arg, vec, "16 bytes of elements (last dim)");
+  for (int i = 0; i + 1 < t.rank; ++i)
+    if (t.strides[i] % vec != 0)
+      v.fail(arg, t, "must have strides that are multiples of 16 bytes in every dim but the last");
+}
+
+void check_token_arrays(const Validator& v, const TensorView& batch_indices, const TensorView& positions,
+                        int64_t nnz, const TensorView& ref, const char* ref_arg) {
+  ops::check_device_index_array(v, batch_indices, "batch_indices", nnz, ref, ref_arg);
+  ops::check_device_index_array(v, positions, "positions", nnz, ref, ref_arg);
+}
+
+}  // namespace
+
+void append_paged_kv_cache(const Runtime& rt, const TensorView& append_key, const TensorView& append_value,
+                           const TensorView& batch_indices, const TensorView& positions, const PagedKvCache& cache,
+                           cudaStream_t stream) {
+  const Validator v("append_paged_kv_cache");
+  ops::check_cuda_tensor(v, append_key, "append_key");
+  v.rank(append_key, "append_key", 3).last_dim_contiguous(append_key, "append_key");
+  v.dtype(append_key, "append_key", {DType::f16, DType::bf16, DType::e4m3, DType::e5m2});
+  ops::check_same_device(v, append_value, "append_value", append_key, "append_key");
+  v.same_shape(append_value, "append_value", append_key, "append_key")
+      .same_dtype(append_value, "append_value", append_key, "append_key")
+      .last_dim_contiguous(append_value, "append_value");
+  const ops::PagedGeometry g = ops::check_paged_cache(v, cache, append_key, "append_key", -1);
+  v.same_dtype(cache.k_cache, "k_cache", append_key, "append_key");
+  v.dim(append_key, "append_key", 1, g.num_kv_heads, "the cache's num_kv_heads");
+  v.dim(append_key, "append_key", 2, g.head_dim, "the cache's head_dim");
+  const int64_t nnz = append_key.size(0);
+  check_token_arrays(v, batch_indices, positions, nnz, append_key, "append_key");
+  check_vector_rows(v, append_key, "append_key");
+  check_vector_rows(v, append_value, "append_value");
+  check_vector_rows(v, cache.k_cache, "k_cache");
+  check_vector_rows(v, cache.v_cache, "v_cache");
+  if (nnz == 0) return;
+
+  const auto mod = page_module(rt);
+  ffi::TensorArg k(append_key), val(append_value), bi(batch_indices), pos(positions), kc(cache.k_cache),
+      vc(cache.v_cache), idx(cache.indices), ptr(cache.indptr), last(cache.last_page_len);
+  const ffi::Arg args[] = {k, val, bi, pos, kc, vc, idx, ptr, last, static_cast<int64_t>(cache.layout)};
+  const ffi::StreamBinding binding = ops::binding_for(append_key, stream);
+  ffi::call(mod.fns[kAppend], args, nullptr, &binding);
+}
+
+void append_paged_mla_kv_cache(const Runtime& rt, const TensorView& append_ckv, const TensorView& append_kpe,
+                               const TensorView& batch_indices, const TensorView& positions,
+                               const PagedMlaKvCache& cache, cudaStream_t stream) {
+  const Validator v("append_paged_mla_kv_cache");
+  ops::check_cuda_tensor(v, append_ckv, "append_ckv");
+  v.rank(append_ckv, "append_ckv", 2).last_dim_contiguous(append_ckv, "append_ckv");
+  v.dtype(append_ckv, "append_ckv", {DType::f16, DType::bf16, DType::e4m3, DType::e5m2});
+  v.dim(append_ckv, "append_ckv", 1, 512, "the MLA latent dim");
+  const int64_t nnz = append_ckv.size(0);
+  ops::check_same_device(v, append_kpe, "append_kpe", append_ckv, "append_ckv");
+  v.rank(append_kpe, "append_kpe", 2).last_dim_contiguous(append_kpe, "append_kpe");
+  v.same_dtype(append_kpe, "append_kpe", append_ckv, "append_ckv");
+  v.shape(append_kpe, "append_kpe", {nnz, 64});
+  ops::check_same_device(v, cache.ckv_cache, "ckv_cache", append_ckv, "append_ckv");
+  v.rank(cache.ckv_cache, "ckv_cache", 3).last_dim_contiguous(cache.ckv_cache, "ckv_cache");
+  v.same_dtype(cache.ckv_cache, "ckv_cache", append_ckv, "append_ckv");
+  v.dim(cache.ckv_cache, "ckv_cache", 2, 512, "the MLA latent dim");
+  const int64_t num_pages = cache.ckv_cache.size(0), page_size = cache.ckv_cache.size(1);
+  v.require(num_pages >= 1 && page_size >= 1, "ckv_cache", "must have at least one page of at least one token");
+  ops::check_same_device(v, cache.kpe_cache, "kpe_cache", append_ckv, "append_ckv");
+  v.rank(cache.kpe_cache, "kpe_cache", 3).last_dim_contiguous(cache.kpe_cache, "kpe_cache");
+  v.same_dtype(cache.kpe_cache, "kpe_cache", append_ckv, "append_ckv");
+  v.shape(cache.kpe_cache, "kpe_cache", {num_pages, page_size, 64});
+  ops::check_device_index_array(v, cache.last_page_len, "last_page_len", -1, append_ckv, "append_ckv");
+  const int64_t batch = cache.last_page_len.size(0);
+  v.require(batch >= 1, "last_page_len", "must have at least one entry (batch >= 1)");
+  ops::check_device_index_array(v, cache.indptr, "indptr", batch + 1, append_ckv, "append_ckv");
+  ops::check_device_index_array(v, cache.indices, "indices", -1, append_ckv, "append_ckv");
+  check_token_arrays(v, batch_indices, positions, nnz, append_ckv, "append_ckv");
+  check_vector_rows(v, append_ckv, "append_ckv");
+  check_vector_rows(v, append_kpe, "append_kpe");
+  check_vector_rows(v, cache.ckv_cache, "ckv_cache");
+  check_vector_rows(v, cache.kpe_cache, "kpe_cache");
+  if (nnz == 0) return;
+
+  const auto mod = page_module(rt);
+  ffi::TensorArg c(append_ckv), p(append_kpe), bi(batch_indices), pos(positions), cc(cache.ckv_cache),
+      pc(cache.kpe_cache), idx(cache.indices), ptr(cache.indptr), last(cache.last_page_len);
+  const ffi::Arg args[] = {c, p, bi, pos, cc, pc, idx, ptr, last};
+  const ffi::StreamBinding binding = ops::binding_for(append_ckv, stream);
+  ffi::call(mod.fns[kAppendMla], args, nullptr, &binding);
+}
+
+void paged_kv_lengths(const TensorView& indptr_host, const TensorView& last_page_len_host, int64_t page_size,
+                      const TensorView& out_host) {
+  const Validator v("paged_kv_lengths");
+  v.in_range(page_size, "page_size", 1, int64_t{1} << 30);
+  v.on_host(last_page_len_host, "last_page_len").dtype(last_page_len_host, "last_page_len", {DType::i32});
+  v.rank(last_page_len_host, "last_page_len", 1).contiguous(last_page_len_host, "last_page_len");
+  const int64_t batch = last_page_len_host.size(0);
+  v.indptr(indptr_host, "indptr", batch + 1);
+  v.on_host(out_host, "out").dtype(out_host, "out", {DType::i32}).shape(out_host, "out", {batch});
+  v.contiguous(out_host, "out");
+  const auto* ptr = indptr_host.data_as<const int32_t>();
+  const auto* last = last_page_len_host.data_as<const int32_t>();
+  for (int64_t r = 0; r < batch; ++r) {
+    const int64_t pages = ptr[r + 1] - ptr[r];
+    const int64_t lo = pages == 0 ? 0 : 1, hi = pages == 0 ? 0 : page_size;
+    if (last[r] < lo || last[r] > hi)
+      v.fail("last_page_len", "entry " + std::to_string(r) + " is " + std::to_string(last[r]) + ", outside [" +
+                                  std::to_string(lo) + ", " + std::to_string(hi) + "] for a request with " +
+                                  std::to_string(pages) + " pages");
+  }
+  auto* out = out_host.data_as<int32_t>();
+  for (int64_t r = 0; r < batch; ++r) {
+    const int64_t pages = ptr[r + 1] - ptr[r];
+    out[r] = static_cast<int32_t>(pages == 0 ? 0 : (pages - 1) * page_size + last[r]);
+  }
+}
+
+}  // namespace flashcpp
