@@ -4,4 +4,5 @@
 
 namespace flashcpp::cli {
 void add_doctor_command(CLI::App& app);
+void add_build_command(CLI::App& app);
 }  // namespace flashcpp::cli

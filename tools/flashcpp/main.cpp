@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   CLI::App app{"flashcpp: FlashInfer kernels and sparse MLA for C++ programs"};
   app.require_subcommand(1);
   flashcpp::cli::add_doctor_command(app);
+  flashcpp::cli::add_build_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

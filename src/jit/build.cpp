@@ -1,0 +1,755 @@
+// The module builder: options, toolchain discovery, FlashInfer's compiler flags, the cache layout,
+// per-URI file locks, a shared pool of compiler processes, and atomic publication of the .so.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "jit/jit.hpp"
+
+extern char** environ;
+
+#ifndef FLASHCPP_DEFAULT_DEPS_DIR
+#define FLASHCPP_DEFAULT_DEPS_DIR ""
+#endif
+
+namespace flashcpp::jit {
+namespace fs = std::filesystem;
+
+// Bumped whenever the generator or the flag recipe changes in a way that changes the produced modules.
+static constexpr std::string_view kGeneratorRevision = "1";
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == ' ' || c == ',' || c == ';' || c == '\t') {
+      if (!cur.empty()) out.push_back(cur), cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+bool is_executable(const fs::path& p) { return ::access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p); }
+
+std::optional<fs::path> which(const std::string& name) {
+  if (name.find('/') != std::string::npos) return is_executable(name) ? std::optional<fs::path>(name) : std::nullopt;
+  std::stringstream ss(env("PATH"));
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) continue;
+    fs::path p = fs::path(dir) / name;
+    if (is_executable(p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string join_command(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out += ' ';
+    const bool plain = a.find_first_of(" '\"\\$`*?;&|<>()") == std::string::npos && !a.empty();
+    out += plain ? a : shell_quote(a);
+  }
+  return out;
+}
+
+uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ULL) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+
+std::string tail_of_file(const fs::path& p, size_t max_lines) {
+  std::ifstream in(p, std::ios::binary);
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+    if (lines.size() > max_lines) lines.pop_front();
+  }
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+/// Runs argv with stdout and stderr appended to `log`. Returns the exit status (128+signal when killed).
+int run_process(const std::vector<std::string>& argv, const fs::path& log) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    std::ofstream(log, std::ios::app) << "flashcpp: cannot start " << argv[0] << ": " << std::strerror(rc) << "\n";
+    return 127;
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 127;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 127;
+}
+
+/// An exclusive advisory lock on a file (flock: held per open file description, so it also excludes
+/// other threads of this process that open the same file).
+class FileLock {
+ public:
+  FileLock() = default;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  FileLock(FileLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  ~FileLock() { release(); }
+
+  /// blocking=false: returns false when another holder has it.
+  bool acquire(const fs::path& path, bool blocking) {
+    std::error_code ec;
+    fs::create_directories(path.parent_path(), ec);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error(ErrorCode::io_error, "jit: cannot open lock file " + path.string() + ": " + std::strerror(errno));
+    while (::flock(fd_, LOCK_EX | (blocking ? 0 : LOCK_NB)) != 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      ::close(fd_);
+      fd_ = -1;
+      if (!blocking && e == EWOULDBLOCK) return false;
+      throw Error(ErrorCode::io_error, "jit: cannot lock " + path.string() + ": " + std::strerror(e));
+    }
+    return true;
+  }
+  void release() {
+    if (fd_ >= 0) ::close(fd_);  // closing drops the flock
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+fs::path default_cache_dir() {
+  if (auto v = env("FLASHCPP_CACHE_DIR"); !v.empty()) return v;
+  if (auto v = env("XDG_CACHE_HOME"); !v.empty()) return fs::path(v) / "flashcpp";
+  if (auto v = env("HOME"); !v.empty()) return fs::path(v) / ".cache" / "flashcpp";
+  return fs::temp_directory_path() / "flashcpp-cache";
+}
+
+fs::path resolve_flashinfer_data(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::is_directory(dir / "data" / "csrc", ec)) return dir / "data";
+  if (fs::is_directory(dir / "flashinfer" / "data" / "csrc", ec)) return dir / "flashinfer" / "data";
+  return dir;
+}
+
+struct ToolchainState {
+  std::optional<Toolchain> tc;
+  std::string error;
+};
+
+ToolchainState detect_toolchain() {
+  ToolchainState st;
+  fs::path home;
+  std::string source;
+  if (auto v = env("CUDA_HOME"); !v.empty()) home = v, source = "CUDA_HOME";
+  else if (auto v2 = env("CUDA_PATH"); !v2.empty()) home = v2, source = "CUDA_PATH";
+  else if (auto n = which("nvcc")) home = n->parent_path().parent_path(), source = "nvcc on PATH";
+  else home = "/usr/local/cuda", source = "the default /usr/local/cuda";
+  Toolchain tc;
+  tc.cuda_home = home;
+  tc.nvcc = home / "bin" / "nvcc";
+  if (!is_executable(tc.nvcc)) {
+    st.error = "nvcc not found at " + tc.nvcc.string() + " (CUDA toolkit taken from " + source +
+               "). Install the CUDA toolkit (13.0 is what flashcpp is tested with) and set CUDA_HOME to it, or put "
+               "its bin/ on PATH";
+    return st;
+  }
+  tc.cxx = env("CXX").empty() ? "c++" : env("CXX");
+  if (!which(split_list(tc.cxx).empty() ? tc.cxx : split_list(tc.cxx)[0])) {
+    st.error = "host compiler '" + tc.cxx + "' not found; install g++ or set CXX";
+    return st;
+  }
+  const std::string cmd = shell_quote(tc.nvcc.string()) + " --version 2>&1";
+  std::string banner;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) banner += buf;
+    ::pclose(p);
+  }
+  std::smatch m;
+  static const std::regex release_re("release ([0-9]+\\.[0-9]+),");
+  if (!std::regex_search(banner, m, release_re)) {
+    st.error = "could not read the CUDA version from `" + tc.nvcc.string() + " --version`: " + banner;
+    return st;
+  }
+  tc.nvcc_version = m[1];
+  tc.nvcc_version_full = banner;
+  while (!tc.nvcc_version_full.empty() && std::isspace(static_cast<unsigned char>(tc.nvcc_version_full.back())))
+    tc.nvcc_version_full.pop_back();
+  if (auto pos = tc.nvcc_version_full.rfind('\n'); pos != std::string::npos)
+    tc.nvcc_version_full = tc.nvcc_version_full.substr(pos + 1);
+  st.tc = tc;
+  return st;
+}
+
+bool version_at_least(const std::string& v, int major, int minor) {
+  int a = 0, b = 0;
+  if (std::sscanf(v.c_str(), "%d.%d", &a, &b) != 2) return false;
+  return a > major || (a == major && b >= minor);
+}
+
+// "9.0a" -> "90a"; validates the FLASHINFER_CUDA_ARCH_LIST form major.minor[a|f].
+std::string arch_tag(const std::string& arch) {
+  static const std::regex re("^([0-9]+)\\.([0-9]+[af]?)$");
+  std::smatch m;
+  if (!std::regex_match(arch, m, re))
+    throw Error(ErrorCode::invalid_argument, "jit: CUDA architecture '" + arch +
+                                                 "' is not of the form major.minor[a|f] (e.g. 9.0a, 8.0, 12.0f); check "
+                                                 "FLASHCPP_CUDA_ARCH_LIST / BuildOptions::cuda_archs");
+  return std::string(m[1]) + std::string(m[2]);
+}
+
+std::vector<std::string> sorted_archs(const BuildOptions& o) {
+  if (o.cuda_archs.empty())
+    throw Error(ErrorCode::invalid_argument, "jit: no CUDA architecture given; set FLASHCPP_CUDA_ARCH_LIST (e.g. \"9.0a\")");
+  std::set<std::string> tags;
+  for (const auto& a : o.cuda_archs) tags.insert(arch_tag(a));
+  bool eligible = false;
+  for (const auto& a : o.cuda_archs) {
+    int major = std::atoi(a.c_str());
+    int minor = std::atoi(a.c_str() + a.find('.') + 1);
+    if (major >= 8 || (major == 7 && minor >= 5)) eligible = true;
+  }
+  if (!eligible) throw Error(ErrorCode::unsupported, "jit: FlashInfer needs at least one architecture >= 7.5");
+  return {tags.begin(), tags.end()};
+}
+
+void check_inputs(const BuildOptions& o) {
+  std::error_code ec;
+  const fs::path& d = o.flashinfer_data_dir;
+  if (d.empty() || !fs::is_regular_file(d / "csrc" / "norm.cu", ec) ||
+      !fs::is_directory(d / "include" / "flashinfer", ec))
+    throw Error(ErrorCode::not_found,
+                "jit: FlashInfer 0.6.3 sources not found at '" + d.string() +
+                    "' (need csrc/ and include/flashinfer/). Set FLASHCPP_FLASHINFER_DIR to the unpacked "
+                    "flashinfer-python 0.6.3 wheel's flashinfer/ (or flashinfer/data/) directory; scripts/deps.sh "
+                    "installs it under build/_deps/flashinfer_python");
+  if (!fs::is_directory(d / "cutlass" / "include" / "cute", ec) || !fs::is_directory(d / "spdlog" / "include", ec))
+    throw Error(ErrorCode::not_found, "jit: FlashInfer data dir '" + d.string() +
+                                          "' lacks cutlass/include or spdlog/include (an incomplete flashinfer-python "
+                                          "wheel?); set FLASHCPP_FLASHINFER_DIR to a complete one");
+  const fs::path& t = o.tvm_ffi_include_dir;
+  if (t.empty() || !fs::is_regular_file(t / "tvm" / "ffi" / "c_api.h", ec) ||
+      !fs::is_regular_file(t / "dlpack" / "dlpack.h", ec))
+    throw Error(ErrorCode::not_found,
+                "jit: tvm-ffi headers not found at '" + t.string() +
+                    "' (need tvm/ffi/c_api.h and dlpack/dlpack.h). Set FLASHCPP_TVM_FFI_INCLUDE to the apache-tvm-ffi "
+                    "wheel's tvm_ffi/include directory; scripts/deps.sh installs it under build/_deps/apache_tvm_ffi");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+BuildOptions BuildOptions::from_env() {
+  BuildOptions o;
+  o.cache_dir = default_cache_dir();
+  if (auto v = env("FLASHCPP_CUDA_ARCH_LIST"); !v.empty()) o.cuda_archs = split_list(v);
+  else if (auto v2 = env("FLASHINFER_CUDA_ARCH_LIST"); !v2.empty()) o.cuda_archs = split_list(v2);
+  if (auto v = env("FLASHCPP_JIT_JOBS"); !v.empty()) {
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (!end || *end != '\0' || n < 0 || n > 4096)
+      throw Error(ErrorCode::invalid_argument, "FLASHCPP_JIT_JOBS must be a non-negative integer; got '" + v + "'");
+    o.jobs = static_cast<int>(n);
+  }
+  const fs::path deps = FLASHCPP_DEFAULT_DEPS_DIR;
+  if (auto v = env("FLASHCPP_FLASHINFER_DIR"); !v.empty()) o.flashinfer_data_dir = resolve_flashinfer_data(v);
+  else if (!deps.empty()) o.flashinfer_data_dir = deps / "flashinfer_python" / "flashinfer" / "data";
+  if (auto v = env("FLASHCPP_TVM_FFI_INCLUDE"); !v.empty()) o.tvm_ffi_include_dir = v;
+  else if (!deps.empty()) o.tvm_ffi_include_dir = deps / "apache_tvm_ffi" / "tvm_ffi" / "include";
+  return o;
+}
+
+const Toolchain& toolchain() {
+  static const ToolchainState state = detect_toolchain();
+  if (!state.tc) throw Error(ErrorCode::unsupported, "jit: " + state.error);
+  return *state.tc;
+}
+
+std::vector<std::string> common_flags(const BuildOptions& o, const Toolchain& tc) {
+  // flashinfer/jit/cpp_ext.py build_common_cflags (the Python include dir is not needed).
+  std::vector<std::string> f = {"-DPy_LIMITED_API=0x03090000", "-D_GLIBCXX_USE_CXX11_ABI=1"};
+  auto isystem = [&](const fs::path& p) {
+    f.push_back("-isystem");
+    f.push_back(p.string());
+  };
+  if (tc.cuda_home != "/usr") isystem(tc.cuda_home / "include");
+  isystem(tc.cuda_home / "include" / "cccl");
+  isystem(o.tvm_ffi_include_dir);  // tvm/ffi/*.h and dlpack/dlpack.h (one directory in the wheel)
+  const fs::path& d = o.flashinfer_data_dir;
+  isystem(d / "include");
+  isystem(d / "csrc");
+  isystem(d / "cutlass" / "include");
+  isystem(d / "cutlass" / "tools" / "util" / "include");
+  isystem(d / "spdlog" / "include");
+  return f;
+}
+
+std::vector<std::string> device_flags(const BuildOptions& o, const std::vector<std::string>& extra,
+                                      const Toolchain& tc) {
+  std::vector<std::string> f;
+  if (auto cc = env("CC"); !cc.empty()) f.insert(f.end(), {"-ccbin", cc});
+  f.push_back("--compiler-options=-fPIC");
+  f.push_back("--expt-relaxed-constexpr");
+  if (version_at_least(tc.nvcc_version, 12, 8)) f.push_back("-static-global-template-stub=false");
+  // Global arch flags (FLASHINFER_CUDA_ARCH_LIST); a module with its own -gencode keeps only the defines.
+  const bool module_has_gencode =
+      std::any_of(extra.begin(), extra.end(), [](const std::string& s) { return s.rfind("-gencode=", 0) == 0; });
+  if (!module_has_gencode)
+    for (const auto& tag : sorted_archs(o)) f.push_back("-gencode=arch=compute_" + tag + ",code=sm_" + tag);
+  f.push_back("-DFLASHINFER_ENABLE_FP8_E8M0");
+  f.push_back("-DFLASHINFER_ENABLE_FP4_E2M1");
+  // gen_jit_spec's device flags, then the module's.
+  const bool has_std = std::any_of(extra.begin(), extra.end(), [](const std::string& s) { return s.rfind("-std=", 0) == 0; });
+  if (!has_std) f.push_back("-std=c++17");
+  for (const char* s : {"--threads=1", "-use_fast_math", "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16",
+                        "-DFLASHINFER_ENABLE_FP8_E4M3", "-DFLASHINFER_ENABLE_FP8_E5M2", "-DNDEBUG", "-O3"})
+    f.push_back(s);
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+std::vector<std::string> host_flags(const std::vector<std::string>& extra) {
+  std::vector<std::string> f = {"-fPIC"};
+  const bool has_std = std::any_of(extra.begin(), extra.end(), [](const std::string& s) { return s.rfind("-std=", 0) == 0; });
+  if (!has_std) f.push_back("-std=c++17");
+  f.push_back("-Wno-switch-bool");
+  f.push_back("-O3");
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+std::string cache_key(const BuildOptions& o, const Toolchain& tc) {
+  std::string k = "flashinfer=" + std::string(kFlashInferVersion) + "\ngenerator=" + std::string(kGeneratorRevision) +
+                  "\nnvcc=" + tc.nvcc_version_full + "\ncxx=" + tc.cxx + "\ncc=" + env("CC") + "\narchs=";
+  for (const auto& a : sorted_archs(o)) k += a + " ";
+  k += "\ndevice=";
+  for (const auto& f : device_flags(o, {}, tc)) k += f + " ";
+  k += "\nhost=";
+  for (const auto& f : host_flags({})) k += f + " ";
+  return hex16(fnv1a(k));
+}
+
+fs::path module_root(const BuildOptions& o) {
+  const Toolchain& tc = toolchain();
+  return o.cache_dir / "jit" / cache_key(o, tc);
+}
+
+std::optional<fs::path> cached_module(const BuildOptions& o, const std::string& uri) {
+  if (!parse_uri(uri)) return std::nullopt;
+  fs::path root;
+  try {
+    root = module_root(o);
+  } catch (const Error&) {
+    return std::nullopt;  // no toolchain: nothing this configuration could have built
+  }
+  const fs::path so = root / uri / (uri + ".so");
+  std::error_code ec;
+  if (fs::is_regular_file(so, ec)) return so;
+  return std::nullopt;
+}
+
+bool can_build(const BuildOptions& o, std::string* why_not) {
+  try {
+    toolchain();
+    check_inputs(o);
+    sorted_archs(o);
+    return true;
+  } catch (const Error& e) {
+    if (why_not) *why_not = e.message();
+    return false;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The build engine
+
+namespace {
+
+struct CompileTask {
+  size_t module;
+  fs::path source, object;
+  std::vector<std::string> argv;
+};
+
+struct ModuleJob {
+  std::string uri;
+  size_t result_index = 0;
+  fs::path final_so, build_dir, obj_dir, log;
+  ModulePlan plan;
+  FileLock lock;
+  size_t remaining = 0;  // compile tasks not yet finished
+  bool failed = false;
+  std::optional<Error> error;
+  std::chrono::steady_clock::time_point start;
+};
+
+std::atomic<uint64_t> g_tmp_counter{0};
+
+class Engine {
+ public:
+  Engine(const BuildOptions& o, const Toolchain& tc, fs::path root) : o_(o), tc_(tc), root_(std::move(root)) {}
+
+  void say(const std::string& line) {
+    if (!o_.progress) return;
+    std::lock_guard lk(progress_mu_);
+    o_.progress(line);
+  }
+
+  // Generates the sources and the compile tasks of a locked module.
+  void prepare(ModuleJob& m, std::vector<CompileTask>& tasks, size_t index) {
+    m.build_dir = root_ / ".build" / m.uri;
+    const fs::path gen = m.build_dir / "generated";
+    m.obj_dir = m.build_dir / "obj";
+    m.log = m.build_dir / "build.log";
+    m.plan = plan_module(m.uri, o_.flashinfer_data_dir, gen);
+    size_t written = 0;
+    for (const auto& f : m.plan.files) written += write_if_different(gen / f.name, f.content) ? 1 : 0;
+    std::error_code ec;
+    fs::create_directories(m.obj_dir, ec);
+    if (ec) throw Error(ErrorCode::io_error, "jit: cannot create " + m.obj_dir.string() + ": " + ec.message());
+    { std::ofstream(m.log, std::ios::trunc); }
+    say(m.uri + ": generated " + std::to_string(m.plan.files.size()) + " files (" + std::to_string(written) +
+        " changed), " + std::to_string(m.plan.sources.size()) + " sources to compile");
+    const auto common = common_flags(o_, tc_);
+    const auto dflags = device_flags(o_, m.plan.extra_cuda_flags, tc_);
+    const auto hflags = host_flags(m.plan.extra_cflags);
+    for (const auto& src : m.plan.sources) {
+      const bool cuda = src.extension() == ".cu";
+      CompileTask t{index, src, m.obj_dir / (src.stem().string() + (cuda ? ".cuda.o" : ".o")), {}};
+      if (cuda) {
+        t.argv.push_back(tc_.nvcc.string());
+        // CC (if set) goes first as -ccbin, as in FlashInfer's build.ninja.
+        t.argv.insert(t.argv.end(), common.begin(), common.end());
+        t.argv.insert(t.argv.end(), dflags.begin(), dflags.end());
+      } else {
+        for (const auto& w : split_list(tc_.cxx)) t.argv.push_back(w);
+        t.argv.insert(t.argv.end(), common.begin(), common.end());
+        t.argv.insert(t.argv.end(), hflags.begin(), hflags.end());
+      }
+      t.argv.insert(t.argv.end(), {"-c", src.string(), "-o", t.object.string()});
+      tasks.push_back(std::move(t));
+      ++m.remaining;
+    }
+    m.start = std::chrono::steady_clock::now();
+  }
+
+  // Objects from an interrupted earlier build are reused when the command is identical and the object is
+  // newer than its source (generated sources are rewritten only when they change).
+  bool reusable(const CompileTask& t) {
+    std::error_code ec;
+    const fs::path cmd_file = t.object.string() + ".cmd";
+    if (!fs::is_regular_file(t.object, ec) || !fs::is_regular_file(cmd_file, ec)) return false;
+    std::ifstream in(cmd_file, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (ss.str() != join_command(t.argv)) return false;
+    return fs::last_write_time(t.object, ec) >= fs::last_write_time(t.source, ec) && !ec;
+  }
+
+  // Runs one compile; returns false on failure (the module is marked failed).
+  void compile(const CompileTask& t, ModuleJob& m, size_t done_index, size_t total) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string name = t.source.filename().string();
+    if (reusable(t)) {
+      say("[" + std::to_string(done_index) + "/" + std::to_string(total) + "] " + m.uri + ": " + name + " (up to date)");
+      return;
+    }
+    std::error_code ec;
+    fs::remove(t.object.string() + ".cmd", ec);
+    const fs::path task_log = t.object.string() + ".log";
+    fs::remove(task_log, ec);
+    const int rc = run_process(t.argv, task_log);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+      std::lock_guard lk(log_mu_);
+      std::ofstream log(m.log, std::ios::app);
+      log << "$ " << join_command(t.argv) << "\n" << std::ifstream(task_log, std::ios::binary).rdbuf();
+    }
+    if (rc != 0) {
+      std::lock_guard lk(state_mu_);
+      if (!m.failed) {
+        m.failed = true;
+        m.error = Error(ErrorCode::unsupported,
+                        "jit: building " + m.uri + " failed: " + fs::path(t.argv[0]).filename().string() +
+                            " exited with status " + std::to_string(rc) + " compiling " + name + "\ncommand: " +
+                            join_command(t.argv) + "\nlast lines of the log (" + task_log.string() + "):\n" +
+                            tail_of_file(task_log, 30));
+      }
+      say("[" + std::to_string(done_index) + "/" + std::to_string(total) + "] " + m.uri + ": " + name + " FAILED (" +
+          format_seconds(secs) + ")");
+      return;
+    }
+    std::ofstream(t.object.string() + ".cmd", std::ios::binary | std::ios::trunc) << join_command(t.argv);
+    say("[" + std::to_string(done_index) + "/" + std::to_string(total) + "] " + m.uri + ": " + name + " (" +
+        format_seconds(secs) + ")");
+  }
+
+  // Links the module's objects and publishes the .so atomically.
+  void link(ModuleJob& m, BuildResult& r) {
+    std::vector<std::string> argv = split_list(tc_.cxx);
+    for (const auto& src : m.plan.sources)
+      argv.push_back((m.obj_dir / (src.stem().string() + (src.extension() == ".cu" ? ".cuda.o" : ".o"))).string());
+    for (const char* f : {"-shared"}) argv.push_back(f);
+    argv.push_back("-L" + (tc_.cuda_home / "lib64").string());
+    argv.push_back("-L" + (tc_.cuda_home / "lib64" / "stubs").string());
+    argv.push_back("-lcudart");
+    argv.push_back("-lcuda");
+    argv.insert(argv.end(), m.plan.extra_ldflags.begin(), m.plan.extra_ldflags.end());
+    std::error_code ec;
+    fs::create_directories(m.final_so.parent_path(), ec);
+    const fs::path tmp = m.final_so.string() + ".tmp." + std::to_string(::getpid()) + "." +
+                         std::to_string(g_tmp_counter.fetch_add(1));
+    argv.push_back("-o");
+    argv.push_back(tmp.string());
+    const fs::path link_log = m.obj_dir / "link.log";
+    fs::remove(link_log, ec);
+    const int rc = run_process(argv, link_log);
+    {
+      std::lock_guard lk(log_mu_);
+      std::ofstream(m.log, std::ios::app) << "$ " << join_command(argv) << "\n"
+                                          << std::ifstream(link_log, std::ios::binary).rdbuf();
+    }
+    if (rc != 0) {
+      fs::remove(tmp, ec);
+      m.failed = true;
+      m.error = Error(ErrorCode::unsupported, "jit: linking " + m.uri + " failed (status " + std::to_string(rc) +
+                                                  ")\ncommand: " + join_command(argv) + "\nlog tail:\n" +
+                                                  tail_of_file(link_log, 30));
+      return;
+    }
+    fs::rename(tmp, m.final_so, ec);
+    if (ec) {
+      fs::remove(tmp, ec);
+      m.failed = true;
+      m.error = Error(ErrorCode::io_error, "jit: cannot publish " + m.final_so.string() + ": " + ec.message());
+      return;
+    }
+    // The objects are not needed once the module is published (the .so is the cache).
+    fs::remove_all(m.obj_dir, ec);
+    r.path = m.final_so;
+    r.bytes = fs::file_size(m.final_so, ec);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
+    say(m.uri + ": built " + m.final_so.string() + " (" + std::to_string(r.bytes / 1024) + " KiB, " +
+        format_seconds(r.seconds) + ")");
+  }
+
+  // Builds the given locked modules with one pool of workers.
+  void run(std::vector<ModuleJob*>& mods, std::vector<BuildResult>& results) {
+    std::vector<CompileTask> tasks;
+    std::vector<ModuleJob*> ready;
+    for (size_t i = 0; i < mods.size(); ++i) {
+      try {
+        prepare(*mods[i], tasks, i);
+        ready.push_back(mods[i]);
+      } catch (const Error& e) {
+        mods[i]->failed = true;
+        mods[i]->error = e;
+        results[mods[i]->result_index].error = e;
+        mods[i]->lock.release();
+      }
+    }
+    // Heaviest modules first (more sources ~ more work), so the tail of the build stays parallel.
+    std::stable_sort(tasks.begin(), tasks.end(), [&](const CompileTask& a, const CompileTask& b) {
+      return mods[a.module]->plan.sources.size() > mods[b.module]->plan.sources.size();
+    });
+    const size_t total = tasks.size();
+    size_t workers = o_.jobs > 0 ? static_cast<size_t>(o_.jobs) : std::max(1u, std::thread::hardware_concurrency());
+    workers = std::min(workers, std::max<size_t>(total, 1));
+    std::atomic<size_t> next{0}, done{0};
+    auto worker = [&] {
+      for (;;) {
+        const size_t i = next.fetch_add(1);
+        if (i >= total) return;
+        const CompileTask& t = tasks[i];
+        ModuleJob& m = *mods[t.module];
+        bool skip;
+        {
+          std::lock_guard lk(state_mu_);
+          skip = m.failed;
+        }
+        if (!skip) compile(t, m, done.load() + 1, total);
+        done.fetch_add(1);
+        bool last;
+        {
+          std::lock_guard lk(state_mu_);
+          last = --m.remaining == 0;
+        }
+        if (last) finish(m, results[m.result_index]);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t w = 1; w < workers; ++w) pool.emplace_back(worker);
+    worker();
+    for (auto& th : pool) th.join();
+    // Modules without sources (none today) still need linking.
+    for (ModuleJob* m : ready)
+      if (m->plan.sources.empty()) finish(*m, results[m->result_index]);
+  }
+
+  void finish(ModuleJob& m, BuildResult& r) {
+    if (!m.failed) link(m, r);
+    if (m.failed) r.error = m.error;
+    m.lock.release();
+  }
+
+ private:
+  const BuildOptions& o_;
+  const Toolchain& tc_;
+  fs::path root_;
+  std::mutex progress_mu_, log_mu_, state_mu_;
+};
+
+}  // namespace
+
+std::vector<BuildResult> build_modules(const BuildOptions& o, const std::vector<std::string>& uris) {
+  const Toolchain& tc = toolchain();
+  check_inputs(o);
+  const fs::path root = module_root(o);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw Error(ErrorCode::io_error, "jit: cannot create the module cache " + root.string() + ": " + ec.message());
+  if (!fs::exists(root / "KEY.txt", ec)) {
+    std::string key_doc = "flashcpp jit modules\nflashinfer " + std::string(kFlashInferVersion) + "\nnvcc " +
+                          tc.nvcc_version_full + "\narchs";
+    for (const auto& a : o.cuda_archs) key_doc += " " + a;
+    write_if_different(root / "KEY.txt", key_doc + "\n");
+  }
+
+  std::vector<BuildResult> results;
+  std::deque<ModuleJob> jobs;  // stable addresses
+  std::set<std::string> seen;
+  for (const auto& uri : uris) {
+    BuildResult r;
+    r.uri = uri;
+    if (!seen.insert(uri).second) continue;
+    if (!parse_uri(uri)) {
+      try {
+        plan_module(uri, o.flashinfer_data_dir, {});  // throws the descriptive unknown-URI error
+      } catch (const Error& e) {
+        r.error = e;
+      }
+      results.push_back(std::move(r));
+      continue;
+    }
+    ModuleJob& m = jobs.emplace_back();
+    m.uri = uri;
+    m.final_so = root / uri / (uri + ".so");
+    m.result_index = results.size();
+    results.push_back(std::move(r));
+  }
+
+  Engine engine(o, tc, root);
+  auto mark_cached = [&](ModuleJob& m) {
+    BuildResult& r = results[m.result_index];
+    r.cached = true;
+    r.path = m.final_so;
+    r.bytes = fs::file_size(m.final_so, ec);
+    engine.say(m.uri + ": cached " + m.final_so.string());
+  };
+
+  // Phase 1: modules nobody else is building (try-lock, so two builders never wait on each other's sets).
+  std::vector<ModuleJob*> now, later;
+  for (ModuleJob& m : jobs) {
+    if (fs::is_regular_file(m.final_so, ec)) {
+      mark_cached(m);
+      continue;
+    }
+    if (!m.lock.acquire(root / ".locks" / (m.uri + ".lock"), false)) {
+      later.push_back(&m);
+      continue;
+    }
+    if (fs::is_regular_file(m.final_so, ec)) {  // finished while we looked
+      m.lock.release();
+      mark_cached(m);
+      continue;
+    }
+    now.push_back(&m);
+  }
+  if (!now.empty()) engine.run(now, results);
+
+  // Phase 2: modules another builder held; wait for each (holding no other lock), then build if still missing.
+  for (ModuleJob* m : later) {
+    engine.say(m->uri + ": waiting for another builder");
+    m->lock.acquire(root / ".locks" / (m->uri + ".lock"), true);
+    if (fs::is_regular_file(m->final_so, ec)) {
+      m->lock.release();
+      mark_cached(*m);
+      continue;
+    }
+    std::vector<ModuleJob*> one{m};
+    engine.run(one, results);
+  }
+  return results;
+}
+
+std::filesystem::path build_module(const BuildOptions& o, const std::string& uri) {
+  if (auto p = cached_module(o, uri)) return *p;
+  auto results = build_modules(o, {uri});
+  if (results.empty()) throw Error(ErrorCode::internal, "jit: no result for " + uri);
+  if (results[0].error) throw *results[0].error;
+  return results[0].path;
+}
+
+}  // namespace flashcpp::jit

@@ -1,0 +1,65 @@
+// `flashcpp build`: build FlashInfer modules ahead of time from the pinned FlashInfer sources.
+//   flashcpp build --uri URI [--uri URI ...] | --defaults | --list  [--arch 9.0a] [--jobs N] [--cache-dir DIR]
+#include <cstdio>
+
+#include "flashcpp/commands.hpp"
+#include "flashcpp/error.hpp"
+#include "flashcpp/jit.hpp"
+
+namespace flashcpp::cli {
+
+void add_build_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("build", "Build FlashInfer kernel modules from the pinned FlashInfer sources (nvcc, offline)");
+  struct Args {
+    std::vector<std::string> uris;
+    bool defaults = false, list = false, quiet = false;
+    std::vector<std::string> archs;
+    int jobs = -1;
+    std::string cache_dir;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("--uri", args->uris, "Module URI (FlashInfer's name, e.g. norm, page, batch_decode_with_kv_cache_...)");
+  cmd->add_flag("--defaults", args->defaults, "Build the default module set (flashcpp::jit::default_uris())");
+  cmd->add_flag("--list", args->list, "Print the default module set and exit");
+  cmd->add_option("--arch", args->archs, "CUDA architectures, FLASHINFER_CUDA_ARCH_LIST style (default 9.0a)")
+      ->delimiter(',');
+  cmd->add_option("--jobs,-j", args->jobs, "Parallel compiler processes (default: FLASHCPP_JIT_JOBS or all cores)");
+  cmd->add_option("--cache-dir", args->cache_dir, "Cache directory (default: FLASHCPP_CACHE_DIR or ~/.cache/flashcpp)");
+  cmd->add_flag("--quiet,-q", args->quiet, "Print only the summary");
+  cmd->callback([args] {
+    if (args->list) {
+      for (const auto& u : jit::default_uris()) std::printf("%s\n", u.c_str());
+      return;
+    }
+    std::vector<std::string> uris = args->uris;
+    if (args->defaults)
+      for (const auto& u : jit::default_uris()) uris.push_back(u);
+    if (uris.empty()) throw Error(ErrorCode::invalid_argument, "build: give --uri URI (repeatable), --defaults or --list");
+    jit::BuildOptions o = jit::BuildOptions::from_env();
+    if (!args->archs.empty()) o.cuda_archs = args->archs;
+    if (args->jobs >= 0) o.jobs = args->jobs;
+    if (!args->cache_dir.empty()) o.cache_dir = args->cache_dir;
+    if (!args->quiet)
+      o.progress = [](const std::string& line) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      };
+    std::string why;
+    if (!jit::can_build(o, &why)) throw Error(ErrorCode::unsupported, "build: cannot build modules here: " + why);
+    const auto results = jit::build_modules(o, uris);
+    int failed = 0;
+    std::printf("\n%-10s %10s %9s  %s\n", "status", "size(KiB)", "time(s)", "module");
+    for (const auto& r : results) {
+      const char* status = r.error ? "FAILED" : r.cached ? "cached" : "built";
+      std::printf("%-10s %10ju %9.1f  %s\n", status, r.bytes / 1024, r.seconds, r.uri.c_str());
+      if (r.error) ++failed;
+    }
+    for (const auto& r : results)
+      if (r.error) std::fprintf(stderr, "\n%s: %s\n", r.uri.c_str(), r.error->what());
+    if (!results.empty() && !results.front().path.empty())
+      std::printf("\nmodules: %s\n", results.front().path.parent_path().parent_path().string().c_str());
+    if (failed) throw Error(ErrorCode::unsupported, "build: " + std::to_string(failed) + " module(s) failed");
+  });
+}
+
+}  // namespace flashcpp::cli
