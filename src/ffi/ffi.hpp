@@ -161,10 +161,11 @@ DLDevice to_dl_device(Device d);
 
 /// A DLTensor with its own shape/strides storage; lives on the caller's stack for one call.
 struct TensorArg {
-  DLTensor dl{};
-  int64_t shape[TensorView::kMaxRank]{};
-  int64_t strides[TensorView::kMaxRank]{};
-  TensorArg() = default;
+  // Deliberately not zero-initialised: set() writes every field the callee reads (hot path).
+  DLTensor dl;
+  int64_t shape[TensorView::kMaxRank];
+  int64_t strides[TensorView::kMaxRank];
+  TensorArg() : dl{} {}
   explicit TensorArg(const TensorView& v) { set(v); }
   TensorArg(const TensorArg&) = delete;  // dl points into this object
   TensorArg& operator=(const TensorArg&) = delete;

@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "ffi/ffi.hpp"
@@ -11,7 +12,9 @@ namespace fs = std::filesystem;
 
 namespace {
 std::mutex g_mu;
-Library* g_library = nullptr;  // never freed: libtvm_ffi stays loaded for the process's life
+// Written once under g_mu, read lock-free on every call (api() is on the hot path). Never freed:
+// libtvm_ffi stays loaded for the process's life.
+std::atomic<Library*> g_library{nullptr};
 
 bool same_file(const fs::path& a, const fs::path& b) {
   struct stat sa {}, sb {};
@@ -81,15 +84,16 @@ struct LibraryLoader {
 
 const Library& Library::load(const fs::path& path) {
   std::lock_guard lock(g_mu);
-  if (g_library) {
-    if (!same_file(g_library->path_, path))
-      throw Error(ErrorCode::invalid_argument, "libtvm_ffi '" + g_library->path_.string() +
+  if (Library* lib = g_library.load(std::memory_order_acquire)) {
+    if (!same_file(lib->path_, path))
+      throw Error(ErrorCode::invalid_argument, "libtvm_ffi '" + lib->path_.string() +
                                                    "' is already loaded; refusing a second, different one ('" +
                                                    path.string() + "')");
-    return *g_library;
+    return *lib;
   }
-  g_library = LibraryLoader::load(path);
-  return *g_library;
+  Library* lib = LibraryLoader::load(path);
+  g_library.store(lib, std::memory_order_release);
+  return *lib;
 }
 
 const Library& Library::instance() {
@@ -97,10 +101,7 @@ const Library& Library::instance() {
   throw Error(ErrorCode::not_found, "libtvm_ffi is not loaded; create a flashcpp::Runtime first");
 }
 
-const Library* Library::loaded() noexcept {
-  std::lock_guard lock(g_mu);
-  return g_library;
-}
+const Library* Library::loaded() noexcept { return g_library.load(std::memory_order_acquire); }
 
 std::string Library::version_string() const {
   return std::to_string(version_.major) + "." + std::to_string(version_.minor) + "." + std::to_string(version_.patch);
