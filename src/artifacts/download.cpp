@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -77,6 +78,25 @@ std::string http_reason(long s) {
   }
 }
 
+// Stall detection in the transfer-info callback (libcurl's LOW_SPEED averages over several seconds, which
+// makes a short stall timeout imprecise). libcurl calls it at least about once per second while idle.
+struct StallWatch {
+  double timeout_s;
+  curl_off_t last_now = -1;
+  Clock::time_point last_change = Clock::now();
+  bool stalled = false;
+  bool check(curl_off_t now_bytes) {  // true = abort
+    const auto t = Clock::now();
+    if (now_bytes != last_now) {
+      last_now = now_bytes;
+      last_change = t;
+      return false;
+    }
+    if (std::chrono::duration<double>(t - last_change).count() > timeout_s) stalled = true;
+    return stalled;
+  }
+};
+
 void apply_common(CURL* h, const Config& cfg, const std::string& url) {
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
@@ -84,9 +104,6 @@ void apply_common(CURL* h, const Config& cfg, const std::string& url) {
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::ceil(cfg.connect_timeout_s * 1000)));
-  // Stall: abort when fewer than 1 byte/s arrive for stall_timeout_s.
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(std::ceil(cfg.stall_timeout_s))));
   curl_easy_setopt(h, CURLOPT_USERAGENT, "flashcpp-artifacts/1");
   curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "identity");
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -99,14 +116,17 @@ double backoff_seconds(const Config& cfg, int retry) {
   return std::min(30.0, cfg.retry_backoff_s * std::pow(2.0, retry));
 }
 
-std::string describe_failure(CURLcode rc, long status, const char* errbuf, const Config& cfg) {
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", s);
+  return buf;
+}
+
+std::string describe_failure(CURLcode rc, long status, const char* errbuf, const Config& cfg, bool stalled) {
+  if (stalled) return "stalled: no data for " + seconds_text(cfg.stall_timeout_s) + " (FLASHCPP_STALL_TIMEOUT)";
   if (rc == CURLE_HTTP_RETURNED_ERROR) return "HTTP " + std::to_string(status) + http_reason(status);
-  if (rc == CURLE_OPERATION_TIMEDOUT) {
-    std::string s = errbuf && *errbuf ? errbuf : curl_easy_strerror(rc);
-    if (s.find("Connection timed out") != std::string::npos || s.find("onnect") != std::string::npos)
-      return "connect timed out after " + std::to_string(cfg.connect_timeout_s) + " s (" + s + ")";
-    return "stalled: no data for " + std::to_string(static_cast<long>(std::ceil(cfg.stall_timeout_s))) + " s (" + s + ")";
-  }
+  if (rc == CURLE_OPERATION_TIMEDOUT)
+    return "connect timed out after " + seconds_text(cfg.connect_timeout_s) + " (FLASHCPP_CONNECT_TIMEOUT)";
   std::string s = curl_easy_strerror(rc);
   if (errbuf && *errbuf) s += std::string(": ") + errbuf;
   return s;
@@ -188,6 +208,7 @@ size_t sink_write(char* data, size_t size, size_t nmemb, void* user) {
 
 struct ProgressState {
   const Config* cfg;
+  StallWatch* stall;
   std::string what;
   std::uint64_t total = 0;
   std::uint64_t base = 0;  // resumed prefix
@@ -197,6 +218,8 @@ struct ProgressState {
 
 int progress_cb(void* user, curl_off_t /*dltotal*/, curl_off_t dlnow, curl_off_t, curl_off_t) {
   auto* p = static_cast<ProgressState*>(user);
+  if (p->stall->check(dlnow)) return 1;
+  if (!p->cfg->progress) return 0;
   const auto now = Clock::now();
   if (now - p->last < std::chrono::milliseconds(100)) return 0;
   p->last = now;
@@ -234,6 +257,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
   std::vector<char> buffer(std::size_t{4} << 20);
   const auto start = Clock::now();
   std::string last_error;
+  bool restarted_once = false;
 
   for (int attempt = 0;; ++attempt) {
     result.attempts = attempt + 1;
@@ -263,6 +287,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
     CURLcode rc = CURLE_OK;
     long status = 0;
     char errbuf[CURL_ERROR_SIZE] = {0};
+    StallWatch stall{cfg.stall_timeout_s};
     Sink sink;
     sink.fd = fd;
     sink.hash = &hash;
@@ -279,12 +304,10 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
       curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, sink_write);
       curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &sink);
       if (have > 0) curl_easy_setopt(c.h, CURLOPT_RESUME_FROM_LARGE, static_cast<curl_off_t>(have));
-      ProgressState ps{&cfg, what, expected_size, have, Clock::now()};
-      if (cfg.progress) {
-        curl_easy_setopt(c.h, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, progress_cb);
-        curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &ps);
-      }
+      ProgressState ps{&cfg, &stall, what, expected_size, have, Clock::now()};
+      curl_easy_setopt(c.h, CURLOPT_NOPROGRESS, 0L);
+      curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, progress_cb);
+      curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &ps);
       rc = curl_easy_perform(c.h);
       curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &status);
       if (sink.restart_from_zero) have = 0;
@@ -300,10 +323,14 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
       throw_error(ErrorCode::integrity_error, "downloading " + what + " from " + shown + ": the server sent more than the pinned " +
                                                   std::to_string(expected_size) + " bytes; the partial file was removed");
     }
-    if (rc == CURLE_HTTP_RETURNED_ERROR && status == 416 && have > 0) {
-      // Our partial file does not fit the server's: start from zero (not counted as a failure).
-      ::ftruncate(fd, 0);
-      if (attempt < cfg.max_retries + 1) continue;
+    const bool range_refused = (rc == CURLE_HTTP_RETURNED_ERROR && status == 416) || rc == CURLE_RANGE_ERROR;
+    if (range_refused && have > 0 && !restarted_once) {
+      // The server cannot continue our partial file (no Range support, or it does not fit): start from zero
+      // once, immediately; this is not a transient failure.
+      restarted_once = true;
+      if (::ftruncate(fd, 0) != 0) throw_io("cannot truncate", part, errno);
+      --attempt;
+      continue;
     }
     if (rc == CURLE_OK) {
       const std::uint64_t size = sink.offset + sink.received;
@@ -333,8 +360,9 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
       }
       return result;
     }
-    last_error = describe_failure(rc, status, errbuf, cfg);
-    const bool transient = rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc);
+    last_error = describe_failure(rc, status, errbuf, cfg, stall.stalled);
+    const bool transient =
+        stall.stalled || (rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc));
     if (!transient) {
       throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " failed: " + last_error + " (not retried)");
     }
@@ -350,6 +378,10 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
 namespace detail {
 
 namespace {
+int stall_only_cb(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t) {
+  return static_cast<StallWatch*>(user)->check(dlnow) ? 1 : 0;
+}
+
 size_t text_write(char* data, size_t size, size_t nmemb, void* user) {
   auto* s = static_cast<std::string*>(user);
   if (s->size() + size * nmemb > (std::size_t{64} << 20)) return 0;  // an index page is not 64 MiB
@@ -370,6 +402,10 @@ std::string http_get_text(const Config& cfg, const std::string& url, std::string
     curl_easy_setopt(c.h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, text_write);
     curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &body);
+    StallWatch stall{cfg.stall_timeout_s};
+    curl_easy_setopt(c.h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, stall_only_cb);
+    curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &stall);
     c.headers = curl_slist_append(c.headers, "Accept: text/html");
     curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.headers);
     const CURLcode rc = curl_easy_perform(c.h);
@@ -383,8 +419,9 @@ std::string http_get_text(const Config& cfg, const std::string& url, std::string
       }
       return body;
     }
-    const std::string err = describe_failure(rc, status, errbuf, cfg);
-    const bool transient = rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc);
+    const std::string err = describe_failure(rc, status, errbuf, cfg, stall.stalled);
+    const bool transient =
+        stall.stalled || (rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc));
     if (!transient || attempt >= cfg.max_retries)
       throw_error(ErrorCode::network_error, "fetching index page " + shown + " failed after " +
                                                 std::to_string(attempt + 1) + " attempt(s): " + err);

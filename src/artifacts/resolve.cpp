@@ -372,7 +372,8 @@ bool is_temporary_name(const std::string& n) {
 }
 std::set<std::string> pinned_shas(const Config& cfg) {
   std::set<std::string> s;
-  for (const WheelPin* p : cfg.manifest().all()) s.insert(p->sha256);
+  const Manifest m = cfg.manifest();
+  for (const WheelPin* p : m.all()) s.insert(p->sha256);
   return s;
 }
 }  // namespace
