@@ -1,0 +1,73 @@
+// The public `reference` backend: float64 CPU implementations of the FlashInfer ops, with the same
+// arguments as the GPU ops but on host TensorViews (cpu or cuda_host memory), no Runtime and no stream.
+// Use it in your own CPU tests, or to check a GPU result. Inputs may be f16, bf16, f32 or f64 (outputs
+// too: results are rounded to the output's dtype on store); every product and sum is accumulated in
+// double. Arguments are validated (host memory, ranks, shapes, heads); errors are Error(invalid_argument).
+// Large problems are split over the host's hardware threads.
+#pragma once
+#include <cstdint>
+
+#include "flashcpp/attention.hpp"
+#include "flashcpp/norm.hpp"
+#include "flashcpp/page.hpp"
+#include "flashcpp/tensor.hpp"
+
+namespace flashcpp::reference {
+
+// -------------------------------------------------------------------------------------------------
+// Element conversions (round to nearest even) and element access
+
+float half_to_float(uint16_t h) noexcept;
+uint16_t float_to_half(float f) noexcept;
+float bf16_to_float(uint16_t b) noexcept;
+uint16_t float_to_bf16(float f) noexcept;
+/// Element at `offset` elements from t.data (f16, bf16, f32, f64, integer types) as double.
+double load(const TensorView& t, int64_t offset);
+/// Stores v (rounded to t's dtype) at `offset` elements from t.data.
+void store(const TensorView& t, int64_t offset, double v);
+/// Element offset of an index (uses the view's strides).
+int64_t offset_of(const TensorView& t, std::initializer_list<int64_t> index);
+
+// -------------------------------------------------------------------------------------------------
+// Norm
+
+void rmsnorm(const TensorView& out, const TensorView& input, const TensorView& weight,
+             const RmsNormOptions& options = {});
+void fused_qk_rmsnorm(const TensorView& out, const TensorView& input, const TensorView& weight,
+                      const RmsNormOptions& options = {});
+void gemma_rmsnorm(const TensorView& out, const TensorView& input, const TensorView& weight,
+                   const RmsNormOptions& options = {});
+/// residual = input + residual (rounded to residual's dtype); input = norm(exact sum) * weight.
+void fused_add_rmsnorm(const TensorView& input, const TensorView& residual, const TensorView& weight,
+                       const RmsNormOptions& options = {});
+void gemma_fused_add_rmsnorm(const TensorView& input, const TensorView& residual, const TensorView& weight,
+                             const RmsNormOptions& options = {});
+
+// -------------------------------------------------------------------------------------------------
+// Paged KV cache (all host tensors, including the page table)
+
+void append_paged_kv_cache(const TensorView& append_key, const TensorView& append_value,
+                           const TensorView& batch_indices, const TensorView& positions, const PagedKvCache& cache);
+void append_paged_mla_kv_cache(const TensorView& append_ckv, const TensorView& append_kpe,
+                               const TensorView& batch_indices, const TensorView& positions,
+                               const PagedMlaKvCache& cache);
+
+// -------------------------------------------------------------------------------------------------
+// Attention. lse (optional, f32/f64) is log2(sum_j exp(s_j)); a row with no visible key gets out = 0
+// and lse = -inf.
+
+void single_prefill(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                    OptionalTensor lse, const SinglePrefillOptions& options = {});
+void single_decode(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                   OptionalTensor lse, const SingleDecodeOptions& options = {});
+/// Uses config's causal, layout, window_left, logits_soft_cap and sm_scale (heads and dims from shapes).
+void batch_prefill_ragged(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& qo_indptr,
+                          const TensorView& kv_indptr, const TensorView& out, OptionalTensor lse,
+                          const BatchPrefillConfig& config);
+void batch_prefill_paged(const TensorView& q, const PagedKvCache& kv, const TensorView& qo_indptr,
+                         const TensorView& out, OptionalTensor lse, const BatchPrefillConfig& config);
+/// q [batch, H_qo, D]; uses config's layout, window_left, logits_soft_cap and sm_scale.
+void batch_decode(const TensorView& q, const PagedKvCache& kv, const TensorView& out, OptionalTensor lse,
+                  const BatchDecodeConfig& config);
+
+}  // namespace flashcpp::reference

@@ -1,0 +1,163 @@
+#include "reference/reference_util.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace flashcpp::reference {
+
+float half_to_float(uint16_t h) noexcept {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t float_to_half(float f) noexcept {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (ax < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+    const float a = std::bit_cast<float>(ax);
+    const float scaled = a * 16777216.0f;  // 2^24: units of the smallest subnormal
+    const auto r = static_cast<uint32_t>(std::nearbyint(scaled));
+    return static_cast<uint16_t>(sign | r);
+  }
+  const uint32_t mant_odd = (ax >> 13) & 1u;
+  const uint32_t rounded = ax + 0xfffu + mant_odd;  // round to nearest even on the 13 dropped bits
+  return static_cast<uint16_t>(sign | (((rounded >> 13) - (112u << 10)) & 0x7fffu));
+}
+
+float bf16_to_float(uint16_t b) noexcept { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+uint16_t float_to_bf16(float f) noexcept {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet nan
+  const uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(rounded >> 16);
+}
+
+double load(const TensorView& t, int64_t offset) {
+  const char* p = static_cast<const char*>(t.data) + offset * dtype_size(t.dtype);
+  switch (t.dtype) {
+    case DType::f16: { uint16_t h; std::memcpy(&h, p, 2); return half_to_float(h); }
+    case DType::bf16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
+    case DType::f32: { float f; std::memcpy(&f, p, 4); return f; }
+    case DType::f64: { double d; std::memcpy(&d, p, 8); return d; }
+    case DType::i32: { int32_t i; std::memcpy(&i, p, 4); return i; }
+    case DType::u32: { uint32_t i; std::memcpy(&i, p, 4); return i; }
+    case DType::i64: { int64_t i; std::memcpy(&i, p, 8); return static_cast<double>(i); }
+    case DType::i8: return static_cast<double>(*reinterpret_cast<const int8_t*>(p));
+    case DType::u8: return static_cast<double>(*reinterpret_cast<const uint8_t*>(p));
+    default: break;
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "reference: cannot read elements of dtype " + std::string(dtype_name(t.dtype)));
+}
+
+void store(const TensorView& t, int64_t offset, double v) {
+  char* p = static_cast<char*>(t.data) + offset * dtype_size(t.dtype);
+  switch (t.dtype) {
+    case DType::f16: { const uint16_t h = float_to_half(static_cast<float>(v)); std::memcpy(p, &h, 2); return; }
+    case DType::bf16: { const uint16_t h = float_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); return; }
+    case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); return; }
+    case DType::f64: std::memcpy(p, &v, 8); return;
+    default: break;
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "reference: cannot store elements of dtype " + std::string(dtype_name(t.dtype)));
+}
+
+int64_t offset_of(const TensorView& t, std::initializer_list<int64_t> index) {
+  int64_t off = 0;
+  int i = 0;
+  for (int64_t x : index) off += x * t.strides[static_cast<size_t>(i++)];
+  return off;
+}
+
+namespace detail {
+
+void check_host_float(const Validator& v, const TensorView& t, const char* arg) {
+  v.defined(t, arg).on_host(t, arg).dtype(t, arg, {DType::f16, DType::bf16, DType::f32, DType::f64});
+  v.no_negative_strides(t, arg);
+}
+
+void check_host_i32(const Validator& v, const TensorView& t, const char* arg, int64_t len) {
+  v.defined(t, arg).on_host(t, arg).dtype(t, arg, {DType::i32}).rank(t, arg, 1).contiguous(t, arg);
+  if (len >= 0) v.dim(t, arg, 0, len);
+}
+
+void load_row(const TensorView& t, int64_t offset, int64_t n, double* dst) {
+  const int64_t s = t.rank > 0 ? t.strides[static_cast<size_t>(t.rank - 1)] : 1;
+  const char* base = static_cast<const char*>(t.data);
+  switch (t.dtype) {
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, base + (offset + i * s) * 2, 2);
+        dst[i] = half_to_float(h);
+      }
+      return;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, base + (offset + i * s) * 2, 2);
+        dst[i] = bf16_to_float(h);
+      }
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i) dst[i] = load(t, offset + i * s);
+  }
+}
+
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+  const int64_t threads =
+      std::min<int64_t>(n, std::max<unsigned>(1u, std::min(std::thread::hardware_concurrency(), 64u)));
+  if (threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex mu;
+  auto worker = [&] {
+    for (int64_t i = next++; i < n; i = next++) {
+      try {
+        fn(i);
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace detail
+}  // namespace flashcpp::reference
