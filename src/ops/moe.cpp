@@ -146,6 +146,7 @@ void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeArgs& a) {
       .dtype(a.token_final_scales, "token_final_scales", {DType::f32}).shape(a.token_final_scales, "token_final_scales", {T, K})
       .contiguous(a.token_final_scales, "token_final_scales");
 
+  v.one_of(static_cast<int64_t>(a.activation), "activation", {0, 1, 2, 3, 4, 6, 7});
   v.rank(a.fc2_weights, "fc2_weights", 3);
   const int64_t E = a.fc2_weights.size(0), I = a.fc2_weights.size(2);
   v.require(E >= 1 && I >= 1, "fc2_weights", "must not be empty; got " + a.fc2_weights.describe());
@@ -175,7 +176,6 @@ void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeArgs& a) {
   v.in_range(a.tp_rank, "tp_rank", 0, a.tp_size - 1);
   v.in_range(a.ep_size, "ep_size", 1, 1 << 16);
   v.in_range(a.ep_rank, "ep_rank", 0, a.ep_size - 1);
-  v.one_of(static_cast<int64_t>(a.activation), "activation", {0, 1, 2, 3, 4, 6, 7});
   if (c.quantization == MoeQuantization::deepseek_fp8_block_scale)
     v.require(a.activation == MoeActivation::swiglu, "activation", "must be swiglu for deepseek_fp8_block_scale");
 
