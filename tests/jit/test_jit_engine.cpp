@@ -1,0 +1,230 @@
+// The build engine against a fake CUDA toolkit (a shell-script nvcc and host compiler that log each
+// invocation and write placeholder outputs): publication, cache hits, concurrent builders, failures.
+// The real FlashInfer sources are generated (they must exist); nothing is really compiled.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "jit/jit.hpp"
+
+namespace fs = std::filesystem;
+using namespace flashcpp;
+using namespace flashcpp::jit;
+
+namespace {
+
+fs::path g_root;
+
+void write_script(const fs::path& p, const std::string& body) {
+  std::ofstream(p) << body;
+  ::chmod(p.c_str(), 0755);
+}
+
+// Installed before any test runs: toolchain() is discovered once per process from CUDA_HOME / CXX.
+class FakeToolkit : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    g_root = fs::temp_directory_path() / ("flashcpp-jit-engine-" + std::to_string(::getpid()));
+    fs::remove_all(g_root);
+    fs::create_directories(g_root / "cuda" / "bin");
+    write_script(g_root / "cuda" / "bin" / "nvcc",
+                 "#!/bin/sh\n"
+                 "if [ \"$1\" = \"--version\" ]; then\n"
+                 "  echo 'Cuda compilation tools, release 13.0, V13.0.88'; echo 'Build fake_13.0'; exit 0\n"
+                 "fi\n"
+                 "out=''; src=''\n"
+                 "while [ $# -gt 0 ]; do\n"
+                 "  case \"$1\" in -o) out=\"$2\"; shift;; -c) src=\"$2\"; shift;; esac; shift\n"
+                 "done\n"
+                 "echo \"nvcc $(basename \"$src\")\" >> \"$FAKE_TOOL_LOG\"\n"
+                 "if [ -n \"$FAKE_NVCC_FAIL\" ] && [ \"$(basename \"$src\")\" = \"$FAKE_NVCC_FAIL\" ]; then\n"
+                 "  echo 'fake.cu(1): error: FAKE ERROR LINE' >&2; exit 2\n"
+                 "fi\n"
+                 "sleep 0.3\n"
+                 "echo \"object of $src\" > \"$out\"\n");
+    write_script(g_root / "c++",
+                 "#!/bin/sh\n"
+                 "out=''\n"
+                 "while [ $# -gt 0 ]; do case \"$1\" in -o) out=\"$2\"; shift;; esac; shift; done\n"
+                 "echo link >> \"$FAKE_TOOL_LOG\"\n"
+                 "sleep 0.2\n"
+                 "echo fake-shared-object > \"$out\"\n");
+    ::setenv("CUDA_HOME", (g_root / "cuda").c_str(), 1);
+    ::setenv("CXX", (g_root / "c++").c_str(), 1);
+    ::unsetenv("CC");
+    ::setenv("FAKE_TOOL_LOG", (g_root / "tools.log").c_str(), 1);
+  }
+  void TearDown() override { fs::remove_all(g_root); }
+};
+const auto* const g_env = ::testing::AddGlobalTestEnvironment(new FakeToolkit);
+
+std::vector<std::string> tool_log() {
+  std::ifstream in(g_root / "tools.log");
+  std::vector<std::string> lines;
+  std::string l;
+  while (std::getline(in, l)) lines.push_back(l);
+  return lines;
+}
+
+size_t count(const std::vector<std::string>& lines, const std::string& prefix) {
+  size_t n = 0;
+  for (const auto& l : lines) n += l.rfind(prefix, 0) == 0;
+  return n;
+}
+
+BuildOptions options(const std::string& cache_name) {
+  BuildOptions o = BuildOptions::from_env();
+  o.cache_dir = g_root / cache_name;
+  o.cuda_archs = {"9.0a"};
+  o.jobs = 2;
+  return o;
+}
+
+bool have_sources(std::string* why) { return can_build(options("probe"), why); }
+
+}  // namespace
+
+TEST(JitEngine, BuildsPublishesAndHitsTheCache) {
+  std::string why;
+  if (!have_sources(&why)) GTEST_SKIP() << why;
+  fs::remove(g_root / "tools.log");
+  BuildOptions o = options("cache1");
+  std::vector<std::string> progress;
+  o.progress = [&](const std::string& line) { progress.push_back(line); };
+  EXPECT_FALSE(cached_module(o, "page"));
+
+  const fs::path so = build_module(o, "page");
+  EXPECT_EQ(so, module_root(o) / "page" / "page.so");
+  EXPECT_EQ(so.parent_path().parent_path().parent_path(), o.cache_dir / "jit");
+  std::ifstream in(so);
+  std::string content;
+  std::getline(in, content);
+  EXPECT_EQ(content, "fake-shared-object");
+  auto log = tool_log();
+  EXPECT_EQ(count(log, "nvcc page.cu"), 1u);
+  EXPECT_EQ(count(log, "nvcc flashinfer_page_binding.cu"), 1u);
+  EXPECT_EQ(count(log, "link"), 1u);
+  EXPECT_GE(progress.size(), 3u);  // generation, two compiles, publication
+  // No temporary files are left next to the published module.
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(so.parent_path())) (void)e, ++entries;
+  EXPECT_EQ(entries, 1u);
+
+  // Cache hit: no compiler runs, well under a second.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(build_module(o, "page"), so);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 1.0);
+  EXPECT_EQ(tool_log().size(), log.size());
+  EXPECT_EQ(cached_module(o, "page"), so);
+
+  // A different architecture set is a different cache key: it builds again, elsewhere.
+  BuildOptions o2 = o;
+  o2.cuda_archs = {"9.0a", "8.0"};
+  EXPECT_FALSE(cached_module(o2, "page"));
+  EXPECT_NE(module_root(o2), module_root(o));
+}
+
+TEST(JitEngine, ConcurrentBuildersProduceOneModule) {
+  std::string why;
+  if (!have_sources(&why)) GTEST_SKIP() << why;
+  fs::remove(g_root / "tools.log");
+  const BuildOptions o = options("cache2");
+  // Two threads and a second process race for the same URI.
+  fs::path a, b;
+  const pid_t child = ::fork();  // before any thread starts
+  if (child == 0) {
+    int rc = 1;
+    try {
+      rc = build_module(o, "norm") == module_root(o) / "norm" / "norm.so" ? 0 : 1;
+    } catch (...) {
+      rc = 2;
+    }
+    std::_Exit(rc);
+  }
+  std::thread t1([&] { a = build_module(o, "norm"); });
+  std::thread t2([&] { b = build_module(o, "norm"); });
+  t1.join();
+  t2.join();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(a, b);
+  EXPECT_TRUE(fs::is_regular_file(a));
+  const auto log = tool_log();
+  EXPECT_EQ(count(log, "nvcc norm.cu"), 1u);  // compiled once, not three times
+  EXPECT_EQ(count(log, "nvcc flashinfer_norm_binding.cu"), 1u);
+  EXPECT_EQ(count(log, "link"), 1u);
+}
+
+TEST(JitEngine, SharedPoolBuildsSeveralModulesAndReportsCached) {
+  std::string why;
+  if (!have_sources(&why)) GTEST_SKIP() << why;
+  fs::remove(g_root / "tools.log");
+  const BuildOptions o = options("cache3");
+  build_module(o, "norm");
+  AttentionSpec a;
+  const std::string decode = batch_decode_uri(a);
+  const auto results = build_modules(o, {"norm", "page", decode, "page", "no_such_module"});
+  ASSERT_EQ(results.size(), 4u);  // the duplicate is dropped
+  EXPECT_EQ(results[0].uri, "norm");
+  EXPECT_TRUE(results[0].cached);
+  EXPECT_FALSE(results[1].cached);
+  EXPECT_FALSE(results[1].error.has_value());
+  EXPECT_FALSE(results[2].error.has_value());
+  EXPECT_TRUE(fs::is_regular_file(results[2].path));
+  EXPECT_GT(results[2].bytes, 0u);
+  ASSERT_TRUE(results[3].error.has_value());
+  EXPECT_EQ(results[3].error->code(), ErrorCode::invalid_argument);
+  // Generated sources sit in the build directory; copies of csrc files next to the rendered config.
+  const fs::path gen = module_root(o) / ".build" / decode / "generated";
+  EXPECT_TRUE(fs::is_regular_file(gen / "batch_decode_config.inc"));
+  EXPECT_TRUE(fs::is_regular_file(gen / "batch_decode_jit_binding.cu"));
+  const auto log = tool_log();
+  EXPECT_EQ(count(log, "nvcc batch_decode_kernel.cu"), 1u);
+  EXPECT_EQ(count(log, "link"), 3u);  // norm (first call), page, decode
+}
+
+TEST(JitEngine, CompileFailureCarriesTheLogTailAndPublishesNothing) {
+  std::string why;
+  if (!have_sources(&why)) GTEST_SKIP() << why;
+  ::setenv("FAKE_NVCC_FAIL", "flashinfer_page_binding.cu", 1);
+  const BuildOptions o = options("cache4");
+  try {
+    build_module(o, "page");
+    ADD_FAILURE() << "expected a build failure";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(e.message().find("FAKE ERROR LINE"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("flashinfer_page_binding.cu"), std::string::npos);
+    EXPECT_NE(e.message().find("status 2"), std::string::npos);
+  }
+  EXPECT_FALSE(cached_module(o, "page"));
+  // The objects that did compile are reused by the next attempt.
+  ::unsetenv("FAKE_NVCC_FAIL");
+  fs::remove(g_root / "tools.log");
+  EXPECT_TRUE(fs::is_regular_file(build_module(o, "page")));
+  const auto log = tool_log();
+  EXPECT_EQ(count(log, "nvcc page.cu"), 0u);
+  EXPECT_EQ(count(log, "nvcc flashinfer_page_binding.cu"), 1u);
+}
+
+TEST(JitEngine, UnknownUriIsAnInvalidArgument) {
+  std::string why;
+  if (!have_sources(&why)) GTEST_SKIP() << why;
+  try {
+    build_module(options("cache5"), "fused_moe_90");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(e.message().find("build-fused-moe.sh"), std::string::npos);
+  }
+}
