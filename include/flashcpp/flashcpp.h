@@ -2,4 +2,5 @@
 #ifndef FLASHCPP_FLASHCPP_H_
 #define FLASHCPP_FLASHCPP_H_
 #include "flashcpp/c/common.h"
+#include "flashcpp/c/mla.h"
 #endif

@@ -44,20 +44,72 @@ struct SparseAttentionParams {
   int64_t kv_block_stride_bytes = 0, kv_slot_stride_bytes = 656;
 
   // Outputs: out bf16 [num_tokens, h_q, d_v] (strides in elements); lse / max_logits f32 [num_tokens, h_q]
-  // with element strides (max_logits may be null). 
+  // with element strides (max_logits may be null).
   void* out = nullptr;
   int64_t out_stride_token = 0, out_stride_head = 0;
   float* lse = nullptr;
   int64_t lse_stride_token = 0, lse_stride_head = 1;
+  // Decode only: >= 0 means lse of token t is at (t / tokens_per_request) * lse_stride_request +
+  // (t % tokens_per_request) * lse_stride_token (lse tensors whose requests are not evenly spaced, such as
+  // a view of FlashMLA's [b, h_q, s_q]). The default -1 means t * lse_stride_token. The host never hands
+  // launch_sparse_attention_sm90 a problem with lse_stride_request >= 0.
+  int64_t lse_stride_request = -1;
   float* max_logits = nullptr;
   int64_t max_logits_stride_token = 0, max_logits_stride_head = 1;
+
+  // Split-KV (decode only). The defaults (sched == nullptr) mean "no split": every token attends over
+  // its whole topk and writes out/lse/max_logits directly. With a schedule (mla/decode_schedule.hpp),
+  // tokens are grouped into `num_requests` requests of `tokens_per_request` consecutive tokens; part p
+  // of `num_parts` processes the block ranges in sched[p]. A request with one split writes out/lse
+  // directly; a split request writes, per split k and token s, row (num_splits[r] + k) * tokens_per_request + s
+  // of o_accum f32 [rows, h_q, d_v] (already divided by that split's softmax sum, 0 when empty) and
+  // lse_accum f32 [rows, h_q] (natural log, -inf when empty); the combine kernel finishes them.
+  // launch_sparse_attention_sm90 may return false whenever sched != nullptr.
+  const void* sched = nullptr;  // mla::sched::PartMeta[num_parts]
+  const int32_t* num_splits = nullptr;  // [num_requests + 1]
+  int num_parts = 0, num_requests = 0, tokens_per_request = 1;
+  float* o_accum = nullptr;
+  float* lse_accum = nullptr;
+  int64_t accum_rows = 0;  // rows allocated in lse_accum / o_accum (a guard: rows past it are never written)
 };
+
+/// Finishes split requests: out = sum_k w_k o_k with w from the splits' lse and the sink; lse natural log.
+/// Requests with a single split are skipped (the attention kernel wrote them). Uses the split fields,
+/// out/lse, attn_sink and h_q/d_v of `p`.
+void launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream);
+
+/// Writes the split-KV schedule for `batch` requests of `topk` slots into device memory (one tiny kernel,
+/// graph-capturable): sched PartMeta[num_parts], num_splits int32[batch + 1].
+void launch_decode_schedule(void* sched, int32_t* num_splits, int batch, int topk, int num_parts,
+                            cudaStream_t stream);
+
+/// Dynamic shared memory the simple kernel needs (bytes); the host checks the device offers it.
+int sparse_attention_simple_smem_bytes();
+/// Whether this build has code for the current device (false on GPUs the fatbin does not cover).
+bool sparse_attention_simple_available();
+
+/// Quantizes `num_rows` bf16 rows of 576 values (row r at src + row_offset(r) elements) into 656-byte
+/// V3.2 rows (row r at dst + dst_row_offset(r) bytes). Rows are addressed through up to 3 leading dims.
+struct QuantizeParams {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t num_rows = 0;
+  int num_lead = 0;                       // leading dims (1..3), outermost first
+  int64_t lead_shape[3] = {1, 1, 1};
+  int64_t src_lead_stride[3] = {0, 0, 0};  // elements
+  int64_t dst_lead_stride[3] = {0, 0, 0};  // bytes
+};
+void launch_quantize_v32(const QuantizeParams& p, cudaStream_t stream);
 
 /// Straightforward kernel, correct for every shape the API accepts (any SM >= 8.0). The yardstick.
 void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t stream);
 
 /// Fast Hopper kernel (sm_90a). Returns false, launching nothing, when it does not handle the shape
-/// (the caller then uses the simple kernel). Defined in sparse_attention_sm90.cu.
+/// (the caller then uses the simple kernel). Defined in sparse_attention_sm90.cu (a weak default
+/// returning false lives in sparse_attention_sm90_default.cpp until then).
+/// Guarantees from the host: q/kv data 16-byte aligned and their non-unit strides multiples of 8 elements;
+/// fp8 cache data 16-byte aligned, block stride a multiple of 16 bytes, slot stride 656; h_q >= 1
+/// (any value: return false for head counts you do not handle); topk a multiple of 64; num_tokens >= 1.
 bool launch_sparse_attention_sm90(const SparseAttentionParams& p, cudaStream_t stream);
 
 }  // namespace flashcpp::mla::kernels

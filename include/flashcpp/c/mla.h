@@ -1,0 +1,91 @@
+/* flashcpp C ABI: sparse MLA (DeepSeek V3.2 attention) with FlashMLA's semantics.
+ * See include/flashcpp/mla.hpp for the shapes, dtypes, layouts and the rules each call validates.
+ * Every function validates all of its arguments before it launches anything or writes any output; on
+ * failure it returns a status and flashcpp_last_error() names the argument and the broken rule.
+ * Launches are asynchronous on `stream` (a cudaStream_t; NULL = the legacy default stream). */
+#ifndef FLASHCPP_C_MLA_H_
+#define FLASHCPP_C_MLA_H_
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashcpp/c/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLASHCPP_MLA_FP8_BYTES_PER_TOKEN 656
+#define FLASHCPP_MLA_SCHED_META_INTS 8
+
+typedef struct flashcpp_mla_device_info {
+  int32_t device_id;
+  int32_t cc_major, cc_minor;
+  int32_t sm_count;
+  int32_t sparse_supported; /* 1: the sparse MLA kernels can run on this device with this build */
+  int32_t hopper_kernel;    /* 1: SM 9.0, the fast Hopper kernel is tried first */
+} flashcpp_mla_device_info;
+
+/* Facts about `device_id`. FLASHCPP_INVALID_ARGUMENT for an unknown device or a NULL `info`. */
+flashcpp_status flashcpp_mla_get_device_info(int32_t device_id, flashcpp_mla_device_info* info);
+
+typedef struct flashcpp_mla_prefill_params {
+  float sm_scale; /* required: finite and > 0 */
+  int32_t d_v;    /* must be 512 */
+} flashcpp_mla_prefill_params;
+
+/* Sparse prefill. q bf16 [s_q, h_q, d_qk]; kv bf16 [s_kv, 1, d_qk]; indices i32 [s_q, 1, topk];
+ * attn_sink f32 [h_q] or NULL; topk_length i32 [s_q] or NULL; out bf16 [s_q, h_q, 512];
+ * max_logits f32 [s_q, h_q] or NULL; lse f32 [s_q, h_q]. */
+flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_tensor* q, const flashcpp_tensor* kv,
+                                            const flashcpp_tensor* indices, const flashcpp_tensor* attn_sink,
+                                            const flashcpp_tensor* topk_length, const flashcpp_tensor* out,
+                                            const flashcpp_tensor* max_logits, const flashcpp_tensor* lse,
+                                            const flashcpp_mla_prefill_params* params, void* stream);
+
+typedef struct flashcpp_mla_decode_config {
+  int32_t batch, s_q, h_q, d_qk, topk; /* d_qk must be 576; topk a positive multiple of 64 */
+  int32_t num_sms;                     /* 0: the SM count of `device_id` */
+  int32_t device_id;
+} flashcpp_mla_decode_config;
+
+typedef struct flashcpp_mla_decode_plan_sizes {
+  int32_t num_sm_parts; /* 0 when not split */
+  int32_t split;        /* 0: run needs no plan buffers (pass NULL) */
+  int64_t sched_meta_elems, num_splits_elems, lse_accum_elems, o_accum_elems; /* i32, i32, f32, f32 */
+} flashcpp_mla_decode_plan_sizes;
+
+/* Decode plan. With sched_meta == num_splits == NULL: only computes `sizes` (no device work).
+ * Otherwise writes the split-KV schedule into the caller's buffers on `stream` (sched_meta i32
+ * [num_sm_parts, 8], num_splits i32 [batch + 1], both contiguous on config->device_id) and fills `sizes`.
+ * The schedule depends only on the config, so one plan serves every step of that shape (CUDA-graph safe).
+ * `sizes` (may be NULL) is written only on success. */
+flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* config, const flashcpp_tensor* sched_meta,
+                                         const flashcpp_tensor* num_splits, flashcpp_mla_decode_plan_sizes* sizes,
+                                         void* stream);
+
+typedef struct flashcpp_mla_decode_params {
+  float sm_scale; /* required: finite and > 0 */
+  int32_t d_v;    /* must be 512 */
+} flashcpp_mla_decode_params;
+
+/* Sparse decode over the V3.2 FP8 cache. q bf16 [b, s_q, h_q, 576]; kv_cache u8/i8/e4m3
+ * [num_blocks, block_size, 1, 656]; indices i32 [b, s_q, topk]; attn_sink f32 [h_q] or NULL;
+ * topk_length i32 [b] or NULL; out bf16 [b, s_q, h_q, 512]; lse f32 [b, s_q, h_q] (any strides).
+ * The plan buffers (NULL when the plan is not split) must come from flashcpp_mla_decode_plan with the same
+ * config; lse_accum / o_accum are f32 with at least the planned element counts, 16-byte aligned. */
+flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* config, const flashcpp_tensor* q,
+                                           const flashcpp_tensor* kv_cache, const flashcpp_tensor* indices,
+                                           const flashcpp_tensor* attn_sink, const flashcpp_tensor* topk_length,
+                                           const flashcpp_tensor* out, const flashcpp_tensor* lse,
+                                           const flashcpp_tensor* sched_meta, const flashcpp_tensor* num_splits,
+                                           const flashcpp_tensor* lse_accum, const flashcpp_tensor* o_accum,
+                                           const flashcpp_mla_decode_params* params, void* stream);
+
+/* Quantizes bf16 [..., 576] into the V3.2 656-byte layout out u8/i8/e4m3 [..., 656] (FlashMLA's bytes).
+ * Both tensors on one CUDA device (asynchronous), or both in host memory (runs on the calling thread). */
+flashcpp_status flashcpp_mla_quantize_kv_cache_fp8(const flashcpp_tensor* kv, const flashcpp_tensor* out, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHCPP_C_MLA_H_ */

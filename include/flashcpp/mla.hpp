@@ -1,0 +1,173 @@
+// Sparse MLA (DeepSeek V3.2 attention) with FlashMLA's semantics, on flashcpp's own kernels.
+//
+// Semantics (FlashMLA main, see docs/MLA.md):
+//  * Every query token attends, with all its heads, to the `topk` KV rows its indices name. An index is
+//    valid iff 0 <= index < number of KV rows and its slot is < the token's topk_length (when given);
+//    every other index (-1, INT_MIN, INT_MAX, past the end, ...) is masked and never read.
+//  * lse and max_logits are natural-log values in units of sm_scale * q.k. A row with no valid index
+//    gives out 0, lse +inf and max_logits -inf.
+//  * attn_sink[h] (optional, f32) scales head h's output by exp(lse) / (exp(lse) + exp(sink)); it does not
+//    change lse or max_logits. -inf has no effect, +inf makes the output 0.
+//
+// Every entry point validates all of its arguments (flashcpp::Validator) before it launches anything or
+// writes any output; a broken rule throws Error(invalid_argument) naming the op, the argument and the
+// rule. Launches are asynchronous on the caller's stream (never synchronized) and made with the tensors'
+// device current (restored afterwards).
+//
+// Devices: the kernels run on SM >= 8.0 GPUs this build has code for (the default build is sm_90a, so
+// Hopper only); any other device gives Error(unsupported). On SM90 a fast Hopper kernel is used where it
+// handles the shape, the portable "simple" kernel otherwise.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "flashcpp/cuda.hpp"
+#include "flashcpp/tensor.hpp"
+
+namespace flashcpp::mla {
+
+inline constexpr int kDv = 512;                ///< value / output head dimension
+inline constexpr int kFp8BytesPerToken = 656;  ///< V3.2 FP8 cache row: 512 e4m3 + 4 f32 scales + 64 bf16
+inline constexpr int kTopkMultiple = 64;       ///< topk must be a positive multiple of this
+
+// ---------------------------------------------------------------------------------------------------
+// Sparse prefill
+// ---------------------------------------------------------------------------------------------------
+
+struct SparsePrefillParams {
+  double sm_scale = 0;                 ///< required: finite and > 0
+  int d_v = kDv;                       ///< must be 512
+  OptionalTensor attn_sink = nullptr;  ///< f32 [h_q], contiguous, same device
+  OptionalTensor topk_length = nullptr;  ///< i32 [s_q], contiguous, same device; token i uses slots < topk_length[i]
+};
+
+/// Sparse attention for prefill.
+///  q          bf16 [s_q, h_q, d_qk], d_qk in {512, 576}, h_q in [1, 1024]
+///  kv         bf16 [s_kv, 1, d_qk]
+///  indices    i32  [s_q, 1, topk], topk a positive multiple of 64
+///  out        bf16 [s_q, h_q, 512] (written)
+///  max_logits f32  [s_q, h_q] (written; may be nullptr)
+///  lse        f32  [s_q, h_q] (written)
+/// Layout rules: the last dim of every tensor is contiguous; q and kv data are 16-byte aligned with
+/// strides that are multiples of 8 elements (any framework allocation is); other strides are free
+/// (non-negative). All tensors on one CUDA device. s_q may be 0 (nothing is launched).
+void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices, const TensorView& out,
+                    OptionalTensor max_logits, const TensorView& lse, const SparsePrefillParams& params,
+                    cudaStream_t stream);
+
+/// Convenience layer: allocates out [s_q, h_q, 512] bf16, max_logits and lse [s_q, h_q] f32 on q's device.
+struct SparsePrefillOutputs {
+  DeviceBuffer out, max_logits, lse;
+  TensorView out_view, max_logits_view, lse_view;
+};
+SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices,
+                                    const SparsePrefillParams& params, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------
+// FP8 KV cache (V3.2 layout)
+// ---------------------------------------------------------------------------------------------------
+
+/// Quantizes bf16 KV rows of 576 values into the 656-byte V3.2 layout, byte for byte as FlashMLA's
+/// quantizer: per 128-value tile scale = 2^ceil(log2(max(amax / 448, 1e-4))) stored as f32, values
+/// x / scale rounded to nearest-even e4m3, RoPE dims 512..575 copied as bf16.
+///  kv   bf16 [..., 576] (rank 2..4, e.g. [num_blocks, block_size, 1, 576] or [num_tokens, 1, 576])
+///  out  u8 / i8 / e4m3 [..., 656] with the same leading shape; last dims contiguous
+/// Both on one CUDA device (asynchronous on `stream`), or both in host memory (runs on the calling
+/// thread; `stream` unused) — the same bytes either way.
+void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------
+// Sparse decode over the FP8 cache: plan (split-KV schedule) + run (split kernel + combine)
+// ---------------------------------------------------------------------------------------------------
+
+/// The shape a decode plan is made for.
+struct DecodeConfig {
+  int batch = 0;   ///< requests, >= 1
+  int s_q = 1;     ///< query tokens per request (MTP), >= 1
+  int h_q = 0;     ///< query heads, [1, 1024]
+  int d_qk = 576;  ///< must be 576 (V3.2)
+  int topk = 0;    ///< positive multiple of 64
+  int num_sms = 0; ///< SMs to schedule for; 0 = the device's SM count
+};
+
+/// Sizes of the plan buffers (elements). `split == false`: the run needs no buffers (all sizes 0) and
+/// launches one kernel; otherwise sched_meta is i32 [num_sm_parts, 8], num_splits i32 [batch + 1],
+/// lse_accum f32 [lse_accum_elems], o_accum f32 [o_accum_elems] (16-byte aligned).
+struct DecodePlanSizes {
+  int num_sm_parts = 0;
+  bool split = false;
+  int64_t sched_meta_elems = 0, num_splits_elems = 0, lse_accum_elems = 0, o_accum_elems = 0;
+};
+
+/// Validates `config` and returns the buffer sizes. `num_sms` must be > 0 when config.num_sms is 0.
+/// The schedule depends only on the shape, never on index or topk_length values, so one plan serves
+/// every decode step of that shape (CUDA-graph safe: plan once, capture run, replay).
+DecodePlanSizes decode_plan_sizes(const DecodeConfig& config, int num_sms);
+
+/// Caller-owned plan buffers plus the config they were planned for.
+struct DecodeWorkspace {
+  DecodeConfig config;
+  TensorView sched_meta;  ///< i32 [num_sm_parts, 8] (empty when !split)
+  TensorView num_splits;  ///< i32 [batch + 1]       (empty when !split)
+  TensorView lse_accum;   ///< f32, >= lse_accum_elems (empty when !split)
+  TensorView o_accum;     ///< f32, >= o_accum_elems   (empty when !split)
+};
+
+/// Writes the schedule into ws.sched_meta / ws.num_splits on `stream` (one tiny kernel, no host copy).
+/// When the plan is not split this validates and does nothing. The device is that of the buffers (or
+/// `device_id` when not split).
+void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream);
+
+struct SparseDecodeParams {
+  double sm_scale = 0;                   ///< required: finite and > 0
+  int d_v = kDv;                         ///< must be 512
+  OptionalTensor attn_sink = nullptr;    ///< f32 [h_q]
+  OptionalTensor topk_length = nullptr;  ///< i32 [batch] (per request, as FlashMLA)
+};
+
+/// Sparse decode attention over the FP8 V3.2 cache.
+///  q         bf16 [batch, s_q, h_q, 576]
+///  kv_cache  u8 / i8 / e4m3 [num_blocks, block_size, 1, 656]; slot stride 656 bytes, block stride any
+///            multiple of 16 bytes, data 16-byte aligned; block_size >= 1 (any value)
+///  indices   i32 [batch, s_q, topk]: block * block_size + offset; anything outside
+///            [0, num_blocks * block_size) (e.g. -1) is masked, never read
+///  out       bf16 [batch, s_q, h_q, 512] (written)
+///  lse       f32  [batch, s_q, h_q] (written; any strides, e.g. a view of FlashMLA's [batch, h_q, s_q])
+///  ws        a workspace planned by decode_plan for this shape on this device
+void sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
+                   const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeParams& params,
+                   cudaStream_t stream);
+
+/// Convenience layer: owns the plan buffers and remembers the shape; run() refuses another shape.
+class DecodePlan {
+ public:
+  /// Allocates the buffers on `device_id` and plans on `stream` (asynchronously).
+  static DecodePlan create(const DecodeConfig& config, int device_id, cudaStream_t stream);
+  void run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
+           const TensorView& lse, const SparseDecodeParams& params, cudaStream_t stream) const;
+  const DecodePlanSizes& sizes() const { return sizes_; }
+  const DecodeWorkspace& workspace() const { return ws_; }
+  int device() const { return device_; }
+
+ private:
+  DecodePlan() = default;
+  DecodePlanSizes sizes_;
+  DecodeWorkspace ws_;
+  int device_ = 0;
+  DeviceBuffer sched_meta_, num_splits_, lse_accum_, o_accum_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Devices
+// ---------------------------------------------------------------------------------------------------
+
+struct MlaDeviceSupport {
+  int device_id = 0, cc_major = 0, cc_minor = 0, sm_count = 0;
+  bool sparse_supported = false;  ///< the kernels can run on this device with this build
+  bool hopper_kernel = false;     ///< SM 9.0: the fast Hopper kernel is tried first
+};
+/// Facts about `device_id` for sparse MLA (throws invalid_argument for an unknown device).
+MlaDeviceSupport device_support(int device_id);
+
+}  // namespace flashcpp::mla

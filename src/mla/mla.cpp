@@ -1,0 +1,490 @@
+// Host side of sparse MLA: validation (before anything is launched or written), architecture dispatch,
+// decode planning and the convenience layer.
+#include "flashcpp/mla.hpp"
+
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+#include <cmath>
+
+#include "core/check.hpp"
+#include "mla/decode_schedule.hpp"
+#include "mla/fp8_v32.hpp"
+#include "mla/sparse_attention_kernel.hpp"
+
+namespace flashcpp::mla {
+namespace {
+
+constexpr int64_t kMaxHeads = 1024;
+
+// Checks shared by every CUDA tensor argument.
+void cuda_tensor(const Validator& v, const TensorView& t, const char* arg, std::initializer_list<DType> dtypes, int rank) {
+  v.defined(t, arg).dtype(t, arg, dtypes).rank(t, arg, rank).on_cuda(t, arg).no_negative_strides(t, arg);
+}
+
+// 16-byte aligned data and strides (other than the unit last one) that keep rows 16-byte aligned.
+void vector_aligned(const Validator& v, const TensorView& t, const char* arg) {
+  v.aligned(t, arg, 16);
+  const int64_t unit = 16 / dtype_size(t.dtype);
+  for (int d = 0; d + 1 < t.rank; ++d)
+    if (t.shape[d] > 1 && t.strides[d] % unit != 0)
+      v.fail(arg, t, "must have strides that are multiples of " + std::to_string(unit) +
+                         " elements (16 bytes) in every dim but the last; dim " + std::to_string(d) + " has stride " +
+                         std::to_string(t.strides[d]));
+}
+
+void optional_vector(const Validator& v, OptionalTensor t, const char* arg, DType dtype, int64_t len,
+                     const TensorView& ref, const char* what) {
+  if (t == nullptr) return;
+  v.defined(*t, arg).dtype(*t, arg, {dtype}).rank(*t, arg, 1).dim(*t, arg, 0, len, what).on_cuda(*t, arg);
+  v.contiguous(*t, arg).same_device(*t, arg, ref, "q").aligned(*t, arg, 4);
+}
+
+void validate_topk(const Validator& v, int64_t topk, const char* arg) {
+  if (topk < kTopkMultiple || topk % kTopkMultiple != 0 || topk > INT32_MAX)
+    v.fail(arg, "(topk) must be a positive multiple of 64; got " + std::to_string(topk));
+}
+
+// Device gate: throws unsupported unless the kernels can run on `device_id`.
+void require_supported(const char* op, int device_id) {
+  const MlaDeviceSupport s = device_support(device_id);
+  if (!s.sparse_supported)
+    throw Error(ErrorCode::unsupported,
+                std::string(op) + ": device " + std::to_string(device_id) + " (compute capability " +
+                    std::to_string(s.cc_major) + "." + std::to_string(s.cc_minor) +
+                    ") cannot run sparse MLA: it needs SM >= 8.0, code for this GPU in the build (sm_90a by default) "
+                    "and " + std::to_string(kernels::sparse_attention_simple_smem_bytes()) +
+                    " bytes of shared memory per block");
+}
+
+void check_launch(const char* what) { cuda_check(cudaGetLastError(), what); }
+
+// Runs the attention (fast kernel first on Hopper, simple otherwise) for a non-split problem.
+void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream, int device_id) {
+  if (device_support(device_id).hopper_kernel && p.sched == nullptr && p.lse_stride_request < 0 &&
+      kernels::launch_sparse_attention_sm90(p, stream))
+    return;
+  kernels::launch_sparse_attention_simple(p, stream);
+  check_launch("sparse MLA attention kernel launch");
+}
+
+}  // namespace
+
+MlaDeviceSupport device_support(int device_id) {
+  const DeviceInfo& info = device_info(device_id);  // throws invalid_argument for an unknown id
+  static std::mutex mu;
+  static std::vector<int> available;  // -1 unknown, 0 no, 1 yes (per device)
+  MlaDeviceSupport s;
+  s.device_id = device_id;
+  s.cc_major = info.cc_major;
+  s.cc_minor = info.cc_minor;
+  s.sm_count = info.sm_count;
+  bool has_code = false;
+  {
+    std::lock_guard lock(mu);
+    if (available.size() <= static_cast<size_t>(device_id)) available.resize(static_cast<size_t>(device_id) + 1, -1);
+    int& a = available[static_cast<size_t>(device_id)];
+    if (a < 0) {
+      DeviceGuard guard(device_id);
+      a = kernels::sparse_attention_simple_available() ? 1 : 0;
+    }
+    has_code = a == 1;
+  }
+  s.sparse_supported = info.cc_major >= 8 && has_code &&
+                       info.max_smem_per_block_optin >= kernels::sparse_attention_simple_smem_bytes();
+  s.hopper_kernel = s.sparse_supported && info.cc_major == 9 && info.cc_minor == 0;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Prefill
+
+void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices, const TensorView& out,
+                    OptionalTensor max_logits, const TensorView& lse, const SparsePrefillParams& params,
+                    cudaStream_t stream) {
+  const Validator v("mla::sparse_prefill");
+  v.positive(params.sm_scale, "sm_scale");
+  if (params.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(params.d_v));
+
+  cuda_tensor(v, q, "q", {DType::bf16}, 3);
+  v.last_dim_contiguous(q, "q");
+  const int64_t s_q = q.size(0), h_q = q.size(1), d_qk = q.size(2);
+  if (d_qk != 512 && d_qk != 576) v.fail("q", q, "must have d_qk (dim 2) 512 or 576");
+  if (h_q < 1 || h_q > kMaxHeads) v.fail("q", q, "must have h_q (dim 1) in [1, 1024]");
+  if (s_q > INT32_MAX) v.fail("q", q, "must have s_q (dim 0) <= 2^31 - 1");
+  vector_aligned(v, q, "q");
+
+  cuda_tensor(v, kv, "kv", {DType::bf16}, 3);
+  v.same_device(kv, "kv", q, "q").dim(kv, "kv", 1, 1, "h_kv").dim(kv, "kv", 2, d_qk, "q.size(2)");
+  v.last_dim_contiguous(kv, "kv");
+  vector_aligned(v, kv, "kv");
+
+  cuda_tensor(v, indices, "indices", {DType::i32}, 3);
+  v.same_device(indices, "indices", q, "q").dim(indices, "indices", 0, s_q, "q.size(0)");
+  v.dim(indices, "indices", 1, 1, "h_kv").last_dim_contiguous(indices, "indices").aligned(indices, "indices", 4);
+  validate_topk(v, indices.size(2), "indices");
+
+  cuda_tensor(v, out, "out", {DType::bf16}, 3);
+  v.same_device(out, "out", q, "q").shape(out, "out", {s_q, h_q, kDv}).last_dim_contiguous(out, "out");
+  v.aligned(out, "out", 2);
+  cuda_tensor(v, lse, "lse", {DType::f32}, 2);
+  v.same_device(lse, "lse", q, "q").shape(lse, "lse", {s_q, h_q}).aligned(lse, "lse", 4);
+  if (max_logits != nullptr) {
+    cuda_tensor(v, *max_logits, "max_logits", {DType::f32}, 2);
+    v.same_device(*max_logits, "max_logits", q, "q").shape(*max_logits, "max_logits", {s_q, h_q});
+    v.aligned(*max_logits, "max_logits", 4);
+  }
+  optional_vector(v, params.attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(1)");
+  optional_vector(v, params.topk_length, "topk_length", DType::i32, s_q, q, "q.size(0)");
+
+  require_supported("mla::sparse_prefill", q.device.id);
+  if (s_q == 0) return;
+
+  kernels::SparseAttentionParams p;
+  p.q = q.data;
+  p.q_stride_token = q.stride(0);
+  p.q_stride_head = q.stride(1);
+  p.num_tokens = static_cast<int>(s_q);
+  p.h_q = static_cast<int>(h_q);
+  p.d_qk = static_cast<int>(d_qk);
+  p.d_v = kDv;
+  p.topk = static_cast<int>(indices.size(2));
+  p.indices = indices.data_as<const int32_t>();
+  p.indices_stride_token = indices.stride(0);
+  p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
+  p.tokens_per_length = 1;
+  p.attn_sink = params.attn_sink ? params.attn_sink->data_as<const float>() : nullptr;
+  p.sm_scale = static_cast<float>(params.sm_scale);
+  p.kv_format = kernels::KvFormat::bf16;
+  p.kv = kv.data;
+  p.num_kv = kv.size(0);
+  p.kv_row_stride = kv.stride(0);
+  p.out = out.data;
+  p.out_stride_token = out.stride(0);
+  p.out_stride_head = out.stride(1);
+  p.lse = lse.data_as<float>();
+  p.lse_stride_token = lse.stride(0);
+  p.lse_stride_head = lse.stride(1);
+  if (max_logits != nullptr) {
+    p.max_logits = max_logits->data_as<float>();
+    p.max_logits_stride_token = max_logits->stride(0);
+    p.max_logits_stride_head = max_logits->stride(1);
+  }
+  DeviceGuard guard(q.device.id);
+  run_attention(p, stream, q.device.id);
+}
+
+SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices,
+                                    const SparsePrefillParams& params, cudaStream_t stream) {
+  const Validator v("mla::sparse_prefill");
+  cuda_tensor(v, q, "q", {DType::bf16}, 3);
+  const int64_t s_q = q.size(0), h_q = q.size(1);
+  const int dev = q.device.id;
+  SparsePrefillOutputs o;
+  o.out = DeviceBuffer(static_cast<size_t>(s_q * h_q * kDv * 2), dev);
+  o.max_logits = DeviceBuffer(static_cast<size_t>(s_q * h_q * 4), dev);
+  o.lse = DeviceBuffer(static_cast<size_t>(s_q * h_q * 4), dev);
+  o.out_view = TensorView::contiguous(o.out.get(), DType::bf16, q.device, {s_q, h_q, kDv});
+  o.max_logits_view = TensorView::contiguous(o.max_logits.get(), DType::f32, q.device, {s_q, h_q});
+  o.lse_view = TensorView::contiguous(o.lse.get(), DType::f32, q.device, {s_q, h_q});
+  sparse_prefill(q, kv, indices, o.out_view, &o.max_logits_view, o.lse_view, params, stream);
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Quantizer
+
+void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStream_t stream) {
+  const Validator v("mla::quantize_kv_cache_fp8");
+  v.defined(kv, "kv").dtype(kv, "kv", {DType::bf16}).no_negative_strides(kv, "kv");
+  if (kv.rank < 2 || kv.rank > 4) v.fail("kv", kv, "must have rank 2, 3 or 4");
+  v.dim(kv, "kv", kv.rank - 1, fp8::kDims, "576 values per token").last_dim_contiguous(kv, "kv");
+  v.defined(out, "out").dtype(out, "out", {DType::u8, DType::i8, DType::e4m3}).rank(out, "out", kv.rank);
+  for (int d = 0; d + 1 < kv.rank; ++d) v.dim(out, "out", d, kv.size(d), "kv's leading dims");
+  v.dim(out, "out", out.rank - 1, kFp8BytesPerToken, "656 bytes per token").last_dim_contiguous(out, "out");
+  v.no_negative_strides(out, "out");
+  const bool host = kv.device.is_host();
+  if (host) {
+    v.on_host(out, "out");
+  } else {
+    v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
+  }
+  kernels::QuantizeParams p;
+  p.src = kv.data;
+  p.dst = out.data;
+  p.num_lead = kv.rank - 1;
+  p.num_rows = 1;
+  for (int d = 0; d < p.num_lead; ++d) {
+    p.lead_shape[d] = kv.size(d);
+    p.src_lead_stride[d] = kv.stride(d);
+    p.dst_lead_stride[d] = out.stride(d);
+    p.num_rows *= kv.size(d);
+  }
+  if (!host && (p.num_rows + 7) / 8 > INT32_MAX) v.fail("kv", kv, "must have at most 2^34 tokens");
+  if (p.num_rows == 0) return;
+  if (host) {
+    for (int64_t r = 0; r < p.num_rows; ++r) {
+      int64_t rem = r, so = 0, dout = 0;
+      for (int d = p.num_lead - 1; d >= 0; --d) {
+        const int64_t i = rem % p.lead_shape[d];
+        rem /= p.lead_shape[d];
+        so += i * p.src_lead_stride[d];
+        dout += i * p.dst_lead_stride[d];
+      }
+      const auto* src = static_cast<const uint16_t*>(p.src) + so;
+      auto* dst = static_cast<unsigned char*>(p.dst) + dout;
+      for (int t = 0; t < fp8::kNumScales; ++t) {
+        float amax = 0.f;
+        for (int c = 0; c < fp8::kTileDims; ++c) {
+          const float x = std::fabs(fp8::bf16_to_float(src[t * fp8::kTileDims + c]));
+          amax = x > amax ? x : amax;
+        }
+        const float scale = fp8::pow2_scale(amax);
+        for (int c = 0; c < fp8::kTileDims; ++c)
+          dst[t * fp8::kTileDims + c] = fp8::float_to_e4m3(fp8::bf16_to_float(src[t * fp8::kTileDims + c]) / scale);
+        std::memcpy(dst + fp8::kScaleOffset + t * 4, &scale, 4);
+      }
+      std::memcpy(dst + fp8::kRopeOffset, src + fp8::kNopeDims, fp8::kRopeDims * 2);
+    }
+    return;
+  }
+  require_supported("mla::quantize_kv_cache_fp8", kv.device.id);
+  DeviceGuard guard(kv.device.id);
+  kernels::launch_quantize_v32(p, stream);
+  check_launch("FP8 quantizer kernel launch");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Decode
+
+namespace {
+
+void validate_config(const Validator& v, const DecodeConfig& c) {
+  if (c.batch < 1) v.fail("batch", "must be >= 1; got " + std::to_string(c.batch));
+  if (c.s_q < 1 || c.s_q > 65535) v.fail("s_q", "must be in [1, 65535]; got " + std::to_string(c.s_q));
+  if (c.h_q < 1 || c.h_q > kMaxHeads) v.fail("h_q", "must be in [1, 1024]; got " + std::to_string(c.h_q));
+  if (c.d_qk != fp8::kDims) v.fail("d_qk", "must be 576 (the V3.2 FP8 cache); got " + std::to_string(c.d_qk));
+  validate_topk(v, c.topk, "topk");
+  if (c.num_sms < 0) v.fail("num_sms", "must be >= 0 (0: the device's SM count); got " + std::to_string(c.num_sms));
+}
+
+DecodePlanSizes sizes_for(const DecodeConfig& c, int num_sms) {
+  DecodePlanSizes s;
+  const int64_t head_groups = (c.h_q + 63) / 64;
+  const int64_t ctas = static_cast<int64_t>(c.batch) * c.s_q * head_groups;
+  const int64_t parts = std::max<int64_t>(num_sms / (c.s_q * head_groups), 1);
+  if (ctas >= num_sms || parts <= 1) return s;  // enough independent work: no split
+  s.split = true;
+  s.num_sm_parts = static_cast<int>(parts);
+  s.sched_meta_elems = parts * sched::kMetaInts;
+  s.num_splits_elems = c.batch + 1;
+  s.lse_accum_elems = (c.batch + parts) * c.s_q * c.h_q;
+  s.o_accum_elems = s.lse_accum_elems * kDv;
+  return s;
+}
+
+// Validates the plan buffers against `sizes` (split plans only).
+void validate_workspace(const Validator& v, const DecodeWorkspace& ws, const DecodePlanSizes& sizes,
+                        bool with_accumulators = true) {
+  if (!sizes.split) return;
+  cuda_tensor(v, ws.sched_meta, "sched_meta", {DType::i32}, 2);
+  v.shape(ws.sched_meta, "sched_meta", {sizes.num_sm_parts, sched::kMetaInts}).contiguous(ws.sched_meta, "sched_meta");
+  v.aligned(ws.sched_meta, "sched_meta", 16);
+  cuda_tensor(v, ws.num_splits, "num_splits", {DType::i32}, 1);
+  v.shape(ws.num_splits, "num_splits", {sizes.num_splits_elems}).contiguous(ws.num_splits, "num_splits");
+  v.same_device(ws.num_splits, "num_splits", ws.sched_meta, "sched_meta").aligned(ws.num_splits, "num_splits", 4);
+  if (!with_accumulators) return;
+  for (const auto& [t, name, elems] : {std::tuple{&ws.lse_accum, "lse_accum", sizes.lse_accum_elems},
+                                       std::tuple{&ws.o_accum, "o_accum", sizes.o_accum_elems}}) {
+    v.defined(*t, name).dtype(*t, name, {DType::f32}).on_cuda(*t, name).contiguous(*t, name).aligned(*t, name, 16);
+    v.same_device(*t, name, ws.sched_meta, "sched_meta");
+    if (t->numel() < elems) v.fail(name, *t, "must hold at least " + std::to_string(elems) + " elements");
+  }
+}
+
+}  // namespace
+
+DecodePlanSizes decode_plan_sizes(const DecodeConfig& config, int num_sms) {
+  const Validator v("mla::decode_plan");
+  validate_config(v, config);
+  const int n = config.num_sms > 0 ? config.num_sms : num_sms;
+  if (n < 1) v.fail("num_sms", "must be >= 1 (config.num_sms or the argument); got " + std::to_string(n));
+  return sizes_for(config, n);
+}
+
+void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream) {
+  const Validator v("mla::decode_plan");
+  validate_config(v, ws.config);
+  const int n = ws.config.num_sms > 0 ? ws.config.num_sms : device_support(device_id).sm_count;
+  const DecodePlanSizes sizes = sizes_for(ws.config, n);
+  validate_workspace(v, ws, sizes, /*with_accumulators=*/false);  // the plan writes only the schedule
+  if (sizes.split && ws.sched_meta.device.id != device_id)
+    v.fail("sched_meta", ws.sched_meta, "must be on device " + std::to_string(device_id) + " (device_id)");
+  require_supported("mla::decode_plan", device_id);
+  if (!sizes.split) return;
+  DeviceGuard guard(device_id);
+  kernels::launch_decode_schedule(ws.sched_meta.data, ws.num_splits.data_as<int32_t>(), ws.config.batch,
+                                  ws.config.topk, sizes.num_sm_parts, stream);
+  check_launch("decode schedule kernel launch");
+}
+
+void sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
+                   const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeParams& params,
+                   cudaStream_t stream) {
+  const Validator v("mla::sparse_decode");
+  v.positive(params.sm_scale, "sm_scale");
+  if (params.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(params.d_v));
+
+  cuda_tensor(v, q, "q", {DType::bf16}, 4);
+  v.last_dim_contiguous(q, "q");
+  const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2);
+  if (q.size(3) != fp8::kDims) v.fail("q", q, "must have d_qk (dim 3) 576 (the V3.2 FP8 cache)");
+  if (b < 1) v.fail("q", q, "must have batch (dim 0) >= 1");
+  if (s_q < 1 || s_q > 65535) v.fail("q", q, "must have s_q (dim 1) in [1, 65535]");
+  if (h_q < 1 || h_q > kMaxHeads) v.fail("q", q, "must have h_q (dim 2) in [1, 1024]");
+  if (b * s_q > INT32_MAX) v.fail("q", q, "must have batch * s_q <= 2^31 - 1");
+  vector_aligned(v, q, "q");
+
+  v.defined(kv_cache, "kv_cache").dtype(kv_cache, "kv_cache", {DType::u8, DType::i8, DType::e4m3});
+  v.rank(kv_cache, "kv_cache", 4).on_cuda(kv_cache, "kv_cache").same_device(kv_cache, "kv_cache", q, "q");
+  v.no_negative_strides(kv_cache, "kv_cache").dim(kv_cache, "kv_cache", 2, 1, "h_kv");
+  v.dim(kv_cache, "kv_cache", 3, kFp8BytesPerToken, "bytes per token").last_dim_contiguous(kv_cache, "kv_cache");
+  const int64_t num_blocks = kv_cache.size(0), block_size = kv_cache.size(1);
+  if (block_size < 1) v.fail("kv_cache", kv_cache, "must have block_size (dim 1) >= 1");
+  if (block_size > 1 && kv_cache.stride(1) != kFp8BytesPerToken)
+    v.fail("kv_cache", kv_cache, "must have stride 656 in dim 1 (tokens of a block are contiguous)");
+  if (num_blocks > 1 && kv_cache.stride(0) % 16 != 0)
+    v.fail("kv_cache", kv_cache, "must have a block stride (dim 0) that is a multiple of 16 bytes");
+  v.aligned(kv_cache, "kv_cache", 16);
+
+  cuda_tensor(v, indices, "indices", {DType::i32}, 3);
+  v.same_device(indices, "indices", q, "q").dim(indices, "indices", 0, b, "q.size(0)");
+  v.dim(indices, "indices", 1, s_q, "q.size(1)").last_dim_contiguous(indices, "indices").aligned(indices, "indices", 4);
+  const int64_t topk = indices.size(2);
+  validate_topk(v, topk, "indices");
+
+  cuda_tensor(v, out, "out", {DType::bf16}, 4);
+  v.same_device(out, "out", q, "q").shape(out, "out", {b, s_q, h_q, kDv}).last_dim_contiguous(out, "out");
+  v.aligned(out, "out", 2);
+  cuda_tensor(v, lse, "lse", {DType::f32}, 3);
+  v.same_device(lse, "lse", q, "q").shape(lse, "lse", {b, s_q, h_q}).aligned(lse, "lse", 4);
+  if (out.stride(0) != out.stride(1) * s_q && s_q > 1 && b > 1)
+    v.fail("out", out, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
+  if (q.stride(0) != q.stride(1) * s_q && s_q > 1 && b > 1)
+    v.fail("q", q, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
+  if (indices.stride(0) != indices.stride(1) * s_q && s_q > 1 && b > 1)
+    v.fail("indices", indices, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
+  optional_vector(v, params.attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(2)");
+  optional_vector(v, params.topk_length, "topk_length", DType::i32, b, q, "q.size(0) (one length per request)");
+
+  // The workspace must have been planned for exactly this shape.
+  const DecodeConfig& c = ws.config;
+  if (c.batch != b || c.s_q != s_q || c.h_q != h_q || c.d_qk != fp8::kDims || c.topk != topk)
+    v.fail("ws", "was planned for batch " + std::to_string(c.batch) + ", s_q " + std::to_string(c.s_q) + ", h_q " +
+                     std::to_string(c.h_q) + ", d_qk " + std::to_string(c.d_qk) + ", topk " + std::to_string(c.topk) +
+                     "; the tensors give batch " + std::to_string(b) + ", s_q " + std::to_string(s_q) + ", h_q " +
+                     std::to_string(h_q) + ", d_qk 576, topk " + std::to_string(topk));
+  validate_config(v, c);
+  DecodePlanSizes sizes;
+  if (c.num_sms > 0) {
+    sizes = sizes_for(c, c.num_sms);
+    validate_workspace(v, ws, sizes);
+  }
+  require_supported("mla::sparse_decode", q.device.id);
+  if (c.num_sms <= 0) {
+    sizes = sizes_for(c, device_support(q.device.id).sm_count);
+    validate_workspace(v, ws, sizes);
+  }
+  if (sizes.split) v.same_device(ws.sched_meta, "sched_meta", q, "q");
+
+  kernels::SparseAttentionParams p;
+  p.q = q.data;
+  p.q_stride_token = q.stride(1);
+  p.q_stride_head = q.stride(2);
+  p.num_tokens = static_cast<int>(b * s_q);
+  p.h_q = static_cast<int>(h_q);
+  p.d_qk = fp8::kDims;
+  p.d_v = kDv;
+  p.topk = static_cast<int>(topk);
+  p.indices = indices.data_as<const int32_t>();
+  p.indices_stride_token = indices.stride(1);
+  p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
+  p.tokens_per_length = static_cast<int>(s_q);
+  p.attn_sink = params.attn_sink ? params.attn_sink->data_as<const float>() : nullptr;
+  p.sm_scale = static_cast<float>(params.sm_scale);
+  p.kv_format = kernels::KvFormat::fp8_v32;
+  p.kv = kv_cache.data;
+  p.num_kv = num_blocks * block_size;
+  p.block_size = block_size;
+  p.kv_block_stride_bytes = kv_cache.stride(0);
+  p.kv_slot_stride_bytes = kFp8BytesPerToken;
+  p.out = out.data;
+  p.out_stride_token = out.stride(1);
+  p.out_stride_head = out.stride(2);
+  p.lse = lse.data_as<float>();
+  p.lse_stride_token = lse.stride(1);
+  p.lse_stride_head = lse.stride(2);
+  // With b == 1 or s_q == 1 the token stride is whichever dim varies.
+  if (s_q == 1) {
+    p.q_stride_token = q.stride(0);
+    p.indices_stride_token = indices.stride(0);
+    p.out_stride_token = out.stride(0);
+    p.lse_stride_token = lse.stride(0);
+  }
+  if (s_q > 1 && b > 1 && lse.stride(0) != lse.stride(1) * s_q) {
+    p.lse_stride_request = lse.stride(0);  // e.g. FlashMLA's [batch, h_q, s_q] lse seen as [batch, s_q, h_q]
+    p.lse_stride_token = lse.stride(1);
+  }
+  p.tokens_per_request = static_cast<int>(s_q);
+  p.num_requests = static_cast<int>(b);
+  if (sizes.split) {
+    p.sched = ws.sched_meta.data;
+    p.num_splits = ws.num_splits.data_as<const int32_t>();
+    p.num_parts = sizes.num_sm_parts;
+    p.o_accum = ws.o_accum.data_as<float>();
+    p.lse_accum = ws.lse_accum.data_as<float>();
+    p.accum_rows = sizes.lse_accum_elems / h_q;
+  }
+  DeviceGuard guard(q.device.id);
+  run_attention(p, stream, q.device.id);
+  if (sizes.split) {
+    kernels::launch_sparse_attention_combine(p, stream);
+    check_launch("sparse MLA combine kernel launch");
+  }
+}
+
+DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStream_t stream) {
+  DecodePlan plan;
+  const Validator v("mla::DecodePlan::create");
+  validate_config(v, config);
+  plan.device_ = device_id;
+  plan.ws_.config = config;
+  if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = device_support(device_id).sm_count;
+  plan.sizes_ = decode_plan_sizes(plan.ws_.config, plan.ws_.config.num_sms);
+  if (plan.sizes_.split) {
+    const Device dev = Device::cuda(device_id);
+    plan.sched_meta_ = DeviceBuffer(static_cast<size_t>(plan.sizes_.sched_meta_elems) * 4, device_id);
+    plan.num_splits_ = DeviceBuffer(static_cast<size_t>(plan.sizes_.num_splits_elems) * 4, device_id);
+    plan.lse_accum_ = DeviceBuffer(static_cast<size_t>(plan.sizes_.lse_accum_elems) * 4, device_id);
+    plan.o_accum_ = DeviceBuffer(static_cast<size_t>(plan.sizes_.o_accum_elems) * 4, device_id);
+    plan.ws_.sched_meta =
+        TensorView::contiguous(plan.sched_meta_.get(), DType::i32, dev, {plan.sizes_.num_sm_parts, sched::kMetaInts});
+    plan.ws_.num_splits = TensorView::contiguous(plan.num_splits_.get(), DType::i32, dev, {plan.sizes_.num_splits_elems});
+    plan.ws_.lse_accum = TensorView::contiguous(plan.lse_accum_.get(), DType::f32, dev, {plan.sizes_.lse_accum_elems});
+    plan.ws_.o_accum = TensorView::contiguous(plan.o_accum_.get(), DType::f32, dev, {plan.sizes_.o_accum_elems});
+  }
+  decode_plan(plan.ws_, device_id, stream);
+  return plan;
+}
+
+void DecodePlan::run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
+                     const TensorView& lse, const SparseDecodeParams& params, cudaStream_t stream) const {
+  if (q.device.type == DeviceType::cuda && q.device.id != device_)
+    Validator("mla::DecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
+  sparse_decode(q, kv_cache, indices, out, lse, ws_, params, stream);
+}
+
+}  // namespace flashcpp::mla

@@ -1,0 +1,505 @@
+// The simple sparse attention kernels: correct for every shape the API accepts, on any SM >= 8.0 this
+// build has code for. CUDA cores only (fp32 FMA), one CTA per (token, 16 heads), KV gathered 64 slots
+// at a time into shared memory. Also: the split-KV decode variant (persistent over a schedule), the
+// combine kernel, the schedule kernel and the FP8 quantizer.
+//
+// NaN safety: a masked slot (index out of range, or past topk_length) is never read from global memory;
+// its shared-memory row is zero-filled and its probability is exactly 0, so nothing from an unused KV
+// row can reach the output.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "mla/decode_schedule.hpp"
+#include "mla/fp8_v32.hpp"
+#include "mla/sparse_attention_kernel.hpp"
+
+namespace flashcpp::mla::kernels {
+namespace {
+
+constexpr int kHeads = 16;    // heads per CTA
+constexpr int kTile = 64;     // topk slots per tile
+constexpr int kThreads = 256;
+constexpr int kMaxDqk = 576;
+constexpr int kDv = 512;
+constexpr int kKvPitch = kMaxDqk + 8;  // bf16 per smem row: +16 B keeps 16-B loads of 8 rows conflict-free
+static_assert(kThreads * 2 == kDv, "each thread owns two output columns");
+static_assert(kThreads == kTile * (kHeads / 4), "score phase: one slot x four heads per thread");
+
+struct Smem {
+  uint16_t kv[kTile][kKvPitch];  // bf16 bits of the gathered (dequantized) K/V rows; zeros when masked
+  uint16_t q[kHeads][kMaxDqk];   // bf16 bits of the CTA's query heads
+  float p[kTile][kHeads];        // scores, then probabilities
+  float m[kHeads], l[kHeads], alpha[kHeads];
+  int64_t row_off[kTile];        // byte offset of each slot's KV row; -1 when masked
+};
+
+__device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ int64_t lse_offset(const SparseAttentionParams& p, int64_t token, int head) {
+  const int64_t h = static_cast<int64_t>(head) * p.lse_stride_head;
+  if (p.lse_stride_request < 0) return token * p.lse_stride_token + h;
+  return (token / p.tokens_per_request) * p.lse_stride_request + (token % p.tokens_per_request) * p.lse_stride_token + h;
+}
+
+// Effective number of slots of `token` (topk_length clamped to [0, topk]).
+__device__ __forceinline__ int token_len(const SparseAttentionParams& p, int64_t token) {
+  if (p.topk_length == nullptr) return p.topk;
+  const int v = p.topk_length[token / p.tokens_per_length];
+  return v < 0 ? 0 : (v > p.topk ? p.topk : v);
+}
+
+// Byte offset of KV row `idx`, or -1 when the index is masked.
+__device__ __forceinline__ int64_t kv_row_offset(const SparseAttentionParams& p, int32_t idx) {
+  if (idx < 0 || static_cast<int64_t>(idx) >= p.num_kv) return -1;
+  if (p.kv_format == KvFormat::bf16) return static_cast<int64_t>(idx) * p.kv_row_stride * 2;
+  const int64_t block = idx / p.block_size, slot = idx % p.block_size;
+  return block * p.kv_block_stride_bytes + slot * p.kv_slot_stride_bytes;
+}
+
+// Gathers one tile's rows into s.kv (row_off must be ready).
+__device__ void load_kv_tile(const SparseAttentionParams& p, Smem& s) {
+  const auto* base = static_cast<const unsigned char*>(p.kv);
+  if (p.kv_format == KvFormat::bf16) {
+    const int chunks = p.d_qk / 8;  // 16-B chunks per row
+    for (int i = threadIdx.x; i < kTile * chunks; i += kThreads) {
+      const int row = i / chunks, c = i % chunks;
+      const int64_t off = s.row_off[row];
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (off >= 0) v = __ldg(reinterpret_cast<const uint4*>(base + off) + c);
+      *reinterpret_cast<uint4*>(&s.kv[row][c * 8]) = v;
+    }
+  } else {
+    // 32 units of 16 fp8 values + 8 units of 8 bf16 RoPE values per row.
+    for (int i = threadIdx.x; i < kTile * 40; i += kThreads) {
+      const int row = i / 40, u = i % 40;
+      const int64_t off = s.row_off[row];
+      if (u < 32) {
+        uint4 out0 = make_uint4(0, 0, 0, 0), out1 = make_uint4(0, 0, 0, 0);
+        if (off >= 0) {
+          const uint4 raw = __ldg(reinterpret_cast<const uint4*>(base + off) + u);
+          const float scale = __ldg(reinterpret_cast<const float*>(base + off + fp8::kScaleOffset) + u / 8);
+          const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+          uint32_t packed[8];
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint8_t b0 = static_cast<uint8_t>(words[w] >> (16 * h));
+              const uint8_t b1 = static_cast<uint8_t>(words[w] >> (16 * h + 8));
+              // e4m3 -> f32 exact, times the f32 scale, rounded once to bf16 (exact for power-of-two scales).
+              const uint32_t lo = fp8::float_to_bf16(fp8::e4m3_to_float(b0) * scale);
+              const uint32_t hi = fp8::float_to_bf16(fp8::e4m3_to_float(b1) * scale);
+              packed[w * 2 + h] = lo | (hi << 16);
+            }
+          }
+          out0 = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+          out1 = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+        }
+        *reinterpret_cast<uint4*>(&s.kv[row][u * 16]) = out0;
+        *reinterpret_cast<uint4*>(&s.kv[row][u * 16 + 8]) = out1;
+      } else {
+        const int c = u - 32;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (off >= 0) v = __ldg(reinterpret_cast<const uint4*>(base + off + fp8::kRopeOffset) + c);
+        *reinterpret_cast<uint4*>(&s.kv[row][fp8::kNopeDims + c * 8]) = v;
+      }
+    }
+  }
+}
+
+// Attention of one token's heads [head0, head0 + 16) over slots [slot_begin, slot_end) of its topk.
+// On return acc holds the unnormalized output columns (2 tid, 2 tid + 1) and s.m / s.l the running max
+// (scaled logits, natural units) and sum for each head (-inf / 0 when no slot was valid).
+__device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, int head0, int slot_begin,
+                       int slot_end, float (&acc)[kHeads][2]) {
+  const int tid = threadIdx.x;
+  __syncthreads();  // the previous user of s (an epilogue) is done
+  {
+    const int chunks = p.d_qk / 8;
+    const auto* qbase = static_cast<const __nv_bfloat16*>(p.q) + token * p.q_stride_token;
+    for (int i = tid; i < kHeads * chunks; i += kThreads) {
+      const int h = i / chunks, c = i % chunks;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (head0 + h < p.h_q)
+        v = __ldg(reinterpret_cast<const uint4*>(qbase + static_cast<int64_t>(head0 + h) * p.q_stride_head) + c);
+      *reinterpret_cast<uint4*>(&s.q[h][c * 8]) = v;
+    }
+  }
+  if (tid < kHeads) {
+    s.m[tid] = -INFINITY;
+    s.l[tid] = 0.f;
+  }
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) acc[h][0] = acc[h][1] = 0.f;
+
+  const int len = token_len(p, token);
+  const int end = slot_end < len ? slot_end : len;
+  const int32_t* idx_row = p.indices + token * p.indices_stride_token;
+  const float scale = p.sm_scale;
+
+  for (int tile = slot_begin; tile < end; tile += kTile) {
+    __syncthreads();  // previous tile fully consumed (and q / m / l initialised)
+    if (tid < kTile) {
+      const int slot = tile + tid;
+      s.row_off[tid] = slot < end ? kv_row_offset(p, __ldg(idx_row + slot)) : -1;
+    }
+    __syncthreads();
+    load_kv_tile(p, s);
+    __syncthreads();
+
+    // Scores: thread = (slot j, heads 4 hq .. 4 hq + 3).
+    {
+      const int j = tid & (kTile - 1), hq = tid >> 6;
+      float dot[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int c = 0; c < p.d_qk; c += 8) {
+        const uint4 k = *reinterpret_cast<const uint4*>(&s.kv[j][c]);
+        const float kf[8] = {bf_lo(k.x), bf_hi(k.x), bf_lo(k.y), bf_hi(k.y),
+                             bf_lo(k.z), bf_hi(k.z), bf_lo(k.w), bf_hi(k.w)};
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          const uint4 q = *reinterpret_cast<const uint4*>(&s.q[hq * 4 + h][c]);
+          float d = dot[h];
+          d = fmaf(bf_lo(q.x), kf[0], d);
+          d = fmaf(bf_hi(q.x), kf[1], d);
+          d = fmaf(bf_lo(q.y), kf[2], d);
+          d = fmaf(bf_hi(q.y), kf[3], d);
+          d = fmaf(bf_lo(q.z), kf[4], d);
+          d = fmaf(bf_hi(q.z), kf[5], d);
+          d = fmaf(bf_lo(q.w), kf[6], d);
+          d = fmaf(bf_hi(q.w), kf[7], d);
+          dot[h] = d;
+        }
+      }
+      const bool valid = s.row_off[j] >= 0;
+#pragma unroll
+      for (int h = 0; h < 4; ++h) s.p[j][hq * 4 + h] = valid ? dot[h] * scale : -INFINITY;
+    }
+    __syncthreads();
+
+    // Online softmax: warp w owns heads 2w and 2w + 1.
+    {
+      const int warp = tid >> 5, lane = tid & 31;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int h = warp * 2 + hh;
+        const float s0 = s.p[lane][h], s1 = s.p[lane + 32][h];
+        const float tile_max = warp_max(fmaxf(s0, s1));
+        const float m_old = s.m[h];
+        const float m_new = fmaxf(m_old, tile_max);
+        float alpha = 1.f, p0 = 0.f, p1 = 0.f;
+        if (m_new != -INFINITY) {
+          alpha = expf(m_old - m_new);  // 0 when m_old is -inf
+          p0 = s0 == -INFINITY ? 0.f : expf(s0 - m_new);
+          p1 = s1 == -INFINITY ? 0.f : expf(s1 - m_new);
+        }
+        const float sum = warp_sum(p0 + p1);
+        s.p[lane][h] = p0;
+        s.p[lane + 32][h] = p1;
+        __syncwarp();
+        if (lane == 0) {
+          s.l[h] = s.l[h] * alpha + sum;
+          s.m[h] = m_new;
+          s.alpha[h] = alpha;
+        }
+      }
+    }
+    __syncthreads();
+
+    // O = alpha * O + P V, columns 2 tid and 2 tid + 1.
+    {
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        acc[h][0] *= s.alpha[h];
+        acc[h][1] *= s.alpha[h];
+      }
+      const int n = end - tile < kTile ? end - tile : kTile;
+      for (int j = 0; j < n; ++j) {
+        const uint32_t v = *reinterpret_cast<const uint32_t*>(&s.kv[j][2 * tid]);
+        const float v0 = bf_lo(v), v1 = bf_hi(v);
+        const float4* prow = reinterpret_cast<const float4*>(&s.p[j][0]);
+#pragma unroll
+        for (int g = 0; g < kHeads / 4; ++g) {
+          const float4 pv = prow[g];
+          acc[g * 4 + 0][0] = fmaf(pv.x, v0, acc[g * 4 + 0][0]);
+          acc[g * 4 + 0][1] = fmaf(pv.x, v1, acc[g * 4 + 0][1]);
+          acc[g * 4 + 1][0] = fmaf(pv.y, v0, acc[g * 4 + 1][0]);
+          acc[g * 4 + 1][1] = fmaf(pv.y, v1, acc[g * 4 + 1][1]);
+          acc[g * 4 + 2][0] = fmaf(pv.z, v0, acc[g * 4 + 2][0]);
+          acc[g * 4 + 2][1] = fmaf(pv.z, v1, acc[g * 4 + 2][1]);
+          acc[g * 4 + 3][0] = fmaf(pv.w, v0, acc[g * 4 + 3][0]);
+          acc[g * 4 + 3][1] = fmaf(pv.w, v1, acc[g * 4 + 3][1]);
+        }
+      }
+    }
+  }
+  __syncthreads();  // s.m / s.l final for the epilogue
+}
+
+__device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* dst, float a, float b) {
+  dst[0] = __float2bfloat16_rn(a);
+  dst[1] = __float2bfloat16_rn(b);
+}
+
+// Final epilogue: out = acc / (l + exp(sink - m)), lse = m + ln l, max_logits = m; empty rows give
+// out 0, lse +inf, max_logits -inf.
+__device__ void store_final(const SparseAttentionParams& p, const Smem& s, int64_t token, int head0,
+                            const float (&acc)[kHeads][2]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+    const int head = head0 + h;
+    if (head >= p.h_q) break;
+    const float l = s.l[h], m = s.m[h];
+    float inv = 0.f;
+    if (l > 0.f) {
+      float denom = l;
+      if (p.attn_sink != nullptr) denom += expf(p.attn_sink[head] - m);  // +inf sink -> inv 0
+      inv = 1.f / denom;
+    }
+    auto* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token + head * p.out_stride_head;
+    store_bf16_pair(out + 2 * tid, acc[h][0] * inv, acc[h][1] * inv);
+  }
+  if (tid < kHeads && head0 + tid < p.h_q) {
+    const int head = head0 + tid;
+    const float l = s.l[tid], m = s.m[tid];
+    p.lse[lse_offset(p, token, head)] = l > 0.f ? m + logf(l) : INFINITY;
+    if (p.max_logits != nullptr)
+      p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] = l > 0.f ? m : -INFINITY;
+  }
+}
+
+// Split epilogue: o_accum row = acc / l (0 if empty), lse_accum = m + ln l (-inf if empty).
+__device__ void store_partial(const SparseAttentionParams& p, const Smem& s, int64_t row, int head0,
+                              const float (&acc)[kHeads][2]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+    const int head = head0 + h;
+    if (head >= p.h_q) break;
+    const float l = s.l[h];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    float2* dst = reinterpret_cast<float2*>(p.o_accum + (row * p.h_q + head) * kDv) + tid;
+    *dst = make_float2(acc[h][0] * inv, acc[h][1] * inv);
+  }
+  if (tid < kHeads && head0 + tid < p.h_q) {
+    const float l = s.l[tid];
+    p.lse_accum[row * p.h_q + head0 + tid] = l > 0.f ? s.m[tid] + logf(l) : -INFINITY;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) sparse_attention_simple_kernel(const SparseAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem& s = *reinterpret_cast<Smem*>(smem_raw);
+  const int64_t token = blockIdx.x;
+  const int head0 = static_cast<int>(blockIdx.y) * kHeads;
+  float acc[kHeads][2];
+  attend(p, s, token, head0, 0, p.topk, acc);
+  store_final(p, s, token, head0, acc);
+}
+
+// Split-KV decode: grid (num_parts, tokens_per_request, head groups).
+__global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const SparseAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem& s = *reinterpret_cast<Smem*>(smem_raw);
+  const auto* metas = static_cast<const sched::PartMeta*>(p.sched);
+  const sched::PartMeta meta = metas[blockIdx.x];
+  const int tok_in_req = static_cast<int>(blockIdx.y);
+  const int head0 = static_cast<int>(blockIdx.z) * kHeads;
+  const int nb = sched::blocks_of(p.topk);
+  const int first = meta.begin_req < 0 ? 0 : meta.begin_req;
+  const int last = meta.end_req < p.num_requests ? meta.end_req : p.num_requests - 1;
+  float acc[kHeads][2];
+  for (int r = first; r <= last; ++r) {
+    int b0 = r == meta.begin_req ? meta.begin_block : 0;
+    int b1 = r == meta.end_req ? meta.end_block : nb;
+    b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
+    b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
+    const int local = r == meta.begin_req ? meta.begin_split : 0;
+    const int split0 = p.num_splits[r];
+    const int nsplit = p.num_splits[r + 1] - split0;
+    const int64_t token = static_cast<int64_t>(r) * p.tokens_per_request + tok_in_req;
+    const int slot_end = b1 * sched::kBlockSlots < p.topk ? b1 * sched::kBlockSlots : p.topk;
+    attend(p, s, token, head0, b0 * sched::kBlockSlots, slot_end, acc);
+    if (nsplit <= 1) {
+      store_final(p, s, token, head0, acc);
+    } else {
+      const int64_t row = static_cast<int64_t>(split0 + local) * p.tokens_per_request + tok_in_req;
+      if (row >= 0 && row < p.accum_rows && local < nsplit) store_partial(p, s, row, head0, acc);
+    }
+  }
+}
+
+// Combine: grid (tokens, ceil(h_q / 8)), one warp per head; lane owns 16 output columns.
+__global__ void __launch_bounds__(256) sparse_attention_combine_kernel(const SparseAttentionParams p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int head = static_cast<int>(blockIdx.y) * 8 + warp;
+  if (head >= p.h_q) return;
+  const int64_t token = blockIdx.x;
+  const int r = static_cast<int>(token / p.tokens_per_request);
+  const int tok_in_req = static_cast<int>(token % p.tokens_per_request);
+  const int split0 = p.num_splits[r];
+  const int n = p.num_splits[r + 1] - split0;
+  if (n <= 1) return;
+  auto row_of = [&](int k) { return static_cast<int64_t>(split0 + k) * p.tokens_per_request + tok_in_req; };
+
+  float mx = -INFINITY;
+  for (int k = lane; k < n; k += 32) mx = fmaxf(mx, p.lse_accum[row_of(k) * p.h_q + head]);
+  mx = warp_max(mx);
+  float sum = 0.f;
+  if (mx != -INFINITY)
+    for (int k = lane; k < n; k += 32) sum += expf(p.lse_accum[row_of(k) * p.h_q + head] - mx);
+  sum = warp_sum(sum);
+  const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
+  // g: the log-normaliser of the output, including the sink.
+  float g = lse;
+  if (p.attn_sink != nullptr) {
+    const float sink = p.attn_sink[head];
+    if (sink == INFINITY) g = INFINITY;
+    else if (lse == -INFINITY) g = sink;
+    else if (sink != -INFINITY) {
+      const float hi = fmaxf(lse, sink);
+      g = hi + logf(expf(lse - hi) + expf(sink - hi));
+    }
+  }
+  float o[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) o[i] = 0.f;
+  if (g != -INFINITY && g != INFINITY) {
+    for (int k = 0; k < n; ++k) {
+      const float lk = p.lse_accum[row_of(k) * p.h_q + head];
+      if (lk == -INFINITY) continue;
+      const float w = expf(lk - g);
+      const float4* src = reinterpret_cast<const float4*>(p.o_accum + (row_of(k) * p.h_q + head) * kDv + lane * 16);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 v = src[i];
+        o[i * 4 + 0] = fmaf(w, v.x, o[i * 4 + 0]);
+        o[i * 4 + 1] = fmaf(w, v.y, o[i * 4 + 1]);
+        o[i * 4 + 2] = fmaf(w, v.z, o[i * 4 + 2]);
+        o[i * 4 + 3] = fmaf(w, v.w, o[i * 4 + 3]);
+      }
+    }
+  }
+  auto* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + lane * 16;
+#pragma unroll
+  for (int i = 0; i < 16; i += 2) store_bf16_pair(out + i, o[i], o[i + 1]);
+  if (lane == 0) p.lse[lse_offset(p, token, head)] = lse == -INFINITY ? INFINITY : lse;
+}
+
+__global__ void decode_schedule_kernel(sched::PartMeta* meta, int32_t* num_splits, int batch, int topk,
+                                       int num_parts) {
+  if (threadIdx.x == 0 && blockIdx.x == 0)
+    sched::build_schedule(batch, nullptr, sched::blocks_of(topk), num_parts, meta, num_splits);
+}
+
+// Quantizer: one warp per 576-value row; lane owns 4 consecutive values of each 128-value tile.
+__global__ void __launch_bounds__(256) quantize_v32_kernel(const QuantizeParams p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= p.num_rows) return;
+  int64_t rem = row, src_off = 0, dst_off = 0;
+  for (int d = p.num_lead - 1; d >= 0; --d) {
+    const int64_t i = rem % p.lead_shape[d];
+    rem /= p.lead_shape[d];
+    src_off += i * p.src_lead_stride[d];
+    dst_off += i * p.dst_lead_stride[d];
+  }
+  const auto* src = static_cast<const uint16_t*>(p.src) + src_off;
+  auto* dst = static_cast<unsigned char*>(p.dst) + dst_off;
+#pragma unroll
+  for (int t = 0; t < fp8::kNumScales; ++t) {
+    float x[4];
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x[i] = fp8::bf16_to_float(src[t * fp8::kTileDims + lane * 4 + i]);
+      amax = fmaxf(amax, fabsf(x[i]));
+    }
+    amax = warp_max(amax);
+    const float scale = fp8::pow2_scale(amax);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[t * fp8::kTileDims + lane * 4 + i] = fp8::float_to_e4m3(x[i] / scale);
+    if (lane == 0) {
+      const uint32_t bits = __float_as_uint(scale);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) dst[fp8::kScaleOffset + t * 4 + b] = static_cast<unsigned char>(bits >> (8 * b));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint16_t v = src[fp8::kNopeDims + lane * 2 + i];
+    dst[fp8::kRopeOffset + (lane * 2 + i) * 2] = static_cast<unsigned char>(v & 0xff);
+    dst[fp8::kRopeOffset + (lane * 2 + i) * 2 + 1] = static_cast<unsigned char>(v >> 8);
+  }
+}
+
+// Opts the kernels into > 48 KB of dynamic shared memory, once per device.
+void prepare_smem() {
+  static thread_local int prepared_for = -1;  // cheap fast path; the attribute is per device
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return;
+  if (prepared_for == dev) return;
+  const int bytes = static_cast<int>(sizeof(Smem));
+  (void)cudaFuncSetAttribute(sparse_attention_simple_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  (void)cudaFuncSetAttribute(sparse_attention_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  prepared_for = dev;
+}
+
+}  // namespace
+
+int sparse_attention_simple_smem_bytes() { return static_cast<int>(sizeof(Smem)); }
+
+bool sparse_attention_simple_available() {
+  cudaFuncAttributes attr{};
+  const cudaError_t e = cudaFuncGetAttributes(&attr, sparse_attention_simple_kernel);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t stream) {
+  prepare_smem();
+  const unsigned head_groups = static_cast<unsigned>((p.h_q + kHeads - 1) / kHeads);
+  if (p.sched == nullptr) {
+    dim3 grid(static_cast<unsigned>(p.num_tokens), head_groups);
+    sparse_attention_simple_kernel<<<grid, kThreads, sizeof(Smem), stream>>>(p);
+  } else {
+    dim3 grid(static_cast<unsigned>(p.num_parts), static_cast<unsigned>(p.tokens_per_request), head_groups);
+    sparse_attention_split_kernel<<<grid, kThreads, sizeof(Smem), stream>>>(p);
+  }
+}
+
+void launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream) {
+  dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.h_q + 7) / 8));
+  sparse_attention_combine_kernel<<<grid, 256, 0, stream>>>(p);
+}
+
+void launch_decode_schedule(void* sched, int32_t* num_splits, int batch, int topk, int num_parts,
+                            cudaStream_t stream) {
+  decode_schedule_kernel<<<1, 1, 0, stream>>>(static_cast<sched::PartMeta*>(sched), num_splits, batch, topk,
+                                               num_parts);
+}
+
+void launch_quantize_v32(const QuantizeParams& p, cudaStream_t stream) {
+  const int64_t blocks = (p.num_rows + 7) / 8;
+  quantize_v32_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+}
+
+}  // namespace flashcpp::mla::kernels

@@ -1,0 +1,266 @@
+#include "reference/mla_reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "flashcpp/error.hpp"
+
+namespace flashcpp::reference {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double bf16_at(const TensorView& t, int64_t off) {
+  uint16_t h;
+  std::memcpy(&h, static_cast<const char*>(t.data) + off * 2, 2);
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+template <class T>
+T value_at(const TensorView& t, int64_t off) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(t.data) + off * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+
+void require_host(const TensorView& t, const char* name) {
+  if (!t.device.is_host() || (t.data == nullptr && t.numel() != 0))
+    throw Error(ErrorCode::invalid_argument, std::string("mla reference: '") + name + "' must be a host tensor");
+}
+
+// One token's attention in float64: rows[j] (d_qk values) for the valid slots, q per head.
+// sink may be null. Writes out[h_q * d_v], lse[h_q], max_logits[h_q].
+void attend(const std::vector<std::vector<double>>& rows, const std::vector<double>& q /* h_q * d_qk */,
+            int64_t h_q, int64_t d_qk, int64_t d_v, const float* sink, double sm_scale, double* out, double* lse,
+            double* max_logits) {
+  std::vector<double> s(rows.size());
+  for (int64_t h = 0; h < h_q; ++h) {
+    double* o = out + h * d_v;
+    std::fill(o, o + d_v, 0.0);
+    if (rows.empty()) {
+      lse[h] = kInf;
+      max_logits[h] = -kInf;
+      continue;
+    }
+    const double* qh = q.data() + h * d_qk;
+    double m = -kInf;
+    for (size_t j = 0; j < rows.size(); ++j) {
+      double d = 0;
+      for (int64_t c = 0; c < d_qk; ++c) d += qh[c] * rows[j][static_cast<size_t>(c)];
+      s[j] = d * sm_scale;
+      m = std::max(m, s[j]);
+    }
+    double sum = 0;
+    for (double v : s) sum += std::exp(v - m);
+    const double row_lse = m + std::log(sum);
+    double lse_o = row_lse;
+    if (sink != nullptr) {
+      const double sk = sink[h];
+      if (sk == kInf) lse_o = kInf;
+      else if (sk != -kInf) {
+        const double hi = std::max(row_lse, sk);
+        lse_o = hi + std::log(std::exp(row_lse - hi) + std::exp(sk - hi));
+      }
+    }
+    if (lse_o != kInf) {
+      for (size_t j = 0; j < rows.size(); ++j) {
+        const double w = std::exp(s[j] - lse_o);
+        for (int64_t c = 0; c < d_v; ++c) o[c] += w * rows[j][static_cast<size_t>(c)];
+      }
+    }
+    lse[h] = row_lse;
+    max_logits[h] = m;
+  }
+}
+
+std::vector<int64_t> all_or(std::span<const int64_t> tokens, int64_t n) {
+  std::vector<int64_t> v(tokens.begin(), tokens.end());
+  if (v.empty()) {
+    v.resize(static_cast<size_t>(n));
+    std::iota(v.begin(), v.end(), 0);
+  }
+  for (int64_t t : v)
+    if (t < 0 || t >= n) throw Error(ErrorCode::invalid_argument, "mla reference: token out of range");
+  return v;
+}
+
+std::vector<float> sink_values(OptionalTensor attn_sink, int64_t h_q) {
+  std::vector<float> v;
+  if (attn_sink == nullptr) return v;
+  require_host(*attn_sink, "attn_sink");
+  for (int64_t h = 0; h < h_q; ++h) v.push_back(value_at<float>(*attn_sink, h * attn_sink->stride(0)));
+  return v;
+}
+
+}  // namespace
+
+double e4m3_value(uint8_t code) {
+  const int sign = code & 0x80 ? -1 : 1;
+  const int exp = (code >> 3) & 0xf, man = code & 7;
+  if (exp == 15 && man == 7) return std::numeric_limits<double>::quiet_NaN();
+  if (exp == 0) return sign * std::ldexp(man / 8.0, -6);
+  return sign * std::ldexp(1.0 + man / 8.0, exp - 7);
+}
+
+std::vector<double> mla_dequantize_v32_row(const uint8_t* row) {
+  std::vector<double> v(576);
+  float scales[4];
+  std::memcpy(scales, row + 512, 16);
+  for (int i = 0; i < 512; ++i) v[static_cast<size_t>(i)] = e4m3_value(row[i]) * static_cast<double>(scales[i / 128]);
+  for (int i = 0; i < 64; ++i) {
+    uint16_t h;
+    std::memcpy(&h, row + 528 + 2 * i, 2);
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    v[static_cast<size_t>(512 + i)] = f;
+  }
+  return v;
+}
+
+MlaReferenceResult mla_sparse_prefill_reference(const TensorView& q, const TensorView& kv, const TensorView& indices,
+                                                OptionalTensor attn_sink, OptionalTensor topk_length, double sm_scale,
+                                                int d_v, std::span<const int64_t> tokens) {
+  require_host(q, "q");
+  require_host(kv, "kv");
+  require_host(indices, "indices");
+  const int64_t s_q = q.size(0), h_q = q.size(1), d_qk = q.size(2), s_kv = kv.size(0), topk = indices.size(2);
+  const auto rows_wanted = all_or(tokens, s_q);
+  const auto sink = sink_values(attn_sink, h_q);
+  if (topk_length) require_host(*topk_length, "topk_length");
+
+  MlaReferenceResult r;
+  r.rows = static_cast<int64_t>(rows_wanted.size());
+  r.h_q = h_q;
+  r.d_v = d_v;
+  r.out.resize(static_cast<size_t>(r.rows * h_q * d_v));
+  r.lse.resize(static_cast<size_t>(r.rows * h_q));
+  r.max_logits.resize(static_cast<size_t>(r.rows * h_q));
+  std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
+  for (int64_t i = 0; i < r.rows; ++i) {
+    const int64_t t = rows_wanted[static_cast<size_t>(i)];
+    int64_t len = topk;
+    if (topk_length) len = std::clamp<int64_t>(value_at<int32_t>(*topk_length, t * topk_length->stride(0)), 0, topk);
+    std::vector<std::vector<double>> rows;
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t idx = value_at<int32_t>(indices, t * indices.stride(0) + j * indices.stride(2));
+      if (idx < 0 || idx >= s_kv) continue;
+      std::vector<double> row(static_cast<size_t>(d_qk));
+      for (int64_t c = 0; c < d_qk; ++c) row[static_cast<size_t>(c)] = bf16_at(kv, idx * kv.stride(0) + c * kv.stride(2));
+      rows.push_back(std::move(row));
+    }
+    for (int64_t h = 0; h < h_q; ++h)
+      for (int64_t c = 0; c < d_qk; ++c)
+        qv[static_cast<size_t>(h * d_qk + c)] = bf16_at(q, t * q.stride(0) + h * q.stride(1) + c * q.stride(2));
+    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, &r.out[static_cast<size_t>(i * h_q * d_v)],
+           &r.lse[static_cast<size_t>(i * h_q)], &r.max_logits[static_cast<size_t>(i * h_q)]);
+  }
+  return r;
+}
+
+MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const TensorView& kv_cache,
+                                               const TensorView& indices, OptionalTensor attn_sink,
+                                               OptionalTensor topk_length, double sm_scale,
+                                               std::span<const int64_t> tokens) {
+  require_host(q, "q");
+  require_host(kv_cache, "kv_cache");
+  require_host(indices, "indices");
+  const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2), d_qk = q.size(3), topk = indices.size(2);
+  const int64_t num_blocks = kv_cache.size(0), block_size = kv_cache.size(1);
+  const auto rows_wanted = all_or(tokens, b * s_q);
+  const auto sink = sink_values(attn_sink, h_q);
+  if (topk_length) require_host(*topk_length, "topk_length");
+  constexpr int64_t d_v = 512;
+
+  MlaReferenceResult r;
+  r.rows = static_cast<int64_t>(rows_wanted.size());
+  r.h_q = h_q;
+  r.d_v = d_v;
+  r.out.resize(static_cast<size_t>(r.rows * h_q * d_v));
+  r.lse.resize(static_cast<size_t>(r.rows * h_q));
+  r.max_logits.resize(static_cast<size_t>(r.rows * h_q));
+  std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
+  const auto* cache = static_cast<const uint8_t*>(kv_cache.data);
+  for (int64_t i = 0; i < r.rows; ++i) {
+    const int64_t t = rows_wanted[static_cast<size_t>(i)];
+    const int64_t bi = t / s_q, si = t % s_q;
+    int64_t len = topk;
+    if (topk_length) len = std::clamp<int64_t>(value_at<int32_t>(*topk_length, bi * topk_length->stride(0)), 0, topk);
+    std::vector<std::vector<double>> rows;
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t idx =
+          value_at<int32_t>(indices, bi * indices.stride(0) + si * indices.stride(1) + j * indices.stride(2));
+      if (idx < 0 || idx >= num_blocks * block_size) continue;
+      const int64_t blk = idx / block_size, slot = idx % block_size;
+      rows.push_back(mla_dequantize_v32_row(cache + blk * kv_cache.stride(0) + slot * kv_cache.stride(1)));
+    }
+    for (int64_t h = 0; h < h_q; ++h)
+      for (int64_t c = 0; c < d_qk; ++c)
+        qv[static_cast<size_t>(h * d_qk + c)] =
+            bf16_at(q, bi * q.stride(0) + si * q.stride(1) + h * q.stride(2) + c * q.stride(3));
+    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale,
+           &r.out[static_cast<size_t>(i * h_q * d_v)], &r.lse[static_cast<size_t>(i * h_q)],
+           &r.max_logits[static_cast<size_t>(i * h_q)]);
+  }
+  return r;
+}
+
+std::vector<uint8_t> mla_quantize_v32_reference(const TensorView& kv) {
+  require_host(kv, "kv");
+  if (kv.rank < 1 || kv.size(-1) != 576) throw Error(ErrorCode::invalid_argument, "mla reference: kv must be [..., 576]");
+  // All finite e4m3 codes with their values, for the nearest search.
+  std::vector<std::pair<double, uint8_t>> codes;
+  for (int c = 0; c < 256; ++c) {
+    const double v = e4m3_value(static_cast<uint8_t>(c));
+    if (!std::isnan(v) && c != 0x80) codes.emplace_back(v, static_cast<uint8_t>(c));  // +0 only
+  }
+  const int lead = kv.rank - 1;
+  int64_t rows = 1;
+  for (int d = 0; d < lead; ++d) rows *= kv.size(d);
+  std::vector<uint8_t> out(static_cast<size_t>(rows * 656));
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, off = 0;
+    for (int d = lead - 1; d >= 0; --d) {
+      off += (rem % kv.size(d)) * kv.stride(d);
+      rem /= kv.size(d);
+    }
+    uint8_t* dst = out.data() + r * 656;
+    auto x = [&](int c) { return bf16_at(kv, off + c * kv.stride(lead)); };
+    for (int t = 0; t < 4; ++t) {
+      double amax = 0;
+      for (int c = 0; c < 128; ++c) amax = std::max(amax, std::fabs(x(t * 128 + c)));
+      float s = static_cast<float>(amax) / 448.f;  // as FlashMLA: f32 division
+      s = std::max(s, 1e-4f);
+      const float scale = static_cast<float>(std::exp2(std::ceil(std::log2(static_cast<double>(s)))));
+      std::memcpy(dst + 512 + t * 4, &scale, 4);
+      for (int c = 0; c < 128; ++c) {
+        const double v = x(t * 128 + c) / scale;
+        // Nearest code; ties go to the code with an even mantissa (round half to even).
+        double best_err = kInf;
+        uint8_t best = 0;
+        for (const auto& [cv, cc] : codes) {
+          const double err = std::fabs(cv - v);
+          if (err < best_err || (err == best_err && (cc & 1) == 0)) {
+            best_err = err;
+            best = cc;
+          }
+        }
+        if (std::signbit(v) && best == 0) best = 0x80;  // zero keeps the sign, as a float conversion does
+        dst[t * 128 + c] = best;
+      }
+    }
+    for (int c = 0; c < 64; ++c) {
+      uint16_t h;
+      std::memcpy(&h, static_cast<const char*>(kv.data) + (off + (512 + c) * kv.stride(lead)) * 2, 2);
+      std::memcpy(dst + 528 + 2 * c, &h, 2);
+    }
+  }
+  return out;
+}
+
+}  // namespace flashcpp::reference

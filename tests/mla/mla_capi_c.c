@@ -1,0 +1,153 @@
+/* The sparse-MLA C ABI exercised from C (this file is compiled as C, so the headers must be valid C).
+ * Each function returns 0 on success, or the failing line with a message in `msg`. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flashcpp/flashcpp.h"
+
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      snprintf(msg, msg_len, __VA_ARGS__);                 \
+      return __LINE__;                                     \
+    }                                                      \
+  } while (0)
+
+#define CHECK_ERROR(status, want, text)                                                                   \
+  do {                                                                                                    \
+    flashcpp_status s_ = (status);                                                                        \
+    CHECK(s_ == (want), "%s: got status %d (%s), want %d; last error: %s", #status, (int)s_,            \
+          flashcpp_status_name(s_), (int)(want), flashcpp_last_error());                                 \
+    CHECK(strstr(flashcpp_last_error(), (text)) != NULL, "%s: last error \"%s\" lacks \"%s\"", #status,   \
+          flashcpp_last_error(), (text));                                                                 \
+  } while (0)
+
+static flashcpp_tensor make_tensor(void* data, int32_t dtype, int32_t device_type, int32_t device_id, int32_t rank,
+                                   const int64_t* shape) {
+  flashcpp_tensor t;
+  int64_t stride = 1;
+  int i;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.device_type = device_type;
+  t.device_id = device_id;
+  t.rank = rank;
+  for (i = rank - 1; i >= 0; --i) {
+    t.shape[i] = shape[i];
+    t.strides[i] = stride;
+    stride *= shape[i];
+  }
+  return t;
+}
+
+int mla_c_abi_status_codes(char* msg, size_t msg_len) {
+  static const int64_t q_shape[3] = {4, 64, 576}, kv_shape[3] = {300, 1, 576}, idx_shape[3] = {4, 1, 128};
+  static const int64_t out_shape[3] = {4, 64, 512}, lse_shape[2] = {4, 64};
+  void* fake = (void*)(((size_t)1) << 40);
+  flashcpp_tensor q = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, q_shape);
+  flashcpp_tensor kv = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, kv_shape);
+  flashcpp_tensor idx = make_tensor(fake, FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, idx_shape);
+  flashcpp_tensor out = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, out_shape);
+  flashcpp_tensor lse = make_tensor(fake, FLASHCPP_F32, FLASHCPP_CUDA, 1000, 2, lse_shape);
+  flashcpp_mla_prefill_params pp;
+  flashcpp_mla_device_info info;
+  flashcpp_mla_decode_config cfg;
+  flashcpp_mla_decode_plan_sizes sizes;
+
+  CHECK(strcmp(flashcpp_status_name(FLASHCPP_UNSUPPORTED_ARCH), "unsupported architecture") == 0, "status name");
+
+  CHECK_ERROR(flashcpp_mla_get_device_info(0, NULL), FLASHCPP_INVALID_ARGUMENT, "argument 'info' must not be NULL");
+  CHECK_ERROR(flashcpp_mla_get_device_info(1000, &info), FLASHCPP_INVALID_ARGUMENT, "device id 1000");
+
+  pp.sm_scale = 0.05f;
+  pp.d_v = 512;
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(NULL, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
+              FLASHCPP_INVALID_ARGUMENT, "flashcpp_mla_sparse_prefill: argument 'q' must not be NULL");
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, NULL, NULL),
+              FLASHCPP_INVALID_ARGUMENT, "argument 'params' must not be NULL");
+  pp.sm_scale = 0.f;
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
+              FLASHCPP_INVALID_ARGUMENT, "mla::sparse_prefill: argument 'sm_scale' must be finite and > 0");
+  pp.sm_scale = NAN;
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
+              FLASHCPP_INVALID_ARGUMENT, "'sm_scale'");
+  pp.sm_scale = 0.05f;
+  idx.dtype = FLASHCPP_I64;
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
+              FLASHCPP_INVALID_ARGUMENT, "argument 'indices' must have dtype i32");
+  idx.dtype = 99;
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
+              FLASHCPP_INVALID_ARGUMENT, "unknown dtype code");
+  idx.dtype = FLASHCPP_I32;
+  /* A fully valid call on a device that does not exist stops at the device lookup. */
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
+              FLASHCPP_INVALID_ARGUMENT, "device id 1000");
+
+  /* Decode plan: size query without buffers. */
+  memset(&cfg, 0, sizeof cfg);
+  cfg.batch = 2;
+  cfg.s_q = 1;
+  cfg.h_q = 128;
+  cfg.d_qk = 576;
+  cfg.topk = 2048;
+  cfg.num_sms = 132;
+  cfg.device_id = 1000;
+  memset(&sizes, 0x5A, sizeof sizes);
+  CHECK(flashcpp_mla_decode_plan(&cfg, NULL, NULL, &sizes, NULL) == FLASHCPP_SUCCESS, "size query: %s",
+        flashcpp_last_error());
+  CHECK(sizes.split == 1 && sizes.num_sm_parts == 66, "sizes: split %d parts %d", sizes.split, sizes.num_sm_parts);
+  CHECK(sizes.sched_meta_elems == 66 * FLASHCPP_MLA_SCHED_META_INTS && sizes.num_splits_elems == 3, "sizes");
+  CHECK(sizes.lse_accum_elems == 68 * 128 && sizes.o_accum_elems == 68 * 128 * 512, "accumulator sizes");
+
+  /* A bad config leaves `sizes` untouched. */
+  memset(&sizes, 0x5A, sizeof sizes);
+  cfg.topk = 100;
+  CHECK_ERROR(flashcpp_mla_decode_plan(&cfg, NULL, NULL, &sizes, NULL), FLASHCPP_INVALID_ARGUMENT,
+              "argument 'topk'");
+  CHECK(sizes.num_sm_parts == 0x5A5A5A5A, "sizes written on failure");
+  cfg.topk = 2048;
+  {
+    static const int64_t meta_shape[2] = {66, 8};
+    flashcpp_tensor meta = make_tensor(fake, FLASHCPP_I32, FLASHCPP_CUDA, 1000, 2, meta_shape);
+    CHECK_ERROR(flashcpp_mla_decode_plan(&cfg, &meta, NULL, &sizes, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "'sched_meta' and 'num_splits' must both be NULL");
+    CHECK(sizes.num_sm_parts == 0x5A5A5A5A, "sizes written on failure");
+  }
+  CHECK_ERROR(flashcpp_mla_decode_plan(NULL, NULL, NULL, &sizes, NULL), FLASHCPP_INVALID_ARGUMENT,
+              "argument 'config' must not be NULL");
+  CHECK_ERROR(flashcpp_mla_sparse_decode(NULL, &q, &kv, &idx, NULL, NULL, &out, &lse, NULL, NULL, NULL, NULL, NULL,
+                                         NULL),
+              FLASHCPP_INVALID_ARGUMENT, "argument 'config' must not be NULL");
+  {
+    flashcpp_mla_decode_params dp;
+    dp.sm_scale = 0.04f;
+    dp.d_v = 512;
+    /* q has rank 3: decode wants [b, s_q, h_q, 576]. */
+    CHECK_ERROR(flashcpp_mla_sparse_decode(&cfg, &q, &kv, &idx, NULL, NULL, &out, &lse, NULL, NULL, NULL, NULL, &dp,
+                                           NULL),
+                FLASHCPP_INVALID_ARGUMENT, "mla::sparse_decode: argument 'q' must have rank 4");
+  }
+
+  /* Quantizer on host memory: success writes the bytes; a failure writes nothing. */
+  {
+    static uint16_t src[2 * 576];
+    static uint8_t dst[2 * 656];
+    static const int64_t src_shape[2] = {2, 576}, dst_shape[2] = {2, 656}, bad_shape[2] = {2, 600};
+    flashcpp_tensor s, d;
+    int i;
+    for (i = 0; i < 2 * 576; ++i) src[i] = 0x3f80; /* 1.0 */
+    memset(dst, 0xEE, sizeof dst);
+    s = make_tensor(src, FLASHCPP_BF16, FLASHCPP_CPU, 0, 2, src_shape);
+    d = make_tensor(dst, FLASHCPP_U8, FLASHCPP_CPU, 0, 2, bad_shape);
+    CHECK_ERROR(flashcpp_mla_quantize_kv_cache_fp8(&s, &d, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "mla::quantize_kv_cache_fp8: argument 'out' must have size 656 in dim 1");
+    for (i = 0; i < (int)sizeof dst; ++i) CHECK(dst[i] == 0xEE, "byte %d written on failure", i);
+    d = make_tensor(dst, FLASHCPP_U8, FLASHCPP_CPU, 0, 2, dst_shape);
+    CHECK(flashcpp_mla_quantize_kv_cache_fp8(&s, &d, NULL) == FLASHCPP_SUCCESS, "quantize: %s", flashcpp_last_error());
+    CHECK(dst[0] == 0x78 && dst[656 + 511] == 0x78, "quantized 1.0 -> 0x%02x", dst[0]);
+    CHECK(dst[528] == 0x80 && dst[529] == 0x3f, "rope copied");
+  }
+  return 0;
+}

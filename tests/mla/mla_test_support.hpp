@@ -1,0 +1,193 @@
+// Test support for sparse MLA: the FlashMLA golden cases (shared/data/flashmla-golden), random inputs,
+// bf16 helpers and FlashMLA-style comparisons. Header-only; used by the CPU (label mla) and GPU tests.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flashcpp/tensor.hpp"
+#include "mla/fp8_v32.hpp"
+
+namespace flashcpp::mla_test {
+
+// ---------------------------------------------------------------------------------------------------
+// Golden data
+
+/// The golden directory: <source>/../shared/data/flashmla-golden, else $FLASHCPP_GOLDEN_DIR.
+inline std::optional<std::filesystem::path> golden_dir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path in_tree = fs::path(FLASHCPP_SOURCE_DIR) / ".." / "shared" / "data" / "flashmla-golden";
+  if (fs::is_directory(in_tree, ec)) return in_tree;
+  if (const char* env = std::getenv("FLASHCPP_GOLDEN_DIR"); env != nullptr && fs::is_directory(env, ec))
+    return fs::path(env);
+  return std::nullopt;
+}
+
+#define FLASHCPP_REQUIRE_GOLDEN(dir_var)                                                                  \
+  auto dir_var##_opt = ::flashcpp::mla_test::golden_dir();                                                 \
+  if (!dir_var##_opt)                                                                                      \
+    GTEST_SKIP() << "FlashMLA golden data not found: looked in <source>/../shared/data/flashmla-golden "   \
+                    "and $FLASHCPP_GOLDEN_DIR";                                                            \
+  const std::filesystem::path dir_var = *dir_var##_opt
+
+struct GoldenTensor {
+  std::string dtype;  // bf16 f32 i32 u8
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+
+  DType flashcpp_dtype() const {
+    if (dtype == "bf16") return DType::bf16;
+    if (dtype == "f32") return DType::f32;
+    if (dtype == "i32") return DType::i32;
+    return DType::u8;
+  }
+  /// A contiguous host view (the bytes stay owned by this object).
+  TensorView view() const {
+    return TensorView::contiguous(const_cast<uint8_t*>(bytes.data()), flashcpp_dtype(), Device::cpu(),
+                                  std::span<const int64_t>(shape));
+  }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    return n;
+  }
+  template <class T>
+  T at(int64_t i) const {
+    T v;
+    std::memcpy(&v, bytes.data() + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    return v;
+  }
+};
+
+struct GoldenCase {
+  std::string name, op;
+  nlohmann::json params;
+  std::map<std::string, GoldenTensor> inputs, outputs;
+  bool has_input(const std::string& n) const { return inputs.count(n) != 0; }
+};
+
+inline std::vector<std::string> golden_case_names(const std::filesystem::path& dir, const std::string& op_prefix) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind(op_prefix, 0) == 0)
+      names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+inline GoldenCase load_golden(const std::filesystem::path& dir, const std::string& name) {
+  GoldenCase c;
+  c.name = name;
+  std::ifstream mf(dir / name / "manifest.json");
+  if (!mf) throw std::runtime_error("cannot open manifest of golden case " + name);
+  const nlohmann::json m = nlohmann::json::parse(mf);
+  c.op = m.at("op").get<std::string>();
+  c.params = m.at("params");
+  auto load = [&](const nlohmann::json& section, std::map<std::string, GoldenTensor>& into) {
+    for (const auto& [key, t] : section.items()) {
+      GoldenTensor g;
+      g.dtype = t.at("dtype").get<std::string>();
+      g.shape = t.at("shape").get<std::vector<int64_t>>();
+      std::ifstream f(dir / name / t.at("file").get<std::string>(), std::ios::binary);
+      if (!f) throw std::runtime_error("cannot open " + t.at("file").get<std::string>() + " of " + name);
+      g.bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+      const int64_t elem = g.dtype == "bf16" ? 2 : (g.dtype == "u8" ? 1 : 4);
+      if (static_cast<int64_t>(g.bytes.size()) != g.numel() * elem)
+        throw std::runtime_error("golden tensor " + key + " of " + name + " has the wrong size");
+      into.emplace(key, std::move(g));
+    }
+  };
+  load(m.at("inputs"), c.inputs);
+  load(m.at("outputs"), c.outputs);
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// bf16 and random data
+
+inline float bf16_bits_to_float(uint16_t h) { return mla::fp8::bf16_to_float(h); }
+inline uint16_t float_to_bf16_bits(float f) { return mla::fp8::float_to_bf16(f); }
+
+/// FlashMLA's test data: randn / 10 + U(-0.05, 0.05), clamped to [-10, 10], as bf16 bits.
+inline std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng, double scale = 0.1) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_real_distribution<float> ud(-0.05f, 0.05f);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = float_to_bf16_bits(std::clamp(static_cast<float>(nd(rng) * scale) + ud(rng), -10.f, 10.f));
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Comparisons (FlashMLA's kernelkit check_is_allclose: inf/NaN positions equal, per element abs or rel,
+// plus a global cosine check)
+
+struct CompareResult {
+  bool ok = true;
+  int64_t failures = 0;
+  double max_abs = 0, cos_diff = 0;
+  std::string message;
+};
+
+/// got[i] vs ref[i]: non-finite values must match exactly; finite ones pass if |d| <= abs_tol or
+/// |d| / |ref| <= rel_tol; globally 1 - 2 sum(ab) / sum(a^2 + b^2) <= cos_diff_tol.
+inline CompareResult compare(std::span<const double> got, std::span<const double> ref, double abs_tol, double rel_tol,
+                             double cos_diff_tol, const std::string& what) {
+  CompareResult r;
+  std::ostringstream msg;
+  double sab = 0, saa = 0;
+  if (got.size() != ref.size()) {
+    r.ok = false;
+    r.message = what + ": size mismatch";
+    return r;
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double a = got[i], b = ref[i];
+    if (!std::isfinite(a) || !std::isfinite(b)) {
+      const bool same = (std::isnan(a) && std::isnan(b)) || a == b;
+      if (!same) {
+        if (r.failures++ < 5) msg << "\n  " << what << "[" << i << "]: got " << a << ", expected " << b;
+      }
+      continue;
+    }
+    const double d = std::fabs(a - b);
+    r.max_abs = std::max(r.max_abs, d);
+    if (!(d <= abs_tol || d <= rel_tol * std::fabs(b))) {
+      if (r.failures++ < 5) msg << "\n  " << what << "[" << i << "]: got " << a << ", expected " << b << " (|d| " << d << ")";
+    }
+    sab += a * b;
+    saa += a * a + b * b;
+  }
+  r.cos_diff = saa > 0 ? 1.0 - 2.0 * sab / saa : 0.0;
+  if (r.cos_diff > cos_diff_tol) msg << "\n  " << what << ": cosine difference " << r.cos_diff << " > " << cos_diff_tol;
+  r.ok = r.failures == 0 && r.cos_diff <= cos_diff_tol;
+  std::ostringstream head;
+  head << what << ": " << r.failures << " of " << got.size() << " elements out of tolerance (abs " << abs_tol
+       << " or rel " << rel_tol << "), max |d| " << r.max_abs << ", cos diff " << r.cos_diff;
+  r.message = head.str() + msg.str();
+  return r;
+}
+
+// FlashMLA's tolerances (tests/test_flash_mla_sparse_prefill.py): out abs 8e-4 or rel 3.01/128, cosine
+// difference 7e-6 (~ cosine >= 0.99999); lse / max_logits abs 1e-6 or rel 2.01/65536.
+inline constexpr double kOutAbsTol = 8e-4;
+inline constexpr double kOutRelTol = 3.01 / 128;
+inline constexpr double kOutCosDiffTol = 1e-5;
+inline constexpr double kLseAbsTol = 1e-6;
+inline constexpr double kLseRelTol = 2.01 / 65536;
+
+}  // namespace flashcpp::mla_test

@@ -1,0 +1,145 @@
+// Split-KV schedule invariants (the same function the device plan kernel runs): every (request, block)
+// is covered exactly once, parts are contiguous and ordered, split counts and flags are consistent, and
+// the accumulator rows the run uses stay inside the planned buffers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "flashcpp/mla.hpp"
+#include "mla/decode_schedule.hpp"
+
+namespace {
+
+using namespace flashcpp::mla;
+
+struct Piece {
+  int part, begin, end, split;
+};
+
+void check_schedule(int batch, const std::vector<int32_t>& blocks, int parts) {
+  SCOPED_TRACE("batch " + std::to_string(batch) + ", parts " + std::to_string(parts));
+  std::vector<sched::PartMeta> meta(static_cast<size_t>(parts));
+  std::vector<int32_t> num_splits(static_cast<size_t>(batch) + 1, -99);
+  sched::build_schedule(batch, blocks.data(), 0, parts, meta.data(), num_splits.data());
+
+  std::vector<std::vector<Piece>> pieces(static_cast<size_t>(batch));
+  int expected_req = 0, expected_block = 0;
+  bool done = false;
+  for (int p = 0; p < parts; ++p) {
+    const auto& m = meta[static_cast<size_t>(p)];
+    if (m.begin_req > m.end_req) {  // empty: only after all the work
+      EXPECT_EQ(m.begin_req, batch);
+      done = true;
+      continue;
+    }
+    ASSERT_FALSE(done) << "non-empty part " << p << " after an empty one";
+    ASSERT_EQ(m.begin_req, expected_req) << "part " << p;
+    ASSERT_EQ(m.begin_block, expected_block) << "part " << p;
+    for (int r = m.begin_req; r <= m.end_req; ++r) {
+      const int b0 = r == m.begin_req ? m.begin_block : 0;
+      const int b1 = r == m.end_req ? m.end_block : blocks[static_cast<size_t>(r)];
+      ASSERT_LT(b0, b1) << "part " << p << " request " << r << " has an empty piece";
+      ASSERT_LE(b1, blocks[static_cast<size_t>(r)]);
+      pieces[static_cast<size_t>(r)].push_back({p, b0, b1, r == m.begin_req ? m.begin_split : 0});
+    }
+    if (m.end_block == blocks[static_cast<size_t>(m.end_req)]) {
+      expected_req = m.end_req + 1;
+      expected_block = 0;
+    } else {
+      expected_req = m.end_req;
+      expected_block = m.end_block;
+    }
+  }
+  EXPECT_EQ(expected_req, batch) << "not every request was scheduled";
+
+  // Coverage exactly once, in order; split indices 0..n-1; num_splits is the prefix sum of pieces.
+  ASSERT_EQ(num_splits[0], 0);
+  int total = 0;
+  for (int r = 0; r < batch; ++r) {
+    const auto& pr = pieces[static_cast<size_t>(r)];
+    ASSERT_FALSE(pr.empty()) << "request " << r;
+    int next = 0;
+    for (size_t k = 0; k < pr.size(); ++k) {
+      EXPECT_EQ(pr[k].begin, next) << "request " << r << " piece " << k;
+      EXPECT_EQ(pr[k].split, static_cast<int>(k)) << "request " << r;
+      next = pr[k].end;
+    }
+    EXPECT_EQ(next, blocks[static_cast<size_t>(r)]) << "request " << r << " not fully covered";
+    const int n = num_splits[static_cast<size_t>(r) + 1] - num_splits[static_cast<size_t>(r)];
+    EXPECT_EQ(n, static_cast<int>(pr.size())) << "request " << r;
+    total += n;
+  }
+  EXPECT_EQ(num_splits[static_cast<size_t>(batch)], total);
+  // Accumulator rows: each part cuts at most one request, so splits <= batch + parts - 1 < batch + parts.
+  EXPECT_LE(total, batch + parts - 1);
+  for (int p = 0; p < parts; ++p) {
+    const auto& m = meta[static_cast<size_t>(p)];
+    if (m.begin_req > m.end_req) continue;
+    const int nb = num_splits[static_cast<size_t>(m.begin_req) + 1] - num_splits[static_cast<size_t>(m.begin_req)];
+    const int ne = num_splits[static_cast<size_t>(m.end_req) + 1] - num_splits[static_cast<size_t>(m.end_req)];
+    EXPECT_EQ(m.first_is_split, nb > 1 ? 1 : 0);
+    EXPECT_EQ(m.last_is_split, ne > 1 ? 1 : 0);
+  }
+}
+
+TEST(MlaSchedule, UniformRequestsEveryShape) {
+  for (int batch : {1, 2, 3, 4, 64, 74, 128, 321})
+    for (int topk : {64, 128, 576, 2048, 16384})
+      for (int parts : {1, 2, 7, 33, 66, 132, 200}) {
+        std::vector<int32_t> blocks(static_cast<size_t>(batch), sched::blocks_of(topk));
+        check_schedule(batch, blocks, parts);
+        // The device path passes blocks == nullptr with a uniform count: identical result.
+        std::vector<sched::PartMeta> a(static_cast<size_t>(parts)), b(static_cast<size_t>(parts));
+        std::vector<int32_t> na(static_cast<size_t>(batch) + 1), nb(static_cast<size_t>(batch) + 1);
+        sched::build_schedule(batch, blocks.data(), 0, parts, a.data(), na.data());
+        sched::build_schedule(batch, nullptr, sched::blocks_of(topk), parts, b.data(), nb.data());
+        ASSERT_EQ(na, nb);
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(sched::PartMeta)));
+      }
+}
+
+TEST(MlaSchedule, RandomRequestLengths) {
+  std::mt19937 rng(11);
+  for (int iter = 0; iter < 300; ++iter) {
+    const int batch = std::uniform_int_distribution<int>(1, 200)(rng);
+    const int parts = std::uniform_int_distribution<int>(1, 160)(rng);
+    std::vector<int32_t> blocks(static_cast<size_t>(batch));
+    for (auto& b : blocks) b = std::uniform_int_distribution<int>(1, 300)(rng);
+    check_schedule(batch, blocks, parts);
+  }
+}
+
+TEST(MlaSchedule, SmallBatchIsSpreadOverParts) {
+  // One request of 32 blocks over 66 parts: it is cut into several splits (that is the point of split-KV).
+  std::vector<sched::PartMeta> meta(66);
+  std::vector<int32_t> ns(2);
+  sched::build_schedule(1, nullptr, 32, 66, meta.data(), ns.data());
+  EXPECT_GT(ns[1], 4);
+  check_schedule(1, std::vector<int32_t>{32}, 66);
+}
+
+TEST(MlaSchedule, PlanSizesCoverTheSchedule) {
+  for (int batch : {1, 2, 3, 8, 30})
+    for (int s_q : {1, 2, 3})
+      for (int h_q : {16, 64, 128})
+        for (int topk : {64, 2048}) {
+          const DecodeConfig cfg{.batch = batch, .s_q = s_q, .h_q = h_q, .d_qk = 576, .topk = topk};
+          const auto s = decode_plan_sizes(cfg, 132);
+          if (!s.split) {
+            EXPECT_GE(int64_t{batch} * s_q * ((h_q + 63) / 64), 132);
+            continue;
+          }
+          std::vector<sched::PartMeta> meta(static_cast<size_t>(s.num_sm_parts));
+          std::vector<int32_t> ns(static_cast<size_t>(batch) + 1);
+          sched::build_schedule(batch, nullptr, sched::blocks_of(topk), s.num_sm_parts, meta.data(), ns.data());
+          // Rows used: (num_splits[b]) * s_q rows of h_q heads.
+          EXPECT_LE(int64_t{ns[static_cast<size_t>(batch)]} * s_q * h_q, s.lse_accum_elems);
+          EXPECT_EQ(s.o_accum_elems, s.lse_accum_elems * 512);
+          EXPECT_EQ(s.sched_meta_elems, int64_t{s.num_sm_parts} * sched::kMetaInts);
+        }
+}
+
+}  // namespace

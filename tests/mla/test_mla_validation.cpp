@@ -1,0 +1,361 @@
+// Validation matrix: every rule of every sparse-MLA entry point has a failing case that names the
+// argument, and a failing call writes nothing. The tensors live on "cuda:1000", a device that never
+// exists, so a fully valid call gets past validation and stops at the device lookup: nothing can launch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "flashcpp/error.hpp"
+#include "flashcpp/mla.hpp"
+
+namespace {
+
+using namespace flashcpp;
+namespace mla = flashcpp::mla;
+
+constexpr int kFakeDevice = 1000;
+const Device kDev = Device::cuda(kFakeDevice);
+
+// A fake, 256-byte aligned device address (never dereferenced).
+void* fake(uintptr_t slot) { return reinterpret_cast<void*>(uintptr_t{1} << 40 | slot << 24); }
+
+// Runs `fn`; returns the Error it throws (fails the test if it throws nothing or something else).
+Error expect_error(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "unexpected exception: " << e.what();
+    return Error(ErrorCode::internal, "unexpected");
+  }
+  ADD_FAILURE() << "no error thrown";
+  return Error(ErrorCode::internal, "none");
+}
+
+// The baseline passes validation: the only complaint is the unknown device.
+void expect_passes_validation(const std::function<void()>& fn) {
+  const Error e = expect_error(fn);
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(e.message().find("device id 1000"), std::string::npos) << e.what();
+}
+
+void expect_rule(const std::function<void()>& fn, const std::string& op, const std::string& arg,
+                 const std::string& case_name) {
+  const Error e = expect_error(fn);
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << case_name << ": " << e.what();
+  const std::string want = op + ": argument '" + arg + "'";
+  EXPECT_NE(e.message().find(want), std::string::npos) << case_name << ": expected \"" << want << "\" in: " << e.what();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Prefill
+
+struct PrefillArgs {
+  int64_t s_q = 4, h_q = 64, d_qk = 576, s_kv = 300, topk = 128;
+  TensorView q = TensorView::contiguous(fake(1), DType::bf16, kDev, {s_q, h_q, d_qk});
+  TensorView kv = TensorView::contiguous(fake(2), DType::bf16, kDev, {s_kv, 1, d_qk});
+  TensorView indices = TensorView::contiguous(fake(3), DType::i32, kDev, {s_q, 1, topk});
+  TensorView out = TensorView::contiguous(fake(4), DType::bf16, kDev, {s_q, h_q, 512});
+  TensorView max_logits = TensorView::contiguous(fake(5), DType::f32, kDev, {s_q, h_q});
+  TensorView lse = TensorView::contiguous(fake(6), DType::f32, kDev, {s_q, h_q});
+  TensorView sink = TensorView::contiguous(fake(7), DType::f32, kDev, {h_q});
+  TensorView len = TensorView::contiguous(fake(8), DType::i32, kDev, {s_q});
+  bool use_sink = true, use_len = true, use_ml = true;
+  mla::SparsePrefillParams params{.sm_scale = 0.05};
+  void call() {
+    mla::SparsePrefillParams p = params;
+    p.attn_sink = use_sink ? &sink : nullptr;
+    p.topk_length = use_len ? &len : nullptr;
+    mla::sparse_prefill(q, kv, indices, out, use_ml ? &max_logits : nullptr, lse, p, nullptr);
+  }
+};
+
+TEST(MlaValidation, PrefillBaselinePassesValidation) {
+  PrefillArgs a;
+  expect_passes_validation([&] { a.call(); });
+  a.use_sink = a.use_len = a.use_ml = false;
+  expect_passes_validation([&] { a.call(); });
+  a.q = TensorView::contiguous(fake(1), DType::bf16, kDev, {0, 64, 576});  // s_q = 0 is valid
+  a.indices = TensorView::contiguous(fake(3), DType::i32, kDev, {0, 1, 128});
+  a.out = TensorView::contiguous(fake(4), DType::bf16, kDev, {0, 64, 512});
+  a.lse = TensorView::contiguous(fake(6), DType::f32, kDev, {0, 64});
+  expect_passes_validation([&] { a.call(); });
+  PrefillArgs odd;  // other head counts and d_qk 512 are accepted
+  odd.q = TensorView::contiguous(fake(1), DType::bf16, kDev, {4, 3, 512});
+  odd.kv = TensorView::contiguous(fake(2), DType::bf16, kDev, {300, 1, 512});
+  odd.out = TensorView::contiguous(fake(4), DType::bf16, kDev, {4, 3, 512});
+  odd.lse = odd.max_logits = TensorView::contiguous(fake(6), DType::f32, kDev, {4, 3});
+  odd.sink = TensorView::contiguous(fake(7), DType::f32, kDev, {3});
+  expect_passes_validation([&] { odd.call(); });
+}
+
+TEST(MlaValidation, PrefillEveryRuleFails) {
+  const std::string op = "mla::sparse_prefill";
+  struct Case {
+    const char* name;
+    const char* arg;
+    std::function<void(PrefillArgs&)> mutate;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<Case> cases = {
+      {"sm_scale zero", "sm_scale", [](PrefillArgs& a) { a.params.sm_scale = 0; }},
+      {"sm_scale negative", "sm_scale", [](PrefillArgs& a) { a.params.sm_scale = -1; }},
+      {"sm_scale nan", "sm_scale", [nan](PrefillArgs& a) { a.params.sm_scale = nan; }},
+      {"sm_scale inf", "sm_scale", [](PrefillArgs& a) { a.params.sm_scale = INFINITY; }},
+      {"d_v 576", "d_v", [](PrefillArgs& a) { a.params.d_v = 576; }},
+      {"q dtype", "q", [](PrefillArgs& a) { a.q.dtype = DType::f16; }},
+      {"q rank", "q", [](PrefillArgs& a) { a.q = TensorView::contiguous(fake(1), DType::bf16, kDev, {4, 64, 1, 576}); }},
+      {"q null", "q", [](PrefillArgs& a) { a.q.data = nullptr; }},
+      {"q on cpu", "q", [](PrefillArgs& a) { a.q.device = Device::cpu(); }},
+      {"q d_qk 128", "q", [](PrefillArgs& a) { a.q.shape[2] = 128; }},
+      {"q h_q 0", "q", [](PrefillArgs& a) { a.q.shape[1] = 0; }},
+      {"q h_q 2048", "q", [](PrefillArgs& a) { a.q.shape[1] = 2048; }},
+      {"q last dim strided", "q", [](PrefillArgs& a) { a.q.strides[2] = 2; }},
+      {"q negative stride", "q", [](PrefillArgs& a) { a.q.strides[0] = -576 * 64; }},
+      {"q misaligned", "q", [](PrefillArgs& a) { a.q.data = static_cast<char*>(a.q.data) + 2; }},
+      {"q stride not 16 B", "q", [](PrefillArgs& a) { a.q.strides[1] = 580; }},
+      {"kv dtype", "kv", [](PrefillArgs& a) { a.kv.dtype = DType::f32; }},
+      {"kv rank", "kv", [](PrefillArgs& a) { a.kv = TensorView::contiguous(fake(2), DType::bf16, kDev, {300, 576}); }},
+      {"kv h_kv 2", "kv", [](PrefillArgs& a) { a.kv.shape[1] = 2; }},
+      {"kv d_qk mismatch", "kv", [](PrefillArgs& a) { a.kv.shape[2] = 512; }},
+      {"kv other device", "kv", [](PrefillArgs& a) { a.kv.device = Device::cuda(kFakeDevice + 1); }},
+      {"kv last dim strided", "kv", [](PrefillArgs& a) { a.kv.strides[2] = 3; }},
+      {"kv misaligned", "kv", [](PrefillArgs& a) { a.kv.data = static_cast<char*>(a.kv.data) + 8; }},
+      {"kv null", "kv", [](PrefillArgs& a) { a.kv.data = nullptr; }},
+      {"indices dtype i64", "indices", [](PrefillArgs& a) { a.indices.dtype = DType::i64; }},
+      {"indices rank", "indices", [](PrefillArgs& a) { a.indices = TensorView::contiguous(fake(3), DType::i32, kDev, {4, 128}); }},
+      {"indices s_q mismatch", "indices", [](PrefillArgs& a) { a.indices.shape[0] = 5; }},
+      {"indices h_kv 2", "indices", [](PrefillArgs& a) { a.indices.shape[1] = 2; }},
+      {"topk 100", "indices", [](PrefillArgs& a) { a.indices.shape[2] = 100; }},
+      {"topk 0", "indices", [](PrefillArgs& a) { a.indices.shape[2] = 0; }},
+      {"topk 32", "indices", [](PrefillArgs& a) { a.indices.shape[2] = 32; }},
+      {"indices last dim strided", "indices", [](PrefillArgs& a) { a.indices.strides[2] = 2; }},
+      {"indices on host", "indices", [](PrefillArgs& a) { a.indices.device = Device::cuda_host(); }},
+      {"indices misaligned", "indices", [](PrefillArgs& a) { a.indices.data = static_cast<char*>(a.indices.data) + 1; }},
+      {"out dtype", "out", [](PrefillArgs& a) { a.out.dtype = DType::f32; }},
+      {"out d_v", "out", [](PrefillArgs& a) { a.out.shape[2] = 576; }},
+      {"out h_q", "out", [](PrefillArgs& a) { a.out.shape[1] = 128; }},
+      {"out other device", "out", [](PrefillArgs& a) { a.out.device = Device::cuda(3); }},
+      {"out last dim strided", "out", [](PrefillArgs& a) { a.out.strides[2] = 2; }},
+      {"out null", "out", [](PrefillArgs& a) { a.out.data = nullptr; }},
+      {"lse dtype", "lse", [](PrefillArgs& a) { a.lse.dtype = DType::bf16; }},
+      {"lse shape", "lse", [](PrefillArgs& a) { a.lse.shape[1] = 63; }},
+      {"lse rank", "lse", [](PrefillArgs& a) { a.lse = TensorView::contiguous(fake(6), DType::f32, kDev, {4, 64, 1}); }},
+      {"max_logits shape", "max_logits", [](PrefillArgs& a) { a.max_logits.shape[0] = 3; }},
+      {"max_logits dtype", "max_logits", [](PrefillArgs& a) { a.max_logits.dtype = DType::f16; }},
+      {"attn_sink len", "attn_sink", [](PrefillArgs& a) { a.sink.shape[0] = 128; }},
+      {"attn_sink dtype", "attn_sink", [](PrefillArgs& a) { a.sink.dtype = DType::bf16; }},
+      {"attn_sink strided", "attn_sink", [](PrefillArgs& a) { a.sink.strides[0] = 2; }},
+      {"attn_sink device", "attn_sink", [](PrefillArgs& a) { a.sink.device = Device::cpu(); }},
+      {"topk_length len", "topk_length", [](PrefillArgs& a) { a.len.shape[0] = 1; }},
+      {"topk_length dtype", "topk_length", [](PrefillArgs& a) { a.len.dtype = DType::i64; }},
+      {"topk_length null", "topk_length", [](PrefillArgs& a) { a.len.data = nullptr; }},
+  };
+  for (const auto& c : cases) {
+    PrefillArgs a;
+    c.mutate(a);
+    expect_rule([&] { a.call(); }, op, c.arg, c.name);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Decode plan sizes and run
+
+TEST(MlaValidation, DecodePlanConfigRules) {
+  const std::string op = "mla::decode_plan";
+  const mla::DecodeConfig good{.batch = 2, .s_q = 1, .h_q = 128, .d_qk = 576, .topk = 2048, .num_sms = 0};
+  EXPECT_NO_THROW((void)mla::decode_plan_sizes(good, 132));
+  struct Case {
+    const char* name;
+    const char* arg;
+    std::function<void(mla::DecodeConfig&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"batch 0", "batch", [](mla::DecodeConfig& c) { c.batch = 0; }},
+      {"s_q 0", "s_q", [](mla::DecodeConfig& c) { c.s_q = 0; }},
+      {"s_q huge", "s_q", [](mla::DecodeConfig& c) { c.s_q = 70000; }},
+      {"h_q 0", "h_q", [](mla::DecodeConfig& c) { c.h_q = 0; }},
+      {"d_qk 512", "d_qk", [](mla::DecodeConfig& c) { c.d_qk = 512; }},
+      {"topk 96", "topk", [](mla::DecodeConfig& c) { c.topk = 96; }},
+      {"topk -64", "topk", [](mla::DecodeConfig& c) { c.topk = -64; }},
+      {"num_sms negative", "num_sms", [](mla::DecodeConfig& c) { c.num_sms = -1; }},
+  };
+  for (const auto& c : cases) {
+    mla::DecodeConfig cfg = good;
+    c.mutate(cfg);
+    expect_rule([&] { (void)mla::decode_plan_sizes(cfg, 132); }, op, c.arg, c.name);
+  }
+  expect_rule([&] { (void)mla::decode_plan_sizes(good, 0); }, op, "num_sms", "no SM count");
+}
+
+TEST(MlaValidation, DecodePlanSizesFollowTheShape) {
+  // Small batch: split over SM parts (132 SMs, 2 head groups of 64, s_q 1 -> 66 parts).
+  auto s = mla::decode_plan_sizes({.batch = 2, .s_q = 1, .h_q = 128, .topk = 2048}, 132);
+  EXPECT_TRUE(s.split);
+  EXPECT_EQ(s.num_sm_parts, 66);
+  EXPECT_EQ(s.sched_meta_elems, 66 * 8);
+  EXPECT_EQ(s.num_splits_elems, 3);
+  EXPECT_EQ(s.lse_accum_elems, (2 + 66) * 1 * 128);
+  EXPECT_EQ(s.o_accum_elems, (2 + 66) * 1 * 128 * 512);
+  // Enough independent CTAs (b * s_q * head groups >= SMs): no split, no buffers.
+  s = mla::decode_plan_sizes({.batch = 64, .s_q = 2, .h_q = 128, .topk = 2048}, 132);
+  EXPECT_FALSE(s.split);
+  EXPECT_EQ(s.o_accum_elems, 0);
+  // config.num_sms overrides the argument.
+  s = mla::decode_plan_sizes({.batch = 1, .s_q = 1, .h_q = 64, .topk = 128, .num_sms = 10}, 132);
+  EXPECT_EQ(s.num_sm_parts, 10);
+}
+
+struct DecodeArgs {
+  int64_t b = 2, s_q = 2, h_q = 64, topk = 128, nb = 10, bs = 53;
+  mla::DecodeConfig cfg{.batch = 2, .s_q = 2, .h_q = 64, .d_qk = 576, .topk = 128, .num_sms = 132};
+  mla::DecodePlanSizes sizes = mla::decode_plan_sizes(cfg, 132);
+  TensorView q = TensorView::contiguous(fake(1), DType::bf16, kDev, {b, s_q, h_q, 576});
+  TensorView kv = TensorView::contiguous(fake(2), DType::u8, kDev, {nb, bs, 1, 656});
+  TensorView indices = TensorView::contiguous(fake(3), DType::i32, kDev, {b, s_q, topk});
+  TensorView out = TensorView::contiguous(fake(4), DType::bf16, kDev, {b, s_q, h_q, 512});
+  // FlashMLA's lse layout [b, h_q, s_q] seen as [b, s_q, h_q].
+  TensorView lse = TensorView::strided(fake(5), DType::f32, kDev, {b, s_q, h_q}, {h_q * s_q, 1, s_q});
+  TensorView sink = TensorView::contiguous(fake(6), DType::f32, kDev, {h_q});
+  TensorView len = TensorView::contiguous(fake(7), DType::i32, kDev, {b});
+  mla::DecodeWorkspace ws{cfg,
+                          TensorView::contiguous(fake(8), DType::i32, kDev, {sizes.num_sm_parts, 8}),
+                          TensorView::contiguous(fake(9), DType::i32, kDev, {b + 1}),
+                          TensorView::contiguous(fake(10), DType::f32, kDev, {sizes.lse_accum_elems}),
+                          TensorView::contiguous(fake(11), DType::f32, kDev, {sizes.o_accum_elems})};
+  mla::SparseDecodeParams params{.sm_scale = 0.04};
+  void call() {
+    mla::SparseDecodeParams p = params;
+    p.attn_sink = &sink;
+    p.topk_length = &len;
+    mla::sparse_decode(q, kv, indices, out, lse, ws, p, nullptr);
+  }
+};
+
+TEST(MlaValidation, DecodeBaselinePassesValidation) {
+  DecodeArgs a;
+  ASSERT_TRUE(a.sizes.split);
+  expect_passes_validation([&] { a.call(); });
+  a.kv.dtype = DType::e4m3;
+  expect_passes_validation([&] { a.call(); });
+  // A padded block stride (FlashMLA's tests allocate block_size + 1 rows per block).
+  a.kv = TensorView::strided(fake(2), DType::i8, kDev, {10, 53, 1, 656}, {54 * 656, 656, 656, 1});
+  expect_passes_validation([&] { a.call(); });
+  expect_passes_validation([&] { mla::decode_plan(a.ws, kFakeDevice, nullptr); });
+}
+
+TEST(MlaValidation, DecodeEveryRuleFails) {
+  const std::string op = "mla::sparse_decode";
+  struct Case {
+    const char* name;
+    const char* arg;
+    std::function<void(DecodeArgs&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"sm_scale 0", "sm_scale", [](DecodeArgs& a) { a.params.sm_scale = 0; }},
+      {"d_v", "d_v", [](DecodeArgs& a) { a.params.d_v = 256; }},
+      {"q dtype", "q", [](DecodeArgs& a) { a.q.dtype = DType::e4m3; }},
+      {"q rank", "q", [](DecodeArgs& a) { a.q = TensorView::contiguous(fake(1), DType::bf16, kDev, {4, 64, 576}); }},
+      {"q d_qk 512", "q", [](DecodeArgs& a) { a.q.shape[3] = 512; }},
+      {"q uneven request stride", "q", [](DecodeArgs& a) { a.q.strides[0] += 8; }},
+      {"q misaligned", "q", [](DecodeArgs& a) { a.q.data = static_cast<char*>(a.q.data) + 4; }},
+      {"kv dtype bf16", "kv_cache", [](DecodeArgs& a) { a.kv.dtype = DType::bf16; }},
+      {"kv bytes 584", "kv_cache", [](DecodeArgs& a) { a.kv.shape[3] = 584; }},
+      {"kv h_kv", "kv_cache", [](DecodeArgs& a) { a.kv.shape[2] = 2; }},
+      {"kv block size 0", "kv_cache", [](DecodeArgs& a) { a.kv.shape[1] = 0; }},
+      {"kv slot stride", "kv_cache", [](DecodeArgs& a) { a.kv.strides[1] = 672; }},
+      {"kv block stride", "kv_cache", [](DecodeArgs& a) { a.kv.strides[0] = 53 * 656 + 4; }},
+      {"kv misaligned", "kv_cache", [](DecodeArgs& a) { a.kv.data = static_cast<char*>(a.kv.data) + 8; }},
+      {"kv other device", "kv_cache", [](DecodeArgs& a) { a.kv.device = Device::cuda(0); }},
+      {"kv rank", "kv_cache", [](DecodeArgs& a) { a.kv = TensorView::contiguous(fake(2), DType::u8, kDev, {530, 656}); }},
+      {"indices batch", "indices", [](DecodeArgs& a) { a.indices.shape[0] = 3; }},
+      {"indices s_q", "indices", [](DecodeArgs& a) { a.indices.shape[1] = 1; }},
+      {"indices topk", "indices", [](DecodeArgs& a) { a.indices.shape[2] = 100; }},
+      {"indices dtype", "indices", [](DecodeArgs& a) { a.indices.dtype = DType::u32; }},
+      {"out shape", "out", [](DecodeArgs& a) { a.out.shape[3] = 576; }},
+      {"out dtype", "out", [](DecodeArgs& a) { a.out.dtype = DType::f16; }},
+      {"lse shape", "lse", [](DecodeArgs& a) { a.lse.shape[2] = 128; }},
+      {"lse dtype", "lse", [](DecodeArgs& a) { a.lse.dtype = DType::f64; }},
+      {"attn_sink", "attn_sink", [](DecodeArgs& a) { a.sink.shape[0] = 65; }},
+      {"topk_length per token", "topk_length", [](DecodeArgs& a) { a.len.shape[0] = 4; }},
+      {"ws planned for another topk", "ws", [](DecodeArgs& a) { a.ws.config.topk = 256; }},
+      {"ws planned for another batch", "ws", [](DecodeArgs& a) { a.ws.config.batch = 3; }},
+      {"sched_meta parts", "sched_meta", [](DecodeArgs& a) { a.ws.sched_meta.shape[0] -= 1; }},
+      {"sched_meta dtype", "sched_meta", [](DecodeArgs& a) { a.ws.sched_meta.dtype = DType::u32; }},
+      {"num_splits len", "num_splits", [](DecodeArgs& a) { a.ws.num_splits.shape[0] = 2; }},
+      {"lse_accum small", "lse_accum", [](DecodeArgs& a) { a.ws.lse_accum.shape[0] -= 1; }},
+      {"o_accum small", "o_accum", [](DecodeArgs& a) { a.ws.o_accum.shape[0] -= 1; }},
+      {"o_accum misaligned", "o_accum", [](DecodeArgs& a) { a.ws.o_accum.data = static_cast<char*>(a.ws.o_accum.data) + 4; }},
+      {"o_accum dtype", "o_accum", [](DecodeArgs& a) { a.ws.o_accum.dtype = DType::bf16; }},
+  };
+  for (const auto& c : cases) {
+    DecodeArgs a;
+    c.mutate(a);
+    expect_rule([&] { a.call(); }, op, c.arg, c.name);
+  }
+  // The plan step validates its buffers too.
+  DecodeArgs a;
+  a.ws.num_splits.shape[0] = 7;
+  expect_rule([&] { mla::decode_plan(a.ws, kFakeDevice, nullptr); }, "mla::decode_plan", "num_splits", "plan num_splits");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Quantizer: host tensors, so "nothing written on failure" is observable.
+
+TEST(MlaValidation, QuantizerRulesAndNothingWrittenOnFailure) {
+  std::vector<uint16_t> src(2 * 3 * 576, 0x3f80);  // 1.0
+  std::vector<uint8_t> dst(2 * 3 * 656, 0xEE);
+  const TensorView good_src = TensorView::contiguous(src.data(), DType::bf16, Device::cpu(), {2, 3, 1, 576});
+  const TensorView good_dst = TensorView::contiguous(dst.data(), DType::u8, Device::cpu(), {2, 3, 1, 656});
+  const std::string op = "mla::quantize_kv_cache_fp8";
+  struct Case {
+    const char* name;
+    const char* arg;
+    std::function<void(TensorView&, TensorView&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"src dtype", "kv", [](TensorView& s, TensorView&) { s.dtype = DType::f16; }},
+      {"src last dim", "kv", [](TensorView& s, TensorView&) { s.shape[3] = 512; }},
+      {"src rank 1", "kv", [](TensorView& s, TensorView&) { s = TensorView::contiguous(s.data, DType::bf16, Device::cpu(), {576}); }},
+      {"src strided", "kv", [](TensorView& s, TensorView&) { s.strides[3] = 2; }},
+      {"src null", "kv", [](TensorView& s, TensorView&) { s.data = nullptr; }},
+      {"dst dtype", "out", [](TensorView&, TensorView& d) { d.dtype = DType::bf16; }},
+      {"dst bytes", "out", [](TensorView&, TensorView& d) { d.shape[3] = 584; }},
+      {"dst leading", "out", [](TensorView&, TensorView& d) { d.shape[1] = 4; }},
+      {"dst rank", "out", [](TensorView&, TensorView& d) { d = TensorView::contiguous(d.data, DType::u8, Device::cpu(), {6, 656}); }},
+      {"dst on cuda", "out", [](TensorView&, TensorView& d) { d.device = kDev; }},
+      {"dst strided", "out", [](TensorView&, TensorView& d) { d.strides[3] = 2; }},
+  };
+  for (const auto& c : cases) {
+    TensorView s = good_src, d = good_dst;
+    c.mutate(s, d);
+    expect_rule([&] { mla::quantize_kv_cache_fp8(s, d, nullptr); }, op, c.arg, c.name);
+    for (uint8_t byte : dst) ASSERT_EQ(byte, 0xEE) << c.name << ": output written on a failed call";
+  }
+  // Source on a device, destination on the host.
+  TensorView s = good_src;
+  s.device = kDev;
+  expect_rule([&] { mla::quantize_kv_cache_fp8(s, good_dst, nullptr); }, op, "out", "mixed devices");
+  // And the good call writes every byte.
+  mla::quantize_kv_cache_fp8(good_src, good_dst, nullptr);
+  for (int r = 0; r < 6; ++r) {
+    EXPECT_EQ(dst[static_cast<size_t>(r * 656)], 0x78) << "1.0 with scale 2^-8 is 256 = e4m3 0x78";
+    float scale;
+    std::memcpy(&scale, dst.data() + r * 656 + 512, 4);
+    EXPECT_EQ(scale, std::exp2(-8.f));
+  }
+}
+
+// Without a usable device a valid call never launches: it reports the device.
+TEST(MlaValidation, UnknownDeviceIsReported) {
+  EXPECT_THROW((void)mla::device_support(kFakeDevice), Error);
+  EXPECT_THROW((void)mla::device_support(-1), Error);
+}
+
+}  // namespace
