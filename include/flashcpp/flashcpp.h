@@ -3,4 +3,5 @@
 #define FLASHCPP_FLASHCPP_H_
 #include "flashcpp/c/common.h"
 #include "flashcpp/c/mla.h"
+#include "flashcpp/c/ops_extra.h"
 #endif
