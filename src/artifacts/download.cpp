@@ -311,7 +311,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
       rc = curl_easy_perform(c.h);
       curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &status);
       if (sink.restart_from_zero) have = 0;
-      if (rc == CURLE_OK || transient_curl(rc)) sink.flush();  // keep what arrived for the next attempt
+      if (!sink.write_errno && !sink.oversize) sink.flush();  // keep what arrived for the next attempt
       result.transferred += sink.received;
       if (have > 0 && sink.received > 0) result.resumed = true;
     }

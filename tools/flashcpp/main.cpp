@@ -9,7 +9,10 @@ int main(int argc, char** argv) {
   CLI::App app{"flashcpp: FlashInfer kernels and sparse MLA for C++ programs"};
   app.require_subcommand(1);
   flashcpp::cli::add_doctor_command(app);
+  flashcpp::cli::add_fetch_command(app);
+  flashcpp::cli::add_cache_command(app);
   flashcpp::cli::add_build_command(app);
+  flashcpp::cli::add_bench_extra_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
