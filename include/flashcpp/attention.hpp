@@ -97,7 +97,8 @@ int64_t single_prefill_tmp_bytes(int64_t qo_len, int64_t kv_len, int64_t num_qo_
 /// Attention of one request (FlashInfer fa2 single prefill; the Hopper single-prefill module misreads
 /// HND and is not prebuilt, so it is not used). q [qo_len, H_qo, D_qk], k/v [kv_len...] per layout,
 /// out [qo_len, H_qo, D_vo], lse optional f32 [qo_len, H_qo] (contiguous). `tmp`: 1-D CUDA scratch
-/// with at least single_prefill_tmp_bytes(...) bytes, or empty (numel 0) to never split the KV sequence.
+/// with at least single_prefill_tmp_bytes(...) bytes, or absent (TensorView{}: null data, or numel 0) to
+/// never split the KV sequence.
 void single_prefill(const Runtime& rt, const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& out, OptionalTensor lse, const TensorView& tmp,
                     const SinglePrefillOptions& options = {}, cudaStream_t stream = nullptr);

@@ -1,6 +1,7 @@
 // Single prefill (fa2) and batch prefill plans (fa2 / fa3): validation, module choice and argument
 // packing for FlashInfer's prefill modules (facts sheet §A.4, §A.6, §A.7, §A.11, §E).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -21,7 +22,11 @@ bool fa3_variant_exists(const AttentionVariant& v) {
   return sixteen && v.kv == v.q && v.o == v.q && dims && !v.use_fp16_qk_reduction;
 }
 
+static std::atomic<int> g_cc_major_override{-100};
+void set_device_cc_major_for_testing(int cc_major) noexcept { g_cc_major_override = cc_major; }
+
 int device_cc_major(int id) noexcept {
+  if (const int o = g_cc_major_override.load(std::memory_order_relaxed); o != -100) return o;
   if (id < 0 || id >= cuda_device_count()) return -1;
   try {
     return device_info(id).cc_major;
@@ -244,7 +249,7 @@ int64_t check_single_kv(const Validator& v, const TensorView& q, const TensorVie
 
 /// Validates `tmp` (empty, or a 1-D CUDA buffer of at least `need` bytes) and fills its argument.
 void check_tmp(const Validator& v, const TensorView& tmp, int64_t need, const TensorView& q, ffi::TensorArg& arg) {
-  if (tmp.numel() == 0) {
+  if (tmp.data == nullptr || tmp.numel() == 0) {
     // No scratch: pass a null-data empty buffer so the kernel never splits the KV sequence.
     arg.set(TensorView::contiguous(nullptr, DType::u8, q.device, {0}));
     return;

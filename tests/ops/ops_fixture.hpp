@@ -1,0 +1,146 @@
+// Test fixture for the FlashInfer ops without a GPU: a Runtime whose modules are the recording stand-in
+// (tests/ops/recording_module.cc) linked in as <dir>/<uri>/<uri>.so, plus helpers to build fake device
+// tensors and the record strings the stand-in writes.
+#pragma once
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ffi/ffi.hpp"
+#include "flashcpp/attention.hpp"
+#include "flashcpp/norm.hpp"
+#include "flashcpp/page.hpp"
+#include "flashcpp/runtime.hpp"
+#include "ops/attention_internal.hpp"
+#include "runtime/runtime_internal.hpp"
+
+namespace flashcpp::testing {
+
+namespace fs = std::filesystem;
+
+class OpsFixture : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("flashcpp_ops_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    RuntimeOptions o;
+    o.tvm_ffi_library = FLASHCPP_TVM_FFI_LIB;
+    o.module_dirs = {dir_};
+    o.use_artifacts = false;
+    o.jit = JitPolicy::off;
+    rt_ = Runtime::create(o);
+  }
+  static void TearDownTestSuite() {
+    rt_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void SetUp() override {
+    ops::set_device_cc_major_for_testing(-1);  // no GPU facts: automatic never picks fa3
+    link("norm");
+    (void)recorded();
+    set_plan_entries(-1);
+  }
+  void TearDown() override { ops::set_device_cc_major_for_testing(-100); }
+
+  /// Makes the recording module answer for `uri`.
+  static void link(const std::string& uri) {
+    fs::create_directories(dir_ / uri);
+    const fs::path p = dir_ / uri / (uri + ".so");
+    std::error_code ec;
+    if (!fs::exists(p, ec)) fs::create_symlink(FLASHCPP_OPS_RECORDING_MODULE, p);
+  }
+  /// The log of every call since the last read (one line per call), cleared.
+  static std::string recorded() {
+    auto lib = load_module(*rt_, "norm");
+    ffi::Any r;
+    ffi::call(lib->function("recorded"), {}, &r, nullptr);
+    return r.as_string();
+  }
+  static void set_plan_entries(int64_t n) {
+    auto lib = load_module(*rt_, "norm");
+    const ffi::Arg a[] = {n};
+    ffi::call(lib->function("set_plan_entries"), a, nullptr, nullptr);
+  }
+  static std::vector<std::string> lines(const std::string& log) { return split(log, '\n'); }
+  static std::vector<std::string> split(const std::string& s, char sep = '|') {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, sep)) out.push_back(item);
+    return out;
+  }
+
+  /// A fake CUDA tensor (never dereferenced): row-major at a distinct, 4 KiB aligned address.
+  static TensorView dev(DType t, std::initializer_list<int64_t> shape, int device = 0) {
+    next_addr_ += 0x100000;
+    return TensorView::contiguous(reinterpret_cast<void*>(next_addr_), t, Device::cuda(device), shape);
+  }
+  static TensorView dev_strided(DType t, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides) {
+    next_addr_ += 0x100000;
+    return TensorView::strided(reinterpret_cast<void*>(next_addr_), t, Device::cuda(0), shape, strides);
+  }
+  /// Host int32 array owned by the fixture instance.
+  TensorView host_i32(std::vector<int32_t> values) {
+    host_.push_back(std::make_unique<std::vector<int32_t>>(std::move(values)));
+    auto& v = *host_.back();
+    return TensorView::contiguous(v.data(), DType::i32, Device::cpu(), {static_cast<int64_t>(v.size())});
+  }
+
+  /// What the recording module writes for a raw DLTensor argument.
+  static std::string T(const TensorView& v, bool host_values = false) {
+    std::ostringstream os;
+    const DLDataType dt = ffi::to_dl_dtype(v.dtype);
+    os << "T(" << int(dt.code) << "." << int(dt.bits) << ";[";
+    for (int i = 0; i < v.rank; ++i) os << (i ? "," : "") << v.shape[i];
+    os << "];[";
+    for (int i = 0; i < v.rank; ++i) os << (i ? "," : "") << v.strides[i];
+    char ptr[32];
+    std::snprintf(ptr, sizeof(ptr), "%llx", static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(v.data)));
+    os << "];" << int(v.device.type == DeviceType::cuda ? 2 : 1) << ":" << v.device.id << ";@" << ptr;
+    if (host_values) {
+      os << ";{";
+      for (int64_t i = 0; i < v.numel(); ++i) os << (i ? "," : "") << v.data_as<const int32_t>()[i];
+      os << "}";
+    }
+    return os.str() + ")";
+  }
+  /// A 1-D u8 view of `bytes` bytes at v.data (how workspaces reach FlashInfer).
+  static std::string bytes(const TensorView& v, int64_t n, bool as_cpu = false) {
+    TensorView b = TensorView::contiguous(v.data, DType::u8, as_cpu ? Device::cpu() : v.device, {n});
+    return T(b);
+  }
+  static std::string F(double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "f:%.17g", x);
+    return buf;
+  }
+  static std::string I(int64_t x) { return "i:" + std::to_string(x); }
+  static std::string B(bool x) { return x ? "b:1" : "b:0"; }
+
+  static const Runtime& rt() { return *rt_; }
+
+  static inline fs::path dir_;
+  static inline std::shared_ptr<Runtime> rt_;
+  static inline uintptr_t next_addr_ = 0x7f0000000000;
+  std::vector<std::unique_ptr<std::vector<int32_t>>> host_;
+};
+
+/// Expects `fn` to throw Error(invalid_argument) whose message contains `fragment`.
+#define EXPECT_INVALID(fn, fragment)                                                                    \
+  do {                                                                                                  \
+    try {                                                                                               \
+      fn;                                                                                               \
+      ADD_FAILURE() << "expected invalid_argument containing '" << (fragment) << "'";                  \
+    } catch (const ::flashcpp::Error& e) {                                                              \
+      EXPECT_EQ(e.code(), ::flashcpp::ErrorCode::invalid_argument) << e.what();                         \
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();                   \
+    }                                                                                                   \
+  } while (0)
+
+}  // namespace flashcpp::testing

@@ -1,0 +1,466 @@
+// The validation matrix: for every op a valid baseline (which reaches the module), then one failing case
+// per rule. Each failing case must throw Error(invalid_argument) naming the argument and the rule, and
+// must call nothing (the recording module's log stays empty: nothing launched, nothing written).
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+
+#include "ops/ops_fixture.hpp"
+
+namespace flashcpp::testing {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+class OpsValidation : public OpsFixture {
+ protected:
+  /// Runs `call(args)` on a copy of `base` changed by `mutate`; expects invalid_argument with `fragment`.
+  template <class Args>
+  void reject(const Args& base, const std::function<void(Args&)>& mutate, const std::function<void(const Args&)>& call,
+              const std::string& fragment) {
+    Args a = base;
+    mutate(a);
+    (void)recorded();
+    EXPECT_INVALID(call(a), fragment);
+    EXPECT_EQ(recorded(), "") << "a module function ran after a validation failure (" << fragment << ")";
+  }
+  template <class Args>
+  void accept(const Args& base, const std::function<void(const Args&)>& call) {
+    (void)recorded();
+    call(base);
+    EXPECT_NE(recorded(), "") << "the valid baseline did not reach the module";
+  }
+  static TensorView on_device(TensorView t, int id) {
+    t.device = Device::cuda(id);
+    return t;
+  }
+  static TensorView shifted(TensorView t, int bytes) {
+    t.data = static_cast<char*>(t.data) + bytes;
+    return t;
+  }
+};
+
+// -------------------------------------------------------------------------------------------------
+
+struct NormArgs {
+  TensorView out, input, weight;
+  RmsNormOptions o;
+};
+
+TEST_F(OpsValidation, Rmsnorm) {
+  NormArgs b{dev(DType::bf16, {4, 256}), dev(DType::bf16, {4, 256}), dev(DType::bf16, {256}), {}};
+  auto call = [](const NormArgs& a) { rmsnorm(rt(), a.out, a.input, a.weight, a.o); };
+  accept<NormArgs>(b, call);
+  using M = std::function<void(NormArgs&)>;
+  const std::vector<std::pair<M, std::string>> cases = {
+      {[](NormArgs& a) { a.input.dtype = DType::f32; }, "'input' must have dtype f16 or bf16"},
+      {[](NormArgs& a) { a.input = dev(DType::bf16, {4, 2, 128}); }, "'input' must have rank 2"},
+      {[](NormArgs& a) { a.out = dev(DType::bf16, {4, 128}); }, "'out' must have the shape of 'input'"},
+      {[](NormArgs& a) { a.out.dtype = DType::f16; }, "'out' must have the dtype of 'input'"},
+      {[](NormArgs& a) { a.weight = dev(DType::bf16, {255}); }, "'weight' must have size 256 in dim 0"},
+      {[](NormArgs& a) { a.weight = dev(DType::bf16, {2, 128}); }, "'weight' must have rank 1"},
+      {[](NormArgs& a) { a.input = dev_strided(DType::bf16, {4, 256}, {512, 2}); }, "stride 1 in its last dim"},
+      {[](NormArgs& a) { a.out = dev_strided(DType::bf16, {4, 256}, {-256, 1}); }, "must not have negative strides"},
+      {[](NormArgs& a) { a.input = dev_strided(DType::bf16, {4, 256}, {260, 1}); }, "multiples of 8 elements"},
+      {[](NormArgs& a) { a.input = shifted(a.input, 2); }, "aligned to 16 bytes"},
+      {[](NormArgs& a) { a.out = on_device(a.out, 1); }, "'out' must be on the device of 'input'"},
+      {[](NormArgs& a) { a.weight = on_device(a.weight, 1); }, "'weight' must be on the device of 'input'"},
+      {[](NormArgs& a) { a.input.device = Device::cpu(); }, "'input' must be in CUDA device memory"},
+      {[](NormArgs& a) { a.weight.data = nullptr; }, "'weight' must not be null"},
+      {[](NormArgs& a) { a.o.eps = kNaN; }, "'eps' must be finite and > 0"},
+      {[](NormArgs& a) { a.o.eps = 0; }, "'eps' must be finite and > 0"},
+      {[](NormArgs& a) { a.o.eps = kInf; }, "'eps' must be finite and > 0"},
+  };
+  for (const auto& [m, frag] : cases) reject<NormArgs>(b, m, call, frag);
+}
+
+TEST_F(OpsValidation, FusedQkAndFusedAddNorms) {
+  NormArgs b{dev(DType::f16, {4, 8, 128}), dev(DType::f16, {4, 8, 128}), dev(DType::f16, {128}), {}};
+  auto qk = [](const NormArgs& a) { fused_qk_rmsnorm(rt(), a.out, a.input, a.weight, a.o); };
+  accept<NormArgs>(b, qk);
+  reject<NormArgs>(b, [](NormArgs& a) { a.input = dev(DType::f16, {4, 1024}); }, qk, "'input' must have rank 3");
+  reject<NormArgs>(b, [](NormArgs& a) { a.weight = dev(DType::f16, {8}); }, qk, "size 128 in dim 0 (= input.size(2))");
+  reject<NormArgs>(b, [](NormArgs& a) { a.input = dev_strided(DType::f16, {4, 8, 128}, {3000, 130, 1}); }, qk,
+                   "multiples of 8 elements");
+
+  NormArgs f{dev(DType::bf16, {4, 256}), dev(DType::bf16, {4, 256}), dev(DType::bf16, {256}), {}};  // out = residual
+  auto fused = [](const NormArgs& a) { fused_add_rmsnorm(rt(), a.input, a.out, a.weight, a.o); };
+  auto gemma = [](const NormArgs& a) { gemma_fused_add_rmsnorm(rt(), a.input, a.out, a.weight, a.o); };
+  accept<NormArgs>(f, fused);
+  accept<NormArgs>(f, gemma);
+  reject<NormArgs>(f, [](NormArgs& a) { a.out = a.input; }, fused, "'residual' must not alias 'input'");
+  reject<NormArgs>(f, [](NormArgs& a) { a.out = dev(DType::bf16, {3, 256}); }, gemma,
+                   "'residual' must have the shape of 'input'");
+  reject<NormArgs>(f, [](NormArgs& a) { a.o.eps = -1; }, gemma, "'eps' must be finite and > 0");
+  auto gemma_norm = [](const NormArgs& a) { gemma_rmsnorm(rt(), a.out, a.input, a.weight, a.o); };
+  reject<NormArgs>(f, [](NormArgs& a) { a.weight.dtype = DType::f16; }, gemma_norm,
+                   "'weight' must have the dtype of 'input'");
+}
+
+// -------------------------------------------------------------------------------------------------
+
+struct AppendArgs {
+  TensorView k, v, bi, pos;
+  PagedKvCache c;
+};
+
+TEST_F(OpsValidation, AppendPagedKvCache) {
+  link("page");
+  AppendArgs b;
+  b.k = dev(DType::bf16, {5, 4, 128});
+  b.v = dev(DType::bf16, {5, 4, 128});
+  b.bi = dev(DType::i32, {5});
+  b.pos = dev(DType::i32, {5});
+  b.c.k_cache = dev(DType::bf16, {10, 16, 4, 128});
+  b.c.v_cache = dev(DType::bf16, {10, 16, 4, 128});
+  b.c.indices = dev(DType::i32, {10});
+  b.c.indptr = dev(DType::i32, {3});
+  b.c.last_page_len = dev(DType::i32, {2});
+  auto call = [](const AppendArgs& a) { append_paged_kv_cache(rt(), a.k, a.v, a.bi, a.pos, a.c); };
+  accept<AppendArgs>(b, call);
+  using M = std::function<void(AppendArgs&)>;
+  const std::vector<std::pair<M, std::string>> cases = {
+      {[](AppendArgs& a) { a.k.dtype = a.v.dtype = DType::f16; }, "'k_cache' must have the dtype of 'append_key'"},
+      {[](AppendArgs& a) { a.k.dtype = DType::f32; }, "'append_key' must have dtype f16 or bf16 or e4m3 or e5m2"},
+      {[](AppendArgs& a) { a.v = dev(DType::bf16, {4, 4, 128}); }, "'append_value' must have the shape of 'append_key'"},
+      {[](AppendArgs& a) { a.k = dev(DType::bf16, {5, 128}); a.v = dev(DType::bf16, {5, 128}); },
+       "'append_key' must have rank 3"},
+      {[](AppendArgs& a) { a.bi = dev(DType::i32, {4}); }, "'batch_indices' must have size 5 in dim 0"},
+      {[](AppendArgs& a) { a.pos.dtype = DType::i64; }, "'positions' must have dtype i32"},
+      {[](AppendArgs& a) { a.pos = dev_strided(DType::i32, {5}, {2}); }, "'positions' must be contiguous"},
+      {[](AppendArgs& a) { a.c.v_cache = dev_strided(DType::bf16, {10, 16, 4, 128}, {16384, 512, 128, 1}); },
+       "'v_cache' must have the same strides as 'k_cache'"},
+      {[](AppendArgs& a) { a.c.v_cache = dev(DType::bf16, {9, 16, 4, 128}); }, "'v_cache' must have the shape of 'k_cache'"},
+      {[](AppendArgs& a) { a.c.k_cache = dev(DType::bf16, {10, 16, 8, 64}); a.c.v_cache = dev(DType::bf16, {10, 16, 8, 64}); },
+       "the cache's num_kv_heads"},
+      {[](AppendArgs& a) { a.c.indptr = dev(DType::i32, {2}); }, "'indptr' must have size 3 in dim 0"},
+      {[](AppendArgs& a) { a.c.last_page_len = dev(DType::i32, {0}); a.c.indptr = dev(DType::i32, {1}); },
+       "'last_page_len' must have at least one entry"},
+      {[](AppendArgs& a) { a.c.indices = on_device(a.c.indices, 1); }, "'indices' must be on the device of 'append_key'"},
+      {[](AppendArgs& a) { a.c.k_cache = on_device(a.c.k_cache, 2); }, "'k_cache' must be on the device"},
+      {[](AppendArgs& a) { a.c.layout = static_cast<KvLayout>(3); }, "'layout' must be nhd or hnd"},
+      {[](AppendArgs& a) { a.c.k_cache = shifted(a.c.k_cache, 8); a.c.v_cache = shifted(a.c.v_cache, 8); },
+       "aligned to 16 bytes"},
+  };
+  for (const auto& [m, frag] : cases) reject<AppendArgs>(b, m, call, frag);
+}
+
+struct MlaAppendArgs {
+  TensorView ckv, kpe, bi, pos;
+  PagedMlaKvCache c;
+};
+
+TEST_F(OpsValidation, AppendPagedMlaKvCache) {
+  link("page");
+  MlaAppendArgs b;
+  b.ckv = dev(DType::bf16, {3, 512});
+  b.kpe = dev(DType::bf16, {3, 64});
+  b.bi = dev(DType::i32, {3});
+  b.pos = dev(DType::i32, {3});
+  b.c.ckv_cache = dev(DType::bf16, {8, 64, 512});
+  b.c.kpe_cache = dev(DType::bf16, {8, 64, 64});
+  b.c.indices = dev(DType::i32, {8});
+  b.c.indptr = dev(DType::i32, {2});
+  b.c.last_page_len = dev(DType::i32, {1});
+  auto call = [](const MlaAppendArgs& a) { append_paged_mla_kv_cache(rt(), a.ckv, a.kpe, a.bi, a.pos, a.c); };
+  accept<MlaAppendArgs>(b, call);
+  reject<MlaAppendArgs>(b, [](MlaAppendArgs& a) { a.ckv = dev(DType::bf16, {3, 256}); }, call, "size 512 in dim 1");
+  reject<MlaAppendArgs>(b, [](MlaAppendArgs& a) { a.kpe = dev(DType::bf16, {3, 32}); }, call,
+                        "'append_kpe' must have shape [3, 64]");
+  reject<MlaAppendArgs>(b, [](MlaAppendArgs& a) { a.c.kpe_cache = dev(DType::bf16, {8, 32, 64}); }, call,
+                        "'kpe_cache' must have shape [8, 64, 64]");
+  reject<MlaAppendArgs>(b, [](MlaAppendArgs& a) { a.c.ckv_cache.dtype = DType::f16; }, call,
+                        "'ckv_cache' must have the dtype of 'append_ckv'");
+  reject<MlaAppendArgs>(b, [](MlaAppendArgs& a) { a.pos = dev(DType::i32, {2}); }, call, "'positions' must have size 3");
+}
+
+// -------------------------------------------------------------------------------------------------
+
+struct SingleArgs {
+  TensorView q, k, v, o, lse, tmp;
+  bool with_lse = true;
+  SinglePrefillOptions opt;
+};
+
+TEST_F(OpsValidation, SinglePrefill) {
+  link("single_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_head_dim_qk_128_head_dim_vo_128_"
+       "posenc_0_use_swa_False_use_logits_cap_False_f16qk_False");
+  SingleArgs b;
+  b.q = dev(DType::bf16, {7, 32, 128});
+  b.k = dev(DType::bf16, {300, 8, 128});
+  b.v = dev(DType::bf16, {300, 8, 128});
+  b.o = dev(DType::bf16, {7, 32, 128});
+  b.lse = dev(DType::f32, {7, 32});
+  b.tmp = dev(DType::u8, {1 << 20});
+  auto call = [](const SingleArgs& a) {
+    single_prefill(rt(), a.q, a.k, a.v, a.o, a.with_lse ? &a.lse : nullptr, a.tmp, a.opt);
+  };
+  accept<SingleArgs>(b, call);
+  using M = std::function<void(SingleArgs&)>;
+  const std::vector<std::pair<M, std::string>> cases = {
+      {[](SingleArgs& a) { a.q.dtype = a.k.dtype = a.v.dtype = a.o.dtype = DType::f32; }, "'q' must have dtype f16 or bf16"},
+      {[](SingleArgs& a) { a.k.dtype = DType::f16; }, "'k' must have the dtype of 'q'"},
+      {[](SingleArgs& a) { a.q = dev(DType::bf16, {7, 4096}); }, "'q' must have rank 3"},
+      {[](SingleArgs& a) { a.q = dev(DType::bf16, {7, 30, 128}); a.o = dev(DType::bf16, {7, 30, 128}); a.lse = dev(DType::f32, {7, 30}); },
+       "must be divisible by num_kv_heads"},
+      {[](SingleArgs& a) { a.k = dev(DType::bf16, {300, 8, 64}); }, "'k' must have size 128 in dim 2 (= q.size(-1))"},
+      {[](SingleArgs& a) { a.v = dev(DType::bf16, {299, 8, 128}); }, "'v' must have shape [300, 8, 128]"},
+      {[](SingleArgs& a) { a.o = dev(DType::bf16, {7, 16, 128}); }, "'out' must have shape [7, 32, *]"},
+      {[](SingleArgs& a) { a.o = dev_strided(DType::bf16, {7, 32, 128}, {8192, 256, 1}); }, "'out' must be contiguous"},
+      {[](SingleArgs& a) { a.lse.dtype = DType::bf16; }, "'lse' must have dtype f32"},
+      {[](SingleArgs& a) { a.lse = dev(DType::f32, {32, 7}); }, "'lse' must have shape [7, 32]"},
+      {[](SingleArgs& a) { a.k = dev_strided(DType::bf16, {300, 8, 128}, {1024, 128, 2}); }, "'k' must have stride 1"},
+      {[](SingleArgs& a) { a.q = dev_strided(DType::bf16, {7, 32, 128}, {int64_t{1} << 32, 128, 1}); },
+       "'q' must have strides below 2^31"},
+      {[](SingleArgs& a) { a.v = on_device(a.v, 1); }, "'v' must be on the device of 'q'"},
+      {[](SingleArgs& a) { a.k = dev(DType::bf16, {0, 8, 128}); a.v = dev(DType::bf16, {0, 8, 128}); },
+       "'k' must hold at least one token"},
+      {[](SingleArgs& a) { a.opt.sm_scale = 0.0; }, "'sm_scale' must be finite and > 0"},
+      {[](SingleArgs& a) { a.opt.sm_scale = -0.1; }, "'sm_scale' must be finite and > 0"},
+      {[](SingleArgs& a) { a.opt.sm_scale = kNaN; }, "'sm_scale' must be finite and > 0"},
+      {[](SingleArgs& a) { a.opt.logits_soft_cap = kInf; }, "'logits_soft_cap' must be finite"},
+      {[](SingleArgs& a) { a.opt.logits_soft_cap = -1; }, "'logits_soft_cap' must be 0 (off) or > 0"},
+      {[](SingleArgs& a) { a.opt.window_left = -2; }, "'window_left' must be -1 (no window) or >= 0"},
+      {[](SingleArgs& a) { a.opt.use_fp16_qk_reduction = true; }, "'use_fp16_qk_reduction' needs f16 q"},
+      {[](SingleArgs& a) { a.opt.layout = static_cast<KvLayout>(2); }, "'layout' must be nhd or hnd"},
+      // NHD tensors read as HND: 300 "heads" of 8 tokens, which 32 query heads cannot be grouped over.
+      {[](SingleArgs& a) { a.opt.layout = KvLayout::hnd; }, "must be divisible by num_kv_heads (300)"},
+      {[](SingleArgs& a) { a.tmp = dev(DType::u8, {1000}); }, "'tmp' must hold at least"},
+      {[](SingleArgs& a) { a.tmp = on_device(a.tmp, 3); }, "'tmp' must be on the device of 'q'"},
+      {[](SingleArgs& a) { a.tmp = dev(DType::u8, {2, 1 << 20}); }, "'tmp' must have rank 1"},
+  };
+  for (const auto& [m, frag] : cases) reject<SingleArgs>(b, m, call, frag);
+}
+
+TEST_F(OpsValidation, SingleDecode) {
+  link("single_decode_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16_head_dim_qk_128_head_dim_vo_128_"
+       "posenc_0_use_swa_False_use_logits_cap_False");
+  SingleArgs b;
+  b.q = dev(DType::f16, {32, 128});
+  b.k = dev(DType::f16, {600, 8, 128});
+  b.v = dev(DType::f16, {600, 8, 128});
+  b.o = dev(DType::f16, {32, 128});
+  b.lse = dev(DType::f32, {32});
+  b.tmp = dev(DType::u8, {1 << 20});
+  SingleDecodeOptions base_opt;
+  auto call = [base_opt](const SingleArgs& a) {
+    SingleDecodeOptions o = base_opt;
+    o.sm_scale = a.opt.sm_scale;
+    o.window_left = a.opt.window_left;
+    o.layout = a.opt.layout;
+    o.backend = a.opt.causal ? DecodeBackend::cuda_cores : DecodeBackend::automatic;  // causal: test knob
+    single_decode(rt(), a.q, a.k, a.v, a.o, a.with_lse ? &a.lse : nullptr, a.tmp, o);
+  };
+  accept<SingleArgs>(b, call);
+  reject<SingleArgs>(b, [](SingleArgs& a) { a.q = dev(DType::f16, {1, 32, 128}); }, call, "'q' must have rank 2");
+  reject<SingleArgs>(b, [](SingleArgs& a) { a.k = dev_strided(DType::f16, {600, 8, 128}, {2048, 128, 1}); }, call,
+                     "'k' must be contiguous");
+  reject<SingleArgs>(b, [](SingleArgs& a) { a.lse = dev(DType::f32, {32, 1}); }, call, "'lse' must have shape [32]");
+  reject<SingleArgs>(b, [](SingleArgs& a) { a.o = dev(DType::f16, {32, 64}); }, call, "'out' must have shape [32, 128]");
+  reject<SingleArgs>(b, [](SingleArgs& a) { a.q = dev(DType::f16, {32, 100}); a.o = dev(DType::f16, {32, 100}); }, call,
+                     "must be divisible by 16");
+  reject<SingleArgs>(b, [](SingleArgs& a) { a.tmp = dev(DType::u8, {64}); }, call, "'tmp' must hold at least");
+  reject<SingleArgs>(b,
+                     [](SingleArgs& a) {
+                       a.q = dev(DType::f16, {48, 128});
+                       a.o = dev(DType::f16, {48, 128});
+                       a.lse = dev(DType::f32, {48});
+                       a.opt.causal = true;  // cuda_cores requested with group 6
+                     },
+                     call, "cuda_cores supports GQA group sizes 1, 2, 3, 4, 8 only");
+}
+
+// -------------------------------------------------------------------------------------------------
+
+struct PlanArgs {
+  Workspace ws;
+  PrefillIndptrs ip;
+  BatchPrefillConfig c;
+  TensorView indices_host;
+  bool with_indices = false;
+};
+
+class OpsPlanValidation : public OpsValidation {
+ protected:
+  void SetUp() override {
+    OpsValidation::SetUp();
+    pinned_ = std::aligned_alloc(256, 1 << 20);
+    link("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_"
+         "head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False");
+    link("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_"
+         "head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False_sm90");
+    base_.ws.float_buffer = dev(DType::u8, {1 << 20});
+    base_.ws.int_buffer = dev(DType::u8, {1 << 20});
+    base_.ws.pinned_int_buffer = TensorView::contiguous(pinned_, DType::u8, Device::cuda_host(), {1 << 20});
+    base_.ip.qo_indptr = host_i32({0, 3, 5});
+    base_.ip.kv_indptr = host_i32({0, 2, 3});
+    base_.ip.kv_last_page_len = host_i32({5, 16});
+    base_.indices_host = host_i32({0, 1, 2});
+    base_.c.num_qo_heads = 32;
+    base_.c.num_kv_heads = 8;
+    base_.c.head_dim_qk = 128;
+    base_.c.page_size = 16;
+    base_.c.causal = true;
+  }
+  void TearDown() override {
+    std::free(pinned_);
+    OpsValidation::TearDown();
+  }
+  static void create(const PlanArgs& a) {
+    PrefillIndptrs ip = a.ip;
+    ip.kv_indices = a.with_indices ? &a.indices_host : nullptr;
+    (void)BatchPrefillPlan::create(rt(), a.ws, ip, a.c);
+  }
+  void* pinned_ = nullptr;
+  PlanArgs base_;
+};
+
+TEST_F(OpsPlanValidation, BatchPrefillCreate) {
+  accept<PlanArgs>(base_, create);
+  using M = std::function<void(PlanArgs&)>;
+  auto h = [this](std::vector<int32_t> v) { return host_i32(std::move(v)); };
+  const std::vector<std::pair<M, std::string>> cases = {
+      {[&](PlanArgs& a) { a.ip.qo_indptr = h({1, 3, 5}); }, "'qo_indptr' must start at 0"},
+      {[&](PlanArgs& a) { a.ip.qo_indptr = h({0, 3, 2}); }, "'qo_indptr' must never decrease"},
+      {[&](PlanArgs& a) { a.ip.qo_indptr = h({0}); }, "'qo_indptr' must have at least two entries"},
+      {[&](PlanArgs& a) { a.ip.qo_indptr.device = Device::cuda(0); }, "'qo_indptr' must be in host memory"},
+      {[&](PlanArgs& a) { a.ip.qo_indptr.dtype = DType::u32; }, "'qo_indptr' must have dtype i32"},
+      {[&](PlanArgs& a) { a.ip.kv_indptr = h({0, 2}); }, "'kv_indptr' must have size 3 in dim 0"},
+      {[&](PlanArgs& a) { a.ip.kv_indptr = h({0, 2, 1}); }, "'kv_indptr' must never decrease"},
+      {[&](PlanArgs& a) { a.ip.kv_last_page_len = h({17, 16}); }, "'last_page_len' entry 0 is 17, outside [1, 16]"},
+      {[&](PlanArgs& a) { a.ip.kv_last_page_len = h({0, 16}); }, "outside [1, 16]"},
+      {[&](PlanArgs& a) { a.ip.kv_last_page_len = h({5}); }, "'kv_last_page_len' must have size 2 in dim 0"},
+      {[&](PlanArgs& a) { a.with_indices = true; a.indices_host = h({0, -1, 2}); }, "'kv_indices' entry 1 is -1"},
+      {[&](PlanArgs& a) { a.with_indices = true; a.indices_host = h({0, 1}); }, "'kv_indices' must hold at least"},
+      {[](PlanArgs& a) { a.ws.float_buffer.device = Device::cuda_host(); }, "'workspace.float_buffer' must be in CUDA"},
+      {[](PlanArgs& a) { a.ws.int_buffer = on_device(a.ws.int_buffer, 1); }, "'workspace.int_buffer' must be on the device"},
+      {[](PlanArgs& a) { a.ws.pinned_int_buffer.shape[0] = 1000; }, "'workspace.pinned_int_buffer' must hold at least"},
+      {[](PlanArgs& a) { a.ws.pinned_int_buffer.device = Device::cuda(0); }, "'workspace.pinned_int_buffer' must be in host"},
+      {[](PlanArgs& a) { a.ws.int_buffer = dev(DType::u8, {1024}); }, "'workspace.int_buffer' must hold at least"},
+      {[](PlanArgs& a) { a.ws.float_buffer = dev(DType::u8, {2, 1 << 19}); }, "'workspace.float_buffer' must have rank 1"},
+      {[](PlanArgs& a) { a.ws.float_buffer = shifted(a.ws.float_buffer, 16); }, "aligned to 256 bytes"},
+      {[](PlanArgs& a) { a.c.num_kv_heads = 6; }, "'num_qo_heads' (32) must be divisible by num_kv_heads (6)"},
+      {[](PlanArgs& a) { a.c.num_kv_heads = 0; }, "'num_kv_heads' must be in [1,"},
+      {[](PlanArgs& a) { a.c.head_dim_qk = 100; }, "'head_dim_qk' (100) must be divisible by 16"},
+      {[](PlanArgs& a) { a.c.head_dim_qk = 1024; }, "'head_dim_qk' must be in [16, 512]"},
+      {[](PlanArgs& a) { a.c.head_dim_vo = 64; }, "must equal head_dim_qk for paged KV"},
+      {[](PlanArgs& a) { a.c.kv_dtype = DType::f16; }, "'kv_dtype' must equal q_dtype"},
+      {[](PlanArgs& a) { a.c.q_dtype = a.c.kv_dtype = DType::f32; }, "'q_dtype' must be f16 or bf16"},
+      {[](PlanArgs& a) { a.c.sm_scale = -1.0; }, "'sm_scale' must be finite and > 0"},
+      {[](PlanArgs& a) { a.c.logits_soft_cap = kNaN; }, "'logits_soft_cap' must be finite"},
+      {[](PlanArgs& a) { a.c.window_left = -5; }, "'window_left' must be -1"},
+      {[](PlanArgs& a) { a.c.fixed_split_size = 0; }, "'fixed_split_size' must be -1 (off) or > 0"},
+      {[](PlanArgs& a) { a.c.page_size = 0; }, "'page_size' must be in [1, 65536]"},
+      {[](PlanArgs& a) { a.c.layout = static_cast<KvLayout>(9); }, "'layout' must be nhd or hnd"},
+      {[](PlanArgs& a) { a.c.backend = AttentionBackend::fa3; a.c.disable_split_kv = true; }, "are fa2 options"},
+      {[](PlanArgs& a) { a.c.kv_storage = KvStorage::ragged; a.c.layout = KvLayout::hnd; a.c.backend = AttentionBackend::fa3; },
+       "fa3 reads ragged k/v as NHD only"},
+  };
+  for (const auto& [m, frag] : cases) reject<PlanArgs>(base_, m, create, frag);
+}
+
+TEST_F(OpsPlanValidation, BatchPrefillRunRefusesWhatWasNotPlanned) {
+  PrefillIndptrs ip = base_.ip;
+  ip.kv_indices = &base_.indices_host;
+  auto plan = BatchPrefillPlan::create(rt(), base_.ws, ip, base_.c);
+  struct RunArgs {
+    TensorView q, o, qo, lse;
+    PagedKvCache kv;
+  } b;
+  b.q = dev(DType::bf16, {5, 32, 128});
+  b.o = dev(DType::bf16, {5, 32, 128});
+  b.qo = dev(DType::i32, {3});
+  b.lse = dev(DType::f32, {5, 32});
+  b.kv.k_cache = dev(DType::bf16, {3, 16, 8, 128});
+  b.kv.v_cache = dev(DType::bf16, {3, 16, 8, 128});
+  b.kv.indices = dev(DType::i32, {3});
+  b.kv.indptr = dev(DType::i32, {3});
+  b.kv.last_page_len = dev(DType::i32, {2});
+  auto call = [&plan](const RunArgs& a) { plan.run_paged(a.q, a.kv, a.qo, a.o, &a.lse); };
+  accept<RunArgs>(b, call);
+  using M = std::function<void(RunArgs&)>;
+  const std::vector<std::pair<M, std::string>> cases = {
+      {[](RunArgs& a) { a.q = dev(DType::bf16, {6, 32, 128}); }, "'q' must have shape [5, 32, 128]"},
+      {[](RunArgs& a) { a.q.dtype = DType::f16; }, "'q' must have dtype bf16"},
+      {[](RunArgs& a) { a.q = on_device(a.q, 1); }, "'q' must be on the planned device cuda:0"},
+      {[](RunArgs& a) { a.o.dtype = DType::f16; }, "'out' must have dtype bf16"},
+      {[](RunArgs& a) { a.o = dev(DType::bf16, {5, 32, 64}); }, "'out' must have shape [5, 32, 128]"},
+      {[](RunArgs& a) { a.lse = dev(DType::f32, {5}); }, "'lse' must have shape [5, 32]"},
+      {[](RunArgs& a) { a.kv.k_cache = a.kv.v_cache = dev(DType::bf16, {3, 8, 8, 128}); }, "planned page size 16"},
+      {[](RunArgs& a) { a.kv.k_cache = a.kv.v_cache = dev(DType::bf16, {3, 16, 4, 128}); }, "planned num_kv_heads 8"},
+      {[](RunArgs& a) { a.kv.k_cache = a.kv.v_cache = dev(DType::bf16, {3, 16, 8, 64}); }, "planned head_dim 128"},
+      {[](RunArgs& a) { a.kv.k_cache = a.kv.v_cache = dev(DType::bf16, {2, 16, 8, 128}); }, "holds page id 2"},
+      {[](RunArgs& a) { a.kv.k_cache.dtype = a.kv.v_cache.dtype = DType::f16; }, "'k_cache' must have dtype bf16"},
+      {[](RunArgs& a) { a.kv.layout = KvLayout::hnd; }, "'layout' must be the planned layout"},
+      {[](RunArgs& a) { a.kv.indices = dev(DType::i32, {2}); }, "at least the planned 3 page ids"},
+      {[](RunArgs& a) { a.kv.indptr = dev(DType::i32, {4}); }, "'indptr' must have size 3"},
+      {[](RunArgs& a) { a.kv.last_page_len = dev(DType::i32, {3}); }, "'last_page_len' must have size 2"},
+      {[](RunArgs& a) { a.qo = dev(DType::i32, {2}); }, "'qo_indptr' must have size 3"},
+      {[](RunArgs& a) { a.qo = on_device(a.qo, 1); }, "'qo_indptr' must be on the device of 'q'"},
+  };
+  for (const auto& [m, frag] : cases) reject<RunArgs>(b, m, call, frag);
+
+  auto k = dev(DType::bf16, {3, 8, 128});
+  EXPECT_INVALID(plan.run_ragged(b.q, k, k, b.qo, b.qo, b.o), "was made for paged KV");
+  BatchPrefillPlan moved = std::move(plan);
+  EXPECT_INVALID(plan.run_paged(b.q, b.kv, b.qo, b.o), "'plan' was moved from");
+  EXPECT_EQ(recorded(), "");
+}
+
+TEST_F(OpsPlanValidation, BatchDecodeCreateAndRun) {
+  link("batch_decode_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_"
+       "head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False");
+  struct DecodeArgs {
+    Workspace ws;
+    DecodeIndptrs ip;
+    BatchDecodeConfig c;
+  } b;
+  b.ws = base_.ws;
+  b.ip.kv_indptr = host_i32({0, 2, 3});
+  b.ip.kv_last_page_len = host_i32({1, 16});
+  b.c.num_qo_heads = 32;
+  b.c.num_kv_heads = 8;
+  b.c.head_dim = 128;
+  b.c.page_size = 16;
+  auto create = [](const DecodeArgs& a) { (void)BatchDecodePlan::create(rt(), a.ws, a.ip, a.c); };
+  accept<DecodeArgs>(b, create);
+  using M = std::function<void(DecodeArgs&)>;
+  const std::vector<std::pair<M, std::string>> cases = {
+      {[](DecodeArgs& a) { a.c.num_qo_heads = 48; a.c.backend = DecodeBackend::cuda_cores; }, "group sizes 1, 2, 3, 4, 8"},
+      {[](DecodeArgs& a) { a.c.num_qo_heads = 33; }, "must be divisible by num_kv_heads"},
+      {[](DecodeArgs& a) { a.c.page_size = -1; }, "'page_size' must be in [1, 65536]"},
+      {[](DecodeArgs& a) { a.c.head_dim = 8; }, "'head_dim' must be in [16, 512]"},
+      {[](DecodeArgs& a) { a.c.logits_soft_cap = -3; }, "'logits_soft_cap' must be 0 (off) or > 0"},
+      {[](DecodeArgs& a) { a.c.sm_scale = kInf; }, "'sm_scale' must be finite and > 0"},
+      {[](DecodeArgs& a) { a.c.o_dtype = DType::f32; }, "'o_dtype' must be f16 or bf16"},
+      {[this](DecodeArgs& a) { a.ip.kv_indptr = host_i32({0, 3, 2}); }, "'kv_indptr' must never decrease"},
+      {[this](DecodeArgs& a) { a.ip.kv_indptr = host_i32({2, 3, 4}); }, "'kv_indptr' must start at 0"},
+      {[this](DecodeArgs& a) { a.ip.kv_last_page_len = host_i32({}); }, "must have at least one entry"},
+      {[this](DecodeArgs& a) { a.ip.kv_last_page_len = host_i32({1, 0}); }, "entry 1 is 0, outside [1, 16]"},
+      {[](DecodeArgs& a) { a.ws.int_buffer = dev(DType::u8, {100}); }, "'workspace.int_buffer' must hold at least"},
+  };
+  for (const auto& [m, frag] : cases) reject<DecodeArgs>(b, m, create, frag);
+
+  auto plan = BatchDecodePlan::create(rt(), b.ws, b.ip, b.c);
+  PagedKvCache kv;
+  kv.k_cache = kv.v_cache = dev(DType::bf16, {3, 16, 8, 128});
+  kv.indices = dev(DType::i32, {3});
+  kv.indptr = dev(DType::i32, {3});
+  kv.last_page_len = dev(DType::i32, {2});
+  auto q = dev(DType::bf16, {2, 32, 128}), o = dev(DType::bf16, {2, 32, 128});
+  (void)recorded();
+  EXPECT_INVALID(plan.run(dev(DType::bf16, {3, 32, 128}), kv, o), "'q' must have shape [2, 32, 128]");
+  EXPECT_INVALID(plan.run(q, kv, dev(DType::f16, {2, 32, 128})), "'out' must have dtype bf16");
+  EXPECT_INVALID(plan.run(q, kv, dev_strided(DType::bf16, {2, 32, 128}, {8192, 256, 1})), "'out' must be contiguous");
+  PagedKvCache hnd = kv;
+  hnd.layout = KvLayout::hnd;
+  EXPECT_INVALID(plan.run(q, hnd, o), "planned");
+  EXPECT_EQ(recorded(), "");
+  plan.run(q, kv, o);
+  EXPECT_NE(recorded(), "");
+}
+
+}  // namespace
+}  // namespace flashcpp::testing
