@@ -2,7 +2,9 @@
 // decode planning and the convenience layer.
 #include "flashcpp/mla.hpp"
 
+#include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -60,11 +62,20 @@ void require_supported(const char* op, int device_id) {
                     " bytes of shared memory per block");
 }
 
+std::atomic<bool>& force_simple_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* v = std::getenv("FLASHCPP_MLA_FORCE_SIMPLE");
+    return v != nullptr && v[0] == '1';
+  }()};
+  return flag;
+}
+
 void check_launch(const char* what) { cuda_check(cudaGetLastError(), what); }
 
 // Runs the attention (fast kernel first on Hopper, simple otherwise) for a non-split problem.
 void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream, int device_id) {
-  if (device_support(device_id).hopper_kernel && p.sched == nullptr && p.lse_stride_request < 0 &&
+  if (!kernels::force_simple_kernel() && device_support(device_id).hopper_kernel && p.sched == nullptr &&
+      p.lse_stride_request < 0 &&
       kernels::launch_sparse_attention_sm90(p, stream))
     return;
   kernels::launch_sparse_attention_simple(p, stream);
@@ -72,6 +83,11 @@ void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream,
 }
 
 }  // namespace
+
+namespace kernels {
+void set_force_simple_kernel(bool on) { force_simple_flag().store(on); }
+bool force_simple_kernel() { return force_simple_flag().load(std::memory_order_relaxed); }
+}  // namespace kernels
 
 MlaDeviceSupport device_support(int device_id) {
   const DeviceInfo& info = device_info(device_id);  // throws invalid_argument for an unknown id

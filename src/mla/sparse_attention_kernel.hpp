@@ -101,6 +101,11 @@ struct QuantizeParams {
 };
 void launch_quantize_v32(const QuantizeParams& p, cudaStream_t stream);
 
+/// Test / benchmark switch: when true the host never tries launch_sparse_attention_sm90 (the simple kernel
+/// runs everywhere). Initialised from the environment variable FLASHCPP_MLA_FORCE_SIMPLE=1.
+void set_force_simple_kernel(bool on);
+bool force_simple_kernel();
+
 /// Straightforward kernel, correct for every shape the API accepts (any SM >= 8.0). The yardstick.
 void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t stream);
 

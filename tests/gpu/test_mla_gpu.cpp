@@ -1,0 +1,566 @@
+// Sparse MLA on the GPU against the float64 CPU reference and FlashMLA's golden outputs.
+// Outputs are poisoned (0xFF = NaN) before every launch; inputs are fresh random non-zero data; unused
+// KV rows are NaN so that any read of a masked row shows up in the output.
+//
+// Tolerance (kernel vs float64 reference): FlashMLA's rule, element abs 8e-4 or rel 3.01/128 plus cosine
+// difference <= 1e-5, for at least 99.9% of the elements, and every element within abs 4e-3 or rel
+// 3.01/128 (FlashMLA's own kernel needs that looser bound against float64 on the golden cases, because it
+// rounds P to bf16; a kernel that does the same may too). lse / max_logits: abs 1e-6 or rel 2.01/65536,
+// infinities exact. Runs each case through the dispatched kernel (the Hopper kernel where it applies) and
+// through the simple kernel.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "flashcpp/cuda.hpp"
+#include "flashcpp/mla.hpp"
+#include "mla/mla_test_support.hpp"
+#include "mla/sparse_attention_kernel.hpp"
+#include "reference/mla_reference.hpp"
+#include "support/gpu.hpp"
+
+namespace {
+
+using namespace flashcpp;
+using namespace flashcpp::mla_test;
+namespace mla = flashcpp::mla;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr int32_t kInvalid[] = {std::numeric_limits<int32_t>::min(), -123456, -1, 114514, 2147480000,
+                                std::numeric_limits<int32_t>::max()};
+
+template <class T>
+struct Dev {
+  DeviceBuffer buf;
+  size_t n = 0;
+  explicit Dev(size_t count) : buf(std::max<size_t>(count, 1) * sizeof(T), 0), n(count) {}
+  explicit Dev(const std::vector<T>& h) : Dev(h.size()) { upload(h); }
+  void upload(const std::vector<T>& h) {
+    cuda_check(cudaMemcpy(buf.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    cuda_check(cudaMemcpy(h.data(), buf.get(), n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+  void poison() { cuda_check(cudaMemset(buf.get(), ::flashcpp::testing::kPoisonByte, std::max<size_t>(n, 1) * sizeof(T)), "poison"); }
+  T* get() const { return buf.as<T>(); }
+};
+
+TensorView dview(void* p, DType t, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(p, t, Device::cuda(0), shape);
+}
+TensorView hview(const void* p, DType t, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(const_cast<void*>(p), t, Device::cpu(), shape);
+}
+
+// Reference in parallel over the wanted rows.
+template <class Fn>
+reference::MlaReferenceResult parallel_reference(const std::vector<int64_t>& rows, Fn&& fn) {
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(rows.size(), std::thread::hardware_concurrency()));
+  std::vector<reference::MlaReferenceResult> parts(workers);
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      std::vector<int64_t> mine;
+      for (size_t i = w; i < rows.size(); i += workers) mine.push_back(rows[i]);
+      parts[w] = fn(mine);
+    });
+  for (auto& t : threads) t.join();
+  reference::MlaReferenceResult r;
+  r.rows = static_cast<int64_t>(rows.size());
+  r.h_q = parts[0].h_q;
+  r.d_v = parts[0].d_v;
+  r.out.resize(static_cast<size_t>(r.rows * r.h_q * r.d_v));
+  r.lse.resize(static_cast<size_t>(r.rows * r.h_q));
+  r.max_logits.resize(r.lse.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& p = parts[i % workers];
+    const size_t k = i / workers;
+    std::copy_n(p.out.begin() + static_cast<int64_t>(k * r.h_q * r.d_v), r.h_q * r.d_v, r.out.begin() + static_cast<int64_t>(i * r.h_q * r.d_v));
+    std::copy_n(p.lse.begin() + static_cast<int64_t>(k * r.h_q), r.h_q, r.lse.begin() + static_cast<int64_t>(i * r.h_q));
+    std::copy_n(p.max_logits.begin() + static_cast<int64_t>(k * r.h_q), r.h_q, r.max_logits.begin() + static_cast<int64_t>(i * r.h_q));
+  }
+  return r;
+}
+
+std::vector<int64_t> sample_rows(int64_t n, int64_t max_rows, std::mt19937& rng) {
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  if (n <= max_rows) return all;
+  std::shuffle(all.begin() + 1, all.end() - 1, rng);
+  std::vector<int64_t> r = {0, n - 1};  // always the first and the last row
+  r.insert(r.end(), all.begin() + 1, all.begin() + (max_rows - 1));
+  return r;
+}
+
+// Kernel rows `rows` of out [*, h_q, 512] bf16 / lse [*, h_q] vs the reference.
+void expect_close(const std::vector<uint16_t>& out, const std::vector<float>& lse, const std::vector<float>* max_logits,
+                  const std::vector<int64_t>& rows, const reference::MlaReferenceResult& ref, int64_t h_q,
+                  const std::string& what, int64_t lse_row_stride = -1, int64_t lse_head_stride = 1) {
+  if (lse_row_stride < 0) lse_row_stride = h_q;
+  std::vector<double> got_out, got_lse, got_ml;
+  for (int64_t r : rows) {
+    for (int64_t i = 0; i < h_q * 512; ++i) got_out.push_back(bf16_bits_to_float(out[static_cast<size_t>(r * h_q * 512 + i)]));
+    for (int64_t h = 0; h < h_q; ++h) {
+      got_lse.push_back(lse[static_cast<size_t>(r * lse_row_stride + h * lse_head_stride)]);
+      if (max_logits) got_ml.push_back((*max_logits)[static_cast<size_t>(r * h_q + h)]);
+    }
+  }
+  const auto loose = compare(got_out, ref.out, 4e-3, kOutRelTol, kOutCosDiffTol, what + " out");
+  EXPECT_TRUE(loose.ok) << loose.message;
+  const auto strict = compare(got_out, ref.out, kOutAbsTol, kOutRelTol, kOutCosDiffTol, what + " out (strict)");
+  EXPECT_LE(strict.failures, static_cast<int64_t>(0.001 * static_cast<double>(got_out.size()))) << strict.message;
+  const auto l = compare(got_lse, ref.lse, kLseAbsTol, kLseRelTol, 1.0, what + " lse");
+  EXPECT_TRUE(l.ok) << l.message;
+  if (max_logits) {
+    const auto m = compare(got_ml, ref.max_logits, kLseAbsTol, kLseRelTol, 1.0, what + " max_logits");
+    EXPECT_TRUE(m.ok) << m.message;
+  }
+}
+
+struct ForceSimple {
+  explicit ForceSimple(bool on) : prev(mla::kernels::force_simple_kernel()) { mla::kernels::set_force_simple_kernel(on); }
+  ~ForceSimple() { mla::kernels::set_force_simple_kernel(prev); }
+  bool prev;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Prefill
+
+struct PrefillCase {
+  int64_t s_q, h_q, d_qk, s_kv, topk;
+  bool sink = false, topk_len = false, invalid_mix = true;
+  int64_t max_ref_rows = 12;
+};
+
+void run_prefill_case(const PrefillCase& c, uint32_t seed) {
+  SCOPED_TRACE("s_q " + std::to_string(c.s_q) + " h_q " + std::to_string(c.h_q) + " d_qk " + std::to_string(c.d_qk) +
+               " s_kv " + std::to_string(c.s_kv) + " topk " + std::to_string(c.topk) + (c.sink ? " sink" : "") +
+               (c.topk_len ? " topk_length" : ""));
+  std::mt19937 rng(seed);
+  auto q = random_bf16(static_cast<size_t>(c.s_q * c.h_q * c.d_qk), rng);
+  auto kv = random_bf16(static_cast<size_t>(c.s_kv * c.d_qk), rng);
+  std::vector<int32_t> idx(static_cast<size_t>(c.s_q * c.topk));
+  std::vector<int32_t> len(static_cast<size_t>(c.s_q), static_cast<int32_t>(c.topk));
+  std::vector<char> used(static_cast<size_t>(c.s_kv), 0);
+  std::vector<int32_t> perm(static_cast<size_t>(c.s_kv));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t t = 0; t < c.s_q; ++t) {
+    std::shuffle(perm.begin(), perm.end(), rng);
+    if (c.topk_len) len[static_cast<size_t>(t)] = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(c.topk))(rng);
+    for (int64_t j = 0; j < c.topk; ++j) {
+      int32_t v = j < c.s_kv ? perm[static_cast<size_t>(j)] : kInvalid[j % 6];
+      if (c.invalid_mix && std::uniform_int_distribution<int>(0, 9)(rng) == 0) v = kInvalid[(t + j) % 6];
+      if (c.invalid_mix && std::uniform_int_distribution<int>(0, 30)(rng) == 0) v = static_cast<int32_t>(c.s_kv);  // just past
+      idx[static_cast<size_t>(t * c.topk + j)] = v;
+      if (v >= 0 && v < c.s_kv && j < len[static_cast<size_t>(t)]) used[static_cast<size_t>(v)] = 1;
+    }
+  }
+  if (c.s_q > 2)  // one all-invalid row
+    for (int64_t j = 0; j < c.topk; ++j) idx[static_cast<size_t>(1 * c.topk + j)] = kInvalid[j % 6];
+  // Rows no valid slot uses are NaN: reading one would poison the output.
+  for (int64_t r = 0; r < c.s_kv; ++r)
+    if (!used[static_cast<size_t>(r)])
+      for (int64_t d = 0; d < c.d_qk; ++d) kv[static_cast<size_t>(r * c.d_qk + d)] = 0x7fc0;
+  std::vector<float> sink(static_cast<size_t>(c.h_q));
+  std::normal_distribution<float> nd;
+  for (auto& s : sink) s = nd(rng);
+  if (c.h_q > 2) sink[0] = INFINITY, sink[1] = -INFINITY;
+  const double sm_scale = 0.5 / std::sqrt(static_cast<double>(c.d_qk)) * 8;
+
+  Dev<uint16_t> dq(q), dkv(kv), dout(static_cast<size_t>(c.s_q * c.h_q * 512));
+  Dev<int32_t> didx(idx), dlen(len);
+  Dev<float> dsink(sink), dlse(static_cast<size_t>(c.s_q * c.h_q)), dml(static_cast<size_t>(c.s_q * c.h_q));
+  const auto qv = dview(dq.get(), DType::bf16, {c.s_q, c.h_q, c.d_qk});
+  const auto kvv = dview(dkv.get(), DType::bf16, {c.s_kv, 1, c.d_qk});
+  const auto iv = dview(didx.get(), DType::i32, {c.s_q, 1, c.topk});
+  const auto ov = dview(dout.get(), DType::bf16, {c.s_q, c.h_q, 512});
+  const auto lv = dview(dlse.get(), DType::f32, {c.s_q, c.h_q});
+  const auto mv = dview(dml.get(), DType::f32, {c.s_q, c.h_q});
+  const auto sv = dview(dsink.get(), DType::f32, {c.h_q});
+  const auto lenv = dview(dlen.get(), DType::i32, {c.s_q});
+  mla::SparsePrefillParams params{.sm_scale = sm_scale};
+  if (c.sink) params.attn_sink = &sv;
+  if (c.topk_len) params.topk_length = &lenv;
+
+  const auto rows = sample_rows(c.s_q, c.max_ref_rows, rng);
+  const auto hq = hview(q.data(), DType::bf16, {c.s_q, c.h_q, c.d_qk});
+  const auto hkv = hview(kv.data(), DType::bf16, {c.s_kv, 1, c.d_qk});
+  const auto hi = hview(idx.data(), DType::i32, {c.s_q, 1, c.topk});
+  const auto hs = hview(sink.data(), DType::f32, {c.h_q});
+  const auto hl = hview(len.data(), DType::i32, {c.s_q});
+  const auto ref = parallel_reference(rows, [&](const std::vector<int64_t>& rr) {
+    return reference::mla_sparse_prefill_reference(hq, hkv, hi, c.sink ? &hs : nullptr, c.topk_len ? &hl : nullptr,
+                                                   sm_scale, 512, rr);
+  });
+  for (bool simple : {false, true}) {
+    ForceSimple fs(simple);
+    dout.poison();
+    dlse.poison();
+    dml.poison();
+    mla::sparse_prefill(qv, kvv, iv, ov, &mv, lv, params, nullptr);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto out = dout.download();
+    const auto lse = dlse.download(), ml = dml.download();
+    expect_close(out, lse, &ml, rows, ref, c.h_q, simple ? "simple" : "dispatched");
+  }
+}
+
+TEST(MlaGpuPrefill, GoldenCases) {
+  FLASHCPP_REQUIRE_GPU();
+  FLASHCPP_REQUIRE_GOLDEN(dir);
+  for (const auto& name : golden_case_names(dir, "prefill_")) {
+    SCOPED_TRACE(name);
+    const GoldenCase g = load_golden(dir, name);
+    const GoldenTensor &q = g.inputs.at("q"), &kv = g.inputs.at("kv"), &idx = g.inputs.at("indices");
+    const int64_t s_q = q.shape[0], h_q = q.shape[1], d_qk = q.shape[2], s_kv = kv.shape[0], topk = idx.shape[2];
+    Dev<uint8_t> dq(q.bytes), dkv(kv.bytes), didx(idx.bytes), dout(static_cast<size_t>(s_q * h_q * 512 * 2));
+    Dev<float> dlse(static_cast<size_t>(s_q * h_q)), dml(static_cast<size_t>(s_q * h_q));
+    std::optional<Dev<uint8_t>> dsink, dlen;
+    TensorView sv, lenv;
+    mla::SparsePrefillParams params{.sm_scale = g.params.at("sm_scale").get<double>()};
+    if (g.has_input("attn_sink")) {
+      dsink.emplace(g.inputs.at("attn_sink").bytes);
+      sv = dview(dsink->get(), DType::f32, {h_q});
+      params.attn_sink = &sv;
+    }
+    if (g.has_input("topk_length")) {
+      dlen.emplace(g.inputs.at("topk_length").bytes);
+      lenv = dview(dlen->get(), DType::i32, {s_q});
+      params.topk_length = &lenv;
+    }
+    TensorView sink_h, len_h;
+    if (g.has_input("attn_sink")) sink_h = g.inputs.at("attn_sink").view();
+    if (g.has_input("topk_length")) len_h = g.inputs.at("topk_length").view();
+    const auto ref = reference::mla_sparse_prefill_reference(q.view(), kv.view(), idx.view(),
+                                                             params.attn_sink ? &sink_h : nullptr,
+                                                             params.topk_length ? &len_h : nullptr, params.sm_scale);
+    std::vector<int64_t> rows(static_cast<size_t>(s_q));
+    std::iota(rows.begin(), rows.end(), 0);
+    for (bool simple : {false, true}) {
+      ForceSimple fs(simple);
+      dout.poison();
+      dlse.poison();
+      dml.poison();
+      const auto mv = dview(dml.get(), DType::f32, {s_q, h_q});
+      mla::sparse_prefill(dview(dq.get(), DType::bf16, {s_q, h_q, d_qk}), dview(dkv.get(), DType::bf16, {s_kv, 1, d_qk}),
+                          dview(didx.get(), DType::i32, {s_q, 1, topk}), dview(dout.get(), DType::bf16, {s_q, h_q, 512}),
+                          &mv, dview(dlse.get(), DType::f32, {s_q, h_q}), params, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      const auto raw = dout.download();
+      std::vector<uint16_t> out(raw.size() / 2);
+      std::memcpy(out.data(), raw.data(), raw.size());
+      const auto lse = dlse.download(), ml = dml.download();
+      expect_close(out, lse, &ml, rows, ref, h_q, simple ? "simple" : "dispatched");
+      // And against FlashMLA's own output, with the golden policy.
+      std::vector<double> got, want;
+      for (size_t i = 0; i < out.size(); ++i) {
+        got.push_back(bf16_bits_to_float(out[i]));
+        want.push_back(bf16_bits_to_float(g.outputs.at("out").at<uint16_t>(static_cast<int64_t>(i))));
+      }
+      const auto vs = compare(got, want, 4e-3, kOutRelTol, kOutCosDiffTol, "out vs FlashMLA");
+      EXPECT_TRUE(vs.ok) << vs.message;
+    }
+  }
+}
+
+TEST(MlaGpuPrefill, Sweep) {
+  FLASHCPP_REQUIRE_GPU();
+  uint32_t seed = 100;
+  const std::pair<int64_t, int64_t> kv_topk[] = {{128, 128}, {1521, 512}, {95, 128}, {3000, 2048}, {1592, 2048}};
+  for (int64_t h_q : {64, 128})
+    for (int64_t d_qk : {512, 576})
+      for (auto [s_kv, topk] : kv_topk)
+        for (int64_t s_q : {1, 62, 213}) {
+          if (topk == 2048 && s_q == 62) continue;  // keep the budget
+          PrefillCase c{s_q, h_q, d_qk, s_kv, topk};
+          c.sink = (seed % 2) == 0;
+          c.topk_len = (seed % 3) == 0;
+          c.max_ref_rows = topk >= 2048 ? 6 : 12;
+          run_prefill_case(c, seed++);
+        }
+}
+
+TEST(MlaGpuPrefill, LargeAndOddShapes) {
+  FLASHCPP_REQUIRE_GPU();
+  run_prefill_case({4096, 128, 576, 131072, 2048, true, false, true, 6}, 7);  // the benchmark shape
+  run_prefill_case({4096, 64, 512, 8192, 512, false, true, true, 6}, 8);
+  run_prefill_case({70, 20, 576, 700, 256, true, true, true, 8}, 9);      // 20 heads: no padding needed
+  run_prefill_case({9, 1, 512, 64, 64, false, false, true, 9}, 10);       // one head, s_kv == topk
+  run_prefill_case({5, 130, 576, 32, 2048, true, true, true, 5}, 11);     // s_kv << topk: mostly invalid
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Quantizer
+
+TEST(MlaGpuQuantize, MatchesFlashMlaBytesAndHostPath) {
+  FLASHCPP_REQUIRE_GPU();
+  FLASHCPP_REQUIRE_GOLDEN(dir);
+  for (const auto& name : golden_case_names(dir, "decode_")) {
+    SCOPED_TRACE(name);
+    const GoldenCase g = load_golden(dir, name);
+    const GoldenTensor& src = g.inputs.at("kv_bf16_before_quant");
+    const GoldenTensor& want = g.inputs.at("k_cache_fp8");
+    Dev<uint8_t> dsrc(src.bytes), ddst(want.bytes.size());
+    ddst.poison();
+    mla::quantize_kv_cache_fp8(dview(dsrc.get(), DType::bf16, {src.shape[0], src.shape[1], 1, 576}),
+                               dview(ddst.get(), DType::u8, {src.shape[0], src.shape[1], 1, 656}), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = ddst.download();
+    ASSERT_EQ(got, want.bytes);
+  }
+  // Random strided input: device bytes == host bytes.
+  std::mt19937 rng(3);
+  const int64_t rows = 1000;
+  auto src = random_bf16(static_cast<size_t>(rows * 640), rng, 3.0);
+  std::vector<uint8_t> host(static_cast<size_t>(rows * 656));
+  const auto hs = TensorView::strided(src.data(), DType::bf16, Device::cpu(), {rows, 576}, {640, 1});
+  mla::quantize_kv_cache_fp8(hs, hview(host.data(), DType::u8, {rows, 656}), nullptr);
+  Dev<uint16_t> dsrc(src);
+  Dev<uint8_t> ddst(host.size());
+  ddst.poison();
+  mla::quantize_kv_cache_fp8(TensorView::strided(dsrc.get(), DType::bf16, Device::cuda(0), {rows, 576}, {640, 1}),
+                             dview(ddst.get(), DType::u8, {rows, 656}), nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_EQ(ddst.download(), host);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Decode
+
+struct DecodeCase {
+  int64_t b, s_q, h_q, topk, block_size;
+  int num_sms = 0;  // 0: the device's
+  bool sink = false, topk_len = false;
+  int64_t max_ref_rows = 8;
+};
+
+void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
+  SCOPED_TRACE("b " + std::to_string(c.b) + " s_q " + std::to_string(c.s_q) + " h_q " + std::to_string(c.h_q) +
+               " topk " + std::to_string(c.topk) + " block " + std::to_string(c.block_size) + " num_sms " +
+               std::to_string(c.num_sms) + (c.sink ? " sink" : "") + (c.topk_len ? " topk_length" : "") +
+               (graph ? " graph" : ""));
+  std::mt19937 rng(seed);
+  // Cache: per request about topk * 1.3 tokens in random blocks, plus a block-padded layout (block stride
+  // block_size + 1 rows). Every token no valid slot uses is 0xFF (NaN payload and scales).
+  const int64_t tokens_per_req = c.topk + c.topk / 3 + 7;
+  const int64_t num_blocks = c.b * ((tokens_per_req + c.block_size - 1) / c.block_size) + 3;
+  const int64_t block_stride = (c.block_size + 1) * 656;
+  std::vector<uint16_t> kv_src = random_bf16(static_cast<size_t>(num_blocks * c.block_size * 576), rng);
+  std::vector<uint8_t> packed(static_cast<size_t>(num_blocks * c.block_size * 656));
+  mla::quantize_kv_cache_fp8(hview(kv_src.data(), DType::bf16, {num_blocks * c.block_size, 576}),
+                             hview(packed.data(), DType::u8, {num_blocks * c.block_size, 656}), nullptr);
+  const int64_t slots = num_blocks * c.block_size;
+  std::vector<int32_t> idx(static_cast<size_t>(c.b * c.s_q * c.topk));
+  std::vector<int32_t> len(static_cast<size_t>(c.b), static_cast<int32_t>(c.topk));
+  std::vector<char> used(static_cast<size_t>(slots), 0);
+  std::vector<int32_t> perm(static_cast<size_t>(slots));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t r = 0; r < c.b; ++r) {
+    if (c.topk_len) len[static_cast<size_t>(r)] = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(c.topk))(rng);
+    for (int64_t s = 0; s < c.s_q; ++s) {
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int64_t j = 0; j < c.topk; ++j) {
+        int32_t v = perm[static_cast<size_t>(j)];
+        const int k = std::uniform_int_distribution<int>(0, 11)(rng);
+        if (k == 0) v = -1;
+        if (k == 1) v = kInvalid[j % 6];
+        if (k == 2) v = static_cast<int32_t>(slots);
+        idx[static_cast<size_t>((r * c.s_q + s) * c.topk + j)] = v;
+        if (v >= 0 && v < slots && j < len[static_cast<size_t>(r)]) used[static_cast<size_t>(v)] = 1;
+      }
+    }
+  }
+  if (c.b * c.s_q > 2)  // one all-invalid token
+    for (int64_t j = 0; j < c.topk; ++j) idx[static_cast<size_t>(1 * c.topk + j)] = -1;
+  std::vector<uint8_t> cache(static_cast<size_t>(num_blocks * block_stride), 0xFF);
+  for (int64_t t = 0; t < slots; ++t)
+    if (used[static_cast<size_t>(t)])
+      std::memcpy(&cache[static_cast<size_t>((t / c.block_size) * block_stride + (t % c.block_size) * 656)],
+                  &packed[static_cast<size_t>(t * 656)], 656);
+  auto q = random_bf16(static_cast<size_t>(c.b * c.s_q * c.h_q * 576), rng, 1.0);
+  std::vector<float> sink(static_cast<size_t>(c.h_q));
+  std::normal_distribution<float> nd;
+  for (auto& s : sink) s = nd(rng);
+  if (c.h_q > 2) sink[0] = INFINITY, sink[1] = -INFINITY;
+  const double sm_scale = std::pow(576.0, -0.55);
+
+  Dev<uint16_t> dq(q), dout(static_cast<size_t>(c.b * c.s_q * c.h_q * 512));
+  Dev<uint8_t> dcache(cache);
+  Dev<int32_t> didx(idx), dlen(len);
+  Dev<float> dsink(sink), dlse(static_cast<size_t>(c.b * c.s_q * c.h_q));
+  const auto qv = dview(dq.get(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
+  const auto cv = TensorView::strided(dcache.get(), DType::u8, Device::cuda(0), {num_blocks, c.block_size, 1, 656},
+                                      {block_stride, 656, 656, 1});
+  const auto iv = dview(didx.get(), DType::i32, {c.b, c.s_q, c.topk});
+  const auto ov = dview(dout.get(), DType::bf16, {c.b, c.s_q, c.h_q, 512});
+  // FlashMLA's lse layout [b, h_q, s_q], seen as [b, s_q, h_q].
+  const auto lv = TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {c.b, c.s_q, c.h_q},
+                                      {c.h_q * c.s_q, 1, c.s_q});
+  const auto sv = dview(dsink.get(), DType::f32, {c.h_q});
+  const auto lenv = dview(dlen.get(), DType::i32, {c.b});
+  mla::SparseDecodeParams params{.sm_scale = sm_scale};
+  if (c.sink) params.attn_sink = &sv;
+  if (c.topk_len) params.topk_length = &lenv;
+
+  const auto rows = sample_rows(c.b * c.s_q, c.max_ref_rows, rng);
+  // The reference reads the same cache (host copy, same strides).
+  const auto hc = TensorView::strided(cache.data(), DType::u8, Device::cpu(), {num_blocks, c.block_size, 1, 656},
+                                      {block_stride, 656, 656, 1});
+  const auto hq = hview(q.data(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
+  const auto hi = hview(idx.data(), DType::i32, {c.b, c.s_q, c.topk});
+  const auto hs = hview(sink.data(), DType::f32, {c.h_q});
+  const auto hl = hview(len.data(), DType::i32, {c.b});
+  const auto ref = parallel_reference(rows, [&](const std::vector<int64_t>& rr) {
+    return reference::mla_sparse_decode_reference(hq, hc, hi, c.sink ? &hs : nullptr, c.topk_len ? &hl : nullptr,
+                                                  sm_scale, rr);
+  });
+
+  Stream stream(0);
+  const mla::DecodeConfig cfg{.batch = static_cast<int>(c.b), .s_q = static_cast<int>(c.s_q),
+                              .h_q = static_cast<int>(c.h_q), .d_qk = 576, .topk = static_cast<int>(c.topk),
+                              .num_sms = c.num_sms};
+  const mla::DecodePlan plan = mla::DecodePlan::create(cfg, 0, stream);
+  auto check = [&](const char* what) {
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const auto out = dout.download();
+    const auto lse = dlse.download();
+    // lse of (row = b * s_q + s, head h) lives at b * h_q * s_q + h * s_q + s.
+    std::vector<float> lse_rows(static_cast<size_t>(c.b * c.s_q * c.h_q));
+    for (int64_t r = 0; r < c.b * c.s_q; ++r)
+      for (int64_t h = 0; h < c.h_q; ++h)
+        lse_rows[static_cast<size_t>(r * c.h_q + h)] = lse[static_cast<size_t>((r / c.s_q) * c.h_q * c.s_q + h * c.s_q + r % c.s_q)];
+    expect_close(out, lse_rows, nullptr, rows, ref, c.h_q, what);
+  };
+  if (!graph) {
+    for (bool simple : {false, true}) {
+      ForceSimple fs(simple);
+      dout.poison();
+      dlse.poison();
+      plan.run(qv, cv, iv, ov, lv, params, stream);
+      check(simple ? "simple" : "dispatched");
+    }
+    return;
+  }
+  // CUDA graph: capture run once, replay it several times (outputs poisoned before each replay). One
+  // eager run first, so that one-time setup (kernel attributes) happens outside the capture.
+  plan.run(qv, cv, iv, ov, lv, params, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  plan.run(qv, cv, iv, ov, lv, params, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &g));
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  for (int rep = 0; rep < 3; ++rep) {
+    dout.poison();
+    dlse.poison();
+    CUDA_OK(cudaGraphLaunch(ge, stream));
+    check("graph replay");
+  }
+  CUDA_OK(cudaGraphExecDestroy(ge));
+  CUDA_OK(cudaGraphDestroy(g));
+}
+
+TEST(MlaGpuDecode, GoldenCases) {
+  FLASHCPP_REQUIRE_GPU();
+  FLASHCPP_REQUIRE_GOLDEN(dir);
+  for (const auto& name : golden_case_names(dir, "decode_")) {
+    SCOPED_TRACE(name);
+    const GoldenCase g = load_golden(dir, name);
+    const int64_t b = g.params.at("b"), s_q = g.params.at("s_q"), h_q = g.params.at("h_q"), topk = g.params.at("topk");
+    const int64_t nb = g.params.at("num_blocks"), bs = g.params.at("block_size");
+    const double sm_scale = g.params.at("sm_scale");
+    Dev<uint8_t> dq(g.inputs.at("q").bytes), dc(g.inputs.at("k_cache_fp8").bytes), di(g.inputs.at("indices").bytes);
+    Dev<uint16_t> dout(static_cast<size_t>(b * s_q * h_q * 512));
+    Dev<float> dlse(static_cast<size_t>(b * s_q * h_q));
+    std::optional<Dev<uint8_t>> dsink;
+    TensorView sv, sink_h;
+    mla::SparseDecodeParams params{.sm_scale = sm_scale};
+    if (g.has_input("attn_sink")) {
+      dsink.emplace(g.inputs.at("attn_sink").bytes);
+      sv = dview(dsink->get(), DType::f32, {h_q});
+      sink_h = g.inputs.at("attn_sink").view();
+      params.attn_sink = &sv;
+    }
+    const auto ref = reference::mla_sparse_decode_reference(g.inputs.at("q").view(), g.inputs.at("k_cache_fp8").view(),
+                                                            g.inputs.at("indices").view(),
+                                                            params.attn_sink ? &sink_h : nullptr, nullptr, sm_scale);
+    std::vector<int64_t> rows(static_cast<size_t>(b * s_q));
+    std::iota(rows.begin(), rows.end(), 0);
+    for (int num_sms : {0, 5}) {  // the device's split and a tiny-SM split that cuts requests
+      const mla::DecodePlan plan = mla::DecodePlan::create(
+          {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 576, .topk = int(topk), .num_sms = num_sms}, 0, nullptr);
+      dout.poison();
+      dlse.poison();
+      plan.run(dview(dq.get(), DType::bf16, {b, s_q, h_q, 576}), dview(dc.get(), DType::u8, {nb, bs, 1, 656}),
+               dview(di.get(), DType::i32, {b, s_q, topk}), dview(dout.get(), DType::bf16, {b, s_q, h_q, 512}),
+               TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {b, s_q, h_q}, {h_q * s_q, 1, s_q}), params,
+               nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      const auto out = dout.download();
+      const auto lse = dlse.download();
+      // Golden lse is [b, h_q, s_q], the same layout we wrote.
+      std::vector<float> lse_rows;
+      std::vector<double> got_lse, want_lse;
+      for (int64_t r = 0; r < b * s_q; ++r)
+        for (int64_t h = 0; h < h_q; ++h) {
+          const size_t at = static_cast<size_t>((r / s_q) * h_q * s_q + h * s_q + r % s_q);
+          lse_rows.push_back(lse[at]);
+          got_lse.push_back(lse[at]);
+          want_lse.push_back(g.outputs.at("lse_b_hq_sq").at<float>(static_cast<int64_t>(at)));
+        }
+      expect_close(out, lse_rows, nullptr, rows, ref, h_q, "num_sms " + std::to_string(num_sms));
+      const auto l = compare(got_lse, want_lse, kLseAbsTol, kLseRelTol, 1.0, "lse vs FlashMLA");
+      EXPECT_TRUE(l.ok) << l.message;
+      std::vector<double> got, want;
+      for (size_t i = 0; i < out.size(); ++i) {
+        got.push_back(bf16_bits_to_float(out[i]));
+        want.push_back(bf16_bits_to_float(g.outputs.at("out").at<uint16_t>(static_cast<int64_t>(i))));
+      }
+      const auto vs = compare(got, want, 4e-3, kOutRelTol, kOutCosDiffTol, "out vs FlashMLA");
+      EXPECT_TRUE(vs.ok) << vs.message;
+    }
+  }
+}
+
+TEST(MlaGpuDecode, Sweep) {
+  FLASHCPP_REQUIRE_GPU();
+  uint32_t seed = 500;
+  for (int64_t b : {1, 2, 64, 128})
+    for (int64_t s_q : {1, 2}) {
+      const int64_t topk = b >= 64 ? 512 : 2048;
+      run_decode_case({b, s_q, 128, topk, 64, 0, (seed % 2) == 0, (seed % 3) == 0, 6}, seed);
+      ++seed;
+    }
+  run_decode_case({3, 2, 64, 576, 61, 0, true, true, 6}, seed++);   // odd block size
+  run_decode_case({4, 1, 64, 64, 2, 0, false, false, 4}, seed++);   // block size 2
+  run_decode_case({74, 2, 128, 2048, 64, 0, true, false, 6}, seed++);
+  run_decode_case({64, 2, 128, 1024, 53, 7, true, true, 8}, seed++);  // forced split over 7 parts
+  run_decode_case({5, 3, 20, 128, 64, 0, true, true, 8}, seed++);    // 20 heads
+}
+
+TEST(MlaGpuDecode, CudaGraphReplay) {
+  FLASHCPP_REQUIRE_GPU();
+  run_decode_case({2, 2, 128, 2048, 64, 0, true, true, 4}, 900, /*graph=*/true);  // split plan
+  run_decode_case({64, 2, 128, 512, 64, 0, true, false, 4}, 901, /*graph=*/true);  // unsplit plan
+}
+
+TEST(MlaGpu, DeviceSupportOnThisGpu) {
+  FLASHCPP_REQUIRE_GPU();
+  const auto s = mla::device_support(0);
+  EXPECT_TRUE(s.sparse_supported) << "cc " << s.cc_major << "." << s.cc_minor;
+  EXPECT_GT(s.sm_count, 0);
+}
+
+}  // namespace
