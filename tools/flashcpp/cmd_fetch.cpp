@@ -87,7 +87,11 @@ void run_fetch(const FetchOptions& o) {
       if (auto p = art::resolve_prebuilt_module(cfg, uri)) {
         std::printf("module %s: %s\n", uri.c_str(), p->c_str());
       } else {
-        std::printf("module %s: not in the pinned jit-cache wheel (build it with `flashcpp build`)\n", uri.c_str());
+        const bool have_wheel = std::filesystem::exists(art::cached_wheel_path(cfg, cfg.manifest().jit_cache));
+        if (cfg.offline && !have_wheel && cfg.jit_cache_override.empty())
+          std::printf("module %s: not available offline (the jit-cache wheel is not cached)\n", uri.c_str());
+        else
+          std::printf("module %s: not in the pinned jit-cache wheel (build it with `flashcpp build`)\n", uri.c_str());
         ++missing;
       }
     }
