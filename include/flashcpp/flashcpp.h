@@ -4,4 +4,5 @@
 #include "flashcpp/c/common.h"
 #include "flashcpp/c/mla.h"
 #include "flashcpp/c/ops_extra.h"
+#include "flashcpp/c/ops.h"
 #endif

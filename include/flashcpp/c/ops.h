@@ -1,0 +1,162 @@
+/* flashcpp C ABI: FlashInfer norm, paged KV append, single/batch prefill and single/batch decode.
+ * Semantics, shapes and validation as in the C++ headers flashcpp/{norm,page,attention}.hpp.
+ * These entry points use the process-wide runtime of the C ABI (created on first use from the
+ * FLASHCPP_* environment: FLASHCPP_TVM_FFI_LIB, FLASHCPP_MODULE_PATH, FLASHCPP_JIT). Streams are
+ * cudaStream_t passed as void*. Optional tensors are NULL when absent. Scalars documented "0: default"
+ * use the C++ default for 0. Every call validates all arguments first: FLASHCPP_INVALID_ARGUMENT means
+ * nothing was launched or written; flashcpp_last_error() names the argument and the rule. */
+#ifndef FLASHCPP_C_OPS_H_
+#define FLASHCPP_C_OPS_H_
+#include "flashcpp/c/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- norm (f16/bf16, in the input's dtype) */
+/* out, input [tokens, hidden]; weight [hidden]. eps: 0 -> 1e-6. */
+flashcpp_status flashcpp_rmsnorm(const flashcpp_tensor* out, const flashcpp_tensor* input, const flashcpp_tensor* weight,
+                                 double eps, int32_t enable_pdl, void* stream);
+/* out, input [tokens, heads, head_dim]; weight [head_dim]. */
+flashcpp_status flashcpp_fused_qk_rmsnorm(const flashcpp_tensor* out, const flashcpp_tensor* input,
+                                          const flashcpp_tensor* weight, double eps, int32_t enable_pdl, void* stream);
+flashcpp_status flashcpp_gemma_rmsnorm(const flashcpp_tensor* out, const flashcpp_tensor* input,
+                                       const flashcpp_tensor* weight, double eps, int32_t enable_pdl, void* stream);
+/* In place: residual += input; input = norm(residual) * weight. */
+flashcpp_status flashcpp_fused_add_rmsnorm(const flashcpp_tensor* input, const flashcpp_tensor* residual,
+                                           const flashcpp_tensor* weight, double eps, int32_t enable_pdl, void* stream);
+flashcpp_status flashcpp_gemma_fused_add_rmsnorm(const flashcpp_tensor* input, const flashcpp_tensor* residual,
+                                                 const flashcpp_tensor* weight, double eps, int32_t enable_pdl,
+                                                 void* stream);
+
+/* ---------------------------------------------------------------- paged KV cache */
+typedef enum flashcpp_kv_layout { FLASHCPP_KV_NHD = 0, FLASHCPP_KV_HND = 1 } flashcpp_kv_layout;
+
+typedef struct flashcpp_paged_kv_cache {
+  const flashcpp_tensor* k_cache;       /* NHD [pages, page_size, H_kv, D] | HND [pages, H_kv, page_size, D] */
+  const flashcpp_tensor* v_cache;
+  const flashcpp_tensor* indices;       /* int32 page ids */
+  const flashcpp_tensor* indptr;        /* int32 [batch + 1] */
+  const flashcpp_tensor* last_page_len; /* int32 [batch] */
+  int32_t layout;                       /* flashcpp_kv_layout */
+} flashcpp_paged_kv_cache;
+
+flashcpp_status flashcpp_append_paged_kv_cache(const flashcpp_tensor* append_key, const flashcpp_tensor* append_value,
+                                               const flashcpp_tensor* batch_indices, const flashcpp_tensor* positions,
+                                               const flashcpp_paged_kv_cache* cache, void* stream);
+/* ckv_cache [pages, page_size, 512], kpe_cache [pages, page_size, 64]. */
+flashcpp_status flashcpp_append_paged_mla_kv_cache(const flashcpp_tensor* append_ckv, const flashcpp_tensor* append_kpe,
+                                                   const flashcpp_tensor* batch_indices,
+                                                   const flashcpp_tensor* positions, const flashcpp_tensor* ckv_cache,
+                                                   const flashcpp_tensor* kpe_cache, const flashcpp_tensor* indices,
+                                                   const flashcpp_tensor* indptr, const flashcpp_tensor* last_page_len,
+                                                   void* stream);
+
+/* ---------------------------------------------------------------- attention */
+typedef enum flashcpp_attention_backend {
+  FLASHCPP_ATTENTION_AUTO = 0, FLASHCPP_ATTENTION_FA2 = 1, FLASHCPP_ATTENTION_FA3 = 2
+} flashcpp_attention_backend;
+typedef enum flashcpp_decode_backend {
+  FLASHCPP_DECODE_AUTO = 0, FLASHCPP_DECODE_CUDA_CORES = 1, FLASHCPP_DECODE_TENSOR_CORES = 2
+} flashcpp_decode_backend;
+
+typedef struct flashcpp_attention_options {
+  int32_t causal;                /* prefill only */
+  int32_t layout;                /* flashcpp_kv_layout */
+  int64_t window_left;           /* -1: no sliding window */
+  double logits_soft_cap;        /* 0: off */
+  double sm_scale;               /* 0: 1/sqrt(head_dim_qk) */
+  int32_t decode_backend;        /* single decode: flashcpp_decode_backend */
+  int32_t use_fp16_qk_reduction; /* single prefill, f16 only */
+} flashcpp_attention_options;
+
+/* Fills `options` with the defaults (non-causal, NHD, no window, no cap, default scale, automatic). */
+void flashcpp_attention_options_init(flashcpp_attention_options* options);
+
+/* tmp: 1-D CUDA scratch (size: single_prefill_tmp_bytes / single_decode_tmp_bytes in flashcpp/attention.hpp)
+ * or NULL (never split the KV sequence). lse may be NULL. */
+flashcpp_status flashcpp_single_prefill(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* v,
+                                        const flashcpp_tensor* out, const flashcpp_tensor* lse,
+                                        const flashcpp_tensor* tmp, const flashcpp_attention_options* options,
+                                        void* stream);
+flashcpp_status flashcpp_single_decode(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* v,
+                                       const flashcpp_tensor* out, const flashcpp_tensor* lse,
+                                       const flashcpp_tensor* tmp, const flashcpp_attention_options* options,
+                                       void* stream);
+
+typedef struct flashcpp_workspace {
+  const flashcpp_tensor* float_buffer;      /* CUDA, 1-D */
+  const flashcpp_tensor* int_buffer;        /* CUDA, 1-D */
+  const flashcpp_tensor* pinned_int_buffer; /* page-locked host, 1-D, >= int_buffer */
+} flashcpp_workspace;
+/* FlashInfer's recommended workspace sizes (128 MiB float, 8 MiB int). */
+void flashcpp_recommended_workspace_bytes(int64_t* float_bytes, int64_t* int_bytes);
+
+typedef enum flashcpp_kv_storage { FLASHCPP_KV_PAGED = 0, FLASHCPP_KV_RAGGED = 1 } flashcpp_kv_storage;
+
+typedef struct flashcpp_batch_prefill_config {
+  int32_t kv_storage; /* flashcpp_kv_storage */
+  int64_t num_qo_heads, num_kv_heads, head_dim_qk;
+  int64_t head_dim_vo; /* 0: head_dim_qk */
+  int64_t page_size;   /* paged only */
+  int32_t q_dtype, kv_dtype;
+  int32_t o_dtype;     /* -1: q_dtype */
+  int32_t layout, causal;
+  int64_t window_left; /* -1: none */
+  double logits_soft_cap, sm_scale;
+  int32_t backend;     /* flashcpp_attention_backend */
+  int32_t enable_cuda_graph, enable_pdl;
+  int64_t fixed_split_size; /* -1: off (fa2 only) */
+  int32_t disable_split_kv;
+} flashcpp_batch_prefill_config;
+void flashcpp_batch_prefill_config_init(flashcpp_batch_prefill_config* config);
+
+typedef struct flashcpp_batch_prefill_plan flashcpp_batch_prefill_plan;
+/* Host int32 arrays; kv_last_page_len_host for paged only; kv_indices_host optional (range-checked at run). */
+flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_config* config,
+                                                   const flashcpp_workspace* workspace,
+                                                   const flashcpp_tensor* qo_indptr_host,
+                                                   const flashcpp_tensor* kv_indptr_host,
+                                                   const flashcpp_tensor* kv_last_page_len_host,
+                                                   const flashcpp_tensor* kv_indices_host, void* stream,
+                                                   flashcpp_batch_prefill_plan** out_plan);
+flashcpp_status flashcpp_batch_prefill_run_ragged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
+                                                  const flashcpp_tensor* k, const flashcpp_tensor* v,
+                                                  const flashcpp_tensor* qo_indptr, const flashcpp_tensor* kv_indptr,
+                                                  const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream);
+flashcpp_status flashcpp_batch_prefill_run_paged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
+                                                 const flashcpp_paged_kv_cache* cache, const flashcpp_tensor* qo_indptr,
+                                                 const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream);
+void flashcpp_batch_prefill_plan_destroy(flashcpp_batch_prefill_plan* plan);
+
+typedef struct flashcpp_batch_decode_config {
+  int64_t num_qo_heads, num_kv_heads, head_dim, page_size;
+  int32_t q_dtype, kv_dtype;
+  int32_t o_dtype; /* -1: q_dtype */
+  int32_t layout;
+  int64_t window_left;
+  double logits_soft_cap, sm_scale;
+  int32_t backend;         /* flashcpp_decode_backend */
+  int32_t prefill_backend; /* flashcpp_attention_backend, tensor-core path */
+  int32_t enable_cuda_graph, enable_pdl;
+} flashcpp_batch_decode_config;
+void flashcpp_batch_decode_config_init(flashcpp_batch_decode_config* config);
+
+typedef struct flashcpp_batch_decode_plan flashcpp_batch_decode_plan;
+flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_config* config,
+                                                  const flashcpp_workspace* workspace,
+                                                  const flashcpp_tensor* kv_indptr_host,
+                                                  const flashcpp_tensor* kv_last_page_len_host,
+                                                  const flashcpp_tensor* kv_indices_host, void* stream,
+                                                  flashcpp_batch_decode_plan** out_plan);
+flashcpp_status flashcpp_batch_decode_run(const flashcpp_batch_decode_plan* plan, const flashcpp_tensor* q,
+                                          const flashcpp_paged_kv_cache* cache, const flashcpp_tensor* out,
+                                          const flashcpp_tensor* lse, void* stream);
+/* 1 when the plan runs the tensor-core (prefill-kernel) path, 0 otherwise (also for NULL). */
+int32_t flashcpp_batch_decode_uses_tensor_cores(const flashcpp_batch_decode_plan* plan);
+void flashcpp_batch_decode_plan_destroy(flashcpp_batch_decode_plan* plan);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHCPP_C_OPS_H_ */

@@ -1,0 +1,20 @@
+// flashcpp: everything a C++ program needs, in one include.
+//   Runtime (where FlashInfer modules come from), TensorView, errors, CUDA helpers,
+//   FlashInfer ops (norm, paged KV append, prefill, decode, batch MLA, GDN, fused MoE),
+//   our sparse MLA kernels, and the float64 `reference` backend.
+#pragma once
+#include "flashcpp/artifacts.hpp"
+#include "flashcpp/attention.hpp"
+#include "flashcpp/cuda.hpp"
+#include "flashcpp/dtype.hpp"
+#include "flashcpp/error.hpp"
+#include "flashcpp/gdn.hpp"
+#include "flashcpp/jit.hpp"
+#include "flashcpp/mla.hpp"
+#include "flashcpp/mla_attention.hpp"
+#include "flashcpp/moe.hpp"
+#include "flashcpp/norm.hpp"
+#include "flashcpp/page.hpp"
+#include "flashcpp/reference.hpp"
+#include "flashcpp/runtime.hpp"
+#include "flashcpp/tensor.hpp"

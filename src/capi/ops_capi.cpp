@@ -1,0 +1,335 @@
+// C ABI of the FlashInfer norm, page, prefill and decode ops (include/flashcpp/c/ops.h).
+#include "flashcpp/c/ops.h"
+
+#include <memory>
+
+#include "capi/capi.hpp"
+#include "flashcpp/attention.hpp"
+#include "flashcpp/norm.hpp"
+#include "flashcpp/page.hpp"
+#include "flashcpp/runtime.hpp"
+
+struct flashcpp_batch_prefill_plan {
+  flashcpp::BatchPrefillPlan plan;
+};
+struct flashcpp_batch_decode_plan {
+  flashcpp::BatchDecodePlan plan;
+};
+
+namespace flashcpp::capi {
+namespace {
+
+/// The C ABI's runtime for these ops (created on first use from the environment, thread-safe).
+const Runtime& ops_runtime() {
+  static const std::shared_ptr<Runtime> rt = Runtime::create();
+  return *rt;
+}
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+RmsNormOptions norm_options(double eps, int32_t pdl) {
+  RmsNormOptions o;
+  if (eps != 0.0) o.eps = eps;
+  o.enable_pdl = pdl != 0;
+  return o;
+}
+
+template <class Fn>
+flashcpp_status norm_call(const char* op, const flashcpp_tensor* a, const char* an, const flashcpp_tensor* b,
+                          const char* bn, const flashcpp_tensor* w, double eps, int32_t pdl, void* stream, Fn fn) {
+  return guard([&] {
+    fn(ops_runtime(), to_view(a, op, an), to_view(b, op, bn), to_view(w, op, "weight"), norm_options(eps, pdl),
+       as_stream(stream));
+  });
+}
+
+void require(bool ok, const char* op, const char* what) {
+  if (!ok) throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + what + "' must not be NULL");
+}
+
+PagedKvCache to_cache(const flashcpp_paged_kv_cache* c, const char* op) {
+  require(c != nullptr, op, "cache");
+  PagedKvCache kv;
+  kv.k_cache = to_view(c->k_cache, op, "k_cache");
+  kv.v_cache = to_view(c->v_cache, op, "v_cache");
+  kv.indices = to_view(c->indices, op, "indices");
+  kv.indptr = to_view(c->indptr, op, "indptr");
+  kv.last_page_len = to_view(c->last_page_len, op, "last_page_len");
+  kv.layout = static_cast<KvLayout>(c->layout);
+  return kv;
+}
+
+Workspace to_workspace(const flashcpp_workspace* w, const char* op) {
+  require(w != nullptr, op, "workspace");
+  return Workspace{to_view(w->float_buffer, op, "workspace.float_buffer"), to_view(w->int_buffer, op, "workspace.int_buffer"),
+                   to_view(w->pinned_int_buffer, op, "workspace.pinned_int_buffer")};
+}
+
+std::optional<double> opt_scale(double s) { return s == 0.0 ? std::nullopt : std::optional<double>(s); }
+
+template <class E>
+E to_enum(int32_t v, int32_t max, const char* op, const char* what) {
+  if (v < 0 || v > max)
+    throw Error(ErrorCode::invalid_argument,
+                std::string(op) + ": argument '" + what + "' has an unknown value " + std::to_string(v));
+  return static_cast<E>(v);
+}
+
+}  // namespace
+}  // namespace flashcpp::capi
+
+using namespace flashcpp;
+using namespace flashcpp::capi;
+
+extern "C" {
+
+flashcpp_status flashcpp_rmsnorm(const flashcpp_tensor* out, const flashcpp_tensor* input, const flashcpp_tensor* weight,
+                                 double eps, int32_t pdl, void* stream) {
+  return norm_call("rmsnorm", out, "out", input, "input", weight, eps, pdl, stream,
+                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { rmsnorm(rt, a, b, w, o, s); });
+}
+flashcpp_status flashcpp_fused_qk_rmsnorm(const flashcpp_tensor* out, const flashcpp_tensor* input,
+                                          const flashcpp_tensor* weight, double eps, int32_t pdl, void* stream) {
+  return norm_call("fused_qk_rmsnorm", out, "out", input, "input", weight, eps, pdl, stream,
+                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { fused_qk_rmsnorm(rt, a, b, w, o, s); });
+}
+flashcpp_status flashcpp_gemma_rmsnorm(const flashcpp_tensor* out, const flashcpp_tensor* input,
+                                       const flashcpp_tensor* weight, double eps, int32_t pdl, void* stream) {
+  return norm_call("gemma_rmsnorm", out, "out", input, "input", weight, eps, pdl, stream,
+                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { gemma_rmsnorm(rt, a, b, w, o, s); });
+}
+flashcpp_status flashcpp_fused_add_rmsnorm(const flashcpp_tensor* input, const flashcpp_tensor* residual,
+                                           const flashcpp_tensor* weight, double eps, int32_t pdl, void* stream) {
+  return norm_call("fused_add_rmsnorm", input, "input", residual, "residual", weight, eps, pdl, stream,
+                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { fused_add_rmsnorm(rt, a, b, w, o, s); });
+}
+flashcpp_status flashcpp_gemma_fused_add_rmsnorm(const flashcpp_tensor* input, const flashcpp_tensor* residual,
+                                                 const flashcpp_tensor* weight, double eps, int32_t pdl, void* stream) {
+  return norm_call("gemma_fused_add_rmsnorm", input, "input", residual, "residual", weight, eps, pdl, stream,
+                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { gemma_fused_add_rmsnorm(rt, a, b, w, o, s); });
+}
+
+flashcpp_status flashcpp_append_paged_kv_cache(const flashcpp_tensor* k, const flashcpp_tensor* v,
+                                               const flashcpp_tensor* bi, const flashcpp_tensor* pos,
+                                               const flashcpp_paged_kv_cache* cache, void* stream) {
+  constexpr const char* op = "append_paged_kv_cache";
+  return guard([&] {
+    append_paged_kv_cache(ops_runtime(), to_view(k, op, "append_key"), to_view(v, op, "append_value"),
+                          to_view(bi, op, "batch_indices"), to_view(pos, op, "positions"), to_cache(cache, op),
+                          as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_append_paged_mla_kv_cache(const flashcpp_tensor* ckv, const flashcpp_tensor* kpe,
+                                                   const flashcpp_tensor* bi, const flashcpp_tensor* pos,
+                                                   const flashcpp_tensor* ckv_cache, const flashcpp_tensor* kpe_cache,
+                                                   const flashcpp_tensor* indices, const flashcpp_tensor* indptr,
+                                                   const flashcpp_tensor* last_page_len, void* stream) {
+  constexpr const char* op = "append_paged_mla_kv_cache";
+  return guard([&] {
+    PagedMlaKvCache c{to_view(ckv_cache, op, "ckv_cache"), to_view(kpe_cache, op, "kpe_cache"),
+                      to_view(indices, op, "indices"), to_view(indptr, op, "indptr"),
+                      to_view(last_page_len, op, "last_page_len")};
+    append_paged_mla_kv_cache(ops_runtime(), to_view(ckv, op, "append_ckv"), to_view(kpe, op, "append_kpe"),
+                              to_view(bi, op, "batch_indices"), to_view(pos, op, "positions"), c, as_stream(stream));
+  });
+}
+
+void flashcpp_attention_options_init(flashcpp_attention_options* o) {
+  if (!o) return;
+  *o = flashcpp_attention_options{};
+  o->window_left = -1;
+}
+
+flashcpp_status flashcpp_single_prefill(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* v,
+                                        const flashcpp_tensor* out, const flashcpp_tensor* lse,
+                                        const flashcpp_tensor* tmp, const flashcpp_attention_options* options,
+                                        void* stream) {
+  constexpr const char* op = "single_prefill";
+  return guard([&] {
+    require(options != nullptr, op, "options");
+    SinglePrefillOptions o;
+    o.causal = options->causal != 0;
+    o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
+    o.window_left = options->window_left;
+    o.logits_soft_cap = options->logits_soft_cap;
+    o.sm_scale = opt_scale(options->sm_scale);
+    o.use_fp16_qk_reduction = options->use_fp16_qk_reduction != 0;
+    TensorView l, t;
+    const bool has_lse = to_optional_view(lse, op, "lse", l);
+    to_optional_view(tmp, op, "tmp", t);
+    single_prefill(ops_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
+                   has_lse ? &l : nullptr, t, o, as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_single_decode(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* v,
+                                       const flashcpp_tensor* out, const flashcpp_tensor* lse,
+                                       const flashcpp_tensor* tmp, const flashcpp_attention_options* options,
+                                       void* stream) {
+  constexpr const char* op = "single_decode";
+  return guard([&] {
+    require(options != nullptr, op, "options");
+    SingleDecodeOptions o;
+    o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
+    o.window_left = options->window_left;
+    o.logits_soft_cap = options->logits_soft_cap;
+    o.sm_scale = opt_scale(options->sm_scale);
+    o.backend = to_enum<DecodeBackend>(options->decode_backend, 2, op, "decode_backend");
+    TensorView l, t;
+    const bool has_lse = to_optional_view(lse, op, "lse", l);
+    to_optional_view(tmp, op, "tmp", t);
+    single_decode(ops_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
+                  has_lse ? &l : nullptr, t, o, as_stream(stream));
+  });
+}
+
+void flashcpp_recommended_workspace_bytes(int64_t* float_bytes, int64_t* int_bytes) {
+  if (float_bytes) *float_bytes = recommended_float_workspace_bytes();
+  if (int_bytes) *int_bytes = recommended_int_workspace_bytes();
+}
+
+void flashcpp_batch_prefill_config_init(flashcpp_batch_prefill_config* c) {
+  if (!c) return;
+  *c = flashcpp_batch_prefill_config{};
+  c->q_dtype = c->kv_dtype = FLASHCPP_BF16;
+  c->o_dtype = -1;
+  c->window_left = -1;
+  c->fixed_split_size = -1;
+}
+
+flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_config* config,
+                                                   const flashcpp_workspace* workspace, const flashcpp_tensor* qo,
+                                                   const flashcpp_tensor* kv, const flashcpp_tensor* last,
+                                                   const flashcpp_tensor* indices, void* stream,
+                                                   flashcpp_batch_prefill_plan** out_plan) {
+  constexpr const char* op = "batch_prefill_plan_create";
+  return guard([&] {
+    require(config != nullptr, op, "config");
+    require(out_plan != nullptr, op, "out_plan");
+    *out_plan = nullptr;
+    BatchPrefillConfig c;
+    c.kv_storage = config->kv_storage == FLASHCPP_KV_RAGGED ? KvStorage::ragged : KvStorage::paged;
+    to_enum<KvStorage>(config->kv_storage, 1, op, "kv_storage");
+    c.num_qo_heads = config->num_qo_heads;
+    c.num_kv_heads = config->num_kv_heads;
+    c.head_dim_qk = config->head_dim_qk;
+    c.head_dim_vo = config->head_dim_vo;
+    c.page_size = config->page_size;
+    c.q_dtype = to_enum<DType>(config->q_dtype, FLASHCPP_BOOL, op, "q_dtype");
+    c.kv_dtype = to_enum<DType>(config->kv_dtype, FLASHCPP_BOOL, op, "kv_dtype");
+    if (config->o_dtype >= 0) c.o_dtype = to_enum<DType>(config->o_dtype, FLASHCPP_BOOL, op, "o_dtype");
+    c.layout = to_enum<KvLayout>(config->layout, 1, op, "layout");
+    c.causal = config->causal != 0;
+    c.window_left = config->window_left;
+    c.logits_soft_cap = config->logits_soft_cap;
+    c.sm_scale = opt_scale(config->sm_scale);
+    c.backend = to_enum<AttentionBackend>(config->backend, 2, op, "backend");
+    c.enable_cuda_graph = config->enable_cuda_graph != 0;
+    c.enable_pdl = config->enable_pdl != 0;
+    c.fixed_split_size = config->fixed_split_size;
+    c.disable_split_kv = config->disable_split_kv != 0;
+    PrefillIndptrs ip;
+    ip.qo_indptr = to_view(qo, op, "qo_indptr_host");
+    ip.kv_indptr = to_view(kv, op, "kv_indptr_host");
+    if (c.kv_storage == KvStorage::paged) ip.kv_last_page_len = to_view(last, op, "kv_last_page_len_host");
+    TensorView idx;
+    if (to_optional_view(indices, op, "kv_indices_host", idx)) ip.kv_indices = &idx;
+    auto plan = BatchPrefillPlan::create(ops_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
+    *out_plan = new flashcpp_batch_prefill_plan{std::move(plan)};
+  });
+}
+
+flashcpp_status flashcpp_batch_prefill_run_ragged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
+                                                  const flashcpp_tensor* k, const flashcpp_tensor* v,
+                                                  const flashcpp_tensor* qo, const flashcpp_tensor* kv,
+                                                  const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream) {
+  constexpr const char* op = "batch_prefill_run_ragged";
+  return guard([&] {
+    require(plan != nullptr, op, "plan");
+    TensorView l;
+    const bool has_lse = to_optional_view(lse, op, "lse", l);
+    plan->plan.run_ragged(to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(qo, op, "qo_indptr"),
+                          to_view(kv, op, "kv_indptr"), to_view(out, op, "out"), has_lse ? &l : nullptr,
+                          as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_batch_prefill_run_paged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
+                                                 const flashcpp_paged_kv_cache* cache, const flashcpp_tensor* qo,
+                                                 const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream) {
+  constexpr const char* op = "batch_prefill_run_paged";
+  return guard([&] {
+    require(plan != nullptr, op, "plan");
+    TensorView l;
+    const bool has_lse = to_optional_view(lse, op, "lse", l);
+    plan->plan.run_paged(to_view(q, op, "q"), to_cache(cache, op), to_view(qo, op, "qo_indptr"),
+                         to_view(out, op, "out"), has_lse ? &l : nullptr, as_stream(stream));
+  });
+}
+
+void flashcpp_batch_prefill_plan_destroy(flashcpp_batch_prefill_plan* plan) { delete plan; }
+
+void flashcpp_batch_decode_config_init(flashcpp_batch_decode_config* c) {
+  if (!c) return;
+  *c = flashcpp_batch_decode_config{};
+  c->q_dtype = c->kv_dtype = FLASHCPP_BF16;
+  c->o_dtype = -1;
+  c->window_left = -1;
+}
+
+flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_config* config,
+                                                  const flashcpp_workspace* workspace, const flashcpp_tensor* kv,
+                                                  const flashcpp_tensor* last, const flashcpp_tensor* indices,
+                                                  void* stream, flashcpp_batch_decode_plan** out_plan) {
+  constexpr const char* op = "batch_decode_plan_create";
+  return guard([&] {
+    require(config != nullptr, op, "config");
+    require(out_plan != nullptr, op, "out_plan");
+    *out_plan = nullptr;
+    BatchDecodeConfig c;
+    c.num_qo_heads = config->num_qo_heads;
+    c.num_kv_heads = config->num_kv_heads;
+    c.head_dim = config->head_dim;
+    c.page_size = config->page_size;
+    c.q_dtype = to_enum<DType>(config->q_dtype, FLASHCPP_BOOL, op, "q_dtype");
+    c.kv_dtype = to_enum<DType>(config->kv_dtype, FLASHCPP_BOOL, op, "kv_dtype");
+    if (config->o_dtype >= 0) c.o_dtype = to_enum<DType>(config->o_dtype, FLASHCPP_BOOL, op, "o_dtype");
+    c.layout = to_enum<KvLayout>(config->layout, 1, op, "layout");
+    c.window_left = config->window_left;
+    c.logits_soft_cap = config->logits_soft_cap;
+    c.sm_scale = opt_scale(config->sm_scale);
+    c.backend = to_enum<DecodeBackend>(config->backend, 2, op, "backend");
+    c.prefill_backend = to_enum<AttentionBackend>(config->prefill_backend, 2, op, "prefill_backend");
+    c.enable_cuda_graph = config->enable_cuda_graph != 0;
+    c.enable_pdl = config->enable_pdl != 0;
+    DecodeIndptrs ip;
+    ip.kv_indptr = to_view(kv, op, "kv_indptr_host");
+    ip.kv_last_page_len = to_view(last, op, "kv_last_page_len_host");
+    TensorView idx;
+    if (to_optional_view(indices, op, "kv_indices_host", idx)) ip.kv_indices = &idx;
+    auto plan = BatchDecodePlan::create(ops_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
+    *out_plan = new flashcpp_batch_decode_plan{std::move(plan)};
+  });
+}
+
+flashcpp_status flashcpp_batch_decode_run(const flashcpp_batch_decode_plan* plan, const flashcpp_tensor* q,
+                                          const flashcpp_paged_kv_cache* cache, const flashcpp_tensor* out,
+                                          const flashcpp_tensor* lse, void* stream) {
+  constexpr const char* op = "batch_decode_run";
+  return guard([&] {
+    require(plan != nullptr, op, "plan");
+    TensorView l;
+    const bool has_lse = to_optional_view(lse, op, "lse", l);
+    plan->plan.run(to_view(q, op, "q"), to_cache(cache, op), to_view(out, op, "out"), has_lse ? &l : nullptr,
+                   as_stream(stream));
+  });
+}
+
+int32_t flashcpp_batch_decode_uses_tensor_cores(const flashcpp_batch_decode_plan* plan) {
+  return plan != nullptr && plan->plan.uses_tensor_cores() ? 1 : 0;
+}
+
+void flashcpp_batch_decode_plan_destroy(flashcpp_batch_decode_plan* plan) { delete plan; }
+
+}  // extern "C"
