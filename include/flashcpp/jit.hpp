@@ -64,7 +64,9 @@ struct BuildResult {
   std::string uri;
   std::filesystem::path path;   ///< the published .so (empty on failure)
   bool cached = false;          ///< found built; nothing compiled
-  double seconds = 0;           ///< wall time from the first compile to the publish of this module
+  double seconds = 0;           ///< wall time from the start of the build to the publish of this module
+  double compile_seconds = 0;   ///< sum of this module's compiler and linker process times (its own cost
+                                ///< when it shares the pool with other modules)
   std::uintmax_t bytes = 0;     ///< size of the .so
   std::optional<Error> error;   ///< why this module failed (other modules still build)
 };

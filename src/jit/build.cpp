@@ -441,6 +441,7 @@ struct ModuleJob {
   FileLock lock;
   size_t remaining = 0;  // compile tasks not yet finished
   bool failed = false;
+  double compile_seconds = 0;
   std::optional<Error> error;
   std::chrono::steady_clock::time_point start;
 };
@@ -508,12 +509,13 @@ class Engine {
     return fs::last_write_time(t.object, ec) >= fs::last_write_time(t.source, ec) && !ec;
   }
 
-  // Runs one compile; returns false on failure (the module is marked failed).
-  void compile(const CompileTask& t, ModuleJob& m, size_t done_index, size_t total) {
+  // Runs one compile; on failure the module is marked failed with the log tail.
+  void compile(const CompileTask& t, ModuleJob& m, std::atomic<size_t>& finished, size_t total) {
+    auto counter = [&] { return "[" + std::to_string(finished.fetch_add(1) + 1) + "/" + std::to_string(total) + "] "; };
     const auto t0 = std::chrono::steady_clock::now();
     const std::string name = t.source.filename().string();
     if (reusable(t)) {
-      say("[" + std::to_string(done_index) + "/" + std::to_string(total) + "] " + m.uri + ": " + name + " (up to date)");
+      say(counter() + m.uri + ": " + name + " (up to date)");
       return;
     }
     std::error_code ec;
@@ -522,6 +524,10 @@ class Engine {
     fs::remove(task_log, ec);
     const int rc = run_process(t.argv, task_log);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+      std::lock_guard lk(state_mu_);
+      m.compile_seconds += secs;
+    }
     {
       std::lock_guard lk(log_mu_);
       std::ofstream log(m.log, std::ios::app);
@@ -537,13 +543,11 @@ class Engine {
                             join_command(t.argv) + "\nlast lines of the log (" + task_log.string() + "):\n" +
                             tail_of_file(task_log, 30));
       }
-      say("[" + std::to_string(done_index) + "/" + std::to_string(total) + "] " + m.uri + ": " + name + " FAILED (" +
-          format_seconds(secs) + ")");
+      say(counter() + m.uri + ": " + name + " FAILED (" + format_seconds(secs) + ")");
       return;
     }
     std::ofstream(t.object.string() + ".cmd", std::ios::binary | std::ios::trunc) << join_command(t.argv);
-    say("[" + std::to_string(done_index) + "/" + std::to_string(total) + "] " + m.uri + ": " + name + " (" +
-        format_seconds(secs) + ")");
+    say(counter() + m.uri + ": " + name + " (" + format_seconds(secs) + ")");
   }
 
   // Links the module's objects and publishes the .so atomically.
@@ -565,7 +569,9 @@ class Engine {
     argv.push_back(tmp.string());
     const fs::path link_log = m.obj_dir / "link.log";
     fs::remove(link_log, ec);
+    const auto link_start = std::chrono::steady_clock::now();
     const int rc = run_process(argv, link_log);
+    m.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - link_start).count();
     {
       std::lock_guard lk(log_mu_);
       std::ofstream(m.log, std::ios::app) << "$ " << join_command(argv) << "\n"
@@ -591,8 +597,9 @@ class Engine {
     r.path = m.final_so;
     r.bytes = fs::file_size(m.final_so, ec);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
+    r.compile_seconds = m.compile_seconds;
     say(m.uri + ": built " + m.final_so.string() + " (" + std::to_string(r.bytes / 1024) + " KiB, " +
-        format_seconds(r.seconds) + ")");
+        format_seconds(r.seconds) + " wall, " + format_seconds(r.compile_seconds) + " of compiler time)");
   }
 
   // Builds the given locked modules with one pool of workers.
@@ -617,7 +624,7 @@ class Engine {
     const size_t total = tasks.size();
     size_t workers = o_.jobs > 0 ? static_cast<size_t>(o_.jobs) : std::max(1u, std::thread::hardware_concurrency());
     workers = std::min(workers, std::max<size_t>(total, 1));
-    std::atomic<size_t> next{0}, done{0};
+    std::atomic<size_t> next{0}, finished{0};
     auto worker = [&] {
       for (;;) {
         const size_t i = next.fetch_add(1);
@@ -629,8 +636,7 @@ class Engine {
           std::lock_guard lk(state_mu_);
           skip = m.failed;
         }
-        if (!skip) compile(t, m, done.load() + 1, total);
-        done.fetch_add(1);
+        if (!skip) compile(t, m, finished, total);
         bool last;
         {
           std::lock_guard lk(state_mu_);

@@ -219,7 +219,7 @@ TEST(JitUri, DefaultsRoundTripAndCoverTheRequiredFamilies) {
   EXPECT_EQ(per_family["single_decode"], 2);
   EXPECT_EQ(per_family["batch_decode"], 2);
   EXPECT_EQ(per_family["batch_mla"], 4);
-  EXPECT_EQ(sm90, 6);
+  EXPECT_EQ(sm90, 7);  // 6 attention modules + gdn_prefill_sm90
 }
 
 // ---------------------------------------------------------------------------------------------

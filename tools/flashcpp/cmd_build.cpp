@@ -1,5 +1,6 @@
 // `flashcpp build`: build FlashInfer modules ahead of time from the pinned FlashInfer sources.
-//   flashcpp build --uri URI [--uri URI ...] | --defaults | --list  [--arch 9.0a] [--jobs N] [--cache-dir DIR]
+//   flashcpp build --uri URI [--uri URI ...] | --defaults | --list | --print-root
+//                  [--arch 9.0a] [--jobs N] [--cache-dir DIR] [--quiet]
 #include <cstdio>
 
 #include "flashcpp/commands.hpp"
@@ -12,7 +13,7 @@ void add_build_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("build", "Build FlashInfer kernel modules from the pinned FlashInfer sources (nvcc, offline)");
   struct Args {
     std::vector<std::string> uris;
-    bool defaults = false, list = false, quiet = false;
+    bool defaults = false, list = false, quiet = false, print_root = false;
     std::vector<std::string> archs;
     int jobs = -1;
     std::string cache_dir;
@@ -26,9 +27,18 @@ void add_build_command(CLI::App& app) {
   cmd->add_option("--jobs,-j", args->jobs, "Parallel compiler processes (default: FLASHCPP_JIT_JOBS or all cores)");
   cmd->add_option("--cache-dir", args->cache_dir, "Cache directory (default: FLASHCPP_CACHE_DIR or ~/.cache/flashcpp)");
   cmd->add_flag("--quiet,-q", args->quiet, "Print only the summary");
+  cmd->add_flag("--print-root", args->print_root,
+                "Print the directory modules of this configuration are published in (<cache>/jit/<key>) and exit");
   cmd->callback([args] {
     if (args->list) {
       for (const auto& u : jit::default_uris()) std::printf("%s\n", u.c_str());
+      return;
+    }
+    if (args->print_root) {
+      jit::BuildOptions o = jit::BuildOptions::from_env();
+      if (!args->archs.empty()) o.cuda_archs = args->archs;
+      if (!args->cache_dir.empty()) o.cache_dir = args->cache_dir;
+      std::printf("%s\n", jit::module_root(o).string().c_str());
       return;
     }
     std::vector<std::string> uris = args->uris;
@@ -48,10 +58,10 @@ void add_build_command(CLI::App& app) {
     if (!jit::can_build(o, &why)) throw Error(ErrorCode::unsupported, "build: cannot build modules here: " + why);
     const auto results = jit::build_modules(o, uris);
     int failed = 0;
-    std::printf("\n%-10s %10s %9s  %s\n", "status", "size(KiB)", "time(s)", "module");
+    std::printf("\n%-7s %10s %8s %10s  %s\n", "status", "size(KiB)", "wall(s)", "compile(s)", "module");
     for (const auto& r : results) {
       const char* status = r.error ? "FAILED" : r.cached ? "cached" : "built";
-      std::printf("%-10s %10ju %9.1f  %s\n", status, r.bytes / 1024, r.seconds, r.uri.c_str());
+      std::printf("%-7s %10ju %8.1f %10.1f  %s\n", status, r.bytes / 1024, r.seconds, r.compile_seconds, r.uri.c_str());
       if (r.error) ++failed;
     }
     for (const auto& r : results)
