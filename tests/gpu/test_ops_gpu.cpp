@@ -1,0 +1,622 @@
+// FlashInfer norm, paged KV append, prefill and decode on the GPU against the float64 reference.
+// Run with FLASHCPP_GPU_TESTS=1 on a machine whose Runtime finds the modules (FLASHCPP_MODULE_PATH,
+// the jit-cache artifacts, or the module builder).
+//
+// Every test: fresh random inputs (seed printed on failure), outputs poisoned with 0xFF (NaN) before the
+// run, every CUDA status checked, results compared element-wise with the reference:
+//   |got - ref| <= atol + rtol * |ref|  (a NaN never passes)
+// Tolerances (stated per dtype): norm f16 atol 2e-3 rtol 2e-3, bf16 atol 1.5e-2 rtol 1.5e-2 (one output
+// rounding plus float accumulation); attention out f16 atol 1e-2 rtol 1e-2, bf16 atol 2e-2 rtol 2e-2
+// (P is rounded to 16 bits before the PV product); lse (f32, log2) atol 1e-2 rtol 1e-3; KV append is a
+// copy: bit-exact.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "flashcpp/attention.hpp"
+#include "flashcpp/cuda.hpp"
+#include "flashcpp/norm.hpp"
+#include "flashcpp/page.hpp"
+#include "flashcpp/reference.hpp"
+#include "flashcpp/runtime.hpp"
+#include "support/gpu.hpp"
+
+namespace flashcpp::testing {
+namespace {
+
+namespace ref = flashcpp::reference;
+
+// ------------------------------------------------------------------------------------------------ helpers
+
+const Runtime& runtime() {
+  static const std::shared_ptr<Runtime> rt = Runtime::create();
+  return *rt;
+}
+
+uint64_t fresh_seed() { return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}(); }
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// Host tensor of 16-bit floats (or f32/i32) with its device twin.
+struct Buf {
+  DType dtype = DType::bf16;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> host;
+  DeviceBuffer dev;
+  int64_t numel() const {
+    return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  }
+  TensorView host_view() {
+    return TensorView::contiguous(host.data(), dtype, Device::cpu(), std::span<const int64_t>(shape));
+  }
+  TensorView dev_view() const {
+    return TensorView::contiguous(dev.get(), dtype, Device::cuda(0), std::span<const int64_t>(shape));
+  }
+  size_t bytes() const { return static_cast<size_t>(numel() * dtype_size(dtype)); }
+};
+
+Buf make(DType t, std::vector<int64_t> shape, bool on_device = true) {
+  Buf b;
+  b.dtype = t;
+  b.shape = std::move(shape);
+  b.host.assign(b.bytes(), 0);
+  if (on_device) b.dev = DeviceBuffer(std::max<size_t>(b.bytes(), 16), 0);
+  return b;
+}
+/// A host-only copy (values and shape) of b.
+Buf host_copy(const Buf& b) {
+  Buf c = make(b.dtype, b.shape, false);
+  c.host = b.host;
+  return c;
+}
+/// A host-only f32 copy of b's values (exact for 16-bit inputs).
+Buf host_f32(Buf& b) {
+  Buf c = make(DType::f32, b.shape, false);
+  const TensorView from = b.host_view(), to = c.host_view();
+  for (int64_t i = 0; i < b.numel(); ++i) ref::store(to, i, ref::load(from, i));
+  return c;
+}
+
+/// Uniform values in [lo, hi) rounded to the dtype, generated in parallel.
+void fill_random(Buf& b, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  const int64_t n = b.numel();
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  const TensorView hv = b.host_view();
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int64_t i = t; i < n; i += threads) {
+        const double u = static_cast<double>(splitmix(seed ^ (static_cast<uint64_t>(i) * 0x100000001b3ull)) >> 11) /
+                         9007199254740992.0;
+        ref::store(hv, i, lo + (hi - lo) * u);
+      }
+    });
+  for (auto& th : pool) th.join();
+}
+
+Buf make_i32(const std::vector<int32_t>& v) {
+  Buf b = make(DType::i32, {static_cast<int64_t>(v.size())});
+  if (!v.empty()) std::memcpy(b.host.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+void upload(Buf& b) {
+  if (b.bytes() > 0) ASSERT_EQ(cudaMemcpy(b.dev.get(), b.host.data(), b.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+}
+void poison(Buf& b) {
+  ASSERT_EQ(cudaMemset(b.dev.get(), kPoisonByte, std::max<size_t>(b.bytes(), 16)), cudaSuccess);
+}
+void download(Buf& b) {
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  if (b.bytes() > 0) ASSERT_EQ(cudaMemcpy(b.host.data(), b.dev.get(), b.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+/// got (any float dtype) vs ref (same shape, any float dtype): |got - ref| <= atol + rtol |ref|.
+void expect_close(Buf& got, Buf& want, double atol, double rtol, const std::string& what) {
+  ASSERT_EQ(got.numel(), want.numel()) << what;
+  const TensorView g = got.host_view(), w = want.host_view();
+  int64_t bad = 0, first = -1;
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = ref::load(g, i), b = ref::load(w, i);
+    const bool both_neg_inf = std::isinf(a) && std::isinf(b) && a < 0 && b < 0;
+    const double err = std::fabs(a - b);
+    if (!both_neg_inf && !(err <= atol + rtol * std::fabs(b))) {
+      if (first < 0) first = i;
+      ++bad;
+    }
+    if (std::isfinite(err)) worst = std::max(worst, err);
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.numel() << " elements outside atol " << atol << " rtol "
+                    << rtol << "; first at " << first << " got " << (first >= 0 ? ref::load(g, first) : 0.0)
+                    << " want " << (first >= 0 ? ref::load(w, first) : 0.0) << "; max finite error " << worst;
+}
+
+void expect_equal_bytes(const Buf& got, const Buf& want, const std::string& what) {
+  ASSERT_EQ(got.host.size(), want.host.size());
+  EXPECT_TRUE(got.host == want.host) << what << " differs from the reference";
+}
+
+// ------------------------------------------------------------------------------------------------ norm
+
+class OpsGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    FLASHCPP_REQUIRE_GPU();
+    seed_ = fresh_seed();
+  }
+  uint64_t seed_ = 0;
+};
+
+struct NormCase {
+  DType dtype;
+  bool pdl;
+};
+
+TEST_F(OpsGpu, RmsnormFamilyAt8192x4096) {
+  for (NormCase nc : {NormCase{DType::bf16, false}, NormCase{DType::f16, true}}) {
+    SCOPED_TRACE(std::string("dtype ") + std::string(dtype_name(nc.dtype)) + " seed " + std::to_string(seed_));
+    const double tol = nc.dtype == DType::f16 ? 2e-3 : 1.5e-2;
+    const int64_t rows = 8192, hidden = 4096;
+    Buf x = make(nc.dtype, {rows, hidden}), w = make(nc.dtype, {hidden}), out = make(nc.dtype, {rows, hidden});
+    Buf want = make(DType::f32, {rows, hidden}, false);
+    fill_random(x, seed_);
+    fill_random(w, seed_ + 1, 0.5, 1.5);
+    upload(x);
+    upload(w);
+    const RmsNormOptions o{.eps = 1e-6, .enable_pdl = nc.pdl};
+
+    poison(out);
+    rmsnorm(runtime(), out.dev_view(), x.dev_view(), w.dev_view(), o);
+    download(out);
+    ref::rmsnorm(want.host_view(), x.host_view(), w.host_view(), o);
+    expect_close(out, want, tol, tol, "rmsnorm");
+
+    poison(out);
+    gemma_rmsnorm(runtime(), out.dev_view(), x.dev_view(), w.dev_view(), o);
+    download(out);
+    ref::gemma_rmsnorm(want.host_view(), x.host_view(), w.host_view(), o);
+    expect_close(out, want, tol, 2 * tol, "gemma_rmsnorm");
+
+    // In place: residual += x; x = norm(residual) * w.
+    for (bool gemma : {false, true}) {
+      Buf in = make(nc.dtype, {rows, hidden}), res = make(nc.dtype, {rows, hidden});
+      fill_random(in, seed_ + 2);
+      fill_random(res, seed_ + 3);
+      upload(in);
+      upload(res);
+      if (gemma) gemma_fused_add_rmsnorm(runtime(), in.dev_view(), res.dev_view(), w.dev_view(), o);
+      else fused_add_rmsnorm(runtime(), in.dev_view(), res.dev_view(), w.dev_view(), o);
+      Buf in_want = host_f32(in), res_want = host_f32(res);  // the inputs, before download overwrites them
+      download(in);
+      download(res);
+      if (gemma) ref::gemma_fused_add_rmsnorm(in_want.host_view(), res_want.host_view(), w.host_view(), o);
+      else ref::fused_add_rmsnorm(in_want.host_view(), res_want.host_view(), w.host_view(), o);
+      expect_close(res, res_want, tol, tol, gemma ? "gemma_fused_add_rmsnorm residual" : "fused_add_rmsnorm residual");
+      expect_close(in, in_want, tol, 2 * tol, gemma ? "gemma_fused_add_rmsnorm output" : "fused_add_rmsnorm output");
+    }
+  }
+}
+
+TEST_F(OpsGpu, FusedQkRmsnormOnAStridedSliceOfQkv) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  // qkv [tokens, 48 heads, 128]: normalise the first 32 heads (q) in place of a separate output.
+  const int64_t tokens = 4096, heads = 48, qh = 32, d = 128;
+  Buf qkv = make(DType::bf16, {tokens, heads, d}), w = make(DType::bf16, {d}), out = make(DType::bf16, {tokens, qh, d});
+  fill_random(qkv, seed_);
+  fill_random(w, seed_ + 1, 0.5, 1.5);
+  upload(qkv);
+  upload(w);
+  poison(out);
+  const auto q_slice = TensorView::strided(qkv.dev.get(), DType::bf16, Device::cuda(0), {tokens, qh, d},
+                                           {heads * d, d, 1});
+  fused_qk_rmsnorm(runtime(), out.dev_view(), q_slice, w.dev_view(), {});
+  download(out);
+  Buf want = make(DType::f32, {tokens, qh, d});
+  const auto host_slice = TensorView::strided(qkv.host.data(), DType::bf16, Device::cpu(), {tokens, qh, d},
+                                              {heads * d, d, 1});
+  ref::fused_qk_rmsnorm(want.host_view(), host_slice, w.host_view(), {});
+  expect_close(out, want, 1.5e-2, 1.5e-2, "fused_qk_rmsnorm");
+}
+
+// ------------------------------------------------------------------------------------------------ paged KV
+
+/// A batch of requests in a paged cache with scrambled page ids (plus spare pages nobody owns).
+struct Paged {
+  int64_t page_size = 16, hkv = 8, d = 128;
+  KvLayout layout = KvLayout::nhd;
+  std::vector<int32_t> lens, indptr, indices, last;
+  int64_t num_pages = 0;
+  Buf k, v, indices_d, indptr_d, last_d;
+
+  Paged(std::vector<int32_t> lengths, int64_t ps, int64_t heads, int64_t dim, KvLayout l, DType dt, uint64_t seed)
+      : page_size(ps), hkv(heads), d(dim), layout(l), lens(std::move(lengths)) {
+    indptr.push_back(0);
+    for (int32_t len : lens) {
+      const int32_t pages = static_cast<int32_t>((len + ps - 1) / ps);
+      indptr.push_back(indptr.back() + pages);
+      last.push_back(pages == 0 ? 0 : static_cast<int32_t>(len - (pages - 1) * ps));
+    }
+    num_pages = indptr.back() + 3;
+    std::vector<int32_t> ids(static_cast<size_t>(num_pages));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::mt19937_64 gen(seed);
+    std::shuffle(ids.begin(), ids.end(), gen);
+    indices.assign(ids.begin(), ids.begin() + indptr.back());
+    const std::vector<int64_t> shape = l == KvLayout::nhd ? std::vector<int64_t>{num_pages, ps, heads, dim}
+                                                          : std::vector<int64_t>{num_pages, heads, ps, dim};
+    k = make(dt, shape);
+    v = make(dt, shape);
+    fill_random(k, seed + 11);
+    fill_random(v, seed + 12);
+    indices_d = make_i32(indices);
+    indptr_d = make_i32(indptr);
+    last_d = make_i32(last);
+  }
+  void upload_all() {
+    upload(k);
+    upload(v);
+    upload(indices_d);
+    upload(indptr_d);
+    upload(last_d);
+  }
+  PagedKvCache device() const {
+    return {k.dev_view(), v.dev_view(), indices_d.dev_view(), indptr_d.dev_view(), last_d.dev_view(), layout};
+  }
+  PagedKvCache host() {
+    return {k.host_view(), v.host_view(), indices_d.host_view(), indptr_d.host_view(), last_d.host_view(), layout};
+  }
+  DecodeIndptrs decode_indptrs() {
+    return {indptr_d.host_view(), last_d.host_view(), nullptr};
+  }
+};
+
+TEST_F(OpsGpu, AppendPagedKvCacheNhdAndHnd) {
+  for (KvLayout layout : {KvLayout::nhd, KvLayout::hnd}) {
+    SCOPED_TRACE(std::string(layout == KvLayout::nhd ? "NHD" : "HND") + " seed " + std::to_string(seed_));
+    // 64 requests whose lengths are not multiples of the page size; append one decode token to each
+    // and 1000 prefill tokens to request 3 (positions follow each request's current length).
+    std::vector<int32_t> lens(64);
+    for (int i = 0; i < 64; ++i) lens[static_cast<size_t>(i)] = 1 + (i * 977) % 2000;
+    lens[3] = 1200;
+    std::vector<int32_t> old_len = lens;
+    for (auto& l : lens) l += 1;
+    lens[3] += 999;
+    Paged p(lens, 16, 8, 128, layout, DType::bf16, seed_);
+    std::vector<int32_t> bi, pos;
+    for (int r = 0; r < 64; ++r) {
+      const int n = r == 3 ? 1000 : 1;
+      for (int t = 0; t < n; ++t) {
+        bi.push_back(r);
+        pos.push_back(old_len[static_cast<size_t>(r)] + t);
+      }
+    }
+    const int64_t nnz = static_cast<int64_t>(bi.size());
+    Buf key = make(DType::bf16, {nnz, 8, 128}), val = make(DType::bf16, {nnz, 8, 128});
+    fill_random(key, seed_ + 5);
+    fill_random(val, seed_ + 6);
+    Buf bi_d = make_i32(bi), pos_d = make_i32(pos);
+    p.upload_all();
+    upload(key);
+    upload(val);
+    upload(bi_d);
+    upload(pos_d);
+    append_paged_kv_cache(runtime(), key.dev_view(), val.dev_view(), bi_d.dev_view(), pos_d.dev_view(), p.device());
+    ref::append_paged_kv_cache(key.host_view(), val.host_view(), bi_d.host_view(), pos_d.host_view(), p.host());
+    Buf k_got = host_copy(p.k), v_got = host_copy(p.v);
+    ASSERT_EQ(cudaMemcpy(k_got.host.data(), p.k.dev.get(), p.k.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(v_got.host.data(), p.v.dev.get(), p.v.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    expect_equal_bytes(k_got, p.k, "k_cache");
+    expect_equal_bytes(v_got, p.v, "v_cache");
+  }
+}
+
+TEST_F(OpsGpu, AppendPagedMlaKvCache) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const int64_t ps = 64, pages = 40, nnz = 300;
+  Buf ckv_c = make(DType::bf16, {pages, ps, 512}), kpe_c = make(DType::bf16, {pages, ps, 64});
+  fill_random(ckv_c, seed_);
+  fill_random(kpe_c, seed_ + 1);
+  std::vector<int32_t> ids(static_cast<size_t>(pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(seed_));
+  // Two requests: 250 tokens (4 pages) and 50 tokens (1 page), all appended now.
+  Buf idx = make_i32(ids), ptr = make_i32({0, 4, 5}), last = make_i32({250 - 3 * 64, 50});
+  std::vector<int32_t> bi, pos;
+  for (int t = 0; t < 250; ++t) bi.push_back(0), pos.push_back(t);
+  for (int t = 0; t < 50; ++t) bi.push_back(1), pos.push_back(t);
+  Buf bi_d = make_i32(bi), pos_d = make_i32(pos);
+  Buf ckv = make(DType::bf16, {nnz, 512}), kpe = make(DType::bf16, {nnz, 64});
+  fill_random(ckv, seed_ + 2);
+  fill_random(kpe, seed_ + 3);
+  for (Buf* b : {&ckv_c, &kpe_c, &idx, &ptr, &last, &bi_d, &pos_d, &ckv, &kpe}) upload(*b);
+  append_paged_mla_kv_cache(runtime(), ckv.dev_view(), kpe.dev_view(), bi_d.dev_view(), pos_d.dev_view(),
+                            {ckv_c.dev_view(), kpe_c.dev_view(), idx.dev_view(), ptr.dev_view(), last.dev_view()});
+  ref::append_paged_mla_kv_cache(ckv.host_view(), kpe.host_view(), bi_d.host_view(), pos_d.host_view(),
+                                 {ckv_c.host_view(), kpe_c.host_view(), idx.host_view(), ptr.host_view(), last.host_view()});
+  Buf got_c = host_copy(ckv_c), got_p = host_copy(kpe_c);
+  ASSERT_EQ(cudaMemcpy(got_c.host.data(), ckv_c.dev.get(), ckv_c.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got_p.host.data(), kpe_c.dev.get(), kpe_c.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  expect_equal_bytes(got_c, ckv_c, "ckv_cache");
+  expect_equal_bytes(got_p, kpe_c, "kpe_cache");
+}
+
+// ------------------------------------------------------------------------------------------------ single
+
+double attn_tol(DType t) { return t == DType::f16 ? 1e-2 : 2e-2; }
+
+struct SingleCase {
+  const char* name;
+  DType dtype;
+  int64_t qo_len, kv_len, hq, hkv, d;
+  bool causal;
+  KvLayout layout;
+  int64_t window_left;
+  double cap;
+};
+
+TEST_F(OpsGpu, SinglePrefill) {
+  const SingleCase cases[] = {
+      {"causal NHD GQA 32/8 1024x1024", DType::bf16, 1024, 1024, 32, 8, 128, true, KvLayout::nhd, -1, 0.0},
+      {"non-causal HND window 256 cap 30", DType::f16, 300, 2000, 16, 4, 128, false, KvLayout::hnd, 256, 30.0},
+      {"causal head 64 qo > kv", DType::bf16, 77, 33, 8, 8, 64, true, KvLayout::nhd, -1, 0.0},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.name) + " seed " + std::to_string(seed_));
+    const bool nhd = c.layout == KvLayout::nhd;
+    Buf q = make(c.dtype, {c.qo_len, c.hq, c.d}), out = make(c.dtype, {c.qo_len, c.hq, c.d});
+    Buf k = make(c.dtype, nhd ? std::vector<int64_t>{c.kv_len, c.hkv, c.d} : std::vector<int64_t>{c.hkv, c.kv_len, c.d});
+    Buf v = make(c.dtype, k.shape), lse = make(DType::f32, {c.qo_len, c.hq});
+    fill_random(q, seed_);
+    fill_random(k, seed_ + 1);
+    fill_random(v, seed_ + 2);
+    for (Buf* b : {&q, &k, &v}) upload(*b);
+    poison(out);
+    poison(lse);
+    DeviceBuffer tmp(32 << 20, 0);
+    const auto tmp_view = TensorView::contiguous(tmp.get(), DType::u8, Device::cuda(0), {32 << 20});
+    ASSERT_GE(32 << 20, single_prefill_tmp_bytes(c.qo_len, c.kv_len, c.hq, c.hkv, c.d, c.dtype, 0));
+    SinglePrefillOptions o;
+    o.causal = c.causal;
+    o.layout = c.layout;
+    o.window_left = c.window_left;
+    o.logits_soft_cap = c.cap;
+    const TensorView lse_dev = lse.dev_view();
+    single_prefill(runtime(), q.dev_view(), k.dev_view(), v.dev_view(), out.dev_view(), &lse_dev, tmp_view, o);
+    download(out);
+    download(lse);
+    Buf want = make(DType::f32, out.shape), lse_want = make(DType::f32, lse.shape);
+    const TensorView lse_host = lse_want.host_view();
+    ref::single_prefill(q.host_view(), k.host_view(), v.host_view(), want.host_view(), &lse_host, o);
+    expect_close(out, want, attn_tol(c.dtype), attn_tol(c.dtype), "out");
+    expect_close(lse, lse_want, 1e-2, 1e-3, "lse");
+  }
+}
+
+TEST_F(OpsGpu, SingleDecodeBothPaths) {
+  for (DecodeBackend backend : {DecodeBackend::cuda_cores, DecodeBackend::tensor_cores}) {
+    SCOPED_TRACE(std::string(backend == DecodeBackend::cuda_cores ? "cuda cores" : "tensor cores") + " seed " +
+                 std::to_string(seed_));
+    const int64_t kv_len = 4095, hq = 32, hkv = 8, d = 128;
+    Buf q = make(DType::bf16, {hq, d}), k = make(DType::bf16, {kv_len, hkv, d}), v = make(DType::bf16, {kv_len, hkv, d});
+    Buf out = make(DType::bf16, {hq, d}), lse = make(DType::f32, {hq});
+    fill_random(q, seed_);
+    fill_random(k, seed_ + 1);
+    fill_random(v, seed_ + 2);
+    for (Buf* b : {&q, &k, &v}) upload(*b);
+    poison(out);
+    poison(lse);
+    DeviceBuffer tmp(32 << 20, 0);
+    SingleDecodeOptions o;
+    o.backend = backend;
+    const TensorView lse_dev = lse.dev_view();
+    single_decode(runtime(), q.dev_view(), k.dev_view(), v.dev_view(), out.dev_view(), &lse_dev,
+                  TensorView::contiguous(tmp.get(), DType::u8, Device::cuda(0), {32 << 20}), o);
+    download(out);
+    download(lse);
+    Buf want = make(DType::f32, {hq, d}), lse_want = make(DType::f32, {hq});
+    const TensorView lse_host = lse_want.host_view();
+    ref::single_decode(q.host_view(), k.host_view(), v.host_view(), want.host_view(), &lse_host, o);
+    expect_close(out, want, 2e-2, 2e-2, "out");
+    expect_close(lse, lse_want, 1e-2, 1e-3, "lse");
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ batch
+
+std::vector<AttentionBackend> prefill_backends() {
+  std::vector<AttentionBackend> b{AttentionBackend::fa2};
+  if (device_info(0).cc_major == 9) b.push_back(AttentionBackend::fa3);
+  return b;
+}
+const char* name(AttentionBackend b) { return b == AttentionBackend::fa3 ? "fa3" : "fa2"; }
+
+/// Runs a paged batch prefill of `qo_lens` queries over `p` and compares out and lse with the reference.
+void check_paged_prefill(Paged& p, const std::vector<int32_t>& qo_lens, int64_t hq, bool causal, AttentionBackend be,
+                         uint64_t seed) {
+  std::vector<int32_t> qo{0};
+  for (int32_t n : qo_lens) qo.push_back(qo.back() + n);
+  const int64_t total = qo.back();
+  Buf q = make(DType::bf16, {total, hq, p.d}), out = make(DType::bf16, {total, hq, p.d});
+  Buf lse = make(DType::f32, {total, hq}), qo_d = make_i32(qo);
+  fill_random(q, seed + 7);
+  upload(q);
+  upload(qo_d);
+  p.upload_all();
+  poison(out);
+  poison(lse);
+  OwnedWorkspace ws(0);
+  BatchPrefillConfig c;
+  c.num_qo_heads = hq;
+  c.num_kv_heads = p.hkv;
+  c.head_dim_qk = p.d;
+  c.page_size = p.page_size;
+  c.layout = p.layout;
+  c.causal = causal;
+  c.backend = be;
+  const PrefillIndptrs ip{qo_d.host_view(), p.indptr_d.host_view(), p.last_d.host_view(), nullptr};
+  auto plan = BatchPrefillPlan::create(runtime(), ws, ip, c);
+  ASSERT_EQ(plan.backend(), be);
+  const TensorView lse_dev = lse.dev_view();
+  plan.run_paged(q.dev_view(), p.device(), qo_d.dev_view(), out.dev_view(), &lse_dev);
+  download(out);
+  download(lse);
+  Buf want = make(DType::f32, out.shape), lse_want = make(DType::f32, lse.shape);
+  const TensorView lse_host = lse_want.host_view();
+  ref::batch_prefill_paged(q.host_view(), p.host(), qo_d.host_view(), want.host_view(), &lse_host, c);
+  expect_close(out, want, 2e-2, 2e-2, std::string(name(be)) + " out");
+  expect_close(lse, lse_want, 1e-2, 1e-3, std::string(name(be)) + " lse");
+}
+
+TEST_F(OpsGpu, BatchPrefillPaged8x1024Causal) {
+  for (AttentionBackend be : prefill_backends()) {
+    SCOPED_TRACE(std::string(name(be)) + " seed " + std::to_string(seed_));
+    Paged p(std::vector<int32_t>(8, 1024), 16, 8, 128, KvLayout::nhd, DType::bf16, seed_);
+    check_paged_prefill(p, std::vector<int32_t>(8, 1024), 32, true, be, seed_);
+  }
+}
+
+TEST_F(OpsGpu, BatchPrefillPagedOddCases) {
+  for (AttentionBackend be : prefill_backends()) {
+    SCOPED_TRACE(std::string(name(be)) + " seed " + std::to_string(seed_));
+    // Lengths not multiples of the page size, chunked prefill (qo < kv), and empty requests.
+    Paged p({1, 17, 0, 1000, 333, 0}, 16, 4, 128, KvLayout::nhd, DType::bf16, seed_);
+    check_paged_prefill(p, {1, 5, 0, 1000, 100, 0}, 16, true, be, seed_);
+    // Batch 1, HND cache (fa2 and fa3 both read HND pages), non-causal.
+    Paged one({777}, 16, 8, 128, KvLayout::hnd, DType::bf16, seed_ + 1);
+    check_paged_prefill(one, {333}, 32, false, be, seed_ + 1);
+  }
+}
+
+TEST_F(OpsGpu, BatchPrefillRagged8x1024Causal) {
+  for (AttentionBackend be : prefill_backends()) {
+    SCOPED_TRACE(std::string(name(be)) + " seed " + std::to_string(seed_));
+    const int64_t n = 8, len = 1024, hq = 32, hkv = 8, d = 128;
+    std::vector<int32_t> indptr;
+    for (int64_t i = 0; i <= n; ++i) indptr.push_back(static_cast<int32_t>(i * len));
+    Buf q = make(DType::bf16, {n * len, hq, d}), k = make(DType::bf16, {n * len, hkv, d});
+    Buf v = make(DType::bf16, {n * len, hkv, d}), out = make(DType::bf16, {n * len, hq, d});
+    Buf lse = make(DType::f32, {n * len, hq}), ptr = make_i32(indptr);
+    fill_random(q, seed_);
+    fill_random(k, seed_ + 1);
+    fill_random(v, seed_ + 2);
+    for (Buf* b : {&q, &k, &v, &ptr}) upload(*b);
+    poison(out);
+    poison(lse);
+    OwnedWorkspace ws(0);
+    BatchPrefillConfig c;
+    c.kv_storage = KvStorage::ragged;
+    c.num_qo_heads = hq;
+    c.num_kv_heads = hkv;
+    c.head_dim_qk = d;
+    c.causal = true;
+    c.backend = be;
+    auto plan = BatchPrefillPlan::create(runtime(), ws, {ptr.host_view(), ptr.host_view(), {}, nullptr}, c);
+    const TensorView lse_dev = lse.dev_view();
+    plan.run_ragged(q.dev_view(), k.dev_view(), v.dev_view(), ptr.dev_view(), ptr.dev_view(), out.dev_view(), &lse_dev);
+    download(out);
+    download(lse);
+    Buf want = make(DType::f32, out.shape), lse_want = make(DType::f32, lse.shape);
+    const TensorView lse_host = lse_want.host_view();
+    ref::batch_prefill_ragged(q.host_view(), k.host_view(), v.host_view(), ptr.host_view(), ptr.host_view(),
+                              want.host_view(), &lse_host, c);
+    expect_close(out, want, 2e-2, 2e-2, "out");
+    expect_close(lse, lse_want, 1e-2, 1e-3, "lse");
+  }
+}
+
+/// Batch decode over `p` with every path: CUDA cores (when the group allows) and tensor cores (fa2, fa3).
+void check_decode(Paged& p, int64_t hq, uint64_t seed, bool with_graph = false) {
+  const int64_t batch = static_cast<int64_t>(p.lens.size());
+  Buf q = make(DType::bf16, {batch, hq, p.d}), out = make(DType::bf16, {batch, hq, p.d});
+  Buf lse = make(DType::f32, {batch, hq});
+  fill_random(q, seed + 9);
+  upload(q);
+  p.upload_all();
+  Buf want = make(DType::f32, out.shape), lse_want = make(DType::f32, lse.shape);
+  const TensorView lse_host = lse_want.host_view();
+  BatchDecodeConfig c;
+  c.num_qo_heads = hq;
+  c.num_kv_heads = p.hkv;
+  c.head_dim = p.d;
+  c.page_size = p.page_size;
+  c.layout = p.layout;
+  ref::batch_decode(q.host_view(), p.host(), want.host_view(), &lse_host, c);
+  struct Path {
+    DecodeBackend decode;
+    AttentionBackend prefill;
+  };
+  std::vector<Path> paths;
+  const int64_t g = hq / p.hkv;
+  if (g == 1 || g == 2 || g == 3 || g == 4 || g == 8) paths.push_back({DecodeBackend::cuda_cores, AttentionBackend::fa2});
+  for (AttentionBackend be : prefill_backends()) paths.push_back({DecodeBackend::tensor_cores, be});
+  OwnedWorkspace ws(0);
+  Stream stream(0);
+  for (const Path& path : paths) {
+    const std::string what = path.decode == DecodeBackend::cuda_cores ? "cuda cores" : std::string("tensor cores ") + name(path.prefill);
+    SCOPED_TRACE(what);
+    c.backend = path.decode;
+    c.prefill_backend = path.prefill;
+    c.enable_cuda_graph = with_graph;
+    poison(out);
+    poison(lse);
+    auto plan = BatchDecodePlan::create(runtime(), ws, p.decode_indptrs(), c, stream);
+    const TensorView lse_dev = lse.dev_view();
+    if (with_graph) {
+      // Capture the run in a CUDA graph and replay it (the plan was made in CUDA-graph mode).
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      plan.run(q.dev_view(), p.device(), out.dev_view(), &lse_dev, stream);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    } else {
+      plan.run(q.dev_view(), p.device(), out.dev_view(), &lse_dev, stream);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    download(out);
+    download(lse);
+    expect_close(out, want, 2e-2, 2e-2, what + " out");
+    expect_close(lse, lse_want, 1e-2, 1e-3, what + " lse");
+  }
+}
+
+TEST_F(OpsGpu, BatchDecode64x4096Gqa4AllPaths) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  Paged p(std::vector<int32_t>(64, 4096), 16, 8, 128, KvLayout::nhd, DType::bf16, seed_);
+  check_decode(p, 32, seed_);
+}
+
+TEST_F(OpsGpu, BatchDecodeOddCases) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  Paged one({1}, 16, 8, 128, KvLayout::nhd, DType::bf16, seed_);  // batch 1, one token
+  check_decode(one, 32, seed_);
+  Paged ragged({4095, 17, 1, 1000, 2049}, 16, 8, 128, KvLayout::hnd, DType::bf16, seed_ + 1);  // not page multiples
+  check_decode(ragged, 32, seed_ + 1);
+  Paged group8({513, 4000}, 16, 4, 128, KvLayout::nhd, DType::bf16, seed_ + 2);  // GQA 8: automatic = tensor cores
+  check_decode(group8, 32, seed_ + 2);
+  EXPECT_TRUE(decode_uses_tensor_cores(32, 4, DecodeBackend::automatic));
+}
+
+TEST_F(OpsGpu, BatchDecodeCudaGraphReplay) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  Paged p({100, 2000, 37, 4096}, 16, 8, 128, KvLayout::nhd, DType::bf16, seed_);
+  check_decode(p, 32, seed_, /*with_graph=*/true);
+}
+
+}  // namespace
+}  // namespace flashcpp::testing
