@@ -62,6 +62,13 @@ TensorView hview(const void* p, DType t, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(const_cast<void*>(p), t, Device::cpu(), shape);
 }
 
+// The first k entries of perm become a uniform random sample without replacement (O(k)).
+void partial_shuffle(std::vector<int32_t>& perm, int64_t k, std::mt19937& rng) {
+  const int64_t n = static_cast<int64_t>(perm.size());
+  for (int64_t j = 0; j < std::min(k, n); ++j)
+    std::swap(perm[static_cast<size_t>(j)], perm[static_cast<size_t>(std::uniform_int_distribution<int64_t>(j, n - 1)(rng))]);
+}
+
 // Reference in parallel over the wanted rows.
 template <class Fn>
 reference::MlaReferenceResult parallel_reference(const std::vector<int64_t>& rows, Fn&& fn) {
@@ -155,7 +162,7 @@ void run_prefill_case(const PrefillCase& c, uint32_t seed) {
   std::vector<int32_t> perm(static_cast<size_t>(c.s_kv));
   std::iota(perm.begin(), perm.end(), 0);
   for (int64_t t = 0; t < c.s_q; ++t) {
-    std::shuffle(perm.begin(), perm.end(), rng);
+    partial_shuffle(perm, c.topk, rng);
     if (c.topk_len) len[static_cast<size_t>(t)] = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(c.topk))(rng);
     for (int64_t j = 0; j < c.topk; ++j) {
       int32_t v = j < c.s_kv ? perm[static_cast<size_t>(j)] : kInvalid[j % 6];
@@ -369,7 +376,7 @@ void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
   for (int64_t r = 0; r < c.b; ++r) {
     if (c.topk_len) len[static_cast<size_t>(r)] = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(c.topk))(rng);
     for (int64_t s = 0; s < c.s_q; ++s) {
-      std::shuffle(perm.begin(), perm.end(), rng);
+      partial_shuffle(perm, c.topk, rng);
       for (int64_t j = 0; j < c.topk; ++j) {
         int32_t v = perm[static_cast<size_t>(j)];
         const int k = std::uniform_int_distribution<int>(0, 11)(rng);

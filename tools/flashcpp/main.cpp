@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
   flashcpp::cli::add_cache_command(app);
   flashcpp::cli::add_build_command(app);
   flashcpp::cli::add_bench_extra_command(app);
+  flashcpp::cli::add_mla_bench_command(app);
+  flashcpp::cli::add_demo_command(app);
+  flashcpp::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,210 @@
+// `flashcpp mla-bench`: sparse MLA prefill and FP8 decode timings on the GPU.
+// Method: CUDA events around each launch (decode: around one CUDA-graph replay of plan.run, which is the
+// split kernel plus the combine), warm-up launches first, the median of the timed ones reported. FLOPs
+// are counted as FlashMLA does: 2 * (d_qk + d_v) per query head per topk slot, masked slots included.
+// Inputs are larger than L2 (q alone is 604 MB for the prefill shape). Prints one human line and one
+// machine-readable line ("MLA_BENCH {json}") per case.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flashcpp/commands.hpp"
+#include "flashcpp/cuda.hpp"
+#include "flashcpp/error.hpp"
+#include "flashcpp/mla.hpp"
+#include "mla/sparse_attention_kernel.hpp"
+
+namespace flashcpp::cli {
+namespace {
+
+struct MlaBenchOptions {
+  int device = 0;
+  int warmup = 3;
+  int iters = 10;
+  bool prefill = true, decode = true, simple = false;
+  std::vector<int64_t> s_kv = {8192, 32768, 65536, 98304, 131072};
+  std::vector<int64_t> batches = {1, 2, 64, 128};
+  int64_t prefill_s_q = 4096, h_q = 128, topk = 2048, decode_s_q = 2, decode_s_kv = 32768;
+};
+
+template <class T>
+void upload_random(DeviceBuffer& buf, size_t n, uint32_t seed, float scale) {
+  std::vector<T> h(n);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, scale);
+  for (auto& x : h) {
+    const float f = nd(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    x = static_cast<T>(u >> 16);  // bf16 bits (truncation is fine for benchmark data)
+  }
+  cuda_check(cudaMemcpy(buf.get(), h.data(), n * sizeof(T), cudaMemcpyHostToDevice), "upload");
+}
+
+// indices [rows, topk]: distinct random rows of [lo(row), lo(row) + range) per row.
+std::vector<int32_t> random_indices(int64_t rows, int64_t topk, int64_t range, const std::vector<int64_t>& lo, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> idx(static_cast<size_t>(rows * topk));
+  std::vector<int32_t> perm(static_cast<size_t>(range));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < topk; ++j) {
+      const int64_t k = std::uniform_int_distribution<int64_t>(j % range, range - 1)(rng);
+      std::swap(perm[static_cast<size_t>(j % range)], perm[static_cast<size_t>(k)]);
+      idx[static_cast<size_t>(r * topk + j)] = static_cast<int32_t>(lo[static_cast<size_t>(r)] + perm[static_cast<size_t>(j % range)]);
+    }
+  return idx;
+}
+
+template <class Fn>
+double median_ms(int warmup, int iters, cudaStream_t stream, Fn&& launch) {
+  for (int i = 0; i < warmup; ++i) launch();
+  cuda_check(cudaStreamSynchronize(stream), "warm-up");
+  std::vector<double> ms;
+  Event start, stop;
+  for (int i = 0; i < iters; ++i) {
+    start.record(stream);
+    launch();
+    stop.record(stream);
+    cuda_check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
+    ms.push_back(stop.elapsed_ms_since(start));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void report(const char* op, const std::string& shape, double ms, double flop, const char* kernel) {
+  const double tflops = flop / (ms * 1e-3) / 1e12;
+  std::printf("%-8s %-52s %10.3f us %8.1f TFLOP/s  (%s)\n", op, shape.c_str(), ms * 1e3, tflops, kernel);
+  std::printf("MLA_BENCH {\"op\":\"%s\",%s,\"median_us\":%.3f,\"tflops\":%.2f,\"kernel\":\"%s\"}\n", op, shape.c_str(),
+              ms * 1e3, tflops, kernel);
+  std::fflush(stdout);
+}
+
+void bench_prefill(const MlaBenchOptions& o, cudaStream_t stream) {
+  const int64_t s_q = o.prefill_s_q, h_q = o.h_q, d_qk = 576, topk = o.topk;
+  const Device dev = Device::cuda(o.device);
+  DeviceBuffer q(static_cast<size_t>(s_q * h_q * d_qk * 2), o.device);
+  DeviceBuffer out(static_cast<size_t>(s_q * h_q * 512 * 2), o.device), lse(static_cast<size_t>(s_q * h_q * 4), o.device),
+      ml(static_cast<size_t>(s_q * h_q * 4), o.device), sink(static_cast<size_t>(h_q * 4), o.device);
+  upload_random<uint16_t>(q, static_cast<size_t>(s_q * h_q * d_qk), 1, 0.1f);
+  cuda_check(cudaMemset(sink.get(), 0, static_cast<size_t>(h_q * 4)), "memset");
+  const auto qv = TensorView::contiguous(q.get(), DType::bf16, dev, {s_q, h_q, d_qk});
+  const auto ov = TensorView::contiguous(out.get(), DType::bf16, dev, {s_q, h_q, 512});
+  const auto lv = TensorView::contiguous(lse.get(), DType::f32, dev, {s_q, h_q});
+  const auto mv = TensorView::contiguous(ml.get(), DType::f32, dev, {s_q, h_q});
+  const auto sv = TensorView::contiguous(sink.get(), DType::f32, dev, {h_q});
+  for (int64_t s_kv : o.s_kv) {
+    DeviceBuffer kv(static_cast<size_t>(s_kv * d_qk * 2), o.device), idx(static_cast<size_t>(s_q * topk * 4), o.device);
+    upload_random<uint16_t>(kv, static_cast<size_t>(s_kv * d_qk), 2, 0.1f);
+    const auto hidx = random_indices(s_q, topk, s_kv, std::vector<int64_t>(static_cast<size_t>(s_q), 0), 3);
+    cuda_check(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice), "upload");
+    const auto kvv = TensorView::contiguous(kv.get(), DType::bf16, dev, {s_kv, 1, d_qk});
+    const auto iv = TensorView::contiguous(idx.get(), DType::i32, dev, {s_q, 1, topk});
+    const mla::SparsePrefillParams params{.sm_scale = 1.0 / std::sqrt(192.0), .attn_sink = &sv};
+    const double ms = median_ms(o.warmup, o.iters, stream, [&] {
+      mla::sparse_prefill(qv, kvv, iv, ov, &mv, lv, params, stream);
+    });
+    const double flop = 2.0 * static_cast<double>(s_q * h_q * topk) * (d_qk + 512);
+    char shape[200];
+    std::snprintf(shape, sizeof shape, "\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":%lld,\"topk\":%lld,\"s_kv\":%lld",
+                  (long long)s_q, (long long)h_q, (long long)d_qk, (long long)topk, (long long)s_kv);
+    report("prefill", shape, ms, flop, o.simple ? "simple" : "dispatched");
+  }
+}
+
+void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
+  const int64_t s_q = o.decode_s_q, h_q = o.h_q, topk = o.topk, s_kv = o.decode_s_kv, block = 64;
+  const Device dev = Device::cuda(o.device);
+  for (int64_t b : o.batches) {
+    const int64_t blocks_per_req = s_kv / block, num_blocks = b * blocks_per_req;
+    DeviceBuffer cache(static_cast<size_t>(num_blocks * block * 656), o.device);
+    DeviceBuffer q(static_cast<size_t>(b * s_q * h_q * 576 * 2), o.device), out(static_cast<size_t>(b * s_q * h_q * 512 * 2), o.device);
+    DeviceBuffer lse(static_cast<size_t>(b * s_q * h_q * 4), o.device), idx(static_cast<size_t>(b * s_q * topk * 4), o.device);
+    {
+      // A real quantized cache: quantize random bf16 rows on the device.
+      DeviceBuffer src(static_cast<size_t>(num_blocks * block * 576 * 2), o.device);
+      upload_random<uint16_t>(src, static_cast<size_t>(num_blocks * block * 576), 4, 0.1f);
+      mla::quantize_kv_cache_fp8(TensorView::contiguous(src.get(), DType::bf16, dev, {num_blocks, block, 1, 576}),
+                                 TensorView::contiguous(cache.get(), DType::u8, dev, {num_blocks, block, 1, 656}), stream);
+      cuda_check(cudaStreamSynchronize(stream), "quantize");
+    }
+    upload_random<uint16_t>(q, static_cast<size_t>(b * s_q * h_q * 576), 5, 0.5f);
+    std::vector<int64_t> lo(static_cast<size_t>(b * s_q));
+    for (int64_t t = 0; t < b * s_q; ++t) lo[static_cast<size_t>(t)] = (t / s_q) * s_kv;  // each request its own blocks
+    const auto hidx = random_indices(b * s_q, topk, s_kv, lo, 6);
+    cuda_check(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice), "upload");
+    const auto qv = TensorView::contiguous(q.get(), DType::bf16, dev, {b, s_q, h_q, 576});
+    const auto cv = TensorView::contiguous(cache.get(), DType::u8, dev, {num_blocks, block, 1, 656});
+    const auto iv = TensorView::contiguous(idx.get(), DType::i32, dev, {b, s_q, topk});
+    const auto ov = TensorView::contiguous(out.get(), DType::bf16, dev, {b, s_q, h_q, 512});
+    const auto lv = TensorView::contiguous(lse.get(), DType::f32, dev, {b, s_q, h_q});
+    const mla::SparseDecodeParams params{.sm_scale = std::pow(576.0, -0.5)};
+    const mla::DecodePlan plan = mla::DecodePlan::create(
+        {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 576, .topk = int(topk)}, o.device, stream);
+    plan.run(qv, cv, iv, ov, lv, params, stream);  // one-time setup outside the capture
+    cuda_check(cudaStreamSynchronize(stream), "decode");
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    plan.run(qv, cv, iv, ov, lv, params, stream);
+    cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    const double ms = median_ms(o.warmup, o.iters, stream, [&] { cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); });
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+    const double flop = 2.0 * static_cast<double>(b * s_q * h_q * topk) * (576 + 512);
+    char shape[240];
+    std::snprintf(shape, sizeof shape,
+                  "\"b\":%lld,\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":576,\"topk\":%lld,\"s_kv\":%lld,\"split_parts\":%d",
+                  (long long)b, (long long)s_q, (long long)h_q, (long long)topk, (long long)s_kv,
+                  plan.sizes().split ? plan.sizes().num_sm_parts : 0);
+    report("decode", shape, ms, flop, o.simple ? "simple" : "dispatched");
+  }
+}
+
+}  // namespace
+
+void add_mla_bench_command(CLI::App& app) {
+  auto opts = std::make_shared<MlaBenchOptions>();
+  auto* cmd = app.add_subcommand("mla-bench", "Benchmark sparse MLA prefill and FP8 decode on the GPU");
+  cmd->add_option("--device", opts->device, "CUDA device");
+  cmd->add_option("--warmup", opts->warmup, "Warm-up launches per case");
+  cmd->add_option("--iters", opts->iters, "Timed launches per case (median reported)");
+  cmd->add_option("--s-kv", opts->s_kv, "Prefill KV lengths");
+  cmd->add_option("--batch", opts->batches, "Decode batch sizes");
+  cmd->add_option("--topk", opts->topk, "topk (multiple of 64)");
+  cmd->add_option("--h-q", opts->h_q, "Query heads");
+  cmd->add_option("--prefill-s-q", opts->prefill_s_q, "Prefill query tokens");
+  cmd->add_option("--decode-s-q", opts->decode_s_q, "Decode query tokens per request");
+  cmd->add_option("--decode-s-kv", opts->decode_s_kv, "Decode KV tokens per request (multiple of 64)");
+  auto only = std::make_shared<std::pair<bool, bool>>(false, false);
+  cmd->add_flag("--prefill-only", only->first, "Only the prefill cases");
+  cmd->add_flag("--decode-only", only->second, "Only the decode cases");
+  cmd->add_flag("--simple", opts->simple, "Force the portable simple kernel (no Hopper kernel)");
+  cmd->callback([opts, only] {
+    MlaBenchOptions o = *opts;
+    if (only->first) o.decode = false;
+    if (only->second) o.prefill = false;
+    mla::kernels::set_force_simple_kernel(o.simple);
+    const auto s = mla::device_support(o.device);
+    const DeviceInfo& info = device_info(o.device);
+    std::printf("device %d: %s, %d SMs, cc %d.%d; warm-up %d, median of %d\n", o.device, info.name.c_str(),
+                info.sm_count, info.cc_major, info.cc_minor, o.warmup, o.iters);
+    if (!s.sparse_supported) throw Error(ErrorCode::unsupported, "mla-bench: sparse MLA cannot run on this device");
+    DeviceGuard guard(o.device);
+    Stream stream(o.device);
+    if (o.prefill) bench_prefill(o, stream);
+    if (o.decode) bench_decode(o, stream);
+  });
+}
+
+}  // namespace flashcpp::cli
