@@ -1,0 +1,268 @@
+// `flashcpp demo`: one decode step of a transformer layer's attention, end to end:
+//   fused qkv hidden states -> RMSNorm -> append the new k/v into a paged KV cache -> batch decode.
+// With a GPU it runs FlashInfer's kernels through flashcpp (timed with CUDA events and host clocks) and
+// checks every result against the float64 reference; without one (or with --cpu) it runs the
+// reference backend and says so. Exit status 1 when a GPU result is outside its tolerance.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flashcpp/attention.hpp"
+#include "flashcpp/commands.hpp"
+#include "flashcpp/cuda.hpp"
+#include "flashcpp/norm.hpp"
+#include "flashcpp/page.hpp"
+#include "flashcpp/reference.hpp"
+#include "flashcpp/runtime.hpp"
+
+namespace flashcpp::cli {
+namespace {
+
+namespace ref = flashcpp::reference;
+
+struct DemoOptions {
+  int64_t batch = 8, context = 1024, num_qo_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
+  uint64_t seed = 0;
+  bool cpu = false;
+  std::string backend = "auto";
+};
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+/// A host tensor (bf16 / f32 / i32 bytes) with an optional device twin.
+struct HostDev {
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> host;
+  DeviceBuffer dev;
+  HostDev(DType t, std::vector<int64_t> s) : dtype(t), shape(std::move(s)) {
+    host.assign(static_cast<size_t>(numel() * dtype_size(t)), 0);
+  }
+  int64_t numel() const { return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()); }
+  size_t bytes() const { return host.size(); }
+  TensorView h() { return TensorView::contiguous(host.data(), dtype, Device::cpu(), std::span<const int64_t>(shape)); }
+  TensorView d() const { return TensorView::contiguous(dev.get(), dtype, Device::cuda(0), std::span<const int64_t>(shape)); }
+  void to_device() {
+    dev = DeviceBuffer(std::max<size_t>(bytes(), 16), 0);
+    cuda_check(cudaMemcpy(dev.get(), host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  std::vector<uint8_t> from_device() const {
+    std::vector<uint8_t> out(bytes());
+    cuda_check(cudaMemcpy(out.data(), dev.get(), bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    return out;
+  }
+};
+
+void fill(HostDev& t, std::mt19937_64& gen, double lo, double hi) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  const TensorView v = t.h();
+  for (int64_t i = 0; i < t.numel(); ++i) ref::store(v, i, u(gen));
+}
+HostDev i32(const std::vector<int32_t>& values) {
+  HostDev t(DType::i32, {static_cast<int64_t>(values.size())});
+  if (!values.empty()) std::memcpy(t.host.data(), values.data(), values.size() * 4);
+  return t;
+}
+
+/// Max |got - want| over a tensor (got: raw bytes of `dtype`), and whether all are within atol + rtol |want|.
+struct Check {
+  double max_err = 0;
+  bool ok = true;
+};
+Check compare(const std::vector<uint8_t>& got, DType dtype, HostDev& want, double atol, double rtol) {
+  Check c;
+  const TensorView g = TensorView::contiguous(const_cast<uint8_t*>(got.data()), dtype, Device::cpu(), {want.numel()});
+  const TensorView w = want.h();
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double a = ref::load(g, i), b = ref::load(w, i), e = std::fabs(a - b);
+    if (!(e <= atol + rtol * std::fabs(b))) c.ok = false;
+    if (std::isfinite(e)) c.max_err = std::max(c.max_err, e);
+    else c.ok = false;
+  }
+  return c;
+}
+
+int run_demo(const DemoOptions& o) {
+  const bool gpu = !o.cpu && cuda_device_count() > 0;
+  const uint64_t seed = o.seed != 0 ? o.seed : std::random_device{}();
+  std::mt19937_64 gen(seed);
+  const int64_t B = o.batch, Hq = o.num_qo_heads, Hkv = o.num_kv_heads, D = o.head_dim, ps = o.page_size;
+  const int64_t qkv_width = (Hq + 2 * Hkv) * D;
+  std::printf("flashcpp demo: one decode step (RMSNorm -> paged KV append -> batch decode)\n");
+  std::printf("  batch %lld, context %lld tokens, heads %lld/%lld, head_dim %lld, page size %lld, bf16, seed %llu\n",
+              static_cast<long long>(B), static_cast<long long>(o.context), static_cast<long long>(Hq),
+              static_cast<long long>(Hkv), static_cast<long long>(D), static_cast<long long>(ps),
+              static_cast<unsigned long long>(seed));
+  if (!gpu)
+    std::printf("  %s: running the float64 reference backend on the CPU (flashcpp::reference)\n",
+                o.cpu ? "--cpu given" : "no GPU found");
+
+  // Inputs: the new token's fused qkv hidden states, the norm weight, and each request's cached context.
+  HostDev hidden(DType::bf16, {B, qkv_width}), weight(DType::bf16, {qkv_width});
+  fill(hidden, gen, -2.0, 2.0);
+  fill(weight, gen, 0.5, 1.5);
+  const int64_t pages_per_req = (o.context + ps - 1) / ps;
+  const int64_t num_pages = B * pages_per_req + 1;
+  std::vector<int32_t> ids(static_cast<size_t>(num_pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), gen);
+  std::vector<int32_t> indptr{0}, last, batch_indices, positions;
+  for (int64_t r = 0; r < B; ++r) {
+    indptr.push_back(static_cast<int32_t>((r + 1) * pages_per_req));
+    last.push_back(static_cast<int32_t>(o.context - (pages_per_req - 1) * ps));
+    batch_indices.push_back(static_cast<int32_t>(r));
+    positions.push_back(static_cast<int32_t>(o.context - 1));  // the new token is the context's last
+  }
+  ids.resize(static_cast<size_t>(B * pages_per_req));
+  HostDev k_cache(DType::bf16, {num_pages, ps, Hkv, D}), v_cache(DType::bf16, {num_pages, ps, Hkv, D});
+  fill(k_cache, gen, -1.0, 1.0);
+  fill(v_cache, gen, -1.0, 1.0);
+  HostDev indices = i32(ids), indptr_t = i32(indptr), last_t = i32(last), bi = i32(batch_indices), pos = i32(positions);
+
+  // Views of the normalised qkv: q [B, Hq, D], k and v [B, Hkv, D] (strided rows of the fused tensor).
+  HostDev normed(DType::bf16, {B, qkv_width}), out(DType::bf16, {B, Hq, D});
+  auto qkv_views = [&](void* base, Device dev) {
+    auto* p = static_cast<uint16_t*>(base);
+    struct {
+      TensorView q, k, v;
+    } r;
+    r.q = TensorView::strided(p, DType::bf16, dev, {B, Hq, D}, {qkv_width, D, 1});
+    r.k = TensorView::strided(p + Hq * D, DType::bf16, dev, {B, Hkv, D}, {qkv_width, D, 1});
+    r.v = TensorView::strided(p + (Hq + Hkv) * D, DType::bf16, dev, {B, Hkv, D}, {qkv_width, D, 1});
+    return r;
+  };
+  BatchDecodeConfig cfg;
+  cfg.num_qo_heads = Hq;
+  cfg.num_kv_heads = Hkv;
+  cfg.head_dim = D;
+  cfg.page_size = ps;
+  cfg.backend = o.backend == "cuda_cores" ? DecodeBackend::cuda_cores
+                : o.backend == "tensor_cores" ? DecodeBackend::tensor_cores : DecodeBackend::automatic;
+  const RmsNormOptions norm_opt{.eps = 1e-6, .enable_pdl = false};
+
+  // Reference norm (always: it is the CPU result and the GPU's yardstick). The step continues on the
+  // bf16-rounded normalised values, as the GPU does.
+  HostDev normed_ref(DType::f32, {B, qkv_width}), out_ref(DType::f32, {B, Hq, D});
+  auto t0 = Clock::now();
+  ref::rmsnorm(normed_ref.h(), hidden.h(), weight.h(), norm_opt);
+  const double ref_norm_ms = ms_since(t0);
+  ref::rmsnorm(normed.h(), hidden.h(), weight.h(), norm_opt);
+  const TensorView indices_host = indices.h();
+  PagedKvCache ref_cache{k_cache.h(), v_cache.h(), indices_host, indptr_t.h(), last_t.h(), KvLayout::nhd};
+  double ref_append_ms = 0, ref_decode_ms = 0;
+  // Reference append + decode on the normalised values in normed.host (updates the host caches).
+  auto reference_tail = [&] {
+    const auto hv = qkv_views(normed.host.data(), Device::cpu());
+    auto t = Clock::now();
+    ref::append_paged_kv_cache(hv.k, hv.v, bi.h(), pos.h(), ref_cache);
+    ref_append_ms = ms_since(t);
+    t = Clock::now();
+    ref::batch_decode(hv.q, ref_cache, out_ref.h(), nullptr, cfg);
+    ref_decode_ms = ms_since(t);
+  };
+
+  if (!gpu) {
+    reference_tail();
+    std::printf("\n  step              time (CPU, float64 reference)\n");
+    std::printf("  rmsnorm           %10.3f ms\n", ref_norm_ms);
+    std::printf("  append KV         %10.3f ms\n", ref_append_ms);
+    std::printf("  batch decode      %10.3f ms\n", ref_decode_ms);
+    const TensorView ov = out_ref.h();
+    std::printf("\n  out[0, 0, 0:4] = %.5f %.5f %.5f %.5f\n", ref::load(ov, 0), ref::load(ov, 1), ref::load(ov, 2),
+                ref::load(ov, 3));
+    std::printf("  reference backend: done (on a machine with a GPU this runs FlashInfer's kernels and checks them)\n");
+    return 0;
+  }
+
+  const DeviceInfo& info = device_info(0);
+  std::printf("  GPU 0: %s (compute capability %d.%d)\n", info.name.c_str(), info.cc_major, info.cc_minor);
+  auto rt = Runtime::create();
+  for (HostDev* t : {&hidden, &weight, &k_cache, &v_cache, &indices, &indptr_t, &last_t, &bi, &pos, &normed, &out})
+    t->to_device();
+  cuda_check(cudaMemset(normed.dev.get(), 0xFF, normed.bytes()), "cudaMemset");  // poison the outputs
+  cuda_check(cudaMemset(out.dev.get(), 0xFF, out.bytes()), "cudaMemset");
+  OwnedWorkspace ws(0);
+  Stream stream(0);
+  const auto dv = qkv_views(normed.dev.get(), Device::cuda(0));
+  const PagedKvCache cache{k_cache.d(), v_cache.d(), indices.d(), indptr_t.d(), last_t.d(), KvLayout::nhd};
+  auto plan = BatchDecodePlan::create(*rt, ws, {indptr_t.h(), last_t.h(), &indices_host}, cfg, stream);
+
+  // Warm-up step (loads the modules), then one timed step on fresh caches.
+  auto t_first = Clock::now();
+  rmsnorm(*rt, normed.d(), hidden.d(), weight.d(), norm_opt, stream);
+  append_paged_kv_cache(*rt, dv.k, dv.v, bi.d(), pos.d(), cache, stream);
+  plan.run(dv.q, cache, out.d(), nullptr, stream);
+  stream.synchronize();
+  const double first_ms = ms_since(t_first);
+  for (HostDev* t : {&k_cache, &v_cache}) t->to_device();
+  cuda_check(cudaMemset(normed.dev.get(), 0xFF, normed.bytes()), "cudaMemset");
+  cuda_check(cudaMemset(out.dev.get(), 0xFF, out.bytes()), "cudaMemset");
+  const PagedKvCache fresh{k_cache.d(), v_cache.d(), indices.d(), indptr_t.d(), last_t.d(), KvLayout::nhd};
+  Event e0, e1, e2, e3;
+  double host_us[3] = {0, 0, 0};
+  e0.record(stream);
+  auto h = Clock::now();
+  rmsnorm(*rt, normed.d(), hidden.d(), weight.d(), norm_opt, stream);
+  host_us[0] = std::chrono::duration<double, std::micro>(Clock::now() - h).count();
+  e1.record(stream);
+  h = Clock::now();
+  append_paged_kv_cache(*rt, dv.k, dv.v, bi.d(), pos.d(), fresh, stream);
+  host_us[1] = std::chrono::duration<double, std::micro>(Clock::now() - h).count();
+  e2.record(stream);
+  h = Clock::now();
+  plan.run(dv.q, fresh, out.d(), nullptr, stream);
+  host_us[2] = std::chrono::duration<double, std::micro>(Clock::now() - h).count();
+  e3.record(stream);
+  stream.synchronize();
+
+  // Norm against the exact reference; append and decode against the reference run on the GPU's own
+  // normalised values (so the appended cache must match bit for bit).
+  normed.host = normed.from_device();
+  const Check c_norm = compare(normed.host, DType::bf16, normed_ref, 1.5e-2, 1.5e-2);
+  reference_tail();
+  const bool cache_ok = k_cache.from_device() == k_cache.host && v_cache.from_device() == v_cache.host;
+  const Check c_out = compare(out.from_device(), DType::bf16, out_ref, 2e-2, 2e-2);
+  std::printf("  decode path: %s (%s)\n", plan.uses_tensor_cores() ? "tensor cores" : "CUDA cores",
+              plan.module_uri().c_str());
+  std::printf("\n  step              GPU kernel    host call    CPU reference   check\n");
+  std::printf("  rmsnorm           %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 1.5e-2)\n",
+              e1.elapsed_ms_since(e0) * 1e3, host_us[0], ref_norm_ms, c_norm.ok ? "PASS" : "FAIL", c_norm.max_err);
+  std::printf("  append KV         %8.1f us   %7.1f us   %10.3f ms   %s (bit-exact cache)\n",
+              e2.elapsed_ms_since(e1) * 1e3, host_us[1], ref_append_ms, cache_ok ? "PASS" : "FAIL");
+  std::printf("  batch decode      %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 2e-2)\n",
+              e3.elapsed_ms_since(e2) * 1e3, host_us[2], ref_decode_ms, c_out.ok ? "PASS" : "FAIL", c_out.max_err);
+  std::printf("  (first step, module loading included: %.1f ms)\n", first_ms);
+  const bool ok = c_norm.ok && cache_ok && c_out.ok;
+  std::printf("\n  %s\n", ok ? "all results match the float64 reference" : "MISMATCH against the reference");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+void add_demo_command(CLI::App& app) {
+  auto o = std::make_shared<DemoOptions>();
+  auto* cmd = app.add_subcommand("demo", "One decode step (RMSNorm -> paged KV append -> batch decode), checked "
+                                         "against the float64 reference; the reference backend alone without a GPU");
+  cmd->add_option("--batch", o->batch, "requests")->check(CLI::Range(1, 4096));
+  cmd->add_option("--context", o->context, "tokens per request, the new one included")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--qo-heads", o->num_qo_heads, "query heads")->check(CLI::Range(1, 256));
+  cmd->add_option("--kv-heads", o->num_kv_heads, "key/value heads")->check(CLI::Range(1, 256));
+  cmd->add_option("--head-dim", o->head_dim, "head dim (64, 128, 256)");
+  cmd->add_option("--page-size", o->page_size, "tokens per KV page")->check(CLI::Range(1, 1024));
+  cmd->add_option("--seed", o->seed, "random seed (0: fresh)");
+  cmd->add_option("--backend", o->backend, "decode path: auto, cuda_cores, tensor_cores")
+      ->check(CLI::IsMember({"auto", "cuda_cores", "tensor_cores"}));
+  cmd->add_flag("--cpu", o->cpu, "run the float64 reference backend even when a GPU is present");
+  cmd->callback([o] {
+    const int rc = run_demo(*o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace flashcpp::cli
