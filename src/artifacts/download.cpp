@@ -10,7 +10,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -132,78 +135,153 @@ std::string describe_failure(CURLcode rc, long status, const char* errbuf, const
   return s;
 }
 
-// One download attempt's sink: appends to the .part file through a large buffer, hashing as bytes arrive.
-struct Sink {
-  int fd = -1;
-  Sha256* hash = nullptr;
-  std::uint64_t offset = 0;        // bytes already in the file when the attempt started
-  std::uint64_t received = 0;      // bytes of this attempt
-  std::uint64_t expected_size = 0;
-  bool checked_status = false;
-  bool restart_from_zero = false;  // server ignored the Range request: rewrite from byte 0
-  CURL* curl = nullptr;
-  std::vector<char> buf;
-  size_t used = 0;
-  int write_errno = 0;
-  bool oversize = false;
+// One download attempt's sink, a two-stage pipeline: libcurl's thread only copies received bytes into a
+// free buffer; a worker thread hashes each full buffer and appends it to the .part file, so hashing and disk
+// writes overlap the network. (Starting writeback early with sync_file_range was measured slower here.)
+class Sink {
+ public:
+  static constexpr size_t kBufferBytes = size_t{4} << 20;
+  static constexpr int kBuffers = 4;
 
-  bool flush() {
-    size_t off = 0;
-    while (off < used) {
-      const ssize_t n = ::write(fd, buf.data() + off, used - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        write_errno = errno;
-        return false;
-      }
-      off += static_cast<size_t>(n);
-    }
-    used = 0;
-    return true;
+  Sink(int fd, Sha256& hash, std::uint64_t offset, std::uint64_t expected_size)
+      : fd_(fd), hash_(hash), offset_(offset), expected_size_(expected_size) {
+    for (int i = 0; i < kBuffers; ++i) free_.push_back(std::make_unique<Buffer>());
+    worker_ = std::thread([this] { work(); });
   }
+  ~Sink() { finish(); }
+
+  CURL* curl = nullptr;
+  bool restart_from_zero = false;  // the server ignored the Range request: rewritten from byte 0
+  bool oversize = false;
+  std::uint64_t offset() const { return offset_; }
+  std::uint64_t received() const { return received_; }
+  int write_errno() {
+    std::lock_guard<std::mutex> g(mu_);
+    return errno_;
+  }
+
+  size_t on_data(const char* data, size_t n) {
+    if (!checked_status_) {
+      checked_status_ = true;
+      long status = 0;
+      curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+      if (offset_ > 0 && status == 200) {  // nothing is queued yet in this attempt
+        restart_from_zero = true;
+        if (::ftruncate(fd_, 0) != 0 || ::lseek(fd_, 0, SEEK_SET) != 0) return fail(errno);
+        offset_ = 0;
+        hash_.reset();
+      }
+    }
+    if (expected_size_ && offset_ + received_ + n > expected_size_) {
+      oversize = true;
+      return 0;
+    }
+    size_t done = 0;
+    while (done < n) {
+      if (!cur_ && !(cur_ = take_free())) return 0;  // worker failed
+      const size_t k = std::min(n - done, kBufferBytes - cur_->used);
+      std::memcpy(cur_->data.get() + cur_->used, data + done, k);
+      cur_->used += k;
+      done += k;
+      if (cur_->used == kBufferBytes) submit();
+    }
+    received_ += n;
+    return n;
+  }
+
+  // Hands over the last partial buffer and waits until the worker has hashed and written everything.
+  void finish() {
+    if (!worker_.joinable()) return;
+    if (cur_ && cur_->used) submit();
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      closing_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+ private:
+  struct Buffer {
+    std::unique_ptr<char[]> data{new char[kBufferBytes]};
+    size_t used = 0;
+  };
+
+  size_t fail(int err) {
+    std::lock_guard<std::mutex> g(mu_);
+    errno_ = err;
+    return 0;
+  }
+  std::unique_ptr<Buffer> take_free() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [this] { return !free_.empty() || errno_; });
+    if (errno_) return nullptr;
+    auto b = std::move(free_.back());
+    free_.pop_back();
+    return b;
+  }
+  void submit() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      full_.push_back(std::move(cur_));
+    }
+    cv_.notify_all();
+  }
+  void work() {
+    for (;;) {
+      std::unique_ptr<Buffer> b;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [this] { return !full_.empty() || closing_; });
+        if (full_.empty()) return;
+        b = std::move(full_.front());
+        full_.pop_front();
+      }
+      bool ok;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        ok = errno_ == 0;
+      }
+      if (ok) {
+        hash_.update(b->data.get(), b->used);
+        size_t off = 0;
+        while (off < b->used) {
+          const ssize_t w = ::write(fd_, b->data.get() + off, b->used - off);
+          if (w < 0 && errno == EINTR) continue;
+          if (w < 0) {
+            fail(errno);
+            break;
+          }
+          off += static_cast<size_t>(w);
+        }
+      }
+      b->used = 0;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        free_.push_back(std::move(b));
+      }
+      cv_.notify_all();
+    }
+  }
+
+  int fd_;
+  Sha256& hash_;
+  std::uint64_t offset_;
+  std::uint64_t expected_size_;
+  std::uint64_t received_ = 0;
+  bool checked_status_ = false;
+  std::unique_ptr<Buffer> cur_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Buffer>> free_;
+  std::deque<std::unique_ptr<Buffer>> full_;
+  bool closing_ = false;
+  int errno_ = 0;
+  std::thread worker_;
 };
 
 size_t sink_write(char* data, size_t size, size_t nmemb, void* user) {
-  auto* s = static_cast<Sink*>(user);
-  const size_t n = size * nmemb;
-  if (!s->checked_status) {
-    s->checked_status = true;
-    long status = 0;
-    curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
-    if (s->offset > 0 && status == 200) {
-      // The server sent the whole file instead of the requested range: start over.
-      s->restart_from_zero = true;
-      if (::ftruncate(s->fd, 0) != 0 || ::lseek(s->fd, 0, SEEK_SET) != 0) {
-        s->write_errno = errno;
-        return 0;
-      }
-      s->offset = 0;
-      s->hash->reset();
-    }
-  }
-  if (s->expected_size && s->offset + s->received + n > s->expected_size) {
-    s->oversize = true;
-    return 0;
-  }
-  s->hash->update(data, n);
-  s->received += n;
-  if (s->used + n > s->buf.size() && !s->flush()) return 0;
-  if (n >= s->buf.size()) {  // larger than the buffer (already flushed): write through
-    size_t off = 0;
-    while (off < n) {
-      const ssize_t w = ::write(s->fd, data + off, n - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        s->write_errno = errno;
-        return 0;
-      }
-      off += static_cast<size_t>(w);
-    }
-    return n;
-  }
-  std::memcpy(s->buf.data() + s->used, data, n);
-  s->used += n;
-  return n;
+  return static_cast<Sink*>(user)->on_data(data, size * nmemb);
 }
 
 struct ProgressState {
@@ -254,7 +332,6 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
   const std::string what = dest.filename().string();
   DownloadResult result;
   Sha256 hash;
-  std::vector<char> buffer(std::size_t{4} << 20);
   const auto start = Clock::now();
   std::string last_error;
   bool restarted_once = false;
@@ -288,12 +365,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
     long status = 0;
     char errbuf[CURL_ERROR_SIZE] = {0};
     StallWatch stall{cfg.stall_timeout_s};
-    Sink sink;
-    sink.fd = fd;
-    sink.hash = &hash;
-    sink.offset = have;
-    sink.expected_size = expected_size;
-    sink.buf.swap(buffer);
+    Sink sink(fd, hash, have, expected_size);
     if (!complete_already) {
       CurlHandle c;
       if (!c.h) throw_error(ErrorCode::internal, "curl_easy_init failed");
@@ -310,14 +382,14 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
       curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &ps);
       rc = curl_easy_perform(c.h);
       curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &status);
+      sink.finish();  // everything received is hashed and in the file (kept for the next attempt)
       if (sink.restart_from_zero) have = 0;
-      if (!sink.write_errno && !sink.oversize) sink.flush();  // keep what arrived for the next attempt
-      result.transferred += sink.received;
-      if (have > 0 && sink.received > 0) result.resumed = true;
+      result.transferred += sink.received();
+      if (have > 0 && sink.received() > 0) result.resumed = true;
     }
-    buffer.swap(sink.buf);
+    sink.finish();
 
-    if (sink.write_errno) throw_io("cannot write", part, sink.write_errno);
+    if (const int err = sink.write_errno()) throw_io("cannot write", part, err);
     if (sink.oversize) {
       ::unlink(part.c_str());
       throw_error(ErrorCode::integrity_error, "downloading " + what + " from " + shown + ": the server sent more than the pinned " +
@@ -333,7 +405,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
       continue;
     }
     if (rc == CURLE_OK) {
-      const std::uint64_t size = sink.offset + sink.received;
+      const std::uint64_t size = sink.offset() + sink.received();
       const std::string got = hash.hex_digest();
       if ((expected_size && size != expected_size) || got != expected_sha256) {
         ::unlink(part.c_str());
