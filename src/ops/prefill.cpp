@@ -184,7 +184,10 @@ void run_prefill_paged(const PrefillPlanCore& core, const Validator& v, const Te
 
 namespace {
 
-constexpr int64_t kMaxCtasPerSm = 32;  // resident CTAs per SM on SM80-SM90
+// FlashInfer's single prefill and decode CTAs have at least 128 threads (4 warps; decode: max(128, bdx*bdy))
+// and an SM holds at most 2048 threads: at most 16 CTAs of them are resident per SM, which bounds the
+// number of KV chunks the kernels' occupancy-based split can choose.
+constexpr int64_t kMaxCtasPerSm = 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

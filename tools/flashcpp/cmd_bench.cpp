@@ -238,7 +238,8 @@ struct Bench {
     if (wanted("single_prefill")) {
       const int64_t len = 8192;
       Dev q(DType::bf16, {len, 32, 128}), k(DType::bf16, {len, 8, 128}), v(DType::bf16, {len, 8, 128});
-      Dev out(DType::bf16, {len, 32, 128}), tmp(DType::u8, {32 << 20});
+      Dev out(DType::bf16, {len, 32, 128});
+      Dev tmp(DType::u8, {std::max<int64_t>(32 << 20, single_prefill_tmp_bytes(len, len, 32, 8, 128, DType::bf16, 0))});
       SinglePrefillOptions so;
       so.causal = true;
       const double flops = 4.0 * 128 * 32 * (static_cast<double>(len) * (len + 1) / 2);
