@@ -97,6 +97,10 @@ inline TensorView as_cpu(TensorView t) {
 /// Stream binding of a call on tensors of `device`.
 inline ffi::StreamBinding binding_for(const TensorView& t, cudaStream_t stream) { return {t.device, stream}; }
 
+/// paged_kv_lengths with the caller's Validator (errors name the calling op).
+void paged_kv_lengths(const Validator& v, const TensorView& indptr_host, const TensorView& last_page_len_host,
+                      int64_t page_size, const TensorView& out_host);
+
 /// Paged KV cache geometry read from the cache tensors.
 struct PagedGeometry {
   int64_t num_pages = 0, page_size = 0, num_kv_heads = 0, head_dim = 0;

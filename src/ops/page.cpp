@@ -106,14 +106,14 @@ void append_paged_mla_kv_cache(const Runtime& rt, const TensorView& append_ckv, 
   ffi::call(mod.fns[kAppendMla], args, nullptr, &binding);
 }
 
-void paged_kv_lengths(const TensorView& indptr_host, const TensorView& last_page_len_host, int64_t page_size,
-                      const TensorView& out_host) {
-  const Validator v("paged_kv_lengths");
+namespace ops {
+void paged_kv_lengths(const Validator& v, const TensorView& indptr_host, const TensorView& last_page_len_host,
+                      int64_t page_size, const TensorView& out_host) {
   v.in_range(page_size, "page_size", 1, int64_t{1} << 30);
-  v.on_host(last_page_len_host, "last_page_len").dtype(last_page_len_host, "last_page_len", {DType::i32});
+  v.on_host(last_page_len_host, "kv_last_page_len").dtype(last_page_len_host, "last_page_len", {DType::i32});
   v.rank(last_page_len_host, "last_page_len", 1).contiguous(last_page_len_host, "last_page_len");
   const int64_t batch = last_page_len_host.size(0);
-  v.indptr(indptr_host, "indptr", batch + 1);
+  v.indptr(indptr_host, "kv_indptr", batch + 1);
   v.on_host(out_host, "out").dtype(out_host, "out", {DType::i32}).shape(out_host, "out", {batch});
   v.contiguous(out_host, "out");
   const auto* ptr = indptr_host.data_as<const int32_t>();
@@ -122,7 +122,7 @@ void paged_kv_lengths(const TensorView& indptr_host, const TensorView& last_page
     const int64_t pages = ptr[r + 1] - ptr[r];
     const int64_t lo = pages == 0 ? 0 : 1, hi = pages == 0 ? 0 : page_size;
     if (last[r] < lo || last[r] > hi)
-      v.fail("last_page_len", "entry " + std::to_string(r) + " is " + std::to_string(last[r]) + ", outside [" +
+      v.fail("kv_last_page_len", "entry " + std::to_string(r) + " is " + std::to_string(last[r]) + ", outside [" +
                                   std::to_string(lo) + ", " + std::to_string(hi) + "] for a request with " +
                                   std::to_string(pages) + " pages");
   }
@@ -131,6 +131,13 @@ void paged_kv_lengths(const TensorView& indptr_host, const TensorView& last_page
     const int64_t pages = ptr[r + 1] - ptr[r];
     out[r] = static_cast<int32_t>(pages == 0 ? 0 : (pages - 1) * page_size + last[r]);
   }
+}
+
+}  // namespace ops
+
+void paged_kv_lengths(const TensorView& indptr_host, const TensorView& last_page_len_host, int64_t page_size,
+                      const TensorView& out_host) {
+  ops::paged_kv_lengths(Validator("paged_kv_lengths"), indptr_host, last_page_len_host, page_size, out_host);
 }
 
 }  // namespace flashcpp

@@ -348,7 +348,7 @@ void check_host_page_table(const Validator& v, const TensorView& kv_indptr, cons
   req.kv_len_arr.resize(static_cast<size_t>(batch));
   const TensorView lens =
       TensorView::contiguous(req.kv_len_arr.data(), DType::i32, Device::cpu(), {batch});
-  paged_kv_lengths(kv_indptr, last_page_len, page_size, lens);
+  paged_kv_lengths(v, kv_indptr, last_page_len, page_size, lens);
   req.kv_total = kv_indptr.data_as<const int32_t>()[batch];
   if (kv_indices) {
     v.on_host(*kv_indices, "kv_indices").dtype(*kv_indices, "kv_indices", {DType::i32});

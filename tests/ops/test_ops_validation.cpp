@@ -329,7 +329,7 @@ TEST_F(OpsPlanValidation, BatchPrefillCreate) {
       {[&](PlanArgs& a) { a.ip.qo_indptr.dtype = DType::u32; }, "'qo_indptr' must have dtype i32"},
       {[&](PlanArgs& a) { a.ip.kv_indptr = h({0, 2}); }, "'kv_indptr' must have size 3 in dim 0"},
       {[&](PlanArgs& a) { a.ip.kv_indptr = h({0, 2, 1}); }, "'kv_indptr' must never decrease"},
-      {[&](PlanArgs& a) { a.ip.kv_last_page_len = h({17, 16}); }, "'last_page_len' entry 0 is 17, outside [1, 16]"},
+      {[&](PlanArgs& a) { a.ip.kv_last_page_len = h({17, 16}); }, "BatchPrefillPlan::create: argument 'kv_last_page_len' entry 0 is 17, outside [1, 16]"},
       {[&](PlanArgs& a) { a.ip.kv_last_page_len = h({0, 16}); }, "outside [1, 16]"},
       {[&](PlanArgs& a) { a.ip.kv_last_page_len = h({5}); }, "'kv_last_page_len' must have size 2 in dim 0"},
       {[&](PlanArgs& a) { a.with_indices = true; a.indices_host = h({0, -1, 2}); }, "'kv_indices' entry 1 is -1"},
