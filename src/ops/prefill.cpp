@@ -1,6 +1,7 @@
 // Single prefill (fa2) and batch prefill plans (fa2 / fa3): validation, module choice and argument
 // packing for FlashInfer's prefill modules (facts sheet §A.4, §A.6, §A.7, §A.11, §E).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -191,13 +192,24 @@ constexpr int64_t kMaxCtasPerSm = 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// SM count of a device, 0 without one; read once per device (the per-call path takes no lock).
 int64_t sm_count_or_zero(int device_id) {
-  if (device_id < 0 || device_id >= cuda_device_count()) return 0;
-  try {
-    return device_info(device_id).sm_count;
-  } catch (...) {
-    return 0;
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<int>, kMaxDevices> cache{};  // 0: not read yet, -1: no such device
+  if (device_id < 0 || device_id >= kMaxDevices) return 0;
+  int n = cache[static_cast<size_t>(device_id)].load(std::memory_order_relaxed);
+  if (n == 0) {
+    n = -1;
+    if (device_id < cuda_device_count()) {
+      try {
+        n = device_info(device_id).sm_count;
+      } catch (...) {
+        n = -1;
+      }
+    }
+    cache[static_cast<size_t>(device_id)].store(n, std::memory_order_relaxed);
   }
+  return n > 0 ? n : 0;
 }
 
 }  // namespace
