@@ -11,6 +11,4 @@ void add_bench_extra_command(CLI::App& app);  // cmd_bench_extra.cpp: `flashcpp 
 void add_mla_bench_command(CLI::App& app);    // cmd_mla_bench.cpp: `flashcpp mla-bench`
 void add_demo_command(CLI::App& app);   // cmd_demo.cpp: `flashcpp demo`
 void add_bench_command(CLI::App& app);  // cmd_bench.cpp: `flashcpp bench`
-void add_demo_command(CLI::App& app);   // cmd_demo.cpp: `flashcpp demo`
-void add_bench_command(CLI::App& app);  // cmd_bench.cpp: `flashcpp bench`
 }  // namespace flashcpp::cli

@@ -16,8 +16,6 @@ int main(int argc, char** argv) {
   flashcpp::cli::add_mla_bench_command(app);
   flashcpp::cli::add_demo_command(app);
   flashcpp::cli::add_bench_command(app);
-  flashcpp::cli::add_demo_command(app);
-  flashcpp::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
