@@ -1,5 +1,6 @@
 #include "ops/common.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -69,8 +70,30 @@ void resolve_module_slow(const Runtime& rt, const ModuleKey& key, const std::str
 // -------------------------------------------------------------------------------------------------
 // Validation helpers
 
+namespace {
+std::atomic<int> g_visible_override{-1};
+}
+
+int visible_device_count() noexcept {
+  const int n = g_visible_override.load(std::memory_order_relaxed);
+  return n >= 0 ? n : cuda_device_count();
+}
+
+void set_visible_devices_for_testing(int n) noexcept { g_visible_override.store(n < 0 ? -1 : n); }
+
+void check_device_id(const Validator& v, int64_t device_id, const char* arg) {
+  const int n = visible_device_count();
+  if (device_id < 0 || device_id >= n)
+    v.fail(arg, "must be on a visible CUDA device: device id " + std::to_string(device_id) + " is outside [0, " +
+                    std::to_string(n) + ") (visible CUDA devices: " + std::to_string(n) + ")");
+}
+
 void check_cuda_tensor(const Validator& v, const TensorView& t, const char* arg) {
   v.defined(t, arg).on_cuda(t, arg).no_negative_strides(t, arg);
+  const int n = visible_device_count();
+  if (t.device.id >= n)
+    v.fail(arg, t, "must be on a visible CUDA device: device id " + std::to_string(t.device.id) + " is outside [0, " +
+                       std::to_string(n) + ") (visible CUDA devices: " + std::to_string(n) + ")");
 }
 
 void check_same_device(const Validator& v, const TensorView& t, const char* arg, const TensorView& ref,

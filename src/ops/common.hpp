@@ -70,7 +70,19 @@ ResolvedModule resolve_module(const Runtime& rt, const ModuleKey& key, UriFn&& m
 // -------------------------------------------------------------------------------------------------
 // Validation helpers
 
-/// A CUDA tensor argument: defined, on CUDA, on `device` (if given), no negative strides.
+/// CUDA device ids the ops accept: [0, visible_device_count()). This is cuda_device_count() unless a
+/// test set it (set_visible_devices_for_testing; the device-facts seams set_device_cc_major_for_testing
+/// and ops_extra::set_device_facts_for_testing also make every id below kMaxPretendDevices visible while
+/// they are active, so CPU tests can drive recording modules with fake cuda:N tensors).
+int visible_device_count() noexcept;
+inline constexpr int kMaxPretendDevices = 64;
+/// Test seam: n >= 0 pretends n visible devices; -1 restores the real count.
+void set_visible_devices_for_testing(int n) noexcept;
+/// `device_id` must be a visible CUDA device (checked before any CUDA or TVM-FFI call: TVM-FFI sizes its
+/// per-thread stream table by the id, and FlashInfer's device guard would fail only inside the call).
+void check_device_id(const Validator& v, int64_t device_id, const char* arg);
+
+/// A CUDA tensor argument: defined, on CUDA, on a visible device, no negative strides.
 void check_cuda_tensor(const Validator& v, const TensorView& t, const char* arg);
 /// The tensor is on the same CUDA device as `ref`.
 void check_same_device(const Validator& v, const TensorView& t, const char* arg, const TensorView& ref,

@@ -9,6 +9,7 @@
 
 #include "core/check.hpp"
 #include "ffi/ffi.hpp"
+#include "ops/common.hpp"
 #include "ops/ops_extra_internal.hpp"
 #include "runtime/runtime_internal.hpp"
 
@@ -24,7 +25,11 @@ DeviceFacts device_facts(int device) {
   const DeviceInfo& info = device_info(device);
   return DeviceFacts{info.cc_major, info.cc_minor, info.sm_count};
 }
-void set_device_facts_for_testing(DeviceFactsFn fn) { g_facts_hook.store(fn); }
+void set_device_facts_for_testing(DeviceFactsFn fn) {
+  g_facts_hook.store(fn);
+  // Pretended facts come with pretended devices: fake cuda:N tensors reach the recording modules.
+  ops::set_visible_devices_for_testing(fn ? ops::kMaxPretendDevices : -1);
+}
 }  // namespace ops_extra
 
 // ----------------------------------------------------------------------------- gdn_prefill
@@ -72,6 +77,7 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
   const Validator v(kOp);
   // q decides dtype, device, T and D; everything else is checked against it.
   v.defined(a.q, "q").on_cuda(a.q, "q").dtype(a.q, "q", {DType::f16, DType::bf16}).rank(a.q, "q", 3);
+  ops::check_device_id(v, a.q.device.id, "q");
   const int64_t T = a.q.size(0), Hq = a.q.size(1), D = a.q.size(2);
   v.dim(a.q, "q", 2, kGdnHeadSize, "the kernel's head size");
   v.require(T >= 1, "q", "must hold at least one token");

@@ -6,6 +6,7 @@
 
 #include "core/check.hpp"
 #include "ffi/ffi.hpp"
+#include "ops/common.hpp"
 #include "ops/ops_extra_internal.hpp"
 #include "runtime/runtime_internal.hpp"
 
@@ -39,6 +40,7 @@ void validate_workspace(const Validator& v, const Workspace& ws) {
   // Names as in flashcpp::Workspace.
   v.defined(fw, "float_buffer").on_cuda(fw, "float_buffer").dtype(fw, "float_buffer", {DType::u8})
       .rank(fw, "float_buffer", 1).contiguous(fw, "float_buffer");
+  ops::check_device_id(v, fw.device.id, "float_buffer");  // the plan's device
   v.require(fw.numel() > 0, "float_buffer", "must not be empty");
   v.defined(iw, "int_buffer").on_cuda(iw, "int_buffer").dtype(iw, "int_buffer", {DType::u8})
       .rank(iw, "int_buffer", 1).contiguous(iw, "int_buffer").same_device(iw, "int_buffer", fw, "float_buffer");

@@ -12,6 +12,7 @@
 
 #include "core/check.hpp"
 #include "ffi/ffi.hpp"
+#include "ops/common.hpp"
 #include "ops/ops_extra_internal.hpp"
 #include "runtime/runtime_internal.hpp"
 
@@ -116,7 +117,7 @@ static void validate_config(const Validator& v, const FusedMoeConfig& c) {
       v.require(c.output_dtype == DType::bf16, "config.output_dtype", "must be bf16 for deepseek_fp8_block_scale");
       break;
   }
-  v.require(c.device >= 0, "config.device", "must be >= 0");
+  ops::check_device_id(v, c.device, "config.device");
 }
 
 void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeArgs& a) {

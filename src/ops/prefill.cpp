@@ -24,7 +24,11 @@ bool fa3_variant_exists(const AttentionVariant& v) {
 }
 
 static std::atomic<int> g_cc_major_override{-100};
-void set_device_cc_major_for_testing(int cc_major) noexcept { g_cc_major_override = cc_major; }
+void set_device_cc_major_for_testing(int cc_major) noexcept {
+  g_cc_major_override = cc_major;
+  // Pretended facts come with pretended devices: fake cuda:N tensors reach the recording modules.
+  set_visible_devices_for_testing(cc_major == -100 ? -1 : kMaxPretendDevices);
+}
 
 int device_cc_major(int id) noexcept {
   if (const int o = g_cc_major_override.load(std::memory_order_relaxed); o != -100) return o;
