@@ -199,6 +199,7 @@ SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, c
   cuda_tensor(v, q, "q", {DType::bf16}, 3);
   const int64_t s_q = q.size(0), h_q = q.size(1);
   const int dev = q.device.id;
+  require_supported("mla::sparse_prefill", dev);  // an unknown device is refused before allocating on it
   SparsePrefillOutputs o;
   o.out = DeviceBuffer(static_cast<size_t>(s_q * h_q * kDv * 2), dev);
   o.max_logits = DeviceBuffer(static_cast<size_t>(s_q * h_q * 4), dev);
@@ -476,6 +477,8 @@ DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStr
   DecodePlan plan;
   const Validator v("mla::DecodePlan::create");
   validate_config(v, config);
+  // An unknown device is refused before anything is allocated on it (also when config.num_sms is set).
+  require_supported("mla::DecodePlan::create", device_id);
   plan.device_ = device_id;
   plan.ws_.config = config;
   if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = device_support(device_id).sm_count;
