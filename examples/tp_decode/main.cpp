@@ -68,13 +68,13 @@ int main(int argc, char** argv) {
 
     // Tolerances: the shards run the same kernels on fewer heads, so only the split-KV schedule (and
     // with it the order of the partial-result merge) differs: a few bf16 ulps.
-    const auto attn = flashcpp::tp::compare_bf16(tp.out.attn, one.attn, 1e-2, 1e-2);
+    const auto attn = flashcpp::tp::compare_bf16(tp.out.attn, one.attn, 2e-3, 1e-2);
     std::printf("attention [%lld x %lld x %lld]: %s\n", static_cast<long long>(batch),
                 static_cast<long long>(shape.num_qo_heads), static_cast<long long>(shape.head_dim),
                 attn.describe().c_str());
     bool ok = attn.bad == 0 && tp.ranks_agree;
     if (shape.mla) {
-      const auto m = flashcpp::tp::compare_bf16(tp.out.mla, one.mla, 1e-2, 1e-2);
+      const auto m = flashcpp::tp::compare_bf16(tp.out.mla, one.mla, 2e-3, 1e-2);
       std::printf("sparse MLA [%lld x 1 x %lld x 512]: %s\n", static_cast<long long>(batch),
                   static_cast<long long>(shape.mla_heads), m.describe().c_str());
       ok = ok && m.bad == 0;
