@@ -70,8 +70,9 @@ class OwnedWorkspace {
 enum class AttentionBackend { automatic, fa2, fa3 };
 
 /// Decode kernels: cuda_cores = FlashInfer's decode module; tensor_cores = its prefill module with one
-/// query per request. automatic follows FlashInfer's wrapper: tensor cores when the GQA group size
-/// H_qo / H_kv is greater than 4 (or not one of 1, 2, 3, 4, 8, which the decode module cannot do).
+/// query per request (fa2 unless prefill_backend names fa3). automatic takes tensor cores when the GQA
+/// group size H_qo / H_kv is 4 or more (measured faster on the H200; see docs/PERFORMANCE.md) or not one of
+/// 1, 2, 3, 4, 8 (which the decode module cannot do).
 enum class DecodeBackend { automatic, cuda_cores, tensor_cores };
 
 /// The decode path `backend` resolves to for a head configuration.

@@ -231,7 +231,8 @@ TEST_F(Devices, BatchPlansRefuseWorkspacesAndRunsOnAnotherDevice) {
   link("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_"
        "head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False");
   const DecodeIndptrs ip{host_i32({0, 2, 3}), host_i32({1, 16}), nullptr};
-  const BatchDecodeConfig c{.num_qo_heads = 32, .num_kv_heads = 8, .head_dim = 128, .page_size = 16};
+  const BatchDecodeConfig c{.num_qo_heads = 32, .num_kv_heads = 8, .head_dim = 128, .page_size = 16,
+                            .backend = DecodeBackend::cuda_cores};
   Workspace mixed = workspace(0);
   mixed.int_buffer = on(mixed.int_buffer, 1);
   EXPECT_INVALID((void)BatchDecodePlan::create(rt(), mixed, ip, c),

@@ -65,6 +65,7 @@ TEST_F(OpsCapi, BatchDecodePlanRunDestroy) {
   c.num_kv_heads = 8;
   c.head_dim = 128;
   c.page_size = 16;
+  c.backend = FLASHCPP_DECODE_CUDA_CORES;
   flashcpp_batch_decode_plan* plan = nullptr;
   ASSERT_EQ(flashcpp_batch_decode_plan_create(&c, &ws, &ci, &cl, nullptr, nullptr, &plan), FLASHCPP_SUCCESS)
       << flashcpp_last_error();

@@ -139,7 +139,7 @@ TEST_F(OpsPacking, SingleDecodeCudaCoresThirteenArguments) {
        "posenc_0_use_swa_False_use_logits_cap_False");
   auto q = dev(DType::bf16, {32, 128}), k = dev(DType::bf16, {4096, 8, 128}), v = dev(DType::bf16, {4096, 8, 128});
   auto o = dev(DType::bf16, {32, 128}), lse = dev(DType::f32, {32}), tmp = dev(DType::u8, {32 << 20});
-  single_decode(rt(), q, k, v, o, &lse, tmp, {});
+  single_decode(rt(), q, k, v, o, &lse, tmp, {.backend = DecodeBackend::cuda_cores});
   expect_args(one_call("run"), {T(q), T(k), T(v), T(tmp), T(o), T(lse), I(0), I(-1), "None", F(0.0),
                                 F(1.0 / std::sqrt(128.0)), F(1.0), F(1e-4)});
 }
@@ -323,6 +323,7 @@ TEST_F(OpsPacking, BatchDecodeCudaCoresPlanFifteenAndRunNineteen) {
   c.num_kv_heads = 8;
   c.head_dim = 128;
   c.page_size = 16;
+  c.backend = DecodeBackend::cuda_cores;
   auto plan = BatchDecodePlan::create(rt(), hw.ws, ip, c);
   EXPECT_FALSE(plan.uses_tensor_cores());
   const auto empty_q = TensorView::contiguous(nullptr, DType::bf16, Device::cpu(), {0});
@@ -436,7 +437,7 @@ TEST(OpsUri, MatchFlashInferNaming) {
 }
 
 TEST(OpsBackend, DecodeTensorCoreRuleFollowsFlashInfersWrapper) {
-  EXPECT_FALSE(decode_uses_tensor_cores(32, 8, DecodeBackend::automatic));   // group 4
+  EXPECT_TRUE(decode_uses_tensor_cores(32, 8, DecodeBackend::automatic));    // group 4 (measured faster)
   EXPECT_FALSE(decode_uses_tensor_cores(32, 32, DecodeBackend::automatic));  // group 1
   EXPECT_FALSE(decode_uses_tensor_cores(24, 8, DecodeBackend::automatic));   // group 3
   EXPECT_TRUE(decode_uses_tensor_cores(64, 8, DecodeBackend::automatic));    // group 8 > 4
