@@ -233,11 +233,6 @@ class StreamScope {
 class ModuleLibrary {
  public:
   static std::shared_ptr<ModuleLibrary> open(const std::filesystem::path& path);
-  /// Opens a private copy of `path` (its own code, data and function-local statics). For modules whose
-  /// host code keeps process-wide one-time state that is really per device: FlashInfer 0.6.3's GDN
-  /// adapter sets a kernel's shared-memory attribute once per process, so a second GPU never gets it.
-  /// The copy is a temporary file, unlinked as soon as it is loaded.
-  static std::shared_ptr<ModuleLibrary> open_private_copy(const std::filesystem::path& path);
   ~ModuleLibrary();
   /// `__tvm_ffi_<name>`; throws not_found naming the module and the symbol.
   abi::SafeCall function(std::string_view name) const;

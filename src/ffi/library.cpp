@@ -1,9 +1,6 @@
 // Loading libtvm_ffi (once per process) and FlashInfer module shared objects.
 #include <dlfcn.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
-#include <cstdlib>
 
 #include <atomic>
 #include <mutex>
@@ -118,31 +115,6 @@ std::shared_ptr<ModuleLibrary> ModuleLibrary::open(const fs::path& path) {
   if (!handle) {
     const char* err = ::dlerror();
     throw Error(ErrorCode::not_found, "cannot load module '" + path.string() + "': " + (err ? err : "unknown error"));
-  }
-  auto m = std::shared_ptr<ModuleLibrary>(new ModuleLibrary());
-  m->handle_ = handle;
-  m->path_ = path;
-  return m;
-}
-
-std::shared_ptr<ModuleLibrary> ModuleLibrary::open_private_copy(const fs::path& path) {
-  (void)Library::instance();
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw Error(ErrorCode::not_found, "module file '" + path.string() + "' not found");
-  std::string tmpl = (fs::temp_directory_path() / "flashcpp-module-XXXXXX.so").string();
-  const int fd = ::mkstemps(tmpl.data(), 3);
-  if (fd < 0) throw Error(ErrorCode::io_error, "cannot create a temporary copy of module '" + path.string() + "'");
-  ::close(fd);
-  fs::copy_file(path, tmpl, fs::copy_options::overwrite_existing, ec);
-  if (ec) {
-    fs::remove(tmpl);
-    throw Error(ErrorCode::io_error, "cannot copy module '" + path.string() + "': " + ec.message());
-  }
-  void* handle = ::dlopen(tmpl.c_str(), RTLD_LAZY | RTLD_LOCAL);
-  fs::remove(tmpl, ec);  // the mapping stays valid after the unlink
-  if (!handle) {
-    const char* err = ::dlerror();
-    throw Error(ErrorCode::not_found, "cannot load a copy of module '" + path.string() + "': " + (err ? err : "unknown"));
   }
   auto m = std::shared_ptr<ModuleLibrary>(new ModuleLibrary());
   m->handle_ = handle;

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "core/check.hpp"
@@ -50,26 +49,19 @@ TensorView default_workspace(int device) {
 }
 
 /// `gdn_prefill` of the runtime's module, resolved once per runtime (the module stays loaded).
-// One module instance per device: FlashInfer 0.6.3's GDN host adapter raises the kernel's dynamic
-// shared-memory limit once per process (a function-local static), so on a second GPU the launch fails
-// ("run failed"). Device 0 uses the shared module; device d > 0 its own private copy, whose statics are
-// its own (measured on a 2-GPU H200 host: docs/MULTI_GPU.md).
-ffi::abi::SafeCall gdn_function(const Runtime& rt, int device) {
-  struct Slot {
-    const Runtime* rt = nullptr;
-    std::shared_ptr<ffi::ModuleLibrary> lib;
-    ffi::abi::SafeCall fn = nullptr;
-  };
+ffi::abi::SafeCall gdn_function(const Runtime& rt) {
   static std::mutex mu;
-  static std::unordered_map<int, Slot> slots;
+  static const Runtime* cached_rt = nullptr;
+  static std::shared_ptr<ffi::ModuleLibrary> cached_lib;
+  static ffi::abi::SafeCall cached_fn = nullptr;
   std::lock_guard lock(mu);
-  Slot& s = slots[device];
-  if (s.rt != &rt || !s.fn) {
-    s.lib = rt.impl().module_instance(kGdnPrefillUri, device);
-    s.fn = s.lib->function("gdn_prefill");
-    s.rt = &rt;
+  if (cached_rt != &rt || !cached_fn) {
+    auto lib = load_module(rt, kGdnPrefillUri);
+    cached_fn = lib->function("gdn_prefill");
+    cached_lib = std::move(lib);
+    cached_rt = &rt;
   }
-  return s.fn;
+  return cached_fn;
 }
 
 void check_dense(const Validator& v, const TensorView& t, const char* name, const TensorView& ref) {
@@ -158,7 +150,19 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
     ws = default_workspace(device);
   }
 
-  const ffi::abi::SafeCall fn = gdn_function(rt, device);
+  // FlashInfer 0.6.3's GDN host adapter raises its kernel's shared-memory limit once per process (a
+  // function-local static), so a launch on any other GPU fails inside the module (cudaLaunchKernelExC:
+  // invalid argument, seen on a 2-GPU H200 host). Refuse that call up front with a clear error.
+  {
+    static std::atomic<int> first_device{-1};
+    int expected = -1;
+    if (!first_device.compare_exchange_strong(expected, device) && expected != device)
+      throw Error(ErrorCode::unsupported,
+                  std::string(kOp) + ": FlashInfer 0.6.3's GDN prefill can serve one GPU per process (its host "
+                  "code configures the kernel once per process); this process used cuda:" + std::to_string(expected) +
+                  " and the call is on cuda:" + std::to_string(device) + ". Run one process per GPU for GDN.");
+  }
+  const ffi::abi::SafeCall fn = gdn_function(rt);
   ffi::TensorArg out(a.output), state(a.output_state), q(a.q), k(a.k), vv(a.v), cu(a.cu_seqlens), wsa(ws);
   ffi::TensorArg in_state, alpha, beta;
   if (a.input_state) in_state.set(*a.input_state);

@@ -43,16 +43,6 @@ std::shared_ptr<ffi::ModuleLibrary> Runtime::Impl::module(const std::string& uri
   throw Error(ErrorCode::not_found, "FlashInfer module '" + uri + "' is not available. " + module_help(uri, options));
 }
 
-std::shared_ptr<ffi::ModuleLibrary> Runtime::Impl::module_instance(const std::string& uri, int n) {
-  if (n <= 0) return module(uri);
-  const std::string shared_path = module(uri)->path().string();
-  std::lock_guard lock(mu);
-  const std::string key = uri + "#" + std::to_string(n);
-  auto& slot = private_copies[key];
-  if (!slot) slot = ffi::ModuleLibrary::open_private_copy(shared_path);
-  return slot;
-}
-
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Runtime::~Runtime() = default;
 

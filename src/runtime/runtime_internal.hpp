@@ -27,13 +27,9 @@ struct Runtime::Impl {
   std::vector<ModuleSource> sources;
   mutable std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<ffi::ModuleLibrary>> modules;
-  std::unordered_map<std::string, std::shared_ptr<ffi::ModuleLibrary>> private_copies;  // key: uri + '#' + n
 
   /// The module for `uri`, loading it on first use (thread-safe). Throws not_found with a help text.
   std::shared_ptr<ffi::ModuleLibrary> module(const std::string& uri);
-  /// Instance `n` of the module: 0 is module(uri); n > 0 is a private copy, loaded once and kept (see
-  /// ModuleLibrary::open_private_copy). Used per device for modules with per-process one-time state.
-  std::shared_ptr<ffi::ModuleLibrary> module_instance(const std::string& uri, int n);
 };
 
 /// Shorthand used by ops: the module for `uri` of runtime `rt`.

@@ -321,26 +321,6 @@ TEST_F(FfiTest, ModuleObjectsAndGlobalFunctions) {
   EXPECT_THROW(m.method("no_such_method"), Error);
 }
 
-TEST_F(FfiTest, PrivateCopyHasItsOwnCodeAndLeavesNoFile) {
-  const auto tmp = fs::temp_directory_path();
-  auto count_copies = [&] {
-    int n = 0;
-    for (const auto& e : fs::directory_iterator(tmp))
-      if (e.path().filename().string().rfind("flashcpp-module-", 0) == 0) ++n;
-    return n;
-  };
-  const int before = count_copies();
-  auto copy = ModuleLibrary::open_private_copy(FLASHCPP_TEST_MODULE);
-  EXPECT_EQ(count_copies(), before);  // unlinked once loaded
-  // A separate instance: its functions live at other addresses than the shared module's.
-  EXPECT_NE(copy->function("echo_int"), fn("echo_int"));
-  Any r;
-  Arg a[] = {Arg(int64_t{99})};
-  call(copy->function("echo_int"), a, &r, nullptr);
-  EXPECT_EQ(r.as_int(), 99);
-  EXPECT_THROW(ModuleLibrary::open_private_copy("/nonexistent/flashcpp/module.so"), Error);
-}
-
 TEST_F(FfiTest, MissingExportIsNotFound) {
   EXPECT_EQ(module_->find_function("no_such_export"), nullptr);
   try {
