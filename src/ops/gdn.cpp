@@ -150,18 +150,6 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
     ws = default_workspace(device);
   }
 
-  // FlashInfer 0.6.3's GDN host adapter raises its kernel's shared-memory limit once per process (a
-  // function-local static), so a launch on any other GPU fails inside the module (cudaLaunchKernelExC:
-  // invalid argument, seen on a 2-GPU H200 host). Refuse that call up front with a clear error.
-  {
-    static std::atomic<int> first_device{-1};
-    int expected = -1;
-    if (!first_device.compare_exchange_strong(expected, device) && expected != device)
-      throw Error(ErrorCode::unsupported,
-                  std::string(kOp) + ": FlashInfer 0.6.3's GDN prefill can serve one GPU per process (its host "
-                  "code configures the kernel once per process); this process used cuda:" + std::to_string(expected) +
-                  " and the call is on cuda:" + std::to_string(device) + ". Run one process per GPU for GDN.");
-  }
   const ffi::abi::SafeCall fn = gdn_function(rt);
   ffi::TensorArg out(a.output), state(a.output_state), q(a.q), k(a.k), vv(a.v), cu(a.cu_seqlens), wsa(ws);
   ffi::TensorArg in_state, alpha, beta;

@@ -498,18 +498,13 @@ TEST(MultiGpu, BatchMlaGdnAndMoeOnDeviceOneMatchDeviceZero) {
     gdn_prefill(runtime(), a, {}, on.stream());  // the default per-device workspace
     return on.get(a.output);
   };
-  // FlashInfer 0.6.3's GDN serves one GPU per process (its adapter configures the kernel once per process):
-  // the first device works, a second is refused with a clear error instead of failing inside the module.
-  std::vector<uint16_t> g1;
+  // Open (docs/MULTI_GPU.md): on the 2-GPU H200 host this GDN launch on cuda:1 failed inside FlashInfer's
+  // module (cudaLaunchKernelExC: invalid argument) while GDN on cuda:0 passes its own tests.
+  std::vector<uint16_t> g1, g0;
   SKIP_IF_MODULE_MISSING(g1 = run_with_current(1, 0, gdn_run));
-  expect_close_bf16(g1, g1, 0, 0, "GDN cuda:1 written (no NaN)");
-  try {
-    (void)run_with_current(0, 1, gdn_run);
-    ADD_FAILURE() << "GDN on a second GPU of the process was not refused";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("one GPU per process"), std::string::npos) << e.what();
-  }
+  g0 = run_with_current(0, 1, gdn_run);
+  expect_close_bf16(g1, g0, 1e-3, 1e-3, "GDN cuda:1 vs cuda:0");
+  expect_close_bf16(g0, g0, 0, 0, "GDN cuda:0 written (no NaN)");
 
   // Fused MoE (bf16): 16 tokens, top-2 of 8 experts, hidden 256, intermediate 128, swiglu.
   const int64_t Tm = 16, Hm = 256, Im = 128, E = 8, K = 2;
