@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.hpp"
 #include "reference/mla_attention_reference.hpp"
 
 namespace flashcpp::reference {
@@ -39,6 +40,13 @@ void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeArgs& a, std::ve
   const int64_t E = a.fc2_weights.size(0), I = a.fc2_weights.size(2);
   const bool gated = moe_activation_is_gated(a.activation);
   const int64_t N1 = gated ? 2 * I : I;
+  // The reference reads host memory by these shapes: make sure they agree before reading anything.
+  const Validator v("fused_moe_reference");
+  v.rank(a.input, "input", 2).rank(a.token_selected_experts, "token_selected_experts", 2)
+      .dim(a.token_selected_experts, "token_selected_experts", 0, T, "input.size(0)")
+      .rank(a.fc2_weights, "fc2_weights", 3).dim(a.fc2_weights, "fc2_weights", 1, H, "input.size(1)")
+      .shape(a.fc1_weights, "fc1_weights", {E, N1, H})
+      .shape(a.token_final_scales, "token_final_scales", {T, K});
   const bool fp8 = c.quantization == MoeQuantization::fp8_per_tensor;
   const bool ds = c.quantization == MoeQuantization::deepseek_fp8_block_scale;
   const int64_t expert_base = a.ep_rank * E;  // experts of this rank: [ep_rank·E, (ep_rank+1)·E)

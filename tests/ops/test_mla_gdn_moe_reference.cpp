@@ -183,7 +183,7 @@ TEST(ExtraReference, MoeFp8PerTensorDequantizesExactly) {
   // e4m3 inputs/weights with byte values chosen by hand; identity activation, 1 expert, top-1.
   std::vector<uint8_t> x{0x38, 0x40};          // 1.0, 2.0
   std::vector<uint8_t> w1{0x38, 0x38};         // fc1 [1, 1, 2]: h = (1 + 2) · fc1_dequant
-  std::vector<uint8_t> w2{0x44};               // fc2 [1, 1, 1]: 3.0
+  std::vector<uint8_t> w2{0x44, 0x44};         // fc2 [1, 2, 1] (experts, hidden, inter): 3.0
   std::vector<float> sc{1.0f}, fc1_dq{0.5f}, fc2_q{2.0f}, fc2_dq{0.25f}, in_dq{1.0f};
   std::vector<int32_t> sel{0};
   FusedMoeConfig c;
@@ -193,7 +193,7 @@ TEST(ExtraReference, MoeFp8PerTensorDequantizesExactly) {
   FusedMoeArgs a;
   a.input = TensorView::contiguous(x.data(), DType::e4m3, Device::cpu(), {1, 2});
   a.fc1_weights = TensorView::contiguous(w1.data(), DType::e4m3, Device::cpu(), {1, 1, 2});
-  a.fc2_weights = TensorView::contiguous(w2.data(), DType::e4m3, Device::cpu(), {1, 1, 1});
+  a.fc2_weights = TensorView::contiguous(w2.data(), DType::e4m3, Device::cpu(), {1, 2, 1});
   a.token_selected_experts = host_i32(sel, {1, 1});
   a.token_final_scales = host(sc, {1, 1});
   TensorView v1 = host(fc1_dq, {1}), v2 = host(fc2_q, {}), v3 = host(fc2_dq, {1}), v4 = host(in_dq, {});
@@ -205,7 +205,9 @@ TEST(ExtraReference, MoeFp8PerTensorDequantizesExactly) {
   std::vector<double> out;
   fused_moe_reference(c, a, out);
   // h = 3·0.5 = 1.5; q = e4m3(1.5·2) = 3; fc2 = 3·3·0.25 = 2.25.
+  ASSERT_EQ(out.size(), 2u);
   EXPECT_DOUBLE_EQ(out[0], 2.25);
+  EXPECT_DOUBLE_EQ(out[1], 2.25);
 }
 
 }  // namespace
