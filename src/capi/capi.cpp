@@ -13,6 +13,11 @@ void set_last_error(std::string message) noexcept {
 }
 void clear_last_error() noexcept { t_last_error.clear(); }
 
+const Runtime& default_runtime() {
+  static const std::shared_ptr<Runtime> rt = Runtime::create();
+  return *rt;
+}
+
 flashcpp_status status_of(ErrorCode code) noexcept {
   switch (code) {
     case ErrorCode::invalid_argument: return FLASHCPP_INVALID_ARGUMENT;

@@ -6,6 +6,7 @@
 
 #include "flashcpp/c/common.h"
 #include "flashcpp/error.hpp"
+#include "flashcpp/runtime.hpp"
 #include "flashcpp/tensor.hpp"
 
 namespace flashcpp::capi {
@@ -35,6 +36,9 @@ flashcpp_status guard(Fn&& fn) noexcept {
     return FLASHCPP_INTERNAL;
   }
 }
+
+/// The C ABI's one process-wide Runtime, created from the environment on first use (thread-safe).
+const Runtime& default_runtime();
 
 /// Converts and checks a C tensor (rank, dtype and device codes). `name` is used in messages.
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name);

@@ -18,11 +18,7 @@ struct flashcpp_fused_moe_runner {
 namespace {
 using namespace flashcpp;
 
-/// The process-wide default runtime of the C ABI (created on first use, thread-safe).
-const Runtime& default_runtime() {
-  static const std::shared_ptr<Runtime> rt = Runtime::create();
-  return *rt;
-}
+using capi::default_runtime;
 
 void require(bool ok, const char* op, const char* what) {
   if (!ok) throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + what + "' must not be NULL");
