@@ -286,12 +286,26 @@ void call_with_binding(Invoke&& invoke, const StreamBinding* binding, std::strin
     if (int rc = invoke(); rc != 0) throw_last_error(rc, callee);
     return;
   }
-  StreamScope scope(binding->device, binding->stream);
+  // Hot path: the stream set and restore inline (the StreamScope object is for the error path's unwinding).
+  const abi::Api& a = api();
+  const auto type = static_cast<int32_t>(binding->device.type);
+  const int32_t id = binding->device.id;
+  void* previous = nullptr;
+  if (int rc = a.EnvSetStream(type, id, binding->stream, &previous); rc != 0) throw_last_error(rc, "TVMFFIEnvSetStream");
   if (int rc = invoke(); rc != 0) {
-    // Decode the callee's error first, then the scope restores the previous stream while unwinding.
-    throw_last_error(rc, callee);
+    // Decode the callee's error first (it lives in thread-local storage), then restore the stream.
+    try {
+      throw_last_error(rc, callee);
+    } catch (...) {
+      if (a.EnvSetStream(type, id, previous, nullptr) != 0) {
+        void* err = nullptr;
+        a.ErrorMoveFromRaised(&err);
+        if (err) a.ObjectDecRef(err);
+      }
+      throw;
+    }
   }
-  scope.restore();
+  if (int rc = a.EnvSetStream(type, id, previous, nullptr); rc != 0) throw_last_error(rc, "TVMFFIEnvSetStream (restore)");
 }
 
 void reset(Any* result) {
