@@ -5,6 +5,8 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/check.hpp"
@@ -48,21 +50,64 @@ TensorView default_workspace(int device) {
   return TensorView::contiguous(slot->get(), DType::u8, Device::cuda(device), {bytes});
 }
 
-/// `gdn_prefill` of the runtime's module, resolved once per runtime (the module stays loaded).
-ffi::abi::SafeCall gdn_function(const Runtime& rt) {
+/// FlashInfer 0.6.3's GDN kernels launch through CUTLASS's `device::Universal` adapter (flat/hopper/
+/// device/device_universal.hpp), which raises a kernel's dynamic shared-memory limit only on its first
+/// use in the process (a function-local `static bool initialized`). That limit belongs to a device, so
+/// the first launch of the kernel on any other device fails ("invalid argument"). The flags are
+/// GNU-unique symbols of the module's .dynsym; we clear them whenever a call's device differs from the
+/// previous call's, and the module then sets the limit again on the now current device. Clearing and
+/// calling happen under one process-wide lock (the flags are process-wide), which costs host time only:
+/// the launch itself is asynchronous.
+struct GdnModule {
+  std::shared_ptr<ffi::ModuleLibrary> lib;
+  ffi::abi::SafeCall fn = nullptr;
+  std::vector<bool*> once_flags;  ///< `Universal<...>::is_initialized(bool)::initialized` of every kernel
+};
+
+constexpr std::string_view kOnceFlagPrefix = "_ZZN7cutlass6device9Universal";
+constexpr std::string_view kOnceFlagSuffix = "14is_initializedEbE11initialized";
+
+/// The runtime's GDN module, resolved once per runtime (the module stays loaded).
+std::shared_ptr<const GdnModule> gdn_module(const Runtime& rt) {
   static std::mutex mu;
   static const Runtime* cached_rt = nullptr;
-  static std::shared_ptr<ffi::ModuleLibrary> cached_lib;
-  static ffi::abi::SafeCall cached_fn = nullptr;
+  static std::shared_ptr<const GdnModule> cached;
   std::lock_guard lock(mu);
-  if (cached_rt != &rt || !cached_fn) {
-    auto lib = load_module(rt, kGdnPrefillUri);
-    cached_fn = lib->function("gdn_prefill");
-    cached_lib = std::move(lib);
+  if (cached_rt != &rt || !cached) {
+    auto m = std::make_shared<GdnModule>();
+    m->lib = load_module(rt, kGdnPrefillUri);
+    m->fn = m->lib->function("gdn_prefill");
+    for (const std::string& name : m->lib->dynamic_symbols_containing(kOnceFlagSuffix))
+      if (name.starts_with(kOnceFlagPrefix) && name.ends_with(kOnceFlagSuffix))
+        if (void* flag = m->lib->find_symbol(name)) m->once_flags.push_back(static_cast<bool*>(flag));
+    cached = std::move(m);
     cached_rt = &rt;
   }
-  return cached_fn;
+  return cached;
 }
+
+/// Serialises GDN calls and re-arms the module's one-time kernel setup when the device changes.
+class GdnLaunchLock {
+ public:
+  GdnLaunchLock(const GdnModule& m, int device) : lock_(mu()) {
+    int& last = last_device();
+    if (last != device) {
+      for (bool* flag : m.once_flags) *flag = false;
+      last = device;
+    }
+  }
+
+ private:
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static int& last_device() {
+    static int d = -1;
+    return d;
+  }
+  std::lock_guard<std::mutex> lock_;
+};
 
 void check_dense(const Validator& v, const TensorView& t, const char* name, const TensorView& ref) {
   v.defined(t, name).on_cuda(t, name).same_device(t, name, ref, "q").contiguous(t, name).aligned(t, name, 16);
@@ -150,7 +195,7 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
     ws = default_workspace(device);
   }
 
-  const ffi::abi::SafeCall fn = gdn_function(rt);
+  const std::shared_ptr<const GdnModule> module = gdn_module(rt);
   ffi::TensorArg out(a.output), state(a.output_state), q(a.q), k(a.k), vv(a.v), cu(a.cu_seqlens), wsa(ws);
   ffi::TensorArg in_state, alpha, beta;
   if (a.input_state) in_state.set(*a.input_state);
@@ -161,7 +206,8 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
                            a.beta ? &beta : nullptr, p.scale, wsa};
   ops_extra::CurrentDeviceScope device_scope(device);  // the kernel launches on the current device
   const ffi::StreamBinding binding{a.q.device, stream};
-  ffi::call(fn, args, nullptr, &binding);
+  const GdnLaunchLock launch_lock(*module, device);
+  ffi::call(module->fn, args, nullptr, &binding);
 }
 
 }  // namespace flashcpp

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -34,6 +35,51 @@ TEST_F(FfiTest, LibraryReportsA01Version) {
   EXPECT_EQ(lib.version().major, 0u);
   EXPECT_EQ(lib.version().minor, 1u);
   EXPECT_EQ(lib.version_string().rfind("0.1.", 0), 0u);
+}
+
+// The module's one-time setup flag is found by name in its .dynsym, and clearing it through the
+// address dlsym gives makes the module run its setup again (gdn.cpp relies on exactly this).
+TEST_F(FfiTest, ModuleStateFoundInDynsymAndClearedFromOutside) {
+  const auto names = module_->dynamic_symbols_containing("14is_initializedEbE11initialized");
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(names[0], "_ZZN13flashcpp_test9OnceSetupIiE14is_initializedEbE11initialized");
+  EXPECT_TRUE(module_->dynamic_symbols_containing("no_such_symbol_fragment").empty());
+  auto* flag = static_cast<bool*>(module_->find_symbol(names[0]));
+  ASSERT_NE(flag, nullptr);
+  EXPECT_EQ(module_->find_symbol("no_such_symbol"), nullptr);
+
+  Any r;
+  call(fn("once_setup"), {}, &r, nullptr);  // the first call runs the setup
+  EXPECT_FALSE(r.as_bool());
+  EXPECT_TRUE(*flag);
+  call(fn("once_setup"), {}, &r, nullptr);
+  EXPECT_TRUE(r.as_bool());
+  *flag = false;  // re-arm
+  call(fn("once_setup"), {}, &r, nullptr);
+  EXPECT_FALSE(r.as_bool()) << "the module did not see the cleared flag";
+}
+
+// A file that is not ELF has no dynamic symbols; a vanished file is an io_error naming it.
+TEST(FfiModuleSymbols, NonElfAndMissingFiles) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("flashcpp-syms-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto copy = dir / "module.so";
+  std::filesystem::copy_file(FLASHCPP_TEST_MODULE, copy, std::filesystem::copy_options::overwrite_existing);
+  Library::load(FLASHCPP_TVM_FFI_LIB);
+  auto m = ModuleLibrary::open(copy);
+  // Replaced, not rewritten: the loaded mapping keeps the old file.
+  { std::ofstream(dir / "other", std::ios::trunc) << "not an ELF file"; }
+  std::filesystem::rename(dir / "other", copy);
+  EXPECT_TRUE(m->dynamic_symbols_containing("initialized").empty());
+  std::filesystem::remove(copy);
+  try {
+    (void)m->dynamic_symbols_containing("initialized");
+    ADD_FAILURE() << "expected io_error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::io_error);
+    EXPECT_NE(std::string(e.what()).find("module.so"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(FfiTest, ScalarRoundTrips) {

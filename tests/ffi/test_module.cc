@@ -94,6 +94,30 @@ int64_t five_tensors_three_scalars(ffi::TensorView a, ffi::TensorView b, ffi::Te
 }
 }  // namespace
 
+// The shape of CUTLASS's device::Universal one-time setup flag: a function-local static of a class
+// template member, which g++ emits as a GNU-unique symbol of the module's .dynsym (the ModuleLibrary
+// symbol test finds and clears it from outside, as gdn.cpp does for FlashInfer's GDN module).
+namespace flashcpp_test {
+template <class Kernel>
+struct OnceSetup {
+  static bool is_initialized(bool set = false) {
+    static bool initialized = false;
+    if (set) initialized = true;
+    return initialized;
+  }
+};
+}  // namespace flashcpp_test
+
+namespace {
+// Returns whether the setup had already run, then marks it done.
+bool once_setup() {
+  const bool before = flashcpp_test::OnceSetup<int>::is_initialized();
+  flashcpp_test::OnceSetup<int>::is_initialized(true);
+  return before;
+}
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(once_setup, once_setup);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(echo_int, echo_int);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(echo_bool, echo_bool);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(echo_float, echo_float);
