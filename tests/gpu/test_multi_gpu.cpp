@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -616,6 +617,37 @@ TEST(MultiGpu, GdnPrefillOnEitherDeviceInAnyOrder) {
   if (p0 && p1) expect_close_bf16(p1->out, p0->out, 1e-3, 1e-3, "GDN plain cuda:1 vs cuda:0");
   if (p0 && p0_again) EXPECT_EQ(p0_again->out, p0->out) << "GDN plain on cuda:0 changed after running on cuda:1";
   if (g0 && g1) expect_close_bf16(g1->out, g0->out, 1e-3, 1e-3, "GDN gated cuda:1 vs cuda:0");
+  if (!p0 || !p1) return;
+
+  // Two threads, one per GPU, each with the other GPU current, alternate plain and gated calls: every
+  // call switches the module's device, and every output must equal that device's first result bitwise.
+  const int kIters = 40;
+  std::atomic<int> mismatches{0}, errors{0};
+  std::string first_error;
+  std::mutex error_mu;
+  auto worker = [&](int device) {
+    const Result& want_plain_dev = device == 0 ? *p0 : *p1;
+    const std::optional<Result>& want_gated_dev = device == 0 ? g0 : g1;
+    DeviceGuard current(1 - device);
+    On on(device);
+    for (int i = 0; i < kIters; ++i) {
+      const bool gated = (i % 2 == 1) && want_gated_dev.has_value();
+      try {
+        const Result r = gdn_run(gated)(on);
+        if (r.out != (gated ? want_gated_dev->out : want_plain_dev.out)) ++mismatches;
+      } catch (const std::exception& e) {
+        if (errors++ == 0) {
+          std::lock_guard lock(error_mu);
+          first_error = e.what();
+        }
+      }
+    }
+  };
+  std::thread t0(worker, 0), t1(worker, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(errors.load(), 0) << "first error: " << first_error;
+  EXPECT_EQ(mismatches.load(), 0) << "GDN outputs on two threads differ from each device's first result";
 }
 
 // ------------------------------------------------------------------------------------------------ two threads, two GPUs
