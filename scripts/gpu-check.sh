@@ -79,7 +79,7 @@ fi
 
 if has multigpu; then
   log "multi-GPU tests and the tensor-parallel example ($(nvidia-smi -L | wc -l) GPUs)"
-  FLASHCPP_SOAK_SECONDS=${FLASHCPP_SOAK_SECONDS:-20} run_gtests 'test_multi_gpu'
+  FLASHCPP_SOAK_SECONDS=${FLASHCPP_SOAK_SECONDS:-60} run_gtests 'test_multi_gpu'
   timeout 120 build-gpu/bin/flashcpp_tp_decode --gpus "$(nvidia-smi -L | wc -l)" 2>&1 | tee "$out/tp-decode.txt" | tail -15
 fi
 

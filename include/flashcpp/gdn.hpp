@@ -50,6 +50,9 @@ int64_t gdn_prefill_workspace_bytes(int device);
 /// Validates everything (shapes, dtypes, contiguity, devices, head grouping, scalar ranges, the
 /// optional host cu_seqlens), throws unsupported on a device that is not compute capability 9.x,
 /// makes the tensors' device current (the kernel does not), then launches on `stream`.
+/// Any device, any order, any thread: calls are serialised process-wide for their host part only (the
+/// launch is asynchronous), because FlashInfer 0.6.3's module keeps one-time kernel setup in
+/// process-wide flags that flashcpp re-arms when the device changes (docs/MULTI_GPU.md).
 void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& args, const GdnPrefillParams& params, cudaStream_t stream);
 
 }  // namespace flashcpp
