@@ -81,7 +81,7 @@ if has multigpu; then
   log "multi-GPU tests and the tensor-parallel example ($(nvidia-smi -L | wc -l) GPUs)"
   FLASHCPP_SOAK_SECONDS=${FLASHCPP_SOAK_SECONDS:-60} run_gtests 'test_multi_gpu'
   timeout 120 build-gpu/bin/flashcpp_tp_decode --gpus "$(nvidia-smi -L | wc -l)" 2>&1 | tee "$out/tp-decode.txt" | tail -15
-  # GDN on every device of one process, in turn (the module's one-time setup is re-armed per device).
+  # GDN speed on every device (one process each; alternating devices in one process is tested above).
   for d in $(seq 0 $(( $(nvidia-smi -L | wc -l) - 1 ))); do
     $cli bench-extra --op gdn --device "$d" --iters 50 2>&1 | tail -1
   done | tee "$out/gdn-per-device.txt"
