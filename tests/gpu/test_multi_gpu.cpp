@@ -459,7 +459,7 @@ TEST(MultiGpu, SparseMlaPrefillAndQuantizerOnDeviceOne) {
 
 // Batch MLA and fused MoE: the same call on cuda:1 (cuda:0 current) and on cuda:0 (cuda:1 current)
 // give the same outputs (test_ops_extra_gpu checks cuda:0 against the float64 references).
-TEST(MultiGpu, BatchMlaAndMoeOnDeviceOneMatchDeviceZero) {
+TEST(MultiGpu, BatchMlaOnDeviceOneMatchesDeviceZero) {
   REQUIRE_TWO_GPUS();
   // Batch MLA: 4 requests, 1 query row each, 300 KV tokens in pages of 64, 16 heads.
   const int64_t B = 4, H = 16, P = 64, kv_len = 300, ppr = (kv_len + P - 1) / P, pages = B * ppr;
@@ -484,6 +484,10 @@ TEST(MultiGpu, BatchMlaAndMoeOnDeviceOneMatchDeviceZero) {
   m0 = run_with_current(0, 1, mla_run);
   expect_close_bf16(m1, m0, 1e-3, 1e-3, "batch MLA cuda:1 vs cuda:0");
   expect_close_bf16(m0, m0, 0, 0, "batch MLA cuda:0 written (no NaN)");
+}
+
+TEST(MultiGpu, FusedMoeOnDeviceOneMatchesDeviceZero) {
+  REQUIRE_TWO_GPUS();
 
   // Fused MoE (bf16): 16 tokens, top-2 of 8 experts, hidden 256, intermediate 128, swiglu.
   const int64_t Tm = 16, Hm = 256, Im = 128, E = 8, K = 2;
