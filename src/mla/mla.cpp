@@ -72,10 +72,9 @@ std::atomic<bool>& force_simple_flag() {
 
 void check_launch(const char* what) { cuda_check(cudaGetLastError(), what); }
 
-// Runs the attention (fast kernel first on Hopper, simple otherwise) for a non-split problem.
+// Runs the attention, split-KV or not: the Hopper kernel first on SM 9.0, the simple kernel otherwise.
 void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream, int device_id) {
-  if (!kernels::force_simple_kernel() && device_support(device_id).hopper_kernel && p.sched == nullptr &&
-      p.lse_stride_request < 0 &&
+  if (!kernels::force_simple_kernel() && device_support(device_id).hopper_kernel &&
       kernels::launch_sparse_attention_sm90(p, stream))
     return;
   kernels::launch_sparse_attention_simple(p, stream);

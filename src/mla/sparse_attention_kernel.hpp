@@ -51,8 +51,7 @@ struct SparseAttentionParams {
   int64_t lse_stride_token = 0, lse_stride_head = 1;
   // Decode only: >= 0 means lse of token t is at (t / tokens_per_request) * lse_stride_request +
   // (t % tokens_per_request) * lse_stride_token (lse tensors whose requests are not evenly spaced, such as
-  // a view of FlashMLA's [b, h_q, s_q]). The default -1 means t * lse_stride_token. The host never hands
-  // launch_sparse_attention_sm90 a problem with lse_stride_request >= 0.
+  // a view of FlashMLA's [b, h_q, s_q]). The default -1 means t * lse_stride_token.
   int64_t lse_stride_request = -1;
   float* max_logits = nullptr;
   int64_t max_logits_stride_token = 0, max_logits_stride_head = 1;
@@ -64,7 +63,7 @@ struct SparseAttentionParams {
   // directly; a split request writes, per split k and token s, row (num_splits[r] + k) * tokens_per_request + s
   // of o_accum f32 [rows, h_q, d_v] (already divided by that split's softmax sum, 0 when empty) and
   // lse_accum f32 [rows, h_q] (natural log, -inf when empty); the combine kernel finishes them.
-  // launch_sparse_attention_sm90 may return false whenever sched != nullptr.
+  // Both kernels take split work (the Hopper kernel for the FP8 cache only).
   const void* sched = nullptr;  // mla::sched::PartMeta[num_parts]
   const int32_t* num_splits = nullptr;  // [num_requests + 1]
   int num_parts = 0, num_requests = 0, tokens_per_request = 1;

@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "mla/decode_schedule.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla::kernels {
@@ -54,6 +55,7 @@ constexpr int kDv = 512;
 constexpr int kFp8RowBytes = 656;   // 512 e4m3 + 4 f32 scales + 64 bf16 rope
 constexpr int kFp8ScaleOffset = 512;
 constexpr int kFp8RopeOffset = 528;
+static_assert(kTileKv == sched::kBlockSlots, "a schedule block must be one KV tile");
 
 template <int D_QK>
 struct SmemPlan {
@@ -153,7 +155,8 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-template <int D_QK, bool FP8>
+// SPLIT: the split-KV decode variant (a separate instantiation, so the unsplit kernel keeps its registers).
+template <int D_QK, bool FP8, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(const __grid_constant__ KernelArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   using Plan = SmemPlan<D_QK>;
@@ -175,8 +178,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
   const int hi16 = lane >> 4;         // ldmatrix: second 8-column half of A / trans B
   const int hi8 = (lane >> 3) & 1;    // ldmatrix: second k half of non-trans B
 
-  const int64_t token = blockIdx.x / args.groups;
+  // blockIdx.x = outer * groups + head group (the head groups of one token are adjacent).
   const int head0 = static_cast<int>(blockIdx.x % args.groups) * kHeadsPerCta;
+  const int64_t outer = blockIdx.x / args.groups;
 
   const uint32_t sbase = smem_addr(smem);
   const uint32_t sQ = sbase + Plan::kOffQ;
@@ -186,344 +190,419 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
   float* s_max = reinterpret_cast<float*>(smem + Plan::kOffMax);
   float* s_sum = reinterpret_cast<float*>(smem + Plan::kOffSum);
 
-  // Effective number of slots for this token.
-  int eff = p.topk;
-  if (p.topk_length != nullptr) {
-    const int len = __ldg(p.topk_length + token / p.tokens_per_length);
-    eff = len < 0 ? 0 : (len < p.topk ? len : p.topk);
+  // ---- Work items. Without a schedule, outer is the token and the CTA attends over all its tiles.
+  // With a split-KV schedule (decode), outer = part * tokens_per_request + token of the request: the CTA
+  // walks the part's requests, each over the part's range of tiles, and writes either the final output
+  // (a request the schedule did not split) or one f32 partial row for the combine kernel.
+  constexpr bool split = SPLIT;
+  const int nb = sched::blocks_of(p.topk);
+  int r_first = 0, r_last = 0, tok_in_req = 0;
+  // The part's metadata is read again where it is used (global, L1-resident): holding its fields in
+  // registers across the tile loop would spill.
+  const sched::PartMeta* meta = nullptr;
+  if (split) {
+    meta = static_cast<const sched::PartMeta*>(p.sched) + outer / p.tokens_per_request;
+    tok_in_req = static_cast<int>(outer % p.tokens_per_request);
+    r_first = meta->begin_req < 0 ? 0 : meta->begin_req;
+    r_last = meta->end_req < p.num_requests ? meta->end_req : p.num_requests - 1;  // empty part: r_last < r_first
   }
-  const int n_tiles = (eff + kTileKv - 1) / kTileKv;
-
-  // Gather role: 4 threads per row, thread `gsub` takes chunks gsub, gsub + 4, ...
-  const int grow = tid >> 2, gsub = tid & 3;
-  const int32_t* idx_row = p.indices + token * p.indices_stride_token;
-  auto load_index = [&](int tile) -> int {
-    const int slot = tile * kTileKv + grow;
-    return slot < eff ? __ldg(idx_row + slot) : -1;
-  };
-  auto index_valid = [&](int idx) -> bool { return idx >= 0 && static_cast<int64_t>(idx) < p.num_kv; };
-
-  // ---- Q: 64 heads x D_QK, rows past h_q zero-filled.
-  {
-    const int head = head0 + grow;
-    const bool ok = head < p.h_q;
-    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + token * p.q_stride_token +
-                               static_cast<int64_t>(ok ? head : 0) * p.q_stride_head;
-#pragma unroll
-    for (int i = 0; i < kChunks / 4; ++i) {
-      const int c = gsub + 4 * i;
-      cp_async_16(sQ + swz(grow, c, kRowBytes), src + c * 8, ok ? 16 : 0);
-    }
-  }
-
-  // ---- KV gather.
-  // bf16: all columns by cp.async (zero-filled when masked).
-  auto gather_bf16 = [&](int buf, int idx) {
-    const bool valid = index_valid(idx);
-    const __nv_bfloat16* src =
-        static_cast<const __nv_bfloat16*>(p.kv) + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0);
-    const uint32_t dst = sK + buf * Plan::kKBytes;
-#pragma unroll
-    for (int i = 0; i < kChunks / 4; ++i) {
-      const int c = gsub + 4 * i;
-      cp_async_16(dst + swz(grow, c, kRowBytes), src + c * 8, valid ? 16 : 0);
-    }
-    if (gsub == 0) s_valid[buf * kTileKv + grow] = valid ? 1 : 0;
-  };
-  // FP8: the row's 32 e4m3 chunks (16 B = 16 values each) are split over the 4 threads (chunks
-  // gsub + 4 i, i < 8, so chunk i uses scale i / 2) and handled in two halves (i < 4, i >= 4) so that
-  // only 4 chunks are held in registers at a time. The rope part is bf16 and goes by cp.async.
-  const uint8_t* fp8_row = nullptr;
-  bool fp8_valid = false;
-  float fp8_scale[4] = {0.f, 0.f, 0.f, 0.f};
-  uint4 fp8_raw[4];
-  auto fp8_begin = [&](int buf, int idx) {
-    fp8_valid = index_valid(idx);
-    const int64_t r = fp8_valid ? idx : 0;
-    fp8_row = static_cast<const uint8_t*>(p.kv) + (r / p.block_size) * p.kv_block_stride_bytes +
-              (r % p.block_size) * p.kv_slot_stride_bytes;
-    const uint32_t dst = sK + buf * Plan::kKBytes;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int rc = gsub + 4 * k;  // rope chunk 0..7 -> bf16 chunk 64 + rc
-      cp_async_16(dst + swz(grow, 64 + rc, kRowBytes), fp8_row + kFp8RopeOffset + 16 * rc, fp8_valid ? 16 : 0);
-    }
-    if (fp8_valid) {
-      const float4 s = __ldg(reinterpret_cast<const float4*>(fp8_row + kFp8ScaleOffset));
-      fp8_scale[0] = s.x; fp8_scale[1] = s.y; fp8_scale[2] = s.z; fp8_scale[3] = s.w;
-    } else {
-      fp8_scale[0] = fp8_scale[1] = fp8_scale[2] = fp8_scale[3] = 0.f;
-    }
-    if (gsub == 0) s_valid[buf * kTileKv + grow] = fp8_valid ? 1 : 0;
-  };
-  auto fp8_load_half = [&](int half) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = gsub + 4 * (4 * half + i);
-      fp8_raw[i] = fp8_valid ? ld_global_nc_v4(fp8_row + 16 * c) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  auto fp8_store_half = [&](int buf, int half) {
-    const uint32_t dst = sK + buf * Plan::kKBytes;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int ii = 4 * half + i;
-      const int c = gsub + 4 * ii;  // e4m3 chunk: values 16c .. 16c+15 -> bf16 chunks 2c, 2c+1
-      const float s = fp8_scale[ii >> 1];
-      uint4 lo, hi;
-      lo.x = dequant_e4m3x2(fp8_raw[i].x, s);
-      lo.y = dequant_e4m3x2(fp8_raw[i].x >> 16, s);
-      lo.z = dequant_e4m3x2(fp8_raw[i].y, s);
-      lo.w = dequant_e4m3x2(fp8_raw[i].y >> 16, s);
-      hi.x = dequant_e4m3x2(fp8_raw[i].z, s);
-      hi.y = dequant_e4m3x2(fp8_raw[i].z >> 16, s);
-      hi.z = dequant_e4m3x2(fp8_raw[i].w, s);
-      hi.w = dequant_e4m3x2(fp8_raw[i].w >> 16, s);
-      st_shared_v4(dst + swz(grow, 2 * c, kRowBytes), lo);
-      st_shared_v4(dst + swz(grow, 2 * c + 1, kRowBytes), hi);
-    }
-  };
-
-  // ---- Prologue: tile 0 into buffer 0.
-  int idx_next = -1;
-  if (n_tiles > 0) {
-    const int idx0 = load_index(0);
-    if constexpr (FP8) {
-      fp8_begin(0, idx0);
-      fp8_load_half(0);
-      fp8_store_half(0, 0);
-      fp8_load_half(1);
-      fp8_store_half(0, 1);
-    } else {
-      gather_bf16(0, idx0);
-    }
-    idx_next = load_index(1);
-  }
-  cp_async_commit();
-
-  // ---- Per-thread state. Rows of this thread: r = 2*mt + hf -> row 32*mw + 16*mt + 8*hf + g.
-  float o_acc[2][16][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] = 0.f;
-  float m_run[4], l_run[4];
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    m_run[r] = -INFINITY;
-    l_run[r] = 0.f;
-  }
-
-  const uint32_t a_row = sQ + (mw * 32 + (lane & 15)) * kRowBytes;            // + mt * 16 rows
-  const uint32_t b_row_off = (nq * 16 + (lane & 7) + (hi16 << 3)) * kRowBytes;  // in a K buffer
-  const uint32_t p_row = sP + (mw * 32 + (lane & 15)) * Plan::kPRowBytes;
-  const uint32_t v_row_off = (lane & 15) * kRowBytes;
-
-  for (int j = 0; j < n_tiles; ++j) {
-    const int buf = j & 1;
-    cp_async_wait_all();
-    __syncthreads();  // (A) tile j visible; everyone is done with tile j-1 (its buffer, sP, s_max).
-
-    const bool has_next = j + 1 < n_tiles;
-    if (has_next) {
-      if constexpr (FP8) {
-        fp8_begin(buf ^ 1, idx_next);
-        fp8_load_half(0);
-      } else {
-        gather_bf16(buf ^ 1, idx_next);
+  for (int req = r_first; req <= r_last; ++req) {
+    int64_t token = outer;
+    int tile_begin = 0, tile_end = INT_MAX;
+    int64_t accum_row = -1;  // >= 0: this item writes partial row accum_row; -1: the final output
+    bool write_partial = false;
+    if (split) {
+      const sched::PartMeta m = *meta;
+      int b0 = req == m.begin_req ? m.begin_block : 0;
+      int b1 = req == m.end_req ? m.end_block : nb;
+      b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
+      b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
+      tile_begin = b0;
+      tile_end = b1;
+      token = static_cast<int64_t>(req) * p.tokens_per_request + tok_in_req;
+      const int local = req == m.begin_req ? m.begin_split : 0;
+      const int split0 = p.num_splits[req];
+      const int nsplit = p.num_splits[req + 1] - split0;
+      if (nsplit > 1) {
+        accum_row = static_cast<int64_t>(split0 + local) * p.tokens_per_request + tok_in_req;
+        write_partial = accum_row >= 0 && accum_row < p.accum_rows && local < nsplit;
       }
     }
-    cp_async_commit();
-    idx_next = load_index(j + 2);
 
-    // ---- S = Q K^T: rows 32*mw .. +32, columns 16*nq .. +16, k = D_QK.
-    const uint32_t kbuf = sK + buf * Plan::kKBytes;
-    float s_acc[2][2][4];
+    // Effective number of slots for this token, and this item's tiles [j_begin, j_end).
+    int eff = p.topk;
+    if (p.topk_length != nullptr) {
+      const int len = __ldg(p.topk_length + token / p.tokens_per_length);
+      eff = len < 0 ? 0 : (len < p.topk ? len : p.topk);
+    }
+    const int n_tiles = (eff + kTileKv - 1) / kTileKv;
+    const int j_begin = tile_begin;
+    const int j_end = tile_end < n_tiles ? tile_end : n_tiles;
+
+    // Gather role: 4 threads per row, thread `gsub` takes chunks gsub, gsub + 4, ...
+    const int grow = tid >> 2, gsub = tid & 3;
+    const int32_t* idx_row = p.indices + token * p.indices_stride_token;
+    auto load_index = [&](int tile) -> int {
+      const int slot = tile * kTileKv + grow;
+      return slot < eff ? __ldg(idx_row + slot) : -1;
+    };
+    auto index_valid = [&](int idx) -> bool { return idx >= 0 && static_cast<int64_t>(idx) < p.num_kv; };
+
+    // ---- Q: 64 heads x D_QK, rows past h_q zero-filled.
+    {
+      const int head = head0 + grow;
+      const bool ok = head < p.h_q;
+      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + token * p.q_stride_token +
+                                 static_cast<int64_t>(ok ? head : 0) * p.q_stride_head;
+#pragma unroll
+      for (int i = 0; i < kChunks / 4; ++i) {
+        const int c = gsub + 4 * i;
+        cp_async_16(sQ + swz(grow, c, kRowBytes), src + c * 8, ok ? 16 : 0);
+      }
+    }
+
+    // ---- KV gather.
+    // bf16: all columns by cp.async (zero-filled when masked).
+    auto gather_bf16 = [&](int buf, int idx) {
+      const bool valid = index_valid(idx);
+      const __nv_bfloat16* src =
+          static_cast<const __nv_bfloat16*>(p.kv) + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0);
+      const uint32_t dst = sK + buf * Plan::kKBytes;
+#pragma unroll
+      for (int i = 0; i < kChunks / 4; ++i) {
+        const int c = gsub + 4 * i;
+        cp_async_16(dst + swz(grow, c, kRowBytes), src + c * 8, valid ? 16 : 0);
+      }
+      if (gsub == 0) s_valid[buf * kTileKv + grow] = valid ? 1 : 0;
+    };
+    // FP8: the row's 32 e4m3 chunks (16 B = 16 values each) are split over the 4 threads (chunks
+    // gsub + 4 i, i < 8, so chunk i uses scale i / 2) and handled in two halves (i < 4, i >= 4) so that
+    // only 4 chunks are held in registers at a time. The rope part is bf16 and goes by cp.async.
+    const uint8_t* fp8_row = nullptr;
+    bool fp8_valid = false;
+    float fp8_scale[4] = {0.f, 0.f, 0.f, 0.f};
+    uint4 fp8_raw[4];
+    auto fp8_begin = [&](int buf, int idx) {
+      fp8_valid = index_valid(idx);
+      const int64_t r = fp8_valid ? idx : 0;
+      fp8_row = static_cast<const uint8_t*>(p.kv) + (r / p.block_size) * p.kv_block_stride_bytes +
+                (r % p.block_size) * p.kv_slot_stride_bytes;
+      const uint32_t dst = sK + buf * Plan::kKBytes;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int rc = gsub + 4 * k;  // rope chunk 0..7 -> bf16 chunk 64 + rc
+        cp_async_16(dst + swz(grow, 64 + rc, kRowBytes), fp8_row + kFp8RopeOffset + 16 * rc, fp8_valid ? 16 : 0);
+      }
+      if (fp8_valid) {
+        const float4 s = __ldg(reinterpret_cast<const float4*>(fp8_row + kFp8ScaleOffset));
+        fp8_scale[0] = s.x; fp8_scale[1] = s.y; fp8_scale[2] = s.z; fp8_scale[3] = s.w;
+      } else {
+        fp8_scale[0] = fp8_scale[1] = fp8_scale[2] = fp8_scale[3] = 0.f;
+      }
+      if (gsub == 0) s_valid[buf * kTileKv + grow] = fp8_valid ? 1 : 0;
+    };
+    auto fp8_load_half = [&](int half) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = gsub + 4 * (4 * half + i);
+        fp8_raw[i] = fp8_valid ? ld_global_nc_v4(fp8_row + 16 * c) : make_uint4(0, 0, 0, 0);
+      }
+    };
+    auto fp8_store_half = [&](int buf, int half) {
+      const uint32_t dst = sK + buf * Plan::kKBytes;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int ii = 4 * half + i;
+        const int c = gsub + 4 * ii;  // e4m3 chunk: values 16c .. 16c+15 -> bf16 chunks 2c, 2c+1
+        const float s = fp8_scale[ii >> 1];
+        uint4 lo, hi;
+        lo.x = dequant_e4m3x2(fp8_raw[i].x, s);
+        lo.y = dequant_e4m3x2(fp8_raw[i].x >> 16, s);
+        lo.z = dequant_e4m3x2(fp8_raw[i].y, s);
+        lo.w = dequant_e4m3x2(fp8_raw[i].y >> 16, s);
+        hi.x = dequant_e4m3x2(fp8_raw[i].z, s);
+        hi.y = dequant_e4m3x2(fp8_raw[i].z >> 16, s);
+        hi.z = dequant_e4m3x2(fp8_raw[i].w, s);
+        hi.w = dequant_e4m3x2(fp8_raw[i].w >> 16, s);
+        st_shared_v4(dst + swz(grow, 2 * c, kRowBytes), lo);
+        st_shared_v4(dst + swz(grow, 2 * c + 1, kRowBytes), hi);
+      }
+    };
+
+    // ---- Prologue: tile 0 into buffer 0.
+    int idx_next = -1;
+    if (j_begin < j_end) {
+      const int idx0 = load_index(j_begin);
+      if constexpr (FP8) {
+        fp8_begin(0, idx0);
+        fp8_load_half(0);
+        fp8_store_half(0, 0);
+        fp8_load_half(1);
+        fp8_store_half(0, 1);
+      } else {
+        gather_bf16(0, idx0);
+      }
+      idx_next = load_index(j_begin + 1);
+    }
+    cp_async_commit();
+
+    // ---- Per-thread state. Rows of this thread: r = 2*mt + hf -> row 32*mw + 16*mt + 8*hf + g.
+    float o_acc[2][16][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s_acc[mt][nt][e] = 0.f;
-    // 64 columns (8 chunks, one swizzle period) per outer step; the inner 4 k-steps use per-lane
-    // swizzled chunk offsets (the XOR touches only the low 3 bits of the chunk index).
-#pragma unroll 1
-    for (int kb = 0; kb < kKSteps / 4; ++kb) {
-      const uint32_t a_base = a_row + kb * 128;
-      const uint32_t b_base = kbuf + b_row_off + kb * 128;
+        for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] = 0.f;
+    float m_run[4], l_run[4];
 #pragma unroll
-      for (int kq = 0; kq < 4; ++kq) {
-        uint32_t a0[4], a1[4], b[4];
-        ldmatrix_x4(a0, a_base + (((2 * kq + hi16) ^ x7) << 4));
-        ldmatrix_x4(a1, a_base + 16 * kRowBytes + (((2 * kq + hi16) ^ x7) << 4));
-        ldmatrix_x4(b, b_base + (((2 * kq + hi8) ^ x7) << 4));
-        mma_bf16(s_acc[0][0], a0, b[0], b[1]);
-        mma_bf16(s_acc[0][1], a0, b[2], b[3]);
-        mma_bf16(s_acc[1][0], a1, b[0], b[1]);
-        mma_bf16(s_acc[1][1], a1, b[2], b[3]);
-      }
+    for (int r = 0; r < 4; ++r) {
+      m_run[r] = -INFINITY;
+      l_run[r] = 0.f;
     }
 
-    if constexpr (FP8) {
+    const uint32_t a_row = sQ + (mw * 32 + (lane & 15)) * kRowBytes;            // + mt * 16 rows
+    const uint32_t b_row_off = (nq * 16 + (lane & 7) + (hi16 << 3)) * kRowBytes;  // in a K buffer
+    const uint32_t p_row = sP + (mw * 32 + (lane & 15)) * Plan::kPRowBytes;
+    const uint32_t v_row_off = (lane & 15) * kRowBytes;
+
+    for (int j = j_begin; j < j_end; ++j) {
+      const int buf = (j - j_begin) & 1;
+      cp_async_wait_all();
+      __syncthreads();  // (A) tile j visible; everyone is done with tile j-1 (its buffer, sP, s_max).
+
+      const bool has_next = j + 1 < j_end;
       if (has_next) {
-        fp8_store_half(buf ^ 1, 0);
-        fp8_load_half(1);
+        if constexpr (FP8) {
+          fp8_begin(buf ^ 1, idx_next);
+          fp8_load_half(0);
+        } else {
+          gather_bf16(buf ^ 1, idx_next);
+        }
       }
-    }
+      cp_async_commit();
+      idx_next = load_index(j + 2);
 
-    // ---- Mask, scale to base 2, row max over this warp's 16 columns, exchange through smem.
-    {
-      const int* vf = s_valid + buf * kTileKv + nq * 16 + 2 * t;
-      const int2 v0 = *reinterpret_cast<const int2*>(vf);
-      const int2 v1 = *reinterpret_cast<const int2*>(vf + 8);
-      const bool col_ok[2][2] = {{v0.x != 0, v0.y != 0}, {v1.x != 0, v1.y != 0}};
+      // ---- S = Q K^T: rows 32*mw .. +32, columns 16*nq .. +16, k = D_QK.
+      const uint32_t kbuf = sK + buf * Plan::kKBytes;
+      float s_acc[2][2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s_acc[mt][nt][e] = col_ok[nt][e & 1] ? s_acc[mt][nt][e] * args.scale_log2 : -INFINITY;
+          for (int e = 0; e < 4; ++e) s_acc[mt][nt][e] = 0.f;
+      // 64 columns (8 chunks, one swizzle period) per outer step; the inner 4 k-steps use per-lane
+      // swizzled chunk offsets (the XOR touches only the low 3 bits of the chunk index).
+#pragma unroll 1
+      for (int kb = 0; kb < kKSteps / 4; ++kb) {
+        const uint32_t a_base = a_row + kb * 128;
+        const uint32_t b_base = kbuf + b_row_off + kb * 128;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          float mx = fmaxf(fmaxf(s_acc[mt][0][2 * hf], s_acc[mt][0][2 * hf + 1]),
-                           fmaxf(s_acc[mt][1][2 * hf], s_acc[mt][1][2 * hf + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          if (t == 0) s_max[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = mx;
+        for (int kq = 0; kq < 4; ++kq) {
+          uint32_t a0[4], a1[4], b[4];
+          ldmatrix_x4(a0, a_base + (((2 * kq + hi16) ^ x7) << 4));
+          ldmatrix_x4(a1, a_base + 16 * kRowBytes + (((2 * kq + hi16) ^ x7) << 4));
+          ldmatrix_x4(b, b_base + (((2 * kq + hi8) ^ x7) << 4));
+          mma_bf16(s_acc[0][0], a0, b[0], b[1]);
+          mma_bf16(s_acc[0][1], a0, b[2], b[3]);
+          mma_bf16(s_acc[1][0], a1, b[0], b[1]);
+          mma_bf16(s_acc[1][1], a1, b[2], b[3]);
         }
-    }
-    __syncthreads();  // (B)
+      }
 
-    // ---- Online softmax; P (bf16) to smem.
-    {
-      float alpha[4];
-      float m_use[4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = 2 * mt + hf;
-          const int row = mw * 32 + mt * 16 + hf * 8 + g;
-          const float m_new = fmaxf(fmaxf(m_run[r], fmaxf(s_max[row], s_max[64 + row])),
-                                    fmaxf(s_max[128 + row], s_max[192 + row]));
-          m_use[r] = (m_new == -INFINITY) ? 0.f : m_new;  // keeps (-inf) - (-inf) out
-          alpha[r] = fast_exp2(m_run[r] - m_use[r]);       // m_run = -inf -> 0
-          m_run[r] = m_new;
+      if constexpr (FP8) {
+        if (has_next) {
+          fp8_store_half(buf ^ 1, 0);
+          fp8_load_half(1);
         }
-      const bool rescale = !(alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f);
-      if (__any_sync(0xffffffffu, rescale)) {
+      }
+
+      // ---- Mask, scale to base 2, row max over this warp's 16 columns, exchange through smem.
+      {
+        const int* vf = s_valid + buf * kTileKv + nq * 16 + 2 * t;
+        const int2 v0 = *reinterpret_cast<const int2*>(vf);
+        const int2 v1 = *reinterpret_cast<const int2*>(vf + 8);
+        const bool col_ok[2][2] = {{v0.x != 0, v0.y != 0}, {v1.x != 0, v1.y != 0}};
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < 16; ++nt)
+          for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] *= alpha[2 * mt + (e >> 1)];
+            for (int e = 0; e < 4; ++e)
+              s_acc[mt][nt][e] = col_ok[nt][e & 1] ? s_acc[mt][nt][e] * args.scale_log2 : -INFINITY;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            float mx = fmaxf(fmaxf(s_acc[mt][0][2 * hf], s_acc[mt][0][2 * hf + 1]),
+                             fmaxf(s_acc[mt][1][2 * hf], s_acc[mt][1][2 * hf + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            if (t == 0) s_max[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = mx;
+          }
       }
+      __syncthreads();  // (B)
+
+      // ---- Online softmax; P (bf16) to smem.
+      {
+        float alpha[4];
+        float m_use[4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int r = 2 * mt + hf;
+            const int row = mw * 32 + mt * 16 + hf * 8 + g;
+            const float m_new = fmaxf(fmaxf(m_run[r], fmaxf(s_max[row], s_max[64 + row])),
+                                      fmaxf(s_max[128 + row], s_max[192 + row]));
+            m_use[r] = (m_new == -INFINITY) ? 0.f : m_new;  // keeps (-inf) - (-inf) out
+            alpha[r] = fast_exp2(m_run[r] - m_use[r]);       // m_run = -inf -> 0
+            m_run[r] = m_new;
+          }
+        const bool rescale = !(alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f);
+        if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] *= alpha[2 * mt + (e >> 1)];
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int r = 2 * mt + hf;
+            const int row = mw * 32 + mt * 16 + hf * 8 + g;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+              const float p0 = fast_exp2(s_acc[mt][nt][2 * hf] - m_use[r]);
+              const float p1 = fast_exp2(s_acc[mt][nt][2 * hf + 1] - m_use[r]);
+              sum += p0 + p1;
+              const int chunk = nq * 2 + nt;  // 8 columns per chunk
+              st_shared_u32(sP + row * Plan::kPRowBytes + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(p0, p1));
+            }
+            l_run[r] = l_run[r] * alpha[r] + sum;
+          }
+      }
+      __syncthreads();  // (C)
+
+      // ---- O += P V: rows 32*mw .. +32, d_v columns 128*nq .. +128, k = 64 KV rows.
+#pragma unroll 1
+      for (int kk = 0; kk < kTileKv / 16; ++kk) {
+        uint32_t a0[4], a1[4];
+        ldmatrix_x4(a0, p_row + (((2 * kk + hi16) ^ x7) << 4));
+        ldmatrix_x4(a1, p_row + 16 * Plan::kPRowBytes + (((2 * kk + hi16) ^ x7) << 4));
+        const uint32_t vbase = kbuf + v_row_off + kk * 16 * kRowBytes;
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vbase + (((nq * 16 + np * 2 + hi16) ^ x7) << 4));
+          mma_bf16(o_acc[0][2 * np], a0, b[0], b[1]);
+          mma_bf16(o_acc[0][2 * np + 1], a0, b[2], b[3]);
+          mma_bf16(o_acc[1][2 * np], a1, b[0], b[1]);
+          mma_bf16(o_acc[1][2 * np + 1], a1, b[2], b[3]);
+        }
+      }
+
+      if constexpr (FP8) {
+        if (has_next) fp8_store_half(buf ^ 1, 1);
+      }
+    }
+
+    // ---- Epilogue.
+    cp_async_wait_all();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+      l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+    if (t == 0) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) s_sum[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = l_run[2 * mt + hf];
+    }
+    __syncthreads();  // s_sum complete; every warp is done reading the K buffers (O staging reuses buffer 0)
+
+    if (accum_row >= 0) {
+      // Partial row for the combine kernel: O / l in f32 (0 when empty) and lse = m + ln l (-inf when
+      // empty), no sink (the combine folds it in). Straight from registers: each store of a warp covers
+      // 8 rows x 32 contiguous bytes, whole sectors.
+      if (write_partial) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int r = 2 * mt + hf;
+            const int row = mw * 32 + mt * 16 + hf * 8 + g;
+            const int head = head0 + row;
+            if (head >= p.h_q) continue;
+            const float m = m_run[r];
+            const bool empty = (m == -INFINITY);
+            const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
+            const float inv = empty ? 0.f : 1.f / l;
+            float* dst = p.o_accum + (accum_row * p.h_q + head) * kDv + nq * 128 + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt)
+              *reinterpret_cast<float2*>(dst + nt * 8) =
+                  make_float2(o_acc[mt][nt][2 * hf] * inv, o_acc[mt][nt][2 * hf + 1] * inv);
+            if (nq == 0 && t == 0) p.lse_accum[accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
+          }
+      }
+    } else {
+      const uint32_t s_stage = sK;  // 64 rows x 1024 B, swizzled
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int r = 2 * mt + hf;
           const int row = mw * 32 + mt * 16 + hf * 8 + g;
-          float sum = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            const float p0 = fast_exp2(s_acc[mt][nt][2 * hf] - m_use[r]);
-            const float p1 = fast_exp2(s_acc[mt][nt][2 * hf + 1] - m_use[r]);
-            sum += p0 + p1;
-            const int chunk = nq * 2 + nt;  // 8 columns per chunk
-            st_shared_u32(sP + row * Plan::kPRowBytes + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(p0, p1));
+          const int head = head0 + row;
+          const float m = m_run[r];
+          const bool empty = (m == -INFINITY);
+          const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
+          float denom = l;
+          if (p.attn_sink != nullptr && head < p.h_q) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
+          const float inv = empty ? 0.f : 1.f / denom;
+          if (nq == 0 && t == 0 && head < p.h_q) {
+            if (p.lse != nullptr) {
+              const int64_t lse_token = p.lse_stride_request < 0
+                                            ? token * p.lse_stride_token
+                                            : (token / p.tokens_per_request) * p.lse_stride_request +
+                                                  (token % p.tokens_per_request) * p.lse_stride_token;
+              p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
+            }
+            if (p.max_logits != nullptr)
+              p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
+                  empty ? -INFINITY : m * kLn2;
           }
-          l_run[r] = l_run[r] * alpha[r] + sum;
+#pragma unroll
+          for (int nt = 0; nt < 16; ++nt) {
+            const int chunk = nq * 16 + nt;
+            const float v0 = empty ? 0.f : o_acc[mt][nt][2 * hf] * inv;
+            const float v1 = empty ? 0.f : o_acc[mt][nt][2 * hf + 1] * inv;
+            st_shared_u32(s_stage + row * (kDv * 2) + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(v0, v1));
+          }
         }
-    }
-    __syncthreads();  // (C)
+      __syncthreads();
 
-    // ---- O += P V: rows 32*mw .. +32, d_v columns 128*nq .. +128, k = 64 KV rows.
-#pragma unroll 1
-    for (int kk = 0; kk < kTileKv / 16; ++kk) {
-      uint32_t a0[4], a1[4];
-      ldmatrix_x4(a0, p_row + (((2 * kk + hi16) ^ x7) << 4));
-      ldmatrix_x4(a1, p_row + 16 * Plan::kPRowBytes + (((2 * kk + hi16) ^ x7) << 4));
-      const uint32_t vbase = kbuf + v_row_off + kk * 16 * kRowBytes;
+      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token;
 #pragma unroll
-      for (int np = 0; np < 8; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vbase + (((nq * 16 + np * 2 + hi16) ^ x7) << 4));
-        mma_bf16(o_acc[0][2 * np], a0, b[0], b[1]);
-        mma_bf16(o_acc[0][2 * np + 1], a0, b[2], b[3]);
-        mma_bf16(o_acc[1][2 * np], a1, b[0], b[1]);
-        mma_bf16(o_acc[1][2 * np + 1], a1, b[2], b[3]);
+      for (int i = 0; i < (kHeadsPerCta * kDv / 8) / kThreads; ++i) {
+        const int lin = tid + kThreads * i;
+        const int row = lin >> 6, c = lin & 63;
+        const int head = head0 + row;
+        if (head < p.h_q) {
+          const uint4 v = ld_shared_v4(s_stage + swz(row, c, kDv * 2));
+          *reinterpret_cast<uint4*>(out + static_cast<int64_t>(head) * p.out_stride_head + c * 8) = v;
+        }
       }
-    }
-
-    if constexpr (FP8) {
-      if (has_next) fp8_store_half(buf ^ 1, 1);
-    }
-  }
-
-  // ---- Epilogue.
-  cp_async_wait_all();
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-  }
-  if (t == 0) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) s_sum[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = l_run[2 * mt + hf];
-  }
-  __syncthreads();  // s_sum complete; every warp is done reading the K buffers (O staging reuses buffer 0)
-
-  const uint32_t s_stage = sK;  // 64 rows x 1024 B, swizzled
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = 2 * mt + hf;
-      const int row = mw * 32 + mt * 16 + hf * 8 + g;
-      const int head = head0 + row;
-      const float m = m_run[r];
-      const bool empty = (m == -INFINITY);
-      const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
-      float denom = l;
-      if (p.attn_sink != nullptr && head < p.h_q) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
-      const float inv = empty ? 0.f : 1.f / denom;
-      if (nq == 0 && t == 0 && head < p.h_q) {
-        if (p.lse != nullptr)
-          p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
-        if (p.max_logits != nullptr)
-          p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
-              empty ? -INFINITY : m * kLn2;
-      }
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        const int chunk = nq * 16 + nt;
-        const float v0 = empty ? 0.f : o_acc[mt][nt][2 * hf] * inv;
-        const float v1 = empty ? 0.f : o_acc[mt][nt][2 * hf + 1] * inv;
-        st_shared_u32(s_stage + row * (kDv * 2) + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(v0, v1));
-      }
-    }
-  __syncthreads();
-
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token;
-#pragma unroll
-  for (int i = 0; i < (kHeadsPerCta * kDv / 8) / kThreads; ++i) {
-    const int lin = tid + kThreads * i;
-    const int row = lin >> 6, c = lin & 63;
-    const int head = head0 + row;
-    if (head < p.h_q) {
-      const uint4 v = ld_shared_v4(s_stage + swz(row, c, kDv * 2));
-      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(head) * p.out_stride_head + c * 8) = v;
-    }
-  }
+    }  // final output
+    __syncthreads();  // the next work item reuses every shared buffer
+  }  // work items
 #else
   __trap();  // built for an architecture this kernel does not support; the launcher never gets here
 #endif
@@ -533,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
 // Host side.
 constexpr int kMaxDevices = 64;
 
-template <int D_QK, bool FP8>
+template <int D_QK, bool FP8, bool SPLIT>
 bool kernel_ready(int device) {
   static std::once_flag once[kMaxDevices];
   static bool ready[kMaxDevices] = {};
@@ -548,8 +627,8 @@ bool kernel_ready(int device) {
     }
     if (major != 9 || minor != 0 || optin < SmemPlan<D_QK>::kBytes) return;
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, sparse_attention_sm90_kernel<D_QK, FP8>) != cudaSuccess ||
-        cudaFuncSetAttribute(sparse_attention_sm90_kernel<D_QK, FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (cudaFuncGetAttributes(&attr, sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>) != cudaSuccess ||
+        cudaFuncSetAttribute(sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              SmemPlan<D_QK>::kBytes) != cudaSuccess) {
       (void)cudaGetLastError();  // no image for this device in this build, or the attribute was refused
       return;
@@ -562,31 +641,46 @@ bool kernel_ready(int device) {
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
-template <int D_QK, bool FP8>
-bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
+template <int D_QK, bool FP8, bool SPLIT>
+bool launch_variant(const SparseAttentionParams& p, cudaStream_t stream) {
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  if (!kernel_ready<D_QK, FP8>(device)) return false;
+  if (!kernel_ready<D_QK, FP8, SPLIT>(device)) return false;
   if (p.num_tokens == 0) return true;
   KernelArgs args;
   args.p = p;
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   args.groups = (p.h_q + kHeadsPerCta - 1) / kHeadsPerCta;
-  const int64_t blocks = static_cast<int64_t>(p.num_tokens) * args.groups;
+  const int64_t outer = SPLIT ? static_cast<int64_t>(p.num_parts) * p.tokens_per_request : p.num_tokens;
+  const int64_t blocks = outer * args.groups;
   if (blocks > INT_MAX) return false;
-  sparse_attention_sm90_kernel<D_QK, FP8>
+  sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>
       <<<static_cast<unsigned>(blocks), kThreads, SmemPlan<D_QK>::kBytes, stream>>>(args);
   return cudaGetLastError() == cudaSuccess;
+}
+
+// Split-KV runs only in decode, whose cache is always FP8: no bf16 split instantiations.
+template <int D_QK, bool FP8>
+bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
+  if constexpr (FP8) {
+    if (p.sched != nullptr) return launch_variant<D_QK, FP8, true>(p, stream);
+  } else {
+    if (p.sched != nullptr) return false;
+  }
+  return launch_variant<D_QK, FP8, false>(p, stream);
 }
 
 }  // namespace
 
 bool launch_sparse_attention_sm90(const SparseAttentionParams& p, cudaStream_t stream) {
   // Shapes this kernel handles; anything else goes to the simple kernel.
-  if (p.sched != nullptr) return false;  // split-KV decode is not handled here (yet)
+  if (p.sched != nullptr && (p.num_splits == nullptr || p.o_accum == nullptr || p.lse_accum == nullptr ||
+                             p.num_parts < 1 || p.num_requests < 1 || p.tokens_per_request < 1))
+    return false;
+  if (p.lse_stride_request >= 0 && p.tokens_per_request < 1) return false;
   if (p.d_v != kDv || p.h_q < 1 || p.num_tokens < 0 || p.topk < 1) return false;
   if (p.topk_length != nullptr && p.tokens_per_length < 1) return false;
   if (p.q == nullptr || p.indices == nullptr || p.out == nullptr || (p.num_kv > 0 && p.kv == nullptr)) return false;
