@@ -203,10 +203,15 @@ TEST(MlaValidation, DecodePlanSizesFollowTheShape) {
   EXPECT_EQ(s.num_splits_elems, 3);
   EXPECT_EQ(s.lse_accum_elems, (2 + 66) * 1 * 128);
   EXPECT_EQ(s.o_accum_elems, (2 + 66) * 1 * 128 * 512);
-  // Enough independent CTAs (b * s_q * head groups >= SMs): no split, no buffers.
+  // Enough independent CTAs (b * s_q * head groups >= 2/3 of the SMs): no split, no buffers.
   s = mla::decode_plan_sizes({.batch = 64, .s_q = 2, .h_q = 128, .topk = 2048}, 132);
   EXPECT_FALSE(s.split);
   EXPECT_EQ(s.o_accum_elems, 0);
+  s = mla::decode_plan_sizes({.batch = 22, .s_q = 2, .h_q = 128, .topk = 2048}, 132);  // 88 CTAs
+  EXPECT_FALSE(s.split);
+  s = mla::decode_plan_sizes({.batch = 21, .s_q = 2, .h_q = 128, .topk = 2048}, 132);  // 84 CTAs
+  EXPECT_TRUE(s.split);
+  EXPECT_EQ(s.num_sm_parts, 33);
   // config.num_sms overrides the argument.
   s = mla::decode_plan_sizes({.batch = 1, .s_q = 1, .h_q = 64, .topk = 128, .num_sms = 10}, 132);
   EXPECT_EQ(s.num_sm_parts, 10);

@@ -33,6 +33,7 @@ struct MlaBenchOptions {
   std::vector<int64_t> s_kv = {8192, 32768, 65536, 98304, 131072};
   std::vector<int64_t> batches = {1, 2, 64, 128};
   int64_t prefill_s_q = 4096, h_q = 128, topk = 2048, decode_s_q = 2, decode_s_kv = 32768;
+  int num_sms = 0;  // DecodeConfig::num_sms: 0 = the device's (what the split-KV schedule plans for)
 };
 
 template <class T>
@@ -149,7 +150,8 @@ void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
     const auto lv = TensorView::contiguous(lse.get(), DType::f32, dev, {b, s_q, h_q});
     const mla::SparseDecodeParams params{.sm_scale = std::pow(576.0, -0.5)};
     const mla::DecodePlan plan = mla::DecodePlan::create(
-        {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 576, .topk = int(topk)}, o.device, stream);
+        {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 576, .topk = int(topk), .num_sms = o.num_sms},
+        o.device, stream);
     plan.run(qv, cv, iv, ov, lv, params, stream);  // one-time setup outside the capture
     cuda_check(cudaStreamSynchronize(stream), "decode");
     cudaGraph_t graph = nullptr;
@@ -186,6 +188,8 @@ void add_mla_bench_command(CLI::App& app) {
   cmd->add_option("--prefill-s-q", opts->prefill_s_q, "Prefill query tokens");
   cmd->add_option("--decode-s-q", opts->decode_s_q, "Decode query tokens per request");
   cmd->add_option("--decode-s-kv", opts->decode_s_kv, "Decode KV tokens per request (multiple of 64)");
+  cmd->add_option("--num-sms", opts->num_sms, "SM count the decode plan schedules for (0: the device's)")
+      ->check(CLI::Range(0, 1 << 20));
   auto only = std::make_shared<std::pair<bool, bool>>(false, false);
   cmd->add_flag("--prefill-only", only->first, "Only the prefill cases");
   cmd->add_flag("--decode-only", only->second, "Only the decode cases");
