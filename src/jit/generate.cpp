@@ -2,6 +2,7 @@
 // attention/modules.py, norm.py, page.py, gdn.py, attention/utils.py): the same rendered files, the same
 // copied files, the same source order and the same module flags. Our own code; FlashInfer's templates
 // are read from the pinned wheel's data/csrc at generation time.
+#include <atomic>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -361,7 +362,11 @@ bool write_if_different(const fs::path& path, std::string_view content) {
     if (in.read(existing.data(), static_cast<std::streamsize>(existing.size())) && existing == content) return false;
   }
   fs::create_directories(path.parent_path(), ec);
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  // Unique per process and per call: builders in several threads of one process may publish the same
+  // file at once (each rename is atomic; the last one wins with identical content).
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp =
+      path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(content.data(), static_cast<std::streamsize>(content.size()));
@@ -369,8 +374,10 @@ bool write_if_different(const fs::path& path, std::string_view content) {
   }
   fs::rename(tmp, path, ec);
   if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(ErrorCode::io_error, "jit: cannot rename onto " + path.string() + ": " + ec.message());
+    const std::string why = ec.message();
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw Error(ErrorCode::io_error, "jit: cannot rename onto " + path.string() + ": " + why);
   }
   return true;
 }

@@ -5,13 +5,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "jit/jit.hpp"
 
@@ -512,6 +515,37 @@ TEST(JitOptions, FromEnvironment) {
   ::unsetenv("FLASHCPP_CUDA_ARCH_LIST");
   ::unsetenv("FLASHCPP_CACHE_DIR");
   EXPECT_EQ(BuildOptions::from_env().cuda_archs, (std::vector<std::string>{"9.0a"}));
+}
+
+// Builders in several threads of one process publish the same files (KEY.txt, generated sources) at
+// once: every write must succeed, the file must hold one writer's whole content, and no temporary file
+// may be left behind. (A temporary name shared by the threads of a process once made this fail.)
+TEST(JitFiles, WriteIfDifferentFromManyThreadsAtOnce) {
+  const fs::path dir = fs::temp_directory_path() / ("flashcpp-jit-wid-mt-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const fs::path f = dir / "KEY.txt";
+  const std::string a(4096, 'a'), b(4096, 'b');
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        try {
+          (void)write_if_different(f, (t + i) % 2 ? a : b);
+        } catch (const Error&) {
+          ++errors;
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  std::ifstream in(f, std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(got == a || got == b) << "torn content of " << got.size() << " bytes";
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1) << "temporary files left behind";
+  fs::remove_all(dir);
 }
 
 TEST(JitFiles, WriteIfDifferentKeepsTimestamps) {
