@@ -86,26 +86,20 @@ std::shared_ptr<const GdnModule> gdn_module(const Runtime& rt) {
   return cached;
 }
 
+std::mutex g_launch_mu;       // serialises GDN calls (the flags are process-wide)
+int g_last_launch_device = -1;  // guarded by g_launch_mu
+
 /// Serialises GDN calls and re-arms the module's one-time kernel setup when the device changes.
 class GdnLaunchLock {
  public:
-  GdnLaunchLock(const GdnModule& m, int device) : lock_(mu()) {
-    int& last = last_device();
-    if (last != device) {
+  GdnLaunchLock(const GdnModule& m, int device) : lock_(g_launch_mu) {
+    if (g_last_launch_device != device) {
       for (bool* flag : m.once_flags) *flag = false;
-      last = device;
+      g_last_launch_device = device;
     }
   }
 
  private:
-  static std::mutex& mu() {
-    static std::mutex m;
-    return m;
-  }
-  static int& last_device() {
-    static int d = -1;
-    return d;
-  }
   std::lock_guard<std::mutex> lock_;
 };
 
