@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
-#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [bench] [sanitize]   (default: all)
+#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-prefill] [bench] [sanitize]
+#   (default: all but mla-prefill, which is the quick prefill subset of mla)
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,6 +92,12 @@ if has mla; then
   log "sparse MLA kernels: self-check and benchmark"
   [[ -x build-gpu/bench/bench_sparse_attention_sm90 ]] && build-gpu/bench/bench_sparse_attention_sm90 2>&1 | tee "$out/mla-kernel.txt" | tail -40
   $cli mla-bench 2>&1 | tee "$out/mla-bench.txt" | tail -40
+fi
+
+if has mla-prefill; then
+  log "sparse MLA prefill: kernel check (every case) and prefill timings"
+  timeout 300 build-gpu/bench/bench_sparse_attention_sm90 --check 2>&1 | tee "$out/mla-check.txt" | grep -E 'FAIL|PASS' | tail -40
+  timeout 300 $cli mla-bench --prefill-only --s-kv 8192 32768 131072 2>&1 | tee "$out/mla-prefill.txt" | grep -v MLA_BENCH
 fi
 
 if has bench; then

@@ -116,4 +116,11 @@ void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t
 /// (any value: return false for head counts you do not handle); topk a multiple of 64; num_tokens >= 1.
 bool launch_sparse_attention_sm90(const SparseAttentionParams& p, cudaStream_t stream);
 
+/// Warp-specialized wgmma sparse prefill for Hopper (sm_90a; sparse_prefill_sm90.cu): bf16 KV, no split,
+/// d_qk 576 or 512, any h_q (heads padded to groups of 64). `sparse_prefill_sm90_handles` says whether
+/// the shape and alignment suit it; the launcher returns false, launching nothing, when they do not or
+/// when the device has no code for it.
+bool sparse_prefill_sm90_handles(const SparseAttentionParams& p);
+bool launch_sparse_prefill_sm90(const SparseAttentionParams& p, cudaStream_t stream);
+
 }  // namespace flashcpp::mla::kernels

@@ -688,12 +688,7 @@ bool launch_sparse_attention_sm90(const SparseAttentionParams& p, cudaStream_t s
   if (!aligned16(p.q) || p.q_stride_token % 8 != 0 || p.q_stride_head % 8 != 0) return false;
   if (!aligned16(p.out) || p.out_stride_token % 8 != 0 || p.out_stride_head % 8 != 0) return false;
   if (!aligned16(p.kv)) return false;
-  if (p.kv_format == KvFormat::bf16) {
-    if (p.kv_row_stride % 8 != 0) return false;
-    if (p.d_qk == 576) return launch<576, false>(p, stream);
-    if (p.d_qk == 512) return launch<512, false>(p, stream);
-    return false;
-  }
+  if (p.kv_format == KvFormat::bf16) return launch_sparse_prefill_sm90(p, stream);  // the wgmma kernel
   if (p.kv_format == KvFormat::fp8_v32) {
     if (p.d_qk != 576 || p.block_size < 1) return false;
     if (p.kv_block_stride_bytes % 16 != 0 || p.kv_slot_stride_bytes % 16 != 0) return false;

@@ -1,0 +1,568 @@
+// Sparse MLA prefill for Hopper (sm_90a): a warp-specialized wgmma kernel over bf16 KV, with FlashMLA's
+// semantics (sparse_attention_kernel.hpp, docs/MLA.md). Configuration: sparse_prefill_sm90_config.hpp.
+//
+// Design (learned from FlashMLA's sm90 prefill and FlashAttention-3; our own schedule):
+//   * One CTA = one query token x 64 heads; 384 threads = consumer warpgroups 0 and 1 + a producer
+//     warpgroup. The producer gathers the token's top-k KV rows with cp.async (16 B, zero-filled for masked
+//     rows, which are never read) into two 64-row tiles A and B, each split into a left half (dims 0..255)
+//     and a right half (dims 256..d_qk-1); every half has a "full" and an "empty" mbarrier.
+//   * Iteration i handles tiles A = 2i and B = 2i + 1. Consumer 0 computes S_A = Q K_A^T and consumer 1
+//     S_B = Q K_B^T (wgmma m64n64k16, both operands in shared memory). They exchange row maxima (one named
+//     barrier), so both use the same running max and their O halves stay consistent. Consumer 0 owns O
+//     columns 0..255 and consumer 1 columns 256..511 (128 f32 accumulators per thread each):
+//         consumer 0: O_L += P_A V_A[:, 0:256] (P from registers)  then  O_L += P_B V_B[:, 0:256] (P_B from smem)
+//         consumer 1: O_R += P_B V_B[:, 256:512] (registers)        then  O_R += P_A V_A[:, 256:512] (smem)
+//     (wgmma m64n256k16; V is the same shared-memory tile as K read MN-major, no second copy.)
+//   * Release order and refill order match: consumer 0 frees A-left after its first PV and B-left after its
+//     second, consumer 1 frees B-right, then A-right; the producer refills A-left, B-right, A-right, B-left,
+//     and each consumer's S GEMM reads its tile's early-freed half first. So the next gather overlaps the
+//     PV GEMMs and the first half of the next S GEMM.
+//   * Shared memory is 128-byte-swizzled column blocks (64 rows x 64 bf16) as wgmma wants them: Q 64 x d_qk,
+//     K tiles A and B, P_B (and P_A, which lives in tile A's RoPE block for d_qk 576: the only GEMM that
+//     reads RoPE columns is S_A, finished before P_A is written).
+//   * Masking: a slot is valid iff its position < topk_length and 0 <= index < s_kv. Masked rows are
+//     zero-filled (cp.async src-size 0) and their logits set to -inf, so nothing of them reaches the output.
+//     Softmax runs in base 2 with sm_scale*log2(e) folded in; lse and max_logits are converted to natural
+//     log. An empty row gives out 0, lse +inf, max_logits -inf.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+#include "mla/sparse_attention_kernel.hpp"
+#include "mla/sparse_prefill_sm90_config.hpp"
+
+namespace flashcpp::mla::kernels {
+namespace prefill_sm90 {
+namespace {
+
+struct KernelArgs {
+  SparseAttentionParams p;
+  float scale_log2;  // sm_scale * log2(e)
+  int groups;        // ceil(h_q / 64)
+};
+
+// ---------------------------------------------------------------------------------------------------
+// PTX helpers.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed (counts as one arrival).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Named barriers among the 256 consumer threads (id 0 is __syncthreads).
+enum NamedBarrier : int { kBarMax = 1, kBarPReadyA = 2, kBarPReadyB = 3 };
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+// Generic-proxy shared-memory writes (cp.async, st.shared) made visible to the tensor cores' async proxy.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins accumulator registers at this point of the program (no read or write moves across it).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int Regs>
+__device__ __forceinline__ void reg_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+}
+template <int Regs>
+__device__ __forceinline__ void reg_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+}
+
+// wgmma shared-memory matrix descriptor for 128-byte-swizzled layouts: start address, leading and
+// stride byte offsets (all >> 4), layout type 1 (128B swizzle) in bits 62-63.
+//   K-major (rows of 64 bf16 along K, 8-row groups `sbo` apart): lbo unused (1).
+//   MN-major (rows along K of 64 bf16 along MN): lbo = distance between 64-column MN blocks, sbo = between
+//   8-row K groups.
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (1ull << 62);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// wgmma instructions (bf16 in, f32 accumulate).
+// D[64x64] (+)= A[64x16] (smem, K-major) * B[16x64] (smem, K-major); scale_d = 0 overwrites D.
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D[64x256] += A[64x16] (registers, bf16x2 fragments) * B[16x256] (smem, MN-major).
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// D[64x256] += A[64x16] (smem, K-major) * B[16x256] (smem, MN-major).
+__device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+// Shared-memory addresses of one CTA, from the 1024-byte aligned base.
+template <int D_QK>
+struct Smem {
+  using C = Config<D_QK>;
+  uint32_t base;
+  __device__ uint32_t q() const { return base + C::kOffQ; }
+  __device__ uint32_t tile(int t) const { return base + C::kOffK + t * C::kKBytes; }
+  __device__ uint32_t p_of(int t) const { return base + (t == 0 ? C::kOffPA : C::kOffPB); }
+  // Barriers: Q full; full[tile][half]; empty[tile][half] (half 0 = left = dims 0..255).
+  __device__ uint32_t bar_q() const { return base + C::kOffBar; }
+  __device__ uint32_t bar_full(int t, int half) const { return base + C::kOffBar + 8 * (1 + 2 * t + half); }
+  __device__ uint32_t bar_empty(int t, int half) const { return base + C::kOffBar + 8 * (5 + 2 * t + half); }
+};
+
+// The half of tile t that is loaded (and read by its S GEMM) first: A's left, B's right (see the header).
+__device__ __forceinline__ constexpr int first_half(int t) { return t; }
+
+// ---------------------------------------------------------------------------------------------------
+// Producer warpgroup: Q, then per iteration the halves of tiles A and B in release order.
+template <int D_QK>
+__device__ __forceinline__ void producer(const KernelArgs& args, const Smem<D_QK>& sm, int* s_valid, int64_t token,
+                                         int head0, int eff, int n_iters) {
+  using C = Config<D_QK>;
+  const SparseAttentionParams& p = args.p;
+  const int ptid = threadIdx.x - C::kConsumerThreads;
+  const int group = ptid / C::kThreadsPerRow, sub = ptid % C::kThreadsPerRow;
+  // Row r*16 + group of a tile or of Q; this thread's 16-byte chunk `sub` of each 128-byte atom row.
+  auto chunk_offset = [&](int row) { return static_cast<uint32_t>(row * 128 + ((sub ^ (row & 7)) << 4)); };
+
+  // ---- Phase: load Q (64 heads x d_qk; heads past h_q zero-filled).
+#pragma unroll
+  for (int r = 0; r < C::kRowsPerThread; ++r) {
+    const int row = r * C::kRowsPerPass + group;
+    const int head = head0 + row;
+    const bool ok = head < p.h_q;
+    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + token * p.q_stride_token +
+                               static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
+#pragma unroll
+    for (int a = 0; a < C::kAtoms; ++a)
+      cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row), src + a * C::kAtomCols, ok ? 16 : 0);
+  }
+  cp_async_arrive(sm.bar_q());
+
+  // ---- Phase: gather KV tiles.
+  const int32_t* idx_row = p.indices + token * p.indices_stride_token;
+  auto load_indices = [&](int tile, int (&idx)[C::kRowsPerThread]) {
+#pragma unroll
+    for (int r = 0; r < C::kRowsPerThread; ++r) {
+      const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
+      idx[r] = slot < eff ? __ldg(idx_row + slot) : -1;
+    }
+  };
+  int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
+  if (n_iters > 0) {
+    load_indices(0, idx_cur[0]);
+    load_indices(1, idx_cur[1]);
+  }
+  const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
+  for (int it = 0; it < n_iters; ++it) {
+    if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
+      load_indices(2 * it + 2, idx_next[0]);
+      load_indices(2 * it + 3, idx_next[1]);
+    }
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {  // A-left, B-right, A-right, B-left
+      const int t = step & 1;
+      const int half = step < 2 ? first_half(t) : 1 - first_half(t);
+      if (it > 0) mbar_wait(sm.bar_empty(t, half), (it - 1) & 1);
+      const int a0 = half == 0 ? 0 : C::kLeftAtoms;
+      const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
+#pragma unroll
+      for (int r = 0; r < C::kRowsPerThread; ++r) {
+        const int row = r * C::kRowsPerPass + group;
+        const int idx = idx_cur[t][r];
+        const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
+        const __nv_bfloat16* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
+        const uint32_t dst = sm.tile(t) + chunk_offset(row);
+#pragma unroll
+        for (int a = a0; a < a1; ++a) cp_async_16(dst + a * C::kAtomBytes, src + a * C::kAtomCols, valid ? 16 : 0);
+        if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+      }
+      if (step < 2) mbar_arrive(sm.bar_full(t, half));  // publishes the valid flags (release)
+      cp_async_arrive(sm.bar_full(t, half));
+    }
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int r = 0; r < C::kRowsPerThread; ++r) idx_cur[t][r] = idx_next[t][r];
+  }
+  cp_async_wait_all();  // no copy may land after the CTA is gone
+}
+
+// S (64 x 64) = Q K_t^T over atoms [A0, A1) of the row (scale_d 0 on the first step when FIRST).
+template <int D_QK, int A0, int A1, bool FIRST>
+__device__ __forceinline__ void gemm_qk(float (&s)[32], uint64_t desc_q, uint64_t desc_k) {
+  using C = Config<D_QK>;
+#pragma unroll
+  for (int a = A0; a < A1; ++a)
+#pragma unroll
+    for (int ks = 0; ks < C::kAtomCols / 16; ++ks) {
+      const uint64_t off = static_cast<uint64_t>((a * C::kAtomBytes + ks * 32) >> 4);
+      wgmma_m64n64k16_ss(s, desc_q + off, desc_k + off, (FIRST && a == A0 && ks == 0) ? 0 : 1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Consumer warpgroup W: S of tile W, softmax with the shared running max, O columns W*256 .. +256.
+template <int D_QK, int W>
+__device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<D_QK>& sm, const int* s_valid,
+                                         float* s_max, float* s_sum, int64_t token, int head0, int n_iters) {
+  using C = Config<D_QK>;
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr int kOther = 1 - W;
+  const SparseAttentionParams& p = args.p;
+  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+
+  const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
+  const uint64_t desc_k = make_desc(sm.tile(W), 16, 1024);
+  const uint64_t desc_v_own = make_desc(sm.tile(W) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
+  const uint64_t desc_v_other = make_desc(sm.tile(kOther) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
+  const uint64_t desc_p_other = make_desc(sm.p_of(kOther), 16, 1024);
+  const uint32_t p_own = sm.p_of(W);
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+  if (n_iters > 0) mbar_wait(sm.bar_q(), 0);
+  for (int it = 0; it < n_iters; ++it) {
+    const int phase = it & 1;
+
+    // ---- Phase QK: S = Q K_W^T, the early half of the tile first.
+    float s[32];
+    mbar_wait(sm.bar_full(W, first_half(W)), phase);
+    fence_proxy_async();
+    wgmma_fence();
+    if constexpr (W == 0) gemm_qk<D_QK, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
+    else gemm_qk<D_QK, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
+    mbar_wait(sm.bar_full(W, 1 - first_half(W)), phase);
+    fence_proxy_async();
+    if constexpr (W == 0) gemm_qk<D_QK, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
+    else gemm_qk<D_QK, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+
+    // ---- Phase softmax: mask, scale to base 2, row max shared with the other consumer.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+    {
+      const int* vf = s_valid + W * C::kTile + 2 * t;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int2 v = *reinterpret_cast<const int2*>(vf + 8 * j);
+        s[4 * j + 0] = v.x ? s[4 * j + 0] * args.scale_log2 : -INFINITY;
+        s[4 * j + 1] = v.y ? s[4 * j + 1] * args.scale_log2 : -INFINITY;
+        s[4 * j + 2] = v.x ? s[4 * j + 2] * args.scale_log2 : -INFINITY;
+        s[4 * j + 3] = v.y ? s[4 * j + 3] * args.scale_log2 : -INFINITY;
+        mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    }
+    if (t == 0) {
+      s_max[W * C::kHeads + r0] = mx0;
+      s_max[W * C::kHeads + r1] = mx1;
+    }
+    named_sync(kBarMax);
+    const float n0 = fmaxf(fmaxf(m0, mx0), s_max[kOther * C::kHeads + r0]);
+    const float n1 = fmaxf(fmaxf(m1, mx1), s_max[kOther * C::kHeads + r1]);
+    const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
+    const float mu1 = n1 == -INFINITY ? 0.f : n1;
+    const float alpha0 = fast_exp2(m0 - mu0), alpha1 = fast_exp2(m1 - mu1);  // m = -inf -> 0
+    m0 = n0;
+    m1 = n1;
+
+    // P (bf16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks 2 kk, 2 kk + 1).
+    uint32_t pf[16];
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      float e[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) e[i] = fast_exp2(s[8 * kk + i] - ((i & 2) ? mu1 : mu0));
+      sum0 += e[0] + e[1] + e[4] + e[5];
+      sum1 += e[2] + e[3] + e[6] + e[7];
+      pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2t
+      pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
+      pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2t
+      pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+    // P to shared memory for the other consumer (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)).
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int kk = j >> 1, hi = j & 1;
+      st_shared_u32(p_own + r0 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi]);
+      st_shared_u32(p_own + r1 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi + 1]);
+    }
+    fence_proxy_async();
+    named_arrive(W == 0 ? kBarPReadyA : kBarPReadyB);
+
+    if (alpha0 != 1.f || alpha1 != 1.f) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j + 0] *= alpha0;
+        o[4 * j + 1] *= alpha0;
+        o[4 * j + 2] *= alpha1;
+        o[4 * j + 3] *= alpha1;
+      }
+    }
+
+    // ---- Phase PV: O_W += P_W V_W (P from registers), then O_W += P_other V_other (P from smem).
+    fence_regs(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
+      wgmma_m64n256k16_rs(o, a, desc_v_own + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+    }
+    wgmma_commit();
+    named_sync(W == 0 ? kBarPReadyB : kBarPReadyA);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
+                          desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+    wgmma_commit();
+    wgmma_wait<1>();
+    if (lane == 0) mbar_arrive(sm.bar_empty(W, first_half(W)));  // own tile's early half: last reader done
+    wgmma_wait<0>();
+    fence_regs(o);
+    if (lane == 0) mbar_arrive(sm.bar_empty(kOther, 1 - first_half(kOther)));  // other tile's late half
+  }
+
+  // ---- Phase epilogue: combine the two consumers' row sums; lse, max_logits; O / (l + sink term).
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (t == 0) {
+    s_sum[W * C::kHeads + r0] = l0;
+    s_sum[W * C::kHeads + r1] = l1;
+  }
+  named_sync(kBarMax);
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token + W * C::kHalfDv + 2 * t;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = h == 0 ? r0 : r1;
+    const int head = head0 + row;
+    if (head >= p.h_q) continue;
+    const float m = h == 0 ? m0 : m1;
+    const float l = s_sum[row] + s_sum[C::kHeads + row];
+    const bool empty = m == -INFINITY;
+    float denom = l;
+    if (p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
+    const float inv = empty ? 0.f : 1.f / denom;
+    if (W == 0 && t == 0) {
+      if (p.lse != nullptr) {
+        const int64_t lse_token = p.lse_stride_request < 0
+                                      ? token * p.lse_stride_token
+                                      : (token / p.tokens_per_request) * p.lse_stride_request +
+                                            (token % p.tokens_per_request) * p.lse_stride_token;
+        p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
+      }
+      if (p.max_logits != nullptr)
+        p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] = empty ? -INFINITY : m * kLn2;
+    }
+    uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+  }
+}
+
+template <int D_QK>
+__global__ void __launch_bounds__(Config<D_QK>::kThreads, 1)
+    sparse_prefill_sm90_kernel(const __grid_constant__ KernelArgs args) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = Config<D_QK>;
+  extern __shared__ uint8_t smem_raw[];
+  const SparseAttentionParams& p = args.p;
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t aligned = (raw + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (aligned - raw);
+  const Smem<D_QK> sm{aligned};
+  int* s_valid = reinterpret_cast<int*>(smem + C::kOffValid);
+  float* s_max = reinterpret_cast<float*>(smem + C::kOffMax);
+  float* s_sum = reinterpret_cast<float*>(smem + C::kOffSum);
+
+  // blockIdx.x = token * groups + head group: the head groups of one token are adjacent, so they gather
+  // the same KV rows through L2 at about the same time.
+  const int head0 = static_cast<int>(blockIdx.x % args.groups) * C::kHeads;
+  const int64_t token = blockIdx.x / args.groups;
+  int eff = p.topk;
+  if (p.topk_length != nullptr) {
+    const int len = __ldg(p.topk_length + token / p.tokens_per_length);
+    eff = len < 0 ? 0 : (len < p.topk ? len : p.topk);
+  }
+  const int n_tiles = (eff + C::kTile - 1) / C::kTile;
+  const int n_iters = (n_tiles + 1) / 2;  // an odd last tile pairs with an all-masked one
+
+  if (threadIdx.x == 0) {
+    mbar_init(sm.bar_q(), C::kProducerThreads);
+    for (int t = 0; t < 2; ++t)
+      for (int half = 0; half < 2; ++half) {
+        // The early half also carries the valid flags: one more (ordinary) arrival per producer thread.
+        mbar_init(sm.bar_full(t, half), half == first_half(t) ? 2 * C::kProducerThreads : C::kProducerThreads);
+        mbar_init(sm.bar_empty(t, half), 4);  // one arrival per warp of the releasing consumer
+      }
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128;
+  if (wg == 2) {
+    reg_dealloc<C::kProducerRegs>();
+    producer<D_QK>(args, sm, s_valid, token, head0, eff, n_iters);
+  } else {
+    reg_alloc<C::kConsumerRegs>();
+    if (wg == 0) consumer<D_QK, 0>(args, sm, s_valid, s_max, s_sum, token, head0, n_iters);
+    else consumer<D_QK, 1>(args, sm, s_valid, s_max, s_sum, token, head0, n_iters);
+  }
+#else
+  __trap();  // built for an architecture without wgmma; the launcher never gets here
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Host side.
+constexpr int kMaxDevices = 64;
+
+template <int D_QK>
+bool kernel_ready(int device) {
+  static std::once_flag once[kMaxDevices];
+  static bool ready[kMaxDevices] = {};
+  if (device < 0 || device >= kMaxDevices) return false;
+  std::call_once(once[device], [device] {
+    int major = 0, minor = 0, optin = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (major != 9 || minor != 0 || optin < Config<D_QK>::kSmemBytes) return;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, sparse_prefill_sm90_kernel<D_QK>) != cudaSuccess ||
+        cudaFuncSetAttribute(sparse_prefill_sm90_kernel<D_QK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Config<D_QK>::kSmemBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (attr.ptxVersion < 90) return;
+    ready[device] = true;
+  });
+  return ready[device];
+}
+
+template <int D_QK>
+bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (!kernel_ready<D_QK>(device)) return false;
+  if (p.num_tokens == 0) return true;
+  KernelArgs args;
+  args.p = p;
+  args.scale_log2 = p.sm_scale * 1.4426950408889634f;
+  args.groups = (p.h_q + Config<D_QK>::kHeads - 1) / Config<D_QK>::kHeads;
+  const int64_t blocks = static_cast<int64_t>(p.num_tokens) * args.groups;
+  if (blocks > INT_MAX) return false;
+  sparse_prefill_sm90_kernel<D_QK>
+      <<<static_cast<unsigned>(blocks), Config<D_QK>::kThreads, Config<D_QK>::kSmemBytes, stream>>>(args);
+  return cudaGetLastError() == cudaSuccess;
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+}  // namespace prefill_sm90
+
+bool sparse_prefill_sm90_handles(const SparseAttentionParams& p) {
+  using prefill_sm90::aligned16;
+  if (p.kv_format != KvFormat::bf16 || p.sched != nullptr) return false;
+  if (p.d_qk != 576 && p.d_qk != 512) return false;
+  if (p.d_v != 512 || p.h_q < 1 || p.num_tokens < 0 || p.topk < 1) return false;
+  if (p.topk_length != nullptr && p.tokens_per_length < 1) return false;
+  if (p.lse_stride_request >= 0 && p.tokens_per_request < 1) return false;
+  if (p.q == nullptr || p.indices == nullptr || p.out == nullptr || (p.num_kv > 0 && p.kv == nullptr)) return false;
+  if (!aligned16(p.q) || p.q_stride_token % 8 != 0 || p.q_stride_head % 8 != 0) return false;
+  if (!aligned16(p.kv) || p.kv_row_stride % 8 != 0) return false;
+  // Output rows are written 4 bytes at a time.
+  if ((reinterpret_cast<uintptr_t>(p.out) & 3u) != 0 || p.out_stride_token % 2 != 0 || p.out_stride_head % 2 != 0)
+    return false;
+  return true;
+}
+
+bool launch_sparse_prefill_sm90(const SparseAttentionParams& p, cudaStream_t stream) {
+  if (!sparse_prefill_sm90_handles(p)) return false;
+  if (p.d_qk == 576) return prefill_sm90::launch<576>(p, stream);
+  return prefill_sm90::launch<512>(p, stream);
+}
+
+}  // namespace flashcpp::mla::kernels
