@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
-#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-prefill] [bench] [sanitize]
-#   (default: all but mla-prefill, which is the quick prefill subset of mla)
+#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-decode] [bench]
+#   [sanitize] (default: all but mla-quick and mla-decode: the sparse MLA check, tests and the issues'
+#   timing cases; the check and the decode timings)
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -94,10 +95,19 @@ if has mla; then
   $cli mla-bench 2>&1 | tee "$out/mla-bench.txt" | tail -40
 fi
 
-if has mla-prefill; then
-  log "sparse MLA prefill: kernel check (every case) and prefill timings"
+if has mla-decode; then
+  log "sparse MLA: kernel check (every case) and decode timings"
+  timeout 300 build-gpu/bench/bench_sparse_attention_sm90 --check 2>&1 | tee "$out/mla-check.txt" | grep -E 'FAIL|correctness'
+  timeout 300 $cli mla-bench --decode-only --batch 1 2 8 32 64 128 2>&1 | tee "$out/mla-decode.txt" | grep -v MLA_BENCH
+fi
+
+if has mla-quick; then
+  log "sparse MLA: kernel check (every case), test_mla_gpu, prefill and decode timings"
   timeout 300 build-gpu/bench/bench_sparse_attention_sm90 --check 2>&1 | tee "$out/mla-check.txt" | grep -E 'FAIL|PASS' | tail -40
+  run_gtests 'test_mla_gpu'
   timeout 300 $cli mla-bench --prefill-only --s-kv 8192 32768 131072 2>&1 | tee "$out/mla-prefill.txt" | grep -v MLA_BENCH
+  timeout 300 $cli mla-bench --decode-only --batch 1 2 8 16 32 64 128 2>&1 | tee "$out/mla-decode.txt" | grep -v MLA_BENCH
+  timeout 300 $cli mla-bench --decode-only --decode-s-q 1 --batch 1 128 2>&1 | tee "$out/mla-decode-sq1.txt" | grep -v MLA_BENCH
 fi
 
 if has bench; then

@@ -108,19 +108,20 @@ bool force_simple_kernel();
 /// Straightforward kernel, correct for every shape the API accepts (any SM >= 8.0). The yardstick.
 void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t stream);
 
-/// Fast Hopper kernel (sm_90a). Returns false, launching nothing, when it does not handle the shape
-/// (the caller then uses the simple kernel). Defined in sparse_attention_sm90.cu (a weak default
-/// returning false lives in sparse_attention_sm90_default.cpp until then).
+/// Fast Hopper kernels (sm_90a). `sparse_attention_sm90_handles` says whether they handle the problem
+/// (shape, format, alignment); `launch_sparse_attention_sm90` returns false, launching nothing, when they do
+/// not or when the device has no code for them (the caller then uses the simple kernel). Defined in
+/// sparse_attention_sm90.cpp.
 /// Guarantees from the host: q/kv data 16-byte aligned and their non-unit strides multiples of 8 elements;
 /// fp8 cache data 16-byte aligned, block stride a multiple of 16 bytes, slot stride 656; h_q >= 1
-/// (any value: return false for head counts you do not handle); topk a multiple of 64; num_tokens >= 1.
+/// (any value: heads are padded to groups of 64); topk a multiple of 64; num_tokens >= 1.
+bool sparse_attention_sm90_handles(const SparseAttentionParams& p);
 bool launch_sparse_attention_sm90(const SparseAttentionParams& p, cudaStream_t stream);
 
-/// Warp-specialized wgmma sparse prefill for Hopper (sm_90a; sparse_prefill_sm90.cu): bf16 KV, no split,
-/// d_qk 576 or 512, any h_q (heads padded to groups of 64). `sparse_prefill_sm90_handles` says whether
-/// the shape and alignment suit it; the launcher returns false, launching nothing, when they do not or
-/// when the device has no code for it.
-bool sparse_prefill_sm90_handles(const SparseAttentionParams& p);
-bool launch_sparse_prefill_sm90(const SparseAttentionParams& p, cudaStream_t stream);
+/// The warp-specialized wgmma kernel's instantiations (sparse_attention_wgmma_{bf16,fp8}.cu): bf16 KV
+/// (prefill, d_qk 576 or 512) and the V3.2 FP8 cache (decode, split-KV or not). Called only for problems
+/// sparse_attention_sm90_handles accepts; false when the device has no code for them.
+bool launch_sparse_attention_wgmma_bf16(const SparseAttentionParams& p, cudaStream_t stream);
+bool launch_sparse_attention_wgmma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
 
 }  // namespace flashcpp::mla::kernels

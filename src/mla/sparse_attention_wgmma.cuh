@@ -1,11 +1,15 @@
-// Sparse MLA prefill for Hopper (sm_90a): a warp-specialized wgmma kernel over bf16 KV, with FlashMLA's
-// semantics (sparse_attention_kernel.hpp, docs/MLA.md). Configuration: sparse_prefill_sm90_config.hpp.
+// Sparse MLA attention for Hopper (sm_90a): a warp-specialized wgmma kernel with FlashMLA's semantics
+// (sparse_attention_kernel.hpp, docs/MLA.md), for sparse prefill over bf16 KV and sparse decode over the
+// DeepSeek V3.2 FP8 cache (split-KV or not). Configuration: sparse_attention_wgmma_config.hpp;
+// instantiations: sparse_attention_wgmma_bf16.cu, sparse_attention_wgmma_fp8.cu.
 //
-// Design (learned from FlashMLA's sm90 prefill and FlashAttention-3; our own schedule):
-//   * One CTA = one query token x 64 heads; 384 threads = consumer warpgroups 0 and 1 + a producer
-//     warpgroup. The producer gathers the token's top-k KV rows with cp.async (16 B, zero-filled for masked
-//     rows, which are never read) into two 64-row tiles A and B, each split into a left half (dims 0..255)
-//     and a right half (dims 256..d_qk-1); every half has a "full" and an "empty" mbarrier.
+// Design (learned from FlashMLA's sm90 kernels and FlashAttention-3; our own schedule):
+//   * One CTA = one query token x 64 heads (decode with split-KV: a part of the schedule, walking its
+//     (request, tile range) work items); 384 threads = consumer warpgroups 0 and 1 + a producer warpgroup.
+//     The producer fills two 64-row KV tiles A and B, each split into a left half (dims 0..255) and a right
+//     half (dims 256..d_qk-1); every half has a "full" and an "empty" mbarrier. bf16 KV: cp.async 16 B,
+//     zero-filled for masked rows. FP8 KV: 16-byte loads issued before the buffer is free, then
+//     dequantized (fp8_v32_dequant.cuh) and stored; RoPE dims by cp.async. Masked rows are never read.
 //   * Iteration i handles tiles A = 2i and B = 2i + 1. Consumer 0 computes S_A = Q K_A^T and consumer 1
 //     S_B = Q K_B^T (wgmma m64n64k16, both operands in shared memory). They exchange row maxima (one named
 //     barrier), so both use the same running max and their O halves stay consistent. Consumer 0 owns O
@@ -20,10 +24,11 @@
 //   * Shared memory is 128-byte-swizzled column blocks (64 rows x 64 bf16) as wgmma wants them: Q 64 x d_qk,
 //     K tiles A and B, P_B (and P_A, which lives in tile A's RoPE block for d_qk 576: the only GEMM that
 //     reads RoPE columns is S_A, finished before P_A is written).
-//   * Masking: a slot is valid iff its position < topk_length and 0 <= index < s_kv. Masked rows are
-//     zero-filled (cp.async src-size 0) and their logits set to -inf, so nothing of them reaches the output.
-//     Softmax runs in base 2 with sm_scale*log2(e) folded in; lse and max_logits are converted to natural
-//     log. An empty row gives out 0, lse +inf, max_logits -inf.
+//   * Masking: a slot is valid iff its position < topk_length, its tile is in the work item's range and
+//     0 <= index < num_kv. Masked rows are zero-filled and their logits set to -inf, so nothing of them
+//     reaches the output. Softmax runs in base 2 with sm_scale*log2(e) folded in; lse and max_logits are
+//     converted to natural log. An empty row gives out 0, lse +inf, max_logits -inf; a split's partial row
+//     is O / l in f32 with lse -inf when empty (the combine kernel finishes it).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -32,18 +37,45 @@
 #include <cstdint>
 #include <mutex>
 
+#include "mla/decode_schedule.hpp"
+#include "mla/fp8_v32_dequant.cuh"
 #include "mla/sparse_attention_kernel.hpp"
-#include "mla/sparse_prefill_sm90_config.hpp"
+#include "mla/sparse_attention_wgmma_config.hpp"
 
-namespace flashcpp::mla::kernels {
-namespace prefill_sm90 {
-namespace {
+namespace flashcpp::mla::kernels::wgmma {
+
+// n / d and n % d for 0 <= n < 2^31 and a divisor 1 <= d < 2^31 fixed per launch, by a multiply-high
+// and a shift (the FP8 producer splits every index into page and slot; a 64-bit division per row cost
+// more than the dequantization).
+struct FastDivmod {
+  uint32_t divisor = 1, multiplier = 0, shift = 0;
+  FastDivmod() = default;
+  explicit FastDivmod(uint32_t d) : divisor(d) {
+    if (d <= 1) return;
+    uint32_t log2_ceil = 0;
+    while ((1ull << log2_ceil) < d) ++log2_ceil;
+    const uint32_t p = 31 + log2_ceil;
+    multiplier = static_cast<uint32_t>(((1ull << p) + d - 1) / d);
+    shift = p - 32;
+  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const {
+    return divisor == 1 ? n : (__umulhi(n, multiplier) >> shift);
+  }
+};
 
 struct KernelArgs {
   SparseAttentionParams p;
-  float scale_log2;  // sm_scale * log2(e)
-  int groups;        // ceil(h_q / 64)
+  float scale_log2;   // sm_scale * log2(e)
+  int groups;         // ceil(h_q / 64)
+  FastDivmod page;    // FP8 cache: index -> (page, slot) by block_size
 };
+
+// Byte offset of FP8 cache row `idx` (0 <= idx < num_kv).
+__device__ __forceinline__ int64_t fp8_row_offset(const KernelArgs& args, int idx) {
+  const uint32_t page = args.page.div(static_cast<uint32_t>(idx));
+  const uint32_t slot = static_cast<uint32_t>(idx) - page * args.page.divisor;
+  return static_cast<int64_t>(page) * args.p.kv_block_stride_bytes + static_cast<int64_t>(slot) * args.p.kv_slot_stride_bytes;
+}
 
 // ---------------------------------------------------------------------------------------------------
 // PTX helpers.
@@ -103,6 +135,27 @@ __device__ __forceinline__ void reg_dealloc() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
 }
 
+__device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float2 ld_global_nc_f2(const void* p) {
+  float2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "l"(p));
+  return v;
+}
+// Pulls `bytes` (a multiple of 16, 16-byte aligned) into L2 without waiting or using registers.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 // wgmma shared-memory matrix descriptor for 128-byte-swizzled layouts: start address, leading and
 // stride byte offsets (all >> 4), layout type 1 (128B swizzle) in bits 62-63.
 //   K-major (rows of 64 bf16 along K, 8-row groups `sbo` apart): lbo unused (1).
@@ -156,101 +209,249 @@ __device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
 }
 
 // Shared-memory addresses of one CTA, from the 1024-byte aligned base.
-template <int D_QK>
+template <class C>
 struct Smem {
-  using C = Config<D_QK>;
   uint32_t base;
   __device__ uint32_t q() const { return base + C::kOffQ; }
   __device__ uint32_t tile(int t) const { return base + C::kOffK + t * C::kKBytes; }
   __device__ uint32_t p_of(int t) const { return base + (t == 0 ? C::kOffPA : C::kOffPB); }
-  // Barriers: Q full; full[tile][half]; empty[tile][half] (half 0 = left = dims 0..255).
-  __device__ uint32_t bar_q() const { return base + C::kOffBar; }
-  __device__ uint32_t bar_full(int t, int half) const { return base + C::kOffBar + 8 * (1 + 2 * t + half); }
-  __device__ uint32_t bar_empty(int t, int half) const { return base + C::kOffBar + 8 * (5 + 2 * t + half); }
+  // Barriers: Q full, Q empty; full[tile][half]; empty[tile][half] (half 0 = left = dims 0..255).
+  __device__ uint32_t bar_q_full() const { return base + C::kOffBar; }
+  __device__ uint32_t bar_q_empty() const { return base + C::kOffBar + 8; }
+  __device__ uint32_t bar_full(int t, int half) const { return base + C::kOffBar + 8 * (2 + 2 * t + half); }
+  __device__ uint32_t bar_empty(int t, int half) const { return base + C::kOffBar + 8 * (6 + 2 * t + half); }
 };
 
 // The half of tile t that is loaded (and read by its S GEMM) first: A's left, B's right (see the header).
 __device__ __forceinline__ constexpr int first_half(int t) { return t; }
 
 // ---------------------------------------------------------------------------------------------------
-// Producer warpgroup: Q, then per iteration the halves of tiles A and B in release order.
-template <int D_QK>
-__device__ __forceinline__ void producer(const KernelArgs& args, const Smem<D_QK>& sm, int* s_valid, int64_t token,
-                                         int head0, int eff, int n_iters) {
-  using C = Config<D_QK>;
+// Work items. Unsplit: one item, the CTA's token over all its tiles. Split-KV (decode): the items of
+// schedule part blockIdx / groups / tokens_per_request, one per request, each over the part's tile range.
+struct WorkItem {
+  int64_t token = 0;
+  int eff = 0;                // valid slots of the token (topk_length applied)
+  int tile_begin = 0, tile_end = 0;
+  int64_t accum_row = -1;     // >= 0: a split request's partial row; -1: the final output
+  bool write_partial = false; // accum_row is inside the accumulators
+  __device__ int n_iters() const { return tile_end > tile_begin ? (tile_end - tile_begin + 1) / 2 : 0; }
+};
+
+// What the consumers need of a work item, published by the producer with the item's Q (consumers read no
+// global memory for it: a branchy global read in their path made ptxas serialize the wgmma instructions).
+struct alignas(16) ItemInfo {
+  int64_t token;
+  int64_t accum_row;
+  int32_t n_iters;
+  int32_t write_partial;
+  int32_t pad[2];
+};
+static_assert(sizeof(ItemInfo) == 32);
+
+template <bool SPLIT>
+struct WorkList {
+  const SparseAttentionParams* p;
+  int64_t outer;  // blockIdx.x / groups
+  int first = 0, last = 0;
+  const sched::PartMeta* meta = nullptr;
+  int tok_in_req = 0;
+
+  __device__ WorkList(const SparseAttentionParams& params, int64_t outer_index) : p(&params), outer(outer_index) {
+    if constexpr (SPLIT) {
+      meta = static_cast<const sched::PartMeta*>(p->sched) + outer / p->tokens_per_request;
+      tok_in_req = static_cast<int>(outer % p->tokens_per_request);
+      const sched::PartMeta m = *meta;
+      first = m.begin_req < 0 ? 0 : m.begin_req;
+      last = m.end_req < p->num_requests ? m.end_req : p->num_requests - 1;  // empty part: last < first
+    }
+  }
+
+  __device__ WorkItem item(int k) const {
+    WorkItem w;
+    int tile_begin = 0, tile_end = INT_MAX;
+    w.token = outer;
+    if constexpr (SPLIT) {
+      const sched::PartMeta m = *meta;
+      const int nb = sched::blocks_of(p->topk);
+      int b0 = k == m.begin_req ? m.begin_block : 0;
+      int b1 = k == m.end_req ? m.end_block : nb;
+      b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
+      b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
+      tile_begin = b0;
+      tile_end = b1;
+      w.token = static_cast<int64_t>(k) * p->tokens_per_request + tok_in_req;
+      const int local = k == m.begin_req ? m.begin_split : 0;
+      const int split0 = p->num_splits[k];
+      const int nsplit = p->num_splits[k + 1] - split0;
+      if (nsplit > 1) {
+        w.accum_row = static_cast<int64_t>(split0 + local) * p->tokens_per_request + tok_in_req;
+        w.write_partial = w.accum_row >= 0 && w.accum_row < p->accum_rows && local < nsplit;
+      }
+    }
+    int eff = p->topk;
+    if (p->topk_length != nullptr) {
+      const int len = __ldg(p->topk_length + w.token / p->tokens_per_length);
+      eff = len < 0 ? 0 : (len < p->topk ? len : p->topk);
+    }
+    const int n_tiles = (eff + 63) / 64;
+    w.eff = eff;
+    w.tile_begin = tile_begin;
+    w.tile_end = tile_end < n_tiles ? tile_end : n_tiles;
+    return w;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Producer warpgroup: per work item Q, then per iteration the halves of tiles A and B in release order.
+template <class C, bool SPLIT>
+__device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& sm, uint8_t* s_valid,
+                                         ItemInfo* s_item, const WorkList<SPLIT>& work, int head0) {
   const SparseAttentionParams& p = args.p;
   const int ptid = threadIdx.x - C::kConsumerThreads;
   const int group = ptid / C::kThreadsPerRow, sub = ptid % C::kThreadsPerRow;
-  // Row r*16 + group of a tile or of Q; this thread's 16-byte chunk `sub` of each 128-byte atom row.
-  auto chunk_offset = [&](int row) { return static_cast<uint32_t>(row * 128 + ((sub ^ (row & 7)) << 4)); };
+  // Row `row` of a tile or of Q; this thread's 16-byte chunk `chunk` of each 128-byte atom row.
+  auto chunk_offset = [](int row, int chunk) { return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4)); };
 
-  // ---- Phase: load Q (64 heads x d_qk; heads past h_q zero-filled).
-#pragma unroll
-  for (int r = 0; r < C::kRowsPerThread; ++r) {
-    const int row = r * C::kRowsPerPass + group;
-    const int head = head0 + row;
-    const bool ok = head < p.h_q;
-    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + token * p.q_stride_token +
-                               static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
-#pragma unroll
-    for (int a = 0; a < C::kAtoms; ++a)
-      cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row), src + a * C::kAtomCols, ok ? 16 : 0);
-  }
-  cp_async_arrive(sm.bar_q());
+  int iter = 0;  // iterations before this work item (barrier phases run on across items)
+  for (int k = work.first; k <= work.last; ++k) {
+    const WorkItem w = work.item(k);
 
-  // ---- Phase: gather KV tiles.
-  const int32_t* idx_row = p.indices + token * p.indices_stride_token;
-  auto load_indices = [&](int tile, int (&idx)[C::kRowsPerThread]) {
+    // ---- Phase: load Q (64 heads x d_qk; heads past h_q zero-filled) once the last item's S GEMMs are done.
+    if (k > work.first) mbar_wait(sm.bar_q_empty(), (k - work.first - 1) & 1);
 #pragma unroll
     for (int r = 0; r < C::kRowsPerThread; ++r) {
-      const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
-      idx[r] = slot < eff ? __ldg(idx_row + slot) : -1;
-    }
-  };
-  int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
-  if (n_iters > 0) {
-    load_indices(0, idx_cur[0]);
-    load_indices(1, idx_cur[1]);
-  }
-  const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
-  for (int it = 0; it < n_iters; ++it) {
-    if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
-      load_indices(2 * it + 2, idx_next[0]);
-      load_indices(2 * it + 3, idx_next[1]);
-    }
+      const int row = r * C::kRowsPerPass + group;
+      const int head = head0 + row;
+      const bool ok = head < p.h_q;
+      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + w.token * p.q_stride_token +
+                                 static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
 #pragma unroll
-    for (int step = 0; step < 4; ++step) {  // A-left, B-right, A-right, B-left
-      const int t = step & 1;
-      const int half = step < 2 ? first_half(t) : 1 - first_half(t);
-      if (it > 0) mbar_wait(sm.bar_empty(t, half), (it - 1) & 1);
-      const int a0 = half == 0 ? 0 : C::kLeftAtoms;
-      const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
+      for (int a = 0; a < C::kAtoms; ++a)
+        cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0);
+    }
+    if (ptid == 0) {
+      s_item[(k - work.first) & 1] = ItemInfo{w.token, w.accum_row, w.n_iters(), w.write_partial ? 1 : 0, {0, 0}};
+      mbar_arrive(sm.bar_q_full());  // publishes the item (release)
+    }
+    cp_async_arrive(sm.bar_q_full());
+
+    // ---- Phase: fill KV tiles.
+    const int32_t* idx_row = p.indices + w.token * p.indices_stride_token;
+    auto load_indices = [&](int tile, int (&idx)[C::kRowsPerThread]) {
 #pragma unroll
       for (int r = 0; r < C::kRowsPerThread; ++r) {
-        const int row = r * C::kRowsPerPass + group;
-        const int idx = idx_cur[t][r];
-        const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
-        const __nv_bfloat16* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
-        const uint32_t dst = sm.tile(t) + chunk_offset(row);
-#pragma unroll
-        for (int a = a0; a < a1; ++a) cp_async_16(dst + a * C::kAtomBytes, src + a * C::kAtomCols, valid ? 16 : 0);
-        if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+        const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
+        idx[r] = (tile < w.tile_end && slot < w.eff) ? __ldg(idx_row + slot) : -1;
       }
-      if (step < 2) mbar_arrive(sm.bar_full(t, half));  // publishes the valid flags (release)
-      cp_async_arrive(sm.bar_full(t, half));
+    };
+    const int n_iters = w.n_iters();
+    int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
+    if (n_iters > 0) {
+      load_indices(w.tile_begin, idx_cur[0]);
+      load_indices(w.tile_begin + 1, idx_cur[1]);
     }
+    for (int it = 0; it < n_iters; ++it) {
+      if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
+        load_indices(w.tile_begin + 2 * it + 2, idx_next[0]);
+        load_indices(w.tile_begin + 2 * it + 3, idx_next[1]);
+      }
+      const int g_it = iter + it;
 #pragma unroll
-    for (int t = 0; t < 2; ++t)
+      for (int step = 0; step < 4; ++step) {  // A-left, B-right, A-right, B-left
+        if constexpr (C::kFp8) {
+          // The next iteration's rows into L2 (one per thread: tile sub / 4, row sub % 4 of this thread's
+          // group's four), so the loads of each half-fill, which wait for the one before, hit L2 instead of HBM.
+          // After two fills the next indices have landed.
+          if (step == 2 && it + 1 < n_iters) {
+            int idx = -1;
 #pragma unroll
-      for (int r = 0; r < C::kRowsPerThread; ++r) idx_cur[t][r] = idx_next[t][r];
+            for (int i = 0; i < 2 * C::kRowsPerThread; ++i)  // constant indices keep idx_next in registers
+              if (i == sub) idx = idx_next[i / C::kRowsPerThread][i % C::kRowsPerThread];
+            if (idx >= 0 && static_cast<int64_t>(idx) < p.num_kv)
+              prefetch_l2(static_cast<const uint8_t*>(p.kv) + fp8_row_offset(args, idx), C::kFp8RowBytes);
+          }
+        }
+        const int t = step & 1;
+        const int half = step < 2 ? first_half(t) : 1 - first_half(t);
+        const uint32_t tile = sm.tile(t);
+        if constexpr (!C::kFp8) {
+          if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
+          const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
+          const int a0 = half == 0 ? 0 : C::kLeftAtoms;
+          const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
+#pragma unroll
+          for (int r = 0; r < C::kRowsPerThread; ++r) {
+            const int row = r * C::kRowsPerPass + group;
+            const int idx = idx_cur[t][r];
+            const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
+            const __nv_bfloat16* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
+#pragma unroll
+            for (int a = a0; a < a1; ++a)
+              cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
+            if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+          }
+          if (step < 2) mbar_arrive(sm.bar_full(t, half));  // publishes the valid flags (release)
+          cp_async_arrive(sm.bar_full(t, half));
+        } else {
+          // FP8: this thread's e4m3 chunks of the half are sub + 8 (2 half + j), j < 2 (scales 2 half + j).
+          const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
+          uint4 raw[C::kRowsPerThread][C::kFp8ChunksPerHalf];
+          float2 scale[C::kRowsPerThread];
+          int64_t row_off[C::kRowsPerThread];
+#pragma unroll
+          for (int r = 0; r < C::kRowsPerThread; ++r) {
+            const int idx = idx_cur[t][r];
+            const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
+            row_off[r] = valid ? fp8_row_offset(args, idx) : -1;
+            if (valid) {
+#pragma unroll
+              for (int j = 0; j < C::kFp8ChunksPerHalf; ++j)
+                raw[r][j] = ld_global_nc_v4(cache + row_off[r] + 16 * (sub + 8 * (2 * half + j)));
+              scale[r] = ld_global_nc_f2(cache + row_off[r] + C::kFp8ScaleOffset + 8 * half);
+            } else {
+#pragma unroll
+              for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) raw[r][j] = make_uint4(0, 0, 0, 0);
+              scale[r] = make_float2(0.f, 0.f);
+            }
+          }
+          if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
+#pragma unroll
+          for (int r = 0; r < C::kRowsPerThread; ++r) {
+            const int row = r * C::kRowsPerPass + group;
+#pragma unroll
+            for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
+              const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
+              uint4 lo, hi;
+              fp8::dequant_e4m3x16(raw[r][j], j == 0 ? scale[r].x : scale[r].y, lo, hi);
+              const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
+              st_shared_v4(atom + chunk_offset(row, (2 * c) & 7), lo);
+              st_shared_v4(atom + chunk_offset(row, (2 * c + 1) & 7), hi);
+            }
+            if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom
+              const bool valid = row_off[r] >= 0;
+              cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub),
+                          cache + (valid ? row_off[r] : 0) + C::kFp8RopeOffset + 16 * sub, valid ? 16 : 0);
+            }
+            if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = row_off[r] >= 0 ? 1 : 0;
+          }
+          fence_proxy_async();                // the dequantized stores, for the tensor cores
+          mbar_arrive(sm.bar_full(t, half));  // and the valid flags (release)
+          if (half == 1) cp_async_arrive(sm.bar_full(t, half));
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int r = 0; r < C::kRowsPerThread; ++r) idx_cur[t][r] = idx_next[t][r];
+    }
+    iter += n_iters;
   }
   cp_async_wait_all();  // no copy may land after the CTA is gone
 }
 
 // S (64 x 64) = Q K_t^T over atoms [A0, A1) of the row (scale_d 0 on the first step when FIRST).
-template <int D_QK, int A0, int A1, bool FIRST>
+template <class C, int A0, int A1, bool FIRST>
 __device__ __forceinline__ void gemm_qk(float (&s)[32], uint64_t desc_q, uint64_t desc_k) {
-  using C = Config<D_QK>;
 #pragma unroll
   for (int a = A0; a < A1; ++a)
 #pragma unroll
@@ -262,10 +463,10 @@ __device__ __forceinline__ void gemm_qk(float (&s)[32], uint64_t desc_q, uint64_
 
 // ---------------------------------------------------------------------------------------------------
 // Consumer warpgroup W: S of tile W, softmax with the shared running max, O columns W*256 .. +256.
-template <int D_QK, int W>
-__device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<D_QK>& sm, const int* s_valid,
-                                         float* s_max, float* s_sum, int64_t token, int head0, int n_iters) {
-  using C = Config<D_QK>;
+template <class C, bool SPLIT, int W>
+__device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
+                                         float* s_max, float* s_sum, const ItemInfo* s_item,
+                                         const WorkList<SPLIT>& work, int head0) {
   constexpr float kLn2 = 0.6931471805599453f;
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kOther = 1 - W;
@@ -281,193 +482,220 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<D_QK
   const uint64_t desc_p_other = make_desc(sm.p_of(kOther), 16, 1024);
   const uint32_t p_own = sm.p_of(W);
 
-  float o[128];
+  int iter = 0;
+  for (int k = work.first; k <= work.last; ++k) {
+    mbar_wait(sm.bar_q_full(), (k - work.first) & 1);
+    const ItemInfo w = s_item[(k - work.first) & 1];
+    const int n_iters = w.n_iters;
+    float o[128];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
-  if (n_iters > 0) mbar_wait(sm.bar_q(), 0);
-  for (int it = 0; it < n_iters; ++it) {
-    const int phase = it & 1;
+    for (int it = 0; it < n_iters; ++it) {
+      const int phase = (iter + it) & 1;
 
-    // ---- Phase QK: S = Q K_W^T, the early half of the tile first.
-    float s[32];
-    mbar_wait(sm.bar_full(W, first_half(W)), phase);
-    fence_proxy_async();
-    wgmma_fence();
-    if constexpr (W == 0) gemm_qk<D_QK, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
-    else gemm_qk<D_QK, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
-    mbar_wait(sm.bar_full(W, 1 - first_half(W)), phase);
-    fence_proxy_async();
-    if constexpr (W == 0) gemm_qk<D_QK, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
-    else gemm_qk<D_QK, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(s);
+      // ---- Phase QK: S = Q K_W^T, the early half of the tile first.
+      float s[32];
+      mbar_wait(sm.bar_full(W, first_half(W)), phase);
+      fence_proxy_async();
+      wgmma_fence();
+      if constexpr (W == 0) gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
+      else gemm_qk<C, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
+      mbar_wait(sm.bar_full(W, 1 - first_half(W)), phase);
+      fence_proxy_async();
+      if constexpr (W == 0) gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
+      else gemm_qk<C, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(s);
 
-    // ---- Phase softmax: mask, scale to base 2, row max shared with the other consumer.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-    {
-      const int* vf = s_valid + W * C::kTile + 2 * t;
+      // ---- Phase softmax: mask, scale to base 2, row max shared with the other consumer.
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+      {
+        const uint8_t* vf = s_valid + W * C::kTile + 2 * t;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t v = *reinterpret_cast<const uint16_t*>(vf + 8 * j);
+          const bool v0 = (v & 0xffu) != 0, v1 = (v >> 8) != 0;
+          s[4 * j + 0] = v0 ? s[4 * j + 0] * args.scale_log2 : -INFINITY;
+          s[4 * j + 1] = v1 ? s[4 * j + 1] * args.scale_log2 : -INFINITY;
+          s[4 * j + 2] = v0 ? s[4 * j + 2] * args.scale_log2 : -INFINITY;
+          s[4 * j + 3] = v1 ? s[4 * j + 3] * args.scale_log2 : -INFINITY;
+          mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+          mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      }
+      if (t == 0) {
+        s_max[W * C::kHeads + r0] = mx0;
+        s_max[W * C::kHeads + r1] = mx1;
+      }
+      named_sync(kBarMax);
+      const float n0 = fmaxf(fmaxf(m0, mx0), s_max[kOther * C::kHeads + r0]);
+      const float n1 = fmaxf(fmaxf(m1, mx1), s_max[kOther * C::kHeads + r1]);
+      const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
+      const float mu1 = n1 == -INFINITY ? 0.f : n1;
+      const float alpha0 = fast_exp2(m0 - mu0), alpha1 = fast_exp2(m1 - mu1);  // m = -inf -> 0
+      m0 = n0;
+      m1 = n1;
+
+      // P (bf16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks 2 kk, 2 kk + 1).
+      uint32_t pf[16];
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        float e[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) e[i] = fast_exp2(s[8 * kk + i] - ((i & 2) ? mu1 : mu0));
+        sum0 += e[0] + e[1] + e[4] + e[5];
+        sum1 += e[2] + e[3] + e[6] + e[7];
+        pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2t
+        pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
+        pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2t
+        pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
+      }
+      l0 = l0 * alpha0 + sum0;
+      l1 = l1 * alpha1 + sum1;
+      // P to shared memory for the other consumer (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)).
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const int2 v = *reinterpret_cast<const int2*>(vf + 8 * j);
-        s[4 * j + 0] = v.x ? s[4 * j + 0] * args.scale_log2 : -INFINITY;
-        s[4 * j + 1] = v.y ? s[4 * j + 1] * args.scale_log2 : -INFINITY;
-        s[4 * j + 2] = v.x ? s[4 * j + 2] * args.scale_log2 : -INFINITY;
-        s[4 * j + 3] = v.y ? s[4 * j + 3] * args.scale_log2 : -INFINITY;
-        mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
-        mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        const int kk = j >> 1, hi = j & 1;
+        st_shared_u32(p_own + r0 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi]);
+        st_shared_u32(p_own + r1 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi + 1]);
       }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      fence_proxy_async();
+      named_arrive(W == 0 ? kBarPReadyA : kBarPReadyB);
+
+      if (alpha0 != 1.f || alpha1 != 1.f) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= alpha0;
+          o[4 * j + 1] *= alpha0;
+          o[4 * j + 2] *= alpha1;
+          o[4 * j + 3] *= alpha1;
+        }
+      }
+
+      // ---- Phase PV: O_W += P_W V_W (P from registers), then O_W += P_other V_other (P from smem).
+      fence_regs(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
+        wgmma_m64n256k16_rs(o, a, desc_v_own + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+      }
+      wgmma_commit();
+      named_sync(W == 0 ? kBarPReadyB : kBarPReadyA);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
+                            desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+      wgmma_commit();
+      wgmma_wait<1>();
+      if (lane == 0) mbar_arrive(sm.bar_empty(W, first_half(W)));  // own tile's early half: last reader done
+      wgmma_wait<0>();
+      fence_regs(o);
+      if (lane == 0) mbar_arrive(sm.bar_empty(kOther, 1 - first_half(kOther)));  // other tile's late half
     }
+    iter += n_iters;
+    // Q may be reloaded. (Arriving right after the last S GEMM would let the reload overlap the last PV,
+    // but a conditional arrival there makes ptxas serialize the wgmma instructions.)
+    mbar_arrive(sm.bar_q_empty());
+
+    // ---- Phase epilogue: combine the two consumers' row sums (buffer by item parity: the other consumer
+    // may still read the last item's); lse, max_logits; O / (l + sink term), or the partial row.
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float* sums = s_sum + ((k - work.first) & 1) * 2 * C::kHeads;
     if (t == 0) {
-      s_max[W * C::kHeads + r0] = mx0;
-      s_max[W * C::kHeads + r1] = mx1;
+      sums[W * C::kHeads + r0] = l0;
+      sums[W * C::kHeads + r1] = l1;
     }
     named_sync(kBarMax);
-    const float n0 = fmaxf(fmaxf(m0, mx0), s_max[kOther * C::kHeads + r0]);
-    const float n1 = fmaxf(fmaxf(m1, mx1), s_max[kOther * C::kHeads + r1]);
-    const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
-    const float mu1 = n1 == -INFINITY ? 0.f : n1;
-    const float alpha0 = fast_exp2(m0 - mu0), alpha1 = fast_exp2(m1 - mu1);  // m = -inf -> 0
-    m0 = n0;
-    m1 = n1;
-
-    // P (bf16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks 2 kk, 2 kk + 1).
-    uint32_t pf[16];
-    float sum0 = 0.f, sum1 = 0.f;
+    if (w.accum_row >= 0) {
+      if (w.write_partial == 0) continue;
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      float e[8];
+      for (int h = 0; h < 2; ++h) {
+        const int row = h == 0 ? r0 : r1;
+        const int head = head0 + row;
+        if (head >= p.h_q) continue;
+        const float m = h == 0 ? m0 : m1;
+        const float l = sums[row] + sums[C::kHeads + row];
+        const bool empty = m == -INFINITY;
+        const float inv = empty ? 0.f : 1.f / l;
+        float* dst = p.o_accum + (w.accum_row * p.h_q + head) * C::kDv + W * C::kHalfDv + 2 * t;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) e[i] = fast_exp2(s[8 * kk + i] - ((i & 2) ? mu1 : mu0));
-      sum0 += e[0] + e[1] + e[4] + e[5];
-      sum1 += e[2] + e[3] + e[6] + e[7];
-      pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2t
-      pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
-      pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2t
-      pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
-    }
-    l0 = l0 * alpha0 + sum0;
-    l1 = l1 * alpha1 + sum1;
-    // P to shared memory for the other consumer (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)).
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int kk = j >> 1, hi = j & 1;
-      st_shared_u32(p_own + r0 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi]);
-      st_shared_u32(p_own + r1 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi + 1]);
-    }
-    fence_proxy_async();
-    named_arrive(W == 0 ? kBarPReadyA : kBarPReadyB);
-
-    if (alpha0 != 1.f || alpha1 != 1.f) {
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        o[4 * j + 0] *= alpha0;
-        o[4 * j + 1] *= alpha0;
-        o[4 * j + 2] *= alpha1;
-        o[4 * j + 3] *= alpha1;
+        for (int j = 0; j < 32; ++j)
+          *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        if (W == 0 && t == 0) p.lse_accum[w.accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
       }
+      continue;
     }
-
-    // ---- Phase PV: O_W += P_W V_W (P from registers), then O_W += P_other V_other (P from smem).
-    fence_regs(o);
-    wgmma_fence();
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + w.token * p.out_stride_token + W * C::kHalfDv + 2 * t;
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
-      wgmma_m64n256k16_rs(o, a, desc_v_own + static_cast<uint64_t>((kk * 16 * 128) >> 4));
-    }
-    wgmma_commit();
-    named_sync(W == 0 ? kBarPReadyB : kBarPReadyA);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
-                          desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
-    wgmma_commit();
-    wgmma_wait<1>();
-    if (lane == 0) mbar_arrive(sm.bar_empty(W, first_half(W)));  // own tile's early half: last reader done
-    wgmma_wait<0>();
-    fence_regs(o);
-    if (lane == 0) mbar_arrive(sm.bar_empty(kOther, 1 - first_half(kOther)));  // other tile's late half
-  }
-
-  // ---- Phase epilogue: combine the two consumers' row sums; lse, max_logits; O / (l + sink term).
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (t == 0) {
-    s_sum[W * C::kHeads + r0] = l0;
-    s_sum[W * C::kHeads + r1] = l1;
-  }
-  named_sync(kBarMax);
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token + W * C::kHalfDv + 2 * t;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = h == 0 ? r0 : r1;
-    const int head = head0 + row;
-    if (head >= p.h_q) continue;
-    const float m = h == 0 ? m0 : m1;
-    const float l = s_sum[row] + s_sum[C::kHeads + row];
-    const bool empty = m == -INFINITY;
-    float denom = l;
-    if (p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
-    const float inv = empty ? 0.f : 1.f / denom;
-    if (W == 0 && t == 0) {
-      if (p.lse != nullptr) {
-        const int64_t lse_token = p.lse_stride_request < 0
-                                      ? token * p.lse_stride_token
-                                      : (token / p.tokens_per_request) * p.lse_stride_request +
-                                            (token % p.tokens_per_request) * p.lse_stride_token;
-        p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
+    for (int h = 0; h < 2; ++h) {
+      const int row = h == 0 ? r0 : r1;
+      const int head = head0 + row;
+      if (head >= p.h_q) continue;
+      const float m = h == 0 ? m0 : m1;
+      const float l = sums[row] + sums[C::kHeads + row];
+      const bool empty = m == -INFINITY;
+      float denom = l;
+      if (p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
+      const float inv = empty ? 0.f : 1.f / denom;
+      if (W == 0 && t == 0) {
+        if (p.lse != nullptr) {
+          const int64_t lse_token = p.lse_stride_request < 0
+                                        ? w.token * p.lse_stride_token
+                                        : (w.token / p.tokens_per_request) * p.lse_stride_request +
+                                              (w.token % p.tokens_per_request) * p.lse_stride_token;
+          p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
+        }
+        if (p.max_logits != nullptr)
+          p.max_logits[w.token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
+              empty ? -INFINITY : m * kLn2;
       }
-      if (p.max_logits != nullptr)
-        p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] = empty ? -INFINITY : m * kLn2;
-    }
-    uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+    }
   }
 }
 
-template <int D_QK>
-__global__ void __launch_bounds__(Config<D_QK>::kThreads, 1)
-    sparse_prefill_sm90_kernel(const __grid_constant__ KernelArgs args) {
+template <class C, bool SPLIT>
+__global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(const __grid_constant__ KernelArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = Config<D_QK>;
   extern __shared__ uint8_t smem_raw[];
-  const SparseAttentionParams& p = args.p;
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t aligned = (raw + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (aligned - raw);
-  const Smem<D_QK> sm{aligned};
-  int* s_valid = reinterpret_cast<int*>(smem + C::kOffValid);
+  const Smem<C> sm{aligned};
+  uint8_t* s_valid = smem + C::kOffValid;
   float* s_max = reinterpret_cast<float*>(smem + C::kOffMax);
   float* s_sum = reinterpret_cast<float*>(smem + C::kOffSum);
+  ItemInfo* s_item = reinterpret_cast<ItemInfo*>(smem + C::kOffItem);
 
-  // blockIdx.x = token * groups + head group: the head groups of one token are adjacent, so they gather
+  // blockIdx.x = outer * groups + head group: the head groups of one token are adjacent, so they gather
   // the same KV rows through L2 at about the same time.
   const int head0 = static_cast<int>(blockIdx.x % args.groups) * C::kHeads;
-  const int64_t token = blockIdx.x / args.groups;
-  int eff = p.topk;
-  if (p.topk_length != nullptr) {
-    const int len = __ldg(p.topk_length + token / p.tokens_per_length);
-    eff = len < 0 ? 0 : (len < p.topk ? len : p.topk);
-  }
-  const int n_tiles = (eff + C::kTile - 1) / C::kTile;
-  const int n_iters = (n_tiles + 1) / 2;  // an odd last tile pairs with an all-masked one
+  const WorkList<SPLIT> work(args.p, blockIdx.x / args.groups);
 
   if (threadIdx.x == 0) {
-    mbar_init(sm.bar_q(), C::kProducerThreads);
+    mbar_init(sm.bar_q_full(), C::kProducerThreads + 1);  // cp.async arrivals + the item's publisher
+    mbar_init(sm.bar_q_empty(), C::kConsumerThreads);
     for (int t = 0; t < 2; ++t)
       for (int half = 0; half < 2; ++half) {
-        // The early half also carries the valid flags: one more (ordinary) arrival per producer thread.
-        mbar_init(sm.bar_full(t, half), half == first_half(t) ? 2 * C::kProducerThreads : C::kProducerThreads);
+        // Arrivals per fill: bf16, one cp.async arrival per producer thread, plus an ordinary one on the
+        // early half (the valid flags); FP8, an ordinary one (stores and flags), plus a cp.async one on the
+        // right half (RoPE).
+        const bool extra = C::kFp8 ? half == 1 : half == first_half(t);
+        mbar_init(sm.bar_full(t, half), (extra ? 2 : 1) * C::kProducerThreads);
         mbar_init(sm.bar_empty(t, half), 4);  // one arrival per warp of the releasing consumer
       }
   }
@@ -476,11 +704,11 @@ __global__ void __launch_bounds__(Config<D_QK>::kThreads, 1)
   const int wg = threadIdx.x / 128;
   if (wg == 2) {
     reg_dealloc<C::kProducerRegs>();
-    producer<D_QK>(args, sm, s_valid, token, head0, eff, n_iters);
+    producer<C, SPLIT>(args, sm, s_valid, s_item, work, head0);
   } else {
     reg_alloc<C::kConsumerRegs>();
-    if (wg == 0) consumer<D_QK, 0>(args, sm, s_valid, s_max, s_sum, token, head0, n_iters);
-    else consumer<D_QK, 1>(args, sm, s_valid, s_max, s_sum, token, head0, n_iters);
+    if (wg == 0) consumer<C, SPLIT, 0>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
+    else consumer<C, SPLIT, 1>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
   }
 #else
   __trap();  // built for an architecture without wgmma; the launcher never gets here
@@ -489,10 +717,11 @@ __global__ void __launch_bounds__(Config<D_QK>::kThreads, 1)
 
 // ---------------------------------------------------------------------------------------------------
 // Host side.
-constexpr int kMaxDevices = 64;
+inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
-template <int D_QK>
+template <class C, bool SPLIT>
 bool kernel_ready(int device) {
+  constexpr int kMaxDevices = 64;
   static std::once_flag once[kMaxDevices];
   static bool ready[kMaxDevices] = {};
   if (device < 0 || device >= kMaxDevices) return false;
@@ -504,11 +733,11 @@ bool kernel_ready(int device) {
       (void)cudaGetLastError();
       return;
     }
-    if (major != 9 || minor != 0 || optin < Config<D_QK>::kSmemBytes) return;
+    if (major != 9 || minor != 0 || optin < C::kSmemBytes) return;
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, sparse_prefill_sm90_kernel<D_QK>) != cudaSuccess ||
-        cudaFuncSetAttribute(sparse_prefill_sm90_kernel<D_QK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Config<D_QK>::kSmemBytes) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, sparse_attention_wgmma_kernel<C, SPLIT>) != cudaSuccess ||
+        cudaFuncSetAttribute(sparse_attention_wgmma_kernel<C, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             C::kSmemBytes) != cudaSuccess) {
       (void)cudaGetLastError();
       return;
     }
@@ -518,51 +747,29 @@ bool kernel_ready(int device) {
   return ready[device];
 }
 
-template <int D_QK>
+// Launches one instantiation; false (nothing launched) when the device has no code for it.
+template <class C, bool SPLIT>
 bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  if (!kernel_ready<D_QK>(device)) return false;
+  if (!kernel_ready<C, SPLIT>(device)) return false;
   if (p.num_tokens == 0) return true;
   KernelArgs args;
   args.p = p;
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
-  args.groups = (p.h_q + Config<D_QK>::kHeads - 1) / Config<D_QK>::kHeads;
-  const int64_t blocks = static_cast<int64_t>(p.num_tokens) * args.groups;
+  args.groups = (p.h_q + C::kHeads - 1) / C::kHeads;
+  if (C::kFp8) {
+    if (p.block_size < 1 || p.block_size > INT32_MAX) return false;
+    args.page = FastDivmod(static_cast<uint32_t>(p.block_size));
+  }
+  const int64_t outer = SPLIT ? static_cast<int64_t>(p.num_parts) * p.tokens_per_request : p.num_tokens;
+  const int64_t blocks = outer * args.groups;
   if (blocks > INT_MAX) return false;
-  sparse_prefill_sm90_kernel<D_QK>
-      <<<static_cast<unsigned>(blocks), Config<D_QK>::kThreads, Config<D_QK>::kSmemBytes, stream>>>(args);
+  sparse_attention_wgmma_kernel<C, SPLIT><<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, stream>>>(args);
   return cudaGetLastError() == cudaSuccess;
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
-
-}  // namespace
-}  // namespace prefill_sm90
-
-bool sparse_prefill_sm90_handles(const SparseAttentionParams& p) {
-  using prefill_sm90::aligned16;
-  if (p.kv_format != KvFormat::bf16 || p.sched != nullptr) return false;
-  if (p.d_qk != 576 && p.d_qk != 512) return false;
-  if (p.d_v != 512 || p.h_q < 1 || p.num_tokens < 0 || p.topk < 1) return false;
-  if (p.topk_length != nullptr && p.tokens_per_length < 1) return false;
-  if (p.lse_stride_request >= 0 && p.tokens_per_request < 1) return false;
-  if (p.q == nullptr || p.indices == nullptr || p.out == nullptr || (p.num_kv > 0 && p.kv == nullptr)) return false;
-  if (!aligned16(p.q) || p.q_stride_token % 8 != 0 || p.q_stride_head % 8 != 0) return false;
-  if (!aligned16(p.kv) || p.kv_row_stride % 8 != 0) return false;
-  // Output rows are written 4 bytes at a time.
-  if ((reinterpret_cast<uintptr_t>(p.out) & 3u) != 0 || p.out_stride_token % 2 != 0 || p.out_stride_head % 2 != 0)
-    return false;
-  return true;
-}
-
-bool launch_sparse_prefill_sm90(const SparseAttentionParams& p, cudaStream_t stream) {
-  if (!sparse_prefill_sm90_handles(p)) return false;
-  if (p.d_qk == 576) return prefill_sm90::launch<576>(p, stream);
-  return prefill_sm90::launch<512>(p, stream);
-}
-
-}  // namespace flashcpp::mla::kernels
+}  // namespace flashcpp::mla::kernels::wgmma

@@ -1,16 +1,20 @@
-// Configuration of the warp-specialized wgmma sparse-prefill kernel for Hopper (sparse_prefill_sm90.cu):
-// tile sizes, thread roles, register split and the shared-memory plan, with the budget checked at compile
-// time. The kernel's design is described at the top of sparse_prefill_sm90.cu.
+// Configuration of the warp-specialized wgmma sparse-attention kernel for Hopper
+// (sparse_attention_wgmma.cuh): tile sizes, thread roles, register split and the shared-memory plan, with
+// the budget checked at compile time. One Config per instantiation: bf16 KV (prefill) with d_qk 576 or
+// 512, and the DeepSeek V3.2 FP8 cache (decode, d_qk 576).
 #pragma once
 #include <cstdint>
 
-namespace flashcpp::mla::kernels::prefill_sm90 {
+namespace flashcpp::mla::kernels::wgmma {
 
 inline constexpr int kSmemOptinLimit = 232448;  // sm_90 opt-in shared memory per block (227 KiB)
 
-template <int D_QK>
+template <int D_QK, bool FP8>
 struct Config {
   static_assert(D_QK == 576 || D_QK == 512, "d_qk is 576 (512 NoPE + 64 RoPE) or 512");
+  static_assert(!FP8 || D_QK == 576, "the V3.2 FP8 cache holds 576 dims");
+  static constexpr int kDqk = D_QK;
+  static constexpr bool kFp8 = FP8;
 
   // Tiles. One CTA = one query token x 64 heads (the wgmma M); KV rows come in tiles of 64 (the N of
   // S = Q K^T and the K of O += P V), two tiles (A, B) per iteration.
@@ -28,8 +32,10 @@ struct Config {
   static constexpr int kConsumerThreads = 256;
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-  static constexpr int kConsumerRegs = 224;  // O half (128 f32) + S (32 f32) + P fragments + softmax state
-  static constexpr int kProducerRegs = 56;
+  // The FP8 producer holds a half tile's raw bytes (8 x 16 B per thread) in registers while it waits for
+  // the buffer, so it gets more.
+  static constexpr int kConsumerRegs = FP8 ? 200 : 224;  // O half (128 f32) + S (32 f32) + P fragments + softmax
+  static constexpr int kProducerRegs = FP8 ? 104 : 56;
   static_assert(kConsumerRegs * kConsumerThreads + kProducerRegs * kProducerThreads <= 65536,
                 "register split exceeds the register file");
   static_assert(kConsumerRegs % 8 == 0 && kProducerRegs % 8 == 0, "setmaxnreg counts are multiples of 8");
@@ -39,6 +45,10 @@ struct Config {
   static constexpr int kThreadsPerRow = 8;
   static constexpr int kRowsPerPass = kProducerThreads / kThreadsPerRow;  // 16
   static constexpr int kRowsPerThread = kTile / kRowsPerPass;              // 4
+  // FP8 rows: 512 e4m3 bytes = 32 chunks of 16; a thread dequantizes chunks sub + 8 k of its rows, two in
+  // each half (k 0, 1: dims 0..255; k 2, 3: dims 256..511).
+  static constexpr int kFp8RowBytes = 656, kFp8ScaleOffset = 512, kFp8RopeOffset = 528;
+  static constexpr int kFp8ChunksPerHalf = 2;
 
   // Shared memory (offsets from a 1024-byte aligned base; swizzled atoms must be 1024-aligned).
   static constexpr int kQBytes = kAtoms * kAtomBytes;
@@ -51,11 +61,12 @@ struct Config {
   // once S_A is done (saves 8 KiB, which is what makes d_qk 576 fit); with 512 it has its own buffer.
   static constexpr bool kPAInRope = D_QK == 576;
   static constexpr int kOffPA = kPAInRope ? kOffK + (kAtoms - 1) * kAtomBytes : kOffPB + kPBytes;
-  static constexpr int kOffValid = (kPAInRope ? kOffPB + kPBytes : kOffPA + kPBytes);  // int [2][64]
-  static constexpr int kOffMax = kOffValid + 2 * kTile * 4;   // float [2][64]: row max per consumer
-  static constexpr int kOffSum = kOffMax + 2 * kHeads * 4;    // float [2][64]: row sum per consumer
-  static constexpr int kOffBar = kOffSum + 2 * kHeads * 4;    // mbarriers
-  static constexpr int kNumBars = 1 + 4 + 4;                  // Q full; full[tile][half]; empty[tile][half]
+  static constexpr int kOffValid = (kPAInRope ? kOffPB + kPBytes : kOffPA + kPBytes);  // uint8 [2][64]
+  static constexpr int kOffMax = kOffValid + 2 * kTile;       // float [2][64]: row max per consumer
+  static constexpr int kOffSum = kOffMax + 2 * kHeads * 4;    // float [2 (work-item parity)][2][64]: row sums
+  static constexpr int kOffItem = kOffSum + 4 * kHeads * 4;   // 2 (work-item parity) x ItemInfo (32 B)
+  static constexpr int kOffBar = kOffItem + 2 * 32;           // mbarriers
+  static constexpr int kNumBars = 2 + 4 + 4;  // Q full, Q empty; full[tile][half]; empty[tile][half]
   static constexpr int kUsedBytes = kOffBar + kNumBars * 8;
   static constexpr int kAlignSlack = 1024;                    // the dynamic base is aligned up in the kernel
   static constexpr int kSmemBytes = kUsedBytes + kAlignSlack;
@@ -66,4 +77,4 @@ struct Config {
   static_assert(kSmemBytes <= kSmemOptinLimit, "shared-memory plan exceeds the sm_90 opt-in limit");
 };
 
-}  // namespace flashcpp::mla::kernels::prefill_sm90
+}  // namespace flashcpp::mla::kernels::wgmma
