@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
-#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-decode] [bench]
-#   [sanitize] (default: all but mla-quick and mla-decode: the sparse MLA check, tests and the issues'
-#   timing cases; the check and the decode timings)
+#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [bench] [sanitize]
+#   (default: all but mla-quick: the sparse MLA check, tests and the issues' timing cases)
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -95,19 +94,16 @@ if has mla; then
   $cli mla-bench 2>&1 | tee "$out/mla-bench.txt" | tail -40
 fi
 
-if has mla-decode; then
-  log "sparse MLA: kernel check (every case) and decode timings"
-  timeout 300 build-gpu/bench/bench_sparse_attention_sm90 --check 2>&1 | tee "$out/mla-check.txt" | grep -E 'FAIL|correctness'
-  timeout 300 $cli mla-bench --decode-only --batch 1 2 8 32 64 128 2>&1 | tee "$out/mla-decode.txt" | grep -v MLA_BENCH
-fi
-
 if has mla-quick; then
-  log "sparse MLA: kernel check (every case), test_mla_gpu, prefill and decode timings"
+  log "sparse MLA: kernel check (every case; FP8 on both Hopper kernels), test_mla_gpu, prefill and decode timings"
   timeout 300 build-gpu/bench/bench_sparse_attention_sm90 --check 2>&1 | tee "$out/mla-check.txt" | grep -E 'FAIL|PASS' | tail -40
+  FLASHCPP_MLA_FP8_KERNEL=wgmma timeout 300 build-gpu/bench/bench_sparse_attention_sm90 --check 2>&1 |
+    tee "$out/mla-check-fp8-wgmma.txt" | grep -E 'FAIL|correctness'
   run_gtests 'test_mla_gpu'
   timeout 300 $cli mla-bench --prefill-only --s-kv 8192 32768 131072 2>&1 | tee "$out/mla-prefill.txt" | grep -v MLA_BENCH
   timeout 300 $cli mla-bench --decode-only --batch 1 2 8 16 32 64 128 2>&1 | tee "$out/mla-decode.txt" | grep -v MLA_BENCH
   timeout 300 $cli mla-bench --decode-only --decode-s-q 1 --batch 1 128 2>&1 | tee "$out/mla-decode-sq1.txt" | grep -v MLA_BENCH
+  timeout 300 $cli mla-bench --decode-only --fp8-kernel wgmma --batch 1 64 128 2>&1 | tee "$out/mla-decode-wgmma.txt" | grep -v MLA_BENCH
 fi
 
 if has bench; then
@@ -120,8 +116,11 @@ fi
 if has sanitize; then
   log "compute-sanitizer on a small sparse MLA case"
   for tool in memcheck racecheck; do
-    FLASHCPP_GPU_TESTS=1 compute-sanitizer --tool $tool --error-exitcode 3 \
+    FLASHCPP_GPU_TESTS=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 \
       build-gpu/tests/gpu/test_mla_gpu --gtest_filter='*Golden*' 2>&1 | tail -5 | tee -a "$out/sanitize.txt"
+    # The wgmma prefill kernel on its small correctness cases.
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/bench/bench_sparse_attention_sm90 --quick 2>&1 |
+      tail -3 | tee -a "$out/sanitize.txt"
   done
 fi
 log "done"

@@ -72,12 +72,16 @@ std::atomic<bool>& force_simple_flag() {
 
 void check_launch(const char* what) { cuda_check(cudaGetLastError(), what); }
 
-// Runs the attention, split-KV or not: the Hopper kernel first on SM 9.0, the simple kernel otherwise.
+// Runs the attention, split-KV or not, on the kernel the selector picks. A kernel that cannot launch is an
+// error, never a silent switch to another kernel.
 void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream, int device_id) {
-  if (!kernels::force_simple_kernel() && device_support(device_id).hopper_kernel &&
-      kernels::launch_sparse_attention_sm90(p, stream))
-    return;
-  kernels::launch_sparse_attention_simple(p, stream);
+  const kernels::SparseKernel k = kernels::select_kernel(p, device_support(device_id).hopper_kernel);
+  if (!kernels::launch_kernel(k, p, stream)) {
+    (void)cudaGetLastError();
+    throw Error(ErrorCode::unsupported, std::string("sparse MLA: the ") + kernels::kernel_name(k) +
+                                            " kernel has no code for device " + std::to_string(device_id) +
+                                            " or too little shared memory there");
+  }
   check_launch("sparse MLA attention kernel launch");
 }
 

@@ -108,20 +108,42 @@ bool force_simple_kernel();
 /// Straightforward kernel, correct for every shape the API accepts (any SM >= 8.0). The yardstick.
 void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t stream);
 
-/// Fast Hopper kernels (sm_90a). `sparse_attention_sm90_handles` says whether they handle the problem
-/// (shape, format, alignment); `launch_sparse_attention_sm90` returns false, launching nothing, when they do
-/// not or when the device has no code for them (the caller then uses the simple kernel). Defined in
-/// sparse_attention_sm90.cpp.
-/// Guarantees from the host: q/kv data 16-byte aligned and their non-unit strides multiples of 8 elements;
-/// fp8 cache data 16-byte aligned, block stride a multiple of 16 bytes, slot stride 656; h_q >= 1
-/// (any value: heads are padded to groups of 64); topk a multiple of 64; num_tokens >= 1.
+/// The kernels, and the one selector that picks among them: dispatch (mla.cpp), the benchmarks and the tests
+/// all go through select_kernel, so they can never disagree.
+enum class SparseKernel : int {
+  simple = 0,      ///< sparse_attention_simple.cu: any SM >= 8.0, every shape the API accepts
+  mma_sm90 = 1,    ///< sparse_attention_mma_sm90.cu: Hopper FP8 decode on mma.sync (the default for FP8)
+  wgmma_sm90 = 2,  ///< sparse_attention_wgmma.cuh: Hopper warp-specialized wgmma (prefill; FP8 decode on request)
+};
+const char* kernel_name(SparseKernel k);
+
+/// Which Hopper kernel runs FP8 decode: mma_sm90 (default: it measured faster, docs/MLA.md) or wgmma_sm90.
+/// Initialised from FLASHCPP_MLA_FP8_KERNEL=wgmma|mma; for benchmarks and tests.
+void set_fp8_decode_kernel(SparseKernel k);
+SparseKernel fp8_decode_kernel();
+
+/// Whether the Hopper kernels handle the problem (shape, format, alignment). Guarantees from the host: q/kv
+/// data 16-byte aligned and their non-unit strides multiples of 8 elements; fp8 cache data 16-byte aligned,
+/// block stride a multiple of 16 bytes, slot stride 656; h_q >= 1 (heads are padded to groups of 64); topk
+/// a multiple of 64; num_tokens >= 1.
 bool sparse_attention_sm90_handles(const SparseAttentionParams& p);
+
+/// The kernel for `p` on a device where `hopper` says the sm_90a kernels can run (compute capability 9.0):
+/// simple when forced (set_force_simple_kernel) or when the Hopper kernels do not handle the problem;
+/// otherwise wgmma_sm90 for bf16 KV and fp8_decode_kernel() for the FP8 cache.
+SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper);
+
+/// Launches kernel `k` on the current device. False, launching nothing, when the device has no code for it
+/// (a Hopper kernel on another GPU, or not enough shared memory); launch errors are left in cudaGetLastError.
+bool launch_kernel(SparseKernel k, const SparseAttentionParams& p, cudaStream_t stream);
+
+/// The selected Hopper kernel for `p` (select_kernel with hopper = true); false when that is the simple
+/// kernel or the launch did not happen. For the kernel benchmark, which compares it with the simple kernel.
 bool launch_sparse_attention_sm90(const SparseAttentionParams& p, cudaStream_t stream);
 
-/// The warp-specialized wgmma kernel's instantiations (sparse_attention_wgmma_{bf16,fp8}.cu): bf16 KV
-/// (prefill, d_qk 576 or 512) and the V3.2 FP8 cache (decode, split-KV or not). Called only for problems
-/// sparse_attention_sm90_handles accepts; false when the device has no code for them.
+/// Kernel entry points, called only through launch_kernel (false: the device has no code for them).
 bool launch_sparse_attention_wgmma_bf16(const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_sparse_attention_wgmma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
+bool launch_sparse_attention_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
 
 }  // namespace flashcpp::mla::kernels

@@ -1,7 +1,9 @@
-// The Hopper (sm_90a) entry point of the sparse MLA kernels: checks that the warp-specialized wgmma kernel
-// (sparse_attention_wgmma.cuh) handles the problem, then launches its bf16 (prefill) or FP8 (decode)
-// instantiation.
+// The kernel selector of sparse MLA (sparse_attention_kernel.hpp): which kernel runs a problem, and the
+// one launch switch over the kernels.
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "mla/sparse_attention_kernel.hpp"
 
@@ -37,10 +39,52 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p) {
   return false;
 }
 
+namespace {
+std::atomic<SparseKernel>& fp8_kernel_flag() {
+  static std::atomic<SparseKernel> flag{[] {
+    const char* v = std::getenv("FLASHCPP_MLA_FP8_KERNEL");
+    return v != nullptr && std::strcmp(v, "wgmma") == 0 ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90;
+  }()};
+  return flag;
+}
+}  // namespace
+
+const char* kernel_name(SparseKernel k) {
+  switch (k) {
+    case SparseKernel::simple: return "simple";
+    case SparseKernel::mma_sm90: return "mma_sm90";
+    case SparseKernel::wgmma_sm90: return "wgmma_sm90";
+  }
+  return "unknown";
+}
+
+void set_fp8_decode_kernel(SparseKernel k) {
+  fp8_kernel_flag().store(k == SparseKernel::wgmma_sm90 ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90);
+}
+SparseKernel fp8_decode_kernel() { return fp8_kernel_flag().load(std::memory_order_relaxed); }
+
+SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {
+  if (force_simple_kernel() || !hopper || !sparse_attention_sm90_handles(p)) return SparseKernel::simple;
+  return p.kv_format == KvFormat::bf16 ? SparseKernel::wgmma_sm90 : fp8_decode_kernel();
+}
+
+bool launch_kernel(SparseKernel k, const SparseAttentionParams& p, cudaStream_t stream) {
+  switch (k) {
+    case SparseKernel::simple:
+      launch_sparse_attention_simple(p, stream);
+      return true;
+    case SparseKernel::mma_sm90:
+      return launch_sparse_attention_mma_fp8(p, stream);
+    case SparseKernel::wgmma_sm90:
+      return p.kv_format == KvFormat::bf16 ? launch_sparse_attention_wgmma_bf16(p, stream)
+                                           : launch_sparse_attention_wgmma_fp8(p, stream);
+  }
+  return false;
+}
+
 bool launch_sparse_attention_sm90(const SparseAttentionParams& p, cudaStream_t stream) {
-  if (!sparse_attention_sm90_handles(p)) return false;
-  return p.kv_format == KvFormat::bf16 ? launch_sparse_attention_wgmma_bf16(p, stream)
-                                       : launch_sparse_attention_wgmma_fp8(p, stream);
+  const SparseKernel k = select_kernel(p, /*hopper=*/true);
+  return k != SparseKernel::simple && launch_kernel(k, p, stream);
 }
 
 }  // namespace flashcpp::mla::kernels

@@ -38,36 +38,18 @@
 #include <mutex>
 
 #include "mla/decode_schedule.hpp"
+#include "mla/fast_divmod.hpp"
 #include "mla/fp8_v32_dequant.cuh"
 #include "mla/sparse_attention_kernel.hpp"
 #include "mla/sparse_attention_wgmma_config.hpp"
 
 namespace flashcpp::mla::kernels::wgmma {
 
-// n / d and n % d for 0 <= n < 2^31 and a divisor 1 <= d < 2^31 fixed per launch, by a multiply-high
-// and a shift (the FP8 producer splits every index into page and slot; a 64-bit division per row cost
-// more than the dequantization).
-struct FastDivmod {
-  uint32_t divisor = 1, multiplier = 0, shift = 0;
-  FastDivmod() = default;
-  explicit FastDivmod(uint32_t d) : divisor(d) {
-    if (d <= 1) return;
-    uint32_t log2_ceil = 0;
-    while ((1ull << log2_ceil) < d) ++log2_ceil;
-    const uint32_t p = 31 + log2_ceil;
-    multiplier = static_cast<uint32_t>(((1ull << p) + d - 1) / d);
-    shift = p - 32;
-  }
-  __device__ __forceinline__ uint32_t div(uint32_t n) const {
-    return divisor == 1 ? n : (__umulhi(n, multiplier) >> shift);
-  }
-};
-
 struct KernelArgs {
   SparseAttentionParams p;
   float scale_log2;   // sm_scale * log2(e)
   int groups;         // ceil(h_q / 64)
-  FastDivmod page;    // FP8 cache: index -> (page, slot) by block_size
+  mla::FastDivmod page;  // FP8 cache: index -> (page, slot) by block_size
 };
 
 // Byte offset of FP8 cache row `idx` (0 <= idx < num_kv).
@@ -362,7 +344,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           // The next iteration's rows into L2 (one per thread: tile sub / 4, row sub % 4 of this thread's
           // group's four), so the loads of each half-fill, which wait for the one before, hit L2 instead of HBM.
           // After two fills the next indices have landed.
-          if (step == 2 && it + 1 < n_iters) {
+          if (step == 2 && it + 1 < n_iters ) {
             int idx = -1;
 #pragma unroll
             for (int i = 0; i < 2 * C::kRowsPerThread; ++i)  // constant indices keep idx_next in registers
@@ -423,9 +405,12 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
               const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
               uint4 lo, hi;
               fp8::dequant_e4m3x16(raw[r][j], j == 0 ? scale[r].x : scale[r].y, lo, hi);
+              // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks):
+              // the upper four store their odd chunk first, so each store instruction is conflict-free.
               const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
-              st_shared_v4(atom + chunk_offset(row, (2 * c) & 7), lo);
-              st_shared_v4(atom + chunk_offset(row, (2 * c + 1) & 7), hi);
+              const bool odd_first = (sub & 4) != 0;
+              st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), odd_first ? hi : lo);
+              st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), odd_first ? lo : hi);
             }
             if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom
               const bool valid = row_off[r] >= 0;
@@ -763,7 +748,7 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
   args.groups = (p.h_q + C::kHeads - 1) / C::kHeads;
   if (C::kFp8) {
     if (p.block_size < 1 || p.block_size > INT32_MAX) return false;
-    args.page = FastDivmod(static_cast<uint32_t>(p.block_size));
+    args.page = mla::FastDivmod(static_cast<uint32_t>(p.block_size));
   }
   const int64_t outer = SPLIT ? static_cast<int64_t>(p.num_parts) * p.tokens_per_request : p.num_tokens;
   const int64_t blocks = outer * args.groups;

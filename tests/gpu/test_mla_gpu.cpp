@@ -55,6 +55,8 @@ struct Dev {
   T* get() const { return buf.as<T>(); }
 };
 
+constexpr uint16_t kPoisonBf16 = static_cast<uint16_t>(::flashcpp::testing::kPoisonByte * 0x101);  // poisoned element
+
 TensorView dview(void* p, DType t, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(p, t, Device::cuda(0), shape);
 }
@@ -147,6 +149,7 @@ struct PrefillCase {
   int64_t s_q, h_q, d_qk, s_kv, topk;
   bool sink = false, topk_len = false, invalid_mix = true;
   int64_t max_ref_rows = 12;
+  bool strided = false;  // q and out with padded head and token strides (padding NaN / poison, never touched)
 };
 
 void run_prefill_case(const PrefillCase& c, uint32_t seed) {
@@ -184,13 +187,20 @@ void run_prefill_case(const PrefillCase& c, uint32_t seed) {
   if (c.h_q > 2) sink[0] = INFINITY, sink[1] = -INFINITY;
   const double sm_scale = 0.5 / std::sqrt(static_cast<double>(c.d_qk)) * 8;
 
-  Dev<uint16_t> dq(q), dkv(kv), dout(static_cast<size_t>(c.s_q * c.h_q * 512));
+  // Strides of q and out as the device sees them (the padding of a strided case is NaN in q).
+  const int64_t q_head = c.strided ? c.d_qk + 64 : c.d_qk, q_tok = c.strided ? c.h_q * q_head + 64 : c.h_q * q_head;
+  const int64_t o_head = c.strided ? 512 + 64 : 512, o_tok = c.strided ? c.h_q * o_head + 64 : c.h_q * o_head;
+  std::vector<uint16_t> q_dev(static_cast<size_t>(c.s_q * q_tok), 0x7fc0);
+  for (int64_t t = 0; t < c.s_q; ++t)
+    for (int64_t h = 0; h < c.h_q; ++h)
+      std::copy_n(q.begin() + (t * c.h_q + h) * c.d_qk, c.d_qk, q_dev.begin() + t * q_tok + h * q_head);
+  Dev<uint16_t> dq(q_dev), dkv(kv), dout(static_cast<size_t>(c.s_q * o_tok));
   Dev<int32_t> didx(idx), dlen(len);
   Dev<float> dsink(sink), dlse(static_cast<size_t>(c.s_q * c.h_q)), dml(static_cast<size_t>(c.s_q * c.h_q));
-  const auto qv = dview(dq.get(), DType::bf16, {c.s_q, c.h_q, c.d_qk});
+  const auto qv = TensorView::strided(dq.get(), DType::bf16, Device::cuda(0), {c.s_q, c.h_q, c.d_qk}, {q_tok, q_head, 1});
   const auto kvv = dview(dkv.get(), DType::bf16, {c.s_kv, 1, c.d_qk});
   const auto iv = dview(didx.get(), DType::i32, {c.s_q, 1, c.topk});
-  const auto ov = dview(dout.get(), DType::bf16, {c.s_q, c.h_q, 512});
+  const auto ov = TensorView::strided(dout.get(), DType::bf16, Device::cuda(0), {c.s_q, c.h_q, 512}, {o_tok, o_head, 1});
   const auto lv = dview(dlse.get(), DType::f32, {c.s_q, c.h_q});
   const auto mv = dview(dml.get(), DType::f32, {c.s_q, c.h_q});
   const auto sv = dview(dsink.get(), DType::f32, {c.h_q});
@@ -217,7 +227,16 @@ void run_prefill_case(const PrefillCase& c, uint32_t seed) {
     mla::sparse_prefill(qv, kvv, iv, ov, &mv, lv, params, nullptr);
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
-    const auto out = dout.download();
+    const auto out_dev = dout.download();
+    std::vector<uint16_t> out(static_cast<size_t>(c.s_q * c.h_q * 512));
+    size_t touched_padding = 0;
+    for (int64_t t = 0; t < c.s_q; ++t)
+      for (int64_t h = 0; h < c.h_q; ++h) {
+        std::copy_n(out_dev.begin() + t * o_tok + h * o_head, 512, out.begin() + (t * c.h_q + h) * 512);
+        for (int64_t i = 512; i < (h + 1 < c.h_q ? o_head : o_tok - h * o_head); ++i)
+          touched_padding += out_dev[static_cast<size_t>(t * o_tok + h * o_head + i)] != kPoisonBf16;
+      }
+    EXPECT_EQ(touched_padding, 0u) << "the kernel wrote between the rows of a strided out";
     const auto lse = dlse.download(), ml = dml.download();
     expect_close(out, lse, &ml, rows, ref, c.h_q, simple ? "simple" : "dispatched");
   }
@@ -305,6 +324,18 @@ TEST(MlaGpuPrefill, LargeAndOddShapes) {
   run_prefill_case({70, 20, 576, 700, 256, true, true, true, 8}, 9);      // 20 heads: no padding needed
   run_prefill_case({9, 1, 512, 64, 64, false, false, true, 9}, 10);       // one head, s_kv == topk
   run_prefill_case({5, 130, 576, 32, 2048, true, true, true, 5}, 11);     // s_kv << topk: mostly invalid
+}
+
+TEST(MlaGpuPrefill, StridedQueryAndOutput) {
+  FLASHCPP_REQUIRE_GPU();
+  for (int64_t d_qk : {576, 512}) {
+    PrefillCase c{37, 128, d_qk, 3000, 512, true, true};
+    c.strided = true;
+    run_prefill_case(c, 12 + static_cast<uint32_t>(d_qk));
+    PrefillCase one{1, 64, d_qk, 100, 64};  // s_q 1, topk 64 (one tile: the second of the pair is masked)
+    one.strided = true;
+    run_prefill_case(one, 13 + static_cast<uint32_t>(d_qk));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------

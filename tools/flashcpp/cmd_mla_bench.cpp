@@ -194,8 +194,14 @@ void add_mla_bench_command(CLI::App& app) {
   cmd->add_flag("--prefill-only", only->first, "Only the prefill cases");
   cmd->add_flag("--decode-only", only->second, "Only the decode cases");
   cmd->add_flag("--simple", opts->simple, "Force the portable simple kernel (no Hopper kernel)");
-  cmd->callback([opts, only] {
+  auto fp8_kernel = std::make_shared<std::string>("");
+  cmd->add_option("--fp8-kernel", *fp8_kernel, "Hopper kernel for FP8 decode: mma (default) or wgmma")
+      ->check(CLI::IsMember({"mma", "wgmma"}));
+  cmd->callback([opts, only, fp8_kernel] {
     MlaBenchOptions o = *opts;
+    if (!fp8_kernel->empty())
+      mla::kernels::set_fp8_decode_kernel(*fp8_kernel == "wgmma" ? mla::kernels::SparseKernel::wgmma_sm90
+                                                                 : mla::kernels::SparseKernel::mma_sm90);
     if (only->first) o.decode = false;
     if (only->second) o.prefill = false;
     mla::kernels::set_force_simple_kernel(o.simple);

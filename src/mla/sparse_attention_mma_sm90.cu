@@ -1,0 +1,677 @@
+// Sparse MLA FP8 decode for Hopper (sm_90a) on warp-level tensor cores (mma.sync), with FlashMLA's
+// semantics (see sparse_attention_kernel.hpp, docs/MLA.md): the DeepSeek V3.2 FP8 cache, split-KV or not.
+// It measures faster on decode than the wgmma kernel's FP8 variant (docs/MLA.md); prefill runs on the wgmma
+// kernel. The template's bf16 branch is the same kernel's prefill path, no longer instantiated.
+//
+// Design (warp-level tensor cores; every operand goes through shared memory and ldmatrix):
+//   * One CTA = one query token x one group of 64 heads (h_q = 128 -> 2 CTAs per token, adjacent in
+//     blockIdx.x so that both gather the same KV rows through L2 at about the same time). The 64 heads
+//     share the token's KV rows (MQA), which is what makes the problem compute-bound.
+//   * 256 threads = 8 warps. Warp w owns rows mw = w & 1 (heads 32*mw .. +32) and the quarter nq = w >> 1:
+//       S = Q K^T  (64 x 64 per KV tile): warp computes rows 32*mw.., KV columns 16*nq .. +16
+//       O += P V   (64 x 512):            warp computes rows 32*mw.., d_v columns 128*nq .. +128
+//     Both GEMMs use mma.sync m16n8k16 bf16 -> f32 with ldmatrix(.trans) fragments.
+//   * Loop over topk in tiles of 64 KV rows, two KV buffers: tile j+1 is gathered (cp.async 16 B for bf16,
+//     ld.global.nc + dequantize + st.shared for FP8) while tile j is computed. Per tile: barrier (A) tile
+//     ready, S GEMM, row max exchange through smem, barrier (B), online softmax (base 2, sm_scale*log2e
+//     folded in), P (bf16) to smem, barrier (C), PV GEMM.
+//   * Masked slots (index < 0, >= num_kv, or slot >= topk_length) are never read: their smem rows are
+//     zero-filled (cp.async src-size 0 / explicit zeros) and their logits are -inf, so nothing of a masked
+//     row can reach the output.
+//
+// Shared memory (d_qk = 576; row = 1152 B; every row-major tile uses an XOR swizzle of the 16-byte chunk
+// index with (row & 7), so the 8 row addresses of each ldmatrix phase fall in 8 different bank groups):
+//   Q      64 x 576 bf16                 73,728 B
+//   K/V    2 x 64 x 576 bf16            147,456 B  (V = first 512 columns of the same rows)
+//   P      64 x 64 bf16                   8,192 B
+//   valid flags 2 x 64 int, row-max 4 x 64 f32, row-sum 4 x 64 f32: 2,560 B
+//   total 231,936 B <= 232,448 B (227 KiB opt-in) -> 1 CTA per SM. d_qk = 512: 206,336 B.
+//   The epilogue stages the bf16 O tile (64 x 512, 64 KiB) in K buffer 0 for 16-byte coalesced stores.
+// Registers per thread (8 warps, __launch_bounds__(256, 1) -> up to 255):
+//   O accumulator 32 rows x 128 cols / 32 lanes = 128 f32; S accumulator 32 x 16 / 32 = 16 f32;
+//   running max/sum 8; fragments ~16; FP8 prefetch (half a tile row share: 4 x 16 B + scales) 20;
+//   addresses/indices ~20. About 210; the ptxas report (docs/MLA.md) shows no spills.
+// Shared-memory traffic per 64-row KV tile (the expected limiter of an mma.sync design): S GEMM 8 warps x
+// 36 k-steps x 3 ldmatrix.x4 (432 KiB), PV 8 x 4 x 10 ldmatrix.x4 (160 KiB), gather 72 KiB: ~5.3k cycles
+// at 128 B/clk against 8.9 MFLOP, i.e. a ceiling near 330 TFLOP/s on 132 SMs at 1.75 GHz.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+#include "mla/decode_schedule.hpp"
+#include "mla/fast_divmod.hpp"
+#include "mla/sparse_attention_kernel.hpp"
+
+namespace flashcpp::mla::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kHeadsPerCta = 64;
+constexpr int kTileKv = 64;
+constexpr int kDv = 512;
+constexpr int kFp8ScaleOffset = 512;
+constexpr int kFp8RopeOffset = 528;
+static_assert(kTileKv == sched::kBlockSlots, "a schedule block must be one KV tile");
+
+template <int D_QK>
+struct SmemPlan {
+  static constexpr int kChunks = D_QK / 8;  // 16-byte chunks per row
+  static constexpr int kRowBytes = D_QK * 2;
+  static constexpr int kQBytes = kHeadsPerCta * kRowBytes;
+  static constexpr int kKBytes = kTileKv * kRowBytes;
+  static constexpr int kPRowBytes = kTileKv * 2;  // 128
+  static constexpr int kPBytes = kHeadsPerCta * kPRowBytes;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = kOffQ + kQBytes;  // two buffers
+  static constexpr int kOffP = kOffK + 2 * kKBytes;
+  static constexpr int kOffValid = kOffP + kPBytes;       // int [2][64]
+  static constexpr int kOffMax = kOffValid + 2 * 64 * 4;  // float [4][64]
+  static constexpr int kOffSum = kOffMax + 4 * 64 * 4;    // float [4][64]
+  static constexpr int kBytes = kOffSum + 4 * 64 * 4;
+  static_assert(D_QK % 64 == 0, "chunks per row must be a multiple of 8 for the swizzle");
+  static_assert(kKBytes >= kHeadsPerCta * kDv * 2, "O staging must fit in one K buffer");
+  static_assert(kBytes <= 232448, "exceeds the sm_90 opt-in shared memory per block");
+};
+
+struct KernelArgs {
+  SparseAttentionParams p;
+  float scale_log2;  // sm_scale * log2(e)
+  int groups;        // ceil(h_q / 64)
+  FastDivmod page;   // index -> (page, slot) by block_size
+};
+
+// ---------------------------------------------------------------------------------------------------
+// PTX helpers.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// D (16x8 f32) += A (16x16 bf16, row) * B (16x8 bf16, col).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+// Two e4m3 (low byte first) -> bf16x2 of (value * scale), product rounded once from f32.
+__device__ __forceinline__ uint32_t dequant_e4m3x2(uint32_t two, float scale) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return pack_bf16x2(f.x * scale, f.y * scale);
+}
+// Physical byte offset of logical 16-byte chunk `chunk` of row `row` in a swizzled row-major tile.
+__device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
+  return static_cast<uint32_t>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// SPLIT: the split-KV decode variant (a separate instantiation, so the unsplit kernel keeps its registers).
+template <int D_QK, bool FP8, bool SPLIT>
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(const __grid_constant__ KernelArgs args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using Plan = SmemPlan<D_QK>;
+  constexpr int kChunks = Plan::kChunks;
+  constexpr int kRowBytes = Plan::kRowBytes;
+  constexpr int kKSteps = D_QK / 16;
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  const SparseAttentionParams& p = args.p;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int mw = warp & 1;   // 32-row block
+  const int nq = warp >> 1;  // quarter: S columns 16*nq.., O columns 128*nq..
+  const int g = lane >> 2, t = lane & 3;
+  const int x7 = lane & 7;
+  const int hi16 = lane >> 4;         // ldmatrix: second 8-column half of A / trans B
+  const int hi8 = (lane >> 3) & 1;    // ldmatrix: second k half of non-trans B
+
+  // blockIdx.x = outer * groups + head group (the head groups of one token are adjacent).
+  const int head0 = static_cast<int>(blockIdx.x % args.groups) * kHeadsPerCta;
+  const int64_t outer = blockIdx.x / args.groups;
+
+  const uint32_t sbase = smem_addr(smem);
+  const uint32_t sQ = sbase + Plan::kOffQ;
+  const uint32_t sK = sbase + Plan::kOffK;
+  const uint32_t sP = sbase + Plan::kOffP;
+  int* s_valid = reinterpret_cast<int*>(smem + Plan::kOffValid);
+  float* s_max = reinterpret_cast<float*>(smem + Plan::kOffMax);
+  float* s_sum = reinterpret_cast<float*>(smem + Plan::kOffSum);
+
+  // ---- Work items. Without a schedule, outer is the token and the CTA attends over all its tiles.
+  // With a split-KV schedule (decode), outer = part * tokens_per_request + token of the request: the CTA
+  // walks the part's requests, each over the part's range of tiles, and writes either the final output
+  // (a request the schedule did not split) or one f32 partial row for the combine kernel.
+  constexpr bool split = SPLIT;
+  const int nb = sched::blocks_of(p.topk);
+  int r_first = 0, r_last = 0, tok_in_req = 0;
+  // The part's metadata is read again where it is used (global, L1-resident): holding its fields in
+  // registers across the tile loop would spill.
+  const sched::PartMeta* meta = nullptr;
+  if (split) {
+    meta = static_cast<const sched::PartMeta*>(p.sched) + outer / p.tokens_per_request;
+    tok_in_req = static_cast<int>(outer % p.tokens_per_request);
+    r_first = meta->begin_req < 0 ? 0 : meta->begin_req;
+    r_last = meta->end_req < p.num_requests ? meta->end_req : p.num_requests - 1;  // empty part: r_last < r_first
+  }
+  for (int req = r_first; req <= r_last; ++req) {
+    int64_t token = outer;
+    int tile_begin = 0, tile_end = INT_MAX;
+    int64_t accum_row = -1;  // >= 0: this item writes partial row accum_row; -1: the final output
+    bool write_partial = false;
+    if (split) {
+      const sched::PartMeta m = *meta;
+      int b0 = req == m.begin_req ? m.begin_block : 0;
+      int b1 = req == m.end_req ? m.end_block : nb;
+      b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
+      b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
+      tile_begin = b0;
+      tile_end = b1;
+      token = static_cast<int64_t>(req) * p.tokens_per_request + tok_in_req;
+      const int local = req == m.begin_req ? m.begin_split : 0;
+      const int split0 = p.num_splits[req];
+      const int nsplit = p.num_splits[req + 1] - split0;
+      if (nsplit > 1) {
+        accum_row = static_cast<int64_t>(split0 + local) * p.tokens_per_request + tok_in_req;
+        write_partial = accum_row >= 0 && accum_row < p.accum_rows && local < nsplit;
+      }
+    }
+
+    // Effective number of slots for this token, and this item's tiles [j_begin, j_end).
+    int eff = p.topk;
+    if (p.topk_length != nullptr) {
+      const int len = __ldg(p.topk_length + token / p.tokens_per_length);
+      eff = len < 0 ? 0 : (len < p.topk ? len : p.topk);
+    }
+    const int n_tiles = (eff + kTileKv - 1) / kTileKv;
+    const int j_begin = tile_begin;
+    const int j_end = tile_end < n_tiles ? tile_end : n_tiles;
+
+    // Gather role: 4 threads per row, thread `gsub` takes chunks gsub, gsub + 4, ...
+    const int grow = tid >> 2, gsub = tid & 3;
+    const int32_t* idx_row = p.indices + token * p.indices_stride_token;
+    auto load_index = [&](int tile) -> int {
+      const int slot = tile * kTileKv + grow;
+      return slot < eff ? __ldg(idx_row + slot) : -1;
+    };
+    auto index_valid = [&](int idx) -> bool { return idx >= 0 && static_cast<int64_t>(idx) < p.num_kv; };
+
+    // ---- Q: 64 heads x D_QK, rows past h_q zero-filled.
+    {
+      const int head = head0 + grow;
+      const bool ok = head < p.h_q;
+      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + token * p.q_stride_token +
+                                 static_cast<int64_t>(ok ? head : 0) * p.q_stride_head;
+#pragma unroll
+      for (int i = 0; i < kChunks / 4; ++i) {
+        const int c = gsub + 4 * i;
+        cp_async_16(sQ + swz(grow, c, kRowBytes), src + c * 8, ok ? 16 : 0);
+      }
+    }
+
+    // ---- KV gather.
+    // bf16: all columns by cp.async (zero-filled when masked).
+    auto gather_bf16 = [&](int buf, int idx) {
+      const bool valid = index_valid(idx);
+      const __nv_bfloat16* src =
+          static_cast<const __nv_bfloat16*>(p.kv) + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0);
+      const uint32_t dst = sK + buf * Plan::kKBytes;
+#pragma unroll
+      for (int i = 0; i < kChunks / 4; ++i) {
+        const int c = gsub + 4 * i;
+        cp_async_16(dst + swz(grow, c, kRowBytes), src + c * 8, valid ? 16 : 0);
+      }
+      if (gsub == 0) s_valid[buf * kTileKv + grow] = valid ? 1 : 0;
+    };
+    // FP8: the row's 32 e4m3 chunks (16 B = 16 values each) are split over the 4 threads (chunks
+    // gsub + 4 i, i < 8, so chunk i uses scale i / 2) and handled in two halves (i < 4, i >= 4) so that
+    // only 4 chunks are held in registers at a time. The rope part is bf16 and goes by cp.async.
+    const uint8_t* fp8_row = nullptr;
+    bool fp8_valid = false;
+    float fp8_scale[4] = {0.f, 0.f, 0.f, 0.f};
+    uint4 fp8_raw[4];
+    auto fp8_begin = [&](int buf, int idx) {
+      fp8_valid = index_valid(idx);
+      const uint32_t r = fp8_valid ? static_cast<uint32_t>(idx) : 0u;
+      const uint32_t page = args.page.div(r), slot = r - page * args.page.divisor;
+      fp8_row = static_cast<const uint8_t*>(p.kv) + static_cast<int64_t>(page) * p.kv_block_stride_bytes +
+                static_cast<int64_t>(slot) * p.kv_slot_stride_bytes;
+      const uint32_t dst = sK + buf * Plan::kKBytes;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int rc = gsub + 4 * k;  // rope chunk 0..7 -> bf16 chunk 64 + rc
+        cp_async_16(dst + swz(grow, 64 + rc, kRowBytes), fp8_row + kFp8RopeOffset + 16 * rc, fp8_valid ? 16 : 0);
+      }
+      if (fp8_valid) {
+        const float4 s = __ldg(reinterpret_cast<const float4*>(fp8_row + kFp8ScaleOffset));
+        fp8_scale[0] = s.x; fp8_scale[1] = s.y; fp8_scale[2] = s.z; fp8_scale[3] = s.w;
+      } else {
+        fp8_scale[0] = fp8_scale[1] = fp8_scale[2] = fp8_scale[3] = 0.f;
+      }
+      if (gsub == 0) s_valid[buf * kTileKv + grow] = fp8_valid ? 1 : 0;
+    };
+    auto fp8_load_half = [&](int half) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = gsub + 4 * (4 * half + i);
+        fp8_raw[i] = fp8_valid ? ld_global_nc_v4(fp8_row + 16 * c) : make_uint4(0, 0, 0, 0);
+      }
+    };
+    auto fp8_store_half = [&](int buf, int half) {
+      const uint32_t dst = sK + buf * Plan::kKBytes;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int ii = 4 * half + i;
+        const int c = gsub + 4 * ii;  // e4m3 chunk: values 16c .. 16c+15 -> bf16 chunks 2c, 2c+1
+        const float s = fp8_scale[ii >> 1];
+        uint4 lo, hi;
+        lo.x = dequant_e4m3x2(fp8_raw[i].x, s);
+        lo.y = dequant_e4m3x2(fp8_raw[i].x >> 16, s);
+        lo.z = dequant_e4m3x2(fp8_raw[i].y, s);
+        lo.w = dequant_e4m3x2(fp8_raw[i].y >> 16, s);
+        hi.x = dequant_e4m3x2(fp8_raw[i].z, s);
+        hi.y = dequant_e4m3x2(fp8_raw[i].z >> 16, s);
+        hi.z = dequant_e4m3x2(fp8_raw[i].w, s);
+        hi.w = dequant_e4m3x2(fp8_raw[i].w >> 16, s);
+        st_shared_v4(dst + swz(grow, 2 * c, kRowBytes), lo);
+        st_shared_v4(dst + swz(grow, 2 * c + 1, kRowBytes), hi);
+      }
+    };
+
+    // ---- Prologue: tile 0 into buffer 0.
+    int idx_next = -1;
+    if (j_begin < j_end) {
+      const int idx0 = load_index(j_begin);
+      if constexpr (FP8) {
+        fp8_begin(0, idx0);
+        fp8_load_half(0);
+        fp8_store_half(0, 0);
+        fp8_load_half(1);
+        fp8_store_half(0, 1);
+      } else {
+        gather_bf16(0, idx0);
+      }
+      idx_next = load_index(j_begin + 1);
+    }
+    cp_async_commit();
+
+    // ---- Per-thread state. Rows of this thread: r = 2*mt + hf -> row 32*mw + 16*mt + 8*hf + g.
+    float o_acc[2][16][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] = 0.f;
+    float m_run[4], l_run[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      m_run[r] = -INFINITY;
+      l_run[r] = 0.f;
+    }
+
+    const uint32_t a_row = sQ + (mw * 32 + (lane & 15)) * kRowBytes;            // + mt * 16 rows
+    const uint32_t b_row_off = (nq * 16 + (lane & 7) + (hi16 << 3)) * kRowBytes;  // in a K buffer
+    const uint32_t p_row = sP + (mw * 32 + (lane & 15)) * Plan::kPRowBytes;
+    const uint32_t v_row_off = (lane & 15) * kRowBytes;
+
+    for (int j = j_begin; j < j_end; ++j) {
+      const int buf = (j - j_begin) & 1;
+      cp_async_wait_all();
+      __syncthreads();  // (A) tile j visible; everyone is done with tile j-1 (its buffer, sP, s_max).
+
+      const bool has_next = j + 1 < j_end;
+      if (has_next) {
+        if constexpr (FP8) {
+          fp8_begin(buf ^ 1, idx_next);
+          fp8_load_half(0);
+        } else {
+          gather_bf16(buf ^ 1, idx_next);
+        }
+      }
+      cp_async_commit();
+      idx_next = load_index(j + 2);
+
+      // ---- S = Q K^T: rows 32*mw .. +32, columns 16*nq .. +16, k = D_QK.
+      const uint32_t kbuf = sK + buf * Plan::kKBytes;
+      float s_acc[2][2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s_acc[mt][nt][e] = 0.f;
+      // 64 columns (8 chunks, one swizzle period) per outer step; the inner 4 k-steps use per-lane
+      // swizzled chunk offsets (the XOR touches only the low 3 bits of the chunk index).
+#pragma unroll 1
+      for (int kb = 0; kb < kKSteps / 4; ++kb) {
+        const uint32_t a_base = a_row + kb * 128;
+        const uint32_t b_base = kbuf + b_row_off + kb * 128;
+#pragma unroll
+        for (int kq = 0; kq < 4; ++kq) {
+          uint32_t a0[4], a1[4], b[4];
+          ldmatrix_x4(a0, a_base + (((2 * kq + hi16) ^ x7) << 4));
+          ldmatrix_x4(a1, a_base + 16 * kRowBytes + (((2 * kq + hi16) ^ x7) << 4));
+          ldmatrix_x4(b, b_base + (((2 * kq + hi8) ^ x7) << 4));
+          mma_bf16(s_acc[0][0], a0, b[0], b[1]);
+          mma_bf16(s_acc[0][1], a0, b[2], b[3]);
+          mma_bf16(s_acc[1][0], a1, b[0], b[1]);
+          mma_bf16(s_acc[1][1], a1, b[2], b[3]);
+        }
+      }
+
+      if constexpr (FP8) {
+        if (has_next) {
+          fp8_store_half(buf ^ 1, 0);
+          fp8_load_half(1);
+        }
+      }
+
+      // ---- Mask, scale to base 2, row max over this warp's 16 columns, exchange through smem.
+      {
+        const int* vf = s_valid + buf * kTileKv + nq * 16 + 2 * t;
+        const int2 v0 = *reinterpret_cast<const int2*>(vf);
+        const int2 v1 = *reinterpret_cast<const int2*>(vf + 8);
+        const bool col_ok[2][2] = {{v0.x != 0, v0.y != 0}, {v1.x != 0, v1.y != 0}};
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              s_acc[mt][nt][e] = col_ok[nt][e & 1] ? s_acc[mt][nt][e] * args.scale_log2 : -INFINITY;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            float mx = fmaxf(fmaxf(s_acc[mt][0][2 * hf], s_acc[mt][0][2 * hf + 1]),
+                             fmaxf(s_acc[mt][1][2 * hf], s_acc[mt][1][2 * hf + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            if (t == 0) s_max[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = mx;
+          }
+      }
+      __syncthreads();  // (B)
+
+      // ---- Online softmax; P (bf16) to smem.
+      {
+        float alpha[4];
+        float m_use[4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int r = 2 * mt + hf;
+            const int row = mw * 32 + mt * 16 + hf * 8 + g;
+            const float m_new = fmaxf(fmaxf(m_run[r], fmaxf(s_max[row], s_max[64 + row])),
+                                      fmaxf(s_max[128 + row], s_max[192 + row]));
+            m_use[r] = (m_new == -INFINITY) ? 0.f : m_new;  // keeps (-inf) - (-inf) out
+            alpha[r] = fast_exp2(m_run[r] - m_use[r]);       // m_run = -inf -> 0
+            m_run[r] = m_new;
+          }
+        const bool rescale = !(alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f);
+        if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] *= alpha[2 * mt + (e >> 1)];
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int r = 2 * mt + hf;
+            const int row = mw * 32 + mt * 16 + hf * 8 + g;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+              const float p0 = fast_exp2(s_acc[mt][nt][2 * hf] - m_use[r]);
+              const float p1 = fast_exp2(s_acc[mt][nt][2 * hf + 1] - m_use[r]);
+              sum += p0 + p1;
+              const int chunk = nq * 2 + nt;  // 8 columns per chunk
+              st_shared_u32(sP + row * Plan::kPRowBytes + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(p0, p1));
+            }
+            l_run[r] = l_run[r] * alpha[r] + sum;
+          }
+      }
+      __syncthreads();  // (C)
+
+      // ---- O += P V: rows 32*mw .. +32, d_v columns 128*nq .. +128, k = 64 KV rows.
+#pragma unroll 1
+      for (int kk = 0; kk < kTileKv / 16; ++kk) {
+        uint32_t a0[4], a1[4];
+        ldmatrix_x4(a0, p_row + (((2 * kk + hi16) ^ x7) << 4));
+        ldmatrix_x4(a1, p_row + 16 * Plan::kPRowBytes + (((2 * kk + hi16) ^ x7) << 4));
+        const uint32_t vbase = kbuf + v_row_off + kk * 16 * kRowBytes;
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vbase + (((nq * 16 + np * 2 + hi16) ^ x7) << 4));
+          mma_bf16(o_acc[0][2 * np], a0, b[0], b[1]);
+          mma_bf16(o_acc[0][2 * np + 1], a0, b[2], b[3]);
+          mma_bf16(o_acc[1][2 * np], a1, b[0], b[1]);
+          mma_bf16(o_acc[1][2 * np + 1], a1, b[2], b[3]);
+        }
+      }
+
+      if constexpr (FP8) {
+        if (has_next) fp8_store_half(buf ^ 1, 1);
+      }
+    }
+
+    // ---- Epilogue.
+    cp_async_wait_all();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+      l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+    if (t == 0) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) s_sum[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = l_run[2 * mt + hf];
+    }
+    __syncthreads();  // s_sum complete; every warp is done reading the K buffers (O staging reuses buffer 0)
+
+    if (accum_row >= 0) {
+      // Partial row for the combine kernel: O / l in f32 (0 when empty) and lse = m + ln l (-inf when
+      // empty), no sink (the combine folds it in). Straight from registers: each store of a warp covers
+      // 8 rows x 32 contiguous bytes, whole sectors.
+      if (write_partial) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int r = 2 * mt + hf;
+            const int row = mw * 32 + mt * 16 + hf * 8 + g;
+            const int head = head0 + row;
+            if (head >= p.h_q) continue;
+            const float m = m_run[r];
+            const bool empty = (m == -INFINITY);
+            const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
+            const float inv = empty ? 0.f : 1.f / l;
+            float* dst = p.o_accum + (accum_row * p.h_q + head) * kDv + nq * 128 + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt)
+              *reinterpret_cast<float2*>(dst + nt * 8) =
+                  make_float2(o_acc[mt][nt][2 * hf] * inv, o_acc[mt][nt][2 * hf + 1] * inv);
+            if (nq == 0 && t == 0) p.lse_accum[accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
+          }
+      }
+    } else {
+      const uint32_t s_stage = sK;  // 64 rows x 1024 B, swizzled
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = 2 * mt + hf;
+          const int row = mw * 32 + mt * 16 + hf * 8 + g;
+          const int head = head0 + row;
+          const float m = m_run[r];
+          const bool empty = (m == -INFINITY);
+          const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
+          float denom = l;
+          if (p.attn_sink != nullptr && head < p.h_q) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
+          const float inv = empty ? 0.f : 1.f / denom;
+          if (nq == 0 && t == 0 && head < p.h_q) {
+            if (p.lse != nullptr) {
+              const int64_t lse_token = p.lse_stride_request < 0
+                                            ? token * p.lse_stride_token
+                                            : (token / p.tokens_per_request) * p.lse_stride_request +
+                                                  (token % p.tokens_per_request) * p.lse_stride_token;
+              p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
+            }
+            if (p.max_logits != nullptr)
+              p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
+                  empty ? -INFINITY : m * kLn2;
+          }
+#pragma unroll
+          for (int nt = 0; nt < 16; ++nt) {
+            const int chunk = nq * 16 + nt;
+            const float v0 = empty ? 0.f : o_acc[mt][nt][2 * hf] * inv;
+            const float v1 = empty ? 0.f : o_acc[mt][nt][2 * hf + 1] * inv;
+            st_shared_u32(s_stage + row * (kDv * 2) + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(v0, v1));
+          }
+        }
+      __syncthreads();
+
+      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token;
+#pragma unroll
+      for (int i = 0; i < (kHeadsPerCta * kDv / 8) / kThreads; ++i) {
+        const int lin = tid + kThreads * i;
+        const int row = lin >> 6, c = lin & 63;
+        const int head = head0 + row;
+        if (head < p.h_q) {
+          const uint4 v = ld_shared_v4(s_stage + swz(row, c, kDv * 2));
+          *reinterpret_cast<uint4*>(out + static_cast<int64_t>(head) * p.out_stride_head + c * 8) = v;
+        }
+      }
+    }  // final output
+    __syncthreads();  // the next work item reuses every shared buffer
+  }  // work items
+#else
+  __trap();  // built for an architecture this kernel does not support; the launcher never gets here
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Host side.
+constexpr int kMaxDevices = 64;
+
+template <int D_QK, bool FP8, bool SPLIT>
+bool kernel_ready(int device) {
+  static std::once_flag once[kMaxDevices];
+  static bool ready[kMaxDevices] = {};
+  if (device < 0 || device >= kMaxDevices) return false;
+  std::call_once(once[device], [device] {
+    int major = 0, minor = 0, optin = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (major != 9 || minor != 0 || optin < SmemPlan<D_QK>::kBytes) return;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>) != cudaSuccess ||
+        cudaFuncSetAttribute(sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             SmemPlan<D_QK>::kBytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // no image for this device in this build, or the attribute was refused
+      return;
+    }
+    if (attr.ptxVersion < 90) return;  // only a pre-Hopper build of the kernel (its body is a trap)
+    ready[device] = true;
+  });
+  return ready[device];
+}
+
+template <int D_QK, bool FP8, bool SPLIT>
+bool launch_variant(const SparseAttentionParams& p, cudaStream_t stream) {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (!kernel_ready<D_QK, FP8, SPLIT>(device)) return false;
+  if (p.num_tokens == 0) return true;
+  KernelArgs args;
+  args.p = p;
+  args.scale_log2 = p.sm_scale * 1.4426950408889634f;
+  args.groups = (p.h_q + kHeadsPerCta - 1) / kHeadsPerCta;
+  if (p.block_size < 1 || p.block_size > INT32_MAX) return false;
+  args.page = FastDivmod(static_cast<uint32_t>(p.block_size));
+  const int64_t outer = SPLIT ? static_cast<int64_t>(p.num_parts) * p.tokens_per_request : p.num_tokens;
+  const int64_t blocks = outer * args.groups;
+  if (blocks > INT_MAX) return false;
+  sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>
+      <<<static_cast<unsigned>(blocks), kThreads, SmemPlan<D_QK>::kBytes, stream>>>(args);
+  return cudaGetLastError() == cudaSuccess;
+}
+
+}  // namespace
+
+bool launch_sparse_attention_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream) {
+  if (p.kv_format != KvFormat::fp8_v32 || p.d_qk != 576) return false;
+  if (p.sched != nullptr) return launch_variant<576, true, true>(p, stream);
+  return launch_variant<576, true, false>(p, stream);
+}
+
+}  // namespace flashcpp::mla::kernels
