@@ -10,6 +10,8 @@
 //     half (dims 256..d_qk-1); every half has a "full" and an "empty" mbarrier. bf16 KV: cp.async 16 B,
 //     zero-filled for masked rows. FP8 KV: 16-byte loads issued before the buffer is free, then
 //     dequantized (fp8_v32_dequant.cuh) and stored; RoPE dims by cp.async. Masked rows are never read.
+//     (FP8 decode runs on this kernel only on request: it measured slower than the mma.sync kernel, see
+//     docs/MLA.md.)
 //   * Iteration i handles tiles A = 2i and B = 2i + 1. Consumer 0 computes S_A = Q K_A^T and consumer 1
 //     S_B = Q K_B^T (wgmma m64n64k16, both operands in shared memory). They exchange row maxima (one named
 //     barrier), so both use the same running max and their O halves stay consistent. Consumer 0 owns O
@@ -128,10 +130,6 @@ __device__ __forceinline__ float2 ld_global_nc_f2(const void* p) {
   float2 v;
   asm volatile("ld.global.nc.L1::no_allocate.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "l"(p));
   return v;
-}
-// Pulls `bytes` (a multiple of 16, 16-byte aligned) into L2 without waiting or using registers.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
@@ -340,19 +338,6 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       const int g_it = iter + it;
 #pragma unroll
       for (int step = 0; step < 4; ++step) {  // A-left, B-right, A-right, B-left
-        if constexpr (C::kFp8) {
-          // The next iteration's rows into L2 (one per thread: tile sub / 4, row sub % 4 of this thread's
-          // group's four), so the loads of each half-fill, which wait for the one before, hit L2 instead of HBM.
-          // After two fills the next indices have landed.
-          if (step == 2 && it + 1 < n_iters ) {
-            int idx = -1;
-#pragma unroll
-            for (int i = 0; i < 2 * C::kRowsPerThread; ++i)  // constant indices keep idx_next in registers
-              if (i == sub) idx = idx_next[i / C::kRowsPerThread][i % C::kRowsPerThread];
-            if (idx >= 0 && static_cast<int64_t>(idx) < p.num_kv)
-              prefetch_l2(static_cast<const uint8_t*>(p.kv) + fp8_row_offset(args, idx), C::kFp8RowBytes);
-          }
-        }
         const int t = step & 1;
         const int half = step < 2 ? first_half(t) : 1 - first_half(t);
         const uint32_t tile = sm.tile(t);
