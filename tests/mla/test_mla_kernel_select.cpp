@@ -1,0 +1,110 @@
+// The kernel selector (one choice for dispatch, benchmarks and tests) and the page/slot divider the FP8
+// producers use, on the CPU: no kernel is launched here.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+
+#include "mla/fast_divmod.hpp"
+#include "mla/sparse_attention_kernel.hpp"
+
+namespace {
+
+using namespace flashcpp::mla;
+using kernels::KvFormat;
+using kernels::SparseKernel;
+
+alignas(16) uint8_t g_buffer[4096];
+
+// A problem every Hopper kernel handles: prefill over bf16 KV, aligned, d_qk 576, h_q 128.
+kernels::SparseAttentionParams prefill_params() {
+  kernels::SparseAttentionParams p;
+  p.q = g_buffer;
+  p.kv = g_buffer;
+  p.out = g_buffer;
+  p.indices = reinterpret_cast<const int32_t*>(g_buffer);
+  p.q_stride_token = 128 * 576;
+  p.q_stride_head = 576;
+  p.out_stride_token = 128 * 512;
+  p.out_stride_head = 512;
+  p.num_tokens = 4;
+  p.h_q = 128;
+  p.topk = 2048;
+  p.num_kv = 8192;
+  p.kv_row_stride = 576;
+  return p;
+}
+
+kernels::SparseAttentionParams decode_params() {
+  kernels::SparseAttentionParams p = prefill_params();
+  p.kv_format = KvFormat::fp8_v32;
+  p.block_size = 64;
+  p.kv_block_stride_bytes = 64 * 656;
+  p.kv_slot_stride_bytes = 656;
+  return p;
+}
+
+struct Fp8KernelScope {
+  SparseKernel saved = kernels::fp8_decode_kernel();
+  ~Fp8KernelScope() { kernels::set_fp8_decode_kernel(saved); }
+};
+
+TEST(MlaKernelSelect, HopperPicksWgmmaForPrefillAndMmaForFp8Decode) {
+  Fp8KernelScope scope;
+  kernels::set_fp8_decode_kernel(SparseKernel::mma_sm90);
+  EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernels::select_kernel(decode_params(), true), SparseKernel::mma_sm90);
+  kernels::set_fp8_decode_kernel(SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernels::select_kernel(decode_params(), true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::wgmma_sm90);
+}
+
+TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
+  EXPECT_EQ(kernels::select_kernel(prefill_params(), false), SparseKernel::simple);
+  EXPECT_EQ(kernels::select_kernel(decode_params(), false), SparseKernel::simple);
+
+  kernels::set_force_simple_kernel(true);
+  EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::simple);
+  kernels::set_force_simple_kernel(false);
+
+  auto misaligned = prefill_params();
+  misaligned.q = g_buffer + 8;  // rows not 16-byte aligned
+  EXPECT_EQ(kernels::select_kernel(misaligned, true), SparseKernel::simple);
+  auto odd_stride = prefill_params();
+  odd_stride.out_stride_head = 516;  // not a multiple of 8 elements
+  EXPECT_EQ(kernels::select_kernel(odd_stride, true), SparseKernel::simple);
+  auto split_bf16 = prefill_params();
+  split_bf16.sched = g_buffer;  // split work over bf16 KV: never produced, never taken
+  split_bf16.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
+  split_bf16.o_accum = reinterpret_cast<float*>(g_buffer);
+  split_bf16.lse_accum = reinterpret_cast<float*>(g_buffer);
+  split_bf16.num_parts = split_bf16.num_requests = 1;
+  EXPECT_EQ(kernels::select_kernel(split_bf16, true), SparseKernel::simple);
+  auto short_slot = decode_params();
+  short_slot.kv_slot_stride_bytes = 640;  // shorter than a 656-byte row
+  EXPECT_EQ(kernels::select_kernel(short_slot, true), SparseKernel::simple);
+  auto d512_fp8 = decode_params();
+  d512_fp8.d_qk = 512;
+  EXPECT_EQ(kernels::select_kernel(d512_fp8, true), SparseKernel::simple);
+}
+
+TEST(MlaKernelSelect, NamesEveryKernel) {
+  EXPECT_STREQ(kernels::kernel_name(SparseKernel::simple), "simple");
+  EXPECT_STREQ(kernels::kernel_name(SparseKernel::mma_sm90), "mma_sm90");
+  EXPECT_STREQ(kernels::kernel_name(SparseKernel::wgmma_sm90), "wgmma_sm90");
+}
+
+TEST(MlaFastDivmod, MatchesDivisionForPageSizesAndIndices) {
+  std::mt19937 rng(7);
+  const uint32_t divisors[] = {1, 2, 3, 7, 53, 61, 64, 69, 576, 1000, 65536, 123457, (1u << 30) + 3, 2147483647u};
+  for (uint32_t d : divisors) {
+    const FastDivmod f(d);
+    for (int i = 0; i < 200000; ++i) {
+      const uint32_t n = i < 1000 ? 2147483647u - static_cast<uint32_t>(i) : rng() % 2147483648u;
+      ASSERT_EQ(f.div_host(n), n / d) << "n " << n << " d " << d;
+    }
+    ASSERT_EQ(f.div_host(0), 0u);
+  }
+}
+
+}  // namespace
