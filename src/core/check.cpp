@@ -114,7 +114,7 @@ const Validator& Validator::on_cuda(const TensorView& t, std::string_view arg) c
 
 const Validator& Validator::on_host(const TensorView& t, std::string_view arg) const {
   if (!t.device.is_host()) fail(arg, t, "must be in host memory (cpu or cuda_host)");
-  return *this;
+  return defined(t, arg);  // host arrays are read right here by the validation that follows
 }
 
 const Validator& Validator::same_device(const TensorView& t, std::string_view arg, const TensorView& ref,

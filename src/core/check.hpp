@@ -47,6 +47,8 @@ class Validator {
   /// Strides non-negative and no two elements alias (checked for views whose dims are sorted by stride).
   const Validator& no_negative_strides(const TensorView& t, std::string_view arg) const;
   const Validator& on_cuda(const TensorView& t, std::string_view arg) const;
+  /// In host memory, with data (a host array is read by the checks that follow: null data with elements is
+  /// refused here, before any read).
   const Validator& on_host(const TensorView& t, std::string_view arg) const;
   const Validator& same_device(const TensorView& t, std::string_view arg, const TensorView& ref,
                                std::string_view ref_arg) const;

@@ -327,6 +327,9 @@ TEST_F(OpsPlanValidation, BatchPrefillCreate) {
       {[&](PlanArgs& a) { a.ip.qo_indptr = h({0}); }, "'qo_indptr' must have at least two entries"},
       {[&](PlanArgs& a) { a.ip.qo_indptr.device = Device::cuda(0); }, "'qo_indptr' must be in host memory"},
       {[&](PlanArgs& a) { a.ip.qo_indptr.dtype = DType::u32; }, "'qo_indptr' must have dtype i32"},
+      {[&](PlanArgs& a) { a.ip.qo_indptr.data = nullptr; }, "'qo_indptr' must not be null"},
+      {[&](PlanArgs& a) { a.ip.kv_indptr.data = nullptr; }, "'kv_indptr' must not be null"},
+      {[&](PlanArgs& a) { a.ip.kv_last_page_len.data = nullptr; }, "'kv_last_page_len' must not be null"},
       {[&](PlanArgs& a) { a.ip.kv_indptr = h({0, 2}); }, "'kv_indptr' must have size 3 in dim 0"},
       {[&](PlanArgs& a) { a.ip.kv_indptr = h({0, 2, 1}); }, "'kv_indptr' must never decrease"},
       {[&](PlanArgs& a) { a.ip.kv_last_page_len = h({17, 16}); }, "BatchPrefillPlan::create: argument 'kv_last_page_len' entry 0 is 17, outside [1, 16]"},
@@ -334,6 +337,7 @@ TEST_F(OpsPlanValidation, BatchPrefillCreate) {
       {[&](PlanArgs& a) { a.ip.kv_last_page_len = h({5}); }, "'kv_last_page_len' must have size 2 in dim 0"},
       {[&](PlanArgs& a) { a.with_indices = true; a.indices_host = h({0, -1, 2}); }, "'kv_indices' entry 1 is -1"},
       {[&](PlanArgs& a) { a.with_indices = true; a.indices_host = h({0, 1}); }, "'kv_indices' must hold at least"},
+      {[&](PlanArgs& a) { a.with_indices = true; a.indices_host.data = nullptr; }, "'kv_indices' must not be null"},
       {[](PlanArgs& a) { a.ws.float_buffer.device = Device::cuda_host(); }, "'workspace.float_buffer' must be in CUDA"},
       {[](PlanArgs& a) { a.ws.int_buffer = on_device(a.ws.int_buffer, 1); }, "'workspace.int_buffer' must be on the device"},
       {[](PlanArgs& a) { a.ws.pinned_int_buffer.shape[0] = 1000; }, "'workspace.pinned_int_buffer' must hold at least"},
@@ -440,6 +444,8 @@ TEST_F(OpsPlanValidation, BatchDecodeCreateAndRun) {
       {[this](DecodeArgs& a) { a.ip.kv_indptr = host_i32({2, 3, 4}); }, "'kv_indptr' must start at 0"},
       {[this](DecodeArgs& a) { a.ip.kv_last_page_len = host_i32({}); }, "must have at least one entry"},
       {[this](DecodeArgs& a) { a.ip.kv_last_page_len = host_i32({1, 0}); }, "entry 1 is 0, outside [1, 16]"},
+      {[](DecodeArgs& a) { a.ip.kv_indptr.data = nullptr; }, "'kv_indptr' must not be null"},
+      {[](DecodeArgs& a) { a.ip.kv_last_page_len.data = nullptr; }, "'kv_last_page_len' must not be null"},
       {[](DecodeArgs& a) { a.ws.int_buffer = dev(DType::u8, {100}); }, "'workspace.int_buffer' must hold at least"},
   };
   for (const auto& [m, frag] : cases) reject<DecodeArgs>(b, m, create, frag);
