@@ -42,10 +42,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 
 #include "mla/decode_schedule.hpp"
 #include "mla/fast_divmod.hpp"
+#include "mla/sm90_kernel_ready.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla::kernels {
@@ -614,35 +614,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
 
 // ---------------------------------------------------------------------------------------------------
 // Host side.
-constexpr int kMaxDevices = 64;
-
-template <int D_QK, bool FP8, bool SPLIT>
-bool kernel_ready(int device) {
-  static std::once_flag once[kMaxDevices];
-  static bool ready[kMaxDevices] = {};
-  if (device < 0 || device >= kMaxDevices) return false;
-  std::call_once(once[device], [device] {
-    int major = 0, minor = 0, optin = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    if (major != 9 || minor != 0 || optin < SmemPlan<D_QK>::kBytes) return;
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>) != cudaSuccess ||
-        cudaFuncSetAttribute(sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             SmemPlan<D_QK>::kBytes) != cudaSuccess) {
-      (void)cudaGetLastError();  // no image for this device in this build, or the attribute was refused
-      return;
-    }
-    if (attr.ptxVersion < 90) return;  // only a pre-Hopper build of the kernel (its body is a trap)
-    ready[device] = true;
-  });
-  return ready[device];
-}
-
 template <int D_QK, bool FP8, bool SPLIT>
 bool launch_variant(const SparseAttentionParams& p, cudaStream_t stream) {
   int device = -1;
@@ -650,7 +621,8 @@ bool launch_variant(const SparseAttentionParams& p, cudaStream_t stream) {
     (void)cudaGetLastError();
     return false;
   }
-  if (!kernel_ready<D_QK, FP8, SPLIT>(device)) return false;
+  if (!sm90a_kernel_ready<sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>>(device, SmemPlan<D_QK>::kBytes))
+    return false;
   if (p.num_tokens == 0) return true;
   KernelArgs args;
   args.p = p;

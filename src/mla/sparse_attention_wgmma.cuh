@@ -37,13 +37,13 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 
 #include "mla/decode_schedule.hpp"
 #include "mla/fast_divmod.hpp"
 #include "mla/fp8_v32_dequant.cuh"
 #include "mla/sparse_attention_kernel.hpp"
 #include "mla/sparse_attention_wgmma_config.hpp"
+#include "mla/sm90_kernel_ready.hpp"
 
 namespace flashcpp::mla::kernels::wgmma {
 
@@ -689,34 +689,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
 // Host side.
 inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
-template <class C, bool SPLIT>
-bool kernel_ready(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::once_flag once[kMaxDevices];
-  static bool ready[kMaxDevices] = {};
-  if (device < 0 || device >= kMaxDevices) return false;
-  std::call_once(once[device], [device] {
-    int major = 0, minor = 0, optin = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    if (major != 9 || minor != 0 || optin < C::kSmemBytes) return;
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, sparse_attention_wgmma_kernel<C, SPLIT>) != cudaSuccess ||
-        cudaFuncSetAttribute(sparse_attention_wgmma_kernel<C, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             C::kSmemBytes) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    if (attr.ptxVersion < 90) return;
-    ready[device] = true;
-  });
-  return ready[device];
-}
-
 // Launches one instantiation; false (nothing launched) when the device has no code for it.
 template <class C, bool SPLIT>
 bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
@@ -725,7 +697,7 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
     (void)cudaGetLastError();
     return false;
   }
-  if (!kernel_ready<C, SPLIT>(device)) return false;
+  if (!sm90a_kernel_ready<sparse_attention_wgmma_kernel<C, SPLIT>>(device, C::kSmemBytes)) return false;
   if (p.num_tokens == 0) return true;
   KernelArgs args;
   args.p = p;
