@@ -43,9 +43,13 @@
 #include "mla/fp8_v32_dequant.cuh"
 #include "mla/sparse_attention_kernel.hpp"
 #include "mla/sparse_attention_wgmma_config.hpp"
+#include "mla/sm90_device.cuh"
 #include "mla/sm90_kernel_ready.hpp"
 
 namespace flashcpp::mla::kernels::wgmma {
+
+using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::pack_bf16x2, sm90::smem_addr,
+    sm90::st_shared_u32, sm90::st_shared_v4;
 
 struct KernelArgs {
   SparseAttentionParams p;
@@ -58,17 +62,12 @@ struct KernelArgs {
 __device__ __forceinline__ int64_t fp8_row_offset(const KernelArgs& args, int idx) {
   const uint32_t page = args.page.div(static_cast<uint32_t>(idx));
   const uint32_t slot = static_cast<uint32_t>(idx) - page * args.page.divisor;
-  return static_cast<int64_t>(page) * args.p.kv_block_stride_bytes + static_cast<int64_t>(slot) * args.p.kv_slot_stride_bytes;
+  return static_cast<int64_t>(page) * args.p.kv_block_stride_bytes +
+         static_cast<int64_t>(slot) * args.p.kv_slot_stride_bytes;
 }
 
 // ---------------------------------------------------------------------------------------------------
-// PTX helpers.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
+// PTX helpers (those both Hopper kernels use are in sm90_device.cuh).
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // Arrives on `bar` once all of this thread's earlier cp.async copies have landed (counts as one arrival).
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
@@ -119,21 +118,10 @@ __device__ __forceinline__ void reg_dealloc() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
 }
 
-__device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 __device__ __forceinline__ float2 ld_global_nc_f2(const void* p) {
   float2 v;
   asm volatile("ld.global.nc.L1::no_allocate.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "l"(p));
   return v;
-}
-__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
 }
 
 // wgmma shared-memory matrix descriptor for 128-byte-swizzled layouts: start address, leading and
@@ -175,18 +163,6 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t de
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
 
 // Shared-memory addresses of one CTA, from the 1024-byte aligned base.
 template <class C>
