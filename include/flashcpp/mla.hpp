@@ -88,7 +88,7 @@ struct DecodeConfig {
   int h_q = 0;     ///< query heads, [1, 1024]
   int d_qk = 576;  ///< must be 576 (V3.2)
   int topk = 0;    ///< positive multiple of 64
-  int num_sms = 0; ///< SMs to schedule for; 0 = the device's SM count
+  int num_sms = 0; ///< SMs to schedule for, at most 4096; 0 = the device's SM count
 };
 
 /// Sizes of the plan buffers (elements). `split == false`: the run needs no buffers (all sizes 0) and

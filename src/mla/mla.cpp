@@ -21,6 +21,7 @@ namespace flashcpp::mla {
 namespace {
 
 constexpr int64_t kMaxHeads = 1024;
+constexpr int kMaxSms = 4096;  // DecodeConfig::num_sms cap (the plan's buffers grow with it)
 
 // Checks shared by every CUDA tensor argument.
 void cuda_tensor(const Validator& v, const TensorView& t, const char* arg, std::initializer_list<DType> dtypes, int rank) {
@@ -288,7 +289,9 @@ void validate_config(const Validator& v, const DecodeConfig& c) {
   if (c.h_q < 1 || c.h_q > kMaxHeads) v.fail("h_q", "must be in [1, 1024]; got " + std::to_string(c.h_q));
   if (c.d_qk != fp8::kDims) v.fail("d_qk", "must be 576 (the V3.2 FP8 cache); got " + std::to_string(c.d_qk));
   validate_topk(v, c.topk, "topk");
-  if (c.num_sms < 0) v.fail("num_sms", "must be >= 0 (0: the device's SM count); got " + std::to_string(c.num_sms));
+  if (c.num_sms < 0 || c.num_sms > kMaxSms)
+    v.fail("num_sms", "must be in [0, " + std::to_string(kMaxSms) + "] (0: the device's SM count); got " +
+                          std::to_string(c.num_sms));
 }
 
 DecodePlanSizes sizes_for(const DecodeConfig& c, int num_sms) {
@@ -334,7 +337,9 @@ DecodePlanSizes decode_plan_sizes(const DecodeConfig& config, int num_sms) {
   const Validator v("mla::decode_plan");
   validate_config(v, config);
   const int n = config.num_sms > 0 ? config.num_sms : num_sms;
-  if (n < 1) v.fail("num_sms", "must be >= 1 (config.num_sms or the argument); got " + std::to_string(n));
+  if (n < 1 || n > kMaxSms)
+    v.fail("num_sms", "must be in [1, " + std::to_string(kMaxSms) + "] (config.num_sms or the argument); got " +
+                          std::to_string(n));
   return sizes_for(config, n);
 }
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "runtime/runtime_internal.hpp"
 
@@ -170,12 +171,20 @@ namespace flashcpp {
 int64_t recommended_float_workspace_bytes() noexcept { return int64_t{128} << 20; }
 int64_t recommended_int_workspace_bytes() noexcept { return int64_t{8} << 20; }
 
+namespace {
+// The size, once both are known to be positive: checked before anything is allocated.
+size_t workspace_bytes(int64_t bytes, int64_t float_bytes, int64_t int_bytes) {
+  if (float_bytes <= 0 || int_bytes <= 0)
+    throw Error(ErrorCode::invalid_argument, "OwnedWorkspace: sizes must be > 0; got float_bytes " +
+                                                 std::to_string(float_bytes) + ", int_bytes " + std::to_string(int_bytes));
+  return static_cast<size_t>(bytes);
+}
+}  // namespace
+
 OwnedWorkspace::OwnedWorkspace(int device_id, int64_t float_bytes, int64_t int_bytes)
-    : float_(static_cast<size_t>(float_bytes), device_id),
+    : float_(workspace_bytes(float_bytes, float_bytes, int_bytes), device_id),
       int_(static_cast<size_t>(int_bytes), device_id),
       pinned_(static_cast<size_t>(int_bytes)) {
-  if (float_bytes <= 0 || int_bytes <= 0)
-    throw Error(ErrorCode::invalid_argument, "OwnedWorkspace: sizes must be > 0");
   view_.float_buffer = TensorView::contiguous(float_.get(), DType::u8, Device::cuda(device_id), {float_bytes});
   view_.int_buffer = TensorView::contiguous(int_.get(), DType::u8, Device::cuda(device_id), {int_bytes});
   view_.pinned_int_buffer = TensorView::contiguous(pinned_.get(), DType::u8, Device::cuda_host(), {int_bytes});

@@ -185,6 +185,8 @@ TEST(MlaValidation, DecodePlanConfigRules) {
       {"topk 96", "topk", [](mla::DecodeConfig& c) { c.topk = 96; }},
       {"topk -64", "topk", [](mla::DecodeConfig& c) { c.topk = -64; }},
       {"num_sms negative", "num_sms", [](mla::DecodeConfig& c) { c.num_sms = -1; }},
+      {"num_sms past the cap", "num_sms", [](mla::DecodeConfig& c) { c.num_sms = 4097; }},
+      {"num_sms INT_MAX", "num_sms", [](mla::DecodeConfig& c) { c.num_sms = 2147483647; }},
   };
   for (const auto& c : cases) {
     mla::DecodeConfig cfg = good;
@@ -192,6 +194,7 @@ TEST(MlaValidation, DecodePlanConfigRules) {
     expect_rule([&] { (void)mla::decode_plan_sizes(cfg, 132); }, op, c.arg, c.name);
   }
   expect_rule([&] { (void)mla::decode_plan_sizes(good, 0); }, op, "num_sms", "no SM count");
+  expect_rule([&] { (void)mla::decode_plan_sizes(good, 1 << 20); }, op, "num_sms", "SM count past the cap");
 }
 
 TEST(MlaValidation, DecodePlanSizesFollowTheShape) {

@@ -469,5 +469,19 @@ TEST_F(OpsPlanValidation, BatchDecodeCreateAndRun) {
   EXPECT_NE(recorded(), "");
 }
 
+// Sizes are checked before anything is allocated (on a machine without a GPU an allocation would fail
+// first and report a CUDA error instead of the rule).
+TEST(OwnedWorkspaceSizes, NonPositiveSizesAreRefusedBeforeAllocating) {
+  for (auto [f, i] : {std::pair<int64_t, int64_t>{0, 16}, {16, 0}, {-1, 16}, {16, -5}}) {
+    try {
+      OwnedWorkspace ws(0, f, i);
+      ADD_FAILURE() << "accepted float_bytes " << f << ", int_bytes " << i;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("sizes must be > 0"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flashcpp::testing

@@ -189,7 +189,7 @@ void add_mla_bench_command(CLI::App& app) {
   cmd->add_option("--decode-s-q", opts->decode_s_q, "Decode query tokens per request");
   cmd->add_option("--decode-s-kv", opts->decode_s_kv, "Decode KV tokens per request (multiple of 64)");
   cmd->add_option("--num-sms", opts->num_sms, "SM count the decode plan schedules for (0: the device's)")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(CLI::Range(0, 4096));
   auto only = std::make_shared<std::pair<bool, bool>>(false, false);
   cmd->add_flag("--prefill-only", only->first, "Only the prefill cases");
   cmd->add_flag("--decode-only", only->second, "Only the decode cases");
