@@ -206,6 +206,7 @@ static_assert(sizeof(ItemInfo) == 32);
 
 template <bool SPLIT>
 struct WorkList {
+  static_assert(sched::kBlockSlots == 64, "a schedule block must be one 64-row KV tile");
   const SparseAttentionParams* p;
   int64_t outer;  // blockIdx.x / groups
   int first = 0, last = 0;
@@ -249,7 +250,7 @@ struct WorkList {
       const int len = __ldg(p->topk_length + w.token / p->tokens_per_length);
       eff = len < 0 ? 0 : (len < p->topk ? len : p->topk);
     }
-    const int n_tiles = (eff + 63) / 64;
+    const int n_tiles = sched::blocks_of(eff);  // a schedule block is one KV tile
     w.eff = eff;
     w.tile_begin = tile_begin;
     w.tile_end = tile_end < n_tiles ? tile_end : n_tiles;
