@@ -41,6 +41,9 @@ struct TensorView {
   int64_t size(int dim) const { return shape[static_cast<size_t>(dim < 0 ? dim + rank : dim)]; }
   int64_t stride(int dim) const { return strides[static_cast<size_t>(dim < 0 ? dim + rank : dim)]; }
   int64_t numel() const;
+  /// Whether the element count and the byte extent (both ends, strides of either sign) fit in int64 and no
+  /// size is negative: numel() and nbytes() are meaningful only then. Validation checks it first.
+  bool extent_fits() const;
   /// Bytes spanned by the elements (for a contiguous view: numel * element size).
   int64_t nbytes() const;
   bool is_contiguous() const;

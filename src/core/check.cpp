@@ -27,6 +27,10 @@ void Validator::fail(std::string_view arg, const TensorView& t, std::string_view
 }
 
 const Validator& Validator::defined(const TensorView& t, std::string_view arg) const {
+  if (t.rank < 0 || t.rank > TensorView::kMaxRank)
+    fail(arg, "must have rank in [0, " + std::to_string(TensorView::kMaxRank) + "]; got " + std::to_string(t.rank));
+  if (!t.extent_fits())
+    fail(arg, t, "must have non-negative sizes and an element count and byte extent that fit in int64");
   if (t.data == nullptr && t.numel() != 0) fail(arg, t, "must not be null");
   return *this;
 }

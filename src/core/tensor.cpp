@@ -1,5 +1,6 @@
 #include "flashcpp/tensor.hpp"
 
+#include <cstdint>
 #include <string>
 
 #include "flashcpp/error.hpp"
@@ -58,6 +59,25 @@ int64_t TensorView::nbytes() const {
   int64_t last = 0;  // offset of the last element, in elements
   for (int i = 0; i < rank; ++i) last += (shape[i] - 1) * (strides[i] < 0 ? -strides[i] : strides[i]);
   return (last + 1) * dtype_size(dtype);
+}
+
+bool TensorView::extent_fits() const {
+  int64_t count = 1, last = 0;  // element count; offset of the last element, in elements
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] < 0) return false;
+    if (shape[i] == 0) return true;  // no elements, nothing to address
+  }
+  for (int i = 0; i < rank; ++i) {
+    const int64_t stride = strides[i] < 0 ? -strides[i] : strides[i];
+    int64_t span = 0;
+    if (strides[i] == INT64_MIN || __builtin_mul_overflow(count, shape[i], &count) ||
+        __builtin_mul_overflow(shape[i] - 1, stride, &span) || __builtin_add_overflow(last, span, &last))
+      return false;
+  }
+  int64_t bytes = 0;
+  return !__builtin_add_overflow(last, int64_t{1}, &last) &&
+         !__builtin_mul_overflow(last, static_cast<int64_t>(dtype_size(dtype)), &bytes) &&
+         !__builtin_mul_overflow(count, static_cast<int64_t>(dtype_size(dtype)), &bytes);
 }
 
 bool TensorView::is_contiguous() const {

@@ -333,6 +333,10 @@ TEST(MlaValidation, QuantizerRulesAndNothingWrittenOnFailure) {
       {"src rank 1", "kv", [](TensorView& s, TensorView&) { s = TensorView::contiguous(s.data, DType::bf16, Device::cpu(), {576}); }},
       {"src strided", "kv", [](TensorView& s, TensorView&) { s.strides[3] = 2; }},
       {"src null", "kv", [](TensorView& s, TensorView&) { s.data = nullptr; }},
+      // [2^58, 1, 1, 576] with null data: the element count wraps to 0 without the extent check.
+      {"src count wraps", "kv", [](TensorView& s, TensorView&) {
+         s = TensorView::contiguous(nullptr, DType::bf16, Device::cpu(), {int64_t{1} << 58, 1, 1, 576});
+       }},
       {"dst dtype", "out", [](TensorView&, TensorView& d) { d.dtype = DType::bf16; }},
       {"dst bytes", "out", [](TensorView&, TensorView& d) { d.shape[3] = 584; }},
       {"dst leading", "out", [](TensorView&, TensorView& d) { d.shape[1] = 4; }},

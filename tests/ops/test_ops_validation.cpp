@@ -69,6 +69,11 @@ TEST_F(OpsValidation, Rmsnorm) {
       {[](NormArgs& a) { a.weight = on_device(a.weight, 1); }, "'weight' must be on the device of 'input'"},
       {[](NormArgs& a) { a.input.device = Device::cpu(); }, "'input' must be in CUDA device memory"},
       {[](NormArgs& a) { a.weight.data = nullptr; }, "'weight' must not be null"},
+      // Sizes whose element count wraps int64 (2^33 x 2^31 = 2^64 elements) or whose byte extent does.
+      {[](NormArgs& a) { a.input = dev(DType::bf16, {int64_t{1} << 33, int64_t{1} << 31}); }, "fit in int64"},
+      {[](NormArgs& a) { a.out = dev_strided(DType::bf16, {4, 256}, {int64_t{1} << 62, 1}); }, "fit in int64"},
+      {[](NormArgs& a) { a.weight.shape[0] = -256; }, "'weight' must have non-negative sizes"},
+      {[](NormArgs& a) { a.weight.rank = 9; }, "'weight' must have rank in [0, 6]"},
       {[](NormArgs& a) { a.o.eps = kNaN; }, "'eps' must be finite and > 0"},
       {[](NormArgs& a) { a.o.eps = 0; }, "'eps' must be finite and > 0"},
       {[](NormArgs& a) { a.o.eps = kInf; }, "'eps' must be finite and > 0"},
