@@ -1,6 +1,8 @@
 // Paged KV append: validation and argument packing for FlashInfer's `page` module (facts sheet §A.2).
 #include "flashcpp/page.hpp"
 
+#include <cstdint>
+
 #include "ops/common.hpp"
 
 namespace flashcpp {
@@ -125,6 +127,12 @@ void paged_kv_lengths(const Validator& v, const TensorView& indptr_host, const T
       v.fail("kv_last_page_len", "entry " + std::to_string(r) + " is " + std::to_string(last[r]) + ", outside [" +
                                   std::to_string(lo) + ", " + std::to_string(hi) + "] for a request with " +
                                   std::to_string(pages) + " pages");
+    // The lengths are int32 (FlashInfer's planners take int32): a request longer than that is refused.
+    const int64_t len = pages == 0 ? 0 : (pages - 1) * page_size + last[r];  // pages < 2^31, page_size <= 2^30
+    if (len > INT32_MAX)
+      v.fail("kv_indptr", "request " + std::to_string(r) + " has " + std::to_string(len) + " tokens (" +
+                              std::to_string(pages) + " pages of " + std::to_string(page_size) +
+                              "), more than the int32 lengths hold (2147483647)");
   }
   auto* out = out_host.data_as<int32_t>();
   for (int64_t r = 0; r < batch; ++r) {

@@ -488,5 +488,21 @@ TEST(OwnedWorkspaceSizes, NonPositiveSizesAreRefusedBeforeAllocating) {
   }
 }
 
+// Token counts are computed in int64 and refused past int32 (they used to wrap: 40000 pages of 65536 gave
+// -1673592831), and computed right below that.
+TEST(PagedKvLengths, RefusesLengthsPastInt32AndComputesTheRest) {
+  std::vector<int32_t> indptr{0, 40000}, last{1}, out{-7};
+  const auto view = [](std::vector<int32_t>& v) {
+    return TensorView::contiguous(v.data(), DType::i32, Device::cpu(), {static_cast<int64_t>(v.size())});
+  };
+  EXPECT_INVALID(paged_kv_lengths(view(indptr), view(last), 65536, view(out)), "more than the int32 lengths hold");
+  EXPECT_EQ(out[0], -7) << "nothing is written on error";
+  indptr = {0, 3, 3, 4};
+  last = {5, 0, 16};
+  out = {-7, -7, -7};
+  paged_kv_lengths(view(indptr), view(last), 16, view(out));
+  EXPECT_EQ(out, (std::vector<int32_t>{2 * 16 + 5, 0, 16}));
+}
+
 }  // namespace
 }  // namespace flashcpp::testing
