@@ -1,4 +1,6 @@
-// Standalone check + benchmark of the sm90 sparse MLA kernel (launch_sparse_attention_sm90).
+// Standalone check + benchmark of the Hopper sparse MLA kernels (launch_sparse_attention_sm90: the kernel the
+// selector picks on sm_90a, the wgmma kernel for prefill and, for FP8 decode, the mma.sync kernel or, with
+// FLASHCPP_MLA_FP8_KERNEL=wgmma, the wgmma kernel).
 //
 //   bench_sparse_attention_sm90            correctness cases, then timings
 //   bench_sparse_attention_sm90 --check    correctness only
