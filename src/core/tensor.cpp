@@ -25,7 +25,10 @@ TensorView TensorView::contiguous(void* data, DType dtype, Device device, std::s
     if (shape[i] < 0) throw_error(ErrorCode::invalid_argument, "tensor shape has a negative size");
     v.shape[i] = shape[i];
     v.strides[i] = stride;
-    stride *= shape[i] > 0 ? shape[i] : 1;
+    // The outermost size needs no stride after it: a view whose element count overflows int64 is still
+    // built here so that validation can refuse it by name; only strides themselves must be representable.
+    if (i > 0 && __builtin_mul_overflow(stride, shape[i] > 0 ? shape[i] : 1, &stride))
+      throw_error(ErrorCode::invalid_argument, "tensor shape has a stride that does not fit in int64");
   }
   return v;
 }
@@ -85,7 +88,7 @@ bool TensorView::is_contiguous() const {
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] == 1) continue;
     if (strides[i] != expected) return false;
-    expected *= shape[i];
+    if (i > 0 && __builtin_mul_overflow(expected, shape[i], &expected)) return false;
   }
   return true;
 }

@@ -49,6 +49,22 @@ struct NormArgs {
   RmsNormOptions o;
 };
 
+// A contiguous view of a shape whose element count overflows int64 is still built (validation refuses it
+// by name); one whose strides themselves overflow is refused when it is made.
+TEST(OpsTensorView, ContiguousStridesAreCheckedAndOverflowingCountsLeftToValidation) {
+  const auto wide = TensorView::contiguous(nullptr, DType::bf16, Device::cpu(), {int64_t{1} << 33, int64_t{1} << 31});
+  EXPECT_EQ(wide.strides[0], int64_t{1} << 31);
+  EXPECT_FALSE(wide.extent_fits());
+  EXPECT_TRUE(wide.is_contiguous());
+  EXPECT_INVALID((void)TensorView::contiguous(nullptr, DType::bf16, Device::cpu(),
+                                              {2, int64_t{1} << 40, int64_t{1} << 40}),
+                 "stride that does not fit in int64");
+  const auto ok = TensorView::contiguous(nullptr, DType::bf16, Device::cpu(), {3, 5, 7});
+  EXPECT_EQ(ok.strides[0], 35);
+  EXPECT_EQ(ok.strides[1], 7);
+  EXPECT_TRUE(ok.extent_fits());
+}
+
 TEST_F(OpsValidation, Rmsnorm) {
   NormArgs b{dev(DType::bf16, {4, 256}), dev(DType::bf16, {4, 256}), dev(DType::bf16, {256}), {}};
   auto call = [](const NormArgs& a) { rmsnorm(rt(), a.out, a.input, a.weight, a.o); };
