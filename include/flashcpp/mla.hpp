@@ -78,6 +78,25 @@ SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, c
 void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------
+// FP8 KV cache (DeepSeek V4 layout, FlashMLA's "MODEL1"; docs/MLA.md)
+// ---------------------------------------------------------------------------------------------------
+
+inline constexpr int kFp8V4BytesPerToken = 584;  ///< 448 e4m3 + 64 bf16 (576-byte record) + 7 e8m0 + 1 pad
+
+/// Quantizes bf16 KV pages of 512 values per token into the V4 layout, byte for byte as FlashMLA's
+/// quantizer (the pad bytes, which FlashMLA leaves unwritten, are written as 0): per 64-value tile of
+/// dims 0..447 scale = 2^ceil(log2(max(amax / 448, 1e-4))) stored as e8m0, values x / scale rounded to
+/// nearest-even e4m3; RoPE dims 448..511 copied as bf16. A page holds first block_size 576-byte token
+/// records, then block_size 8-byte scale records.
+///  kv   bf16 [num_blocks, block_size, 1, 512]; last dim contiguous, other strides free (non-negative)
+///  out  u8 / i8 / e4m3 [num_blocks, block_size, 1, 584], FlashMLA's view of the pages: stride(1) == 584,
+///       last dim contiguous, page stride stride(0) a multiple of 16 bytes and >= block_size * 584 (bytes
+///       of a page past block_size * 584 are left untouched)
+/// Both on one CUDA device (asynchronous on `stream`), or both in host memory (runs on the calling
+/// thread; `stream` unused): the same bytes either way.
+void quantize_kv_cache_fp8_v4(const TensorView& kv, const TensorView& out, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------
 // Sparse decode over the FP8 cache: plan (split-KV schedule) + run (split kernel + combine)
 // ---------------------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 #include "core/check.hpp"
 #include "mla/decode_schedule.hpp"
 #include "mla/fp8_v32.hpp"
+#include "mla/fp8_v4.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla {
@@ -276,6 +277,58 @@ void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStre
   DeviceGuard guard(kv.device.id);
   kernels::launch_quantize_v32(p, stream);
   check_launch("FP8 quantizer kernel launch");
+}
+
+void quantize_kv_cache_fp8_v4(const TensorView& kv, const TensorView& out, cudaStream_t stream) {
+  const Validator v("mla::quantize_kv_cache_fp8_v4");
+  v.defined(kv, "kv").dtype(kv, "kv", {DType::bf16}).rank(kv, "kv", 4).no_negative_strides(kv, "kv");
+  v.dim(kv, "kv", 2, 1, "h_kv").dim(kv, "kv", 3, fp8_v4::kDims, "512 values per token").last_dim_contiguous(kv, "kv");
+  v.defined(out, "out").dtype(out, "out", {DType::u8, DType::i8, DType::e4m3}).rank(out, "out", 4);
+  v.dim(out, "out", 0, kv.size(0), "kv.size(0) (num_blocks)").dim(out, "out", 1, kv.size(1), "kv.size(1) (block_size)");
+  v.dim(out, "out", 2, 1, "h_kv").dim(out, "out", 3, kFp8V4BytesPerToken, "584 bytes per token");
+  v.last_dim_contiguous(out, "out").no_negative_strides(out, "out");
+  const int64_t num_blocks = kv.size(0), block_size = kv.size(1);
+  if (block_size > 1 && out.stride(1) != kFp8V4BytesPerToken)
+    v.fail("out", out, "must have stride 584 in dim 1 (FlashMLA's view of a V4 page)");
+  if (num_blocks > 1 && out.stride(0) % fp8_v4::kPageStrideMultiple != 0)
+    v.fail("out", out, "must have a page stride (dim 0) that is a multiple of 16 bytes; got " +
+                           std::to_string(out.stride(0)));
+  if (num_blocks > 1 && out.stride(0) < block_size * kFp8V4BytesPerToken)
+    v.fail("out", out, "must have a page stride (dim 0) of at least block_size * 584 = " +
+                           std::to_string(block_size * kFp8V4BytesPerToken) + " bytes (pages must not overlap); got " +
+                           std::to_string(out.stride(0)));
+  const bool host = kv.device.is_host();
+  if (host) {
+    v.on_host(out, "out");
+  } else {
+    v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
+  }
+  const int64_t num_tokens = num_blocks * block_size;
+  if (!host && (num_tokens + 7) / 8 > INT32_MAX) v.fail("kv", kv, "must have at most 2^34 tokens");
+  if (num_tokens == 0) return;
+  kernels::QuantizeV4Params p;
+  p.src = kv.data;
+  p.dst = out.data;
+  p.num_blocks = num_blocks;
+  p.block_size = block_size;
+  p.src_block_stride = kv.stride(0);
+  p.src_token_stride = kv.stride(1);
+  p.dst_page_stride = out.stride(0);
+  if (host) {
+    for (int64_t blk = 0; blk < num_blocks; ++blk) {
+      auto* page = static_cast<uint8_t*>(p.dst) + blk * p.dst_page_stride;
+      for (int64_t t = 0; t < block_size; ++t) {
+        const auto* src = static_cast<const uint16_t*>(p.src) + blk * p.src_block_stride + t * p.src_token_stride;
+        fp8_v4::quantize_token(src, page + fp8_v4::token_record_offset(t),
+                               page + fp8_v4::scale_record_offset(block_size, t));
+      }
+    }
+    return;
+  }
+  require_supported("mla::quantize_kv_cache_fp8_v4", kv.device.id);
+  DeviceGuard guard(kv.device.id);
+  kernels::launch_quantize_v4(p, stream);
+  check_launch("FP8 V4 quantizer kernel launch");
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -161,4 +161,13 @@ flashcpp_status flashcpp_mla_quantize_kv_cache_fp8(const flashcpp_tensor* kv, co
   });
 }
 
+flashcpp_status flashcpp_mla_quantize_kv_cache_fp8_v4(const flashcpp_tensor* kv, const flashcpp_tensor* out,
+                                                      void* stream) {
+  return flashcpp::capi::guard([&] {
+    constexpr const char* op = "flashcpp_mla_quantize_kv_cache_fp8_v4";
+    mla::quantize_kv_cache_fp8_v4(flashcpp::capi::to_view(kv, op, "kv"), flashcpp::capi::to_view(out, op, "out"),
+                                  static_cast<cudaStream_t>(stream));
+  });
+}
+
 }  // extern "C"

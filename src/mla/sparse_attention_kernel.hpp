@@ -100,6 +100,18 @@ struct QuantizeParams {
 };
 void launch_quantize_v32(const QuantizeParams& p, cudaStream_t stream);
 
+/// The V4 quantizer over pages (mla/fp8_v4.hpp): token t of block b reads src + b * src_block_stride +
+/// t * src_token_stride (bf16 elements, 512 consecutive values) and writes its two records into the page at
+/// dst + b * dst_page_stride (bytes).
+struct QuantizeV4Params {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t num_blocks = 0, block_size = 0;
+  int64_t src_block_stride = 0, src_token_stride = 0;  // elements
+  int64_t dst_page_stride = 0;                          // bytes
+};
+void launch_quantize_v4(const QuantizeV4Params& p, cudaStream_t stream);
+
 /// Test / benchmark switch: when true the host never tries launch_sparse_attention_sm90 (the simple kernel
 /// runs everywhere). Initialised from the environment variable FLASHCPP_MLA_FORCE_SIMPLE=1.
 void set_force_simple_kernel(bool on);

@@ -14,6 +14,7 @@
 
 #include "mla/decode_schedule.hpp"
 #include "mla/fp8_v32.hpp"
+#include "mla/fp8_v4.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla::kernels {
@@ -448,6 +449,36 @@ __global__ void __launch_bounds__(256) quantize_v32_kernel(const QuantizeParams 
   }
 }
 
+// V4 quantizer: one warp per token; lane owns values 2 lane, 2 lane + 1 of each 64-value tile and of the RoPE
+// dims. The same arithmetic as fp8_v4::quantize_token (max is order-free, so the bytes match the host's).
+__global__ void __launch_bounds__(256) quantize_v4_kernel(const QuantizeV4Params p) {
+  namespace v4 = fp8_v4;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (token >= p.num_blocks * p.block_size) return;
+  const int64_t blk = token / p.block_size, slot = token % p.block_size;
+  const auto* src = static_cast<const uint16_t*>(p.src) + blk * p.src_block_stride + slot * p.src_token_stride;
+  auto* page = static_cast<unsigned char*>(p.dst) + blk * p.dst_page_stride;
+  unsigned char* record = page + v4::token_record_offset(slot);
+  unsigned char* scales = page + v4::scale_record_offset(p.block_size, slot);
+#pragma unroll
+  for (int t = 0; t < v4::kNumScales; ++t) {
+    const float x0 = fp8::bf16_to_float(src[t * v4::kTileDims + lane * 2]);
+    const float x1 = fp8::bf16_to_float(src[t * v4::kTileDims + lane * 2 + 1]);
+    const float scale = fp8::pow2_scale(warp_max(fmaxf(fabsf(x0), fabsf(x1))));
+    record[t * v4::kTileDims + lane * 2] = fp8::float_to_e4m3(x0 / scale);
+    record[t * v4::kTileDims + lane * 2 + 1] = fp8::float_to_e4m3(x1 / scale);
+    if (lane == t) scales[t] = v4::e8m0_of_pow2(scale);
+  }
+  if (lane == v4::kNumScales) scales[v4::kNumScales] = 0;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint16_t v = src[v4::kNopeDims + lane * 2 + i];
+    record[v4::kRopeOffset + (lane * 2 + i) * 2] = static_cast<unsigned char>(v & 0xff);
+    record[v4::kRopeOffset + (lane * 2 + i) * 2 + 1] = static_cast<unsigned char>(v >> 8);
+  }
+}
+
 // Opts the kernels into > 48 KB of dynamic shared memory, once per device.
 void prepare_smem() {
   static thread_local int prepared_for = -1;  // cheap fast path; the attribute is per device
@@ -500,6 +531,11 @@ void launch_decode_schedule(void* sched, int32_t* num_splits, int batch, int top
 void launch_quantize_v32(const QuantizeParams& p, cudaStream_t stream) {
   const int64_t blocks = (p.num_rows + 7) / 8;
   quantize_v32_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+}
+
+void launch_quantize_v4(const QuantizeV4Params& p, cudaStream_t stream) {
+  const int64_t blocks = (p.num_blocks * p.block_size + 7) / 8;
+  quantize_v4_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
 }
 
 }  // namespace flashcpp::mla::kernels

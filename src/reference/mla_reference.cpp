@@ -97,6 +97,38 @@ std::vector<float> sink_values(OptionalTensor attn_sink, int64_t h_q) {
   return v;
 }
 
+// The power-of-two scale of a tile whose largest magnitude is `amax`, as FlashMLA computes it: amax / 448
+// in f32, at least 1e-4, rounded up to a power of two.
+float pow2_scale_of(double amax) {
+  float s = static_cast<float>(amax) / 448.f;
+  s = std::max(s, 1e-4f);
+  return static_cast<float>(std::exp2(std::ceil(std::log2(static_cast<double>(s)))));
+}
+
+// The e4m3 code nearest to v by exhaustive search; ties go to the code with an even mantissa (round half
+// to even); zero keeps the sign, as a float conversion does.
+uint8_t nearest_e4m3(double v) {
+  static const std::vector<std::pair<double, uint8_t>> codes = [] {
+    std::vector<std::pair<double, uint8_t>> c;  // every finite code with its value, +0 only
+    for (int i = 0; i < 256; ++i) {
+      const double x = e4m3_value(static_cast<uint8_t>(i));
+      if (!std::isnan(x) && i != 0x80) c.emplace_back(x, static_cast<uint8_t>(i));
+    }
+    return c;
+  }();
+  double best_err = kInf;
+  uint8_t best = 0;
+  for (const auto& [cv, cc] : codes) {
+    const double err = std::fabs(cv - v);
+    if (err < best_err || (err == best_err && (cc & 1) == 0)) {
+      best_err = err;
+      best = cc;
+    }
+  }
+  if (std::signbit(v) && best == 0) best = 0x80;
+  return best;
+}
+
 }  // namespace
 
 double e4m3_value(uint8_t code) {
@@ -213,12 +245,6 @@ MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const Tensor
 std::vector<uint8_t> mla_quantize_v32_reference(const TensorView& kv) {
   require_host(kv, "kv");
   if (kv.rank < 1 || kv.size(-1) != 576) throw Error(ErrorCode::invalid_argument, "mla reference: kv must be [..., 576]");
-  // All finite e4m3 codes with their values, for the nearest search.
-  std::vector<std::pair<double, uint8_t>> codes;
-  for (int c = 0; c < 256; ++c) {
-    const double v = e4m3_value(static_cast<uint8_t>(c));
-    if (!std::isnan(v) && c != 0x80) codes.emplace_back(v, static_cast<uint8_t>(c));  // +0 only
-  }
   const int lead = kv.rank - 1;
   int64_t rows = 1;
   for (int d = 0; d < lead; ++d) rows *= kv.size(d);
@@ -234,25 +260,9 @@ std::vector<uint8_t> mla_quantize_v32_reference(const TensorView& kv) {
     for (int t = 0; t < 4; ++t) {
       double amax = 0;
       for (int c = 0; c < 128; ++c) amax = std::max(amax, std::fabs(x(t * 128 + c)));
-      float s = static_cast<float>(amax) / 448.f;  // as FlashMLA: f32 division
-      s = std::max(s, 1e-4f);
-      const float scale = static_cast<float>(std::exp2(std::ceil(std::log2(static_cast<double>(s)))));
+      const float scale = pow2_scale_of(amax);
       std::memcpy(dst + 512 + t * 4, &scale, 4);
-      for (int c = 0; c < 128; ++c) {
-        const double v = x(t * 128 + c) / scale;
-        // Nearest code; ties go to the code with an even mantissa (round half to even).
-        double best_err = kInf;
-        uint8_t best = 0;
-        for (const auto& [cv, cc] : codes) {
-          const double err = std::fabs(cv - v);
-          if (err < best_err || (err == best_err && (cc & 1) == 0)) {
-            best_err = err;
-            best = cc;
-          }
-        }
-        if (std::signbit(v) && best == 0) best = 0x80;  // zero keeps the sign, as a float conversion does
-        dst[t * 128 + c] = best;
-      }
+      for (int c = 0; c < 128; ++c) dst[t * 128 + c] = nearest_e4m3(x(t * 128 + c) / scale);
     }
     for (int c = 0; c < 64; ++c) {
       uint16_t h;
@@ -261,6 +271,113 @@ std::vector<uint8_t> mla_quantize_v32_reference(const TensorView& kv) {
     }
   }
   return out;
+}
+
+std::vector<double> mla_dequantize_v4_token(const uint8_t* page, int64_t block_size, int64_t slot) {
+  std::vector<double> v(512);
+  const uint8_t* record = page + slot * 576;
+  const uint8_t* scales = page + block_size * 576 + slot * 8;
+  for (int i = 0; i < 448; ++i) {
+    const uint8_t e = scales[i / 64];
+    const double scale = e == 0xff ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, e - 127);
+    v[static_cast<size_t>(i)] = e4m3_value(record[i]) * scale;
+  }
+  for (int i = 0; i < 64; ++i) {
+    uint16_t h;
+    std::memcpy(&h, record + 448 + 2 * i, 2);
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    v[static_cast<size_t>(448 + i)] = f;
+  }
+  return v;
+}
+
+std::vector<uint8_t> mla_quantize_v4_reference(const TensorView& kv, int64_t page_bytes) {
+  require_host(kv, "kv");
+  if (kv.rank != 4 || kv.size(2) != 1 || kv.size(3) != 512)
+    throw Error(ErrorCode::invalid_argument, "mla reference: kv must be [num_blocks, block_size, 1, 512]");
+  const int64_t num_blocks = kv.size(0), block_size = kv.size(1);
+  if (page_bytes < block_size * 584) throw Error(ErrorCode::invalid_argument, "mla reference: page_bytes too small");
+  std::vector<uint8_t> out(static_cast<size_t>(num_blocks * page_bytes), 0);
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    uint8_t* page = out.data() + b * page_bytes;
+    for (int64_t t = 0; t < block_size; ++t) {
+      const int64_t off = b * kv.stride(0) + t * kv.stride(1);
+      auto x = [&](int c) { return bf16_at(kv, off + c * kv.stride(3)); };
+      uint8_t* record = page + t * 576;
+      uint8_t* scales = page + block_size * 576 + t * 8;
+      for (int tile = 0; tile < 7; ++tile) {
+        double amax = 0;
+        for (int c = 0; c < 64; ++c) amax = std::max(amax, std::fabs(x(tile * 64 + c)));
+        const float scale = pow2_scale_of(amax);
+        int exponent = 0;
+        std::frexp(static_cast<double>(scale), &exponent);  // scale = 2^(exponent - 1)
+        scales[tile] = static_cast<uint8_t>(exponent - 1 + 127);
+        for (int c = 0; c < 64; ++c) record[tile * 64 + c] = nearest_e4m3(x(tile * 64 + c) / scale);
+      }
+      for (int c = 0; c < 64; ++c) {
+        uint16_t h;
+        std::memcpy(&h, static_cast<const char*>(kv.data) + (off + (448 + c) * kv.stride(3)) * 2, 2);
+        std::memcpy(record + 448 + 2 * c, &h, 2);
+      }
+    }
+  }
+  return out;
+}
+
+MlaReferenceResult mla_sparse_decode_v4_reference(const TensorView& q, const MlaV4Pool& main, const MlaV4Pool* extra,
+                                                  OptionalTensor attn_sink, double sm_scale,
+                                                  std::span<const int64_t> tokens) {
+  require_host(q, "q");
+  const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2), d_qk = q.size(3);
+  if (d_qk != 512) throw Error(ErrorCode::invalid_argument, "mla reference: V4 q must have d_qk 512");
+  std::vector<const MlaV4Pool*> pools = {&main};
+  if (extra != nullptr) pools.push_back(extra);
+  for (const MlaV4Pool* pool : pools) {
+    require_host(pool->cache, "cache");
+    require_host(pool->indices, "indices");
+    if (pool->topk_length) require_host(*pool->topk_length, "topk_length");
+  }
+  const auto rows_wanted = all_or(tokens, b * s_q);
+  const auto sink = sink_values(attn_sink, h_q);
+  constexpr int64_t d_v = 512;
+
+  MlaReferenceResult r;
+  r.rows = static_cast<int64_t>(rows_wanted.size());
+  r.h_q = h_q;
+  r.d_v = d_v;
+  r.out.resize(static_cast<size_t>(r.rows * h_q * d_v));
+  r.lse.resize(static_cast<size_t>(r.rows * h_q));
+  r.max_logits.resize(static_cast<size_t>(r.rows * h_q));
+  std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
+  for (int64_t i = 0; i < r.rows; ++i) {
+    const int64_t t = rows_wanted[static_cast<size_t>(i)];
+    const int64_t bi = t / s_q, si = t % s_q;
+    std::vector<std::vector<double>> rows;  // both pools' valid rows: one softmax over their union
+    for (const MlaV4Pool* pool : pools) {
+      const TensorView& idx = pool->indices;
+      const int64_t topk = idx.size(2), num_blocks = pool->cache.size(0), block_size = pool->cache.size(1);
+      int64_t len = topk;
+      if (pool->topk_length)
+        len = std::clamp<int64_t>(value_at<int32_t>(*pool->topk_length, bi * pool->topk_length->stride(0)), 0, topk);
+      const auto* base = static_cast<const uint8_t*>(pool->cache.data);
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t index = value_at<int32_t>(idx, bi * idx.stride(0) + si * idx.stride(1) + j * idx.stride(2));
+        if (index < 0 || index >= num_blocks * block_size) continue;
+        rows.push_back(mla_dequantize_v4_token(base + (index / block_size) * pool->cache.stride(0), block_size,
+                                               index % block_size));
+      }
+    }
+    for (int64_t h = 0; h < h_q; ++h)
+      for (int64_t c = 0; c < d_qk; ++c)
+        qv[static_cast<size_t>(h * d_qk + c)] =
+            bf16_at(q, bi * q.stride(0) + si * q.stride(1) + h * q.stride(2) + c * q.stride(3));
+    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale,
+           &r.out[static_cast<size_t>(i * h_q * d_v)], &r.lse[static_cast<size_t>(i * h_q)],
+           &r.max_logits[static_cast<size_t>(i * h_q)]);
+  }
+  return r;
 }
 
 }  // namespace flashcpp::reference

@@ -46,4 +46,29 @@ std::vector<uint8_t> mla_quantize_v32_reference(const TensorView& kv);
 /// Decodes an e4m3fn byte exactly (NaN for 0x7f / 0xff).
 double e4m3_value(uint8_t code);
 
+// DeepSeek V4 ("MODEL1") FP8 cache: d_qk 512, 584 bytes per token in two records per page (mla/fp8_v4.hpp).
+
+/// The 512 values token `slot` of a V4 page stands for: e4m3 * 2^(e8m0 - 127) for dims 0..447, bf16 RoPE
+/// for 448..511. `page` points at the page's first byte.
+std::vector<double> mla_dequantize_v4_token(const uint8_t* page, int64_t block_size, int64_t slot);
+
+/// Independent V4 quantizer: `kv` bf16 [num_blocks, block_size, 1, 512] (host, any strides) as pages of
+/// `page_bytes` (>= block_size * 584) bytes each, consecutive; pad bytes and page padding are 0. Codes by
+/// exhaustive nearest search (ties to even), scales as for V3.2 per 64-value tile.
+std::vector<uint8_t> mla_quantize_v4_reference(const TensorView& kv, int64_t page_bytes);
+
+/// One paged V4 KV pool: cache u8/i8/e4m3 [num_blocks, block_size, 1, 584] (page stride = stride(0)),
+/// indices i32 [b, s_q, topk] (block * block_size + offset; anything outside [0, num_blocks * block_size)
+/// masked), topk_length i32 [b] or null (per request: slots >= it are masked).
+struct MlaV4Pool {
+  TensorView cache, indices;
+  OptionalTensor topk_length = nullptr;
+};
+
+/// Sparse decode over one or two V4 pools attended in one softmax (FlashMLA's main and extra caches).
+/// q bf16 [b, s_q, h_q, 512]; extra may be null; attn_sink f32 [h_q] or null. `tokens` as for V3.2.
+MlaReferenceResult mla_sparse_decode_v4_reference(const TensorView& q, const MlaV4Pool& main, const MlaV4Pool* extra,
+                                                  OptionalTensor attn_sink, double sm_scale,
+                                                  std::span<const int64_t> tokens = {});
+
 }  // namespace flashcpp::reference

@@ -373,6 +373,50 @@ TEST(MlaGpuQuantize, MatchesFlashMlaBytesAndHostPath) {
   ASSERT_EQ(ddst.download(), host);
 }
 
+// The V4 ("MODEL1") quantizer on the device: FlashMLA's bytes on the golden case, the host path's bytes on random
+// strided input with padded pages; pad bytes 0 and page padding untouched (still poisoned).
+TEST(MlaGpuQuantize, V4MatchesFlashMlaBytesAndHostPath) {
+  FLASHCPP_REQUIRE_GPU();
+  FLASHCPP_REQUIRE_GOLDEN(dir);
+  auto pages = [](void* p, Device dev, int64_t nb, int64_t bs, int64_t page) {
+    return TensorView::strided(p, DType::u8, dev, {nb, bs, 1, 584}, {page, 584, 584, 1});
+  };
+  for (const auto& name : golden_case_names(dir, "model1_quantize")) {
+    SCOPED_TRACE(name);
+    const GoldenCase g = load_golden(dir, name);
+    const GoldenTensor& src = g.inputs.at("kv");
+    const GoldenTensor& want = g.outputs.at("k_cache_fp8");
+    const int64_t nb = src.shape[0], bs = src.shape[1], page = want.shape[1];
+    Dev<uint8_t> dsrc(src.bytes), ddst(want.bytes.size());
+    ddst.poison();
+    mla::quantize_kv_cache_fp8_v4(dview(dsrc.get(), DType::bf16, {nb, bs, 1, 512}),
+                                  pages(ddst.get(), Device::cuda(0), nb, bs, page), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = ddst.download();
+    for (int64_t i = 0; i < nb * page; ++i) {
+      const int64_t off = i % page, scale_part = off - bs * 576;
+      const size_t k = static_cast<size_t>(i);
+      if (off >= bs * 584) ASSERT_EQ(got[k], ::flashcpp::testing::kPoisonByte) << "page padding byte " << i;
+      else if (scale_part >= 0 && scale_part % 8 == 7) ASSERT_EQ(got[k], 0) << "pad byte " << i;
+      else ASSERT_EQ(got[k], want.bytes[k]) << "byte " << i;
+    }
+  }
+  std::mt19937 rng(4);
+  const int64_t nb = 37, bs = 61, tok_stride = 520, page = 35712;
+  auto src = random_bf16(static_cast<size_t>(nb * bs * tok_stride), rng, 3.0);
+  std::vector<uint8_t> host(static_cast<size_t>(nb * page), static_cast<uint8_t>(::flashcpp::testing::kPoisonByte));
+  const auto hs = TensorView::strided(src.data(), DType::bf16, Device::cpu(), {nb, bs, 1, 512}, {bs * tok_stride, tok_stride, 512, 1});
+  mla::quantize_kv_cache_fp8_v4(hs, pages(host.data(), Device::cpu(), nb, bs, page), nullptr);
+  Dev<uint16_t> dsrc(src);
+  Dev<uint8_t> ddst(host.size());
+  ddst.poison();
+  mla::quantize_kv_cache_fp8_v4(TensorView::strided(dsrc.get(), DType::bf16, Device::cuda(0), {nb, bs, 1, 512},
+                                                    {bs * tok_stride, tok_stride, 512, 1}),
+                                pages(ddst.get(), Device::cuda(0), nb, bs, page), nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_EQ(ddst.download(), host);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Decode
 

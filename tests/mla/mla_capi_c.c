@@ -149,5 +149,29 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
     CHECK(dst[0] == 0x78 && dst[656 + 511] == 0x78, "quantized 1.0 -> 0x%02x", dst[0]);
     CHECK(dst[528] == 0x80 && dst[529] == 0x3f, "rope copied");
   }
+
+  /* V4 quantizer on host memory: pages of 2 tokens padded to 1184 bytes (2 * 584 = 1168). */
+  {
+    static uint16_t src[2 * 2 * 512];
+    static uint8_t pages[2 * 1184];
+    static const int64_t src_shape[4] = {2, 2, 1, 512}, dst_shape[4] = {2, 2, 1, 584};
+    flashcpp_tensor s, d;
+    int i;
+    for (i = 0; i < 2 * 2 * 512; ++i) src[i] = 0x3f80; /* 1.0 */
+    memset(pages, 0xEE, sizeof pages);
+    s = make_tensor(src, FLASHCPP_BF16, FLASHCPP_CPU, 0, 4, src_shape);
+    d = make_tensor(pages, FLASHCPP_U8, FLASHCPP_CPU, 0, 4, dst_shape);
+    d.strides[0] = 1176; /* not a multiple of 16 */
+    CHECK_ERROR(flashcpp_mla_quantize_kv_cache_fp8_v4(&s, &d, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "mla::quantize_kv_cache_fp8_v4: argument 'out' must have a page stride (dim 0) that is a multiple");
+    for (i = 0; i < (int)sizeof pages; ++i) CHECK(pages[i] == 0xEE, "byte %d written on failure", i);
+    d.strides[0] = 1184;
+    CHECK(flashcpp_mla_quantize_kv_cache_fp8_v4(&s, &d, NULL) == FLASHCPP_SUCCESS, "quantize v4: %s",
+          flashcpp_last_error());
+    CHECK(pages[0] == 0x78 && pages[1184 + 576 + 447] == 0x78, "quantized 1.0 -> 0x%02x", pages[0]);
+    CHECK(pages[448] == 0x80 && pages[449] == 0x3f, "rope copied");
+    CHECK(pages[2 * 576] == 119 && pages[2 * 576 + 8 + 6] == 119 && pages[2 * 576 + 15] == 0, "scales 2^-8, pad 0");
+    CHECK(pages[1168] == 0xEE && pages[1184 + 1183] == 0xEE, "page padding untouched");
+  }
   return 0;
 }

@@ -364,6 +364,62 @@ TEST(MlaValidation, QuantizerRulesAndNothingWrittenOnFailure) {
   }
 }
 
+// The V4 quantizer: every rule fails with the argument and the rule named, and nothing is written.
+TEST(MlaValidation, QuantizerV4RulesAndNothingWrittenOnFailure) {
+  constexpr int64_t kPage = 3 * 584 + 8;  // 1760 = 110 * 16
+  std::vector<uint16_t> src(2 * 3 * 512, 0x3f80);  // 1.0
+  std::vector<uint8_t> dst(2 * kPage, 0xEE);
+  const TensorView good_src = TensorView::contiguous(src.data(), DType::bf16, Device::cpu(), {2, 3, 1, 512});
+  const TensorView good_dst =
+      TensorView::strided(dst.data(), DType::u8, Device::cpu(), {2, 3, 1, 584}, {kPage, 584, 584, 1});
+  const std::string op = "mla::quantize_kv_cache_fp8_v4";
+  struct Case {
+    const char* arg;
+    const char* rule;
+    std::function<void(TensorView&, TensorView&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"kv", "must have dtype", [](TensorView& s, TensorView&) { s.dtype = DType::f16; }},
+      {"kv", "512 values per token", [](TensorView& s, TensorView&) { s.shape[3] = 576; }},
+      {"kv", "h_kv", [](TensorView& s, TensorView&) { s.shape[2] = 2; }},
+      {"kv", "rank 4", [](TensorView& s, TensorView&) { s = TensorView::contiguous(s.data, DType::bf16, Device::cpu(), {6, 512}); }},
+      {"kv", "stride 1 in its last dim", [](TensorView& s, TensorView&) { s.strides[3] = 2; }},
+      {"kv", "must not be null", [](TensorView& s, TensorView&) { s.data = nullptr; }},
+      {"out", "must have dtype", [](TensorView&, TensorView& d) { d.dtype = DType::bf16; }},
+      {"out", "584 bytes per token", [](TensorView&, TensorView& d) { d.shape[3] = 656; }},
+      {"out", "kv.size(1) (block_size)", [](TensorView&, TensorView& d) { d.shape[1] = 2; }},
+      {"out", "kv.size(0) (num_blocks)", [](TensorView&, TensorView& d) { d.shape[0] = 1; }},
+      {"out", "stride 584 in dim 1", [](TensorView&, TensorView& d) { d.strides[1] = 576; }},
+      {"out", "multiple of 16 bytes; got 1768", [](TensorView&, TensorView& d) { d.strides[0] = kPage + 8; }},
+      {"out", "at least block_size * 584 = 1752 bytes (pages must not overlap); got 1744",
+       [](TensorView&, TensorView& d) { d.strides[0] = kPage - 16; }},
+      {"out", "must be in host memory", [](TensorView&, TensorView& d) { d.device = kDev; }},
+  };
+  for (const auto& c : cases) {
+    TensorView s = good_src, d = good_dst;
+    c.mutate(s, d);
+    const Error e = expect_error([&] { mla::quantize_kv_cache_fp8_v4(s, d, nullptr); });
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << c.rule << ": " << e.what();
+    EXPECT_NE(e.message().find(op + ": argument '" + c.arg + "'"), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find(c.rule), std::string::npos) << "expected \"" << c.rule << "\" in: " << e.what();
+    for (uint8_t byte : dst) ASSERT_EQ(byte, 0xEE) << c.rule << ": output written on a failed call";
+  }
+  // The good call writes every data byte: 1.0 has scale 2^-8 (e8m0 119) and code 0x78; the RoPE bf16 is copied.
+  mla::quantize_kv_cache_fp8_v4(good_src, good_dst, nullptr);
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t < 3; ++t) {
+      const uint8_t* page = dst.data() + b * kPage;
+      EXPECT_EQ(page[t * 576], 0x78);
+      EXPECT_EQ(page[t * 576 + 447], 0x78);
+      EXPECT_EQ(page[t * 576 + 448], 0x80);
+      EXPECT_EQ(page[t * 576 + 449], 0x3f);
+      for (int i = 0; i < 7; ++i) EXPECT_EQ(page[3 * 576 + t * 8 + i], 119);
+      EXPECT_EQ(page[3 * 576 + t * 8 + 7], 0);
+    }
+  for (int b = 0; b < 2; ++b)
+    for (int64_t i = 3 * 584; i < kPage; ++i) EXPECT_EQ(dst[static_cast<size_t>(b * kPage + i)], 0xEE) << "page padding";
+}
+
 // Without a usable device a valid call never launches: it reports the device.
 TEST(MlaValidation, UnknownDeviceIsReported) {
   EXPECT_THROW((void)mla::device_support(kFakeDevice), Error);

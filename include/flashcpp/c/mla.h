@@ -85,6 +85,13 @@ flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* con
  * Both tensors on one CUDA device (asynchronous), or both in host memory (runs on the calling thread). */
 flashcpp_status flashcpp_mla_quantize_kv_cache_fp8(const flashcpp_tensor* kv, const flashcpp_tensor* out, void* stream);
 
+/* Quantizes bf16 pages kv [num_blocks, block_size, 1, 512] into the DeepSeek V4 layout (FlashMLA's "MODEL1",
+ * 584 bytes per token: per page block_size 576-byte token records, then block_size 8-byte scale records).
+ * out u8/i8/e4m3 [num_blocks, block_size, 1, 584] with stride(1) 584 and a page stride (stride(0)) that is a
+ * multiple of 16 and at least block_size * 584 bytes. Same devices and stream rules as the V3.2 quantizer. */
+flashcpp_status flashcpp_mla_quantize_kv_cache_fp8_v4(const flashcpp_tensor* kv, const flashcpp_tensor* out,
+                                                      void* stream);
+
 #ifdef __cplusplus
 }
 #endif
