@@ -105,8 +105,9 @@ struct DecodeConfig {
   int batch = 0;   ///< requests, >= 1
   int s_q = 1;     ///< query tokens per request (MTP), >= 1
   int h_q = 0;     ///< query heads, [1, 1024]
-  int d_qk = 576;  ///< must be 576 (V3.2)
-  int topk = 0;    ///< positive multiple of 64
+  int d_qk = 576;  ///< 576 (V3.2 cache, sparse_decode) or 512 (V4 cache, sparse_decode_v4)
+  int topk = 0;    ///< positive multiple of 64 (the main pool's slots)
+  int extra_topk = 0;  ///< V4 only: the extra pool's slots, 0 (no extra pool) or a positive multiple of 64
   int num_sms = 0; ///< SMs to schedule for, at most 4096; 0 = the device's SM count
 };
 
@@ -158,6 +159,31 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
                    const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeParams& params,
                    cudaStream_t stream);
 
+struct SparseDecodeV4Params {
+  double sm_scale = 0;                         ///< required: finite and > 0
+  int d_v = kDv;                               ///< must be 512
+  OptionalTensor attn_sink = nullptr;          ///< f32 [h_q]
+  OptionalTensor topk_length = nullptr;        ///< i32 [batch]: main-pool slots per request
+  OptionalTensor extra_kv_cache = nullptr;     ///< the extra pool: V4 pages [num_blocks', block_size', 1, 584]
+  OptionalTensor extra_indices = nullptr;      ///< i32 [batch, s_q, extra_topk]; given iff extra_kv_cache is
+  OptionalTensor extra_topk_length = nullptr;  ///< i32 [batch]: extra-pool slots per request (extra pool only)
+};
+
+/// Sparse decode over the DeepSeek V4 FP8 cache (FlashMLA's "MODEL1"; layout in quantize_kv_cache_fp8_v4),
+/// with an optional extra pool attended in the same softmax (FlashMLA's extra_k_cache).
+///  q         bf16 [batch, s_q, h_q, 512]
+///  kv_cache  u8 / i8 / e4m3 [num_blocks, block_size, 1, 584]: stride(1) 584, page stride a multiple of 16
+///            and >= block_size * 584 bytes, data 16-byte aligned; block_size >= 1 (any value; the extra
+///            pool may use another)
+///  indices   i32 [batch, s_q, topk]: block * block_size + offset into its own pool; anything outside
+///            [0, num_blocks * block_size) and every slot at or past its pool's length is masked, never read
+///  out, lse  as sparse_decode
+///  ws        planned with d_qk 512, topk and extra_topk (0 without the extra pool) of these tensors
+/// Runs on the portable kernel today (the Hopper kernels take the V3.2 cache only).
+void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
+                      const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Params& params,
+                      cudaStream_t stream);
+
 /// Convenience layer: owns the plan buffers and remembers the shape; run() refuses another shape.
 class DecodePlan {
  public:
@@ -165,6 +191,9 @@ class DecodePlan {
   static DecodePlan create(const DecodeConfig& config, int device_id, cudaStream_t stream);
   void run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
            const TensorView& lse, const SparseDecodeParams& params, cudaStream_t stream) const;
+  /// V4 cache (plan made with d_qk 512).
+  void run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
+           const TensorView& lse, const SparseDecodeV4Params& params, cudaStream_t stream) const;
   const DecodePlanSizes& sizes() const { return sizes_; }
   const DecodeWorkspace& workspace() const { return ws_; }
   int device() const { return device_; }

@@ -340,8 +340,16 @@ void validate_config(const Validator& v, const DecodeConfig& c) {
   if (c.batch < 1) v.fail("batch", "must be >= 1; got " + std::to_string(c.batch));
   if (c.s_q < 1 || c.s_q > 65535) v.fail("s_q", "must be in [1, 65535]; got " + std::to_string(c.s_q));
   if (c.h_q < 1 || c.h_q > kMaxHeads) v.fail("h_q", "must be in [1, 1024]; got " + std::to_string(c.h_q));
-  if (c.d_qk != fp8::kDims) v.fail("d_qk", "must be 576 (the V3.2 FP8 cache); got " + std::to_string(c.d_qk));
+  if (c.d_qk != fp8::kDims && c.d_qk != fp8_v4::kDims)
+    v.fail("d_qk", "must be 576 (the V3.2 FP8 cache) or 512 (the V4 FP8 cache); got " + std::to_string(c.d_qk));
   validate_topk(v, c.topk, "topk");
+  if (c.extra_topk != 0) {
+    if (c.d_qk != fp8_v4::kDims)
+      v.fail("extra_topk", "must be 0 unless d_qk is 512 (only the V4 cache has an extra pool); got " +
+                               std::to_string(c.extra_topk));
+    validate_topk(v, c.extra_topk, "extra_topk");
+    if (int64_t{c.topk} + c.extra_topk > INT32_MAX) v.fail("extra_topk", "must keep topk + extra_topk <= 2^31 - 1");
+  }
   if (c.num_sms < 0 || c.num_sms > kMaxSms)
     v.fail("num_sms", "must be in [0, " + std::to_string(kMaxSms) + "] (0: the device's SM count); got " +
                           std::to_string(c.num_sms));
@@ -407,10 +415,164 @@ void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream) 
   require_supported("mla::decode_plan", device_id);
   if (!sizes.split) return;
   DeviceGuard guard(device_id);
+  // The schedule splits each request's whole slot list: the main pool's slots, then the extra pool's.
   kernels::launch_decode_schedule(ws.sched_meta.data, ws.num_splits.data_as<int32_t>(), ws.config.batch,
-                                  ws.config.topk, sizes.num_sm_parts, stream);
+                                  ws.config.topk + ws.config.extra_topk, sizes.num_sm_parts, stream);
   check_launch("decode schedule kernel launch");
 }
+
+namespace {
+
+// Decode indices i32 [b, s_q, topk] matching q [b, s_q, ...], topk a positive multiple of 64.
+void validate_decode_indices(const Validator& v, const TensorView& indices, const char* arg, const TensorView& q) {
+  const int64_t b = q.size(0), s_q = q.size(1);
+  cuda_tensor(v, indices, arg, {DType::i32}, 3);
+  v.same_device(indices, arg, q, "q").dim(indices, arg, 0, b, "q.size(0)");
+  v.dim(indices, arg, 1, s_q, "q.size(1)").last_dim_contiguous(indices, arg).aligned(indices, arg, 4);
+  validate_topk(v, indices.size(2), arg);
+  if (indices.stride(0) != indices.stride(1) * s_q && s_q > 1 && b > 1)
+    v.fail(arg, indices, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
+}
+
+// What V3.2 and V4 decode share: the query, indices, outputs and workspace checks, and the launch.
+struct DecodeProblem {
+  int64_t b = 0, s_q = 0, h_q = 0, topk = 0;
+  DecodePlanSizes sizes;
+};
+
+// q bf16 [b, s_q, h_q, d_qk], indices i32 [b, s_q, topk], out bf16 [b, s_q, h_q, 512], lse f32 [b, s_q, h_q].
+DecodeProblem validate_decode_tensors(const Validator& v, const TensorView& q, int d_qk, const char* cache_kind,
+                                      const TensorView& indices, const TensorView& out, const TensorView& lse) {
+  DecodeProblem d;
+  cuda_tensor(v, q, "q", {DType::bf16}, 4);
+  v.last_dim_contiguous(q, "q");
+  d.b = q.size(0), d.s_q = q.size(1), d.h_q = q.size(2);
+  if (q.size(3) != d_qk)
+    v.fail("q", q, "must have d_qk (dim 3) " + std::to_string(d_qk) + " (the " + cache_kind + " FP8 cache)");
+  if (d.b < 1) v.fail("q", q, "must have batch (dim 0) >= 1");
+  if (d.s_q < 1 || d.s_q > 65535) v.fail("q", q, "must have s_q (dim 1) in [1, 65535]");
+  if (d.h_q < 1 || d.h_q > kMaxHeads) v.fail("q", q, "must have h_q (dim 2) in [1, 1024]");
+  if (d.b * d.s_q > INT32_MAX) v.fail("q", q, "must have batch * s_q <= 2^31 - 1");
+  vector_aligned(v, q, "q");
+  validate_decode_indices(v, indices, "indices", q);
+  d.topk = indices.size(2);
+  cuda_tensor(v, out, "out", {DType::bf16}, 4);
+  v.same_device(out, "out", q, "q").shape(out, "out", {d.b, d.s_q, d.h_q, kDv}).last_dim_contiguous(out, "out");
+  v.aligned(out, "out", 2);
+  cuda_tensor(v, lse, "lse", {DType::f32}, 3);
+  v.same_device(lse, "lse", q, "q").shape(lse, "lse", {d.b, d.s_q, d.h_q}).aligned(lse, "lse", 4);
+  if (out.stride(0) != out.stride(1) * d.s_q && d.s_q > 1 && d.b > 1)
+    v.fail("out", out, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
+  if (q.stride(0) != q.stride(1) * d.s_q && d.s_q > 1 && d.b > 1)
+    v.fail("q", q, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
+  return d;
+}
+
+// The workspace must have been planned for exactly this shape; returns its sizes (after the device gate).
+DecodePlanSizes validate_planned(const Validator& v, const DecodeWorkspace& ws, const DecodeProblem& d, int d_qk,
+                                 int64_t extra_topk, const TensorView& q) {
+  const DecodeConfig& c = ws.config;
+  if (c.batch != d.b || c.s_q != d.s_q || c.h_q != d.h_q || c.d_qk != d_qk || c.topk != d.topk ||
+      c.extra_topk != extra_topk)
+    v.fail("ws", "was planned for batch " + std::to_string(c.batch) + ", s_q " + std::to_string(c.s_q) + ", h_q " +
+                     std::to_string(c.h_q) + ", d_qk " + std::to_string(c.d_qk) + ", topk " + std::to_string(c.topk) +
+                     ", extra_topk " + std::to_string(c.extra_topk) + "; the tensors give batch " +
+                     std::to_string(d.b) + ", s_q " + std::to_string(d.s_q) + ", h_q " + std::to_string(d.h_q) +
+                     ", d_qk " + std::to_string(d_qk) + ", topk " + std::to_string(d.topk) + ", extra_topk " +
+                     std::to_string(extra_topk));
+  validate_config(v, c);
+  DecodePlanSizes sizes;
+  if (c.num_sms > 0) {
+    sizes = sizes_for(c, c.num_sms);
+    validate_workspace(v, ws, sizes);
+  }
+  require_supported(std::string(v.op()).c_str(), q.device.id);
+  if (c.num_sms <= 0) {
+    sizes = sizes_for(c, device_support(q.device.id).sm_count);
+    validate_workspace(v, ws, sizes);
+  }
+  if (sizes.split) v.same_device(ws.sched_meta, "sched_meta", q, "q");
+  return sizes;
+}
+
+// The parts of the kernel parameters both layouts fill the same way.
+kernels::SparseAttentionParams decode_params(const DecodeProblem& d, const TensorView& q, const TensorView& indices,
+                                             const TensorView& out, const TensorView& lse, OptionalTensor attn_sink,
+                                             double sm_scale, const DecodeWorkspace& ws) {
+  kernels::SparseAttentionParams p;
+  p.q = q.data;
+  p.q_stride_token = q.stride(1);
+  p.q_stride_head = q.stride(2);
+  p.num_tokens = static_cast<int>(d.b * d.s_q);
+  p.h_q = static_cast<int>(d.h_q);
+  p.d_qk = static_cast<int>(q.size(3));
+  p.d_v = kDv;
+  p.topk = static_cast<int>(d.topk);
+  p.indices = indices.data_as<const int32_t>();
+  p.indices_stride_token = indices.stride(1);
+  p.tokens_per_length = static_cast<int>(d.s_q);
+  p.attn_sink = attn_sink ? attn_sink->data_as<const float>() : nullptr;
+  p.sm_scale = static_cast<float>(sm_scale);
+  p.out = out.data;
+  p.out_stride_token = out.stride(1);
+  p.out_stride_head = out.stride(2);
+  p.lse = lse.data_as<float>();
+  p.lse_stride_token = lse.stride(1);
+  p.lse_stride_head = lse.stride(2);
+  // With b == 1 or s_q == 1 the token stride is whichever dim varies.
+  if (d.s_q == 1) {
+    p.q_stride_token = q.stride(0);
+    p.indices_stride_token = indices.stride(0);
+    p.out_stride_token = out.stride(0);
+    p.lse_stride_token = lse.stride(0);
+  }
+  if (d.s_q > 1 && d.b > 1 && lse.stride(0) != lse.stride(1) * d.s_q) {
+    p.lse_stride_request = lse.stride(0);  // e.g. FlashMLA's [batch, h_q, s_q] lse seen as [batch, s_q, h_q]
+    p.lse_stride_token = lse.stride(1);
+  }
+  p.tokens_per_request = static_cast<int>(d.s_q);
+  p.num_requests = static_cast<int>(d.b);
+  if (d.sizes.split) {
+    p.sched = ws.sched_meta.data;
+    p.num_splits = ws.num_splits.data_as<const int32_t>();
+    p.num_parts = d.sizes.num_sm_parts;
+    p.o_accum = ws.o_accum.data_as<float>();
+    p.lse_accum = ws.lse_accum.data_as<float>();
+    p.accum_rows = d.sizes.lse_accum_elems / d.h_q;
+  }
+  return p;
+}
+
+void launch_decode(const kernels::SparseAttentionParams& p, bool split, int device_id, cudaStream_t stream) {
+  DeviceGuard guard(device_id);
+  run_attention(p, stream, device_id);
+  if (split) {
+    kernels::launch_sparse_attention_combine(p, stream);
+    check_launch("sparse MLA combine kernel launch");
+  }
+}
+
+// A V4 page pool as FlashMLA views it: [num_blocks, block_size, 1, 584], stride(1) 584, page stride a multiple
+// of 16 bytes and at least block_size * 584.
+void validate_v4_cache(const Validator& v, const TensorView& t, const char* arg, const TensorView& q) {
+  v.defined(t, arg).dtype(t, arg, {DType::u8, DType::i8, DType::e4m3}).rank(t, arg, 4).on_cuda(t, arg);
+  v.same_device(t, arg, q, "q").no_negative_strides(t, arg).dim(t, arg, 2, 1, "h_kv");
+  v.dim(t, arg, 3, kFp8V4BytesPerToken, "584 bytes per token").last_dim_contiguous(t, arg);
+  const int64_t num_blocks = t.size(0), block_size = t.size(1);
+  if (block_size < 1) v.fail(arg, t, "must have block_size (dim 1) >= 1");
+  if (block_size > 1 && t.stride(1) != kFp8V4BytesPerToken)
+    v.fail(arg, t, "must have stride 584 in dim 1 (FlashMLA's view of a V4 page)");
+  if (num_blocks > 1 && t.stride(0) % fp8_v4::kPageStrideMultiple != 0)
+    v.fail(arg, t, "must have a page stride (dim 0) that is a multiple of 16 bytes; got " + std::to_string(t.stride(0)));
+  if (num_blocks > 1 && t.stride(0) < block_size * kFp8V4BytesPerToken)
+    v.fail(arg, t, "must have a page stride (dim 0) of at least block_size * 584 = " +
+                       std::to_string(block_size * kFp8V4BytesPerToken) + " bytes (pages must not overlap); got " +
+                       std::to_string(t.stride(0)));
+  if (num_blocks * block_size > INT32_MAX) v.fail(arg, t, "must hold at most 2^31 - 1 tokens (int32 indices)");
+  v.aligned(t, arg, 16);
+}
+
+}  // namespace
 
 void sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
                    const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeParams& params,
@@ -418,16 +580,7 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
   const Validator v("mla::sparse_decode");
   v.positive(params.sm_scale, "sm_scale");
   if (params.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(params.d_v));
-
-  cuda_tensor(v, q, "q", {DType::bf16}, 4);
-  v.last_dim_contiguous(q, "q");
-  const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2);
-  if (q.size(3) != fp8::kDims) v.fail("q", q, "must have d_qk (dim 3) 576 (the V3.2 FP8 cache)");
-  if (b < 1) v.fail("q", q, "must have batch (dim 0) >= 1");
-  if (s_q < 1 || s_q > 65535) v.fail("q", q, "must have s_q (dim 1) in [1, 65535]");
-  if (h_q < 1 || h_q > kMaxHeads) v.fail("q", q, "must have h_q (dim 2) in [1, 1024]");
-  if (b * s_q > INT32_MAX) v.fail("q", q, "must have batch * s_q <= 2^31 - 1");
-  vector_aligned(v, q, "q");
+  DecodeProblem d = validate_decode_tensors(v, q, fp8::kDims, "V3.2", indices, out, lse);
 
   v.defined(kv_cache, "kv_cache").dtype(kv_cache, "kv_cache", {DType::u8, DType::i8, DType::e4m3});
   v.rank(kv_cache, "kv_cache", 4).on_cuda(kv_cache, "kv_cache").same_device(kv_cache, "kv_cache", q, "q");
@@ -441,100 +594,69 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
     v.fail("kv_cache", kv_cache, "must have a block stride (dim 0) that is a multiple of 16 bytes");
   v.aligned(kv_cache, "kv_cache", 16);
 
-  cuda_tensor(v, indices, "indices", {DType::i32}, 3);
-  v.same_device(indices, "indices", q, "q").dim(indices, "indices", 0, b, "q.size(0)");
-  v.dim(indices, "indices", 1, s_q, "q.size(1)").last_dim_contiguous(indices, "indices").aligned(indices, "indices", 4);
-  const int64_t topk = indices.size(2);
-  validate_topk(v, topk, "indices");
+  optional_vector(v, params.attn_sink, "attn_sink", DType::f32, d.h_q, q, "q.size(2)");
+  optional_vector(v, params.topk_length, "topk_length", DType::i32, d.b, q, "q.size(0) (one length per request)");
+  d.sizes = validate_planned(v, ws, d, fp8::kDims, 0, q);
 
-  cuda_tensor(v, out, "out", {DType::bf16}, 4);
-  v.same_device(out, "out", q, "q").shape(out, "out", {b, s_q, h_q, kDv}).last_dim_contiguous(out, "out");
-  v.aligned(out, "out", 2);
-  cuda_tensor(v, lse, "lse", {DType::f32}, 3);
-  v.same_device(lse, "lse", q, "q").shape(lse, "lse", {b, s_q, h_q}).aligned(lse, "lse", 4);
-  if (out.stride(0) != out.stride(1) * s_q && s_q > 1 && b > 1)
-    v.fail("out", out, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
-  if (q.stride(0) != q.stride(1) * s_q && s_q > 1 && b > 1)
-    v.fail("q", q, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
-  if (indices.stride(0) != indices.stride(1) * s_q && s_q > 1 && b > 1)
-    v.fail("indices", indices, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
-  optional_vector(v, params.attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(2)");
-  optional_vector(v, params.topk_length, "topk_length", DType::i32, b, q, "q.size(0) (one length per request)");
-
-  // The workspace must have been planned for exactly this shape.
-  const DecodeConfig& c = ws.config;
-  if (c.batch != b || c.s_q != s_q || c.h_q != h_q || c.d_qk != fp8::kDims || c.topk != topk)
-    v.fail("ws", "was planned for batch " + std::to_string(c.batch) + ", s_q " + std::to_string(c.s_q) + ", h_q " +
-                     std::to_string(c.h_q) + ", d_qk " + std::to_string(c.d_qk) + ", topk " + std::to_string(c.topk) +
-                     "; the tensors give batch " + std::to_string(b) + ", s_q " + std::to_string(s_q) + ", h_q " +
-                     std::to_string(h_q) + ", d_qk 576, topk " + std::to_string(topk));
-  validate_config(v, c);
-  DecodePlanSizes sizes;
-  if (c.num_sms > 0) {
-    sizes = sizes_for(c, c.num_sms);
-    validate_workspace(v, ws, sizes);
-  }
-  require_supported("mla::sparse_decode", q.device.id);
-  if (c.num_sms <= 0) {
-    sizes = sizes_for(c, device_support(q.device.id).sm_count);
-    validate_workspace(v, ws, sizes);
-  }
-  if (sizes.split) v.same_device(ws.sched_meta, "sched_meta", q, "q");
-
-  kernels::SparseAttentionParams p;
-  p.q = q.data;
-  p.q_stride_token = q.stride(1);
-  p.q_stride_head = q.stride(2);
-  p.num_tokens = static_cast<int>(b * s_q);
-  p.h_q = static_cast<int>(h_q);
-  p.d_qk = fp8::kDims;
-  p.d_v = kDv;
-  p.topk = static_cast<int>(topk);
-  p.indices = indices.data_as<const int32_t>();
-  p.indices_stride_token = indices.stride(1);
+  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink, params.sm_scale, ws);
   p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
-  p.tokens_per_length = static_cast<int>(s_q);
-  p.attn_sink = params.attn_sink ? params.attn_sink->data_as<const float>() : nullptr;
-  p.sm_scale = static_cast<float>(params.sm_scale);
   p.kv_format = kernels::KvFormat::fp8_v32;
   p.kv = kv_cache.data;
   p.num_kv = num_blocks * block_size;
   p.block_size = block_size;
   p.kv_block_stride_bytes = kv_cache.stride(0);
   p.kv_slot_stride_bytes = kFp8BytesPerToken;
-  p.out = out.data;
-  p.out_stride_token = out.stride(1);
-  p.out_stride_head = out.stride(2);
-  p.lse = lse.data_as<float>();
-  p.lse_stride_token = lse.stride(1);
-  p.lse_stride_head = lse.stride(2);
-  // With b == 1 or s_q == 1 the token stride is whichever dim varies.
-  if (s_q == 1) {
-    p.q_stride_token = q.stride(0);
-    p.indices_stride_token = indices.stride(0);
-    p.out_stride_token = out.stride(0);
-    p.lse_stride_token = lse.stride(0);
+  launch_decode(p, d.sizes.split, q.device.id, stream);
+}
+
+void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
+                      const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Params& params,
+                      cudaStream_t stream) {
+  const Validator v("mla::sparse_decode_v4");
+  v.positive(params.sm_scale, "sm_scale");
+  if (params.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(params.d_v));
+  DecodeProblem d = validate_decode_tensors(v, q, fp8_v4::kDims, "V4", indices, out, lse);
+  validate_v4_cache(v, kv_cache, "kv_cache", q);
+  optional_vector(v, params.attn_sink, "attn_sink", DType::f32, d.h_q, q, "q.size(2)");
+  optional_vector(v, params.topk_length, "topk_length", DType::i32, d.b, q, "q.size(0) (one length per request)");
+  const bool extra = params.extra_kv_cache != nullptr;
+  if (extra != (params.extra_indices != nullptr))
+    v.fail(extra ? "extra_indices" : "extra_kv_cache", "must be given together with " +
+                                                           std::string(extra ? "extra_kv_cache" : "extra_indices"));
+  if (!extra && params.extra_topk_length != nullptr)
+    v.fail("extra_topk_length", "must only be given with the extra pool (extra_kv_cache, extra_indices)");
+  int64_t extra_topk = 0;
+  if (extra) {
+    validate_v4_cache(v, *params.extra_kv_cache, "extra_kv_cache", q);
+    validate_decode_indices(v, *params.extra_indices, "extra_indices", q);
+    extra_topk = params.extra_indices->size(2);
+    optional_vector(v, params.extra_topk_length, "extra_topk_length", DType::i32, d.b, q,
+                    "q.size(0) (one length per request)");
+    if (d.topk + extra_topk > INT32_MAX) v.fail("extra_indices", *params.extra_indices, "must have topk + extra_topk <= 2^31 - 1");
   }
-  if (s_q > 1 && b > 1 && lse.stride(0) != lse.stride(1) * s_q) {
-    p.lse_stride_request = lse.stride(0);  // e.g. FlashMLA's [batch, h_q, s_q] lse seen as [batch, s_q, h_q]
-    p.lse_stride_token = lse.stride(1);
+  d.sizes = validate_planned(v, ws, d, fp8_v4::kDims, extra_topk, q);
+
+  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink, params.sm_scale, ws);
+  p.kv_format = kernels::KvFormat::fp8_v4;
+  p.topk = static_cast<int>(d.topk + extra_topk);
+  p.main_topk = static_cast<int>(d.topk);
+  p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
+  p.kv = kv_cache.data;
+  p.num_kv = kv_cache.size(0) * kv_cache.size(1);
+  p.block_size = kv_cache.size(1);
+  p.kv_block_stride_bytes = kv_cache.stride(0);
+  p.kv_slot_stride_bytes = kFp8V4BytesPerToken;
+  if (extra) {
+    const TensorView& e = *params.extra_kv_cache;
+    p.extra_kv = e.data;
+    p.extra_num_kv = e.size(0) * e.size(1);
+    p.extra_block_size = e.size(1);
+    p.extra_block_stride_bytes = e.stride(0);
+    p.extra_indices = params.extra_indices->data_as<const int32_t>();
+    p.extra_indices_stride_token = d.s_q == 1 ? params.extra_indices->stride(0) : params.extra_indices->stride(1);
+    p.extra_topk_length = params.extra_topk_length ? params.extra_topk_length->data_as<const int32_t>() : nullptr;
   }
-  p.tokens_per_request = static_cast<int>(s_q);
-  p.num_requests = static_cast<int>(b);
-  if (sizes.split) {
-    p.sched = ws.sched_meta.data;
-    p.num_splits = ws.num_splits.data_as<const int32_t>();
-    p.num_parts = sizes.num_sm_parts;
-    p.o_accum = ws.o_accum.data_as<float>();
-    p.lse_accum = ws.lse_accum.data_as<float>();
-    p.accum_rows = sizes.lse_accum_elems / h_q;
-  }
-  DeviceGuard guard(q.device.id);
-  run_attention(p, stream, q.device.id);
-  if (sizes.split) {
-    kernels::launch_sparse_attention_combine(p, stream);
-    check_launch("sparse MLA combine kernel launch");
-  }
+  launch_decode(p, d.sizes.split, q.device.id, stream);
 }
 
 DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStream_t stream) {
@@ -568,6 +690,13 @@ void DecodePlan::run(const TensorView& q, const TensorView& kv_cache, const Tens
   if (q.device.type == DeviceType::cuda && q.device.id != device_)
     Validator("mla::DecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
   sparse_decode(q, kv_cache, indices, out, lse, ws_, params, stream);
+}
+
+void DecodePlan::run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
+                     const TensorView& lse, const SparseDecodeV4Params& params, cudaStream_t stream) const {
+  if (q.device.type == DeviceType::cuda && q.device.id != device_)
+    Validator("mla::DecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
+  sparse_decode_v4(q, kv_cache, indices, out, lse, ws_, params, stream);
 }
 
 }  // namespace flashcpp::mla

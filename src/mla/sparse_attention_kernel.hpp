@@ -13,6 +13,7 @@ namespace flashcpp::mla::kernels {
 enum class KvFormat : int {
   bf16 = 0,       ///< kv [num_kv, d_qk] bf16, row stride kv_row_stride (elements)
   fp8_v32 = 1,    ///< DeepSeek V3.2 656-byte rows: 512 e4m3, 4 f32 scales (per 128), 64 bf16 rope
+  fp8_v4 = 2,     ///< DeepSeek V4 pages (mla/fp8_v4.hpp), d_qk 512, with an optional extra pool; decode only
 };
 
 /// One sparse attention problem over `num_rows` query tokens, each attending (all h_q heads) to
@@ -42,6 +43,16 @@ struct SparseAttentionParams {
   // fp8_v32 paged cache [num_blocks, block_size, 1, 656]: row r lives at block r / block_size, slot r % block_size.
   int64_t block_size = 0;
   int64_t kv_block_stride_bytes = 0, kv_slot_stride_bytes = 656;
+  // fp8_v4: a token's list of `topk` slots is the main pool's `main_topk` slots (indices, topk_length and the
+  // kv / num_kv / block_size / kv_block_stride_bytes pool above), then the extra pool's topk - main_topk
+  // slots (the fields below; extra_indices [num_tokens, topk - main_topk], extra_topk_length per request as
+  // topk_length). Both pools' valid slots share one softmax; each pool's length masks its own slots.
+  int main_topk = 0;
+  const void* extra_kv = nullptr;
+  int64_t extra_num_kv = 0, extra_block_size = 1, extra_block_stride_bytes = 0;
+  const int32_t* extra_indices = nullptr;
+  int64_t extra_indices_stride_token = 0;
+  const int32_t* extra_topk_length = nullptr;
 
   // Outputs: out bf16 [num_tokens, h_q, d_v] (strides in elements); lse / max_logits f32 [num_tokens, h_q]
   // with element strides (max_logits may be null).

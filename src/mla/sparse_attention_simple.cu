@@ -35,6 +35,8 @@ struct Smem {
   float p[kTile][kHeads];        // scores, then probabilities
   float m[kHeads], l[kHeads], alpha[kHeads];
   int64_t row_off[kTile];        // byte offset of each slot's KV row; -1 when masked
+  int64_t scale_off[kTile];      // fp8_v4: byte offset of the slot's scale record
+  uint8_t row_pool[kTile];       // fp8_v4: 0 main pool, 1 extra pool
 };
 
 __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
@@ -72,9 +74,76 @@ __device__ __forceinline__ int64_t kv_row_offset(const SparseAttentionParams& p,
   return block * p.kv_block_stride_bytes + slot * p.kv_slot_stride_bytes;
 }
 
+// fp8_v4: where slot `slot` of `token`'s list lives. Sets row_off (token record; -1 when masked), scale_off and
+// pool. A slot is valid iff it is below its pool's length and its index lies inside its pool.
+__device__ __forceinline__ void v4_slot(const SparseAttentionParams& p, int64_t token, int slot, int64_t& row_off,
+                                        int64_t& scale_off, uint8_t& pool) {
+  const bool extra = slot >= p.main_topk;
+  const int local = extra ? slot - p.main_topk : slot;
+  const int pool_topk = extra ? p.topk - p.main_topk : p.main_topk;
+  const int32_t* lengths = extra ? p.extra_topk_length : p.topk_length;
+  int len = pool_topk;
+  if (lengths != nullptr) {
+    const int v = lengths[token / p.tokens_per_length];
+    len = v < 0 ? 0 : (v > pool_topk ? pool_topk : v);
+  }
+  pool = extra ? 1 : 0;
+  row_off = -1;
+  scale_off = 0;
+  if (local >= len) return;
+  const int32_t idx = extra ? __ldg(p.extra_indices + token * p.extra_indices_stride_token + local)
+                            : __ldg(p.indices + token * p.indices_stride_token + local);
+  const int64_t num_kv = extra ? p.extra_num_kv : p.num_kv;
+  if (idx < 0 || static_cast<int64_t>(idx) >= num_kv) return;
+  const int64_t bs = extra ? p.extra_block_size : p.block_size;
+  const int64_t page = (idx / bs) * (extra ? p.extra_block_stride_bytes : p.kv_block_stride_bytes);
+  row_off = page + fp8_v4::token_record_offset(idx % bs);
+  scale_off = page + fp8_v4::scale_record_offset(bs, idx % bs);
+}
+
 // Gathers one tile's rows into s.kv (row_off must be ready).
 __device__ void load_kv_tile(const SparseAttentionParams& p, Smem& s) {
   const auto* base = static_cast<const unsigned char*>(p.kv);
+  if (p.kv_format == KvFormat::fp8_v4) {
+    // 28 units of 16 fp8 values (a unit never straddles a 64-value tile) + 8 units of 8 bf16 RoPE values.
+    constexpr int kFp8Units = fp8_v4::kNopeDims / 16, kUnits = kFp8Units + fp8_v4::kRopeDims / 8;
+    for (int i = threadIdx.x; i < kTile * kUnits; i += kThreads) {
+      const int row = i / kUnits, u = i % kUnits;
+      const int64_t off = s.row_off[row];
+      const auto* pool = static_cast<const unsigned char*>(s.row_pool[row] ? p.extra_kv : p.kv);
+      if (u < kFp8Units) {
+        uint4 out0 = make_uint4(0, 0, 0, 0), out1 = make_uint4(0, 0, 0, 0);
+        if (off >= 0) {
+          const uint4 raw = __ldg(reinterpret_cast<const uint4*>(pool + off) + u);
+          const float scale = fp8_v4::pow2_of_e8m0(__ldg(pool + s.scale_off[row] + u / 4));
+          const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+          uint32_t packed[8];
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint8_t b0 = static_cast<uint8_t>(words[w] >> (16 * h));
+              const uint8_t b1 = static_cast<uint8_t>(words[w] >> (16 * h + 8));
+              // e4m3 times a power of two, rounded once to bf16: FlashMLA's bf16(e4m3) * bf16(scale).
+              const uint32_t lo = fp8::float_to_bf16(fp8::e4m3_to_float(b0) * scale);
+              const uint32_t hi = fp8::float_to_bf16(fp8::e4m3_to_float(b1) * scale);
+              packed[w * 2 + h] = lo | (hi << 16);
+            }
+          }
+          out0 = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+          out1 = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+        }
+        *reinterpret_cast<uint4*>(&s.kv[row][u * 16]) = out0;
+        *reinterpret_cast<uint4*>(&s.kv[row][u * 16 + 8]) = out1;
+      } else {
+        const int c = u - kFp8Units;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (off >= 0) v = __ldg(reinterpret_cast<const uint4*>(pool + off + fp8_v4::kRopeOffset) + c);
+        *reinterpret_cast<uint4*>(&s.kv[row][fp8_v4::kNopeDims + c * 8]) = v;
+      }
+    }
+    return;
+  }
   if (p.kv_format == KvFormat::bf16) {
     const int chunks = p.d_qk / 8;  // 16-B chunks per row
     for (int i = threadIdx.x; i < kTile * chunks; i += kThreads) {
@@ -148,7 +217,9 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
 #pragma unroll
   for (int h = 0; h < kHeads; ++h) acc[h][0] = acc[h][1] = 0.f;
 
-  const int len = token_len(p, token);
+  // fp8_v4 masks by each pool's length slot by slot (the valid slots are not one prefix of the list).
+  const bool v4 = p.kv_format == KvFormat::fp8_v4;
+  const int len = v4 ? p.topk : token_len(p, token);
   const int end = slot_end < len ? slot_end : len;
   const int32_t* idx_row = p.indices + token * p.indices_stride_token;
   const float scale = p.sm_scale;
@@ -157,7 +228,13 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
     __syncthreads();  // previous tile fully consumed (and q / m / l initialised)
     if (tid < kTile) {
       const int slot = tile + tid;
-      s.row_off[tid] = slot < end ? kv_row_offset(p, __ldg(idx_row + slot)) : -1;
+      if (v4) {
+        s.row_off[tid] = -1;
+        s.row_pool[tid] = 0;
+        if (slot < end) v4_slot(p, token, slot, s.row_off[tid], s.scale_off[tid], s.row_pool[tid]);
+      } else {
+        s.row_off[tid] = slot < end ? kv_row_offset(p, __ldg(idx_row + slot)) : -1;
+      }
     }
     __syncthreads();
     load_kv_tile(p, s);

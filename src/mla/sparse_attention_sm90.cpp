@@ -35,6 +35,8 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p) {
     case KvFormat::fp8_v32:
       return p.d_qk == 576 && p.block_size >= 1 && p.kv_block_stride_bytes % 16 == 0 &&
              p.kv_slot_stride_bytes % 16 == 0 && p.kv_slot_stride_bytes >= kFp8RowBytes;
+    case KvFormat::fp8_v4:  // the V4 pages run on the simple kernel until a Hopper kernel takes them
+      return false;
   }
   return false;
 }

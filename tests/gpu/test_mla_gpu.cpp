@@ -638,6 +638,203 @@ TEST(MlaGpuDecode, CudaGraphReplay) {
   run_decode_case({64, 2, 128, 512, 64, 0, true, false, 4}, 901, /*graph=*/true);  // unsplit plan
 }
 
+// ---------------------------------------------------------------------------------------------------
+// DeepSeek V4 decode (584-byte pages, extra pool, per-pool lengths)
+
+// One V4 pool on the device plus its host views for the reference.
+struct V4DevicePool {
+  int64_t nb = 0, bs = 0, page = 0, topk = 0;
+  std::vector<uint8_t> pages;
+  std::vector<int32_t> idx, len;
+  std::optional<Dev<uint8_t>> dpages;
+  std::optional<Dev<int32_t>> didx, dlen;
+  TensorView dcache() const {
+    return TensorView::strided(dpages->get(), DType::u8, Device::cuda(0), {nb, bs, 1, 584}, {page, 584, 584, 1});
+  }
+  TensorView hcache() const {
+    return TensorView::strided(const_cast<uint8_t*>(pages.data()), DType::u8, Device::cpu(), {nb, bs, 1, 584},
+                               {page, 584, 584, 1});
+  }
+  void upload() {
+    dpages.emplace(pages);
+    didx.emplace(idx);
+    if (!len.empty()) dlen.emplace(len);
+  }
+};
+
+// Runs sparse_decode_v4 for the split plans of `num_sms` in {0, 5} and compares out / lse with the reference.
+void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64_t h_q, V4DevicePool& main,
+                   V4DevicePool* extra, const std::vector<float>& sink, double sm_scale, const std::string& what,
+                   const std::vector<uint16_t>* golden_out = nullptr) {
+  main.upload();
+  if (extra) extra->upload();
+  Dev<uint16_t> dq(q), dout(static_cast<size_t>(b * s_q * h_q * 512));
+  Dev<float> dlse(static_cast<size_t>(b * s_q * h_q));
+  std::optional<Dev<float>> dsink;
+  TensorView sink_d, sink_h, len_d, len_h, xlen_d, xlen_h, xidx_d, xcache_d;
+  mla::SparseDecodeV4Params params{.sm_scale = sm_scale};
+  if (!sink.empty()) {
+    dsink.emplace(sink);
+    sink_d = dview(dsink->get(), DType::f32, {h_q});
+    sink_h = hview(sink.data(), DType::f32, {h_q});
+    params.attn_sink = &sink_d;
+  }
+  reference::MlaV4Pool hmain{main.hcache(), hview(main.idx.data(), DType::i32, {b, s_q, main.topk})}, hextra;
+  if (!main.len.empty()) {
+    len_d = dview(main.dlen->get(), DType::i32, {b});
+    len_h = hview(main.len.data(), DType::i32, {b});
+    params.topk_length = &len_d;
+    hmain.topk_length = &len_h;
+  }
+  if (extra) {
+    xcache_d = extra->dcache();
+    xidx_d = dview(extra->didx->get(), DType::i32, {b, s_q, extra->topk});
+    params.extra_kv_cache = &xcache_d;
+    params.extra_indices = &xidx_d;
+    hextra = {extra->hcache(), hview(extra->idx.data(), DType::i32, {b, s_q, extra->topk})};
+    if (!extra->len.empty()) {
+      xlen_d = dview(extra->dlen->get(), DType::i32, {b});
+      xlen_h = hview(extra->len.data(), DType::i32, {b});
+      params.extra_topk_length = &xlen_d;
+      hextra.topk_length = &xlen_h;
+    }
+  }
+  const auto ref = reference::mla_sparse_decode_v4_reference(hview(q.data(), DType::bf16, {b, s_q, h_q, 512}), hmain,
+                                                             extra ? &hextra : nullptr, sink.empty() ? nullptr : &sink_h,
+                                                             sm_scale);
+  std::vector<int64_t> rows(static_cast<size_t>(b * s_q));
+  std::iota(rows.begin(), rows.end(), 0);
+  for (int num_sms : {0, 5}) {
+    const mla::DecodePlan plan = mla::DecodePlan::create({.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 512,
+                                                          .topk = int(main.topk), .extra_topk = extra ? int(extra->topk) : 0,
+                                                          .num_sms = num_sms},
+                                                         0, nullptr);
+    dout.poison();
+    dlse.poison();
+    // lse written in FlashMLA's [b, h_q, s_q] layout.
+    plan.run(dview(dq.get(), DType::bf16, {b, s_q, h_q, 512}), main.dcache(),
+             dview(main.didx->get(), DType::i32, {b, s_q, main.topk}), dview(dout.get(), DType::bf16, {b, s_q, h_q, 512}),
+             TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {b, s_q, h_q}, {h_q * s_q, 1, s_q}), params,
+             nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto out = dout.download();
+    const auto lse = dlse.download();
+    std::vector<float> lse_rows;
+    for (int64_t r = 0; r < b * s_q; ++r)
+      for (int64_t h = 0; h < h_q; ++h) lse_rows.push_back(lse[static_cast<size_t>((r / s_q) * h_q * s_q + h * s_q + r % s_q)]);
+    const std::string tag = what + ", num_sms " + std::to_string(num_sms) + (plan.sizes().split ? " (split)" : "");
+    expect_close(out, lse_rows, nullptr, rows, ref, h_q, tag);
+    if (golden_out != nullptr) {
+      std::vector<double> got, want;
+      for (size_t i = 0; i < out.size(); ++i) {
+        got.push_back(bf16_bits_to_float(out[i]));
+        want.push_back(bf16_bits_to_float((*golden_out)[i]));
+      }
+      const auto vs = compare(got, want, 4e-3, kOutRelTol, kOutCosDiffTol, tag + " out vs FlashMLA");
+      EXPECT_TRUE(vs.ok) << vs.message;
+    }
+  }
+}
+
+template <class T>
+std::vector<T> golden_vector(const GoldenTensor& t) {
+  std::vector<T> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+  return v;
+}
+
+TEST(MlaGpuDecodeV4, GoldenCases) {
+  FLASHCPP_REQUIRE_GPU();
+  FLASHCPP_REQUIRE_GOLDEN(dir);
+  const auto names = golden_case_names(dir, "model1_decode");
+  if (names.empty()) GTEST_SKIP() << "no model1_decode golden case in " << dir;
+  for (const auto& name : names) {
+    SCOPED_TRACE(name);
+    const GoldenCase g = load_golden(dir, name);
+    const auto& p = g.params;
+    const int64_t b = p.at("b"), s_q = p.at("s_q"), h_q = p.at("h_q");
+    V4DevicePool main, extra;
+    main.nb = p.at("num_blocks"), main.bs = p.at("block_size"), main.page = p.at("block_stride_bytes");
+    main.topk = p.at("topk");
+    main.pages = g.inputs.at("k_cache_fp8").bytes;
+    main.idx = golden_vector<int32_t>(g.inputs.at("indices"));
+    if (g.has_input("topk_length")) main.len = golden_vector<int32_t>(g.inputs.at("topk_length"));
+    const bool has_extra = g.has_input("extra_k_cache_fp8");
+    if (has_extra) {
+      extra.nb = p.at("extra_num_blocks"), extra.bs = p.at("extra_block_size");
+      extra.page = p.at("extra_block_stride_bytes"), extra.topk = p.at("extra_topk");
+      extra.pages = g.inputs.at("extra_k_cache_fp8").bytes;
+      extra.idx = golden_vector<int32_t>(g.inputs.at("extra_indices"));
+      if (g.has_input("extra_topk_length")) extra.len = golden_vector<int32_t>(g.inputs.at("extra_topk_length"));
+    }
+    std::vector<float> sink;
+    if (g.has_input("attn_sink")) sink = golden_vector<float>(g.inputs.at("attn_sink"));
+    const auto golden_out = golden_vector<uint16_t>(g.outputs.at("out"));
+    run_v4_decode(golden_vector<uint16_t>(g.inputs.at("q")), b, s_q, h_q, main, has_extra ? &extra : nullptr, sink,
+                  p.at("sm_scale").get<double>(), name, &golden_out);
+  }
+}
+
+// Random pools: NaN in every unreferenced row, invalid indices of every kind in both pools, per-pool lengths
+// (0, partial, past topk), any h_q, odd page sizes.
+TEST(MlaGpuDecodeV4, RandomPoolsWithInvalidIndicesAndNaNRows) {
+  FLASHCPP_REQUIRE_GPU();
+  std::mt19937 rng(77);
+  auto make_pool = [&](int64_t nb, int64_t bs, int64_t b, int64_t s_q, int64_t topk, bool lengths) {
+    V4DevicePool pool;
+    pool.nb = nb, pool.bs = bs, pool.topk = topk, pool.page = ((bs * 584 + 15) / 16) * 16 + 16;
+    const int64_t n = nb * bs;
+    auto kv = random_bf16(static_cast<size_t>(n * 512), rng, 1.0);
+    std::vector<int32_t> perm(static_cast<size_t>(n));
+    std::iota(perm.begin(), perm.end(), 0);
+    pool.idx.resize(static_cast<size_t>(b * s_q * topk));
+    std::vector<char> used(static_cast<size_t>(n), 0);
+    for (int64_t t = 0; t < b * s_q; ++t) {
+      partial_shuffle(perm, std::min(topk, n), rng);
+      for (int64_t j = 0; j < topk; ++j) {
+        int32_t v = j < n ? perm[static_cast<size_t>(j)] : -1;
+        if (j % 7 == 3) v = kInvalid[(t + j) % 6];
+        if (j % 11 == 5) v = static_cast<int32_t>(n);  // one past the pool
+        pool.idx[static_cast<size_t>(t * topk + j)] = v;
+        if (v >= 0 && v < n) used[static_cast<size_t>(v)] = 1;
+      }
+    }
+    for (int64_t r = 0; r < n; ++r)  // rows no index references hold NaN: they must never reach the output
+      if (!used[static_cast<size_t>(r)])
+        for (int c = 0; c < 512; ++c) kv[static_cast<size_t>(r * 512 + c)] = 0x7fc0;
+    pool.pages.assign(static_cast<size_t>(nb * pool.page), 0xAB);
+    mla::quantize_kv_cache_fp8_v4(hview(kv.data(), DType::bf16, {nb, bs, 1, 512}),
+                                  TensorView::strided(pool.pages.data(), DType::u8, Device::cpu(), {nb, bs, 1, 584},
+                                                      {pool.page, 584, 584, 1}),
+                                  nullptr);
+    if (lengths) {
+      pool.len.resize(static_cast<size_t>(b));
+      for (int64_t i = 0; i < b; ++i) pool.len[static_cast<size_t>(i)] = static_cast<int32_t>((i % 3 == 0) ? 0 : (i % 3 == 1) ? topk / 2 + 1 : topk + 100);
+    }
+    return pool;
+  };
+  struct Shape {
+    int64_t b, s_q, h_q, topk, nb, bs, extra_topk, xnb, xbs;
+    bool lengths, sink;
+  };
+  for (const Shape& sh : {Shape{3, 2, 64, 128, 9, 61, 512, 40, 64, true, true},
+                          Shape{5, 1, 20, 64, 4, 53, 0, 0, 0, true, false},
+                          Shape{16, 2, 128, 128, 300, 64, 1024, 600, 64, false, true},
+                          Shape{2, 2, 128, 256, 20, 256, 128, 500, 2, true, true}}) {
+    V4DevicePool main = make_pool(sh.nb, sh.bs, sh.b, sh.s_q, sh.topk, sh.lengths);
+    std::optional<V4DevicePool> extra;
+    if (sh.extra_topk > 0) extra = make_pool(sh.xnb, sh.xbs, sh.b, sh.s_q, sh.extra_topk, sh.lengths);
+    std::vector<float> sink;
+    if (sh.sink) {
+      std::normal_distribution<float> nd(0.f, 1.f);
+      for (int64_t h = 0; h < sh.h_q; ++h) sink.push_back(h == 0 ? INFINITY : h == 1 ? -INFINITY : nd(rng));
+    }
+    const auto q = random_bf16(static_cast<size_t>(sh.b * sh.s_q * sh.h_q * 512), rng, 1.0);
+    run_v4_decode(q, sh.b, sh.s_q, sh.h_q, main, extra ? &*extra : nullptr, sink, 0.0442,
+                  "b " + std::to_string(sh.b) + " h_q " + std::to_string(sh.h_q) + " extra " + std::to_string(sh.extra_topk));
+  }
+}
+
 TEST(MlaGpu, DeviceSupportOnThisGpu) {
   FLASHCPP_REQUIRE_GPU();
   const auto s = mla::device_support(0);

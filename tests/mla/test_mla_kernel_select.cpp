@@ -59,6 +59,20 @@ TEST(MlaKernelSelect, HopperPicksWgmmaForPrefillAndMmaForFp8Decode) {
   EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::wgmma_sm90);
 }
 
+TEST(MlaKernelSelect, V4PagesRunOnTheSimpleKernelWhicheverFp8KernelIsChosen) {
+  Fp8KernelScope scope;
+  kernels::SparseAttentionParams p = decode_params();
+  p.kv_format = KvFormat::fp8_v4;
+  p.d_qk = 512;
+  p.kv_slot_stride_bytes = 584;
+  p.kv_block_stride_bytes = 64 * 584;
+  for (SparseKernel k : {SparseKernel::mma_sm90, SparseKernel::wgmma_sm90}) {
+    kernels::set_fp8_decode_kernel(k);
+    EXPECT_FALSE(kernels::sparse_attention_sm90_handles(p));
+    EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::simple);
+  }
+}
+
 TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
   EXPECT_EQ(kernels::select_kernel(prefill_params(), false), SparseKernel::simple);
   EXPECT_EQ(kernels::select_kernel(decode_params(), false), SparseKernel::simple);

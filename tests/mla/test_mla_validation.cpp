@@ -181,7 +181,12 @@ TEST(MlaValidation, DecodePlanConfigRules) {
       {"s_q 0", "s_q", [](mla::DecodeConfig& c) { c.s_q = 0; }},
       {"s_q huge", "s_q", [](mla::DecodeConfig& c) { c.s_q = 70000; }},
       {"h_q 0", "h_q", [](mla::DecodeConfig& c) { c.h_q = 0; }},
-      {"d_qk 512", "d_qk", [](mla::DecodeConfig& c) { c.d_qk = 512; }},
+      {"d_qk 128", "d_qk", [](mla::DecodeConfig& c) { c.d_qk = 128; }},
+      {"extra pool on the V3.2 cache", "extra_topk", [](mla::DecodeConfig& c) { c.extra_topk = 512; }},
+      {"extra_topk 100", "extra_topk", [](mla::DecodeConfig& c) { c.d_qk = 512, c.extra_topk = 100; }},
+      {"extra_topk -64", "extra_topk", [](mla::DecodeConfig& c) { c.d_qk = 512, c.extra_topk = -64; }},
+      {"topk + extra_topk past int32", "extra_topk",
+       [](mla::DecodeConfig& c) { c.d_qk = 512, c.topk = 2147483584, c.extra_topk = 64; }},
       {"topk 96", "topk", [](mla::DecodeConfig& c) { c.topk = 96; }},
       {"topk -64", "topk", [](mla::DecodeConfig& c) { c.topk = -64; }},
       {"num_sms negative", "num_sms", [](mla::DecodeConfig& c) { c.num_sms = -1; }},
@@ -193,6 +198,12 @@ TEST(MlaValidation, DecodePlanConfigRules) {
     c.mutate(cfg);
     expect_rule([&] { (void)mla::decode_plan_sizes(cfg, 132); }, op, c.arg, c.name);
   }
+  // The V4 cache: d_qk 512, with or without an extra pool.
+  mla::DecodeConfig v4 = good;
+  v4.d_qk = 512;
+  EXPECT_NO_THROW((void)mla::decode_plan_sizes(v4, 132));
+  v4.extra_topk = 1024;
+  EXPECT_NO_THROW((void)mla::decode_plan_sizes(v4, 132));
   expect_rule([&] { (void)mla::decode_plan_sizes(good, 0); }, op, "num_sms", "no SM count");
   expect_rule([&] { (void)mla::decode_plan_sizes(good, 1 << 20); }, op, "num_sms", "SM count past the cap");
 }
@@ -311,6 +322,95 @@ TEST(MlaValidation, DecodeEveryRuleFails) {
   DecodeArgs a;
   a.ws.num_splits.shape[0] = 7;
   expect_rule([&] { mla::decode_plan(a.ws, kFakeDevice, nullptr); }, "mla::decode_plan", "num_splits", "plan num_splits");
+}
+
+// V4 decode (d_qk 512, 584-byte pages, optional extra pool).
+struct DecodeV4Args {
+  int64_t b = 2, s_q = 2, h_q = 64, topk = 128, extra_topk = 512, nb = 10, bs = 61, xnb = 40, xbs = 64;
+  int64_t page = 61 * 584 + 8, xpage = 64 * 584;  // 35632 = 2227 * 16; 37376 = 2336 * 16
+  mla::DecodeConfig cfg{.batch = 2, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512, .num_sms = 132};
+  mla::DecodePlanSizes sizes = mla::decode_plan_sizes(cfg, 132);
+  TensorView q = TensorView::contiguous(fake(1), DType::bf16, kDev, {b, s_q, h_q, 512});
+  TensorView kv = TensorView::strided(fake(2), DType::u8, kDev, {nb, bs, 1, 584}, {page, 584, 584, 1});
+  TensorView indices = TensorView::contiguous(fake(3), DType::i32, kDev, {b, s_q, topk});
+  TensorView out = TensorView::contiguous(fake(4), DType::bf16, kDev, {b, s_q, h_q, 512});
+  TensorView lse = TensorView::strided(fake(5), DType::f32, kDev, {b, s_q, h_q}, {h_q * s_q, 1, s_q});
+  TensorView sink = TensorView::contiguous(fake(6), DType::f32, kDev, {h_q});
+  TensorView len = TensorView::contiguous(fake(7), DType::i32, kDev, {b});
+  TensorView xkv = TensorView::strided(fake(12), DType::e4m3, kDev, {xnb, xbs, 1, 584}, {xpage, 584, 584, 1});
+  TensorView xindices = TensorView::contiguous(fake(13), DType::i32, kDev, {b, s_q, extra_topk});
+  TensorView xlen = TensorView::contiguous(fake(14), DType::i32, kDev, {b});
+  mla::DecodeWorkspace ws{cfg,
+                          TensorView::contiguous(fake(8), DType::i32, kDev, {sizes.num_sm_parts, 8}),
+                          TensorView::contiguous(fake(9), DType::i32, kDev, {b + 1}),
+                          TensorView::contiguous(fake(10), DType::f32, kDev, {sizes.lse_accum_elems}),
+                          TensorView::contiguous(fake(11), DType::f32, kDev, {sizes.o_accum_elems})};
+  mla::SparseDecodeV4Params params{.sm_scale = 0.04};
+  bool with_extra = true, with_extra_indices = true, with_extra_len = true;
+  void call() {
+    mla::SparseDecodeV4Params p = params;
+    p.attn_sink = &sink;
+    p.topk_length = &len;
+    if (with_extra) p.extra_kv_cache = &xkv;
+    if (with_extra_indices) p.extra_indices = &xindices;
+    if (with_extra_len) p.extra_topk_length = &xlen;
+    mla::sparse_decode_v4(q, kv, indices, out, lse, ws, p, nullptr);
+  }
+};
+
+TEST(MlaValidation, DecodeV4BaselinePassesValidation) {
+  DecodeV4Args a;
+  ASSERT_TRUE(a.sizes.split);
+  expect_passes_validation([&] { a.call(); });
+  // Without the extra pool, planned without it.
+  a.with_extra = a.with_extra_indices = a.with_extra_len = false;
+  a.ws.config.extra_topk = 0;
+  expect_passes_validation([&] { a.call(); });
+}
+
+TEST(MlaValidation, DecodeV4EveryRuleFails) {
+  const std::string op = "mla::sparse_decode_v4";
+  struct Case {
+    const char* arg;
+    const char* rule;
+    std::function<void(DecodeV4Args&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"sm_scale", "finite and > 0", [](DecodeV4Args& a) { a.params.sm_scale = 0; }},
+      {"q", "d_qk (dim 3) 512 (the V4 FP8 cache)", [](DecodeV4Args& a) { a.q.shape[3] = 576; }},
+      {"kv_cache", "584 bytes per token", [](DecodeV4Args& a) { a.kv.shape[3] = 656; }},
+      {"kv_cache", "stride 584 in dim 1", [](DecodeV4Args& a) { a.kv.strides[1] = 576; }},
+      {"kv_cache", "multiple of 16 bytes; got 35640", [](DecodeV4Args& a) { a.kv.strides[0] += 8; }},
+      {"kv_cache", "at least block_size * 584 = 35624 bytes", [](DecodeV4Args& a) { a.kv.strides[0] = 35616; }},
+      {"kv_cache", "block_size (dim 1) >= 1", [](DecodeV4Args& a) { a.kv.shape[1] = 0; }},
+      {"kv_cache", "aligned to 16 bytes", [](DecodeV4Args& a) { a.kv.data = static_cast<char*>(a.kv.data) + 8; }},
+      {"kv_cache", "must have dtype", [](DecodeV4Args& a) { a.kv.dtype = DType::bf16; }},
+      {"extra_kv_cache", "stride 584 in dim 1", [](DecodeV4Args& a) { a.xkv.strides[1] = 592; }},
+      {"extra_kv_cache", "must be on the device of 'q'", [](DecodeV4Args& a) { a.xkv.device = Device::cuda(0); }},
+      {"extra_indices", "must be given together with extra_kv_cache", [](DecodeV4Args& a) { a.with_extra_indices = false; }},
+      {"extra_kv_cache", "must be given together with extra_indices", [](DecodeV4Args& a) { a.with_extra = false; }},
+      {"extra_topk_length", "only be given with the extra pool",
+       [](DecodeV4Args& a) { a.with_extra = a.with_extra_indices = false; }},
+      {"extra_indices", "size 2 in dim 0", [](DecodeV4Args& a) { a.xindices.shape[0] = 3; }},
+      {"extra_indices", "positive multiple of 64", [](DecodeV4Args& a) { a.xindices.shape[2] = 500; }},
+      {"extra_indices", "must have dtype", [](DecodeV4Args& a) { a.xindices.dtype = DType::u32; }},
+      {"extra_topk_length", "size 2 in dim 0", [](DecodeV4Args& a) { a.xlen.shape[0] = 4; }},
+      {"topk_length", "size 2 in dim 0", [](DecodeV4Args& a) { a.len.shape[0] = 4; }},
+      {"ws", "extra_topk 512; the tensors give", [](DecodeV4Args& a) { a.xindices.shape[2] = 1024; }},
+      {"ws", "d_qk 576", [](DecodeV4Args& a) { a.ws.config.d_qk = 576, a.ws.config.extra_topk = 0; }},
+  };
+  for (const auto& c : cases) {
+    DecodeV4Args a;
+    c.mutate(a);
+    const Error e = expect_error([&] { a.call(); });
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << c.rule << ": " << e.what();
+    EXPECT_NE(e.message().find(op + ": argument '" + c.arg + "'"), std::string::npos) << c.rule << ": " << e.what();
+    EXPECT_NE(e.message().find(c.rule), std::string::npos) << "expected \"" << c.rule << "\" in: " << e.what();
+  }
+  // The V3.2 entry refuses a V4 plan, and the V4 entry a V3.2 plan, naming the planned shape.
+  DecodeArgs v32;
+  v32.ws.config.d_qk = 512;
+  expect_rule([&] { v32.call(); }, "mla::sparse_decode", "ws", "V4 plan on the V3.2 entry");
 }
 
 // ---------------------------------------------------------------------------------------------------
