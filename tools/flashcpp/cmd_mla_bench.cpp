@@ -29,7 +29,7 @@ struct MlaBenchOptions {
   int device = 0;
   int warmup = 3;
   int iters = 10;
-  bool prefill = true, decode = true, simple = false;
+  bool prefill = true, decode = true, simple = false, v4 = false;
   std::vector<int64_t> s_kv = {8192, 32768, 65536, 98304, 131072};
   std::vector<int64_t> batches = {1, 2, 64, 128};
   int64_t prefill_s_q = 4096, h_q = 128, topk = 2048, decode_s_q = 2, decode_s_kv = 32768;
@@ -173,6 +173,68 @@ void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
   }
 }
 
+// DeepSeek V4 decode on FlashMLA's production shapes (h200-anchors.md: s_q 2, main pool topk 128 in 256-token
+// pages, extra pool topk 512 (h_q 64) or 1024 (h_q 128) in 64-token pages, 16K tokens per pool per request).
+// FLOPs: 2 * (512 + 512) per head per slot of both pools.
+void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
+  const int64_t s_q = o.decode_s_q, h_q = o.h_q, topk = 128, extra_topk = h_q <= 64 ? 512 : 1024;
+  const int64_t tokens = 16384, bs = 256, xbs = 64;
+  const Device dev = Device::cuda(o.device);
+  // A pool of quantized random pages, `tokens` per request: [b * tokens / block, block, 1, 584].
+  auto make_pool = [&](int64_t b, int64_t block, uint32_t seed) {
+    const int64_t nb = b * tokens / block, page = block * 584;  // 584 * block is a multiple of 16 for these blocks
+    DeviceBuffer pages(static_cast<size_t>(nb * page), o.device);
+    DeviceBuffer src(static_cast<size_t>(nb * block * 512 * 2), o.device);
+    upload_random<uint16_t>(src, static_cast<size_t>(nb * block * 512), seed, 0.1f);
+    const auto view = TensorView::strided(pages.get(), DType::u8, dev, {nb, block, 1, 584}, {page, 584, 584, 1});
+    mla::quantize_kv_cache_fp8_v4(TensorView::contiguous(src.get(), DType::bf16, dev, {nb, block, 1, 512}), view, stream);
+    cuda_check(cudaStreamSynchronize(stream), "quantize");
+    return std::pair<DeviceBuffer, TensorView>(std::move(pages), view);
+  };
+  for (int64_t b : o.batches) {
+    auto [main_pages, cv] = make_pool(b, bs, 14);
+    auto [extra_pages, xv] = make_pool(b, xbs, 15);
+    DeviceBuffer q(static_cast<size_t>(b * s_q * h_q * 512 * 2), o.device), out(static_cast<size_t>(b * s_q * h_q * 512 * 2), o.device);
+    DeviceBuffer lse(static_cast<size_t>(b * s_q * h_q * 4), o.device);
+    DeviceBuffer idx(static_cast<size_t>(b * s_q * topk * 4), o.device), xidx(static_cast<size_t>(b * s_q * extra_topk * 4), o.device);
+    upload_random<uint16_t>(q, static_cast<size_t>(b * s_q * h_q * 512), 16, 0.5f);
+    std::vector<int64_t> lo(static_cast<size_t>(b * s_q));
+    for (int64_t t = 0; t < b * s_q; ++t) lo[static_cast<size_t>(t)] = (t / s_q) * tokens;  // each request its own pages
+    const auto hidx = random_indices(b * s_q, topk, tokens, lo, 17), hxidx = random_indices(b * s_q, extra_topk, tokens, lo, 18);
+    cuda_check(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice), "upload");
+    cuda_check(cudaMemcpy(xidx.get(), hxidx.data(), hxidx.size() * 4, cudaMemcpyHostToDevice), "upload");
+    const auto qv = TensorView::contiguous(q.get(), DType::bf16, dev, {b, s_q, h_q, 512});
+    const auto iv = TensorView::contiguous(idx.get(), DType::i32, dev, {b, s_q, topk});
+    const auto xiv = TensorView::contiguous(xidx.get(), DType::i32, dev, {b, s_q, extra_topk});
+    const auto ov = TensorView::contiguous(out.get(), DType::bf16, dev, {b, s_q, h_q, 512});
+    const auto lv = TensorView::contiguous(lse.get(), DType::f32, dev, {b, s_q, h_q});
+    const mla::SparseDecodeV4Params params{.sm_scale = std::pow(512.0, -0.5), .extra_kv_cache = &xv, .extra_indices = &xiv};
+    const mla::DecodePlan plan = mla::DecodePlan::create({.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 512,
+                                                          .topk = int(topk), .extra_topk = int(extra_topk),
+                                                          .num_sms = o.num_sms},
+                                                         o.device, stream);
+    plan.run(qv, cv, iv, ov, lv, params, stream);  // one-time setup outside the capture
+    cuda_check(cudaStreamSynchronize(stream), "decode");
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    plan.run(qv, cv, iv, ov, lv, params, stream);
+    cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    const double ms = median_ms(o.warmup, o.iters, stream, [&] { cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); });
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+    const double flop = 2.0 * static_cast<double>(b * s_q * h_q * (topk + extra_topk)) * (512 + 512);
+    char shape[240];
+    std::snprintf(shape, sizeof shape,
+                  "\"b\":%lld,\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":512,\"topk\":%lld,\"extra_topk\":%lld,"
+                  "\"block\":%lld,\"extra_block\":%lld,\"split_parts\":%d",
+                  (long long)b, (long long)s_q, (long long)h_q, (long long)topk, (long long)extra_topk, (long long)bs,
+                  (long long)xbs, plan.sizes().split ? plan.sizes().num_sm_parts : 0);
+    report("decode_v4", shape, ms, flop, "simple");
+  }
+}
+
 }  // namespace
 
 void add_mla_bench_command(CLI::App& app) {
@@ -194,6 +256,7 @@ void add_mla_bench_command(CLI::App& app) {
   cmd->add_flag("--prefill-only", only->first, "Only the prefill cases");
   cmd->add_flag("--decode-only", only->second, "Only the decode cases");
   cmd->add_flag("--simple", opts->simple, "Force the portable simple kernel (no Hopper kernel)");
+  cmd->add_flag("--v4", opts->v4, "DeepSeek V4 decode on FlashMLA's production shapes instead (use --batch 2 64 128 148)");
   auto fp8_kernel = std::make_shared<std::string>("");
   cmd->add_option("--fp8-kernel", *fp8_kernel, "Hopper kernel for FP8 decode: mma (default) or wgmma")
       ->check(CLI::IsMember({"mma", "wgmma"}));
@@ -212,6 +275,10 @@ void add_mla_bench_command(CLI::App& app) {
     if (!s.sparse_supported) throw Error(ErrorCode::unsupported, "mla-bench: sparse MLA cannot run on this device");
     DeviceGuard guard(o.device);
     Stream stream(o.device);
+    if (o.v4) {
+      bench_decode_v4(o, stream);
+      return;
+    }
     if (o.prefill) bench_prefill(o, stream);
     if (o.decode) bench_decode(o, stream);
   });
