@@ -128,7 +128,10 @@ struct DownloadResult {
 };
 /// Downloads `url` to `dest`: streams into `dest`.part (resuming a partial one with a Range request),
 /// hashes while streaming, checks size and SHA-256, fsyncs and renames atomically. Transient failures
-/// (connection, stall, 5xx, 408, 429) are retried with back-off; a hash mismatch removes the partial file.
+/// (connection, stall, too slow, 5xx, 408, 429) are retried with back-off; a hash mismatch removes the partial
+/// file. Bounded: cfg.deadline_s for the whole call (network_error), at most `expected_size` bytes or, when
+/// that is 0, cfg.max_wheel_bytes (integrity_error), and io_error before writing when the disk lacks the
+/// bytes to come plus cfg.min_free_bytes.
 /// The caller serialises concurrent downloads of the same `dest` (ensure_wheel holds the wheel's lock).
 DownloadResult download_file(const Config&, const std::string& url, const std::filesystem::path& dest,
                              std::string_view expected_sha256, std::uint64_t expected_size = 0);
@@ -138,7 +141,10 @@ std::string sha256_file(const std::filesystem::path&);
 
 /// Members of `wheel` under `prefix` (or exactly `prefix`), extracted below `dest_root` keeping their wheel
 /// path, published atomically, under `dest_root`/.lock. Every member name in the wheel is checked first:
-/// absolute paths, "..", backslashes, symlinks and members over cfg.max_member_bytes reject the wheel.
+/// absolute paths, "..", backslashes, symlinks and members over cfg.max_member_bytes reject the wheel; the
+/// matching members may declare at most cfg.max_extract_bytes together, and one over 1 MiB may not expand more
+/// than cfg.max_compression_ratio times (integrity_error before anything is written). Waits for the lock at
+/// most cfg.lock_timeout_s (io_error naming the holder).
 /// Returns dest_root/prefix. Throws not_found when no member matches.
 std::filesystem::path extract_from_wheel(const Config&, const std::filesystem::path& wheel, std::string_view prefix,
                                          const std::filesystem::path& dest_root);

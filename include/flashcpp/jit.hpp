@@ -44,7 +44,7 @@ struct BuildOptions {
   /// A module another process is building is waited for at most this long (FLASHCPP_LOCK_TIMEOUT); then that
   /// module's result is an io_error naming the builder's PID. The wait is reported through `progress` (else
   /// stderr) after lock_report_after_s.
-  double lock_timeout_s = 3 * 3600.0;
+  double lock_timeout_s = 6 * 3600.0;
   double lock_report_after_s = 5;
 
   /// From the environment:

@@ -12,7 +12,7 @@ namespace flashcpp {
 
 /// How long a FileLock::acquire waits, and whom it tells while waiting.
 struct LockWait {
-  double timeout_s = 3 * 3600.0;  ///< then Error(io_error) naming the holder; must be > 0
+  double timeout_s = 6 * 3600.0;  ///< then Error(io_error) naming the holder; must be > 0
   double report_after_s = 5;      ///< then `report` is called once with a line naming the holder
   std::function<void(const std::string&)> report;  ///< empty: the line goes to stderr
   std::string timeout_setting;    ///< what configures timeout_s, named in the error (e.g. "FLASHCPP_LOCK_TIMEOUT")
