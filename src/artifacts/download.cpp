@@ -103,7 +103,7 @@ struct StallWatch {
   }
 };
 
-long milliseconds(double s) { return static_cast<long>(std::clamp(std::ceil(s * 1000), 1.0, 1e9)); }
+long milliseconds(double s) { return s > 0 ? static_cast<long>(std::clamp(std::ceil(s * 1000), 1.0, 1e9)) : 1; }
 
 // `time_left_s`: what remains of this file's deadline; libcurl's total timeout for the attempt.
 void apply_common(CURL* h, const Config& cfg, const std::string& url, double time_left_s) {
@@ -116,7 +116,7 @@ void apply_common(CURL* h, const Config& cfg, const std::string& url, double tim
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, milliseconds(time_left_s));
   if (cfg.min_rate_bytes_per_s > 0) {  // a server dripping bytes defeats the stall watch, not this
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(std::min<std::uint64_t>(cfg.min_rate_bytes_per_s, LONG_MAX)));
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::clamp(std::ceil(cfg.min_rate_window_s), 1.0, 1e6)));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (milliseconds(cfg.min_rate_window_s) + 999) / 1000);
   }
   curl_easy_setopt(h, CURLOPT_USERAGENT, "flashcpp-artifacts/1");
   curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "identity");
@@ -400,6 +400,8 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
   global_init();
   if (!is_sha256_hex(expected_sha256))
     throw_error(ErrorCode::invalid_argument, "download_file: argument 'expected_sha256' must be 64 lowercase hex digits");
+  if (!(cfg.deadline_s > 0) || !(cfg.min_rate_window_s > 0))
+    throw_error(ErrorCode::invalid_argument, "download_file: Config::deadline_s and Config::min_rate_window_s must be > 0 seconds");
   const fs::path part = dest.string() + ".part";
   const std::string shown = redact_url(url);
   const std::string what = dest.filename().string();
