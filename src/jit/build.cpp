@@ -2,7 +2,6 @@
 // per-URI file locks, a shared pool of compiler processes, and atomic publication of the .so.
 #include <fcntl.h>
 #include <spawn.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/file_lock.hpp"
 #include "jit/jit.hpp"
 
 extern char** environ;
@@ -143,40 +143,13 @@ int run_process(const std::vector<std::string>& argv, const fs::path& log) {
   return 127;
 }
 
-/// An exclusive advisory lock on a file (flock: held per open file description, so it also excludes
-/// other threads of this process that open the same file).
-class FileLock {
- public:
-  FileLock() = default;
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-  FileLock(FileLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  ~FileLock() { release(); }
-
-  /// blocking=false: returns false when another holder has it.
-  bool acquire(const fs::path& path, bool blocking) {
-    std::error_code ec;
-    fs::create_directories(path.parent_path(), ec);
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error(ErrorCode::io_error, "jit: cannot open lock file " + path.string() + ": " + std::strerror(errno));
-    while (::flock(fd_, LOCK_EX | (blocking ? 0 : LOCK_NB)) != 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      ::close(fd_);
-      fd_ = -1;
-      if (!blocking && e == EWOULDBLOCK) return false;
-      throw Error(ErrorCode::io_error, "jit: cannot lock " + path.string() + ": " + std::strerror(e));
-    }
-    return true;
-  }
-  void release() {
-    if (fd_ >= 0) ::close(fd_);  // closing drops the flock
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+// Per-URI build lock: core/file_lock.hpp (shared with the artifacts cache); the holder records its PID and
+// the module it builds, so a waiting builder can say whom it waits for.
+fs::path lock_path(const fs::path& root, const std::string& uri) {
+  std::error_code ec;
+  fs::create_directories(root / ".locks", ec);
+  return root / ".locks" / (uri + ".lock");
+}
 
 fs::path default_cache_dir() {
   if (auto v = env("FLASHCPP_CACHE_DIR"); !v.empty()) return v;
@@ -316,6 +289,14 @@ BuildOptions BuildOptions::from_env() {
   const fs::path deps = FLASHCPP_DEFAULT_DEPS_DIR;
   if (auto v = env("FLASHCPP_FLASHINFER_DIR"); !v.empty()) o.flashinfer_data_dir = resolve_flashinfer_data(v);
   else if (!deps.empty()) o.flashinfer_data_dir = deps / "flashinfer_python" / "flashinfer" / "data";
+  if (auto v = env("FLASHCPP_LOCK_TIMEOUT"); !v.empty()) {
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !(d > 0) || d > 86400)
+      throw Error(ErrorCode::invalid_argument,
+                  "FLASHCPP_LOCK_TIMEOUT must be a number of seconds in (0, 86400]; got '" + v + "'");
+    o.lock_timeout_s = d;
+  }
   if (auto v = env("FLASHCPP_TVM_FFI_INCLUDE"); !v.empty()) o.tvm_ffi_include_dir = v;
   else if (!deps.empty()) o.tvm_ffi_include_dir = deps / "apache_tvm_ffi" / "tvm_ffi" / "include";
   return o;
@@ -722,7 +703,9 @@ std::vector<BuildResult> build_modules(const BuildOptions& o, const std::vector<
       mark_cached(m);
       continue;
     }
-    if (!m.lock.acquire(root / ".locks" / (m.uri + ".lock"), false)) {
+    if (auto held = FileLock::try_acquire(lock_path(root, m.uri), "building " + m.uri)) {
+      m.lock = std::move(*held);
+    } else {
       later.push_back(&m);
       continue;
     }
@@ -738,7 +721,17 @@ std::vector<BuildResult> build_modules(const BuildOptions& o, const std::vector<
   // Phase 2: modules another builder held; wait for each (holding no other lock), then build if still missing.
   for (ModuleJob* m : later) {
     engine.say(m->uri + ": waiting for another builder");
-    m->lock.acquire(root / ".locks" / (m->uri + ".lock"), true);
+    LockWait wait;
+    wait.timeout_s = o.lock_timeout_s;
+    wait.report_after_s = o.lock_report_after_s;
+    wait.timeout_setting = "FLASHCPP_LOCK_TIMEOUT";
+    if (o.progress) wait.report = [&engine, m](const std::string& line) { engine.say(m->uri + ": " + line); };
+    try {
+      m->lock = FileLock::acquire(lock_path(root, m->uri), "building " + m->uri, wait);
+    } catch (const Error& e) {
+      results[m->result_index].error = Error(e.code(), "jit: " + m->uri + ": " + e.message());
+      continue;
+    }
     if (fs::is_regular_file(m->final_so, ec)) {
       m->lock.release();
       mark_cached(*m);

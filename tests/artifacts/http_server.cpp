@@ -211,7 +211,16 @@ void HttpServer::serve(int fd) {
   if (cut) limit = std::min(limit, route.cut_after);
   if (route.stall) limit = std::min(limit, route.stall_after);
   std::uint64_t sent = 0;
-  if (file_fd >= 0) {
+  bool silent_after = route.stall;
+  if (route.drip_ms > 0 && file_fd < 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(route.drip_for_ms);
+    while (sent < limit && std::chrono::steady_clock::now() < until) {
+      if (!send_all(fd, route.body.data() + start + sent, 1)) break;
+      ++sent;
+      if (wait_stopped_ms(route.drip_ms)) break;
+    }
+    silent_after = true;
+  } else if (file_fd >= 0) {
     off_t off = static_cast<off_t>(start);
     while (sent < limit && !stopping_) {
       const ssize_t w = ::sendfile(fd, file_fd, &off, std::min<std::uint64_t>(limit - sent, 1 << 24));
@@ -226,7 +235,7 @@ void HttpServer::serve(int fd) {
     std::lock_guard<std::mutex> g(mu_);
     sent_[path] += sent;
   }
-  if (route.stall) {
+  if (silent_after) {
     // Go silent but keep the connection open until the client gives up or the server stops.
     while (!stopping_) {
       pollfd p{fd, POLLIN, 0};

@@ -1,5 +1,6 @@
 // A small HTTP/1.1 server on 127.0.0.1 for the artifacts tests and benchmarks: serves bodies from memory or a
-// file, honours Range requests, and can cut a connection mid-body, stall, redirect, or answer with an error.
+// file, honours Range requests, and can cut a connection mid-body, stall, drip bytes slowly, redirect, or answer
+// with an error.
 // One thread per connection; every response closes its connection. stop() (or the destructor) ends everything.
 #pragma once
 #include <atomic>
@@ -26,6 +27,8 @@ struct Route {
   bool stall = false;          ///< send headers and `stall_after` bytes, then go silent until stop()
   std::uint64_t stall_after = 0;
   int delay_ms = 0;            ///< wait before answering (makes concurrent clients overlap)
+  int drip_ms = 0;             ///< send the body one byte every drip_ms (defeats a stall timeout)...
+  int drip_for_ms = 0;         ///< ...for this long, then go silent as with `stall`
 };
 
 class HttpServer {

@@ -41,7 +41,10 @@ const char* const kAllVars[] = {"FLASHCPP_CACHE_DIR", "XDG_CACHE_HOME", "FLASHCP
                                 "FLASHCPP_FLASHINFER_PYTHON", "FLASHCPP_PYTHON_PREFIXES", "VIRTUAL_ENV", "CONDA_PREFIX",
                                 "FLASHCPP_NO_BUILD_DEPS", "FLASHCPP_OFFLINE", "FLASHCPP_INDEX_URL", "PIP_INDEX_URL",
                                 "PIP_CONFIG_FILE", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "FLASHCPP_CONNECT_TIMEOUT",
-                                "FLASHCPP_STALL_TIMEOUT", "FLASHCPP_RETRIES", "FLASHCPP_MANIFEST"};
+                                "FLASHCPP_STALL_TIMEOUT", "FLASHCPP_RETRIES", "FLASHCPP_MANIFEST",
+                                "FLASHCPP_DOWNLOAD_DEADLINE", "FLASHCPP_MIN_RATE", "FLASHCPP_MIN_RATE_TIME",
+                                "FLASHCPP_MAX_WHEEL_BYTES", "FLASHCPP_MIN_FREE_BYTES", "FLASHCPP_MAX_EXTRACT_BYTES",
+                                "FLASHCPP_MAX_COMPRESSION_RATIO", "FLASHCPP_LOCK_TIMEOUT"};
 
 void clear_all(EnvGuard& env) {
   for (const char* v : kAllVars) env.unset(v);
@@ -227,6 +230,44 @@ TEST_F(ArtifactsTest, ConfigFromEnvironment) {
   env.set("FLASHCPP_RETRIES", "1");
   env.set("FLASHCPP_CONNECT_TIMEOUT", "-1");
   EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_CONNECT_TIMEOUT");
+  env.unset("FLASHCPP_CONNECT_TIMEOUT");
+
+  // Bounds: on by default, each configurable.
+  c = Config::from_env();
+  EXPECT_GT(c.deadline_s, 0);
+  EXPECT_GT(c.min_rate_bytes_per_s, 0u);
+  EXPECT_GT(c.max_wheel_bytes, 0u);
+  EXPECT_GT(c.max_extract_bytes, 0u);
+  EXPECT_GT(c.lock_timeout_s, c.deadline_s);  // a waiter outlasts a holder's download
+  env.set("FLASHCPP_DOWNLOAD_DEADLINE", "90");
+  env.set("FLASHCPP_MIN_RATE", "2K");
+  env.set("FLASHCPP_MIN_RATE_TIME", "15");
+  env.set("FLASHCPP_MAX_WHEEL_BYTES", "3G");
+  env.set("FLASHCPP_MIN_FREE_BYTES", "0");
+  env.set("FLASHCPP_MAX_EXTRACT_BYTES", "123456");
+  env.set("FLASHCPP_MAX_COMPRESSION_RATIO", "50");
+  env.set("FLASHCPP_LOCK_TIMEOUT", "7.5");
+  c = Config::from_env();
+  EXPECT_DOUBLE_EQ(c.deadline_s, 90);
+  EXPECT_EQ(c.min_rate_bytes_per_s, 2048u);
+  EXPECT_DOUBLE_EQ(c.min_rate_window_s, 15);
+  EXPECT_EQ(c.max_wheel_bytes, std::uint64_t{3} << 30);
+  EXPECT_EQ(c.min_free_bytes, 0u);
+  EXPECT_EQ(c.max_extract_bytes, 123456u);
+  EXPECT_DOUBLE_EQ(c.max_compression_ratio, 50);
+  EXPECT_DOUBLE_EQ(c.lock_timeout_s, 7.5);
+  env.set("FLASHCPP_MAX_WHEEL_BYTES", "0");
+  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_MAX_WHEEL_BYTES");
+  env.set("FLASHCPP_MAX_WHEEL_BYTES", "9999999T");
+  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_MAX_WHEEL_BYTES");
+  env.set("FLASHCPP_MAX_WHEEL_BYTES", "12X");
+  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_MAX_WHEEL_BYTES");
+  env.set("FLASHCPP_MAX_WHEEL_BYTES", "1G");
+  env.set("FLASHCPP_MAX_COMPRESSION_RATIO", "0.5");
+  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_MAX_COMPRESSION_RATIO");
+  env.set("FLASHCPP_MAX_COMPRESSION_RATIO", "50");
+  env.set("FLASHCPP_LOCK_TIMEOUT", "forever");
+  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_LOCK_TIMEOUT");
 }
 
 TEST_F(ArtifactsTest, BuiltinManifestIsPinned) {

@@ -1,4 +1,5 @@
-// Test wheels: zip files written with libzip, members stored (uncompressed) so sizes are predictable.
+// Test wheels: zip files written with libzip, members stored (uncompressed) so sizes are predictable, unless
+// a member asks for deflate.
 #pragma once
 #include <sys/stat.h>
 #include <zip.h>
@@ -18,6 +19,7 @@ struct WheelMember {
   std::string name;
   std::string data;
   bool symlink = false;
+  bool deflate = false;  ///< compressed (a zip bomb); stored otherwise
 };
 
 inline std::string random_bytes(size_t n, unsigned seed) {
@@ -43,7 +45,7 @@ inline std::string make_wheel(const std::filesystem::path& file, const std::vect
       zip_discard(z);
       throw std::runtime_error("make_wheel: zip_file_add failed for " + m.name);
     }
-    zip_set_file_compression(z, static_cast<zip_uint64_t>(idx), ZIP_CM_STORE, 0);
+    zip_set_file_compression(z, static_cast<zip_uint64_t>(idx), m.deflate ? ZIP_CM_DEFLATE : ZIP_CM_STORE, m.deflate ? 9 : 0);
     const zip_uint32_t mode = m.symlink ? (S_IFLNK | 0777) : (S_IFREG | 0644);
     zip_file_set_external_attributes(z, static_cast<zip_uint64_t>(idx), 0, ZIP_OPSYS_UNIX, mode << 16);
   }

@@ -2,6 +2,7 @@
 // invocation and write placeholder outputs): publication, cache hits, concurrent builders, failures.
 // The real FlashInfer sources are generated (they must exist); nothing is really compiled.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,7 +48,7 @@ class FakeToolkit : public ::testing::Environment {
                  "if [ -n \"$FAKE_NVCC_FAIL\" ] && [ \"$(basename \"$src\")\" = \"$FAKE_NVCC_FAIL\" ]; then\n"
                  "  echo 'fake.cu(1): error: FAKE ERROR LINE' >&2; exit 2\n"
                  "fi\n"
-                 "sleep 0.3\n"
+                 "sleep \"${FAKE_NVCC_SLEEP:-0.3}\"\n"
                  "echo \"object of $src\" > \"$out\"\n");
     write_script(g_root / "c++",
                  "#!/bin/sh\n"
@@ -163,6 +164,64 @@ TEST(JitEngine, ConcurrentBuildersProduceOneModule) {
   EXPECT_EQ(count(log, "nvcc norm.cu"), 1u);  // compiled once, not three times
   EXPECT_EQ(count(log, "nvcc flashinfer_norm_binding.cu"), 1u);
   EXPECT_EQ(count(log, "link"), 1u);
+}
+
+TEST(JitEngine, BuilderHeldByAnotherProcessIsReportedAndTimesOut) {
+  std::string why;
+  if (!have_sources(&why)) GTEST_SKIP() << why;
+  BuildOptions o = options("cache-lock");
+  const fs::path lock_file = module_root(o) / ".locks" / "page.lock";
+  // The other builder: a child process whose (fake) compiler takes 20 s, in its own process group so the
+  // test can end it and its compilers together.
+  const pid_t child = ::fork();  // before any thread starts
+  if (child == 0) {
+    ::setpgid(0, 0);
+    ::setenv("FAKE_NVCC_SLEEP", "20", 1);
+    try {
+      build_module(o, "page");
+    } catch (...) {
+    }
+    std::_Exit(0);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+    }
+  } reap{child};
+  const std::string record = "pid=" + std::to_string(child) + " ";
+  auto read_lock = [&] {
+    std::ifstream in(lock_file);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  while (read_lock().find(record) == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_NE(read_lock().find(record), std::string::npos) << read_lock();
+
+  std::vector<std::string> progress;
+  o.progress = [&](const std::string& line) { progress.push_back(line); };
+  o.lock_timeout_s = 1;
+  o.lock_report_after_s = 0.2;
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto results = build_modules(o, {"page"});
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  EXPECT_GE(waited, 1.0);
+  EXPECT_LT(waited, 5.0);
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_TRUE(results[0].error.has_value());
+  EXPECT_EQ(results[0].error->code(), ErrorCode::io_error);
+  const std::string holder = "pid " + std::to_string(child) + " (building page";
+  EXPECT_NE(std::string(results[0].error->what()).find(holder), std::string::npos) << results[0].error->what();
+  EXPECT_NE(std::string(results[0].error->what()).find("FLASHCPP_LOCK_TIMEOUT"), std::string::npos);
+  size_t reports = 0;
+  for (const auto& l : progress) reports += l.find("waiting for the lock") != std::string::npos && l.find(holder) != std::string::npos;
+  EXPECT_EQ(reports, 1u);
+  EXPECT_FALSE(cached_module(o, "page"));
 }
 
 TEST(JitEngine, SharedPoolBuildsSeveralModulesAndReportsCached) {
