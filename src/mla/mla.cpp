@@ -159,6 +159,9 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
   }
   optional_vector(v, params.attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(1)");
   optional_vector(v, params.topk_length, "topk_length", DType::i32, s_q, q, "q.size(0)");
+  v.no_overlap({{&out, "out"}, {&lse, "lse"}, {max_logits, "max_logits"}},
+               {{&q, "q"}, {&kv, "kv"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
+                {params.topk_length, "topk_length"}});
 
   require_supported("mla::sparse_prefill", q.device.id);
   if (s_q == 0) return;
@@ -233,6 +236,7 @@ void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStre
   } else {
     v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
   }
+  v.disjoint(out, "out", kv, "kv");  // no in-place form: 576 bf16 values become 656 bytes
   kernels::QuantizeParams p;
   p.src = kv.data;
   p.dst = out.data;
@@ -349,6 +353,7 @@ void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream) 
   const int n = ws.config.num_sms > 0 ? ws.config.num_sms : device_support(device_id).sm_count;
   const DecodePlanSizes sizes = sizes_for(ws.config, n);
   validate_workspace(v, ws, sizes, /*with_accumulators=*/false);  // the plan writes only the schedule
+  if (sizes.split) v.disjoint(ws.num_splits, "num_splits", ws.sched_meta, "sched_meta");
   if (sizes.split && ws.sched_meta.device.id != device_id)
     v.fail("sched_meta", ws.sched_meta, "must be on device " + std::to_string(device_id) + " (device_id)");
   require_supported("mla::decode_plan", device_id);
@@ -416,15 +421,29 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
                      "; the tensors give batch " + std::to_string(b) + ", s_q " + std::to_string(s_q) + ", h_q " +
                      std::to_string(h_q) + ", d_qk 576, topk " + std::to_string(topk));
   validate_config(v, c);
+  v.no_overlap({{&out, "out"}, {&lse, "lse"}},
+               {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
+                {params.topk_length, "topk_length"}});
+  // Split plans also write the accumulators and read the schedule.
+  auto check_split_overlap = [&](const DecodePlanSizes& sz) {
+    if (!sz.split) return;
+    v.no_overlap({{&ws.lse_accum, "lse_accum"}, {&ws.o_accum, "o_accum"}},
+                 {{&out, "out"}, {&lse, "lse"}, {&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"},
+                  {params.attn_sink, "attn_sink"}, {params.topk_length, "topk_length"},
+                  {&ws.sched_meta, "sched_meta"}, {&ws.num_splits, "num_splits"}});
+    v.no_overlap({{&out, "out"}, {&lse, "lse"}}, {{&ws.sched_meta, "sched_meta"}, {&ws.num_splits, "num_splits"}});
+  };
   DecodePlanSizes sizes;
   if (c.num_sms > 0) {
     sizes = sizes_for(c, c.num_sms);
     validate_workspace(v, ws, sizes);
+    check_split_overlap(sizes);
   }
   require_supported("mla::sparse_decode", q.device.id);
   if (c.num_sms <= 0) {
     sizes = sizes_for(c, device_support(q.device.id).sm_count);
     validate_workspace(v, ws, sizes);
+    check_split_overlap(sizes);
   }
   if (sizes.split) v.same_device(ws.sched_meta, "sched_meta", q, "q");
 
