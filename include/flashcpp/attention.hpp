@@ -1,5 +1,6 @@
 // Attention on FlashInfer's prefill and decode modules: single prefill/decode, batch prefill (ragged and
 // paged KV) and batch paged decode with RAII plans. Validated, asynchronous on the caller's stream.
+// Outputs (out, lse, tmp and the plan's workspace buffers) may share no byte with any other argument.
 //
 // Shapes (H_qo query heads, H_kv key/value heads, H_qo divisible by H_kv; D head dims):
 //   q            [tokens, H_qo, D_qk]                    (dims 0, 1 may be strided; last dim contiguous)

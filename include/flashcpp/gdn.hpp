@@ -48,7 +48,8 @@ inline constexpr const char* kGdnPrefillUri = "gdn_prefill_sm90";
 int64_t gdn_prefill_workspace_bytes(int device);
 
 /// Validates everything (shapes, dtypes, contiguity, devices, head grouping, scalar ranges, the
-/// optional host cu_seqlens), throws unsupported on a device that is not compute capability 9.x,
+/// optional host cu_seqlens, no output, output_state or workspace byte shared with another argument, so
+/// input_state may not be output_state), throws unsupported on a device that is not compute capability 9.x,
 /// makes the tensors' device current (the kernel does not), then launches on `stream`.
 /// Any device, any order, any thread: calls are serialised process-wide for their host part only (the
 /// launch is asynchronous), because FlashInfer 0.6.3's module keeps one-time kernel setup in

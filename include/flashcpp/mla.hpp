@@ -11,8 +11,9 @@
 //
 // Every entry point validates all of its arguments (flashcpp::Validator) before it launches anything or
 // writes any output; a broken rule throws Error(invalid_argument) naming the op, the argument and the
-// rule. Launches are asynchronous on the caller's stream (never synchronized) and made with the tensors'
-// device current (restored afterwards).
+// rule. Outputs (out, lse, max_logits, the quantizer's out, the decode plan's buffers) may share no byte
+// with any other argument. Launches are asynchronous on the caller's stream (never synchronized) and made
+// with the tensors' device current (restored afterwards).
 //
 // Devices: the kernels run on SM >= 8.0 GPUs this build has code for (the default build is sm_90a, so
 // Hopper only); any other device gives Error(unsupported). On SM90 a fast Hopper kernel is used where it

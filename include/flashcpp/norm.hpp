@@ -3,7 +3,9 @@
 // Every function validates all of its arguments before anything is launched; a broken rule throws
 // Error(invalid_argument) naming the op, the argument and the rule, and nothing is written.
 // Common rules: tensors on one CUDA device, dtype f16 or bf16 (input, output, residual and weight
-// all the same dtype), last dim contiguous (stride 1), non-negative strides, eps finite and > 0.
+// all the same dtype), last dim contiguous (stride 1), non-negative strides, eps finite and > 0, and no
+// output sharing a byte with another argument (FlashInfer's pointers are restrict: out == input is refused;
+// the fused forms update input and residual in place, which must not overlap each other).
 // FlashInfer's kernels switch to the tensors' device themselves; the stream is bound for that device.
 #pragma once
 #include <cuda_runtime_api.h>

@@ -7,6 +7,8 @@
 // last_page_len[r] tokens (1..page_size; 0 only for a request with no pages). So its length is
 // (indptr[r+1] - indptr[r] - 1) * page_size + last_page_len[r].
 // indices, indptr, last_page_len are int32, 1-D, contiguous, on the cache's device.
+// An append writes the caches: they may share no byte with each other or with any other argument (the k
+// and v halves of one interleaved [pages, 2, ...] cache do not share bytes and are fine).
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -1,6 +1,7 @@
 #include "core/check.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -136,6 +137,127 @@ const Validator& Validator::aligned(const TensorView& t, std::string_view arg, s
 
 const Validator& Validator::min_bytes(const TensorView& t, std::string_view arg, int64_t bytes) const {
   if (t.numel() * dtype_size(t.dtype) < bytes) fail(arg, t, "must hold at least " + std::to_string(bytes) + " bytes");
+  return *this;
+}
+
+namespace {
+
+using i128 = __int128;
+
+enum class Overlap { none, some, unknown };
+
+// One dim of either view in the byte difference of two elements: c * step with an integer c in [lo, hi].
+struct Term {
+  i128 step, lo, hi;
+};
+
+i128 floor_div(i128 a, i128 d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }  // d > 0
+i128 ceil_div(i128 a, i128 d) { return -floor_div(-a, d); }
+
+bool same_memory_space(const TensorView& a, const TensorView& b) {
+  return (a.device.is_host() && b.device.is_host()) || a.device == b.device;
+}
+
+bool same_view(const TensorView& a, const TensorView& b) {
+  if (a.data != b.data || a.dtype != b.dtype || a.rank != b.rank || !(a.device == b.device)) return false;
+  for (int i = 0; i < a.rank; ++i)
+    if (a.shape[i] != b.shape[i] || (a.shape[i] > 1 && a.strides[i] != b.strides[i])) return false;
+  return true;
+}
+
+// Whether some byte lies in an element of both views (both non-empty, extents known to fit in int64).
+// Elements at addresses x of a and y of b share a byte iff x - y lies in [-(size_a - 1), size_b - 1], and
+// x - y = (data_a - data_b) + sum over a's dims of i * stride * size - sum over b's dims of j * stride * size.
+// The search picks the coefficients largest step first and keeps only those whose remaining reach can
+// still hit that window; dims of equal step are merged first (identical layouts become one term per dim),
+// so nested layouts leave a few candidates per dim. Past a node budget the answer is unknown.
+Overlap views_overlap(const TensorView& a, const TensorView& b) {
+  std::array<Term, 2 * TensorView::kMaxRank> terms{};
+  size_t n = 0;
+  auto add = [&](const TensorView& t, int sign) {
+    const i128 size = dtype_size(t.dtype);
+    for (int i = 0; i < t.rank; ++i) {
+      if (t.shape[i] <= 1 || t.strides[i] == 0) continue;
+      const i128 s = i128{t.strides[i]} * size * sign, m = t.shape[i] - 1;
+      const Term term{s < 0 ? -s : s, s < 0 ? -m : 0, s < 0 ? 0 : m};
+      auto same = std::find_if(terms.begin(), terms.begin() + n, [&](const Term& x) { return x.step == term.step; });
+      if (same != terms.begin() + n) {
+        same->lo += term.lo;
+        same->hi += term.hi;
+      } else {
+        terms[n++] = term;
+      }
+    }
+  };
+  add(a, 1);
+  add(b, -1);
+  std::sort(terms.begin(), terms.begin() + n, [](const Term& x, const Term& y) { return x.step > y.step; });
+  std::array<i128, 2 * TensorView::kMaxRank + 1> rest_lo{}, rest_hi{};  // reach of terms k..n-1
+  for (size_t k = n; k-- > 0;) {
+    rest_lo[k] = rest_lo[k + 1] + terms[k].lo * terms[k].step;
+    rest_hi[k] = rest_hi[k + 1] + terms[k].hi * terms[k].step;
+  }
+  const i128 win_lo = 1 - i128{dtype_size(a.dtype)}, win_hi = i128{dtype_size(b.dtype)} - 1;
+  const i128 start = static_cast<i128>(reinterpret_cast<uintptr_t>(a.data)) -
+                     static_cast<i128>(reinterpret_cast<uintptr_t>(b.data));
+  int budget = 1 << 12;
+  auto search = [&](auto& self, size_t k, i128 x) -> Overlap {
+    if (x + rest_hi[k] < win_lo || x + rest_lo[k] > win_hi) return Overlap::none;
+    if (k == n) return Overlap::some;
+    const Term& t = terms[k];
+    const i128 c_lo = std::max(t.lo, ceil_div(win_lo - x - rest_hi[k + 1], t.step));
+    const i128 c_hi = std::min(t.hi, floor_div(win_hi - x - rest_lo[k + 1], t.step));
+    bool unknown = false;
+    for (i128 c = c_lo; c <= c_hi; ++c) {
+      if (--budget < 0) return Overlap::unknown;
+      const Overlap r = self(self, k + 1, x + c * t.step);
+      if (r == Overlap::some) return r;
+      unknown = unknown || r == Overlap::unknown;
+    }
+    return unknown ? Overlap::unknown : Overlap::none;
+  };
+  return search(search, 0, start);
+}
+
+bool has_elements(const TensorView& t) {
+  for (int i = 0; i < t.rank; ++i)
+    if (t.shape[i] == 0) return false;
+  return true;
+}
+
+}  // namespace
+
+const Validator& Validator::disjoint(const TensorView& out, std::string_view out_arg, const TensorView& other,
+                                     std::string_view other_arg, InPlace in_place) const {
+  for (const auto& [t, arg] : {std::pair{&out, out_arg}, std::pair{&other, other_arg}})
+    if (!t->extent_fits())
+      fail(arg, *t, "must have non-negative sizes and an element count and byte extent that fit in int64");
+  if (!has_elements(out) || !has_elements(other) || !same_memory_space(out, other)) return *this;
+  if (in_place == InPlace::allowed && same_view(out, other)) return *this;
+  const Overlap o = views_overlap(out, other);
+  if (o == Overlap::none) return *this;
+  const std::string exact = in_place == InPlace::allowed ? " unless it is exactly that view (in place)" : "";
+  if (o == Overlap::unknown)
+    fail(out_arg, out, "must be provably disjoint from '" + std::string(other_arg) + "'" + exact +
+                           ": their elements interleave in a way the overlap check could not settle");
+  const int64_t delta = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out.data) -
+                                             reinterpret_cast<uintptr_t>(other.data));
+  const std::string where = delta == 0 ? "at the data address of '" + std::string(other_arg) + "'"
+                                       : std::to_string(delta < 0 ? -delta : delta) + " bytes " +
+                                             (delta < 0 ? "before" : "after") + " the data of '" +
+                                             std::string(other_arg) + "'";
+  fail(out_arg, out, "must not overlap '" + std::string(other_arg) + "'" + exact +
+                         " (an output shares no byte with another argument; its data starts " + where + ")");
+}
+
+const Validator& Validator::no_overlap(std::initializer_list<Named> outputs, std::initializer_list<Named> inputs) const {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    if (out->t == nullptr) continue;
+    for (auto other = out + 1; other != outputs.end(); ++other)
+      if (other->t != nullptr) disjoint(*out->t, out->arg, *other->t, other->arg);
+    for (const Named& in : inputs)
+      if (in.t != nullptr) disjoint(*out->t, out->arg, *in.t, in.arg);
+  }
   return *this;
 }
 

@@ -56,6 +56,27 @@ class Validator {
   /// At least `bytes` bytes (1-D buffers such as workspaces).
   const Validator& min_bytes(const TensorView& t, std::string_view arg, int64_t bytes) const;
 
+  // Overlap. Two views overlap when some byte lies in an element of each: views whose byte ranges cross
+  // but whose elements interleave (the k and v halves of one [pages, 2, ...] cache, slices of a fused qkv
+  // tensor) do not. Views on different devices never overlap (host memory counts as one device). Each
+  // view's extent is checked to fit in int64 first (the rule refuses it otherwise) and addresses are
+  // computed in 128 bits, so no arithmetic here can overflow.
+
+  /// An argument of the overlap rule; a null `t` is an absent optional argument and is skipped.
+  struct Named {
+    const TensorView* t;
+    std::string_view arg;
+  };
+  /// Exact in place: whether `out` may be the very view `other` (same data, dtype, shape and strides).
+  enum class InPlace { refused, allowed };
+  /// `out` (written by the op) shares no byte with `other`; with InPlace::allowed it may instead be
+  /// exactly `other`, never a partial overlap of it.
+  const Validator& disjoint(const TensorView& out, std::string_view out_arg, const TensorView& other,
+                            std::string_view other_arg, InPlace in_place = InPlace::refused) const;
+  /// The rule every op applies once its arguments are otherwise valid: each output shares no byte with
+  /// any input nor with any other output.
+  const Validator& no_overlap(std::initializer_list<Named> outputs, std::initializer_list<Named> inputs) const;
+
   // Scalars.
   const Validator& finite(double v, std::string_view arg) const;
   const Validator& positive(double v, std::string_view arg) const;

@@ -160,6 +160,9 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
   }
   optional_vector(v, params.attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(1)");
   optional_vector(v, params.topk_length, "topk_length", DType::i32, s_q, q, "q.size(0)");
+  v.no_overlap({{&out, "out"}, {&lse, "lse"}, {max_logits, "max_logits"}},
+               {{&q, "q"}, {&kv, "kv"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
+                {params.topk_length, "topk_length"}});
 
   require_supported("mla::sparse_prefill", q.device.id);
   if (s_q == 0) return;
@@ -234,6 +237,7 @@ void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStre
   } else {
     v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
   }
+  v.disjoint(out, "out", kv, "kv");  // no in-place form: 576 bf16 values become 656 bytes
   kernels::QuantizeParams p;
   p.src = kv.data;
   p.dst = out.data;
@@ -303,6 +307,7 @@ void quantize_kv_cache_fp8_v4(const TensorView& kv, const TensorView& out, cudaS
   } else {
     v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
   }
+  v.disjoint(out, "out", kv, "kv");  // no in-place form: 512 bf16 values become 584 bytes
   const int64_t num_tokens = num_blocks * block_size;
   if (!host && (num_tokens + 7) / 8 > INT32_MAX) v.fail("kv", kv, "must have at most 2^34 tokens");
   if (num_tokens == 0) return;
@@ -410,6 +415,7 @@ void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream) 
   const int n = ws.config.num_sms > 0 ? ws.config.num_sms : device_support(device_id).sm_count;
   const DecodePlanSizes sizes = sizes_for(ws.config, n);
   validate_workspace(v, ws, sizes, /*with_accumulators=*/false);  // the plan writes only the schedule
+  if (sizes.split) v.disjoint(ws.num_splits, "num_splits", ws.sched_meta, "sched_meta");
   if (sizes.split && ws.sched_meta.device.id != device_id)
     v.fail("sched_meta", ws.sched_meta, "must be on device " + std::to_string(device_id) + " (device_id)");
   require_supported("mla::decode_plan", device_id);
@@ -469,8 +475,11 @@ DecodeProblem validate_decode_tensors(const Validator& v, const TensorView& q, i
 }
 
 // The workspace must have been planned for exactly this shape; returns its sizes (after the device gate).
+// Also the overlap rule: out and lse share no byte with `inputs` or each other; split plans add the
+// accumulators (written) and the schedule (read).
 DecodePlanSizes validate_planned(const Validator& v, const DecodeWorkspace& ws, const DecodeProblem& d, int d_qk,
-                                 int64_t extra_topk, const TensorView& q) {
+                                 int64_t extra_topk, const TensorView& q, const TensorView& out, const TensorView& lse,
+                                 std::initializer_list<Validator::Named> inputs) {
   const DecodeConfig& c = ws.config;
   if (c.batch != d.b || c.s_q != d.s_q || c.h_q != d.h_q || c.d_qk != d_qk || c.topk != d.topk ||
       c.extra_topk != extra_topk)
@@ -481,15 +490,25 @@ DecodePlanSizes validate_planned(const Validator& v, const DecodeWorkspace& ws, 
                      ", d_qk " + std::to_string(d_qk) + ", topk " + std::to_string(d.topk) + ", extra_topk " +
                      std::to_string(extra_topk));
   validate_config(v, c);
+  v.no_overlap({{&out, "out"}, {&lse, "lse"}}, inputs);
+  auto check_split_overlap = [&](const DecodePlanSizes& sz) {
+    if (!sz.split) return;
+    v.no_overlap({{&ws.lse_accum, "lse_accum"}, {&ws.o_accum, "o_accum"}}, inputs);
+    v.no_overlap({{&ws.lse_accum, "lse_accum"}, {&ws.o_accum, "o_accum"}},
+                 {{&out, "out"}, {&lse, "lse"}, {&ws.sched_meta, "sched_meta"}, {&ws.num_splits, "num_splits"}});
+    v.no_overlap({{&out, "out"}, {&lse, "lse"}}, {{&ws.sched_meta, "sched_meta"}, {&ws.num_splits, "num_splits"}});
+  };
   DecodePlanSizes sizes;
   if (c.num_sms > 0) {
     sizes = sizes_for(c, c.num_sms);
     validate_workspace(v, ws, sizes);
+    check_split_overlap(sizes);
   }
   require_supported(std::string(v.op()).c_str(), q.device.id);
   if (c.num_sms <= 0) {
     sizes = sizes_for(c, device_support(q.device.id).sm_count);
     validate_workspace(v, ws, sizes);
+    check_split_overlap(sizes);
   }
   if (sizes.split) v.same_device(ws.sched_meta, "sched_meta", q, "q");
   return sizes;
@@ -596,7 +615,9 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
 
   optional_vector(v, params.attn_sink, "attn_sink", DType::f32, d.h_q, q, "q.size(2)");
   optional_vector(v, params.topk_length, "topk_length", DType::i32, d.b, q, "q.size(0) (one length per request)");
-  d.sizes = validate_planned(v, ws, d, fp8::kDims, 0, q);
+  d.sizes = validate_planned(v, ws, d, fp8::kDims, 0, q, out, lse,
+                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
+                              {params.topk_length, "topk_length"}});
 
   kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink, params.sm_scale, ws);
   p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
@@ -634,7 +655,10 @@ void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const Ten
                     "q.size(0) (one length per request)");
     if (d.topk + extra_topk > INT32_MAX) v.fail("extra_indices", *params.extra_indices, "must have topk + extra_topk <= 2^31 - 1");
   }
-  d.sizes = validate_planned(v, ws, d, fp8_v4::kDims, extra_topk, q);
+  d.sizes = validate_planned(v, ws, d, fp8_v4::kDims, extra_topk, q, out, lse,
+                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
+                              {params.topk_length, "topk_length"}, {params.extra_kv_cache, "extra_kv_cache"},
+                              {params.extra_indices, "extra_indices"}, {params.extra_topk_length, "extra_topk_length"}});
 
   kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink, params.sm_scale, ws);
   p.kv_format = kernels::KvFormat::fp8_v4;

@@ -71,6 +71,16 @@ void run_prefill_plan(PrefillPlanCore& core, const PrefillPlanRequest& req, cons
 void run_prefill_paged(const PrefillPlanCore& core, const Validator& v, const TensorView& q, const PagedKvCache& kv,
                        const TensorView& qo_indptr, const TensorView& out, OptionalTensor lse, cudaStream_t stream);
 
+/// Overlap rule of a plan's run: out, lse and the workspace views the run uses share no byte with `inputs`
+/// nor with each other.
+void check_run_overlap(const PrefillPlanCore& core, const Validator& v, const TensorView& out, OptionalTensor lse,
+                       std::initializer_list<Validator::Named> inputs);
+/// Overlap rule of plan creation: the three workspace buffers against each other and the host arrays.
+void check_plan_overlap(const Validator& v, const Workspace& ws, std::initializer_list<Validator::Named> host_arrays);
+/// Overlap rule of single prefill/decode: out, lse and a non-empty tmp against q, k, v.
+void check_single_overlap(const Validator& v, const TensorView& out, OptionalTensor lse, const TensorView& tmp,
+                          const TensorView& q, const TensorView& k, const TensorView& vv);
+
 /// Strides are passed to FlashInfer's kernels as 32-bit values.
 void check_strides_32bit(const Validator& v, const TensorView& t, const char* arg);
 

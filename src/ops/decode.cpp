@@ -44,6 +44,7 @@ void single_decode(const Runtime& rt, const TensorView& q, const TensorView& k, 
   ffi::TensorArg tmp_arg;
   if (tensor_cores) {
     ops::check_tmp(val, tmp, single_prefill_tmp_bytes(1, kv_len, hq, hkv, d, out.dtype, q.device.id), q, tmp_arg);
+    ops::check_single_overlap(val, out, lse, tmp, q, k, v);
     // One query row of FlashInfer's prefill kernel: [1, H_qo, D] views of q/out, [1, H_qo] of lse.
     const TensorView q3 = TensorView::contiguous(q.data, q.dtype, q.device, {1, hq, d});
     const TensorView o3 = TensorView::contiguous(out.data, out.dtype, out.device, {1, hq, d});
@@ -54,6 +55,7 @@ void single_decode(const Runtime& rt, const TensorView& q, const TensorView& k, 
     return;
   }
   ops::check_tmp(val, tmp, single_decode_tmp_bytes(kv_len, hq, hkv, d, out.dtype, q.device.id), q, tmp_arg);
+  ops::check_single_overlap(val, out, lse, tmp, q, k, v);
   ops::AttentionVariant var{q.dtype, k.dtype, out.dtype, d, d, o.window_left != -1, o.logits_soft_cap > 0, false};
   const auto mod = ops::resolve_module(rt, ops::module_key(ops::kFamilySingleDecode, var),
                                        [&] { return ops::single_decode_uri(var); }, {"run"});
@@ -104,6 +106,8 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
   ops::check_host_page_table(v, ip.kv_indptr, ip.kv_last_page_len, ip.kv_indices, batch, c.page_size, req);
   const int64_t reserved = tc ? align_up((batch + 1) * 4, 256) : 0;
   ops::check_workspace(v, ws, reserved);
+  ops::check_plan_overlap(v, ws, {{&ip.kv_indptr, "kv_indptr"}, {&ip.kv_last_page_len, "kv_last_page_len"},
+                                  {ip.kv_indices, "kv_indices"}});
 
   auto state = std::make_unique<State>();
   state->tensor_cores = tc;
@@ -226,6 +230,9 @@ void BatchDecodePlan::run(const TensorView& q, const PagedKvCache& kv, const Ten
   if (core.max_page_index >= g.num_pages)
     v.fail("indices", "holds page id " + std::to_string(core.max_page_index) + " (planned) but the cache has " +
                           std::to_string(g.num_pages) + " pages");
+  ops::check_run_overlap(core, v, out, lse,
+                         {{&q, "q"}, {&kv.k_cache, "k_cache"}, {&kv.v_cache, "v_cache"}, {&kv.indices, "indices"},
+                          {&kv.indptr, "indptr"}, {&kv.last_page_len, "last_page_len"}});
 
   ffi::TensorArg fws(core.float_ws), iws(core.int_ws), tq(q), kc(kv.k_cache), vc(kv.v_cache), ptr(kv.indptr),
       idx(kv.indices), last(kv.last_page_len), o(out), l;

@@ -188,6 +188,11 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
   } else {
     ws = default_workspace(device);
   }
+  // The kernel writes output, output_state and the workspace: none shares a byte with another argument
+  // (an input_state updated in place is refused too; FlashInfer reads it while other CTAs write).
+  v.no_overlap({{&a.output, "output"}, {&a.output_state, "output_state"}, {a.workspace, "workspace"}},
+               {{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.cu_seqlens, "cu_seqlens"}, {a.input_state, "input_state"},
+                {a.alpha, "alpha"}, {a.beta, "beta"}});
 
   const std::shared_ptr<const GdnModule> module = gdn_module(rt);
   ffi::TensorArg out(a.output), state(a.output_state), q(a.q), k(a.k), vv(a.v), cu(a.cu_seqlens), wsa(ws);

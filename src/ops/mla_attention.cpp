@@ -121,6 +121,11 @@ BatchMlaPlan BatchMlaPlan::create(const Runtime& rt, const Workspace& ws, const 
                                 " query rows; a causal plan needs kv_len >= qo_len");
   }
 
+  // Planning writes the three workspace buffers.
+  v.no_overlap({{&ws.float_buffer, "float_buffer"}, {&ws.int_buffer, "int_buffer"},
+                {&ws.pinned_int_buffer, "pinned_int_buffer"}},
+               {{&qo_indptr_host, "qo_indptr_host"}, {&kv_indptr_host, "kv_indptr_host"}, {&kv_len_host, "kv_len_host"}});
+
   const Device device = ws.float_buffer.device;
   auto st = std::make_unique<State>();
   st->config = cfg;
@@ -177,6 +182,11 @@ void BatchMlaPlan::run(const TensorView& q_nope, const TensorView& q_pe, const T
     v.defined(*lse, "lse").on_cuda(*lse, "lse").same_device(*lse, "lse", ref, "workspace.float_buffer (the plan's device)")
         .dtype(*lse, "lse", {DType::f32}).shape(*lse, "lse", {n, H}).contiguous(*lse, "lse");
   }
+  // A run writes out, lse and the float workspace and reads the plan from the int workspace.
+  v.no_overlap({{&out, "out"}, {lse, "lse"}, {&s.workspace.float_buffer, "workspace.float_buffer"},
+                {&s.workspace.int_buffer, "workspace.int_buffer"}},
+               {{&q_nope, "q_nope"}, {&q_pe, "q_pe"}, {&ckv, "ckv_cache"}, {&kpe, "kpe_cache"},
+                {&kv_indices, "kv_indices"}});
 
   ffi::TensorArg fw(s.workspace.float_buffer), iw(s.workspace.int_buffer);
   ffi::TensorArg qn(q_nope), qp(q_pe), ck(ckv), kp(kpe), idx(kv_indices), o(out);

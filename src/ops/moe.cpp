@@ -204,6 +204,13 @@ void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeArgs& a) {
     must_be_absent(a.fc1_block_scales, "fc1_block_scales");
     must_be_absent(a.fc2_block_scales, "fc2_block_scales");
   }
+  v.no_overlap({{&a.output, "output"}},
+               {{&a.input, "input"}, {&a.token_selected_experts, "token_selected_experts"},
+                {&a.token_final_scales, "token_final_scales"}, {&a.fc1_weights, "fc1_weights"},
+                {&a.fc2_weights, "fc2_weights"}, {a.fc1_bias, "fc1_bias"}, {a.fc2_bias, "fc2_bias"},
+                {a.fc1_dequant, "fc1_dequant"}, {a.fc2_quant, "fc2_quant"}, {a.fc2_dequant, "fc2_dequant"},
+                {a.fc1_input_dequant, "fc1_input_dequant"}, {a.fc1_block_scales, "fc1_block_scales"},
+                {a.fc2_block_scales, "fc2_block_scales"}});
 }
 
 // ----------------------------------------------------------------------------- the runner

@@ -47,6 +47,11 @@ void check_norm_io(const Validator& v, const TensorView& out, const char* out_ar
   v.positive(o.eps, "eps");
 }
 
+// Plain norms write `out` only; the fused ones update both `input` and `residual` in place.
+void check_norm_overlap(const Validator& v, const TensorView& out, const TensorView& input, const TensorView& weight) {
+  v.no_overlap({{&out, "out"}}, {{&input, "input"}, {&weight, "weight"}});
+}
+
 void call_norm(const Runtime& rt, NormFn fn, const TensorView& a, const TensorView& b, const TensorView& weight,
                const RmsNormOptions& o, cudaStream_t stream) {
   if (a.numel() == 0) return;  // nothing to normalise: FlashInfer would launch an empty grid
@@ -63,6 +68,7 @@ void rmsnorm(const Runtime& rt, const TensorView& out, const TensorView& input, 
              const RmsNormOptions& options, cudaStream_t stream) {
   const Validator v("rmsnorm");
   check_norm_io(v, out, "out", input, weight, 2, options);
+  check_norm_overlap(v, out, input, weight);
   call_norm(rt, kRmsNorm, out, input, weight, options, stream);
 }
 
@@ -70,6 +76,7 @@ void fused_qk_rmsnorm(const Runtime& rt, const TensorView& out, const TensorView
                       const RmsNormOptions& options, cudaStream_t stream) {
   const Validator v("fused_qk_rmsnorm");
   check_norm_io(v, out, "out", input, weight, 3, options);
+  check_norm_overlap(v, out, input, weight);
   // The 3-D input dispatches to FlashInfer's QK RMSNorm inside the same `rmsnorm` export.
   call_norm(rt, kRmsNorm, out, input, weight, options, stream);
 }
@@ -78,6 +85,7 @@ void gemma_rmsnorm(const Runtime& rt, const TensorView& out, const TensorView& i
                    const RmsNormOptions& options, cudaStream_t stream) {
   const Validator v("gemma_rmsnorm");
   check_norm_io(v, out, "out", input, weight, 2, options);
+  check_norm_overlap(v, out, input, weight);
   call_norm(rt, kGemma, out, input, weight, options, stream);
 }
 
@@ -86,8 +94,8 @@ static void fused_add(const char* op, NormFn fn, const Runtime& rt, const Tensor
                       cudaStream_t stream) {
   const Validator v(op);
   check_norm_io(v, residual, "residual", input, weight, 2, options);
-  if (input.data == residual.data && input.numel() > 0)
-    v.fail("residual", "must not alias 'input' (both are updated in place)");
+  // Both are written (in place): neither may share a byte with the other or with the weight.
+  v.no_overlap({{&residual, "residual"}, {&input, "input"}}, {{&weight, "weight"}});
   call_norm(rt, fn, input, residual, weight, options, stream);
 }
 

@@ -55,6 +55,11 @@ void append_paged_kv_cache(const Runtime& rt, const TensorView& append_key, cons
   check_vector_rows(v, append_value, "append_value");
   check_vector_rows(v, cache.k_cache, "k_cache");
   check_vector_rows(v, cache.v_cache, "v_cache");
+  // The caches are written (k and v halves of one interleaved cache are fine: their elements are disjoint).
+  v.no_overlap({{&cache.k_cache, "k_cache"}, {&cache.v_cache, "v_cache"}},
+               {{&append_key, "append_key"}, {&append_value, "append_value"}, {&batch_indices, "batch_indices"},
+                {&positions, "positions"}, {&cache.indices, "indices"}, {&cache.indptr, "indptr"},
+                {&cache.last_page_len, "last_page_len"}});
   if (nnz == 0) return;
 
   const auto mod = page_module(rt);
@@ -98,6 +103,10 @@ void append_paged_mla_kv_cache(const Runtime& rt, const TensorView& append_ckv, 
   check_vector_rows(v, append_kpe, "append_kpe");
   check_vector_rows(v, cache.ckv_cache, "ckv_cache");
   check_vector_rows(v, cache.kpe_cache, "kpe_cache");
+  v.no_overlap({{&cache.ckv_cache, "ckv_cache"}, {&cache.kpe_cache, "kpe_cache"}},
+               {{&append_ckv, "append_ckv"}, {&append_kpe, "append_kpe"}, {&batch_indices, "batch_indices"},
+                {&positions, "positions"}, {&cache.indices, "indices"}, {&cache.indptr, "indptr"},
+                {&cache.last_page_len, "last_page_len"}});
   if (nnz == 0) return;
 
   const auto mod = page_module(rt);
@@ -118,6 +127,7 @@ void paged_kv_lengths(const Validator& v, const TensorView& indptr_host, const T
   v.indptr(indptr_host, "kv_indptr", batch + 1);
   v.on_host(out_host, "out").dtype(out_host, "out", {DType::i32}).shape(out_host, "out", {batch});
   v.contiguous(out_host, "out");
+  v.no_overlap({{&out_host, "out"}}, {{&indptr_host, "kv_indptr"}, {&last_page_len_host, "kv_last_page_len"}});
   const auto* ptr = indptr_host.data_as<const int32_t>();
   const auto* last = last_page_len_host.data_as<const int32_t>();
   for (int64_t r = 0; r < batch; ++r) {

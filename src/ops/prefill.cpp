@@ -81,6 +81,13 @@ void check_workspace(const Validator& v, const Workspace& ws, int64_t reserved_i
   v.min_bytes(ws.pinned_int_buffer, "workspace.pinned_int_buffer", int_bytes);
 }
 
+void check_plan_overlap(const Validator& v, const Workspace& ws, std::initializer_list<Validator::Named> host_arrays) {
+  // Planning writes all three buffers (FlashInfer fills the pinned one from the host arrays, then copies it).
+  v.no_overlap({{&ws.float_buffer, "workspace.float_buffer"}, {&ws.int_buffer, "workspace.int_buffer"},
+                {&ws.pinned_int_buffer, "workspace.pinned_int_buffer"}},
+               host_arrays);
+}
+
 static TensorView bytes_view(const TensorView& t, int64_t bytes) {
   return TensorView::contiguous(t.data, DType::u8, t.device, {bytes});
 }
@@ -137,6 +144,15 @@ static void check_run_io(const PrefillPlanCore& core, const Validator& v, const 
   }
 }
 
+void check_run_overlap(const PrefillPlanCore& core, const Validator& v, const TensorView& out, OptionalTensor lse,
+                       std::initializer_list<Validator::Named> inputs) {
+  // A run writes out, lse and the float workspace and reads the plan from the int workspace: none of them
+  // may share a byte with another argument.
+  v.no_overlap({{&out, "out"}, {lse, "lse"}, {&core.float_ws, "workspace.float_buffer"},
+                {&core.int_ws, "workspace.int_buffer"}},
+               inputs);
+}
+
 void check_plan_alive(const Validator& v, const void* s) {
   if (s == nullptr) v.fail("plan", "was moved from");
 }
@@ -161,6 +177,9 @@ void run_prefill_paged(const PrefillPlanCore& core, const Validator& v, const Te
     v.fail("indices", "holds page id " + std::to_string(core.max_page_index) + " (planned) but the cache has " +
                           std::to_string(g.num_pages) + " pages");
   check_device_index_array(v, qo_indptr, "qo_indptr", core.batch + 1, q, "q");
+  check_run_overlap(core, v, out, lse,
+                    {{&q, "q"}, {&kv.k_cache, "k_cache"}, {&kv.v_cache, "v_cache"}, {&kv.indices, "indices"},
+                     {&kv.indptr, "indptr"}, {&kv.last_page_len, "last_page_len"}, {&qo_indptr, "qo_indptr"}});
   if (core.total_q == 0) return;
 
   ffi::TensorArg fws(core.float_ws), iws(core.int_ws), tq(q), kc(kv.k_cache), vc(kv.v_cache), qo(qo_indptr),
@@ -281,6 +300,12 @@ void check_tmp(const Validator& v, const TensorView& tmp, int64_t need, const Te
   arg.set(tmp);
 }
 
+void check_single_overlap(const Validator& v, const TensorView& out, OptionalTensor lse, const TensorView& tmp,
+                          const TensorView& q, const TensorView& k, const TensorView& vv) {
+  const bool scratch = tmp.data != nullptr && tmp.numel() != 0;  // as check_tmp decides
+  v.no_overlap({{&out, "out"}, {lse, "lse"}, {scratch ? &tmp : nullptr, "tmp"}}, {{&q, "q"}, {&k, "k"}, {&vv, "v"}});
+}
+
 /// Packs and calls FlashInfer's fa2 single prefill `run` (15 args). Shapes must be validated.
 void call_single_prefill(const Runtime& rt, const TensorView& q, const TensorView& k, const TensorView& vv,
                          const TensorView& out, OptionalTensor lse, ffi::TensorArg& tmp_arg, int64_t mask_mode,
@@ -335,6 +360,7 @@ void single_prefill(const Runtime& rt, const TensorView& q, const TensorView& k,
   ffi::TensorArg tmp_arg;
   ops::check_tmp(val, tmp, single_prefill_tmp_bytes(qo_len, kv_len, hq, hkv, dvo, out.dtype, q.device.id), q,
                  tmp_arg);
+  ops::check_single_overlap(val, out, lse, tmp, q, k, v);
   if (qo_len == 0) return;
   ops::call_single_prefill(rt, q, k, v, out, lse, tmp_arg, o.causal ? ops::kMaskCausal : ops::kMaskNone, o.layout,
                            o.window_left, o.logits_soft_cap, sm_scale, o.use_fp16_qk_reduction, stream);
@@ -422,6 +448,9 @@ BatchPrefillPlan BatchPrefillPlan::create(const Runtime& rt, const Workspace& ws
     for (int64_t r = 0; r < batch; ++r) req.kv_len_arr[static_cast<size_t>(r)] = p[r + 1] - p[r];
     req.kv_total = p[batch];
   }
+  ops::check_plan_overlap(v, ws, {{&ip.qo_indptr, "qo_indptr"}, {&ip.kv_indptr, "kv_indptr"},
+                                  {paged ? &ip.kv_last_page_len : nullptr, "kv_last_page_len"},
+                                  {paged ? ip.kv_indices : nullptr, "kv_indices"}});
 
   auto state = std::make_unique<State>();
   ops::PrefillPlanCore& core = state->core;
@@ -480,6 +509,8 @@ void BatchPrefillPlan::run_ragged(const TensorView& q, const TensorView& k, cons
   ops::check_strides_32bit(v, vv, "v");
   ops::check_device_index_array(v, qo_indptr, "qo_indptr", core.batch + 1, q, "q");
   ops::check_device_index_array(v, kv_indptr, "kv_indptr", core.batch + 1, q, "q");
+  ops::check_run_overlap(core, v, out, lse,
+                         {{&q, "q"}, {&k, "k"}, {&vv, "v"}, {&qo_indptr, "qo_indptr"}, {&kv_indptr, "kv_indptr"}});
   if (core.total_q == 0) return;
 
   ffi::TensorArg fws(core.float_ws), iws(core.int_ws), tq(q), tk(k), tv(vv), qo(qo_indptr), kvp(kv_indptr), o(out),

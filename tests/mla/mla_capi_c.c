@@ -45,12 +45,13 @@ static flashcpp_tensor make_tensor(void* data, int32_t dtype, int32_t device_typ
 int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   static const int64_t q_shape[3] = {4, 64, 576}, kv_shape[3] = {300, 1, 576}, idx_shape[3] = {4, 1, 128};
   static const int64_t out_shape[3] = {4, 64, 512}, lse_shape[2] = {4, 64};
-  void* fake = (void*)(((size_t)1) << 40);
+  /* Fake device addresses 16 MiB apart: outputs may not overlap other arguments. */
+  char* fake = (char*)(((size_t)1) << 40);
   flashcpp_tensor q = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, q_shape);
-  flashcpp_tensor kv = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, kv_shape);
-  flashcpp_tensor idx = make_tensor(fake, FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, idx_shape);
-  flashcpp_tensor out = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, out_shape);
-  flashcpp_tensor lse = make_tensor(fake, FLASHCPP_F32, FLASHCPP_CUDA, 1000, 2, lse_shape);
+  flashcpp_tensor kv = make_tensor(fake + (1 << 24), FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, kv_shape);
+  flashcpp_tensor idx = make_tensor(fake + (2 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, idx_shape);
+  flashcpp_tensor out = make_tensor(fake + (3 << 24), FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, out_shape);
+  flashcpp_tensor lse = make_tensor(fake + (4 << 24), FLASHCPP_F32, FLASHCPP_CUDA, 1000, 2, lse_shape);
   flashcpp_mla_prefill_params pp;
   flashcpp_mla_device_info info;
   flashcpp_mla_decode_config cfg;
@@ -81,6 +82,13 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
               FLASHCPP_INVALID_ARGUMENT, "unknown dtype code");
   idx.dtype = FLASHCPP_I32;
+  /* q == kv == out: one buffer for everything is refused by the overlap rule. */
+  {
+    flashcpp_tensor same_q = q, same_kv = kv;
+    same_q.data = same_kv.data = out.data;
+    CHECK_ERROR(flashcpp_mla_sparse_prefill(&same_q, &same_kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
+                FLASHCPP_INVALID_ARGUMENT, "mla::sparse_prefill: argument 'out' must not overlap 'q'");
+  }
   /* A fully valid call on a device that does not exist stops at the device lookup. */
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
               FLASHCPP_INVALID_ARGUMENT, "device id 1000");
@@ -110,7 +118,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   cfg.topk = 2048;
   {
     static const int64_t meta_shape[2] = {66, 8};
-    flashcpp_tensor meta = make_tensor(fake, FLASHCPP_I32, FLASHCPP_CUDA, 1000, 2, meta_shape);
+    flashcpp_tensor meta = make_tensor(fake + (5 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 2, meta_shape);
     CHECK_ERROR(flashcpp_mla_decode_plan(&cfg, &meta, NULL, &sizes, NULL), FLASHCPP_INVALID_ARGUMENT,
                 "'sched_meta' and 'num_splits' must both be NULL");
     CHECK(sizes.num_sm_parts == 0x5A5A5A5A, "sizes written on failure");

@@ -90,7 +90,8 @@ TEST(MlaValidation, PrefillBaselinePassesValidation) {
   odd.q = TensorView::contiguous(fake(1), DType::bf16, kDev, {4, 3, 512});
   odd.kv = TensorView::contiguous(fake(2), DType::bf16, kDev, {300, 1, 512});
   odd.out = TensorView::contiguous(fake(4), DType::bf16, kDev, {4, 3, 512});
-  odd.lse = odd.max_logits = TensorView::contiguous(fake(6), DType::f32, kDev, {4, 3});
+  odd.lse = TensorView::contiguous(fake(6), DType::f32, kDev, {4, 3});
+  odd.max_logits = TensorView::contiguous(fake(5), DType::f32, kDev, {4, 3});
   odd.sink = TensorView::contiguous(fake(7), DType::f32, kDev, {3});
   expect_passes_validation([&] { odd.call(); });
 }
@@ -337,9 +338,9 @@ struct DecodeV4Args {
   TensorView lse = TensorView::strided(fake(5), DType::f32, kDev, {b, s_q, h_q}, {h_q * s_q, 1, s_q});
   TensorView sink = TensorView::contiguous(fake(6), DType::f32, kDev, {h_q});
   TensorView len = TensorView::contiguous(fake(7), DType::i32, kDev, {b});
-  TensorView xkv = TensorView::strided(fake(12), DType::e4m3, kDev, {xnb, xbs, 1, 584}, {xpage, 584, 584, 1});
-  TensorView xindices = TensorView::contiguous(fake(13), DType::i32, kDev, {b, s_q, extra_topk});
-  TensorView xlen = TensorView::contiguous(fake(14), DType::i32, kDev, {b});
+  TensorView xkv = TensorView::strided(fake(20), DType::e4m3, kDev, {xnb, xbs, 1, 584}, {xpage, 584, 584, 1});
+  TensorView xindices = TensorView::contiguous(fake(21), DType::i32, kDev, {b, s_q, extra_topk});
+  TensorView xlen = TensorView::contiguous(fake(22), DType::i32, kDev, {b});
   mla::DecodeWorkspace ws{cfg,
                           TensorView::contiguous(fake(8), DType::i32, kDev, {sizes.num_sm_parts, 8}),
                           TensorView::contiguous(fake(9), DType::i32, kDev, {b + 1}),
@@ -406,6 +407,13 @@ TEST(MlaValidation, DecodeV4EveryRuleFails) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << c.rule << ": " << e.what();
     EXPECT_NE(e.message().find(op + ": argument '" + c.arg + "'"), std::string::npos) << c.rule << ": " << e.what();
     EXPECT_NE(e.message().find(c.rule), std::string::npos) << "expected \"" << c.rule << "\" in: " << e.what();
+  }
+  // An output over the extra pool's indices is refused like one over the main pool's.
+  {
+    DecodeV4Args a;
+    a.out.data = a.xindices.data;
+    const Error e = expect_error([&] { a.call(); });
+    EXPECT_NE(e.message().find(op + ": argument 'out' must not overlap 'extra_indices'"), std::string::npos) << e.what();
   }
   // The V3.2 entry refuses a V4 plan, and the V4 entry a V3.2 plan, naming the planned shape.
   DecodeArgs v32;
@@ -518,6 +526,100 @@ TEST(MlaValidation, QuantizerV4RulesAndNothingWrittenOnFailure) {
     }
   for (int b = 0; b < 2; ++b)
     for (int64_t i = 3 * 584; i < kPage; ++i) EXPECT_EQ(dst[static_cast<size_t>(b * kPage + i)], 0xEE) << "page padding";
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Overlap: an output shares no byte with any input nor another output (checked before the device).
+
+void expect_overlap(const std::function<void()>& fn, const std::string& op, const std::string& fragment) {
+  const Error e = expect_error(fn);
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+  EXPECT_NE(e.message().find(op + ": argument " + fragment), std::string::npos)
+      << "expected \"" << fragment << "\" in: " << e.what();
+}
+
+TEST(MlaValidation, OverlappingOutputsAreRefused) {
+  const std::string prefill = "mla::sparse_prefill";
+  {
+    PrefillArgs a;  // q == kv == out: one buffer for everything
+    a.q.data = a.kv.data = a.out.data;
+    expect_overlap([&] { a.call(); }, prefill, "'out' must not overlap 'q'");
+  }
+  {
+    PrefillArgs a;
+    a.out.data = static_cast<char*>(a.q.data) + 16;
+    expect_overlap([&] { a.call(); }, prefill, "'out' must not overlap 'q' (an output shares no byte with another "
+                                               "argument; its data starts 16 bytes after the data of 'q')");
+  }
+  {
+    PrefillArgs a;
+    a.max_logits = a.lse;
+    expect_overlap([&] { a.call(); }, prefill, "'lse' must not overlap 'max_logits'");
+  }
+  {
+    PrefillArgs a;
+    a.sink.data = static_cast<char*>(a.lse.data) + 64;
+    expect_overlap([&] { a.call(); }, prefill, "'lse' must not overlap 'attn_sink'");
+  }
+  {
+    PrefillArgs a;
+    a.indices.data = static_cast<char*>(a.out.data) + 1024;
+    expect_overlap([&] { a.call(); }, prefill, "'out' must not overlap 'indices'");
+  }
+  {
+    // out rows interleaved with q's rows in one buffer (q in the first 576 values of each 1088, out after
+    // them): the byte ranges cross, the elements do not.
+    PrefillArgs a;
+    a.q = TensorView::strided(fake(1), DType::bf16, kDev, {4, 64, 576}, {64 * 1088, 1088, 1});
+    a.out = TensorView::strided(static_cast<char*>(fake(1)) + 576 * 2, DType::bf16, kDev, {4, 64, 512},
+                                {64 * 1088, 1088, 1});
+    expect_passes_validation([&] { a.call(); });
+    a.out.data = static_cast<char*>(a.out.data) - 16;
+    expect_overlap([&] { a.call(); }, prefill, "'out' must not overlap 'q'");
+  }
+
+  const std::string decode = "mla::sparse_decode";
+  {
+    DecodeArgs a;
+    a.out.data = a.kv.data;
+    expect_overlap([&] { a.call(); }, decode, "'out' must not overlap 'kv_cache'");
+  }
+  {
+    DecodeArgs a;
+    a.lse.data = a.q.data;
+    expect_overlap([&] { a.call(); }, decode, "'lse' must not overlap 'q'");
+  }
+  {
+    DecodeArgs a;
+    a.ws.o_accum.data = a.ws.lse_accum.data;
+    expect_overlap([&] { a.call(); }, decode, "'lse_accum' must not overlap 'o_accum'");
+  }
+  {
+    DecodeArgs a;
+    a.ws.sched_meta.data = static_cast<char*>(a.ws.o_accum.data) + 4096;
+    expect_overlap([&] { a.call(); }, decode, "'o_accum' must not overlap 'sched_meta'");
+  }
+  {
+    DecodeArgs a;
+    a.ws.num_splits.data = static_cast<char*>(a.out.data) + 64;
+    expect_overlap([&] { a.call(); }, decode, "'out' must not overlap 'num_splits'");
+  }
+  {
+    DecodeArgs a;
+    a.ws.num_splits.data = a.ws.sched_meta.data;
+    expect_overlap([&] { mla::decode_plan(a.ws, kFakeDevice, nullptr); }, "mla::decode_plan",
+                   "'num_splits' must not overlap 'sched_meta'");
+  }
+
+  // The quantizer in place (host): refused, and the source is left as it was.
+  std::vector<uint16_t> src(2 * 576 + 2 * 656, 0x3f80);
+  const TensorView kv = TensorView::contiguous(src.data(), DType::bf16, Device::cpu(), {2, 576});
+  const TensorView out = TensorView::contiguous(src.data(), DType::u8, Device::cpu(), {2, 656});
+  expect_overlap([&] { mla::quantize_kv_cache_fp8(kv, out, nullptr); }, "mla::quantize_kv_cache_fp8",
+                 "'out' must not overlap 'kv'");
+  for (uint16_t v : src) ASSERT_EQ(v, 0x3f80) << "written on a failed call";
+  const TensorView after = TensorView::contiguous(src.data() + 2 * 576, DType::u8, Device::cpu(), {2, 656});
+  mla::quantize_kv_cache_fp8(kv, after, nullptr);  // right behind the source: fine
 }
 
 // Without a usable device a valid call never launches: it reports the device.

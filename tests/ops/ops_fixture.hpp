@@ -76,14 +76,23 @@ class OpsFixture : public ::testing::Test {
     return out;
   }
 
-  /// A fake CUDA tensor (never dereferenced): row-major at a distinct, 4 KiB aligned address.
+  /// A fake CUDA tensor (never dereferenced): row-major at a distinct, 1 MiB aligned address that no other
+  /// fake tensor's bytes reach (validation refuses outputs that overlap other arguments).
   static TensorView dev(DType t, std::initializer_list<int64_t> shape, int device = 0) {
-    next_addr_ += 0x100000;
-    return TensorView::contiguous(reinterpret_cast<void*>(next_addr_), t, Device::cuda(device), shape);
+    TensorView v = TensorView::contiguous(nullptr, t, Device::cuda(device), shape);
+    v.data = next_fake(v);
+    return v;
   }
   static TensorView dev_strided(DType t, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides) {
+    TensorView v = TensorView::strided(nullptr, t, Device::cuda(0), shape, strides);
+    v.data = next_fake(v);
+    return v;
+  }
+  static void* next_fake(const TensorView& v) {
     next_addr_ += 0x100000;
-    return TensorView::strided(reinterpret_cast<void*>(next_addr_), t, Device::cuda(0), shape, strides);
+    const uintptr_t at = next_addr_;
+    if (v.extent_fits() && v.nbytes() > 0x100000) next_addr_ += (static_cast<uintptr_t>(v.nbytes()) + 0xfffff) & ~uintptr_t{0xfffff};
+    return reinterpret_cast<void*>(at);
   }
   /// Host int32 array owned by the fixture instance.
   TensorView host_i32(std::vector<int32_t> values) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -265,6 +266,16 @@ TEST_F(ExtraOps, MlaPlanValidation) {
   check([](MlaFixture& f) { f.ws.pinned_int_buffer.shape[0] = 100; }, "pinned_int_buffer");
   check([](MlaFixture& f) { f.ws.int_buffer = cuda_view(0x200000, DType::u8, {1024}, 1); }, "int_buffer");
   check([](MlaFixture& f) { f.ws.float_buffer.dtype = DType::f32; }, "float_buffer");
+  check([](MlaFixture& f) { f.ws.int_buffer.data = fake(0x100000 + 4096); },
+        "'float_buffer' must not overlap 'int_buffer'");
+  {
+    // kv_len_host inside the pinned buffer the plan writes (valid values, so only the overlap is wrong).
+    MlaFixture f;
+    std::memcpy(f.pinned.data() + 512, f.kvl.data(), f.kvl.size() * sizeof(int32_t));
+    f.kvl_v.data = f.pinned.data() + 512;
+    EXPECT_INVALID((void)f.plan(*rt_), "'pinned_int_buffer' must not overlap 'kv_len_host'");
+    EXPECT_EQ(recorded(uri), "");
+  }
 }
 
 TEST_F(ExtraOps, MlaRunValidationRefusesMismatchedRuns) {
@@ -291,6 +302,11 @@ TEST_F(ExtraOps, MlaRunValidationRefusesMismatchedRuns) {
   check([](MlaFixture& f) { f.q_nope.data = fake(0x1000002); }, "aligned");
   check([](MlaFixture& f) { f.out.strides[2] = 2; }, "stride 1");
   check([](MlaFixture& f) { f.q_nope.device = Device::cpu(); }, "CUDA");
+  check([](MlaFixture& f) { f.out.data = f.q_nope.data; }, "'out' must not overlap 'q_nope'");
+  check([](MlaFixture& f) { f.out.data = fake(0x3000000 + 4096); }, "'out' must not overlap 'ckv_cache'");
+  check([](MlaFixture& f) { f.lse.data = fake(0x6000000 + 1024); }, "'out' must not overlap 'lse'");
+  check([](MlaFixture& f) { f.lse.data = fake(0x100000); }, "'lse' must not overlap 'workspace.float_buffer'");
+  check([](MlaFixture& f) { f.idx.data = fake(0x200000); }, "'workspace.int_buffer' must not overlap 'kv_indices'");
 }
 
 // =============================================================================== GDN
@@ -388,6 +404,15 @@ TEST_F(ExtraOps, GdnValidation) {
   check([](GdnFixture& f) { f.ws = cuda_view(0xa000000, DType::u8, {131 * 128}); }, "workspace");
   check([](GdnFixture& f) { f.a.v.strides[0] = 1024; }, "contiguous");
   check([](GdnFixture& f) { f.a.v = cuda_view(0x3000000, DType::bf16, {8, 2, 128}, 1); }, "device");
+  check([](GdnFixture& f) { f.a.output.data = f.a.q.data; }, "'output' must not overlap 'q'");
+  check([](GdnFixture& f) { f.a.output.data = fake(0x3000000 + 16); }, "'output' must not overlap 'v'");
+  check([](GdnFixture& f) { f.a.output_state.data = fake(0x4000000 + 4096); }, "'output' must not overlap 'output_state'");
+  // The state updated in place is refused too (not documented as allowed).
+  check([](GdnFixture& f) { f.state_in.data = f.a.output_state.data; f.a.input_state = &f.state_in; },
+        "'output_state' must not overlap 'input_state'");
+  check([](GdnFixture& f) { f.beta.data = fake(0x5000000 + 256); f.a.beta = &f.beta; },
+        "'output_state' must not overlap 'beta'");
+  check([](GdnFixture& f) { f.ws.data = fake(0x6000000); }, "'workspace' must not overlap 'cu_seqlens'");
   {
     GdnFixture f;
     EXPECT_INVALID(gdn_prefill(*rt_, f.a, {.scale = -1.0}, nullptr), "scale");
@@ -578,6 +603,11 @@ TEST_F(ExtraOps, MoeValidation) {
   check(Q::none, [](MoeFixture& f) { f.a.input.dtype = DType::f16; }, "'input'");
   check(Q::none, [](MoeFixture& f) { f.a.output = cuda_view(0x1000000, DType::bf16, {3, 256}); }, "output");
   check(Q::none, [](MoeFixture& f) { f.a.token_selected_experts.dtype = DType::i64; }, "token_selected_experts");
+  check(Q::none, [](MoeFixture& f) { f.a.output.data = f.a.input.data; }, "'output' must not overlap 'input'");
+  check(Q::none, [](MoeFixture& f) { f.a.output.data = fake(0x5000000 + 65536); }, "'output' must not overlap 'fc1_weights'");
+  check(Q::none, [](MoeFixture& f) { f.a.token_final_scales.data = fake(0x1000000 + 16); },
+        "'output' must not overlap 'token_final_scales'");
+  check(Q::fp8_per_tensor, [](MoeFixture& f) { f.fc2_dq.data = fake(0x1000000); }, "'output' must not overlap 'fc2_dequant'");
   check(Q::none, [](MoeFixture& f) { f.a.token_final_scales = cuda_view(0x4000000, DType::f32, {4, 3}); }, "token_final_scales");
   check(Q::none, [](MoeFixture& f) { f.a.fc1_weights = cuda_view(0x5000000, DType::bf16, {8, 128, 256}); }, "gated");
   check(Q::none, [](MoeFixture& f) { f.a.fc1_weights = cuda_view(0x5000000, DType::bf16, {7, 256, 256}); }, "fc1_weights");

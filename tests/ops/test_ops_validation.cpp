@@ -3,6 +3,7 @@
 // must call nothing (the recording module's log stays empty: nothing launched, nothing written).
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -111,7 +112,7 @@ TEST_F(OpsValidation, FusedQkAndFusedAddNorms) {
   auto gemma = [](const NormArgs& a) { gemma_fused_add_rmsnorm(rt(), a.input, a.out, a.weight, a.o); };
   accept<NormArgs>(f, fused);
   accept<NormArgs>(f, gemma);
-  reject<NormArgs>(f, [](NormArgs& a) { a.out = a.input; }, fused, "'residual' must not alias 'input'");
+  reject<NormArgs>(f, [](NormArgs& a) { a.out = a.input; }, fused, "'residual' must not overlap 'input'");
   reject<NormArgs>(f, [](NormArgs& a) { a.out = dev(DType::bf16, {3, 256}); }, gemma,
                    "'residual' must have the shape of 'input'");
   reject<NormArgs>(f, [](NormArgs& a) { a.o.eps = -1; }, gemma, "'eps' must be finite and > 0");
@@ -199,6 +200,90 @@ TEST_F(OpsValidation, AppendPagedMlaKvCache) {
 
 // -------------------------------------------------------------------------------------------------
 
+// The overlap rule: an output shares no byte with any input nor another output. Interleaved views whose
+// byte ranges cross but whose elements do not (rows of one buffer, the k/v halves of one cache) pass.
+TEST_F(OpsValidation, OverlappingOutputsOfNormsAndAppendsAreRefused) {
+  NormArgs n{dev(DType::bf16, {4, 256}), dev(DType::bf16, {4, 256}), dev(DType::bf16, {256}), {}};
+  auto norm = [](const NormArgs& a) { rmsnorm(rt(), a.out, a.input, a.weight, a.o); };
+  auto qk = [](const NormArgs& a) { fused_qk_rmsnorm(rt(), a.out, a.input, a.weight, a.o); };
+  auto fused = [](const NormArgs& a) { fused_add_rmsnorm(rt(), a.input, a.out, a.weight, a.o); };
+  using M = std::function<void(NormArgs&)>;
+  const std::vector<std::pair<M, std::string>> norm_cases = {
+      {[](NormArgs& a) { a.out = shifted(a.input, 16); },
+       "'out' must not overlap 'input' (an output shares no byte with another argument; its data starts 16 bytes "
+       "after the data of 'input')"},
+      {[](NormArgs& a) { a.out = a.input; }, "'out' must not overlap 'input'"},  // FlashInfer's pointers are restrict
+      {[](NormArgs& a) { a.weight.data = static_cast<char*>(a.out.data) + 1024; }, "'out' must not overlap 'weight'"},
+      // Rows 512 elements apart, the output in the second half of each: the ranges cross at the last row only
+      // if the output is shifted into the input's half.
+      {[](NormArgs& a) {
+         a.input = dev_strided(DType::bf16, {4, 256}, {512, 1});
+         a.out = shifted(a.input, 256 * 2 - 16);
+       },
+       "'out' must not overlap 'input'"},
+  };
+  for (const auto& [m, frag] : norm_cases) reject<NormArgs>(n, m, norm, frag);
+  NormArgs interleaved = n;
+  interleaved.input = dev_strided(DType::bf16, {4, 256}, {512, 1});
+  interleaved.out = shifted(interleaved.input, 256 * 2);
+  accept<NormArgs>(interleaved, norm);
+  NormArgs heads{dev(DType::f16, {4, 8, 128}), dev(DType::f16, {4, 8, 128}), dev(DType::f16, {128}), {}};
+  reject<NormArgs>(heads, [](NormArgs& a) { a.out = shifted(a.input, 128 * 2 * 8 * 3); }, qk,
+                   "'out' must not overlap 'input'");
+  reject<NormArgs>(n, [](NormArgs& a) { a.out = shifted(a.input, 512); }, fused, "'residual' must not overlap 'input'");
+  reject<NormArgs>(n, [](NormArgs& a) { a.weight.data = a.input.data; }, fused, "'input' must not overlap 'weight'");
+
+  link("page");
+  AppendArgs b;
+  b.k = dev(DType::bf16, {5, 4, 128});
+  b.v = dev(DType::bf16, {5, 4, 128});
+  b.bi = dev(DType::i32, {5});
+  b.pos = dev(DType::i32, {5});
+  b.c.k_cache = dev(DType::bf16, {10, 16, 4, 128});
+  b.c.v_cache = dev(DType::bf16, {10, 16, 4, 128});
+  b.c.indices = dev(DType::i32, {10});
+  b.c.indptr = dev(DType::i32, {3});
+  b.c.last_page_len = dev(DType::i32, {2});
+  auto append = [](const AppendArgs& a) { append_paged_kv_cache(rt(), a.k, a.v, a.bi, a.pos, a.c); };
+  using A = std::function<void(AppendArgs&)>;
+  const std::vector<std::pair<A, std::string>> append_cases = {
+      {[](AppendArgs& a) { a.c.v_cache = a.c.k_cache; }, "'k_cache' must not overlap 'v_cache'"},
+      // k_cache == v_cache == the appended keys (viewed as one page): the caches collide first.
+      {[](AppendArgs& a) { a.c.k_cache.data = a.c.v_cache.data = a.k.data; }, "'k_cache' must not overlap 'v_cache'"},
+      {[](AppendArgs& a) { a.k.data = a.c.k_cache.data; }, "'k_cache' must not overlap 'append_key'"},
+      {[](AppendArgs& a) { a.v.data = static_cast<char*>(a.c.v_cache.data) + 16 * 4 * 128 * 2; },
+       "'v_cache' must not overlap 'append_value'"},
+      {[](AppendArgs& a) { a.c.indices.data = static_cast<char*>(a.c.v_cache.data) + 4096; },
+       "'v_cache' must not overlap 'indices'"},
+      {[](AppendArgs& a) { a.pos.data = static_cast<char*>(a.c.k_cache.data) + 32; }, "'k_cache' must not overlap 'positions'"},
+  };
+  for (const auto& [m, frag] : append_cases) reject<AppendArgs>(b, m, append, frag);
+  // The k and v halves of one [pages, 2, page_size, heads, dim] cache interleave without sharing a byte.
+  AppendArgs one_cache = b;
+  one_cache.c.k_cache = dev_strided(DType::bf16, {10, 16, 4, 128}, {2 * 16 * 4 * 128, 512, 128, 1});
+  one_cache.c.v_cache = shifted(one_cache.c.k_cache, 16 * 4 * 128 * 2);
+  accept<AppendArgs>(one_cache, append);
+  reject<AppendArgs>(one_cache, [](AppendArgs& a) { a.c.v_cache = shifted(a.c.k_cache, 16 * 4 * 128 * 2 - 256); },
+                     append, "'k_cache' must not overlap 'v_cache'");
+
+  MlaAppendArgs m;
+  m.ckv = dev(DType::bf16, {3, 512});
+  m.kpe = dev(DType::bf16, {3, 64});
+  m.bi = dev(DType::i32, {3});
+  m.pos = dev(DType::i32, {3});
+  m.c.ckv_cache = dev(DType::bf16, {8, 64, 512});
+  m.c.kpe_cache = dev(DType::bf16, {8, 64, 64});
+  m.c.indices = dev(DType::i32, {8});
+  m.c.indptr = dev(DType::i32, {2});
+  m.c.last_page_len = dev(DType::i32, {1});
+  auto mla = [](const MlaAppendArgs& a) { append_paged_mla_kv_cache(rt(), a.ckv, a.kpe, a.bi, a.pos, a.c); };
+  accept<MlaAppendArgs>(m, mla);
+  reject<MlaAppendArgs>(m, [](MlaAppendArgs& a) { a.c.kpe_cache.data = static_cast<char*>(a.c.ckv_cache.data) + 1024; },
+                        mla, "'ckv_cache' must not overlap 'kpe_cache'");
+  reject<MlaAppendArgs>(m, [](MlaAppendArgs& a) { a.ckv.data = a.c.ckv_cache.data; }, mla,
+                        "'ckv_cache' must not overlap 'append_ckv'");
+}
+
 struct SingleArgs {
   TensorView q, k, v, o, lse, tmp;
   bool with_lse = true;
@@ -251,6 +336,10 @@ TEST_F(OpsValidation, SinglePrefill) {
       {[](SingleArgs& a) { a.tmp = dev(DType::u8, {1000}); }, "'tmp' must hold at least"},
       {[](SingleArgs& a) { a.tmp = on_device(a.tmp, 3); }, "'tmp' must be on the device of 'q'"},
       {[](SingleArgs& a) { a.tmp = dev(DType::u8, {2, 1 << 20}); }, "'tmp' must have rank 1"},
+      {[](SingleArgs& a) { a.o = a.q; }, "'out' must not overlap 'q'"},
+      {[](SingleArgs& a) { a.o.data = static_cast<char*>(a.v.data) + 16; }, "'out' must not overlap 'v'"},
+      {[](SingleArgs& a) { a.lse.data = a.tmp.data; }, "'lse' must not overlap 'tmp'"},
+      {[](SingleArgs& a) { a.tmp.data = static_cast<char*>(a.k.data) + 4096; }, "'tmp' must not overlap 'k'"},
   };
   for (const auto& [m, frag] : cases) reject<SingleArgs>(b, m, call, frag);
 }
@@ -283,6 +372,9 @@ TEST_F(OpsValidation, SingleDecode) {
   reject<SingleArgs>(b, [](SingleArgs& a) { a.q = dev(DType::f16, {32, 100}); a.o = dev(DType::f16, {32, 100}); }, call,
                      "must be divisible by 16");
   reject<SingleArgs>(b, [](SingleArgs& a) { a.tmp = dev(DType::u8, {64}); }, call, "'tmp' must hold at least");
+  reject<SingleArgs>(b, [](SingleArgs& a) { a.o = a.q; }, call, "'out' must not overlap 'q'");
+  reject<SingleArgs>(b, [](SingleArgs& a) { a.lse.data = static_cast<char*>(a.o.data) + 64; }, call,
+                     "'out' must not overlap 'lse'");
   reject<SingleArgs>(b,
                      [](SingleArgs& a) {
                        a.q = dev(DType::f16, {48, 128});
@@ -382,6 +474,14 @@ TEST_F(OpsPlanValidation, BatchPrefillCreate) {
       {[](PlanArgs& a) { a.c.backend = AttentionBackend::fa3; a.c.disable_split_kv = true; }, "are fa2 options"},
       {[](PlanArgs& a) { a.c.kv_storage = KvStorage::ragged; a.c.layout = KvLayout::hnd; a.c.backend = AttentionBackend::fa3; },
        "fa3 reads ragged k/v as NHD only"},
+      {[](PlanArgs& a) { a.ws.int_buffer = a.ws.float_buffer; },
+       "'workspace.float_buffer' must not overlap 'workspace.int_buffer'"},
+      // A host array inside the pinned buffer FlashInfer's plan writes (values copied so the array is valid).
+      {[](PlanArgs& a) {
+         std::memcpy(static_cast<char*>(a.ws.pinned_int_buffer.data) + 4096, a.ip.kv_indptr.data, 3 * sizeof(int32_t));
+         a.ip.kv_indptr.data = static_cast<char*>(a.ws.pinned_int_buffer.data) + 4096;
+       },
+       "'workspace.pinned_int_buffer' must not overlap 'kv_indptr'"},
   };
   for (const auto& [m, frag] : cases) reject<PlanArgs>(base_, m, create, frag);
 }
@@ -424,9 +524,20 @@ TEST_F(OpsPlanValidation, BatchPrefillRunRefusesWhatWasNotPlanned) {
       {[](RunArgs& a) { a.kv.last_page_len = dev(DType::i32, {3}); }, "'last_page_len' must have size 2"},
       {[](RunArgs& a) { a.qo = dev(DType::i32, {2}); }, "'qo_indptr' must have size 3"},
       {[](RunArgs& a) { a.qo = on_device(a.qo, 1); }, "'qo_indptr' must be on the device of 'q'"},
+      {[](RunArgs& a) { a.o = a.q; }, "'out' must not overlap 'q'"},
+      {[](RunArgs& a) { a.o.data = a.kv.v_cache.data; }, "'out' must not overlap 'v_cache'"},
+      {[](RunArgs& a) { a.lse.data = static_cast<char*>(a.kv.indices.data) + 4; }, "'lse' must not overlap 'indices'"},
+      {[](RunArgs& a) { a.qo.data = static_cast<char*>(a.o.data) + 32; }, "'out' must not overlap 'qo_indptr'"},
   };
   for (const auto& [m, frag] : cases) reject<RunArgs>(b, m, call, frag);
 
+  // The run writes the plan's float workspace and reads its int workspace.
+  RunArgs into_ws = b;
+  into_ws.o.data = base_.ws.float_buffer.data;
+  reject<RunArgs>(into_ws, [](RunArgs&) {}, call, "'out' must not overlap 'workspace.float_buffer'");
+  into_ws = b;
+  into_ws.q.data = static_cast<char*>(base_.ws.int_buffer.data) + 4096;
+  reject<RunArgs>(into_ws, [](RunArgs&) {}, call, "'workspace.int_buffer' must not overlap 'q'");
   auto k = dev(DType::bf16, {3, 8, 128});
   EXPECT_INVALID(plan.run_ragged(b.q, k, k, b.qo, b.qo, b.o), "was made for paged KV");
   BatchPrefillPlan moved = std::move(plan);
@@ -468,6 +579,8 @@ TEST_F(OpsPlanValidation, BatchDecodeCreateAndRun) {
       {[](DecodeArgs& a) { a.ip.kv_indptr.data = nullptr; }, "'kv_indptr' must not be null"},
       {[](DecodeArgs& a) { a.ip.kv_last_page_len.data = nullptr; }, "'kv_last_page_len' must not be null"},
       {[](DecodeArgs& a) { a.ws.int_buffer = dev(DType::u8, {100}); }, "'workspace.int_buffer' must hold at least"},
+      {[](DecodeArgs& a) { a.ws.float_buffer = shifted(a.ws.int_buffer, 4096); },
+       "'workspace.float_buffer' must not overlap 'workspace.int_buffer'"},
   };
   for (const auto& [m, frag] : cases) reject<DecodeArgs>(b, m, create, frag);
 
@@ -485,6 +598,11 @@ TEST_F(OpsPlanValidation, BatchDecodeCreateAndRun) {
   PagedKvCache hnd = kv;
   hnd.layout = KvLayout::hnd;
   EXPECT_INVALID(plan.run(q, hnd, o), "planned");
+  EXPECT_INVALID(plan.run(q, kv, q), "'out' must not overlap 'q'");
+  EXPECT_INVALID(plan.run(q, kv, TensorView::contiguous(kv.k_cache.data, DType::bf16, Device::cuda(0), {2, 32, 128})),
+                 "'out' must not overlap 'k_cache'");
+  const TensorView lse_in_ws = TensorView::contiguous(b.ws.float_buffer.data, DType::f32, Device::cuda(0), {2, 32});
+  EXPECT_INVALID(plan.run(q, kv, o, &lse_in_ws), "'lse' must not overlap 'workspace.float_buffer'");
   EXPECT_EQ(recorded(), "");
   plan.run(q, kv, o);
   EXPECT_NE(recorded(), "");

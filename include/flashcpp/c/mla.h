@@ -2,6 +2,7 @@
  * See include/flashcpp/mla.hpp for the shapes, dtypes, layouts and the rules each call validates.
  * Every function validates all of its arguments before it launches anything or writes any output; on
  * failure it returns a status and flashcpp_last_error() names the argument and the broken rule.
+ * Outputs (out, lse, max_logits, the plan buffers) may share no byte with any other argument.
  * Launches are asynchronous on `stream` (a cudaStream_t; NULL = the legacy default stream). */
 #ifndef FLASHCPP_C_MLA_H_
 #define FLASHCPP_C_MLA_H_

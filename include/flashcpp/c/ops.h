@@ -4,7 +4,8 @@
  * FLASHCPP_* environment: FLASHCPP_TVM_FFI_LIB, FLASHCPP_MODULE_PATH, FLASHCPP_JIT). Streams are
  * cudaStream_t passed as void*. Optional tensors are NULL when absent. Scalars documented "0: default"
  * use the C++ default for 0. Every call validates all arguments first: FLASHCPP_INVALID_ARGUMENT means
- * nothing was launched or written; flashcpp_last_error() names the argument and the rule. */
+ * nothing was launched or written; flashcpp_last_error() names the argument and the rule. Outputs
+ * (caches, workspaces and scratch included) may share no byte with any other argument. */
 #ifndef FLASHCPP_C_OPS_H_
 #define FLASHCPP_C_OPS_H_
 #include "flashcpp/c/common.h"
