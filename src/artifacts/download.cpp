@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "artifacts/internal.hpp"
+#include "ffi/trust.hpp"
 
 namespace flashcpp::artifacts {
 namespace fs = std::filesystem;
@@ -341,7 +342,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
     std::uint64_t have = file_size_or_zero(part);
     if (expected_size && have > expected_size) have = 0;
     hash.reset();
-    int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, ffi::kFileMode);
     if (fd < 0) throw_io("cannot create", part, errno);
     struct FdGuard {
       int& fd;
@@ -349,6 +350,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
         if (fd >= 0) ::close(fd);
       }
     } guard{fd};
+    ffi::set_mode(fd, ffi::kFileMode, part);  // 0644 whatever the umask
     if (have > 0) {
       try {
         hash_prefix(hash, part, have);
