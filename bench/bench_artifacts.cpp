@@ -1,8 +1,10 @@
 // Artifacts benchmarks (CPU):
 //  * BM_WarmResolve*: what a warm Runtime start costs in the artifacts layer: libtvm_ffi, its headers, the
 //    FlashInfer sources and the three fixed modules resolved from a cache that holds a multi-GB jit-cache wheel
-//    (a sparse file with a verified stamp; the goal is < 20 ms). BM_RehashWheel is what re-hashing that wheel
-//    on every start would cost instead.
+//    (a sparse file with a verified stamp; the goal is < 20 ms), each module and libtvm_ffi checked against its
+//    SHA-256 record and by the path rule applied before dlopen (ffi/trust.hpp). BM_RehashWheel is what
+//    re-hashing that wheel on every start would cost instead; BM_ModuleRecordRehash what the first start after a
+//    module's ctime moved costs (a FLASHCPP_BENCH_MODULE_MIB module, default 64, is hashed once).
 //  * BM_Download*: cold download of a 1 GiB file over loopback, flashcpp (libcurl + SHA-256 while streaming +
 //    fsync + rename) against the curl CLI writing the same file (goal: >= 90% of curl's throughput).
 // Sizes: FLASHCPP_BENCH_WHEEL_GIB (default 4), FLASHCPP_BENCH_DOWNLOAD_MIB (default 1024).
@@ -19,6 +21,7 @@
 
 #include "artifacts/http_server.hpp"
 #include "artifacts/internal.hpp"
+#include "ffi/trust.hpp"
 #include "flashcpp/artifacts.hpp"
 
 namespace fs = std::filesystem;
@@ -74,14 +77,19 @@ struct WarmCache {
     };
     const fs::path tvm = cfg.cache_dir / "extract" / m.tvm_ffi.sha256 / "tvm_ffi";
     touch(tvm / "lib" / "libtvm_ffi.so");
+    record(tvm / "lib" / "libtvm_ffi.so");
     touch(tvm / "include" / "tvm" / "ffi" / "c_api.h");
     touch(tvm / "include" / "dlpack" / "dlpack.h");
     const fs::path fi = cfg.cache_dir / "extract" / m.flashinfer_python.sha256 / "flashinfer" / "data";
     touch(fi / "include" / "flashinfer" / "norm.cuh");
     touch(fi / "csrc" / "norm.cu");
-    for (const char* uri : {"norm", "page", "gdn_prefill_sm90"})
-      touch(cfg.cache_dir / "extract" / fake_sha / "flashinfer_jit_cache" / "jit_cache" / uri / (std::string(uri) + ".so"));
+    for (const char* uri : {"norm", "page", "gdn_prefill_sm90"}) {
+      const fs::path so = cfg.cache_dir / "extract" / fake_sha / "flashinfer_jit_cache" / "jit_cache" / uri / (std::string(uri) + ".so");
+      touch(so);
+      record(so);
+    }
   }
+  static void record(const fs::path& so) { flashcpp::ffi::write_module_record(so, flashcpp::ffi::file_sha256(so)); }
 };
 
 WarmCache& warm_cache() {
@@ -89,12 +97,17 @@ WarmCache& warm_cache() {
   return c;
 }
 
+// Resolution (each module and libtvm_ffi checked against its SHA-256 record) and the path rule checked
+// before each dlopen: everything a warm start does on disk before it loads code.
 void resolve_everything(const art::Config& cfg) {
-  benchmark::DoNotOptimize(art::resolve_tvm_ffi_library(cfg));
+  benchmark::DoNotOptimize(flashcpp::ffi::require_trusted_file(art::resolve_tvm_ffi_library(cfg), "libtvm_ffi"));
   benchmark::DoNotOptimize(art::resolve_tvm_ffi_include_dir(cfg));
   benchmark::DoNotOptimize(art::resolve_flashinfer_sources(cfg));
-  for (const char* uri : {"norm", "page", "gdn_prefill_sm90"})
-    if (!art::resolve_prebuilt_module(cfg, uri)) std::abort();
+  for (const char* uri : {"norm", "page", "gdn_prefill_sm90"}) {
+    const auto so = art::resolve_prebuilt_module(cfg, uri);
+    if (!so) std::abort();
+    benchmark::DoNotOptimize(flashcpp::ffi::require_trusted_file(*so, "module"));
+  }
 }
 
 // Everything a warm start resolves, plus the multi-GB wheel's stamp check.
@@ -129,6 +142,28 @@ void BM_RehashWheel(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * fs::file_size(c.big_wheel)));
 }
 BENCHMARK(BM_RehashWheel)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// The first start after a module's ctime moved (copied back, chmod): its record no longer vouches for it by
+// identity, so it is hashed once and the record refreshed.
+void BM_ModuleRecordRehash(benchmark::State& state) {
+  WarmCache& c = warm_cache();
+  const fs::path so = c.dir.path / "module.so";
+  {
+    std::ofstream out(so, std::ios::binary);
+    std::vector<char> block(1 << 20, 'm');
+    for (std::uint64_t i = 0; i < env_u64("FLASHCPP_BENCH_MODULE_MIB", 64); ++i) out.write(block.data(), block.size());
+  }
+  WarmCache::record(so);
+  for (auto _ : state) {
+    state.PauseTiming();
+    ::chmod(so.c_str(), 0755);  // moves the ctime
+    ::chmod(so.c_str(), 0644);
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(flashcpp::ffi::check_module_record(so));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * fs::file_size(so)));
+}
+BENCHMARK(BM_ModuleRecordRehash)->Unit(benchmark::kMillisecond)->Iterations(5);
 
 struct DownloadFixture {
   TempDir dir;

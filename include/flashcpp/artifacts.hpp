@@ -62,6 +62,10 @@ using ProgressFn = std::function<void(const Progress&)>;
 
 struct Config {
   std::filesystem::path cache_dir;
+  /// FLASHCPP_CACHE_SHARED=1: a cache created on purpose for several users (owned by root, read by all):
+  /// its root is created with mode 0755 instead of 0700. Directories below the root are 0755, files 0644
+  /// (0755 for shared objects), whatever the umask.
+  bool shared_cache = false;
   /// Overrides (FLASHCPP_JIT_CACHE, FLASHCPP_TVM_FFI, FLASHCPP_FLASHINFER_PYTHON): a package directory or a .whl.
   std::filesystem::path jit_cache_override, tvm_ffi_override, flashinfer_python_override;
   /// Searched in order for installed packages (FLASHCPP_PYTHON_PREFIXES, $VIRTUAL_ENV, $CONDA_PREFIX, then

@@ -17,6 +17,8 @@ enum class ErrorCode : int {
   network_error = 7,     ///< a download failed (HTTP status, timeout, connection)
   integrity_error = 8,   ///< bytes did not match their pinned SHA-256 or size
   internal = 9,          ///< a flashcpp invariant was broken (a bug)
+  untrusted = 10,        ///< a library or module refused before loading: another user could have replaced it, or
+                         ///< its bytes differ from those recorded when flashcpp extracted or built it
 };
 
 std::string_view to_string(ErrorCode code) noexcept;

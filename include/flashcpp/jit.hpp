@@ -35,6 +35,10 @@ struct BuildOptions {
   /// Modules land at <cache_dir>/jit/<key>/<uri>/<uri>.so; key = hash of FlashInfer version,
   /// architectures, nvcc version, host compiler and the common flag set.
   std::filesystem::path cache_dir;
+  /// FLASHCPP_CACHE_SHARED=1: the cache root is created 0755 for several users instead of 0700 (modules
+  /// 0755, other files 0644, build trees 0700, whatever the umask). Each published module gets a SHA-256
+  /// record; cached_module() and the Runtime refuse one that no longer matches it (docs/ARTIFACTS.md).
+  bool shared_cache = false;
   /// FLASHINFER_CUDA_ARCH_LIST style entries: "9.0a", "8.0", "10.0a", "12.0f".
   std::vector<std::string> cuda_archs = {"9.0a"};
   /// Parallel compiler processes (0 = hardware threads).
@@ -57,7 +61,9 @@ struct BuildOptions {
   static BuildOptions from_env();
 };
 
-/// The module's path if it is already built for these options (no build, no lock).
+/// The module's path if it is already built for these options (no build, no lock) and matches the SHA-256
+/// recorded when it was built; std::nullopt when absent or unrecorded (built again). Throws Error(untrusted)
+/// when its bytes differ from the record.
 std::optional<std::filesystem::path> cached_module(const BuildOptions&, const std::string& uri);
 /// Builds the module unless it is cached, and returns its path. Thread- and process-safe: an exclusive
 /// file lock per URI makes concurrent builders produce one module; the .so is published atomically.

@@ -130,6 +130,7 @@ Config Config::from_env() {
     c.python_prefixes.emplace_back(generated::kBuildDepsDir);
 
   if (auto v = getenv_str("FLASHCPP_OFFLINE")) c.offline = (*v != "0");
+  if (auto v = getenv_str("FLASHCPP_CACHE_SHARED")) c.shared_cache = (*v != "0");
 
   if (auto v = getenv_str("FLASHCPP_INDEX_URL")) {
     c.index_url = *v, c.index_url_source = "FLASHCPP_INDEX_URL";

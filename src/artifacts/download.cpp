@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "artifacts/internal.hpp"
+#include "ffi/trust.hpp"
 
 namespace flashcpp::artifacts {
 namespace fs = std::filesystem;
@@ -427,7 +428,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
         throw_error(ErrorCode::io_error, "downloading " + what + ": " + why);
     }
     hash.reset();
-    int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, ffi::kFileMode);
     if (fd < 0) throw_io("cannot create", part, errno);
     struct FdGuard {
       int& fd;
@@ -435,6 +436,7 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
         if (fd >= 0) ::close(fd);
       }
     } guard{fd};
+    ffi::set_mode(fd, ffi::kFileMode, part);  // 0644 whatever the umask
     if (have > 0) {
       try {
         hash_prefix(hash, part, have);

@@ -47,7 +47,12 @@ std::optional<std::string> getenv_str(const char* name);  ///< set and non-empty
 std::string redact_url(std::string_view url);              ///< hides user:password@
 bool is_sha256_hex(std::string_view s);
 
-/// Verified-stamp of a cached wheel: matches when size and mtime are unchanged since it was hashed.
+/// Creates `dir` with mode 0755 (umask ignored); when it lies in cfg.cache_dir, the cache root is created first,
+/// 0700 (0755 with cfg.shared_cache).
+void make_cache_dir(const Config& cfg, const std::filesystem::path& dir);
+
+/// Verified-stamp of a cached wheel: matches when size, mtime, device, inode and ctime are unchanged since it
+/// was hashed (size and mtime alone can be put back after an edit; a ctime cannot).
 bool stamp_matches(const std::filesystem::path& wheel, const std::filesystem::path& stamp, std::string_view sha256,
                    std::uint64_t expected_size);
 void write_stamp(const std::filesystem::path& wheel, const std::filesystem::path& stamp, std::string_view sha256);

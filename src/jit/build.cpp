@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/file_lock.hpp"
+#include "ffi/trust.hpp"
 #include "jit/jit.hpp"
 
 extern char** environ;
@@ -146,8 +147,7 @@ int run_process(const std::vector<std::string>& argv, const fs::path& log) {
 // Per-URI build lock: core/file_lock.hpp (shared with the artifacts cache); the holder records its PID and
 // the module it builds, so a waiting builder can say whom it waits for.
 fs::path lock_path(const fs::path& root, const std::string& uri) {
-  std::error_code ec;
-  fs::create_directories(root / ".locks", ec);
+  ffi::create_directories(root / ".locks", ffi::kSharedDirMode);
   return root / ".locks" / (uri + ".lock");
 }
 
@@ -156,6 +156,21 @@ fs::path default_cache_dir() {
   if (auto v = env("XDG_CACHE_HOME"); !v.empty()) return fs::path(v) / "flashcpp";
   if (auto v = env("HOME"); !v.empty()) return fs::path(v) / ".cache" / "flashcpp";
   return fs::temp_directory_path() / "flashcpp-cache";
+}
+
+// Creates `dir` with `mode` (umask ignored); when it lies in the cache, the cache root first: 0700, or 0755
+// for a cache shared on purpose.
+void make_cache_dir(const BuildOptions& o, const fs::path& dir, mode_t mode) {
+  const fs::path rel = dir.lexically_relative(o.cache_dir);
+  if (!o.cache_dir.empty() && !rel.empty() && *rel.begin() != "..")
+    ffi::create_directories(o.cache_dir, o.shared_cache ? ffi::kSharedDirMode : ffi::kPrivateDirMode);
+  ffi::create_directories(dir, mode);
+}
+
+// A module published by a builder: a file with a matching SHA-256 record. Throws untrusted when it differs.
+bool built(const fs::path& so) {
+  std::error_code ec;
+  return fs::is_regular_file(so, ec) && ffi::check_module_record(so) == ffi::RecordCheck::matches;
 }
 
 fs::path resolve_flashinfer_data(const fs::path& dir) {
@@ -277,6 +292,7 @@ void check_inputs(const BuildOptions& o) {
 BuildOptions BuildOptions::from_env() {
   BuildOptions o;
   o.cache_dir = default_cache_dir();
+  if (auto v = env("FLASHCPP_CACHE_SHARED"); !v.empty()) o.shared_cache = v != "0";
   if (auto v = env("FLASHCPP_CUDA_ARCH_LIST"); !v.empty()) o.cuda_archs = split_list(v);
   else if (auto v2 = env("FLASHINFER_CUDA_ARCH_LIST"); !v2.empty()) o.cuda_archs = split_list(v2);
   if (auto v = env("FLASHCPP_JIT_JOBS"); !v.empty()) {
@@ -386,8 +402,7 @@ std::optional<fs::path> cached_module(const BuildOptions& o, const std::string& 
     return std::nullopt;  // no toolchain: nothing this configuration could have built
   }
   const fs::path so = root / uri / (uri + ".so");
-  std::error_code ec;
-  if (fs::is_regular_file(so, ec)) return so;
+  if (built(so)) return so;
   return std::nullopt;
 }
 
@@ -441,6 +456,7 @@ class Engine {
 
   // Generates the sources and the compile tasks of a locked module.
   void prepare(ModuleJob& m, std::vector<CompileTask>& tasks, size_t index) {
+    secure_build_tree();
     m.build_dir = root_ / ".build" / m.uri;
     const fs::path gen = m.build_dir / "generated";
     m.obj_dir = m.build_dir / "obj";
@@ -448,9 +464,7 @@ class Engine {
     m.plan = plan_module(m.uri, o_.flashinfer_data_dir, gen);
     size_t written = 0;
     for (const auto& f : m.plan.files) written += write_if_different(gen / f.name, f.content) ? 1 : 0;
-    std::error_code ec;
-    fs::create_directories(m.obj_dir, ec);
-    if (ec) throw Error(ErrorCode::io_error, "jit: cannot create " + m.obj_dir.string() + ": " + ec.message());
+    ffi::create_directories(m.obj_dir, ffi::kPrivateDirMode);
     { std::ofstream(m.log, std::ios::trunc); }
     say(m.uri + ": generated " + std::to_string(m.plan.files.size()) + " files (" + std::to_string(written) +
         " changed), " + std::to_string(m.plan.sources.size()) + " sources to compile");
@@ -475,6 +489,20 @@ class Engine {
       ++m.remaining;
     }
     m.start = std::chrono::steady_clock::now();
+  }
+
+  // Sources, objects and logs live under <root>/.build, mode 0700: the compilers create files with the
+  // process's umask, and nothing another user could edit may reach the linker. A tree another user could
+  // have written to (made by an older flashcpp under a loose umask) is discarded first.
+  void secure_build_tree() {
+    std::lock_guard lk(state_mu_);
+    const fs::path dir = root_ / ".build";
+    struct stat st {};
+    std::error_code ec;
+    if (::stat(dir.c_str(), &st) == 0 && ((st.st_mode & 022) != 0 || st.st_uid != ::geteuid())) fs::remove_all(dir, ec);
+    ffi::create_directories(dir, ffi::kPrivateDirMode);
+    if (::chmod(dir.c_str(), ffi::kPrivateDirMode) != 0)
+      throw Error(ErrorCode::io_error, "jit: cannot make " + dir.string() + " private: " + std::strerror(errno));
   }
 
   // Objects from an interrupted earlier build are reused when the command is identical and the object is
@@ -543,7 +571,7 @@ class Engine {
     argv.push_back("-lcuda");
     argv.insert(argv.end(), m.plan.extra_ldflags.begin(), m.plan.extra_ldflags.end());
     std::error_code ec;
-    fs::create_directories(m.final_so.parent_path(), ec);
+    ffi::create_directories(m.final_so.parent_path(), ffi::kSharedDirMode);
     const fs::path tmp = m.final_so.string() + ".tmp." + std::to_string(::getpid()) + "." +
                          std::to_string(g_tmp_counter.fetch_add(1));
     argv.push_back("-o");
@@ -566,11 +594,22 @@ class Engine {
                                                   tail_of_file(link_log, 30));
       return;
     }
-    fs::rename(tmp, m.final_so, ec);
+    // 0755 whatever the umask the linker ran with; recorded after the rename (which moves the ctime) and
+    // before the lock is released, so a module without a record is one whose build did not finish.
+    if (::chmod(tmp.c_str(), ffi::kExecutableMode) != 0) ec.assign(errno, std::generic_category());
+    if (!ec) fs::rename(tmp, m.final_so, ec);
+    if (!ec) {
+      try {
+        ffi::write_module_record(m.final_so, ffi::file_sha256(m.final_so));
+      } catch (const Error& e) {
+        ec = std::make_error_code(std::errc::io_error);
+        m.error = e;
+      }
+    }
     if (ec) {
-      fs::remove(tmp, ec);
+      if (!m.error) m.error = Error(ErrorCode::io_error, "jit: cannot publish " + m.final_so.string() + ": " + ec.message());
       m.failed = true;
-      m.error = Error(ErrorCode::io_error, "jit: cannot publish " + m.final_so.string() + ": " + ec.message());
+      fs::remove(tmp, ec);
       return;
     }
     // The objects are not needed once the module is published (the .so is the cache).
@@ -655,8 +694,7 @@ std::vector<BuildResult> build_modules(const BuildOptions& o, const std::vector<
   check_inputs(o);
   const fs::path root = module_root(o);
   std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) throw Error(ErrorCode::io_error, "jit: cannot create the module cache " + root.string() + ": " + ec.message());
+  make_cache_dir(o, root, ffi::kSharedDirMode);
   if (!fs::exists(root / "KEY.txt", ec)) {
     std::string key_doc = "flashcpp jit modules\nflashinfer " + std::string(kFlashInferVersion) + "\nnvcc " +
                           tc.nvcc_version_full + "\narchs";
@@ -698,8 +736,10 @@ std::vector<BuildResult> build_modules(const BuildOptions& o, const std::vector<
 
   // Phase 1: modules nobody else is building (try-lock, so two builders never wait on each other's sets).
   std::vector<ModuleJob*> now, later;
+  // A published .so counts only with its record: one without (an older flashcpp's, or a build that stopped
+  // before recording) is built again; one that differs from its record throws untrusted.
   for (ModuleJob& m : jobs) {
-    if (fs::is_regular_file(m.final_so, ec)) {
+    if (built(m.final_so)) {
       mark_cached(m);
       continue;
     }
@@ -709,7 +749,7 @@ std::vector<BuildResult> build_modules(const BuildOptions& o, const std::vector<
       later.push_back(&m);
       continue;
     }
-    if (fs::is_regular_file(m.final_so, ec)) {  // finished while we looked
+    if (built(m.final_so)) {  // finished while we looked
       m.lock.release();
       mark_cached(m);
       continue;
@@ -732,7 +772,7 @@ std::vector<BuildResult> build_modules(const BuildOptions& o, const std::vector<
       results[m->result_index].error = Error(e.code(), "jit: " + m->uri + ": " + e.message());
       continue;
     }
-    if (fs::is_regular_file(m->final_so, ec)) {
+    if (built(m->final_so)) {
       m->lock.release();
       mark_cached(*m);
       continue;

@@ -372,6 +372,7 @@ bool write_if_different(const fs::path& path, std::string_view content) {
     out.write(content.data(), static_cast<std::streamsize>(content.size()));
     if (!out) throw Error(ErrorCode::io_error, "jit: cannot write " + tmp.string());
   }
+  fs::permissions(tmp, fs::perms(0644), ec);  // whatever the umask
   fs::rename(tmp, path, ec);
   if (ec) {
     const std::string why = ec.message();

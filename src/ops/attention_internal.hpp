@@ -22,7 +22,8 @@ inline constexpr double kRopeRcpScale = 1.0, kRopeRcpTheta = 1e-4;
 bool fa3_variant_exists(const AttentionVariant& v);
 /// Compute capability major of device `id`, or -1 when no such device is visible.
 int device_cc_major(int id) noexcept;
-/// Tests: pretend every device has this compute capability major (-1: no device; -100: real facts).
+/// Tests: pretend every device has this compute capability major (-1: no device; -100: real facts). Defined
+/// only in the test-only library flashcpp_test_hooks (ops/test_hooks.hpp), not in libflashcpp.
 void set_device_cc_major_for_testing(int cc_major) noexcept;
 /// Resolves automatic/fa2/fa3 for a batch-prefill variant (validates an explicit fa3 request).
 bool choose_fa3(const Validator& v, AttentionBackend backend, const AttentionVariant& var, bool ragged_hnd,

@@ -1,10 +1,13 @@
 #include "ops/common.hpp"
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
 
+#include "ops/test_hooks.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp::ops {
@@ -71,16 +74,17 @@ void resolve_module_slow(const Runtime& rt, const ModuleKey& key, const std::str
 // -------------------------------------------------------------------------------------------------
 // Validation helpers
 
-namespace {
-std::atomic<int> g_visible_override{-1};
+const TestOverrides* test_overrides() noexcept {
+  static const TestOverrides* const overrides =
+      static_cast<const TestOverrides*>(::dlsym(RTLD_DEFAULT, kTestOverridesSymbol));
+  return overrides;
 }
 
 int visible_device_count() noexcept {
-  const int n = g_visible_override.load(std::memory_order_relaxed);
-  return n >= 0 ? n : cuda_device_count();
+  if (const TestOverrides* t = test_overrides())
+    if (const int n = t->visible_devices.load(std::memory_order_relaxed); n >= 0) return n;
+  return cuda_device_count();
 }
-
-void set_visible_devices_for_testing(int n) noexcept { g_visible_override.store(n < 0 ? -1 : n); }
 
 void check_device_id(const Validator& v, int64_t device_id, const char* arg) {
   const int n = visible_device_count();

@@ -76,7 +76,8 @@ ResolvedModule resolve_module(const Runtime& rt, const ModuleKey& key, UriFn&& m
 /// they are active, so CPU tests can drive recording modules with fake cuda:N tensors).
 int visible_device_count() noexcept;
 inline constexpr int kMaxPretendDevices = 64;
-/// Test seam: n >= 0 pretends n visible devices; -1 restores the real count.
+/// Test seam: n >= 0 pretends n visible devices; -1 restores the real count. Defined only in the test-only
+/// library flashcpp_test_hooks (ops/test_hooks.hpp), not in libflashcpp.
 void set_visible_devices_for_testing(int n) noexcept;
 /// `device_id` must be a visible CUDA device (checked before any CUDA or TVM-FFI call: TVM-FFI sizes its
 /// per-thread stream table by the id, and FlashInfer's device guard would fail only inside the call).

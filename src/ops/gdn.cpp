@@ -13,24 +13,18 @@
 #include "ffi/ffi.hpp"
 #include "ops/common.hpp"
 #include "ops/ops_extra_internal.hpp"
+#include "ops/test_hooks.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp {
 
 // ----------------------------------------------------------------------------- shared helpers
 namespace ops_extra {
-namespace {
-std::atomic<DeviceFactsFn> g_facts_hook{nullptr};
-}
 DeviceFacts device_facts(int device) {
-  if (DeviceFactsFn hook = g_facts_hook.load()) return hook(device);
+  if (const ops::TestOverrides* t = ops::test_overrides())
+    if (DeviceFactsFn hook = t->device_facts.load()) return hook(device);
   const DeviceInfo& info = device_info(device);
   return DeviceFacts{info.cc_major, info.cc_minor, info.sm_count};
-}
-void set_device_facts_for_testing(DeviceFactsFn fn) {
-  g_facts_hook.store(fn);
-  // Pretended facts come with pretended devices: fake cuda:N tensors reach the recording modules.
-  ops::set_visible_devices_for_testing(fn ? ops::kMaxPretendDevices : -1);
 }
 }  // namespace ops_extra
 

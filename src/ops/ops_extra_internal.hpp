@@ -16,7 +16,8 @@ struct DeviceFacts {
 /// Facts of `device`; a hook installed by set_device_facts_for_testing wins (CPU tests have no GPU).
 DeviceFacts device_facts(int device);
 
-/// Test seam: replaces device_facts for every device; nullptr restores the real query.
+/// Test seam: replaces device_facts for every device; nullptr restores the real query. Defined only in the
+/// test-only library flashcpp_test_hooks (ops/test_hooks.hpp), not in libflashcpp.
 using DeviceFactsFn = DeviceFacts (*)(int device);
 void set_device_facts_for_testing(DeviceFactsFn fn);
 

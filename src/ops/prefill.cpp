@@ -8,6 +8,7 @@
 
 #include "flashcpp/attention.hpp"
 #include "ops/attention_internal.hpp"
+#include "ops/test_hooks.hpp"
 
 namespace flashcpp {
 namespace ops {
@@ -23,15 +24,9 @@ bool fa3_variant_exists(const AttentionVariant& v) {
   return sixteen && v.kv == v.q && v.o == v.q && dims && !v.use_fp16_qk_reduction;
 }
 
-static std::atomic<int> g_cc_major_override{-100};
-void set_device_cc_major_for_testing(int cc_major) noexcept {
-  g_cc_major_override = cc_major;
-  // Pretended facts come with pretended devices: fake cuda:N tensors reach the recording modules.
-  set_visible_devices_for_testing(cc_major == -100 ? -1 : kMaxPretendDevices);
-}
-
 int device_cc_major(int id) noexcept {
-  if (const int o = g_cc_major_override.load(std::memory_order_relaxed); o != -100) return o;
+  if (const TestOverrides* t = test_overrides())
+    if (const int o = t->cc_major.load(std::memory_order_relaxed); o != -100) return o;
   if (id < 0 || id >= cuda_device_count()) return -1;
   try {
     return device_info(id).cc_major;

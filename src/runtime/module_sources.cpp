@@ -42,8 +42,9 @@ std::vector<ModuleSource> default_module_sources(const RuntimeOptions& options) 
     try {
       return artifacts::resolve_prebuilt_module(*cfg, uri);
     } catch (const Error& e) {
-      // No network or no such member: fall through to the builder when it may build.
-      if (policy == JitPolicy::off) throw;
+      // No network or no such member: fall through to the builder when it may build. A cached module that
+      // differs from its record is reported, not quietly replaced by a build.
+      if (policy == JitPolicy::off || e.code() == ErrorCode::untrusted) throw;
       return std::nullopt;
     }
   };

@@ -62,26 +62,35 @@ TEST_F(ArtifactsTest, WarmStartNeedsNoNetwork) {
   EXPECT_EQ(resolve_tvm_ffi_library(cfg), lib);
 }
 
-TEST_F(ArtifactsTest, StampSkipsRehashAndVerifyFindsCorruption) {
+TEST_F(ArtifactsTest, StampIsNotReTrustedAfterAnEditAndVerifyFindsCorruption) {
   const WheelPin pin = cfg.manifest().tvm_ffi;
   const fs::path wheel = ensure_wheel(cfg, pin);
-  // Flip one byte without changing size or mtime: a warm start trusts the stamp (no re-hash) ...
-  const auto mtime = fs::last_write_time(wheel);
-  {
-    std::fstream f(wheel, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(100);
-    f.put('\x5a' ^ tvm.bytes[100]);
-  }
-  fs::last_write_time(wheel, mtime);
+  // A warm start trusts the stamp: no re-hash, no request.
   EXPECT_EQ(ensure_wheel(cfg, pin), wheel);
   EXPECT_EQ(server.requests(file_path(tvm)), 1);
-  // ... and `cache verify` re-hashes, finds it and removes it; the next resolve downloads it again.
+  // Flip one byte and put size and mtime back: the ctime moved, so the stamp no longer vouches for the
+  // file; it is re-hashed, found corrupt and downloaded again.
+  auto flip_keeping_size_and_mtime = [&] {
+    const auto mtime = fs::last_write_time(wheel);
+    ::usleep(20000);  // past the file system's timestamp granularity (a clock tick)
+    {
+      std::fstream f(wheel, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(100);
+      f.put('\x5a' ^ tvm.bytes[100]);
+    }
+    fs::last_write_time(wheel, mtime);
+  };
+  flip_keeping_size_and_mtime();
+  EXPECT_EQ(read_file(ensure_wheel(cfg, pin)), tvm.bytes);
+  EXPECT_EQ(server.requests(file_path(tvm)), 2);
+  // `cache verify` re-hashes every wheel, finds the corruption and removes it; the next resolve downloads it.
+  flip_keeping_size_and_mtime();
   const auto report = cache_verify(cfg);
   ASSERT_EQ(report.size(), 1u);
   EXPECT_FALSE(report[0].verified);
   EXPECT_FALSE(fs::exists(wheel));
   EXPECT_EQ(read_file(ensure_wheel(cfg, pin)), tvm.bytes);
-  EXPECT_EQ(server.requests(file_path(tvm)), 2);
+  EXPECT_EQ(server.requests(file_path(tvm)), 3);
 }
 
 TEST_F(ArtifactsTest, ResumesAfterConnectionCutMidFile) {

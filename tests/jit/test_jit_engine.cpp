@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
+#include "ffi/trust.hpp"
 #include "jit/jit.hpp"
 
 namespace fs = std::filesystem;
@@ -113,10 +115,10 @@ TEST(JitEngine, BuildsPublishesAndHitsTheCache) {
   EXPECT_EQ(count(log, "nvcc flashinfer_page_binding.cu"), 1u);
   EXPECT_EQ(count(log, "link"), 1u);
   EXPECT_GE(progress.size(), 3u);  // generation, two compiles, publication
-  // No temporary files are left next to the published module.
-  size_t entries = 0;
-  for (const auto& e : fs::directory_iterator(so.parent_path())) (void)e, ++entries;
-  EXPECT_EQ(entries, 1u);
+  // No temporary files are left next to the published module: only it and its SHA-256 record.
+  std::set<std::string> entries;
+  for (const auto& e : fs::directory_iterator(so.parent_path())) entries.insert(e.path().filename().string());
+  EXPECT_EQ(entries, (std::set<std::string>{"page.so", "page.so.sha256"}));
 
   // Cache hit: no compiler runs, well under a second.
   const auto t0 = std::chrono::steady_clock::now();
@@ -274,6 +276,52 @@ TEST(JitEngine, CompileFailureCarriesTheLogTailAndPublishesNothing) {
   const auto log = tool_log();
   EXPECT_EQ(count(log, "nvcc page.cu"), 0u);
   EXPECT_EQ(count(log, "nvcc flashinfer_page_binding.cu"), 1u);
+}
+
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+TEST(JitEngine, PublishedModuleIsRecordedWithFixedModesAndASwapIsRefused) {
+  std::string why;
+  if (!have_sources(&why)) GTEST_SKIP() << why;
+  const mode_t saved = ::umask(0);  // the fake linker writes its output 0666 under this umask
+  BuildOptions o = options("cache-trust");
+  const fs::path so = build_module(o, "norm");
+  ::umask(saved);
+  EXPECT_EQ(mode_of(o.cache_dir), 0700u);
+  EXPECT_EQ(mode_of(o.cache_dir / "jit"), 0755u);
+  EXPECT_EQ(mode_of(so.parent_path()), 0755u);
+  EXPECT_EQ(mode_of(so), 0755u);
+  EXPECT_EQ(mode_of(module_root(o) / ".build"), 0700u);  // what the compilers write, only we can edit
+  EXPECT_EQ(mode_of(module_root(o) / "KEY.txt"), 0644u);
+  EXPECT_EQ(ffi::check_module_record(so), ffi::RecordCheck::matches);
+  EXPECT_NO_THROW(ffi::require_trusted_file(so, "module"));
+
+  // Swapped after it was recorded: cached_module and build_module refuse it instead of returning it.
+  const fs::path swap = so.string() + ".swap";
+  std::ofstream(swap) << "another shared object\n";
+  fs::rename(swap, so);
+  for (int i = 0; i < 2; ++i) {
+    try {
+      if (i == 0) cached_module(o, "norm");
+      else build_module(o, "norm");
+      ADD_FAILURE() << "a swapped module was returned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::untrusted) << e.what();
+      EXPECT_NE(e.message().find("recorded when flashcpp extracted or built it"), std::string::npos) << e.what();
+    }
+  }
+
+  // Without a record (an older flashcpp's module) it is not a cache hit: it is built again and recorded.
+  fs::remove(ffi::module_record_path(so));
+  EXPECT_FALSE(cached_module(o, "norm"));
+  fs::remove(g_root / "tools.log");
+  EXPECT_EQ(build_module(o, "norm"), so);
+  EXPECT_EQ(count(tool_log(), "link"), 1u);
+  EXPECT_EQ(ffi::check_module_record(so), ffi::RecordCheck::matches);
 }
 
 TEST(JitEngine, UnknownUriIsAnInvalidArgument) {

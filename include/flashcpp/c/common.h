@@ -18,7 +18,7 @@ typedef enum flashcpp_status {
   FLASHCPP_INTERNAL = 4,         /* a flashcpp bug or an unexpected failure */
   FLASHCPP_NOT_FOUND = 5,        /* a module, function, file or artifact is missing */
   FLASHCPP_FFI_ERROR = 6,        /* a FlashInfer kernel module raised an error */
-  FLASHCPP_IO_ERROR = 7          /* file-system, network or integrity failure */
+  FLASHCPP_IO_ERROR = 7          /* file-system, network or integrity failure, or an untrusted library refused */
 } flashcpp_status;
 
 /* DLPack-compatible codes. */

@@ -1,0 +1,18 @@
+# ctest script: fails when LIBRARY (libflashcpp) exports a test hook; HOOKS (the test-only library) must
+# export all of them under the same pattern, so a pattern that matches nothing cannot pass silently.
+set(pattern "[^\n]*(_for_testing|flashcpp_test_overrides)[^\n]*")
+foreach(lib LIBRARY HOOKS)
+  execute_process(COMMAND ${NM} -D --defined-only ${${lib}} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${NM} -D --defined-only ${${lib}} failed (${rc})")
+  endif()
+  string(REGEX MATCHALL "${pattern}" ${lib}_hooks "${symbols}")
+endforeach()
+if(LIBRARY_hooks)
+  message(FATAL_ERROR "${LIBRARY} exports test hooks:\n${LIBRARY_hooks}")
+endif()
+list(LENGTH HOOKS_hooks found)
+if(found LESS 4)
+  message(FATAL_ERROR "expected 4 test hooks exported by ${HOOKS}, found ${found}:\n${HOOKS_hooks}")
+endif()
+message(STATUS "${LIBRARY}: no test hook exported (${found} in ${HOOKS})")
