@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "artifacts/internal.hpp"
+#include "core/env.hpp"
 #include "flashcpp/artifacts_manifest.hpp"
 
 namespace flashcpp::artifacts {
@@ -48,17 +49,6 @@ std::optional<std::string> pip_conf_index_url(const fs::path& file) {
   return found;
 }
 
-double env_seconds(const char* name, double fallback) {
-  const auto v = getenv_str(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  const double d = std::strtod(v->c_str(), &end);
-  if (end == v->c_str() || *end != 0 || !(d > 0) || d > 86400)
-    throw_error(ErrorCode::invalid_argument,
-                std::string("environment variable ") + name + " must be a number of seconds in (0, 86400]; got '" + *v + "'");
-  return d;
-}
-
 std::vector<fs::path> split_paths(const std::string& s) {
   std::vector<fs::path> out;
   std::stringstream ss(s);
@@ -73,7 +63,7 @@ std::vector<fs::path> split_paths(const std::string& s) {
 Config Config::from_env() {
   Config c;
   const auto home = getenv_str("HOME");
-  if (auto d = getenv_str("FLASHCPP_CACHE_DIR"))
+  if (auto d = env::directory("FLASHCPP_CACHE_DIR"))
     c.cache_dir = *d;
   else if (auto x = getenv_str("XDG_CACHE_HOME"))
     c.cache_dir = fs::path(*x) / "flashcpp";
@@ -91,10 +81,10 @@ Config Config::from_env() {
   if (auto v = getenv_str("VIRTUAL_ENV")) c.python_prefixes.emplace_back(*v);
   if (auto v = getenv_str("CONDA_PREFIX")) c.python_prefixes.emplace_back(*v);
   // Last resort: the build tree's unpacked pinned wheels, so programs started from a build work offline.
-  if (getenv_str("FLASHCPP_NO_BUILD_DEPS").value_or("0") != "1" && *generated::kBuildDepsDir)
+  if (!env::flag("FLASHCPP_NO_BUILD_DEPS") && *generated::kBuildDepsDir)
     c.python_prefixes.emplace_back(generated::kBuildDepsDir);
 
-  if (auto v = getenv_str("FLASHCPP_OFFLINE")) c.offline = (*v != "0");
+  c.offline = env::flag("FLASHCPP_OFFLINE", c.offline);
 
   if (auto v = getenv_str("FLASHCPP_INDEX_URL")) {
     c.index_url = *v, c.index_url_source = "FLASHCPP_INDEX_URL";
@@ -121,15 +111,9 @@ Config Config::from_env() {
       }
   }
 
-  c.connect_timeout_s = env_seconds("FLASHCPP_CONNECT_TIMEOUT", c.connect_timeout_s);
-  c.stall_timeout_s = env_seconds("FLASHCPP_STALL_TIMEOUT", c.stall_timeout_s);
-  if (auto v = getenv_str("FLASHCPP_RETRIES")) {
-    char* end = nullptr;
-    const long n = std::strtol(v->c_str(), &end, 10);
-    if (end == v->c_str() || *end != 0 || n < 0 || n > 100)
-      throw_error(ErrorCode::invalid_argument, "environment variable FLASHCPP_RETRIES must be an integer in [0, 100]; got '" + *v + "'");
-    c.max_retries = static_cast<int>(n);
-  }
+  c.connect_timeout_s = env::seconds("FLASHCPP_CONNECT_TIMEOUT").value_or(c.connect_timeout_s);
+  c.stall_timeout_s = env::seconds("FLASHCPP_STALL_TIMEOUT").value_or(c.stall_timeout_s);
+  c.max_retries = static_cast<int>(env::integer("FLASHCPP_RETRIES").value_or(c.max_retries));
   if (auto v = getenv_str("FLASHCPP_MANIFEST")) c.manifest_file = *v;
   return c;
 }

@@ -1,6 +1,9 @@
 #include "capi/capi.hpp"
 
+#include <mutex>
 #include <span>
+
+#include "runtime/runtime_internal.hpp"
 
 namespace flashcpp::capi {
 thread_local std::string t_last_error;
@@ -13,9 +16,19 @@ void set_last_error(std::string message) noexcept {
 }
 void clear_last_error() noexcept { t_last_error.clear(); }
 
-const Runtime& default_runtime() {
-  static const std::shared_ptr<Runtime> rt = Runtime::create();
-  return *rt;
+std::shared_ptr<const Runtime> default_runtime() {
+  // A runtime that started is kept for the process; one that could not start (Runtime::Impl::failed) reports
+  // why after the op's argument checks, and the next call tries again.
+  static std::mutex mu;
+  static std::shared_ptr<const Runtime> started;
+  std::lock_guard lock(mu);
+  if (started) return started;
+  try {
+    started = Runtime::create();
+    return started;
+  } catch (const Error& e) {
+    return Runtime::Impl::failed(e);
+  }
 }
 
 flashcpp_status status_of(ErrorCode code) noexcept {

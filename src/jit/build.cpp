@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/env.hpp"
 #include "jit/jit.hpp"
 
 extern char** environ;
@@ -179,7 +180,7 @@ class FileLock {
 };
 
 fs::path default_cache_dir() {
-  if (auto v = env("FLASHCPP_CACHE_DIR"); !v.empty()) return v;
+  if (auto v = flashcpp::env::directory("FLASHCPP_CACHE_DIR")) return *v;
   if (auto v = env("XDG_CACHE_HOME"); !v.empty()) return fs::path(v) / "flashcpp";
   if (auto v = env("HOME"); !v.empty()) return fs::path(v) / ".cache" / "flashcpp";
   return fs::temp_directory_path() / "flashcpp-cache";
@@ -306,13 +307,7 @@ BuildOptions BuildOptions::from_env() {
   o.cache_dir = default_cache_dir();
   if (auto v = env("FLASHCPP_CUDA_ARCH_LIST"); !v.empty()) o.cuda_archs = split_list(v);
   else if (auto v2 = env("FLASHINFER_CUDA_ARCH_LIST"); !v2.empty()) o.cuda_archs = split_list(v2);
-  if (auto v = env("FLASHCPP_JIT_JOBS"); !v.empty()) {
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (!end || *end != '\0' || n < 0 || n > 4096)
-      throw Error(ErrorCode::invalid_argument, "FLASHCPP_JIT_JOBS must be a non-negative integer; got '" + v + "'");
-    o.jobs = static_cast<int>(n);
-  }
+  if (auto n = flashcpp::env::integer("FLASHCPP_JIT_JOBS")) o.jobs = static_cast<int>(*n);
   const fs::path deps = FLASHCPP_DEFAULT_DEPS_DIR;
   if (auto v = env("FLASHCPP_FLASHINFER_DIR"); !v.empty()) o.flashinfer_data_dir = resolve_flashinfer_data(v);
   else if (!deps.empty()) o.flashinfer_data_dir = deps / "flashinfer_python" / "flashinfer" / "data";
