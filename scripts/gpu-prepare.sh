@@ -22,7 +22,7 @@ find build-gpu -type f \( -perm -u+x -o -name '*.so' \) -print0 |
 
 rm -rf .gpu && mkdir -p .gpu/wheels .gpu/lib
 cp build/_deps/wheels/apache_tvm_ffi-*.whl build/_deps/wheels/flashinfer_python-*.whl .gpu/wheels/
-golden="${FLASHCPP_GOLDEN_DIR:-$root/../shared/data/flashmla-golden}"
+golden="${FLASHCPP_GOLDEN_DIR:-$full/tests/data/flashmla-golden}"  # the repository's copy, unpacked by CMake
 [[ -d $golden ]] && cp -r "$golden" .gpu/golden
 # Every shared library our binaries load, except the C runtime and CUDA (the GPU image has its own);
 # gpu-check.sh appends this folder to LD_LIBRARY_PATH so the image's libraries win where present.
