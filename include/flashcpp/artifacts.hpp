@@ -88,7 +88,8 @@ struct Config {
 
 // ---- The resolution API other layers use. ----
 
-/// Path of libtvm_ffi.so: override -> installed tvm_ffi package -> cache -> download (PEP 503 index from config).
+/// Path of libtvm_ffi.so: override (FLASHCPP_TVM_FFI) -> the one installed beside libflashcpp (`cmake --install`)
+/// -> installed tvm_ffi package -> cache -> download (PEP 503 index from config).
 std::filesystem::path resolve_tvm_ffi_library(const Config&);
 /// Include dir holding tvm/ffi/c_api.h and dlpack/dlpack.h from the same pinned wheel (used to build modules).
 std::filesystem::path resolve_tvm_ffi_include_dir(const Config&);

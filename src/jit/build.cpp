@@ -308,7 +308,8 @@ BuildOptions BuildOptions::from_env() {
   if (auto v = env("FLASHCPP_CUDA_ARCH_LIST"); !v.empty()) o.cuda_archs = split_list(v);
   else if (auto v2 = env("FLASHINFER_CUDA_ARCH_LIST"); !v2.empty()) o.cuda_archs = split_list(v2);
   if (auto n = flashcpp::env::integer("FLASHCPP_JIT_JOBS")) o.jobs = static_cast<int>(*n);
-  const fs::path deps = FLASHCPP_DEFAULT_DEPS_DIR;
+  // The build tree's unpacked wheels, unless FLASHCPP_NO_BUILD_DEPS=1 (as for the artifacts layer).
+  const fs::path deps = flashcpp::env::flag("FLASHCPP_NO_BUILD_DEPS") ? fs::path() : fs::path(FLASHCPP_DEFAULT_DEPS_DIR);
   if (auto v = env("FLASHCPP_FLASHINFER_DIR"); !v.empty()) o.flashinfer_data_dir = resolve_flashinfer_data(v);
   else if (!deps.empty()) o.flashinfer_data_dir = deps / "flashinfer_python" / "flashinfer" / "data";
   if (auto v = env("FLASHCPP_TVM_FFI_INCLUDE"); !v.empty()) o.tvm_ffi_include_dir = v;

@@ -9,6 +9,7 @@
 
 #include "flashcpp/commands.hpp"
 #include "flashcpp/error.hpp"
+#include "flashcpp/version.hpp"
 
 namespace {
 
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
                "exit status: 0 ok, 1 failure, 2 usage (command line or FLASHCPP_* setting), 3 unsupported here"};
   app.option_defaults()->always_capture_default();  // --help shows every default (inherited by subcommands)
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(flashcpp::version_string()),
+                       "Print the flashcpp, C ABI, pinned FlashInfer and TVM-FFI versions and the CUDA it was built with");
   add_doctor_command(app);
   add_fetch_command(app);
   add_cache_command(app);
