@@ -112,8 +112,9 @@ void validate(const DemoOptions& o) {
   const double cache = static_cast<double>(pages) * o.page_size * o.num_kv_heads * o.head_dim * 2;
   const double acts = static_cast<double>(o.batch) * (o.num_qo_heads + 2 * o.num_kv_heads) * o.head_dim * 2 * 8;
   const double host = (gpu ? 3 : 2) * cache + acts;
-  const double host_memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
-  if (host > host_memory)
+  const long pages_of_memory = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
+  const double host_memory = static_cast<double>(pages_of_memory) * static_cast<double>(page_bytes);
+  if (pages_of_memory > 0 && page_bytes > 0 && host > host_memory)  // unknown size: nothing to compare with
     throw CLI::ValidationError("--context", "with --batch " + std::to_string(o.batch) + ", --kv-heads " +
                                                 std::to_string(o.num_kv_heads) + " and --head-dim " +
                                                 std::to_string(o.head_dim) + " needs " + gib(host) +
