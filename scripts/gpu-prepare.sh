@@ -22,8 +22,12 @@ find build-gpu -type f \( -perm -u+x -o -name '*.so' \) -print0 |
 
 rm -rf .gpu && mkdir -p .gpu/wheels .gpu/lib
 cp build/_deps/wheels/apache_tvm_ffi-*.whl build/_deps/wheels/flashinfer_python-*.whl .gpu/wheels/
-golden="${FLASHCPP_GOLDEN_DIR:-$root/../shared/data/flashmla-golden}"
+golden="${FLASHCPP_GOLDEN_DIR:-$full/tests/data/flashmla-golden}"  # the repository's copy, unpacked by CMake
 [[ -d $golden ]] && cp -r "$golden" .gpu/golden
+# The DeepSeek V4 cases are not in the repository's copy (size); take them from the project's shared data.
+for case_dir in "$root"/../shared/data/flashmla-golden/model1_*; do
+  [[ -d $case_dir ]] && mkdir -p .gpu/golden && cp -r "$case_dir" .gpu/golden/
+done
 # Every shared library our binaries load, except the C runtime and CUDA (the GPU image has its own);
 # gpu-check.sh appends this folder to LD_LIBRARY_PATH so the image's libraries win where present.
 for bin in build-gpu/libflashcpp.so build-gpu/bin/flashcpp build-gpu/bench/bench_ffi; do

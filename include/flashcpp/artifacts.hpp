@@ -71,7 +71,7 @@ struct Config {
   /// Searched in order for installed packages (FLASHCPP_PYTHON_PREFIXES, $VIRTUAL_ENV, $CONDA_PREFIX, then
   /// the build tree's unpacked wheels). Each prefix may hold <pkg>/, <dist>/<pkg>/ or lib/python3*/{site,dist}-packages/<pkg>/.
   std::vector<std::filesystem::path> python_prefixes;
-  bool offline = false;          ///< FLASHCPP_OFFLINE=1: never download
+  bool offline = false;          ///< FLASHCPP_OFFLINE=1: never download (0: may download)
   std::string index_url;         ///< PEP 503 index: FLASHCPP_INDEX_URL, else PIP_INDEX_URL, else pip.conf index-url
   std::string index_url_source;  ///< where index_url came from (for messages)
   double connect_timeout_s = 30;  ///< FLASHCPP_CONNECT_TIMEOUT
@@ -96,6 +96,9 @@ struct Config {
   std::filesystem::path manifest_file;  ///< FLASHCPP_MANIFEST: user manifest replacing the built-in pins
   ProgressFn progress;            ///< optional download progress callback
 
+  /// Reads the variables above strictly: FLASHCPP_OFFLINE and FLASHCPP_NO_BUILD_DEPS are 0 or 1, the timeouts and
+  /// FLASHCPP_RETRIES numbers in range, FLASHCPP_CACHE_DIR a directory (or not yet existing); anything else is an
+  /// invalid_argument error naming the variable and the accepted values.
   static Config from_env();
   /// Manifest::builtin(), or Manifest::load(manifest_file) when set.
   Manifest manifest() const;
@@ -103,7 +106,8 @@ struct Config {
 
 // ---- The resolution API other layers use. ----
 
-/// Path of libtvm_ffi.so: override -> installed tvm_ffi package -> cache -> download (PEP 503 index from config).
+/// Path of libtvm_ffi.so: override (FLASHCPP_TVM_FFI) -> the one installed beside libflashcpp (`cmake --install`)
+/// -> installed tvm_ffi package -> cache -> download (PEP 503 index from config).
 std::filesystem::path resolve_tvm_ffi_library(const Config&);
 /// Include dir holding tvm/ffi/c_api.h and dlpack/dlpack.h from the same pinned wheel (used to build modules).
 std::filesystem::path resolve_tvm_ffi_include_dir(const Config&);

@@ -18,3 +18,4 @@
 #include "flashcpp/reference.hpp"
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/tensor.hpp"
+#include "flashcpp/version.hpp"

@@ -54,8 +54,11 @@ struct BuildOptions {
   /// From the environment:
   ///   FLASHCPP_CACHE_DIR (else $XDG_CACHE_HOME/flashcpp, else ~/.cache/flashcpp),
   ///   FLASHCPP_CUDA_ARCH_LIST (space/comma/semicolon separated; else FLASHINFER_CUDA_ARCH_LIST; else 9.0a),
-  ///   FLASHCPP_JIT_JOBS, FLASHCPP_LOCK_TIMEOUT, FLASHCPP_FLASHINFER_DIR (the flashinfer package dir or its data/ dir; else
-  ///   the build tree's pinned wheel), FLASHCPP_TVM_FFI_INCLUDE (else the build tree's pinned wheel).
+  ///   FLASHCPP_JIT_JOBS, FLASHCPP_LOCK_TIMEOUT, FLASHCPP_FLASHINFER_DIR (the flashinfer package dir or its data/
+  ///   dir; else the build tree's pinned wheel), FLASHCPP_TVM_FFI_INCLUDE (else the build tree's pinned wheel;
+  ///   neither build-tree default with FLASHCPP_NO_BUILD_DEPS=1). FLASHCPP_JIT_JOBS, FLASHCPP_LOCK_TIMEOUT and
+  ///   FLASHCPP_CACHE_DIR are checked strictly (an integer in [0, 4096]; seconds in (0, 86400]; a directory):
+  ///   anything else is an invalid_argument error.
   ///   The CUDA toolkit comes from CUDA_HOME / CUDA_PATH, else nvcc on PATH, else /usr/local/cuda;
   ///   the host compiler from CXX (else c++).
   static BuildOptions from_env();

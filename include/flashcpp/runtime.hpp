@@ -23,7 +23,8 @@ struct RuntimeOptions {
   /// Consult the prebuilt jit-cache artifacts and the module builder after module_dirs.
   bool use_artifacts = true;
   JitPolicy jit = JitPolicy::automatic;
-  /// Reads FLASHCPP_TVM_FFI_LIB, FLASHCPP_MODULE_PATH, FLASHCPP_JIT.
+  /// Reads FLASHCPP_TVM_FFI_LIB, FLASHCPP_MODULE_PATH, FLASHCPP_JIT (auto, off or force: anything else is an
+  /// invalid_argument error naming the variable).
   static RuntimeOptions from_env();
 };
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "artifacts/internal.hpp"
+#include "core/env.hpp"
 #include "flashcpp/artifacts_manifest.hpp"
 
 namespace flashcpp::artifacts {
@@ -48,52 +49,6 @@ std::optional<std::string> pip_conf_index_url(const fs::path& file) {
   return found;
 }
 
-double env_seconds(const char* name, double fallback) {
-  const auto v = getenv_str(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  const double d = std::strtod(v->c_str(), &end);
-  if (end == v->c_str() || *end != 0 || !(d > 0) || d > 86400)
-    throw_error(ErrorCode::invalid_argument,
-                std::string("environment variable ") + name + " must be a number of seconds in (0, 86400]; got '" + *v + "'");
-  return d;
-}
-
-// A byte count: digits with an optional binary suffix K, M, G or T (KiB ... TiB), within [lo, 2^50].
-std::uint64_t env_bytes(const char* name, std::uint64_t fallback, std::uint64_t lo) {
-  const auto v = getenv_str(name);
-  if (!v) return fallback;
-  constexpr std::uint64_t kMax = std::uint64_t{1} << 50;
-  const auto bad = [&]() -> std::uint64_t {
-    throw_error(ErrorCode::invalid_argument, std::string("environment variable ") + name + " must be a byte count in [" +
-                                                 std::to_string(lo) + ", 2^50], optionally with a K/M/G/T suffix; got '" +
-                                                 *v + "'");
-  };
-  std::uint64_t n = 0;
-  size_t i = 0;
-  for (; i < v->size() && (*v)[i] >= '0' && (*v)[i] <= '9'; ++i) {
-    n = n * 10 + static_cast<std::uint64_t>((*v)[i] - '0');
-    if (n > kMax) return bad();
-  }
-  if (i == 0) return bad();
-  int shift = 0;
-  if (i + 1 == v->size()) {
-    switch ((*v)[i]) {
-      case 'K': case 'k': shift = 10; break;
-      case 'M': case 'm': shift = 20; break;
-      case 'G': case 'g': shift = 30; break;
-      case 'T': case 't': shift = 40; break;
-      default: return bad();
-    }
-  } else if (i != v->size()) {
-    return bad();
-  }
-  if (n > (kMax >> shift)) return bad();
-  n <<= shift;
-  if (n < lo) return bad();
-  return n;
-}
-
 std::vector<fs::path> split_paths(const std::string& s) {
   std::vector<fs::path> out;
   std::stringstream ss(s);
@@ -108,7 +63,7 @@ std::vector<fs::path> split_paths(const std::string& s) {
 Config Config::from_env() {
   Config c;
   const auto home = getenv_str("HOME");
-  if (auto d = getenv_str("FLASHCPP_CACHE_DIR"))
+  if (auto d = env::directory("FLASHCPP_CACHE_DIR"))
     c.cache_dir = *d;
   else if (auto x = getenv_str("XDG_CACHE_HOME"))
     c.cache_dir = fs::path(*x) / "flashcpp";
@@ -126,11 +81,11 @@ Config Config::from_env() {
   if (auto v = getenv_str("VIRTUAL_ENV")) c.python_prefixes.emplace_back(*v);
   if (auto v = getenv_str("CONDA_PREFIX")) c.python_prefixes.emplace_back(*v);
   // Last resort: the build tree's unpacked pinned wheels, so programs started from a build work offline.
-  if (getenv_str("FLASHCPP_NO_BUILD_DEPS").value_or("0") != "1" && *generated::kBuildDepsDir)
+  if (!env::flag("FLASHCPP_NO_BUILD_DEPS") && *generated::kBuildDepsDir)
     c.python_prefixes.emplace_back(generated::kBuildDepsDir);
 
-  if (auto v = getenv_str("FLASHCPP_OFFLINE")) c.offline = (*v != "0");
-  if (auto v = getenv_str("FLASHCPP_CACHE_SHARED")) c.shared_cache = (*v != "0");
+  c.offline = env::flag("FLASHCPP_OFFLINE", c.offline);
+  c.shared_cache = env::flag("FLASHCPP_CACHE_SHARED", c.shared_cache);
 
   if (auto v = getenv_str("FLASHCPP_INDEX_URL")) {
     c.index_url = *v, c.index_url_source = "FLASHCPP_INDEX_URL";
@@ -157,30 +112,17 @@ Config Config::from_env() {
       }
   }
 
-  c.connect_timeout_s = env_seconds("FLASHCPP_CONNECT_TIMEOUT", c.connect_timeout_s);
-  c.stall_timeout_s = env_seconds("FLASHCPP_STALL_TIMEOUT", c.stall_timeout_s);
-  if (auto v = getenv_str("FLASHCPP_RETRIES")) {
-    char* end = nullptr;
-    const long n = std::strtol(v->c_str(), &end, 10);
-    if (end == v->c_str() || *end != 0 || n < 0 || n > 100)
-      throw_error(ErrorCode::invalid_argument, "environment variable FLASHCPP_RETRIES must be an integer in [0, 100]; got '" + *v + "'");
-    c.max_retries = static_cast<int>(n);
-  }
-  c.deadline_s = env_seconds("FLASHCPP_DOWNLOAD_DEADLINE", c.deadline_s);
-  c.min_rate_bytes_per_s = env_bytes("FLASHCPP_MIN_RATE", c.min_rate_bytes_per_s, 0);
-  c.min_rate_window_s = env_seconds("FLASHCPP_MIN_RATE_TIME", c.min_rate_window_s);
-  c.max_wheel_bytes = env_bytes("FLASHCPP_MAX_WHEEL_BYTES", c.max_wheel_bytes, 1);
-  c.min_free_bytes = env_bytes("FLASHCPP_MIN_FREE_BYTES", c.min_free_bytes, 0);
-  c.max_extract_bytes = env_bytes("FLASHCPP_MAX_EXTRACT_BYTES", c.max_extract_bytes, 1);
-  if (auto v = getenv_str("FLASHCPP_MAX_COMPRESSION_RATIO")) {
-    char* end = nullptr;
-    const double r = std::strtod(v->c_str(), &end);
-    if (end == v->c_str() || *end != 0 || !(r >= 1) || r > 1e6)
-      throw_error(ErrorCode::invalid_argument,
-                  "environment variable FLASHCPP_MAX_COMPRESSION_RATIO must be a number in [1, 1e6]; got '" + *v + "'");
-    c.max_compression_ratio = r;
-  }
-  c.lock_timeout_s = env_seconds("FLASHCPP_LOCK_TIMEOUT", c.lock_timeout_s);
+  c.connect_timeout_s = env::seconds("FLASHCPP_CONNECT_TIMEOUT").value_or(c.connect_timeout_s);
+  c.stall_timeout_s = env::seconds("FLASHCPP_STALL_TIMEOUT").value_or(c.stall_timeout_s);
+  c.max_retries = static_cast<int>(env::integer("FLASHCPP_RETRIES").value_or(c.max_retries));
+  c.deadline_s = env::seconds("FLASHCPP_DOWNLOAD_DEADLINE").value_or(c.deadline_s);
+  c.min_rate_bytes_per_s = env::bytes("FLASHCPP_MIN_RATE").value_or(c.min_rate_bytes_per_s);
+  c.min_rate_window_s = env::seconds("FLASHCPP_MIN_RATE_TIME").value_or(c.min_rate_window_s);
+  c.max_wheel_bytes = env::bytes("FLASHCPP_MAX_WHEEL_BYTES").value_or(c.max_wheel_bytes);
+  c.min_free_bytes = env::bytes("FLASHCPP_MIN_FREE_BYTES").value_or(c.min_free_bytes);
+  c.max_extract_bytes = env::bytes("FLASHCPP_MAX_EXTRACT_BYTES").value_or(c.max_extract_bytes);
+  c.max_compression_ratio = env::number("FLASHCPP_MAX_COMPRESSION_RATIO").value_or(c.max_compression_ratio);
+  c.lock_timeout_s = env::seconds("FLASHCPP_LOCK_TIMEOUT").value_or(c.lock_timeout_s);
   if (auto v = getenv_str("FLASHCPP_MANIFEST")) c.manifest_file = *v;
   return c;
 }

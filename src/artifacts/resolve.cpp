@@ -1,4 +1,6 @@
-// Resolution of pinned artifacts: override -> installed package -> cache -> download; cache maintenance.
+// Resolution of pinned artifacts: override -> (libtvm_ffi: beside libflashcpp) -> installed package -> cache ->
+// download; cache maintenance.
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -312,9 +314,20 @@ fs::path ensure_wheel(const Config& cfg, const WheelPin& pin) {
   return file;
 }
 
+// The libtvm_ffi.so `cmake --install` puts beside libflashcpp, so an installed prefix works wherever it is moved.
+std::optional<fs::path> tvm_ffi_beside_this_library() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<const void*>(&resolve_tvm_ffi_library), &info) == 0 || info.dli_fname == nullptr)
+    return std::nullopt;
+  const fs::path p = (fs::path(info.dli_fname).parent_path() / "libtvm_ffi.so").lexically_normal();
+  return is_file(p) ? std::optional<fs::path>(p) : std::nullopt;
+}
+
 fs::path resolve_tvm_ffi_library(const Config& cfg) {
   static const Artifact a{"tvm_ffi", "apache_tvm_ffi", "lib/libtvm_ffi.so", "tvm_ffi/lib/libtvm_ffi.so", "FLASHCPP_TVM_FFI",
                           usable_file};
+  if (cfg.tvm_ffi_override.empty())
+    if (auto p = tvm_ffi_beside_this_library()) return *p;
   return *resolve_artifact(cfg, cfg.manifest().tvm_ffi, cfg.tvm_ffi_override, a, Miss::throw_error);
 }
 

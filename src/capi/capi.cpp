@@ -1,6 +1,10 @@
 #include "capi/capi.hpp"
 
+#include <atomic>
+#include <mutex>
 #include <span>
+
+#include "runtime/runtime_internal.hpp"
 
 namespace flashcpp::capi {
 thread_local std::string t_last_error;
@@ -13,9 +17,25 @@ void set_last_error(std::string message) noexcept {
 }
 void clear_last_error() noexcept { t_last_error.clear(); }
 
-const Runtime& default_runtime() {
-  static const std::shared_ptr<Runtime> rt = Runtime::create();
-  return *rt;
+std::shared_ptr<const Runtime> default_runtime() {
+  // A runtime that started is kept for the process, and handed out without touching a reference count (the
+  // aliasing constructor with no owner): the hot path is one atomic load. One that could not start
+  // (Runtime::Impl::failed) reports why after the op's argument checks, and the next call tries again.
+  static std::atomic<const Runtime*> started{nullptr};
+  if (const Runtime* rt = started.load(std::memory_order_acquire))
+    return std::shared_ptr<const Runtime>(std::shared_ptr<const Runtime>(), rt);
+  static std::mutex mu;
+  static std::shared_ptr<const Runtime> owner;
+  std::lock_guard lock(mu);
+  if (!owner) {
+    try {
+      owner = Runtime::create();
+    } catch (const Error& e) {
+      return Runtime::Impl::failed(e);
+    }
+    started.store(owner.get(), std::memory_order_release);
+  }
+  return owner;
 }
 
 flashcpp_status status_of(ErrorCode code) noexcept {

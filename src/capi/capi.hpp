@@ -37,8 +37,9 @@ flashcpp_status guard(Fn&& fn) noexcept {
   }
 }
 
-/// The C ABI's one process-wide Runtime, created from the environment on first use (thread-safe).
-const Runtime& default_runtime();
+/// The C ABI's one process-wide Runtime, created from the environment on first use (thread-safe). When it
+/// cannot start, a Runtime that throws the reason at its first module lookup (after the op's argument checks).
+std::shared_ptr<const Runtime> default_runtime();
 
 /// Converts and checks a C tensor (rank, dtype and device codes). `name` is used in messages.
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name);

@@ -33,7 +33,7 @@ template <class Fn>
 flashcpp_status norm_call(const char* op, const flashcpp_tensor* a, const char* an, const flashcpp_tensor* b,
                           const char* bn, const flashcpp_tensor* w, double eps, int32_t pdl, void* stream, Fn fn) {
   return guard([&] {
-    fn(default_runtime(), to_view(a, op, an), to_view(b, op, bn), to_view(w, op, "weight"), norm_options(eps, pdl),
+    fn(*default_runtime(), to_view(a, op, an), to_view(b, op, bn), to_view(w, op, "weight"), norm_options(eps, pdl),
        as_stream(stream));
   });
 }
@@ -109,7 +109,7 @@ flashcpp_status flashcpp_append_paged_kv_cache(const flashcpp_tensor* k, const f
                                                const flashcpp_paged_kv_cache* cache, void* stream) {
   constexpr const char* op = "append_paged_kv_cache";
   return guard([&] {
-    append_paged_kv_cache(default_runtime(), to_view(k, op, "append_key"), to_view(v, op, "append_value"),
+    append_paged_kv_cache(*default_runtime(), to_view(k, op, "append_key"), to_view(v, op, "append_value"),
                           to_view(bi, op, "batch_indices"), to_view(pos, op, "positions"), to_cache(cache, op),
                           as_stream(stream));
   });
@@ -125,7 +125,7 @@ flashcpp_status flashcpp_append_paged_mla_kv_cache(const flashcpp_tensor* ckv, c
     PagedMlaKvCache c{to_view(ckv_cache, op, "ckv_cache"), to_view(kpe_cache, op, "kpe_cache"),
                       to_view(indices, op, "indices"), to_view(indptr, op, "indptr"),
                       to_view(last_page_len, op, "last_page_len")};
-    append_paged_mla_kv_cache(default_runtime(), to_view(ckv, op, "append_ckv"), to_view(kpe, op, "append_kpe"),
+    append_paged_mla_kv_cache(*default_runtime(), to_view(ckv, op, "append_ckv"), to_view(kpe, op, "append_kpe"),
                               to_view(bi, op, "batch_indices"), to_view(pos, op, "positions"), c, as_stream(stream));
   });
 }
@@ -153,7 +153,7 @@ flashcpp_status flashcpp_single_prefill(const flashcpp_tensor* q, const flashcpp
     TensorView l, t;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
     to_optional_view(tmp, op, "tmp", t);
-    single_prefill(default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
+    single_prefill(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
                    has_lse ? &l : nullptr, t, o, as_stream(stream));
   });
 }
@@ -174,7 +174,7 @@ flashcpp_status flashcpp_single_decode(const flashcpp_tensor* q, const flashcpp_
     TensorView l, t;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
     to_optional_view(tmp, op, "tmp", t);
-    single_decode(default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
+    single_decode(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
                   has_lse ? &l : nullptr, t, o, as_stream(stream));
   });
 }
@@ -230,7 +230,7 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
     if (c.kv_storage == KvStorage::paged) ip.kv_last_page_len = to_view(last, op, "kv_last_page_len_host");
     TensorView idx;
     if (to_optional_view(indices, op, "kv_indices_host", idx)) ip.kv_indices = &idx;
-    auto plan = BatchPrefillPlan::create(default_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
+    auto plan = BatchPrefillPlan::create(*default_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
     *out_plan = new flashcpp_batch_prefill_plan{std::move(plan)};
   });
 }
@@ -303,7 +303,7 @@ flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_co
     ip.kv_last_page_len = to_view(last, op, "kv_last_page_len_host");
     TensorView idx;
     if (to_optional_view(indices, op, "kv_indices_host", idx)) ip.kv_indices = &idx;
-    auto plan = BatchDecodePlan::create(default_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
+    auto plan = BatchDecodePlan::create(*default_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
     *out_plan = new flashcpp_batch_decode_plan{std::move(plan)};
   });
 }

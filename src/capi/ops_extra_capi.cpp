@@ -62,7 +62,7 @@ flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* 
     if (c->sm_scale != 0.0) cfg.sm_scale = c->sm_scale;
     Workspace ws{capi::to_view(fw, op, "float_workspace"), capi::to_view(iw, op, "int_workspace"),
                  capi::to_view(pw, op, "pinned_int_workspace")};
-    auto plan = BatchMlaPlan::create(default_runtime(), ws, capi::to_view(qo, op, "qo_indptr_host"),
+    auto plan = BatchMlaPlan::create(*default_runtime(), ws, capi::to_view(qo, op, "qo_indptr_host"),
                                      capi::to_view(kvp, op, "kv_indptr_host"), capi::to_view(kvl, op, "kv_len_host"),
                                      cfg, static_cast<cudaStream_t>(stream));
     *out = new flashcpp_batch_mla_plan{std::move(plan)};
@@ -103,7 +103,7 @@ flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* a, void* s
     g.alpha = optional(a->alpha, op, "alpha", alpha);
     g.beta = optional(a->beta, op, "beta", beta);
     g.workspace = optional(a->workspace, op, "workspace", ws);
-    gdn_prefill(default_runtime(), g, {.scale = a->scale}, static_cast<cudaStream_t>(stream));
+    gdn_prefill(*default_runtime(), g, {.scale = a->scale}, static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -131,7 +131,7 @@ flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config
     cfg.quantization = static_cast<MoeQuantization>(c->quantization);
     cfg.backend = static_cast<MoeBackend>(c->backend);
     cfg.device = c->device;
-    *out = new flashcpp_fused_moe_runner{FusedMoeRunner::create(default_runtime(), cfg)};
+    *out = new flashcpp_fused_moe_runner{FusedMoeRunner::create(*default_runtime(), cfg)};
   });
 }
 

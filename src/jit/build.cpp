@@ -23,6 +23,7 @@
 
 #include "core/file_lock.hpp"
 #include "ffi/trust.hpp"
+#include "core/env.hpp"
 #include "jit/jit.hpp"
 
 extern char** environ;
@@ -152,7 +153,7 @@ fs::path lock_path(const fs::path& root, const std::string& uri) {
 }
 
 fs::path default_cache_dir() {
-  if (auto v = env("FLASHCPP_CACHE_DIR"); !v.empty()) return v;
+  if (auto v = flashcpp::env::directory("FLASHCPP_CACHE_DIR")) return *v;
   if (auto v = env("XDG_CACHE_HOME"); !v.empty()) return fs::path(v) / "flashcpp";
   if (auto v = env("HOME"); !v.empty()) return fs::path(v) / ".cache" / "flashcpp";
   return fs::temp_directory_path() / "flashcpp-cache";
@@ -292,27 +293,15 @@ void check_inputs(const BuildOptions& o) {
 BuildOptions BuildOptions::from_env() {
   BuildOptions o;
   o.cache_dir = default_cache_dir();
-  if (auto v = env("FLASHCPP_CACHE_SHARED"); !v.empty()) o.shared_cache = v != "0";
+  o.shared_cache = flashcpp::env::flag("FLASHCPP_CACHE_SHARED", o.shared_cache);
   if (auto v = env("FLASHCPP_CUDA_ARCH_LIST"); !v.empty()) o.cuda_archs = split_list(v);
   else if (auto v2 = env("FLASHINFER_CUDA_ARCH_LIST"); !v2.empty()) o.cuda_archs = split_list(v2);
-  if (auto v = env("FLASHCPP_JIT_JOBS"); !v.empty()) {
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (!end || *end != '\0' || n < 0 || n > 4096)
-      throw Error(ErrorCode::invalid_argument, "FLASHCPP_JIT_JOBS must be a non-negative integer; got '" + v + "'");
-    o.jobs = static_cast<int>(n);
-  }
-  const fs::path deps = FLASHCPP_DEFAULT_DEPS_DIR;
+  if (auto n = flashcpp::env::integer("FLASHCPP_JIT_JOBS")) o.jobs = static_cast<int>(*n);
+  // The build tree's unpacked wheels, unless FLASHCPP_NO_BUILD_DEPS=1 (as for the artifacts layer).
+  const fs::path deps = flashcpp::env::flag("FLASHCPP_NO_BUILD_DEPS") ? fs::path() : fs::path(FLASHCPP_DEFAULT_DEPS_DIR);
   if (auto v = env("FLASHCPP_FLASHINFER_DIR"); !v.empty()) o.flashinfer_data_dir = resolve_flashinfer_data(v);
   else if (!deps.empty()) o.flashinfer_data_dir = deps / "flashinfer_python" / "flashinfer" / "data";
-  if (auto v = env("FLASHCPP_LOCK_TIMEOUT"); !v.empty()) {
-    char* end = nullptr;
-    const double d = std::strtod(v.c_str(), &end);
-    if (end == v.c_str() || *end != '\0' || !(d > 0) || d > 86400)
-      throw Error(ErrorCode::invalid_argument,
-                  "FLASHCPP_LOCK_TIMEOUT must be a number of seconds in (0, 86400]; got '" + v + "'");
-    o.lock_timeout_s = d;
-  }
+  o.lock_timeout_s = flashcpp::env::seconds("FLASHCPP_LOCK_TIMEOUT").value_or(o.lock_timeout_s);
   if (auto v = env("FLASHCPP_TVM_FFI_INCLUDE"); !v.empty()) o.tvm_ffi_include_dir = v;
   else if (!deps.empty()) o.tvm_ffi_include_dir = deps / "apache_tvm_ffi" / "tvm_ffi" / "include";
   return o;

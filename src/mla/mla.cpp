@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "core/check.hpp"
+#include "core/env.hpp"
 #include "mla/decode_schedule.hpp"
 #include "mla/fp8_v32.hpp"
 #include "mla/fp8_v4.hpp"
@@ -66,8 +67,7 @@ void require_supported(const char* op, int device_id) {
 
 std::atomic<bool>& force_simple_flag() {
   static std::atomic<bool> flag{[] {
-    const char* v = std::getenv("FLASHCPP_MLA_FORCE_SIMPLE");
-    return v != nullptr && v[0] == '1';
+    return env::flag("FLASHCPP_MLA_FORCE_SIMPLE");
   }()};
   return flag;
 }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla::kernels {
@@ -44,8 +45,8 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p) {
 namespace {
 std::atomic<SparseKernel>& fp8_kernel_flag() {
   static std::atomic<SparseKernel> flag{[] {
-    const char* v = std::getenv("FLASHCPP_MLA_FP8_KERNEL");
-    return v != nullptr && std::strcmp(v, "wgmma") == 0 ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90;
+    return env::choice("FLASHCPP_MLA_FP8_KERNEL").value_or("mma") == "wgmma" ? SparseKernel::wgmma_sm90
+                                                                             : SparseKernel::mma_sm90;
   }()};
   return flag;
 }

@@ -1,6 +1,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/env.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp {
@@ -20,17 +21,13 @@ RuntimeOptions RuntimeOptions::from_env() {
   RuntimeOptions o;
   if (const char* p = std::getenv("FLASHCPP_TVM_FFI_LIB"); p && *p) o.tvm_ffi_library = p;
   o.module_dirs = split_path_list(std::getenv("FLASHCPP_MODULE_PATH"));
-  if (const char* j = std::getenv("FLASHCPP_JIT"); j && *j) {
-    std::string v(j);
-    if (v == "auto") o.jit = JitPolicy::automatic;
-    else if (v == "off") o.jit = JitPolicy::off;
-    else if (v == "force") o.jit = JitPolicy::force;
-    else throw Error(ErrorCode::invalid_argument, "FLASHCPP_JIT must be auto, off or force; got '" + v + "'");
-  }
+  if (const auto j = env::choice("FLASHCPP_JIT"))
+    o.jit = *j == "off" ? JitPolicy::off : *j == "force" ? JitPolicy::force : JitPolicy::automatic;
   return o;
 }
 
 std::shared_ptr<ffi::ModuleLibrary> Runtime::Impl::module(const std::string& uri) {
+  if (startup_error) throw *startup_error;
   std::lock_guard lock(mu);
   if (auto it = modules.find(uri); it != modules.end()) return it->second;
   for (const auto& source : sources) {
@@ -41,6 +38,12 @@ std::shared_ptr<ffi::ModuleLibrary> Runtime::Impl::module(const std::string& uri
     }
   }
   throw Error(ErrorCode::not_found, "FlashInfer module '" + uri + "' is not available. " + module_help(uri, options));
+}
+
+std::shared_ptr<Runtime> Runtime::Impl::failed(Error error) {
+  auto impl = std::make_unique<Impl>();
+  impl->startup_error = std::move(error);
+  return std::shared_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -3,10 +3,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "ffi/ffi.hpp"
+#include "flashcpp/error.hpp"
 #include "flashcpp/runtime.hpp"
 
 namespace flashcpp {
@@ -28,8 +30,16 @@ struct Runtime::Impl {
   mutable std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<ffi::ModuleLibrary>> modules;
 
+  /// Set on a Runtime that could not start (see failed()): every module lookup throws it.
+  std::optional<Error> startup_error;
+
   /// The module for `uri`, loading it on first use (thread-safe). Throws not_found with a help text.
   std::shared_ptr<ffi::ModuleLibrary> module(const std::string& uri);
+
+  /// A Runtime whose creation failed with `error` (an invalid FLASHCPP_* setting, no libtvm_ffi). It throws the
+  /// error at its first module lookup, which every op makes after its own argument checks: the C ABI's implicit
+  /// runtime reports a caller's bad argument before a bad environment.
+  static std::shared_ptr<Runtime> failed(Error error);
 };
 
 /// Shorthand used by ops: the module for `uri` of runtime `rt`.

@@ -270,6 +270,28 @@ TEST_F(ArtifactsTest, ConfigFromEnvironment) {
   EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_LOCK_TIMEOUT");
 }
 
+TEST_F(ArtifactsTest, SwitchesAreZeroOrOneAndTheCacheDirIsADirectory) {
+  EnvGuard env;
+  clear_all(env);
+  env.set("FLASHCPP_CACHE_DIR", (tmp / "cache").string());
+  env.set("FLASHCPP_OFFLINE", "0");
+  EXPECT_FALSE(Config::from_env().offline);
+  for (const char* v : {"yes", "false", "true", "on", "01"}) {
+    SCOPED_TRACE(v);
+    env.set("FLASHCPP_OFFLINE", v);
+    EXPECT_THROW_CODE(Config::from_env(), invalid_argument,
+                      std::string("environment variable FLASHCPP_OFFLINE must be one of 0, 1; got '") + v + "'");
+  }
+  env.unset("FLASHCPP_OFFLINE");
+  env.set("FLASHCPP_NO_BUILD_DEPS", "yes");
+  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_NO_BUILD_DEPS must be one of 0, 1");
+  env.unset("FLASHCPP_NO_BUILD_DEPS");
+  const fs::path file = tmp / "a-file";
+  std::ofstream(file) << "x";
+  env.set("FLASHCPP_CACHE_DIR", file.string());
+  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_CACHE_DIR must be a directory");
+}
+
 TEST_F(ArtifactsTest, BuiltinManifestIsPinned) {
   const Manifest m = Manifest::builtin();
   EXPECT_TRUE(m.cuda_tag == "cu130" || m.cuda_tag == "cu131") << m.cuda_tag;

@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <array>
+#include <fstream>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+
+#include "flashcpp/cuda.hpp"
 
 namespace {
 
@@ -62,15 +65,144 @@ TEST(Cli, CacheLsOnAnEmptyCache) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-TEST(Cli, UnknownSubcommandFails) {
-  const CliRun r = run("no-such-command");
-  EXPECT_NE(r.exit_code, 0);
+TEST(Cli, UnknownSubcommandIsNamedWithUsageStatus) {
+  CliRun r = run("bogus");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown subcommand 'bogus'"), std::string::npos) << r.output;
+  r = run("cache bogus");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("flashcpp cache: unknown subcommand 'bogus'"), std::string::npos) << r.output;
 }
 
 TEST(Cli, FetchOfflineWithColdCacheSaysWhatToSet) {
   const CliRun r = run("fetch --skip-jit-cache", "FLASHCPP_OFFLINE=1 FLASHCPP_NO_BUILD_DEPS=1 FLASHCPP_CACHE_DIR='" + temp_cache() + "/cold'");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("FLASHCPP_OFFLINE"), std::string::npos) << r.output;
+}
+
+}  // namespace
+
+namespace {
+
+// The exit statuses every command shares (README): 0 ok, 1 failure, 2 usage, 3 unsupported here.
+constexpr int kUsage = 2, kUnsupported = 3;
+
+bool contains(const CliRun& r, const std::string& s) { return r.output.find(s) != std::string::npos; }
+bool crashed(const CliRun& r) { return r.exit_code < 0 || contains(r, "unexpected error"); }
+
+TEST(Cli, DemoRefusesHeadDimZero) {
+  const CliRun r = run("demo --cpu --head-dim 0");
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "--head-dim")) << r.output;
+}
+
+TEST(Cli, DemoRefusesANegativeHeadDim) {
+  for (const char* args : {"demo --cpu --head-dim -5", "demo --cpu --head-dim=-5", "demo --cpu --head-dim 96"}) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.exit_code, kUsage) << args << "\n" << r.output;
+    EXPECT_FALSE(crashed(r)) << r.output;
+  }
+}
+
+TEST(Cli, DemoRefusesAContextThatWouldExceedMemoryNamingTheSize) {
+  const CliRun r = run("demo --cpu --context 1048576 --batch 4096 --kv-heads 64 --qo-heads 64 --head-dim 256");
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "--context")) << r.output;
+  EXPECT_TRUE(contains(r, "GiB of host memory; this machine has")) << r.output;
+}
+
+TEST(Cli, DemoRefusesQueryHeadsThatAreNotAMultipleOfKvHeads) {
+  const CliRun r = run("demo --cpu --qo-heads 12 --kv-heads 8");
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "must be a multiple of --kv-heads (8); got 12")) << r.output;
+}
+
+TEST(Cli, HelpShowsDefaults) {
+  const CliRun r = run("demo --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "1024")) << r.output;  // --context
+  EXPECT_TRUE(contains(r, "auto")) << r.output;  // --backend
+}
+
+TEST(Cli, InvalidJitSettingIsReportedByDoctorAndRefusedByCommands) {
+  const std::string env = "FLASHCPP_JIT=bogus FLASHCPP_CACHE_DIR='" + temp_cache() + "'";
+  const CliRun doctor = run("doctor", env);
+  EXPECT_EQ(doctor.exit_code, 1) << doctor.output;
+  EXPECT_TRUE(contains(doctor, "FLASHCPP_JIT must be one of auto, off, force; got 'bogus'")) << doctor.output;
+  for (const char* cmd : {"demo --cpu --batch 1 --context 8", "build --list", "fetch --offline --skip-jit-cache", "cache ls"}) {
+    const CliRun r = run(cmd, env);
+    EXPECT_EQ(r.exit_code, kUsage) << cmd << "\n" << r.output;
+    EXPECT_TRUE(contains(r, "FLASHCPP_JIT must be one of auto, off, force")) << cmd << "\n" << r.output;
+  }
+}
+
+TEST(Cli, AnArgumentErrorComesBeforeAnInvalidSetting) {
+  const CliRun r = run("demo --cpu --head-dim 0", "FLASHCPP_JIT=bogus");
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "--head-dim")) << r.output;
+  EXPECT_FALSE(contains(r, "FLASHCPP_JIT")) << r.output;
+}
+
+TEST(Cli, OfflineSettingIsZeroOrOne) {
+  for (const char* v : {"yes", "false", "true", "2"}) {
+    const std::string env = std::string("FLASHCPP_OFFLINE=") + v + " FLASHCPP_CACHE_DIR='" + temp_cache() + "'";
+    const CliRun doctor = run("doctor", env);
+    EXPECT_EQ(doctor.exit_code, 1) << v << "\n" << doctor.output;
+    EXPECT_TRUE(contains(doctor, std::string("FLASHCPP_OFFLINE must be one of 0, 1; got '") + v + "'")) << doctor.output;
+    const CliRun ls = run("cache ls", env);
+    EXPECT_EQ(ls.exit_code, kUsage) << ls.output;
+    EXPECT_TRUE(contains(ls, "FLASHCPP_OFFLINE")) << ls.output;
+  }
+}
+
+TEST(Cli, CacheDirThatIsAFileIsRefusedByDoctorAndCache) {
+  const std::string file = temp_cache() + "/not_a_dir";
+  std::ofstream(file) << "x";
+  const std::string env = "FLASHCPP_CACHE_DIR='" + file + "'";
+  const CliRun doctor = run("doctor", env);
+  EXPECT_EQ(doctor.exit_code, 1) << doctor.output;
+  EXPECT_TRUE(contains(doctor, "FLASHCPP_CACHE_DIR must be a directory")) << doctor.output;
+  for (const char* cmd : {"cache ls", "cache prune", "build --print-root"}) {
+    const CliRun r = run(cmd, env);
+    EXPECT_EQ(r.exit_code, kUsage) << cmd << "\n" << r.output;
+    EXPECT_TRUE(contains(r, "FLASHCPP_CACHE_DIR must be a directory")) << cmd << "\n" << r.output;
+  }
+}
+
+TEST(Cli, DoctorWithoutAGpuSaysTheReferenceBackendRunsAndSucceeds) {
+  if (flashcpp::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present";
+  const CliRun r = run("doctor", "FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "reference backend")) << r.output;
+  EXPECT_TRUE(contains(r, "doctor: no problems found")) << r.output;
+}
+
+TEST(Cli, EveryBenchCommandWithoutAGpuExitsUnsupported) {
+  if (flashcpp::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present: the benchmarks would run";
+  for (const char* cmd : {"bench", "bench-extra", "mla-bench"}) {
+    const CliRun r = run(cmd, "FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
+    EXPECT_EQ(r.exit_code, kUnsupported) << cmd << "\n" << r.output;
+    EXPECT_TRUE(contains(r, "needs a CUDA GPU")) << cmd << "\n" << r.output;
+  }
+}
+
+TEST(Cli, QuietBuildKeepsTheFailureReason) {
+  const CliRun r = run("build -q --uri not_a_flashinfer_module", "FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "not_a_flashinfer_module")) << r.output;
+  EXPECT_GT(r.output.size(), std::string("not_a_flashinfer_module").size() + 40) << r.output;
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Cli, VersionReportsLibraryAbiPinsAndCuda) {
+  const CliRun r = run("--version");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("flashcpp 0.", 0), 0u) << r.output;
+  for (const char* part : {"(C ABI 1, ", "FlashInfer 0.6.3, ", "TVM-FFI 0.1.9, ", "built with CUDA 1"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Test support for sparse MLA: the FlashMLA golden cases (shared/data/flashmla-golden), random inputs,
+// Test support for sparse MLA: the FlashMLA golden cases (tests/data/flashmla-golden.tar.xz), random inputs,
 // bf16 helpers and FlashMLA-style comparisons. Header-only; used by the CPU (label mla) and GPU tests.
 #pragma once
 #include <gtest/gtest.h>
@@ -27,22 +27,23 @@ namespace flashcpp::mla_test {
 // ---------------------------------------------------------------------------------------------------
 // Golden data
 
-/// The golden directory: <source>/../shared/data/flashmla-golden, else $FLASHCPP_GOLDEN_DIR.
+/// The golden directory: $FLASHCPP_GOLDEN_DIR when set, else the repository's copy (tests/data/README.md),
+/// which CMake unpacks into the build tree.
 inline std::optional<std::filesystem::path> golden_dir() {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::path in_tree = fs::path(FLASHCPP_SOURCE_DIR) / ".." / "shared" / "data" / "flashmla-golden";
-  if (fs::is_directory(in_tree, ec)) return in_tree;
-  if (const char* env = std::getenv("FLASHCPP_GOLDEN_DIR"); env != nullptr && fs::is_directory(env, ec))
-    return fs::path(env);
+  if (const char* env = std::getenv("FLASHCPP_GOLDEN_DIR"); env != nullptr && *env != '\0')
+    return fs::is_directory(env, ec) ? std::optional<fs::path>(env) : std::nullopt;
+  const fs::path in_repo = FLASHCPP_GOLDEN_DEFAULT_DIR;
+  if (fs::is_directory(in_repo, ec)) return in_repo;
   return std::nullopt;
 }
 
 #define FLASHCPP_REQUIRE_GOLDEN(dir_var)                                                                  \
   auto dir_var##_opt = ::flashcpp::mla_test::golden_dir();                                                 \
   if (!dir_var##_opt)                                                                                      \
-    GTEST_SKIP() << "FlashMLA golden data not found: looked in <source>/../shared/data/flashmla-golden "   \
-                    "and $FLASHCPP_GOLDEN_DIR";                                                            \
+    GTEST_SKIP() << "FlashMLA golden data not found: $FLASHCPP_GOLDEN_DIR, or the repository's copy "      \
+                    "unpacked by CMake into " FLASHCPP_GOLDEN_DEFAULT_DIR;                                 \
   const std::filesystem::path dir_var = *dir_var##_opt
 
 struct GoldenTensor {
@@ -88,6 +89,20 @@ inline std::vector<std::string> golden_case_names(const std::filesystem::path& d
       names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+/// The first golden directory that holds cases named `prefix*`: golden_dir(), else the project's shared data
+/// beside the checkout (<source>/../shared/data/flashmla-golden). The repository copy leaves out the DeepSeek
+/// V4 ("model1_*") cases for size (16 MB of incompressible FP8 pages); the shared data has them.
+inline std::optional<std::filesystem::path> golden_dir_with(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> candidates;
+  if (auto d = golden_dir()) candidates.push_back(*d);
+  candidates.push_back(fs::path(FLASHCPP_SOURCE_DIR) / ".." / "shared" / "data" / "flashmla-golden");
+  for (const auto& d : candidates)
+    if (fs::is_directory(d, ec) && !golden_case_names(d, prefix).empty()) return d;
+  return std::nullopt;
 }
 
 inline GoldenCase load_golden(const std::filesystem::path& dir, const std::string& name) {

@@ -303,10 +303,8 @@ struct Bench {
 };
 
 int run_bench(const BenchOptions& o) {
-  if (cuda_device_count() == 0) {
-    std::fprintf(stderr, "flashcpp bench: no GPU found (the benchmarks time FlashInfer's kernels on a GPU)\n");
-    return 2;
-  }
+  if (cuda_device_count() == 0)
+    throw Error(ErrorCode::unsupported, "bench needs a CUDA GPU (it times FlashInfer's kernels); none was found");
   const DeviceInfo& info = device_info(0);
   int driver = 0;
   (void)cudaDriverGetVersion(&driver);
@@ -333,10 +331,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--op", o->ops,
                   "only these ops: rmsnorm gemma_rmsnorm fused_add_rmsnorm fused_qk_rmsnorm batch_decode "
                   "append_paged_kv_cache single_decode single_prefill batch_prefill_paged batch_prefill_ragged");
-  cmd->callback([o] {
+  cmd->callback(checked([o] {
     const int rc = run_bench(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);
-  });
+  }));
 }
 
 }  // namespace flashcpp::cli

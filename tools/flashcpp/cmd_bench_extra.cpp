@@ -182,8 +182,8 @@ void add_bench_extra_command(CLI::App& app) {
   cmd->add_option("--op", op, "mla, gdn, moe or all")->check(CLI::IsMember({"mla", "gdn", "moe", "all"}));
   cmd->add_option("--iters", iters, "timed iterations (median reported)")->check(CLI::Range(1, 100000));
   cmd->add_option("--device", device, "CUDA device");
-  cmd->callback([] {
-    if (cuda_device_count() == 0) throw Error(ErrorCode::unsupported, "bench-extra needs a CUDA GPU");
+  cmd->callback(checked([] {
+    if (cuda_device_count() == 0) throw Error(ErrorCode::unsupported, "bench-extra needs a CUDA GPU; none was found");
     DeviceGuard guard(device);
     const DeviceInfo& info = device_info(device);
     std::printf("%s (compute capability %d.%d, %d SMs)\n", info.name.c_str(), info.cc_major, info.cc_minor, info.sm_count);
@@ -202,7 +202,7 @@ void add_bench_extra_command(CLI::App& app) {
     }
     if (op == "gdn" || op == "all") run("gdn_prefill", [&] { bench_gdn(*rt, device, iters); });
     if (op == "moe" || op == "all") run("fused_moe", [&] { bench_moe(*rt, device, iters); });
-  });
+  }));
 }
 
 }  // namespace flashcpp::cli

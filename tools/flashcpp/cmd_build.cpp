@@ -29,7 +29,7 @@ void add_build_command(CLI::App& app) {
   cmd->add_flag("--quiet,-q", args->quiet, "Print only the summary");
   cmd->add_flag("--print-root", args->print_root,
                 "Print the directory modules of this configuration are published in (<cache>/jit/<key>) and exit");
-  cmd->callback([args] {
+  cmd->callback(checked([args] {
     if (args->list) {
       for (const auto& u : jit::default_uris()) std::printf("%s\n", u.c_str());
       return;
@@ -68,8 +68,14 @@ void add_build_command(CLI::App& app) {
       if (r.error) std::fprintf(stderr, "\n%s: %s\n", r.uri.c_str(), r.error->what());
     if (!results.empty() && !results.front().path.empty())
       std::printf("\nmodules: %s\n", results.front().path.parent_path().parent_path().string().c_str());
-    if (failed) throw Error(ErrorCode::unsupported, "build: " + std::to_string(failed) + " module(s) failed");
-  });
+    if (failed) {
+      // An unknown URI is a usage error; a module that does not compile is a failure.
+      bool usage = false;
+      for (const auto& r : results) usage = usage || (r.error && r.error->code() == ErrorCode::invalid_argument);
+      std::fprintf(stderr, "flashcpp: build: %d module(s) failed\n", failed);
+      throw CLI::RuntimeError(usage ? kExitUsage : kExitFailure);
+    }
+  }));
 }
 
 }  // namespace flashcpp::cli

@@ -3,7 +3,10 @@
 // With a GPU it runs FlashInfer's kernels through flashcpp (timed with CUDA events and host clocks) and
 // checks every result against the float64 reference; without one (or with --cpu) it runs the
 // reference backend and says so. Exit status 1 when a GPU result is outside its tolerance.
+#include <unistd.h>
+
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -86,6 +89,39 @@ Check compare(const std::vector<uint8_t>& got, DType dtype, HostDev& want, doubl
     else c.ok = false;
   }
   return c;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / 1073741824.0);
+  return buf;
+}
+
+// Rules the options must meet together, checked before anything is allocated: a usage error (exit status 2)
+// that names the option and, for sizes, the memory the run would need.
+void validate(const DemoOptions& o) {
+  if (o.num_qo_heads % o.num_kv_heads != 0)
+    throw CLI::ValidationError("--qo-heads", "must be a multiple of --kv-heads (" + std::to_string(o.num_kv_heads) +
+                                                 "); got " + std::to_string(o.num_qo_heads));
+  const int64_t pages = o.batch * ((o.context + o.page_size - 1) / o.page_size) + 1;  // <= 2^32 + 1: no overflow
+  if (pages > INT32_MAX)
+    throw CLI::ValidationError("--context", "gives " + std::to_string(pages) +
+                                                " KV pages (--batch x pages per request); the page indices are int32");
+  // Host: both caches, the step's activations in bf16 and float64-reference f32, and (GPU) one cache read back.
+  const bool gpu = !o.cpu && cuda_device_count() > 0;
+  const double cache = static_cast<double>(pages) * o.page_size * o.num_kv_heads * o.head_dim * 2;
+  const double acts = static_cast<double>(o.batch) * (o.num_qo_heads + 2 * o.num_kv_heads) * o.head_dim * 2 * 8;
+  const double host = (gpu ? 3 : 2) * cache + acts;
+  const long pages_of_memory = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
+  const double host_memory = static_cast<double>(pages_of_memory) * static_cast<double>(page_bytes);
+  if (pages_of_memory > 0 && page_bytes > 0 && host > host_memory)  // unknown size: nothing to compare with
+    throw CLI::ValidationError("--context", "with --batch " + std::to_string(o.batch) + ", --kv-heads " +
+                                                std::to_string(o.num_kv_heads) + " and --head-dim " +
+                                                std::to_string(o.head_dim) + " needs " + gib(host) +
+                                                " of host memory; this machine has " + gib(host_memory));
+  if (gpu && 2 * cache + acts > static_cast<double>(device_info(0).total_memory))
+    throw CLI::ValidationError("--context", "needs " + gib(2 * cache + acts) + " of GPU memory; GPU 0 has " +
+                                                gib(static_cast<double>(device_info(0).total_memory)));
 }
 
 int run_demo(const DemoOptions& o) {
@@ -253,13 +289,15 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--context", o->context, "tokens per request, the new one included")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--qo-heads", o->num_qo_heads, "query heads")->check(CLI::Range(1, 256));
   cmd->add_option("--kv-heads", o->num_kv_heads, "key/value heads")->check(CLI::Range(1, 256));
-  cmd->add_option("--head-dim", o->head_dim, "head dim (64, 128, 256)");
+  cmd->add_option("--head-dim", o->head_dim, "head dim (64, 128, 256)")->check(CLI::IsMember({64, 128, 256}));
   cmd->add_option("--page-size", o->page_size, "tokens per KV page")->check(CLI::Range(1, 1024));
   cmd->add_option("--seed", o->seed, "random seed (0: fresh)");
   cmd->add_option("--backend", o->backend, "decode path: auto, cuda_cores, tensor_cores")
       ->check(CLI::IsMember({"auto", "cuda_cores", "tensor_cores"}));
   cmd->add_flag("--cpu", o->cpu, "run the float64 reference backend even when a GPU is present");
   cmd->callback([o] {
+    validate(*o);
+    check_environment();
     const int rc = run_demo(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -156,20 +156,20 @@ void add_fetch_command(CLI::App& app) {
   cmd->add_option("--module", opts->modules, "Prebuilt module URI to extract (repeatable); nothing else is fetched");
   cmd->add_flag("--skip-jit-cache", opts->skip_jit_cache, "Skip the multi-GB flashinfer-jit-cache wheel");
   cmd->add_flag("--offline", opts->offline, "Never download (as FLASHCPP_OFFLINE=1)");
-  cmd->callback([opts] { run_fetch(*opts); });
+  cmd->callback(checked([opts] { run_fetch(*opts); }));
 }
 
 void add_cache_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("cache", "Inspect and maintain the artifact cache");
   cmd->require_subcommand(1);
-  cmd->add_subcommand("ls", "List cached wheels, partial downloads and extracted members")->callback(run_cache_ls);
-  cmd->add_subcommand("verify", "Re-hash every cached wheel; remove the corrupt ones")->callback(run_cache_verify);
+  cmd->add_subcommand("ls", "List cached wheels, partial downloads and extracted members")->callback(checked(run_cache_ls));
+  cmd->add_subcommand("verify", "Re-hash every cached wheel; remove the corrupt ones")->callback(checked(run_cache_verify));
   auto* prune = cmd->add_subcommand("prune", "Remove partial downloads and temporaries (and more, with flags)");
   auto unpinned = std::make_shared<bool>(false);
   auto everything = std::make_shared<bool>(false);
   prune->add_flag("--unpinned", *unpinned, "Also remove wheels and extractions the current manifest does not pin");
   prune->add_flag("--all", *everything, "Remove everything in the cache");
-  prune->callback([unpinned, everything] { run_cache_prune(*unpinned, *everything); });
+  prune->callback(checked([unpinned, everything] { run_cache_prune(*unpinned, *everything); }));
 }
 
 }  // namespace flashcpp::cli

@@ -260,13 +260,18 @@ void add_mla_bench_command(CLI::App& app) {
   auto fp8_kernel = std::make_shared<std::string>("");
   cmd->add_option("--fp8-kernel", *fp8_kernel, "Hopper kernel for FP8 decode: mma (default) or wgmma")
       ->check(CLI::IsMember({"mma", "wgmma"}));
-  cmd->callback([opts, only, fp8_kernel] {
+  cmd->callback(checked([opts, only, fp8_kernel] {
     MlaBenchOptions o = *opts;
     if (!fp8_kernel->empty())
       mla::kernels::set_fp8_decode_kernel(*fp8_kernel == "wgmma" ? mla::kernels::SparseKernel::wgmma_sm90
                                                                  : mla::kernels::SparseKernel::mma_sm90);
     if (only->first) o.decode = false;
     if (only->second) o.prefill = false;
+    if (cuda_device_count() == 0)
+      throw Error(ErrorCode::unsupported, "mla-bench needs a CUDA GPU (it times the sparse MLA kernels); none was found");
+    if (o.device < 0 || o.device >= cuda_device_count())
+      throw CLI::ValidationError("--device", "must be in [0, " + std::to_string(cuda_device_count()) + "); got " +
+                                                 std::to_string(o.device));
     mla::kernels::set_force_simple_kernel(o.simple);
     const auto s = mla::device_support(o.device);
     const DeviceInfo& info = device_info(o.device);
@@ -281,7 +286,7 @@ void add_mla_bench_command(CLI::App& app) {
     }
     if (o.prefill) bench_prefill(o, stream);
     if (o.decode) bench_decode(o, stream);
-  });
+  }));
 }
 
 }  // namespace flashcpp::cli

@@ -2,7 +2,30 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <functional>
+
+#include "flashcpp/error.hpp"
+
 namespace flashcpp::cli {
+
+/// The exit status of every command (main.cpp's header comment; README).
+enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitUnsupported = 3 };
+/// A flashcpp::Error's exit status: invalid_argument is a usage error, unsupported is 3, the rest 1.
+inline int exit_code(ErrorCode code) {
+  return code == ErrorCode::invalid_argument ? kExitUsage : code == ErrorCode::unsupported ? kExitUnsupported : kExitFailure;
+}
+
+/// Every invalid FLASHCPP_* setting as one invalid_argument error (doctor.cpp). Commands call it after their own
+/// option checks, so a bad command line is reported first; `doctor` reports the settings instead of failing.
+void check_environment();
+/// `fn` preceded by check_environment(): the callback of a command without option checks of its own.
+inline std::function<void()> checked(std::function<void()> fn) {
+  return [fn = std::move(fn)] {
+    check_environment();
+    fn();
+  };
+}
+
 void add_doctor_command(CLI::App& app);
 void add_build_command(CLI::App& app);
 void add_fetch_command(CLI::App& app);   // cmd_fetch.cpp: `flashcpp fetch`

@@ -1,11 +1,16 @@
-// `flashcpp doctor`: what this machine offers flashcpp. Exits 0 without a GPU.
+// `flashcpp doctor`: what this machine offers flashcpp, and what is missing or misconfigured.
+// Exit status 1 when something needed is missing or a setting is invalid (each problem says what to do);
+// a machine without a GPU is not a failure: the reference backend is what runs there.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
-
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "core/env.hpp"
 #include "ffi/ffi.hpp"
 #include "flashcpp/artifacts.hpp"
 #include "flashcpp/commands.hpp"
@@ -13,8 +18,11 @@
 #include "flashcpp/jit.hpp"
 
 namespace flashcpp::cli {
+namespace {
 
-static void print_cuda() {
+using Problems = std::vector<std::string>;
+
+int print_cuda() {
   int driver = 0, runtime = 0;
   const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
   (void)cudaRuntimeGetVersion(&runtime);
@@ -25,27 +33,33 @@ static void print_cuda() {
     std::printf("CUDA driver:   not found\n");
   const int n = cuda_device_count();
   if (n == 0) {
-    std::printf("GPUs:          no GPU found\n");
-    return;
+    std::printf("GPUs:          no GPU found: the float64 reference backend (flashcpp::reference, `flashcpp demo`) "
+                "is what runs here; FlashInfer's and the sparse MLA kernels need a CUDA GPU\n");
+    return 0;
   }
   for (int i = 0; i < n; ++i) {
     const DeviceInfo& d = device_info(i);
     std::printf("GPU %d:         %s, %d SMs, compute capability %d.%d, %.1f GiB, L2 %.0f MiB\n", i, d.name.c_str(),
                 d.sm_count, d.cc_major, d.cc_minor, d.total_memory / 1073741824.0, d.l2_bytes / 1048576.0);
   }
+  return n;
 }
 
-static void print_tvm_ffi(const artifacts::Config& cfg) {
+void print_tvm_ffi(const artifacts::Config& cfg, bool gpu, Problems& problems) {
   try {
     const auto path = artifacts::resolve_tvm_ffi_library(cfg);
     const ffi::Library& lib = ffi::Library::load(path);
     std::printf("libtvm_ffi:    %s (version %s)\n", lib.path().c_str(), lib.version_string().c_str());
   } catch (const Error& e) {
     std::printf("libtvm_ffi:    not available: %s\n", e.what());
+    // Only the GPU ops load it: without a GPU the reference backend runs and needs none.
+    if (gpu)
+      problems.push_back("libtvm_ffi is not available (the FlashInfer ops need it): run `flashcpp fetch "
+                         "--skip-jit-cache` with network access, or set FLASHCPP_TVM_FFI_LIB to a libtvm_ffi.so");
   }
 }
 
-static void print_cache(const artifacts::Config& cfg) {
+void print_cache(const artifacts::Config& cfg, Problems& problems) {
   std::printf("cache:         %s\n", cfg.cache_dir.c_str());
   try {
     const auto entries = artifacts::cache_list(cfg);
@@ -55,7 +69,12 @@ static void print_cache(const artifacts::Config& cfg) {
                   e.path.lexically_relative(cfg.cache_dir).c_str(), e.pinned ? "" : "  (not pinned)");
   } catch (const Error& e) {
     std::printf("               cannot list: %s\n", e.what());
+    problems.push_back("the cache " + cfg.cache_dir.string() + " cannot be read: " + e.message() +
+                       "; set FLASHCPP_CACHE_DIR to a directory you can write");
   }
+}
+
+void print_builder() {
   const jit::BuildOptions b = jit::BuildOptions::from_env();
   std::string why;
   const bool can = jit::can_build(b, &why);
@@ -74,13 +93,45 @@ static void print_cache(const artifacts::Config& cfg) {
   }
 }
 
+int run_doctor() {
+  Problems problems = env::problems();  // every FLASHCPP_* setting with a fixed form, checked first
+  for (const auto& p : problems) std::printf("environment:   %s\n", p.c_str());
+  std::optional<artifacts::Config> cfg;
+  try {
+    cfg = artifacts::Config::from_env();
+  } catch (const Error& e) {
+    if (std::find(problems.begin(), problems.end(), e.message()) == problems.end()) problems.push_back(e.message());
+  }
+  const bool gpu = print_cuda() > 0;
+  if (cfg) {
+    print_tvm_ffi(*cfg, gpu, problems);
+    print_cache(*cfg, problems);
+  }
+  if (problems.empty()) print_builder();  // reads the same settings; reported once above when invalid
+  if (problems.empty()) {
+    std::printf("\ndoctor: no problems found%s\n", gpu ? "" : " (reference backend only: no GPU)");
+    return kExitOk;
+  }
+  std::printf("\ndoctor: %zu problem(s):\n", problems.size());
+  for (const auto& p : problems) std::printf("  - %s\n", p.c_str());
+  return kExitFailure;
+}
+
+}  // namespace
+
+void check_environment() {
+  const Problems problems = env::problems();
+  if (problems.empty()) return;
+  std::string all;
+  for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p;
+  throw Error(ErrorCode::invalid_argument, all + " (`flashcpp doctor` checks every setting)");
+}
+
 void add_doctor_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("doctor", "Report the TVM-FFI runtime, CUDA driver/runtime, GPUs and the cache");
+  auto* cmd = app.add_subcommand("doctor", "Report the TVM-FFI runtime, CUDA driver/runtime, GPUs and the cache; "
+                                           "exit status 1 when something needed is missing or misconfigured");
   cmd->callback([] {
-    const auto cfg = artifacts::Config::from_env();
-    print_tvm_ffi(cfg);
-    print_cuda();
-    print_cache(cfg);
+    if (const int rc = run_doctor(); rc != kExitOk) throw CLI::RuntimeError(rc);
   });
 }
 

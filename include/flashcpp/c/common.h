@@ -47,6 +47,9 @@ typedef struct flashcpp_tensor {
 const char* flashcpp_last_error(void);
 /* FLASHCPP_C_ABI_VERSION of the loaded library. */
 uint32_t flashcpp_abi_version(void);
+/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 1, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
+ * CUDA 13.0.88)": its version, the C ABI version, the pinned FlashInfer and TVM-FFI, the CUDA it was built with. */
+const char* flashcpp_version(void);
 /* A short, static name for a status ("invalid argument", ...). */
 const char* flashcpp_status_name(flashcpp_status status);
 

@@ -1,4 +1,5 @@
-// A program outside the flashcpp tree that finds the installed package with find_package(flashcpp).
+// A program outside the flashcpp tree that finds the installed package with find_package(flashcpp): the C++ and
+// C APIs, the versions, and a Runtime that loads the libtvm_ffi installed beside libflashcpp.
 #include <flashcpp/flashcpp.h>
 #include <flashcpp/flashcpp.hpp>
 
@@ -9,5 +10,12 @@ int main() {
   const auto t = flashcpp::TensorView::contiguous(nullptr, flashcpp::DType::bf16, flashcpp::Device::cpu(), {0, 4});
   const std::string d = t.describe();
   std::printf("%s, C ABI version %u\n", d.c_str(), flashcpp_abi_version());
-  return d == "bf16[0, 4] cpu" && flashcpp_abi_version() == FLASHCPP_C_ABI_VERSION ? 0 : 1;
+  std::printf("version: %s\n", flashcpp::version_string());
+  const auto rt = flashcpp::Runtime::create();
+  std::printf("libtvm_ffi: %s (%s)\n", rt->tvm_ffi_library().c_str(), rt->tvm_ffi_version().c_str());
+  const bool same_line = std::strcmp(flashcpp::version_string(), flashcpp_version()) == 0;
+  return d == "bf16[0, 4] cpu" && flashcpp_abi_version() == FLASHCPP_C_ABI_VERSION &&
+                 flashcpp::version().c_abi == FLASHCPP_C_ABI_VERSION && same_line
+             ? 0
+             : 1;
 }
