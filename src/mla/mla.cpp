@@ -53,6 +53,35 @@ void validate_topk(const Validator& v, int64_t topk, const char* arg) {
     v.fail(arg, "(topk) must be a positive multiple of 64; got " + std::to_string(topk));
 }
 
+// The page rules of a V4 cache view [num_blocks, block_size, 1, 584] (FlashMLA's view of its pages): stride(1)
+// 584, a page stride that is a multiple of 16 bytes and at least block_size * 584 (pages must not overlap).
+void v4_page_rules(const Validator& v, const TensorView& t, const char* arg) {
+  v.defined(t, arg).dtype(t, arg, {DType::u8, DType::i8, DType::e4m3}).rank(t, arg, 4).no_negative_strides(t, arg);
+  v.dim(t, arg, 2, 1, "h_kv").dim(t, arg, 3, kFp8V4BytesPerToken, "584 bytes per token").last_dim_contiguous(t, arg);
+  const int64_t num_blocks = t.size(0), block_size = t.size(1);
+  if (block_size > 1 && t.stride(1) != kFp8V4BytesPerToken)
+    v.fail(arg, t, "must have stride 584 in dim 1 (FlashMLA's view of a V4 page)");
+  if (num_blocks > 1 && t.stride(0) % fp8_v4::kPageStrideMultiple != 0)
+    v.fail(arg, t, "must have a page stride (dim 0) that is a multiple of 16 bytes; got " + std::to_string(t.stride(0)));
+  if (num_blocks > 1 && t.stride(0) < block_size * kFp8V4BytesPerToken)
+    v.fail(arg, t, "must have a page stride (dim 0) of at least block_size * 584 = " +
+                       std::to_string(block_size * kFp8V4BytesPerToken) + " bytes (pages must not overlap); got " +
+                       std::to_string(t.stride(0)));
+}
+
+// Where a quantizer runs: both tensors in host memory (the calling thread) or on one CUDA device. Returns
+// true for the host. The output never overlaps the source (no in-place form: the sizes differ).
+bool quantizer_on_host(const Validator& v, const TensorView& kv, const TensorView& out) {
+  const bool host = kv.device.is_host();
+  if (host) {
+    v.on_host(out, "out");
+  } else {
+    v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
+  }
+  v.disjoint(out, "out", kv, "kv");
+  return host;
+}
+
 // Device gate: throws unsupported unless the kernels can run on `device_id`.
 void require_supported(const char* op, int device_id) {
   const MlaDeviceSupport s = device_support(device_id);
@@ -231,13 +260,7 @@ void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStre
   for (int d = 0; d + 1 < kv.rank; ++d) v.dim(out, "out", d, kv.size(d), "kv's leading dims");
   v.dim(out, "out", out.rank - 1, kFp8BytesPerToken, "656 bytes per token").last_dim_contiguous(out, "out");
   v.no_negative_strides(out, "out");
-  const bool host = kv.device.is_host();
-  if (host) {
-    v.on_host(out, "out");
-  } else {
-    v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
-  }
-  v.disjoint(out, "out", kv, "kv");  // no in-place form: 576 bf16 values become 656 bytes
+  const bool host = quantizer_on_host(v, kv, out);
   kernels::QuantizeParams p;
   p.src = kv.data;
   p.dst = out.data;
@@ -287,27 +310,10 @@ void quantize_kv_cache_fp8_v4(const TensorView& kv, const TensorView& out, cudaS
   const Validator v("mla::quantize_kv_cache_fp8_v4");
   v.defined(kv, "kv").dtype(kv, "kv", {DType::bf16}).rank(kv, "kv", 4).no_negative_strides(kv, "kv");
   v.dim(kv, "kv", 2, 1, "h_kv").dim(kv, "kv", 3, fp8_v4::kDims, "512 values per token").last_dim_contiguous(kv, "kv");
-  v.defined(out, "out").dtype(out, "out", {DType::u8, DType::i8, DType::e4m3}).rank(out, "out", 4);
+  v4_page_rules(v, out, "out");
   v.dim(out, "out", 0, kv.size(0), "kv.size(0) (num_blocks)").dim(out, "out", 1, kv.size(1), "kv.size(1) (block_size)");
-  v.dim(out, "out", 2, 1, "h_kv").dim(out, "out", 3, kFp8V4BytesPerToken, "584 bytes per token");
-  v.last_dim_contiguous(out, "out").no_negative_strides(out, "out");
   const int64_t num_blocks = kv.size(0), block_size = kv.size(1);
-  if (block_size > 1 && out.stride(1) != kFp8V4BytesPerToken)
-    v.fail("out", out, "must have stride 584 in dim 1 (FlashMLA's view of a V4 page)");
-  if (num_blocks > 1 && out.stride(0) % fp8_v4::kPageStrideMultiple != 0)
-    v.fail("out", out, "must have a page stride (dim 0) that is a multiple of 16 bytes; got " +
-                           std::to_string(out.stride(0)));
-  if (num_blocks > 1 && out.stride(0) < block_size * kFp8V4BytesPerToken)
-    v.fail("out", out, "must have a page stride (dim 0) of at least block_size * 584 = " +
-                           std::to_string(block_size * kFp8V4BytesPerToken) + " bytes (pages must not overlap); got " +
-                           std::to_string(out.stride(0)));
-  const bool host = kv.device.is_host();
-  if (host) {
-    v.on_host(out, "out");
-  } else {
-    v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
-  }
-  v.disjoint(out, "out", kv, "kv");  // no in-place form: 512 bf16 values become 584 bytes
+  const bool host = quantizer_on_host(v, kv, out);
   const int64_t num_tokens = num_blocks * block_size;
   if (!host && (num_tokens + 7) / 8 > INT32_MAX) v.fail("kv", kv, "must have at most 2^34 tokens");
   if (num_tokens == 0) return;
@@ -571,23 +577,12 @@ void launch_decode(const kernels::SparseAttentionParams& p, bool split, int devi
   }
 }
 
-// A V4 page pool as FlashMLA views it: [num_blocks, block_size, 1, 584], stride(1) 584, page stride a multiple
-// of 16 bytes and at least block_size * 584.
+// A V4 page pool on q's device (v4_page_rules), 16-byte aligned, at most 2^31 - 1 tokens (int32 indices).
 void validate_v4_cache(const Validator& v, const TensorView& t, const char* arg, const TensorView& q) {
-  v.defined(t, arg).dtype(t, arg, {DType::u8, DType::i8, DType::e4m3}).rank(t, arg, 4).on_cuda(t, arg);
-  v.same_device(t, arg, q, "q").no_negative_strides(t, arg).dim(t, arg, 2, 1, "h_kv");
-  v.dim(t, arg, 3, kFp8V4BytesPerToken, "584 bytes per token").last_dim_contiguous(t, arg);
-  const int64_t num_blocks = t.size(0), block_size = t.size(1);
-  if (block_size < 1) v.fail(arg, t, "must have block_size (dim 1) >= 1");
-  if (block_size > 1 && t.stride(1) != kFp8V4BytesPerToken)
-    v.fail(arg, t, "must have stride 584 in dim 1 (FlashMLA's view of a V4 page)");
-  if (num_blocks > 1 && t.stride(0) % fp8_v4::kPageStrideMultiple != 0)
-    v.fail(arg, t, "must have a page stride (dim 0) that is a multiple of 16 bytes; got " + std::to_string(t.stride(0)));
-  if (num_blocks > 1 && t.stride(0) < block_size * kFp8V4BytesPerToken)
-    v.fail(arg, t, "must have a page stride (dim 0) of at least block_size * 584 = " +
-                       std::to_string(block_size * kFp8V4BytesPerToken) + " bytes (pages must not overlap); got " +
-                       std::to_string(t.stride(0)));
-  if (num_blocks * block_size > INT32_MAX) v.fail(arg, t, "must hold at most 2^31 - 1 tokens (int32 indices)");
+  v4_page_rules(v, t, arg);
+  v.on_cuda(t, arg).same_device(t, arg, q, "q");
+  if (t.size(1) < 1) v.fail(arg, t, "must have block_size (dim 1) >= 1");
+  if (t.size(0) * t.size(1) > INT32_MAX) v.fail(arg, t, "must hold at most 2^31 - 1 tokens (int32 indices)");
   v.aligned(t, arg, 16);
 }
 

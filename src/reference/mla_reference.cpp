@@ -97,6 +97,26 @@ std::vector<float> sink_values(OptionalTensor attn_sink, int64_t h_q) {
   return v;
 }
 
+// A result for `rows` query tokens of h_q heads, zero-filled.
+MlaReferenceResult sized_result(int64_t rows, int64_t h_q, int64_t d_v) {
+  MlaReferenceResult r;
+  r.rows = rows;
+  r.h_q = h_q;
+  r.d_v = d_v;
+  r.out.resize(static_cast<size_t>(rows * h_q * d_v));
+  r.lse.resize(static_cast<size_t>(rows * h_q));
+  r.max_logits.resize(static_cast<size_t>(rows * h_q));
+  return r;
+}
+
+// Decode query token (bi, si) of q [b, s_q, h_q, d_qk] as h_q * d_qk doubles.
+void load_decode_query(const TensorView& q, int64_t bi, int64_t si, std::vector<double>& qv) {
+  const int64_t h_q = q.size(2), d_qk = q.size(3);
+  for (int64_t h = 0; h < h_q; ++h)
+    for (int64_t c = 0; c < d_qk; ++c)
+      qv[static_cast<size_t>(h * d_qk + c)] = bf16_at(q, bi * q.stride(0) + si * q.stride(1) + h * q.stride(2) + c * q.stride(3));
+}
+
 // The power-of-two scale of a tile whose largest magnitude is `amax`, as FlashMLA computes it: amax / 448
 // in f32, at least 1e-4, rounded up to a power of two.
 float pow2_scale_of(double amax) {
@@ -166,13 +186,7 @@ MlaReferenceResult mla_sparse_prefill_reference(const TensorView& q, const Tenso
   const auto sink = sink_values(attn_sink, h_q);
   if (topk_length) require_host(*topk_length, "topk_length");
 
-  MlaReferenceResult r;
-  r.rows = static_cast<int64_t>(rows_wanted.size());
-  r.h_q = h_q;
-  r.d_v = d_v;
-  r.out.resize(static_cast<size_t>(r.rows * h_q * d_v));
-  r.lse.resize(static_cast<size_t>(r.rows * h_q));
-  r.max_logits.resize(static_cast<size_t>(r.rows * h_q));
+  MlaReferenceResult r = sized_result(static_cast<int64_t>(rows_wanted.size()), h_q, d_v);
   std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
   for (int64_t i = 0; i < r.rows; ++i) {
     const int64_t t = rows_wanted[static_cast<size_t>(i)];
@@ -209,13 +223,7 @@ MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const Tensor
   if (topk_length) require_host(*topk_length, "topk_length");
   constexpr int64_t d_v = 512;
 
-  MlaReferenceResult r;
-  r.rows = static_cast<int64_t>(rows_wanted.size());
-  r.h_q = h_q;
-  r.d_v = d_v;
-  r.out.resize(static_cast<size_t>(r.rows * h_q * d_v));
-  r.lse.resize(static_cast<size_t>(r.rows * h_q));
-  r.max_logits.resize(static_cast<size_t>(r.rows * h_q));
+  MlaReferenceResult r = sized_result(static_cast<int64_t>(rows_wanted.size()), h_q, d_v);
   std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
   const auto* cache = static_cast<const uint8_t*>(kv_cache.data);
   for (int64_t i = 0; i < r.rows; ++i) {
@@ -231,10 +239,7 @@ MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const Tensor
       const int64_t blk = idx / block_size, slot = idx % block_size;
       rows.push_back(mla_dequantize_v32_row(cache + blk * kv_cache.stride(0) + slot * kv_cache.stride(1)));
     }
-    for (int64_t h = 0; h < h_q; ++h)
-      for (int64_t c = 0; c < d_qk; ++c)
-        qv[static_cast<size_t>(h * d_qk + c)] =
-            bf16_at(q, bi * q.stride(0) + si * q.stride(1) + h * q.stride(2) + c * q.stride(3));
+    load_decode_query(q, bi, si, qv);
     attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale,
            &r.out[static_cast<size_t>(i * h_q * d_v)], &r.lse[static_cast<size_t>(i * h_q)],
            &r.max_logits[static_cast<size_t>(i * h_q)]);
@@ -343,13 +348,7 @@ MlaReferenceResult mla_sparse_decode_v4_reference(const TensorView& q, const Mla
   const auto sink = sink_values(attn_sink, h_q);
   constexpr int64_t d_v = 512;
 
-  MlaReferenceResult r;
-  r.rows = static_cast<int64_t>(rows_wanted.size());
-  r.h_q = h_q;
-  r.d_v = d_v;
-  r.out.resize(static_cast<size_t>(r.rows * h_q * d_v));
-  r.lse.resize(static_cast<size_t>(r.rows * h_q));
-  r.max_logits.resize(static_cast<size_t>(r.rows * h_q));
+  MlaReferenceResult r = sized_result(static_cast<int64_t>(rows_wanted.size()), h_q, d_v);
   std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
   for (int64_t i = 0; i < r.rows; ++i) {
     const int64_t t = rows_wanted[static_cast<size_t>(i)];
@@ -369,10 +368,7 @@ MlaReferenceResult mla_sparse_decode_v4_reference(const TensorView& q, const Mla
                                                index % block_size));
       }
     }
-    for (int64_t h = 0; h < h_q; ++h)
-      for (int64_t c = 0; c < d_qk; ++c)
-        qv[static_cast<size_t>(h * d_qk + c)] =
-            bf16_at(q, bi * q.stride(0) + si * q.stride(1) + h * q.stride(2) + c * q.stride(3));
+    load_decode_query(q, bi, si, qv);
     attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale,
            &r.out[static_cast<size_t>(i * h_q * d_v)], &r.lse[static_cast<size_t>(i * h_q)],
            &r.max_logits[static_cast<size_t>(i * h_q)]);

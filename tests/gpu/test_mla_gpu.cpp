@@ -738,13 +738,6 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
   }
 }
 
-template <class T>
-std::vector<T> golden_vector(const GoldenTensor& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
-  return v;
-}
-
 TEST(MlaGpuDecodeV4, GoldenCases) {
   FLASHCPP_REQUIRE_GPU();
   const auto found = golden_dir_with("model1_decode");
@@ -760,20 +753,20 @@ TEST(MlaGpuDecodeV4, GoldenCases) {
     main.nb = p.at("num_blocks"), main.bs = p.at("block_size"), main.page = p.at("block_stride_bytes");
     main.topk = p.at("topk");
     main.pages = g.inputs.at("k_cache_fp8").bytes;
-    main.idx = golden_vector<int32_t>(g.inputs.at("indices"));
-    if (g.has_input("topk_length")) main.len = golden_vector<int32_t>(g.inputs.at("topk_length"));
+    main.idx = g.inputs.at("indices").as_vector<int32_t>();
+    if (g.has_input("topk_length")) main.len = g.inputs.at("topk_length").as_vector<int32_t>();
     const bool has_extra = g.has_input("extra_k_cache_fp8");
     if (has_extra) {
       extra.nb = p.at("extra_num_blocks"), extra.bs = p.at("extra_block_size");
       extra.page = p.at("extra_block_stride_bytes"), extra.topk = p.at("extra_topk");
       extra.pages = g.inputs.at("extra_k_cache_fp8").bytes;
-      extra.idx = golden_vector<int32_t>(g.inputs.at("extra_indices"));
-      if (g.has_input("extra_topk_length")) extra.len = golden_vector<int32_t>(g.inputs.at("extra_topk_length"));
+      extra.idx = g.inputs.at("extra_indices").as_vector<int32_t>();
+      if (g.has_input("extra_topk_length")) extra.len = g.inputs.at("extra_topk_length").as_vector<int32_t>();
     }
     std::vector<float> sink;
-    if (g.has_input("attn_sink")) sink = golden_vector<float>(g.inputs.at("attn_sink"));
-    const auto golden_out = golden_vector<uint16_t>(g.outputs.at("out"));
-    run_v4_decode(golden_vector<uint16_t>(g.inputs.at("q")), b, s_q, h_q, main, has_extra ? &extra : nullptr, sink,
+    if (g.has_input("attn_sink")) sink = g.inputs.at("attn_sink").as_vector<float>();
+    const auto golden_out = g.outputs.at("out").as_vector<uint16_t>();
+    run_v4_decode(g.inputs.at("q").as_vector<uint16_t>(), b, s_q, h_q, main, has_extra ? &extra : nullptr, sink,
                   p.at("sm_scale").get<double>(), name, &golden_out);
   }
 }

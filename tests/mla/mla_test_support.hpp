@@ -73,7 +73,30 @@ struct GoldenTensor {
     std::memcpy(&v, bytes.data() + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
     return v;
   }
+  /// The elements as a vector of T (T must match the dtype's size).
+  template <class T>
+  std::vector<T> as_vector() const {
+    std::vector<T> v(static_cast<size_t>(numel()));
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+    return v;
+  }
+  /// bf16 elements as doubles (exact).
+  std::vector<double> bf16_values() const {
+    std::vector<double> v(static_cast<size_t>(numel()));
+    for (int64_t i = 0; i < numel(); ++i) v[static_cast<size_t>(i)] = mla::fp8::bf16_to_float(at<uint16_t>(i));
+    return v;
+  }
 };
+
+/// FlashMLA's decode lse [b, h_q, s_q] as the references' rows [b * s_q, h_q].
+inline std::vector<double> lse_rows_of_b_hq_sq(const GoldenTensor& lse) {
+  const int64_t b = lse.shape[0], h_q = lse.shape[1], s_q = lse.shape[2];
+  std::vector<double> v;
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t si = 0; si < s_q; ++si)
+      for (int64_t h = 0; h < h_q; ++h) v.push_back(lse.at<float>((bi * h_q + h) * s_q + si));
+  return v;
+}
 
 struct GoldenCase {
   std::string name, op;

@@ -114,14 +114,7 @@ TEST(MlaReferenceGolden, DecodeMatchesFlashMla) {
         c.inputs.at("q").view(), c.inputs.at("k_cache_fp8").view(), c.inputs.at("indices").view(), sink_p, nullptr,
         c.params.at("sm_scale").get<double>());
     expect_out_matches_golden(r.out, bf16_tensor_values(c.outputs.at("out")));
-    // Golden lse is [b, h_q, s_q]; the reference's is [b * s_q, h_q].
-    const GoldenTensor& gl = c.outputs.at("lse_b_hq_sq");
-    const int64_t b = gl.shape[0], h_q = gl.shape[1], s_q = gl.shape[2];
-    std::vector<double> want;
-    for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t si = 0; si < s_q; ++si)
-        for (int64_t h = 0; h < h_q; ++h) want.push_back(gl.at<float>((bi * h_q + h) * s_q + si));
-    const auto lse = compare(r.lse, want, kLseAbsTol, kLseRelTol, 1.0, "lse");
+    const auto lse = compare(r.lse, lse_rows_of_b_hq_sq(c.outputs.at("lse_b_hq_sq")), kLseAbsTol, kLseRelTol, 1.0, "lse");
     EXPECT_TRUE(lse.ok) << lse.message;
   }
 }

@@ -36,22 +36,6 @@ bool is_data_byte(int64_t offset_in_page, int64_t block_size) {
   return s < block_size * v4::kScaleRecordBytes && s % v4::kScaleRecordBytes != v4::kNumScales;
 }
 
-std::vector<double> bf16_values(const GoldenTensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = bf16_bits_to_float(t.at<uint16_t>(i));
-  return v;
-}
-
-// Golden lse is [b, h_q, s_q]; the reference's rows are [b * s_q, h_q].
-std::vector<double> lse_rows(const GoldenTensor& gl) {
-  const int64_t b = gl.shape[0], h_q = gl.shape[1], s_q = gl.shape[2];
-  std::vector<double> v;
-  for (int64_t bi = 0; bi < b; ++bi)
-    for (int64_t si = 0; si < s_q; ++si)
-      for (int64_t h = 0; h < h_q; ++h) v.push_back(gl.at<float>((bi * h_q + h) * s_q + si));
-  return v;
-}
-
 TEST(MlaV4Golden, QuantizersReproduceFlashMlaBytes) {
   const auto found = golden_dir_with("model1_quantize");
   if (!found) GTEST_SKIP() << "no model1_quantize golden case (they live in the project's shared data)";
@@ -115,9 +99,9 @@ TEST(MlaV4Golden, DecodeReferenceMatchesFlashMla) {
         c.inputs.at("q").view(), main, has_extra ? &extra : nullptr, sink_p, p.at("sm_scale").get<double>());
     // The golden README measured an independent float64 decoder at out max |d| <= 9.8e-4: FlashMLA rounds P to
     // bf16 before P.V. Every element within abs 2e-3 or FlashMLA's rel rule, cosine as FlashMLA's.
-    const auto out = compare(r.out, bf16_values(c.outputs.at("out")), 2e-3, kOutRelTol, kOutCosDiffTol, "out");
+    const auto out = compare(r.out, c.outputs.at("out").bf16_values(), 2e-3, kOutRelTol, kOutCosDiffTol, "out");
     EXPECT_TRUE(out.ok) << out.message;
-    const auto lse = compare(r.lse, lse_rows(c.outputs.at("lse_b_hq_sq")), kLseAbsTol, kLseRelTol, 1.0, "lse");
+    const auto lse = compare(r.lse, lse_rows_of_b_hq_sq(c.outputs.at("lse_b_hq_sq")), kLseAbsTol, kLseRelTol, 1.0, "lse");
     EXPECT_TRUE(lse.ok) << lse.message;
     std::printf("[ golden ] %s: %s\n", name.c_str(), out.message.substr(0, out.message.find('\n')).c_str());
   }

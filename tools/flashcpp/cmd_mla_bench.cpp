@@ -82,6 +82,26 @@ double median_ms(int warmup, int iters, cudaStream_t stream, Fn&& launch) {
   return ms[ms.size() / 2];
 }
 
+// Median time of one CUDA-graph replay of `run` (a decode plan's run: split kernel plus combine). One eager
+// call first does the one-time setup outside the capture.
+template <class Run>
+double graph_replay_ms(const MlaBenchOptions& o, cudaStream_t stream, Run&& run) {
+  run();
+  cuda_check(cudaStreamSynchronize(stream), "decode");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  run();
+  cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  if (inst != cudaSuccess) (void)cudaGraphDestroy(graph);
+  cuda_check(inst, "cudaGraphInstantiate");
+  const double ms = median_ms(o.warmup, o.iters, stream, [&] { cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); });
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+  return ms;
+}
+
 void report(const char* op, const std::string& shape, double ms, double flop, const char* kernel) {
   const double tflops = flop / (ms * 1e-3) / 1e12;
   std::printf("%-8s %-52s %10.3f us %8.1f TFLOP/s  (%s)\n", op, shape.c_str(), ms * 1e3, tflops, kernel);
@@ -152,17 +172,7 @@ void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
     const mla::DecodePlan plan = mla::DecodePlan::create(
         {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 576, .topk = int(topk), .num_sms = o.num_sms},
         o.device, stream);
-    plan.run(qv, cv, iv, ov, lv, params, stream);  // one-time setup outside the capture
-    cuda_check(cudaStreamSynchronize(stream), "decode");
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    plan.run(qv, cv, iv, ov, lv, params, stream);
-    cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    const double ms = median_ms(o.warmup, o.iters, stream, [&] { cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); });
-    (void)cudaGraphExecDestroy(exec);
-    (void)cudaGraphDestroy(graph);
+    const double ms = graph_replay_ms(o, stream, [&] { plan.run(qv, cv, iv, ov, lv, params, stream); });
     const double flop = 2.0 * static_cast<double>(b * s_q * h_q * topk) * (576 + 512);
     char shape[240];
     std::snprintf(shape, sizeof shape,
@@ -213,17 +223,7 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
                                                           .topk = int(topk), .extra_topk = int(extra_topk),
                                                           .num_sms = o.num_sms},
                                                          o.device, stream);
-    plan.run(qv, cv, iv, ov, lv, params, stream);  // one-time setup outside the capture
-    cuda_check(cudaStreamSynchronize(stream), "decode");
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    plan.run(qv, cv, iv, ov, lv, params, stream);
-    cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    const double ms = median_ms(o.warmup, o.iters, stream, [&] { cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); });
-    (void)cudaGraphExecDestroy(exec);
-    (void)cudaGraphDestroy(graph);
+    const double ms = graph_replay_ms(o, stream, [&] { plan.run(qv, cv, iv, ov, lv, params, stream); });
     const double flop = 2.0 * static_cast<double>(b * s_q * h_q * (topk + extra_topk)) * (512 + 512);
     char shape[240];
     std::snprintf(shape, sizeof shape,
