@@ -69,21 +69,8 @@ void hash_prefix(Sha256& h, const fs::path& file, std::uint64_t bytes) {
   }
 }
 
-std::string sha256_impl(const fs::path& file) {
-  Fd f{::open(file.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw_io("cannot open", file, errno);
-  ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  Sha256 h;
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    const ssize_t n = ::read(f.fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_io("cannot read", file, errno);
-    if (n == 0) break;
-    h.update(buf.data(), static_cast<size_t>(n));
-  }
-  return h.hex_digest();
-}
+// One file hash for the whole library: the one the module records use (ffi/trust.hpp).
+std::string sha256_impl(const fs::path& file) { return ffi::file_sha256(file); }
 
 LockWait lock_wait(const Config& cfg) {
   LockWait w;

@@ -141,6 +141,7 @@ void set_mode(int fd, mode_t mode, const fs::path& path) {
 std::string file_sha256(const fs::path& file) {
   Fd f{::open(file.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) throw_io("cannot open", file, errno);
+  ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
     throw Error(ErrorCode::internal, "OpenSSL: cannot start a SHA-256");

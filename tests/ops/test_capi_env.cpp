@@ -4,20 +4,10 @@
 
 #include "flashcpp/flashcpp.h"
 #include "ops/ops_fixture.hpp"
+#include "support/c_tensor.hpp"
 
 namespace flashcpp::testing {
 namespace {
-
-flashcpp_tensor to_c(const TensorView& v) {
-  flashcpp_tensor t{};
-  t.data = v.data;
-  t.dtype = static_cast<int32_t>(v.dtype);
-  t.device_type = static_cast<int32_t>(v.device.type);
-  t.device_id = v.device.id;
-  t.rank = v.rank;
-  for (int i = 0; i < v.rank; ++i) t.shape[i] = v.shape[i], t.strides[i] = v.strides[i];
-  return t;
-}
 
 class CapiEnvironment : public OpsFixture {
  protected:
