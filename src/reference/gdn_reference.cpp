@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "reference/mla_attention_reference.hpp"
+#include "reference/reference_util.hpp"
 
 namespace flashcpp::reference {
 
@@ -15,7 +16,7 @@ void gdn_prefill_reference(const GdnReferenceInputs& in, std::vector<double>& ou
   const double scale = in.scale > 0 ? in.scale : 1.0 / std::sqrt(static_cast<double>(D));
   out.assign(static_cast<size_t>(T * Hsab * D), 0.0);
   state.assign(static_cast<size_t>(N * Hsab * D * D), 0.0);
-  parallel_for(N * Hsab, threads, [&](int64_t item) {
+  detail::parallel_for(N * Hsab, threads, [&](int64_t item) {
     const int64_t n = item / Hsab, h = item % Hsab, hq = h / q_group, hk = h / k_group, hv = h / v_group;
     double* S = &state[static_cast<size_t>((n * Hsab + h) * D * D)];  // S[v * D + k]
     if (in.input_state)

@@ -1,4 +1,5 @@
 #include "reference/mla_attention_reference.hpp"
+#include "reference/reference_util.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,22 +10,6 @@
 namespace flashcpp::reference {
 
 // ------------------------------------------------------------------------------- codecs
-float f16_bits_to_float(uint16_t h) noexcept {
-  const int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
-  else if (exp == 31) v = man ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  else v = std::ldexp(static_cast<float>(man | 0x400), exp - 25);
-  return sign ? -v : v;
-}
-
-float bf16_bits_to_float(uint16_t b) noexcept {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 float e4m3_bits_to_float(uint8_t v) noexcept {
   const int sign = (v >> 7) & 1, exp = (v >> 3) & 0xf, man = v & 7;
   float r;
@@ -32,15 +17,6 @@ float e4m3_bits_to_float(uint8_t v) noexcept {
   else if (exp == 0) r = std::ldexp(static_cast<float>(man), -9);
   else r = std::ldexp(static_cast<float>(man | 8), exp - 10);
   return sign ? -r : r;
-}
-
-uint16_t float_to_bf16_bits(float f) noexcept {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (std::isnan(f)) return 0x7fc0;
-  const uint32_t lsb = (u >> 16) & 1;
-  u += 0x7fff + lsb;
-  return static_cast<uint16_t>(u >> 16);
 }
 
 /// Round-to-nearest-even of `x` onto a binary format with `man_bits` mantissa bits, minimum normal
@@ -55,22 +31,6 @@ static double round_format(double x, int man_bits, int emin, double max) {
   double r = std::nearbyint(a / quantum) * quantum;  // default rounding mode: nearest even
   if (r > max) r = max;
   return std::copysign(r, x);
-}
-
-uint16_t float_to_f16_bits(float f) noexcept {
-  if (std::isnan(f)) return 0x7e00;
-  double r = round_format(f, 10, -14, 65504.0);
-  if (std::fabs(f) >= 65520.0) r = std::copysign(std::numeric_limits<double>::infinity(), f);
-  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  const double a = std::fabs(r);
-  if (std::isinf(a)) return sign | 0x7c00;
-  if (a == 0) return sign;
-  int e;
-  std::frexp(a, &e);
-  const int exp = e - 1;
-  if (exp < -14) return sign | static_cast<uint16_t>(std::lround(a / std::ldexp(1.0, -24)));
-  const uint16_t man = static_cast<uint16_t>(std::lround((a / std::ldexp(1.0, exp) - 1.0) * 1024.0));
-  return sign | static_cast<uint16_t>((exp + 15) << 10) | man;
 }
 
 uint8_t float_to_e4m3_bits(float f) noexcept {
@@ -89,8 +49,8 @@ uint8_t float_to_e4m3_bits(float f) noexcept {
 
 double round_through(DType t, double x) noexcept {
   switch (t) {
-    case DType::f16: return f16_bits_to_float(float_to_f16_bits(static_cast<float>(x)));
-    case DType::bf16: return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x)));
+    case DType::f16: return half_to_float(float_to_half(static_cast<float>(x)));
+    case DType::bf16: return bf16_to_float(float_to_bf16(static_cast<float>(x)));
     case DType::e4m3: return e4m3_bits_to_float(float_to_e4m3_bits(static_cast<float>(x)));
     case DType::f32: return static_cast<float>(x);
     default: return x;
@@ -99,8 +59,8 @@ double round_through(DType t, double x) noexcept {
 
 double load(const void* data, DType t, int64_t i) noexcept {
   switch (t) {
-    case DType::f16: return f16_bits_to_float(static_cast<const uint16_t*>(data)[i]);
-    case DType::bf16: return bf16_bits_to_float(static_cast<const uint16_t*>(data)[i]);
+    case DType::f16: return half_to_float(static_cast<const uint16_t*>(data)[i]);
+    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
     case DType::f32: return static_cast<const float*>(data)[i];
     case DType::f64: return static_cast<const double*>(data)[i];
     case DType::e4m3: return e4m3_bits_to_float(static_cast<const uint8_t*>(data)[i]);
@@ -116,21 +76,6 @@ double at(const TensorView& t, std::initializer_list<int64_t> idx) noexcept {
   return load(t.data, t.dtype, off);
 }
 
-void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
-  if (threads <= 1 || n <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  const int64_t workers = std::min<int64_t>(threads, n);
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(workers));
-  for (int64_t w = 0; w < workers; ++w)
-    pool.emplace_back([&, w] {
-      for (int64_t i = w; i < n; i += workers) fn(i);
-    });
-  for (auto& th : pool) th.join();
-}
-
 // ------------------------------------------------------------------------------- batch MLA
 void batch_mla_reference(const MlaReferenceInputs& in, std::vector<double>& out, std::vector<double>& lse_e,
                          int threads) {
@@ -140,7 +85,7 @@ void batch_mla_reference(const MlaReferenceInputs& in, std::vector<double>& out,
   out.assign(static_cast<size_t>(n * H * Dc), 0.0);
   lse_e.assign(static_cast<size_t>(n * H), -std::numeric_limits<double>::infinity());
   // One work item per (request, head).
-  parallel_for(batch * H, threads, [&](int64_t item) {
+  detail::parallel_for(batch * H, threads, [&](int64_t item) {
     const int64_t b = item / H, h = item % H;
     const int64_t q0 = in.qo_indptr[b], qlen = in.qo_indptr[b + 1] - q0, klen = in.kv_len[b];
     // Gather this request's KV once (as doubles).

@@ -6,16 +6,14 @@
 #include <span>
 #include <vector>
 
+#include "flashcpp/reference.hpp"
 #include "flashcpp/tensor.hpp"
 
 namespace flashcpp::reference {
 
 // ------------------------------------------------------------------------------- element codecs
-float f16_bits_to_float(uint16_t h) noexcept;
-float bf16_bits_to_float(uint16_t b) noexcept;
+// f16 and bf16: half_to_float / float_to_half / bf16_to_float / float_to_bf16 of flashcpp/reference.hpp.
 float e4m3_bits_to_float(uint8_t v) noexcept;  ///< OCP e4m3fn: no inf, 0x7f/0xff are NaN, max 448
-uint16_t float_to_f16_bits(float f) noexcept;   ///< round to nearest even
-uint16_t float_to_bf16_bits(float f) noexcept;  ///< round to nearest even
 uint8_t float_to_e4m3_bits(float f) noexcept;   ///< round to nearest even, saturating to ±448 (as CUDA's satfinite)
 /// x rounded through `t` (f16, bf16, e4m3 or f32; f64 returns x).
 double round_through(DType t, double x) noexcept;
@@ -25,8 +23,6 @@ double load(const void* data, DType t, int64_t index) noexcept;
 /// Element at a multi-index of a host tensor (strides honoured).
 double at(const TensorView& t, std::initializer_list<int64_t> idx) noexcept;
 
-/// Runs fn(i) for i in [0, n) on up to `threads` threads (threads <= 1: inline).
-void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& fn);
 
 // ------------------------------------------------------------------------------- batch MLA
 /// Inputs on the host (any of f16/bf16/f32 for the tensors): q_nope [n, H, 512], q_pe [n, H, 64],

@@ -5,6 +5,7 @@
 
 #include "core/check.hpp"
 #include "reference/mla_attention_reference.hpp"
+#include "reference/reference_util.hpp"
 
 namespace flashcpp::reference {
 
@@ -54,7 +55,7 @@ void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeArgs& a, std::ve
   // The fc2 input dtype: what the kernel stores the activation in.
   const DType act_store = fp8 ? DType::e4m3 : (ds ? DType::bf16 : c.activation_dtype);
 
-  parallel_for(T, threads, [&](int64_t t) {
+  detail::parallel_for(T, threads, [&](int64_t t) {
     std::vector<double> x(static_cast<size_t>(H)), h(static_cast<size_t>(N1)), act(static_cast<size_t>(I));
     for (int64_t d = 0; d < H; ++d) x[d] = at(a.input, {t, d});
     if (ds) quantize_blocks_e4m3(x);

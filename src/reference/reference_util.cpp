@@ -133,8 +133,11 @@ void load_row(const TensorView& t, int64_t offset, int64_t n, double* dst) {
 }
 
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
-  const int64_t threads =
-      std::min<int64_t>(n, std::max<unsigned>(1u, std::min(std::thread::hardware_concurrency(), 64u)));
+  parallel_for(n, static_cast<int>(std::max(1u, std::min(std::thread::hardware_concurrency(), 64u))), fn);
+}
+
+void parallel_for(int64_t n, int max_threads, const std::function<void(int64_t)>& fn) {
+  const int64_t threads = std::min<int64_t>(n, std::max(1, max_threads));
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;

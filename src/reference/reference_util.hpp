@@ -17,5 +17,8 @@ void check_host_i32(const Validator& v, const TensorView& t, const char* arg, in
 void load_row(const TensorView& t, int64_t offset, int64_t n, double* dst);
 /// Runs fn(i) for i in [0, n) over the host's hardware threads (serially for small n).
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
+/// The same on at most `max_threads` threads (<= 1: inline, on the calling thread). The first exception
+/// fn throws is rethrown once every worker has stopped.
+void parallel_for(int64_t n, int max_threads, const std::function<void(int64_t)>& fn);
 
 }  // namespace flashcpp::reference::detail

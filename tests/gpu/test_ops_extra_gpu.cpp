@@ -55,7 +55,7 @@ struct Buf {
 
 void fill_bf16(std::vector<uint16_t>& v, std::mt19937& rng, float lo, float hi) {
   std::uniform_real_distribution<float> d(lo, hi);
-  for (auto& x : v) x = ref::float_to_bf16_bits(d(rng));
+  for (auto& x : v) x = ref::float_to_bf16(d(rng));
 }
 
 double as_double(DType t, const void* p, size_t i) { return ref::load(p, t, static_cast<int64_t>(i)); }
@@ -194,7 +194,7 @@ void run_gdn(bool gates_and_state) {
         x = nd(rng);
         s += x * x;
       }
-      for (int64_t d = 0; d < D; ++d) buf->host[r * D + d] = ref::float_to_bf16_bits(float(row[d] / std::sqrt(s)));
+      for (int64_t d = 0; d < D; ++d) buf->host[r * D + d] = ref::float_to_bf16(float(row[d] / std::sqrt(s)));
     }
   }
   fill_bf16(v.host, rng, -1, 1);
@@ -324,7 +324,7 @@ void run_moe(const MoeCase& c) {
     for (auto& v : w) v = u(rng) * s;
     if (!block_scales) {
       Buf<uint16_t> b(w.size());
-      for (size_t i = 0; i < w.size(); ++i) b.host[i] = ref::float_to_bf16_bits(w[i]);
+      for (size_t i = 0; i < w.size(); ++i) b.host[i] = ref::float_to_bf16(w[i]);
       b.upload();
       return b;
     }

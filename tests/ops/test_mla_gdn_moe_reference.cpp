@@ -38,12 +38,12 @@ TEST(ExtraReference, Codecs) {
   EXPECT_EQ(e4m3_bits_to_float(float_to_e4m3_bits(1.0625f)), 1.0f);    // halfway 1 and 1.125 → even (1)
   EXPECT_EQ(e4m3_bits_to_float(float_to_e4m3_bits(1.1875f)), 1.25f);   // halfway 1.125 and 1.25 → even (1.25)
   EXPECT_EQ(e4m3_bits_to_float(float_to_e4m3_bits(1000.0f)), 448.0f);
-  EXPECT_EQ(bf16_bits_to_float(float_to_bf16_bits(1.00390625f)), 1.0f);  // 1 + 2^-8: tie → even
-  EXPECT_EQ(bf16_bits_to_float(float_to_bf16_bits(-3.5f)), -3.5f);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.00390625f)), 1.0f);  // 1 + 2^-8: tie → even
+  EXPECT_EQ(bf16_to_float(float_to_bf16(-3.5f)), -3.5f);
   for (float f : {1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.333251953125f})
-    EXPECT_EQ(f16_bits_to_float(float_to_f16_bits(f)), f) << f;
-  EXPECT_EQ(f16_bits_to_float(float_to_f16_bits(1.00048828125f)), 1.0f);  // 1 + 2^-11: tie → even
-  EXPECT_TRUE(std::isinf(f16_bits_to_float(float_to_f16_bits(70000.0f))));
+    EXPECT_EQ(half_to_float(float_to_half(f)), f) << f;
+  EXPECT_EQ(half_to_float(float_to_half(1.00048828125f)), 1.0f);  // 1 + 2^-11: tie → even
+  EXPECT_TRUE(std::isinf(half_to_float(float_to_half(70000.0f))));
   EXPECT_EQ(round_through(DType::bf16, 1.00390625), 1.0);
 }
 
