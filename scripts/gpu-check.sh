@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
-#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [bench] [sanitize]
+#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [bench] [sanitize]
 #   (default: all but mla-quick: the sparse MLA check, tests and the issues' timing cases)
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
@@ -60,12 +60,12 @@ fi
 export FLASHCPP_JIT=off
 
 # gtest binaries run directly: the image's CMake may lack the GoogleTest module ctest's discovery needs.
-run_gtests() {  # name pattern
+run_gtests() {  # name pattern [gtest filter]
   local rc=0
   for t in build-gpu/tests/gpu/$1; do
     [[ -x $t && $t != *.cmake ]] || continue
-    local n; n=$(basename "$t")
-    FLASHCPP_GPU_TESTS=1 timeout 300 "$t" > "$out/$n.txt" 2>&1 || rc=1
+    local n; n=$(basename "$t")${2:+-filtered}
+    FLASHCPP_GPU_TESTS=1 timeout 300 "$t" --gtest_filter="${2:-*}" > "$out/$n.txt" 2>&1 || rc=1
     echo "$n: $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/$n.txt" | tr '\n' ' ')" | tee -a "$out/summary.txt"
     grep -E '^\[  FAILED  \]|SKIPPED \] [A-Z]' "$out/$n.txt" | sort -u | head -20
   done
@@ -104,6 +104,14 @@ if has mla-quick; then
   timeout 300 $cli mla-bench --decode-only --batch 1 2 8 16 32 64 128 2>&1 | tee "$out/mla-decode.txt" | grep -v MLA_BENCH
   timeout 300 $cli mla-bench --decode-only --decode-s-q 1 --batch 1 128 2>&1 | tee "$out/mla-decode-sq1.txt" | grep -v MLA_BENCH
   timeout 300 $cli mla-bench --decode-only --fp8-kernel wgmma --batch 1 64 128 2>&1 | tee "$out/mla-decode-wgmma.txt" | grep -v MLA_BENCH
+fi
+
+if has mla-v4; then
+  log "DeepSeek V4 sparse decode: GPU tests (quantizer, golden cases, random pools) and FlashMLA's production shapes"
+  run_gtests 'test_mla_gpu' '*V4*'
+  for h in 64 128; do
+    timeout 300 $cli mla-bench --v4 --h-q "$h" --batch 2 64 128 148 2>&1 | tee "$out/mla-v4-h$h.txt" | grep -v MLA_BENCH
+  done
 fi
 
 if has bench; then
