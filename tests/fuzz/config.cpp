@@ -6,6 +6,7 @@
 
 #include "core/env.hpp"
 #include "flashcpp/artifacts.hpp"
+#include "flashcpp/error.hpp"
 #include "fuzz_support.hpp"
 
 namespace {

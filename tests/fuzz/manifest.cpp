@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "flashcpp/artifacts.hpp"
+#include "flashcpp/error.hpp"
 #include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
