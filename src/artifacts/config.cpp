@@ -156,8 +156,12 @@ Manifest Manifest::load(const fs::path& file) {
   };
   if (!j.is_object()) bad("the top level must be an object");
   Manifest m = builtin();
-  if (j.contains("cuda_tag")) m.cuda_tag = j.at("cuda_tag").get<std::string>();
-  if (j.contains("arch")) m.arch = j.at("arch").get<std::string>();
+  // Every value is checked for its type here: nlohmann-json's own type_error would leave the library untyped.
+  for (const auto& [key, field] : {std::pair{"cuda_tag", &m.cuda_tag}, std::pair{"arch", &m.arch}}) {
+    if (!j.contains(key)) continue;
+    if (!j.at(key).is_string()) bad(std::string("'") + key + "' must be a string");
+    *field = j.at(key).get<std::string>();
+  }
   const std::pair<const char*, WheelPin*> keys[] = {
       {"flashinfer_jit_cache", &m.jit_cache}, {"apache_tvm_ffi", &m.tvm_ffi}, {"flashinfer_python", &m.flashinfer_python}};
   for (const auto& [key, pin] : keys) {
@@ -169,6 +173,9 @@ Manifest Manifest::load(const fs::path& file) {
       p.name = key;
       p.filename = e.at("filename").get<std::string>();
       p.sha256 = e.at("sha256").get<std::string>();
+      // A negative size would otherwise wrap to 2^64 - 1 and a fraction be truncated: only a whole byte count.
+      if (e.contains("size") && !e.at("size").is_number_unsigned())
+        bad(std::string("'") + key + ".size' must be a non-negative whole number of bytes");
       p.size = e.value("size", std::uint64_t{0});
       p.url = e.value("url", std::string());
       p.project = e.value("project", pin->project);

@@ -59,6 +59,12 @@ void write_stamp(const std::filesystem::path& wheel, const std::filesystem::path
 
 [[noreturn]] void throw_io(std::string what, const std::filesystem::path& p, int err);
 
+/// The URL of pin.filename on a PEP 503 project page `html` fetched from `page` (`base_url`: where redirects
+/// ended, which relative links resolve against); nullopt when the page does not list it. Throws
+/// integrity_error when the page lists it with a sha256 fragment other than the pinned one.
+std::optional<std::string> find_wheel_in_index(const std::string& html, const std::string& page,
+                                               const std::string& base_url, const WheelPin& pin);
+
 /// HTTP GET of a small document into memory (index pages), with the same retries/timeouts as downloads.
 std::string http_get_text(const Config& cfg, const std::string& url, std::string* effective_url);
 

