@@ -51,25 +51,38 @@ TensorView TensorView::strided(void* data, DType dtype, Device device, std::span
   return v;
 }
 
+// Both are called on views validation has not seen yet (Validator::defined itself asks for numel): a zero
+// size anywhere gives 0 whatever the others are, and a count or extent past int64 saturates to INT64_MAX
+// instead of overflowing (validation refuses such views by name: extent_fits).
 int64_t TensorView::numel() const {
+  for (int i = 0; i < rank; ++i)
+    if (shape[i] == 0) return 0;
   int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
+  for (int i = 0; i < rank; ++i)
+    if (__builtin_mul_overflow(n, shape[i], &n)) return INT64_MAX;
   return n;
 }
 
 int64_t TensorView::nbytes() const {
   if (numel() == 0) return 0;
-  int64_t last = 0;  // offset of the last element, in elements
-  for (int i = 0; i < rank; ++i) last += (shape[i] - 1) * (strides[i] < 0 ? -strides[i] : strides[i]);
-  return (last + 1) * dtype_size(dtype);
+  int64_t last = 0, span = 0, bytes = 0;  // offset of the last element, in elements
+  for (int i = 0; i < rank; ++i) {
+    const int64_t stride = strides[i] < 0 ? (strides[i] == INT64_MIN ? INT64_MAX : -strides[i]) : strides[i];
+    if (__builtin_mul_overflow(shape[i] - 1, stride, &span) || __builtin_add_overflow(last, span, &last))
+      return INT64_MAX;
+  }
+  if (__builtin_add_overflow(last, int64_t{1}, &last) ||
+      __builtin_mul_overflow(last, static_cast<int64_t>(dtype_size(dtype)), &bytes))
+    return INT64_MAX;
+  return bytes;
 }
 
 bool TensorView::extent_fits() const {
   int64_t count = 1, last = 0;  // element count; offset of the last element, in elements
-  for (int i = 0; i < rank; ++i) {
-    if (shape[i] < 0) return false;
+  for (int i = 0; i < rank; ++i)
+    if (shape[i] < 0) return false;  // every size, also after a zero one
+  for (int i = 0; i < rank; ++i)
     if (shape[i] == 0) return true;  // no elements, nothing to address
-  }
   for (int i = 0; i < rank; ++i) {
     const int64_t stride = strides[i] < 0 ? -strides[i] : strides[i];
     int64_t span = 0;

@@ -60,6 +60,24 @@ TEST(OpsTensorView, ContiguousStridesAreCheckedAndOverflowingCountsLeftToValidat
   EXPECT_INVALID((void)TensorView::contiguous(nullptr, DType::bf16, Device::cpu(),
                                               {2, int64_t{1} << 40, int64_t{1} << 40}),
                  "stride that does not fit in int64");
+  // numel and nbytes on views validation has not seen: a zero size wins over a product past int64 (the
+  // C ABI fuzzer's [6, 3.3e18, 0] overflowed before reaching the 0), a product past int64 saturates.
+  TensorView huge = TensorView::contiguous(nullptr, DType::bf16, Device::cpu(), {6, 0});
+  huge.shape[1] = 3327647950551526914;
+  huge.rank = 3;
+  huge.shape[2] = 0;
+  huge.strides[2] = 1;
+  EXPECT_EQ(huge.numel(), 0);
+  EXPECT_EQ(huge.nbytes(), 0);
+  EXPECT_TRUE(huge.extent_fits());  // no element: nothing to address
+  huge.shape[2] = 1;
+  EXPECT_EQ(huge.numel(), INT64_MAX);
+  EXPECT_FALSE(huge.extent_fits());
+  huge.strides[0] = int64_t{1} << 62;  // (6 - 1) * 2^62 elements of span
+  EXPECT_EQ(huge.nbytes(), INT64_MAX);
+  huge.shape[2] = 0;
+  huge.shape[0] = -6;  // a negative size is refused even behind a zero one
+  EXPECT_FALSE(huge.extent_fits());
   const auto ok = TensorView::contiguous(nullptr, DType::bf16, Device::cpu(), {3, 5, 7});
   EXPECT_EQ(ok.strides[0], 35);
   EXPECT_EQ(ok.strides[1], 7);
