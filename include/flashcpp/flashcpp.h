@@ -2,6 +2,7 @@
 #ifndef FLASHCPP_FLASHCPP_H_
 #define FLASHCPP_FLASHCPP_H_
 #include "flashcpp/c/common.h"
+#include "flashcpp/c/dlpack.h"
 #include "flashcpp/c/mla.h"
 #include "flashcpp/c/ops_extra.h"
 #include "flashcpp/c/ops.h"

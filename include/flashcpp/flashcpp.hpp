@@ -1,11 +1,12 @@
 // flashcpp: everything a C++ program needs, in one include.
-//   Runtime (where FlashInfer modules come from), TensorView, errors, CUDA helpers,
+//   Runtime (where FlashInfer modules come from), TensorView, DLPack in and out, errors, CUDA helpers,
 //   FlashInfer ops (norm, paged KV append, prefill, decode, batch MLA, GDN, fused MoE),
 //   our sparse MLA kernels, and the float64 `reference` backend.
 #pragma once
 #include "flashcpp/artifacts.hpp"
 #include "flashcpp/attention.hpp"
 #include "flashcpp/cuda.hpp"
+#include "flashcpp/dlpack.hpp"
 #include "flashcpp/dtype.hpp"
 #include "flashcpp/error.hpp"
 #include "flashcpp/gdn.hpp"

@@ -1,5 +1,7 @@
 // TensorView: the one non-owning tensor description used by every flashcpp API.
 #pragma once
+#include <dlpack/dlpack.h>
+
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -36,6 +38,21 @@ struct TensorView {
     return strided(data, dtype, device, std::span<const int64_t>(shape.begin(), shape.size()),
                    std::span<const int64_t>(strides.begin(), strides.size()));
   }
+
+  /// A view of a DLPack tensor: nothing is copied or owned (the producer keeps the memory alive for the
+  /// call; for a DLManagedTensor pass its `dl_tensor`). data is `t.data + t.byte_offset`; NULL strides mean
+  /// compact row-major. Validated here:
+  ///  - device.device_type kDLCPU, kDLCUDA (device_id >= 0) or kDLCUDAHost (the id of host memory is read
+  ///    as 0); any other device type is Error(unsupported)
+  ///  - dtype lanes 1 and a (code, bits) pair flashcpp has a DType for: kDLBfloat 16 (bf16), kDLFloat
+  ///    16/32/64 (f16/f32/f64), kDLFloat8_e4m3fn 8 (e4m3), kDLFloat8_e5m2 8 (e5m2), kDLInt 8/16/32/64,
+  ///    kDLUInt 8/16/32/64, kDLBool 8; any other is Error(unsupported)
+  ///  - ndim in [0, kMaxRank], shape not NULL when ndim > 0, no negative size, compact strides that fit in
+  ///    int64, data not NULL when the tensor has elements, data + byte_offset not past the address space;
+  ///    each broken rule is Error(invalid_argument)
+  /// Messages name the DLTensor field and the value received ("from_dlpack: DLTensor.dtype.lanes is 4; ...").
+  /// Everything else (dtype, shape, strides, alignment, device of each argument) is the op's to check.
+  static TensorView from_dlpack(const DLTensor& t);
 
   bool defined() const { return data != nullptr || numel() == 0; }
   int64_t size(int dim) const { return shape[static_cast<size_t>(dim < 0 ? dim + rank : dim)]; }

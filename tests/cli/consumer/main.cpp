@@ -1,5 +1,5 @@
 // A program outside the flashcpp tree that finds the installed package with find_package(flashcpp): the C++ and
-// C APIs, the versions, and a Runtime that loads the libtvm_ffi installed beside libflashcpp.
+// C APIs, DLPack in, the versions, and a Runtime that loads the libtvm_ffi installed beside libflashcpp.
 #include <flashcpp/flashcpp.h>
 #include <flashcpp/flashcpp.hpp>
 
@@ -7,7 +7,14 @@
 #include <cstring>
 
 int main() {
-  const auto t = flashcpp::TensorView::contiguous(nullptr, flashcpp::DType::bf16, flashcpp::Device::cpu(), {0, 4});
+  // Through the installed <dlpack/dlpack.h>: bf16 [0, 4] on the CPU.
+  int64_t shape[2] = {0, 4};
+  DLTensor dl{};
+  dl.device = {kDLCPU, 0};
+  dl.ndim = 2;
+  dl.dtype = {kDLBfloat, 16, 1};
+  dl.shape = shape;
+  const auto t = flashcpp::TensorView::from_dlpack(dl);
   const std::string d = t.describe();
   std::printf("%s, C ABI version %u\n", d.c_str(), flashcpp_abi_version());
   std::printf("version: %s\n", flashcpp::version_string());
