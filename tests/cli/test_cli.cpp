@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <fstream>
 #include <cstdio>
 #include <filesystem>
@@ -78,6 +79,39 @@ TEST(Cli, FetchOfflineWithColdCacheSaysWhatToSet) {
   const CliRun r = run("fetch --skip-jit-cache", "FLASHCPP_OFFLINE=1 FLASHCPP_NO_BUILD_DEPS=1 FLASHCPP_CACHE_DIR='" + temp_cache() + "/cold'");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("FLASHCPP_OFFLINE"), std::string::npos) << r.output;
+}
+
+// Offline, a module the cache cannot provide: "not cached (offline)", exit 1 (failure), and the ways out.
+TEST(Cli, FetchOfflineModuleNotCachedExitsOne) {
+  const std::string env = "VIRTUAL_ENV= CONDA_PREFIX= FLASHCPP_PYTHON_PREFIXES= FLASHCPP_JIT_CACHE= FLASHCPP_CACHE_DIR='" +
+                          temp_cache() + "/cold-module'";
+  for (const std::string args : {"fetch --offline --module norm", "fetch --offline"}) {
+    const CliRun r = run(args, env);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+    const size_t line = r.output.find("module norm:");
+    ASSERT_NE(line, std::string::npos) << args << "\n" << r.output;
+    const std::string norm_line = r.output.substr(line, r.output.find('\n', line) - line);
+    EXPECT_NE(norm_line.find("not cached (offline)"), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("not in the pinned"), std::string::npos) << args << "\n" << r.output;
+    for (const char* want : {"`flashcpp build`", "FLASHCPP_JIT_CACHE=<path to the", "--skip-jit-cache"})
+      EXPECT_NE(r.output.find(want), std::string::npos) << args << ": missing " << want << "\n" << r.output;
+  }
+}
+
+// Downloads from a port nobody listens on: one attempt, a clear message, no empty .part file for `cache ls`.
+TEST(Cli, FetchFromAnUnreachableIndexFailsFastAndLeavesNoPartFile) {
+  const std::string cache = temp_cache() + "/unreachable";
+  const std::string env = "VIRTUAL_ENV= CONDA_PREFIX= FLASHCPP_PYTHON_PREFIXES= FLASHCPP_NO_BUILD_DEPS=1 "
+                          "FLASHCPP_RETRIES=5 FLASHCPP_INDEX_URL=http://127.0.0.1:1/simple/ FLASHCPP_CACHE_DIR='" + cache + "'";
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliRun r = run("fetch --skip-jit-cache", env);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);  // 5 retries: 1+2+4+8+16 s
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot be reached"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("FLASHCPP_OFFLINE=1"), std::string::npos) << r.output;
+  const CliRun ls = run("cache ls", "FLASHCPP_CACHE_DIR='" + cache + "'");
+  EXPECT_EQ(ls.exit_code, 0) << ls.output;
+  EXPECT_EQ(ls.output.find(".part"), std::string::npos) << ls.output;
 }
 
 }  // namespace
