@@ -11,6 +11,8 @@
 #include <string>
 
 #include "flashcpp/cuda.hpp"
+#include "flashcpp/jit.hpp"
+#include "flashcpp/mla_attention.hpp"
 
 namespace {
 
@@ -237,6 +239,96 @@ TEST(Cli, VersionReportsLibraryAbiPinsAndCuda) {
   EXPECT_EQ(r.output.rfind("flashcpp 0.", 0), 0u) << r.output;
   for (const char* part : {"(C ABI 1, ", "FlashInfer 0.6.3, ", "TVM-FFI 0.1.9, ", "built with CUDA 1"})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+}
+
+}  // namespace
+
+// `flashcpp prepare CONFIG.json`: the modules each model family's layers need, as the ops pick them.
+namespace {
+
+std::string data(const std::string& name) { return std::string("'" FLASHCPP_CLI_DATA "/") + name + "'"; }
+
+flashcpp::jit::AttentionSpec attention(int head_dim, flashcpp::jit::Backend backend) {
+  flashcpp::jit::AttentionSpec s;
+  s.head_dim_qk = s.head_dim_vo = head_dim;
+  s.backend = backend;
+  return s;
+}
+
+TEST(CliPrepare, Llama3ListsNormPagePrefillFa3AndTensorCoreDecode) {
+  using flashcpp::jit::Backend;
+  const CliRun r = run("prepare " + data("llama3_8b.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "Llama 3 (LlamaForCausalLM), bf16, sm90")) << r.output;
+  EXPECT_TRUE(contains(r, "32 query heads, 8 KV heads (group 4), head dim 128")) << r.output;
+  EXPECT_TRUE(contains(r, "modules (4):")) << r.output;
+  for (const std::string& uri : {std::string("norm"), std::string("page"),
+                                 flashcpp::jit::batch_prefill_uri(attention(128, Backend::fa3)),
+                                 flashcpp::jit::batch_prefill_uri(attention(128, Backend::fa2))})
+    EXPECT_TRUE(contains(r, "  " + uri + "  (")) << uri << "\n" << r.output;
+  // On Ampere: no fa3.
+  const CliRun a = run("prepare --sm 80 " + data("llama3_8b.json"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_TRUE(contains(a, "modules (3):")) << a.output;
+  EXPECT_FALSE(contains(a, flashcpp::jit::batch_prefill_uri(attention(128, Backend::fa3)))) << a.output;
+}
+
+TEST(CliPrepare, QwenDenseAndMoe) {
+  using flashcpp::jit::Backend;
+  CliRun r = run("prepare " + data("qwen2_7b.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "Qwen 2 (Qwen2ForCausalLM)")) << r.output;
+  EXPECT_TRUE(contains(r, "28 query heads, 4 KV heads (group 7), head dim 128")) << r.output;
+  // Group 1: decode on CUDA cores (the decode module); 60 experts through the sm90 fused MoE.
+  r = run("prepare " + data("qwen2_moe.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "  " + flashcpp::jit::batch_decode_uri(attention(128, Backend::fa2)) + "  (decode")) << r.output;
+  EXPECT_TRUE(contains(r, "MoE: 60 experts, top 4")) << r.output;
+  EXPECT_TRUE(contains(r, "  fused_moe_90  (")) << r.output;
+  // Qwen 3 MoE: head_dim from its own field (hidden 2048 / 32 heads would say 64).
+  r = run("prepare --sm 100 " + data("qwen3_moe.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "head dim 128")) << r.output;
+  EXPECT_TRUE(contains(r, "  fused_moe_100  (")) << r.output;
+  EXPECT_TRUE(contains(r, "  " + flashcpp::jit::batch_prefill_uri(attention(128, Backend::fa2)) + "  (")) << r.output;
+}
+
+TEST(CliPrepare, DeepSeekV3UsesTheMlaModuleAndV32TheBuiltInSparseKernels) {
+  CliRun r = run("prepare " + data("deepseek_v3.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "DeepSeek V3 (DeepseekV3ForCausalLM)")) << r.output;
+  EXPECT_TRUE(contains(r, "  " + flashcpp::batch_mla_uri(flashcpp::DType::bf16, flashcpp::DType::bf16, flashcpp::DType::bf16,
+                                                           flashcpp::MlaBackend::sm90) + "  (")) << r.output;
+  EXPECT_TRUE(contains(r, "  fused_moe_90  (")) << r.output;
+  r = run("prepare " + data("deepseek_v32.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "DeepSeek V3.2 (DeepseekV32ForCausalLM)")) << r.output;
+  EXPECT_TRUE(contains(r, "index top-k 2048")) << r.output;
+  EXPECT_TRUE(contains(r, "built in (no module): flashcpp::mla sparse prefill")) << r.output;
+  EXPECT_FALSE(contains(r, "batch_mla_attention")) << r.output;
+}
+
+TEST(CliPrepare, UnknownArchitectureIsAClearError) {
+  const CliRun r = run("prepare " + data("unknown_arch.json"));
+  EXPECT_EQ(r.exit_code, kUnsupported) << r.output;
+  EXPECT_TRUE(contains(r, "names architecture 'MambaForCausalLM' (model_type 'mamba'), which flashcpp does not know")) << r.output;
+  EXPECT_TRUE(contains(r, "DeepseekV32ForCausalLM (deepseek_v32)")) << r.output;
+  EXPECT_FALSE(crashed(r)) << r.output;
+}
+
+TEST(CliPrepare, BadConfigFieldsAndFilesAreNamed) {
+  const std::string dir = temp_cache();
+  std::ofstream(dir + "/no_heads.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096})";
+  CliRun r = run("prepare '" + dir + "/no_heads.json'");
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "'num_attention_heads' is missing")) << r.output;
+  std::ofstream(dir + "/odd_dim.json") << R"({"model_type": "qwen2", "hidden_size": 960, "num_attention_heads": 10})";
+  r = run("prepare '" + dir + "/odd_dim.json'");
+  EXPECT_EQ(r.exit_code, kUnsupported) << r.output;
+  EXPECT_TRUE(contains(r, "must be 64, 128 or 256")) << r.output;
+  r = run("prepare '" + dir + "/absent.json'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r, "cannot read")) << r.output;
 }
 
 }  // namespace
