@@ -332,3 +332,17 @@ TEST(CliPrepare, BadConfigFieldsAndFilesAreNamed) {
 }
 
 }  // namespace
+
+namespace {
+// --prepare acquires the listed modules in order with progress on stderr and stops at the first it cannot have.
+TEST(CliPrepare, PrepareStopsAtTheFirstModuleItCannotHave) {
+  const std::string env = "VIRTUAL_ENV= CONDA_PREFIX= FLASHCPP_PYTHON_PREFIXES= FLASHCPP_JIT_CACHE= FLASHCPP_MODULE_PATH= "
+                          "FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_CACHE_DIR='" + temp_cache() + "/prepare-cold'";
+  const CliRun r = run("prepare --prepare " + data("qwen2_moe.json"), env);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r, "flashcpp: prepare: module 1 of 5: norm")) << r.output;
+  EXPECT_TRUE(contains(r, "'norm' is not available")) << r.output;
+  EXPECT_FALSE(contains(r, "module 2 of 5")) << r.output;
+  EXPECT_FALSE(contains(r, "prepared ")) << r.output;
+}
+}  // namespace
