@@ -136,8 +136,9 @@ struct DownloadResult {
 };
 /// Downloads `url` to `dest`: streams into `dest`.part (resuming a partial one with a Range request),
 /// hashes while streaming, checks size and SHA-256, fsyncs and renames atomically. Transient failures
-/// (connection, stall, too slow, 5xx, 408, 429) are retried with back-off; a hash mismatch removes the partial
-/// file. Bounded: cfg.deadline_s for the whole call (network_error), at most `expected_size` bytes or, when
+/// (connect timeout, cut connection, stall, too slow, 5xx, 408, 429) are retried with back-off; a host that
+/// cannot be resolved or refuses the connection (offline) fails at once, unretried; a hash mismatch removes the
+/// partial file, and no failure leaves an empty .part file behind. Bounded: cfg.deadline_s for the whole call (network_error), at most `expected_size` bytes or, when
 /// that is 0, cfg.max_wheel_bytes (integrity_error), and io_error before writing when the disk lacks the
 /// bytes to come plus cfg.min_free_bytes.
 /// The caller serialises concurrent downloads of the same `dest` (ensure_wheel holds the wheel's lock).
@@ -165,6 +166,8 @@ struct CacheEntry {
   bool pinned = false;   ///< belongs to the current manifest
   bool verified = false; ///< wheel whose stamp matches (ls) / whose hash matches (verify)
 };
+/// Cached wheels, partial downloads holding bytes (an empty .part file is not listed; prune removes it),
+/// temporaries and extracted trees.
 std::vector<CacheEntry> cache_list(const Config&);
 /// Re-hashes every cached wheel against its directory's SHA-256; corrupt wheels (and their stamps) are removed.
 std::vector<CacheEntry> cache_verify(const Config&);

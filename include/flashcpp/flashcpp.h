@@ -6,4 +6,5 @@
 #include "flashcpp/c/mla.h"
 #include "flashcpp/c/ops_extra.h"
 #include "flashcpp/c/ops.h"
+#include "flashcpp/c/runtime.h"
 #endif

@@ -50,11 +50,16 @@ struct CurlHandle {
 
 bool transient_http(long status) { return status == 408 || status == 429 || status >= 500; }
 
+// DNS resolution failed or the connection was refused: this machine is offline or the host is not there. A retry
+// only makes a first op call wait longer, so these fail at once.
+bool unreachable_curl(CURLcode rc) {
+  return rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY || rc == CURLE_COULDNT_CONNECT;
+}
+constexpr const char* kUnreachable =
+    " (the host cannot be reached: no network, no DNS or a refused connection; not retried)";
+
 bool transient_curl(CURLcode rc) {
   switch (rc) {
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_CONNECT:
     case CURLE_OPERATION_TIMEDOUT:
     case CURLE_PARTIAL_FILE:
     case CURLE_RECV_ERROR:
@@ -394,6 +399,21 @@ std::uint64_t file_size_or_zero(const fs::path& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? static_cast<std::uint64_t>(st.st_size) : 0;
 }
 
+// However download_file ends, an empty .part file does not stay behind (a partial file with bytes is kept: the
+// next attempt resumes it).
+struct EmptyPartRemover {
+  const fs::path& part;
+  ~EmptyPartRemover() {
+    struct stat st {};
+    if (::stat(part.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) ::unlink(part.c_str());
+  }
+};
+
+std::string kept_text(const fs::path& part) {
+  const std::uint64_t n = file_size_or_zero(part);
+  return n ? "; the partial file is kept (" + std::to_string(n) + " bytes) and the next attempt resumes it" : "";
+}
+
 }  // namespace
 
 DownloadResult download_file(const Config& cfg, const std::string& url, const fs::path& dest,
@@ -414,13 +434,14 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg.deadline_s));
   std::string last_error;
   bool restarted_once = false;
+  const EmptyPartRemover remove_empty_part{part};
 
   for (int attempt = 0;; ++attempt) {
     result.attempts = attempt + 1;
     const double time_left = std::chrono::duration<double>(deadline - Clock::now()).count();
     if (time_left <= 0)
       throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " " + deadline_text(cfg) +
-                                                " (last error: " + last_error + "); the partial file is kept and the next attempt resumes it");
+                                                " (last error: " + last_error + ")" + kept_text(part));
     std::uint64_t have = file_size_or_zero(part);
     if (have > limit) have = 0;
     if (expected_size) {  // refused before a request when the pin says how much is coming
@@ -530,17 +551,18 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
     last_error = describe_failure(rc, status, errbuf, cfg, stall.stalled, timeout);
     if (timeout == Timeout::deadline)
       throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " " + deadline_text(cfg) + " (" +
-                                                std::to_string(sink.offset() + sink.received()) +
-                                                " bytes so far); the partial file is kept and the next attempt resumes it");
+                                                std::to_string(sink.offset() + sink.received()) + " bytes so far)" +
+                                                kept_text(part));
     const bool transient =
         stall.stalled || (rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc));
+    if (unreachable_curl(rc))
+      throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " failed: " + last_error + kUnreachable);
     if (!transient) {
       throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " failed: " + last_error + " (not retried)");
     }
     if (attempt >= cfg.max_retries) {
       throw_error(ErrorCode::network_error, "downloading " + what + " from " + shown + " failed after " +
-                                                std::to_string(attempt + 1) + " attempt(s): " + last_error +
-                                                "; the partial file is kept and the next attempt resumes it");
+                                                std::to_string(attempt + 1) + " attempt(s): " + last_error + kept_text(part));
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(
         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff_seconds(cfg, attempt))),
@@ -599,6 +621,8 @@ std::string http_get_text(const Config& cfg, const std::string& url, std::string
     }
     const Timeout timeout = classify_timeout(c.h, rc, deadline);
     const std::string err = describe_failure(rc, status, errbuf, cfg, stall.stalled, timeout);
+    if (unreachable_curl(rc))
+      throw_error(ErrorCode::network_error, "fetching index page " + shown + " failed: " + err + kUnreachable);
     const bool transient = timeout != Timeout::deadline &&
         (stall.stalled || (rc == CURLE_HTTP_RETURNED_ERROR ? transient_http(status) : transient_curl(rc)));
     if (!transient || attempt >= cfg.max_retries)

@@ -57,6 +57,9 @@ bool stamp_matches(const std::filesystem::path& wheel, const std::filesystem::pa
                    std::uint64_t expected_size);
 void write_stamp(const std::filesystem::path& wheel, const std::filesystem::path& stamp, std::string_view sha256);
 
+/// What a user without network can do instead of downloading `pin` (the variables and commands that exist).
+std::string ways_out(const WheelPin& pin);
+
 [[noreturn]] void throw_io(std::string what, const std::filesystem::path& p, int err);
 
 /// The URL of pin.filename on a PEP 503 project page `html` fetched from `page` (`base_url`: where redirects

@@ -103,6 +103,23 @@ std::string what_to_set(const Artifact& a) {
 
 enum class Miss { throw_error, nullopt };
 
+}  // namespace
+
+namespace detail {
+std::string ways_out(const WheelPin& pin) {
+  if (pin.name == "flashinfer_jit_cache")
+    return "to work without network: set FLASHCPP_OFFLINE=1 and build the modules you need with `flashcpp build` "
+           "(from the pinned FlashInfer sources; needs nvcc), or set FLASHCPP_JIT_CACHE=<path to the " + pin.filename +
+           " wheel or its unpacked package directory>; `flashcpp fetch --skip-jit-cache` fetches everything else";
+  const char* var = pin.name == "apache_tvm_ffi" ? "FLASHCPP_TVM_FFI" : "FLASHCPP_FLASHINFER_PYTHON";
+  return std::string("to work without network: set ") + var + "=<path to the " + pin.filename +
+         " wheel or its unpacked package directory> (or FLASHCPP_PYTHON_PREFIXES to a Python prefix holding the "
+         "package), and FLASHCPP_OFFLINE=1";
+}
+}  // namespace detail
+
+namespace {
+
 // The common resolution order. Returns nullopt only when the artifact's wheel lacks the member (or, with
 // Miss::nullopt, when it cannot be had offline).
 std::optional<fs::path> resolve_artifact(const Config& cfg, const WheelPin& pin, const fs::path& override_path,
@@ -136,8 +153,9 @@ std::optional<fs::path> resolve_artifact(const Config& cfg, const WheelPin& pin,
   // 4. The verified wheel (downloaded unless offline), then extraction under the lock.
   if (cfg.offline && !is_file(cached_wheel_path(cfg, pin))) {
     if (miss == Miss::nullopt) return std::nullopt;
-    throw_error(ErrorCode::not_found, pin.filename + " is not installed or cached and FLASHCPP_OFFLINE=1 forbids a download; " +
-                                          what_to_set(a));
+    throw_error(ErrorCode::not_found, pin.filename + " is not cached (offline): it is not installed or in the cache and "
+                                          "FLASHCPP_OFFLINE=1 forbids a download; " + what_to_set(a) +
+                                          (pin.name == "flashinfer_jit_cache" ? "; " + ways_out(pin) : std::string()));
   }
   const fs::path wheel = ensure_wheel(cfg, pin);
   fs::path out;
@@ -312,10 +330,15 @@ fs::path ensure_wheel(const Config& cfg, const WheelPin& pin) {
     fs::remove(file, ec);
   }
   if (cfg.offline)
-    throw_error(ErrorCode::not_found, pin.filename + " is not in the cache (" + dir.string() +
-                                          ") and FLASHCPP_OFFLINE=1 forbids a download");
-  const std::string url = resolve_wheel_url(cfg, pin);
-  download_file(cfg, url, file, pin.sha256, pin.size);
+    throw_error(ErrorCode::not_found, pin.filename + " is not cached (offline): it is not in the cache (" + dir.string() +
+                                          ") and FLASHCPP_OFFLINE=1 forbids a download; " + ways_out(pin));
+  try {
+    const std::string url = resolve_wheel_url(cfg, pin);
+    download_file(cfg, url, file, pin.sha256, pin.size);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::network_error) throw;
+    throw_error(ErrorCode::network_error, e.message() + "; " + ways_out(pin));
+  }
   write_stamp(file, stamp, pin.sha256);
   return file;
 }
@@ -401,7 +424,10 @@ std::set<std::string> pinned_shas(const Config& cfg) {
 }
 }  // namespace
 
-std::vector<CacheEntry> cache_list(const Config& cfg) {
+namespace {
+// `empty_partials`: also the empty .part files an older flashcpp left after a failed first attempt (pruned, not
+// listed: they hold nothing to resume).
+std::vector<CacheEntry> list_cache(const Config& cfg, bool empty_partials) {
   require_cache_dir(cfg);
   std::vector<CacheEntry> out;
   const auto pinned = pinned_shas(cfg);
@@ -414,6 +440,7 @@ std::vector<CacheEntry> cache_list(const Config& cfg) {
       if (n == ".lock" || n == ".verified") continue;
       CacheEntry e{f.path(), "wheel", tree_bytes(f.path()), pinned.count(sha) > 0, false};
       if (ends_with(n, ".part")) {
+        if (e.bytes == 0 && !empty_partials) continue;
         e.kind = "partial";
       } else if (is_temporary_name(n)) {
         e.kind = "temporary";
@@ -435,6 +462,9 @@ std::vector<CacheEntry> cache_list(const Config& cfg) {
   std::sort(out.begin(), out.end(), [](const CacheEntry& a, const CacheEntry& b) { return a.path < b.path; });
   return out;
 }
+}  // namespace
+
+std::vector<CacheEntry> cache_list(const Config& cfg) { return list_cache(cfg, false); }
 
 std::vector<CacheEntry> cache_verify(const Config& cfg) {
   std::vector<CacheEntry> out;
@@ -459,7 +489,7 @@ std::vector<CacheEntry> cache_verify(const Config& cfg) {
 std::vector<CacheEntry> cache_prune(const Config& cfg, bool unpinned, bool everything) {
   std::vector<CacheEntry> removed;
   std::error_code ec;
-  for (CacheEntry& e : cache_list(cfg)) {
+  for (CacheEntry& e : list_cache(cfg, true)) {
     const bool drop = everything || e.kind == "partial" || e.kind == "temporary" || (unpinned && !e.pinned);
     if (!drop) continue;
     // Take the owning lock without waiting: a download or extraction in progress is left alone.

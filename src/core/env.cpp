@@ -24,6 +24,7 @@ struct Rule {
 
 constexpr Rule kRules[] = {
     {"FLASHCPP_JIT", Kind::choice, {"auto", "off", "force"}},
+    {"FLASHCPP_LOG", Kind::choice, {"off", "info", "debug"}},
     {"FLASHCPP_OFFLINE", Kind::choice, {"0", "1"}},
     {"FLASHCPP_NO_BUILD_DEPS", Kind::choice, {"0", "1"}},
     {"FLASHCPP_MLA_FORCE_SIMPLE", Kind::choice, {"0", "1"}},

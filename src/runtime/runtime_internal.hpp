@@ -16,9 +16,17 @@ namespace flashcpp {
 /// A source of module files: returns the .so path for a URI, or nullopt to let the next source try.
 using ModuleSource = std::function<std::optional<std::filesystem::path>(const std::string& uri)>;
 
+/// The log a Runtime with `options` writes to: options.log, else the process-wide sink (set_process_log), else
+/// stderr up to options.log_level. Never throws (a throwing sink is ignored).
+LogFn make_log(const RuntimeOptions& options);
+/// The C ABI's flashcpp_set_log_callback: a process-wide sink for every Runtime without its own `log`, the C ABI's
+/// default runtime included, consulted at each line (so it may be set before or after that runtime starts). An empty
+/// function removes it.
+void set_process_log(LogFn fn);
+
 /// The artifacts (prebuilt jit-cache) and jit (module builder) sources, in that order, honouring the
-/// policy; defined in src/runtime/module_sources.cpp.
-std::vector<ModuleSource> default_module_sources(const RuntimeOptions& options);
+/// policy and reporting through `log`; defined in src/runtime/module_sources.cpp.
+std::vector<ModuleSource> default_module_sources(const RuntimeOptions& options, const LogFn& log);
 /// libtvm_ffi resolution when no explicit path is given (artifacts layer).
 std::filesystem::path default_tvm_ffi_library();
 /// How to get a module that no source could provide (message appended to the not_found error).
@@ -26,6 +34,7 @@ std::string module_help(const std::string& uri, const RuntimeOptions& options);
 
 struct Runtime::Impl {
   RuntimeOptions options;
+  LogFn log;  ///< make_log(options)
   std::vector<ModuleSource> sources;
   mutable std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<ffi::ModuleLibrary>> modules;

@@ -192,12 +192,76 @@ TEST_F(ArtifactsTest, StalledServerTimesOut) {
   EXPECT_EQ(server.ranges(file_path(tvm)).back(), "bytes=1000-");
 }
 
-TEST_F(ArtifactsTest, ConnectionRefusedIsAClearError) {
+TEST_F(ArtifactsTest, ConnectionRefusedIsAClearErrorAndNotRetried) {
   const std::string dead = server.url("/");
   server.stop();
-  cfg.max_retries = 1;
+  cfg.max_retries = 3;
+  cfg.retry_backoff_s = 1.0;  // one retry would take at least a second
   cfg.index_url = dead + "simple/";
+  const auto t0 = Clock::now();
+  EXPECT_THROW_CODE(resolve_tvm_ffi_library(cfg), network_error, "cannot be reached");
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.9);
+  EXPECT_THROW_CODE(resolve_tvm_ffi_library(cfg), network_error, "not retried");
+  EXPECT_THROW_CODE(resolve_tvm_ffi_library(cfg), network_error, "FLASHCPP_TVM_FFI=<path to the " + tvm.filename);
+}
+
+// A pinned URL on a port nobody listens on: one attempt, the ways out named, no empty .part file left behind.
+TEST_F(ArtifactsTest, UnreachableJitCacheNamesTheWaysOutAndLeavesNoPartFile) {
+  HttpServer gone;
+  const std::string dead = gone.url("/jit.whl");
+  gone.stop();
+  write_manifest("", 0, dead);
+  cfg.max_retries = 3;
+  cfg.retry_backoff_s = 1.0;
+  const auto t0 = Clock::now();
+  try {
+    (void)resolve_prebuilt_module(cfg, "norm");
+    ADD_FAILURE() << "expected a network_error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::network_error) << e.what();
+    const std::string m = e.what();
+    for (const char* want : {"cannot be reached", "not retried", "FLASHCPP_OFFLINE=1", "`flashcpp build`",
+                             "FLASHCPP_JIT_CACHE=<path to the", "--skip-jit-cache"})
+      EXPECT_NE(m.find(want), std::string::npos) << "missing '" << want << "' in: " << m;
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.9);
+  EXPECT_TRUE(leftovers().empty());
+  for (const auto& e : cache_list(cfg)) EXPECT_NE(e.kind, "partial") << e.path;
+}
+
+TEST_F(ArtifactsTest, FailedFirstAttemptLeavesNoEmptyPartFile) {
+  server.set(file_path(tvm), Route{"", "", 404});
+  EXPECT_THROW_CODE(resolve_tvm_ffi_library(cfg), network_error, "HTTP 404");
+  EXPECT_TRUE(leftovers().empty());
+  server.set(file_path(tvm), Route{"", "", 503});
+  cfg.max_retries = 1;
   EXPECT_THROW_CODE(resolve_tvm_ffi_library(cfg), network_error, "after 2 attempt(s)");
+  EXPECT_TRUE(leftovers().empty());
+}
+
+TEST_F(ArtifactsTest, EmptyPartFileIsNotListedButPruned) {
+  const fs::path dir = cfg.cache_dir / "wheels" / std::string(64, 'a');
+  fs::create_directories(dir);
+  std::ofstream(dir / "old.whl.part").flush();
+  std::ofstream(dir / "half.whl.part") << "bytes to resume";
+  int partial = 0;
+  for (const auto& e : cache_list(cfg)) {
+    EXPECT_NE(e.path.filename(), "old.whl.part");
+    partial += e.kind == "partial";
+  }
+  EXPECT_EQ(partial, 1);
+  (void)cache_prune(cfg, false, false);
+  EXPECT_FALSE(fs::exists(dir / "old.whl.part"));
+  EXPECT_FALSE(fs::exists(dir / "half.whl.part"));
+}
+
+TEST_F(ArtifactsTest, OfflineErrorSaysNotCachedAndNamesTheWaysOut) {
+  cfg.offline = true;
+  EXPECT_THROW_CODE(resolve_tvm_ffi_library(cfg), not_found, "not cached (offline)");
+  EXPECT_THROW_CODE(ensure_wheel(cfg, cfg.manifest().jit_cache), not_found, "`flashcpp build`");
+  EXPECT_THROW_CODE(ensure_wheel(cfg, cfg.manifest().jit_cache), not_found, "FLASHCPP_JIT_CACHE=<path to the");
+  EXPECT_THROW_CODE(ensure_wheel(cfg, cfg.manifest().jit_cache), not_found, "--skip-jit-cache");
+  EXPECT_EQ(server.requests(jit_path()), 0);
 }
 
 TEST_F(ArtifactsTest, RedirectIsFollowed) {

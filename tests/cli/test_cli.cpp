@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <fstream>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include "flashcpp/cuda.hpp"
+#include "flashcpp/jit.hpp"
+#include "flashcpp/mla_attention.hpp"
 
 namespace {
 
@@ -78,6 +81,39 @@ TEST(Cli, FetchOfflineWithColdCacheSaysWhatToSet) {
   const CliRun r = run("fetch --skip-jit-cache", "FLASHCPP_OFFLINE=1 FLASHCPP_NO_BUILD_DEPS=1 FLASHCPP_CACHE_DIR='" + temp_cache() + "/cold'");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("FLASHCPP_OFFLINE"), std::string::npos) << r.output;
+}
+
+// Offline, a module the cache cannot provide: "not cached (offline)", exit 1 (failure), and the ways out.
+TEST(Cli, FetchOfflineModuleNotCachedExitsOne) {
+  const std::string env = "VIRTUAL_ENV= CONDA_PREFIX= FLASHCPP_PYTHON_PREFIXES= FLASHCPP_JIT_CACHE= FLASHCPP_CACHE_DIR='" +
+                          temp_cache() + "/cold-module'";
+  for (const std::string args : {"fetch --offline --module norm", "fetch --offline"}) {
+    const CliRun r = run(args, env);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+    const size_t line = r.output.find("module norm:");
+    ASSERT_NE(line, std::string::npos) << args << "\n" << r.output;
+    const std::string norm_line = r.output.substr(line, r.output.find('\n', line) - line);
+    EXPECT_NE(norm_line.find("not cached (offline)"), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("not in the pinned"), std::string::npos) << args << "\n" << r.output;
+    for (const char* want : {"`flashcpp build`", "FLASHCPP_JIT_CACHE=<path to the", "--skip-jit-cache"})
+      EXPECT_NE(r.output.find(want), std::string::npos) << args << ": missing " << want << "\n" << r.output;
+  }
+}
+
+// Downloads from a port nobody listens on: one attempt, a clear message, no empty .part file for `cache ls`.
+TEST(Cli, FetchFromAnUnreachableIndexFailsFastAndLeavesNoPartFile) {
+  const std::string cache = temp_cache() + "/unreachable";
+  const std::string env = "VIRTUAL_ENV= CONDA_PREFIX= FLASHCPP_PYTHON_PREFIXES= FLASHCPP_NO_BUILD_DEPS=1 "
+                          "FLASHCPP_RETRIES=5 FLASHCPP_INDEX_URL=http://127.0.0.1:1/simple/ FLASHCPP_CACHE_DIR='" + cache + "'";
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliRun r = run("fetch --skip-jit-cache", env);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);  // 5 retries: 1+2+4+8+16 s
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot be reached"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("FLASHCPP_OFFLINE=1"), std::string::npos) << r.output;
+  const CliRun ls = run("cache ls", "FLASHCPP_CACHE_DIR='" + cache + "'");
+  EXPECT_EQ(ls.exit_code, 0) << ls.output;
+  EXPECT_EQ(ls.output.find(".part"), std::string::npos) << ls.output;
 }
 
 }  // namespace
@@ -205,4 +241,108 @@ TEST(Cli, VersionReportsLibraryAbiPinsAndCuda) {
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
 }
 
+}  // namespace
+
+// `flashcpp prepare CONFIG.json`: the modules each model family's layers need, as the ops pick them.
+namespace {
+
+std::string data(const std::string& name) { return std::string("'" FLASHCPP_CLI_DATA "/") + name + "'"; }
+
+flashcpp::jit::AttentionSpec attention(int head_dim, flashcpp::jit::Backend backend) {
+  flashcpp::jit::AttentionSpec s;
+  s.head_dim_qk = s.head_dim_vo = head_dim;
+  s.backend = backend;
+  return s;
+}
+
+TEST(CliPrepare, Llama3ListsNormPagePrefillFa3AndTensorCoreDecode) {
+  using flashcpp::jit::Backend;
+  const CliRun r = run("prepare " + data("llama3_8b.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "Llama 3 (LlamaForCausalLM), bf16, sm90")) << r.output;
+  EXPECT_TRUE(contains(r, "32 query heads, 8 KV heads (group 4), head dim 128")) << r.output;
+  EXPECT_TRUE(contains(r, "modules (4):")) << r.output;
+  for (const std::string& uri : {std::string("norm"), std::string("page"),
+                                 flashcpp::jit::batch_prefill_uri(attention(128, Backend::fa3)),
+                                 flashcpp::jit::batch_prefill_uri(attention(128, Backend::fa2))})
+    EXPECT_TRUE(contains(r, "  " + uri + "  (")) << uri << "\n" << r.output;
+  // On Ampere: no fa3.
+  const CliRun a = run("prepare --sm 80 " + data("llama3_8b.json"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_TRUE(contains(a, "modules (3):")) << a.output;
+  EXPECT_FALSE(contains(a, flashcpp::jit::batch_prefill_uri(attention(128, Backend::fa3)))) << a.output;
+}
+
+TEST(CliPrepare, QwenDenseAndMoe) {
+  using flashcpp::jit::Backend;
+  CliRun r = run("prepare " + data("qwen2_7b.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "Qwen 2 (Qwen2ForCausalLM)")) << r.output;
+  EXPECT_TRUE(contains(r, "28 query heads, 4 KV heads (group 7), head dim 128")) << r.output;
+  // Group 1: decode on CUDA cores (the decode module); 60 experts through the sm90 fused MoE.
+  r = run("prepare " + data("qwen2_moe.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "  " + flashcpp::jit::batch_decode_uri(attention(128, Backend::fa2)) + "  (decode")) << r.output;
+  EXPECT_TRUE(contains(r, "MoE: 60 experts, top 4")) << r.output;
+  EXPECT_TRUE(contains(r, "  fused_moe_90  (")) << r.output;
+  // Qwen 3 MoE: head_dim from its own field (hidden 2048 / 32 heads would say 64).
+  r = run("prepare --sm 100 " + data("qwen3_moe.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "head dim 128")) << r.output;
+  EXPECT_TRUE(contains(r, "  fused_moe_100  (")) << r.output;
+  EXPECT_TRUE(contains(r, "  " + flashcpp::jit::batch_prefill_uri(attention(128, Backend::fa2)) + "  (")) << r.output;
+}
+
+TEST(CliPrepare, DeepSeekV3UsesTheMlaModuleAndV32TheBuiltInSparseKernels) {
+  CliRun r = run("prepare " + data("deepseek_v3.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "DeepSeek V3 (DeepseekV3ForCausalLM)")) << r.output;
+  EXPECT_TRUE(contains(r, "  " + flashcpp::batch_mla_uri(flashcpp::DType::bf16, flashcpp::DType::bf16, flashcpp::DType::bf16,
+                                                           flashcpp::MlaBackend::sm90) + "  (")) << r.output;
+  EXPECT_TRUE(contains(r, "  fused_moe_90  (")) << r.output;
+  r = run("prepare " + data("deepseek_v32.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "DeepSeek V3.2 (DeepseekV32ForCausalLM)")) << r.output;
+  EXPECT_TRUE(contains(r, "index top-k 2048")) << r.output;
+  EXPECT_TRUE(contains(r, "built in (no module): flashcpp::mla sparse prefill")) << r.output;
+  EXPECT_FALSE(contains(r, "batch_mla_attention")) << r.output;
+}
+
+TEST(CliPrepare, UnknownArchitectureIsAClearError) {
+  const CliRun r = run("prepare " + data("unknown_arch.json"));
+  EXPECT_EQ(r.exit_code, kUnsupported) << r.output;
+  EXPECT_TRUE(contains(r, "names architecture 'MambaForCausalLM' (model_type 'mamba'), which flashcpp does not know")) << r.output;
+  EXPECT_TRUE(contains(r, "DeepseekV32ForCausalLM (deepseek_v32)")) << r.output;
+  EXPECT_FALSE(crashed(r)) << r.output;
+}
+
+TEST(CliPrepare, BadConfigFieldsAndFilesAreNamed) {
+  const std::string dir = temp_cache();
+  std::ofstream(dir + "/no_heads.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096})";
+  CliRun r = run("prepare '" + dir + "/no_heads.json'");
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "'num_attention_heads' is missing")) << r.output;
+  std::ofstream(dir + "/odd_dim.json") << R"({"model_type": "qwen2", "hidden_size": 960, "num_attention_heads": 10})";
+  r = run("prepare '" + dir + "/odd_dim.json'");
+  EXPECT_EQ(r.exit_code, kUnsupported) << r.output;
+  EXPECT_TRUE(contains(r, "must be 64, 128 or 256")) << r.output;
+  r = run("prepare '" + dir + "/absent.json'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r, "cannot read")) << r.output;
+}
+
+}  // namespace
+
+namespace {
+// --prepare acquires the listed modules in order with progress on stderr and stops at the first it cannot have.
+TEST(CliPrepare, PrepareStopsAtTheFirstModuleItCannotHave) {
+  const std::string env = "VIRTUAL_ENV= CONDA_PREFIX= FLASHCPP_PYTHON_PREFIXES= FLASHCPP_JIT_CACHE= FLASHCPP_MODULE_PATH= "
+                          "FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_CACHE_DIR='" + temp_cache() + "/prepare-cold'";
+  const CliRun r = run("prepare --prepare " + data("qwen2_moe.json"), env);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r, "flashcpp: prepare: module 1 of 5: norm")) << r.output;
+  EXPECT_TRUE(contains(r, "'norm' is not available")) << r.output;
+  EXPECT_FALSE(contains(r, "module 2 of 5")) << r.output;
+  EXPECT_FALSE(contains(r, "prepared ")) << r.output;
+}
 }  // namespace

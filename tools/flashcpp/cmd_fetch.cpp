@@ -77,24 +77,39 @@ struct FetchOptions {
   bool offline = false;
 };
 
+// Offline, without a cached jit-cache wheel or an override: a module missing from the cache cannot be had now.
+bool jit_cache_unavailable_offline(const art::Config& cfg) {
+  return cfg.offline && cfg.jit_cache_override.empty() &&
+         !std::filesystem::exists(art::cached_wheel_path(cfg, cfg.manifest().jit_cache));
+}
+
+std::string offline_remedies(const art::Config& cfg) {
+  return "set FLASHCPP_OFFLINE=0 (and no --offline) to download it, or, without network, build the modules with "
+         "`flashcpp build`, or set FLASHCPP_JIT_CACHE=<path to the " + cfg.manifest().jit_cache.filename +
+         " wheel or its unpacked package directory>, or pass --skip-jit-cache to fetch everything else";
+}
+
 void run_fetch(const FetchOptions& o) {
   art::Config cfg = art::Config::from_env();
   if (o.offline) cfg.offline = true;
   cfg.progress = make_progress();
   if (!o.modules.empty()) {
-    int missing = 0;
+    int missing = 0, offline_missing = 0;
     for (const auto& uri : o.modules) {
       if (auto p = art::resolve_prebuilt_module(cfg, uri)) {
         std::printf("module %s: %s\n", uri.c_str(), p->c_str());
+      } else if (jit_cache_unavailable_offline(cfg)) {
+        std::printf("module %s: not cached (offline)\n", uri.c_str());
+        ++offline_missing;
       } else {
-        const bool have_wheel = std::filesystem::exists(art::cached_wheel_path(cfg, cfg.manifest().jit_cache));
-        if (cfg.offline && !have_wheel && cfg.jit_cache_override.empty())
-          std::printf("module %s: not available offline (the jit-cache wheel is not cached)\n", uri.c_str());
-        else
-          std::printf("module %s: not in the pinned jit-cache wheel (build it with `flashcpp build`)\n", uri.c_str());
+        std::printf("module %s: not in the pinned jit-cache wheel (build it with `flashcpp build --uri %s`)\n",
+                    uri.c_str(), uri.c_str());
         ++missing;
       }
     }
+    if (offline_missing)
+      throw_error(ErrorCode::not_found, std::to_string(offline_missing) + " module(s) are not cached (offline) and the " +
+                                            "jit-cache wheel is not cached either; " + offline_remedies(cfg));
     if (missing) throw_error(ErrorCode::not_found, std::to_string(missing) + " module(s) are not prebuilt");
     return;
   }
@@ -105,10 +120,17 @@ void run_fetch(const FetchOptions& o) {
   std::printf("flashinfer sources:  %s\n", art::resolve_flashinfer_sources(cfg).c_str());
   if (o.skip_jit_cache) return;
   // The fixed modules every Runtime loads; the rest are extracted on first use.
+  int offline_missing = 0;
   for (const char* uri : {"norm", "page", "gdn_prefill_sm90"}) {
     auto p = art::resolve_prebuilt_module(cfg, uri);
-    std::printf("module %-13s %s\n", (std::string(uri) + ":").c_str(), p ? p->c_str() : "(not in the pinned wheel)");
+    const bool offline_miss = !p && jit_cache_unavailable_offline(cfg);
+    offline_missing += offline_miss;
+    std::printf("module %-13s %s\n", (std::string(uri) + ":").c_str(),
+                p ? p->c_str() : offline_miss ? "not cached (offline)" : "(not in the pinned wheel)");
   }
+  if (offline_missing)
+    throw_error(ErrorCode::not_found, "the jit-cache wheel " + m.jit_cache.filename + " is not cached (offline); " +
+                                          offline_remedies(cfg));
 }
 
 void run_cache_ls() {

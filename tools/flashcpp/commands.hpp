@@ -28,6 +28,7 @@ inline std::function<void()> checked(std::function<void()> fn) {
 
 void add_doctor_command(CLI::App& app);
 void add_build_command(CLI::App& app);
+void add_prepare_command(CLI::App& app);  // cmd_prepare.cpp: `flashcpp prepare CONFIG.json`
 void add_fetch_command(CLI::App& app);   // cmd_fetch.cpp: `flashcpp fetch`
 void add_cache_command(CLI::App& app);   // cmd_fetch.cpp: `flashcpp cache ls|verify|prune`
 void add_bench_extra_command(CLI::App& app);  // cmd_bench_extra.cpp: `flashcpp bench-extra`
