@@ -17,6 +17,9 @@
 
 namespace {
 
+// v - 1 without overflow (INT64_MIN wraps to INT64_MAX): the fuzzed values reach every extreme.
+std::int64_t minus_one(std::int64_t v) { return static_cast<std::int64_t>(static_cast<std::uint64_t>(v) - 1u); }
+
 class Reader {
  public:
   Reader(const std::uint8_t* d, size_t n) : d_(d), n_(n) {}
@@ -146,7 +149,7 @@ flashcpp_status call(Reader& r, Arena& a) {
     case 6: {
       flashcpp_attention_options o;
       flashcpp_attention_options_init(&o);
-      o.causal = r.byte() % 3, o.layout = r.byte() % 3, o.window_left = r.dim() - 1, o.logits_soft_cap = r.real();
+      o.causal = r.byte() % 3, o.layout = r.byte() % 3, o.window_left = minus_one(r.dim()), o.logits_soft_cap = r.real();
       o.sm_scale = r.real(), o.decode_backend = r.byte() % 4, o.use_fp16_qk_reduction = r.byte() % 3;
       auto q = a.tensor(), k = a.tensor(), v = a.tensor(), out = a.tensor(), lse = a.tensor(), tmp = a.tensor();
       const auto* opts = (r.byte() & 7) ? &o : nullptr;
@@ -158,7 +161,7 @@ flashcpp_status call(Reader& r, Arena& a) {
       flashcpp_batch_decode_config_init(&c);
       c.num_qo_heads = r.dim(), c.num_kv_heads = r.dim(), c.head_dim = r.dim(), c.page_size = r.dim();
       c.q_dtype = r.byte() % 16, c.kv_dtype = r.byte() % 16, c.o_dtype = static_cast<std::int32_t>(r.byte() % 17) - 1;
-      c.layout = r.byte() % 3, c.window_left = r.dim() - 1, c.logits_soft_cap = r.real(), c.sm_scale = r.real();
+      c.layout = r.byte() % 3, c.window_left = minus_one(r.dim()), c.logits_soft_cap = r.real(), c.sm_scale = r.real();
       c.backend = r.byte() % 4, c.prefill_backend = r.byte() % 4;
       flashcpp_workspace ws{a.tensor(), a.tensor(), a.tensor()};
       auto indptr = a.tensor(), last = a.tensor(), indices = a.tensor();
@@ -174,8 +177,8 @@ flashcpp_status call(Reader& r, Arena& a) {
       c.kv_storage = r.byte() % 3, c.num_qo_heads = r.dim(), c.num_kv_heads = r.dim(), c.head_dim_qk = r.dim();
       c.head_dim_vo = r.dim(), c.page_size = r.dim(), c.q_dtype = r.byte() % 16, c.kv_dtype = r.byte() % 16;
       c.o_dtype = static_cast<std::int32_t>(r.byte() % 17) - 1, c.layout = r.byte() % 3, c.causal = r.byte() % 2;
-      c.window_left = r.dim() - 1, c.logits_soft_cap = r.real(), c.sm_scale = r.real(), c.backend = r.byte() % 4;
-      c.fixed_split_size = r.dim() - 1, c.disable_split_kv = r.byte() % 2;
+      c.window_left = minus_one(r.dim()), c.logits_soft_cap = r.real(), c.sm_scale = r.real(), c.backend = r.byte() % 4;
+      c.fixed_split_size = minus_one(r.dim()), c.disable_split_kv = r.byte() % 2;
       flashcpp_workspace ws{a.tensor(), a.tensor(), a.tensor()};
       auto qo = a.tensor(), kv = a.tensor(), last = a.tensor(), indices = a.tensor();
       flashcpp_batch_prefill_plan* plan = nullptr;

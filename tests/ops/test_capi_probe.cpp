@@ -424,6 +424,40 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                     kInvalid, "'kv' must not be null"});
   probes.push_back({"quantize host out data NULL", [=] { return flashcpp_mla_quantize_kv_cache_fp8(&hs, &nhd, nullptr); },
                     kInvalid, "'out' must not be null"});
+  // The V4 quantizer: pages [2, 3, 1, 584] from bf16 [2, 3, 1, 512].
+  std::vector<uint16_t> src4(2 * 3 * 512, 0x3f80);
+  std::vector<uint8_t> dst4(2 * 3 * 584);
+  const auto hs4 = to_c(TensorView::contiguous(src4.data(), DType::bf16, Device::cpu(), {2, 3, 1, 512}));
+  const auto hd4 = to_c(TensorView::contiguous(dst4.data(), DType::u8, Device::cpu(), {2, 3, 1, 584}));
+  const auto nhs4 = null_data(hs4), nhd4 = null_data(hd4);
+  probes.push_back({"quantize v4 kv NULL", [=] { return flashcpp_mla_quantize_kv_cache_fp8_v4(nullptr, &hd4, nullptr); },
+                    kInvalid, "'kv' must not be NULL"});
+  probes.push_back({"quantize v4 out NULL", [=] { return flashcpp_mla_quantize_kv_cache_fp8_v4(&hs4, nullptr, nullptr); },
+                    kInvalid, "'out' must not be NULL"});
+  probes.push_back({"quantize v4 host kv data NULL",
+                    [=] { return flashcpp_mla_quantize_kv_cache_fp8_v4(&nhs4, &hd4, nullptr); }, kInvalid,
+                    "'kv' must not be null"});
+  probes.push_back({"quantize v4 host out data NULL",
+                    [=] { return flashcpp_mla_quantize_kv_cache_fp8_v4(&hs4, &nhd4, nullptr); }, kInvalid,
+                    "'out' must not be null"});
+  probes.push_back({"tensor_from_dlpack NULL", [] {
+                      flashcpp_tensor t{};
+                      return flashcpp_tensor_from_dlpack(nullptr, &t);
+                    },
+                    kInvalid, "NULL"});
+  probes.push_back({"tensor_from_dlpack out NULL", [] {
+                      int64_t shape[1] = {4};
+                      float data[4] = {};
+                      DLTensor d{};
+                      d.data = data;
+                      d.device = {kDLCPU, 0};
+                      d.ndim = 1;
+                      d.dtype = {kDLFloat, 32, 1};
+                      d.shape = shape;
+                      return flashcpp_tensor_from_dlpack(&d, nullptr);
+                    },
+                    kInvalid, "NULL"});
+  probes.push_back({"prepare uris NULL", [] { return flashcpp_prepare(nullptr, 2); }, kInvalid, "NULL"});
 
   // Batch MLA plan: every pointer NULL in turn, the host arrays also with NULL data.
   std::vector<uint8_t> pinned(1024);
