@@ -172,10 +172,11 @@ bool TensorView::extent_fits() const {
   for (int i = 0; i < rank; ++i)
     if (shape[i] == 0) return true;  // no elements, nothing to address
   for (int i = 0; i < rank; ++i) {
+    if (strides[i] == INT64_MIN) return false;  // its magnitude is no int64 (checked before negating it)
     const int64_t stride = strides[i] < 0 ? -strides[i] : strides[i];
     int64_t span = 0;
-    if (strides[i] == INT64_MIN || __builtin_mul_overflow(count, shape[i], &count) ||
-        __builtin_mul_overflow(shape[i] - 1, stride, &span) || __builtin_add_overflow(last, span, &last))
+    if (__builtin_mul_overflow(count, shape[i], &count) || __builtin_mul_overflow(shape[i] - 1, stride, &span) ||
+        __builtin_add_overflow(last, span, &last))
       return false;
   }
   int64_t bytes = 0;

@@ -78,6 +78,11 @@ TEST(OpsTensorView, ContiguousStridesAreCheckedAndOverflowingCountsLeftToValidat
   huge.shape[2] = 0;
   huge.shape[0] = -6;  // a negative size is refused even behind a zero one
   EXPECT_FALSE(huge.extent_fits());
+  // A stride of INT64_MIN (found by the C ABI fuzzer: extent_fits negated it before refusing it).
+  TensorView min_stride = TensorView::contiguous(nullptr, DType::bf16, Device::cpu(), {2, 3});
+  min_stride.strides[0] = INT64_MIN;
+  EXPECT_FALSE(min_stride.extent_fits());
+  EXPECT_EQ(min_stride.nbytes(), INT64_MAX);
   const auto ok = TensorView::contiguous(nullptr, DType::bf16, Device::cpu(), {3, 5, 7});
   EXPECT_EQ(ok.strides[0], 35);
   EXPECT_EQ(ok.strides[1], 7);
