@@ -34,7 +34,7 @@ for name in "${harnesses[@]}"; do
     tail -n 60 build-fuzz/fuzz_"$name".log
     failed+=("$name")
   fi
-  grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' build-fuzz/fuzz_"$name".log || true
+  grep -a -E "^stat::(number_of_executed_units|peak_rss_mb)|^Done" build-fuzz/fuzz_"$name".log || true
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzzing found problems in: ${failed[*]} (inputs in build-fuzz/artifacts/)" >&2
