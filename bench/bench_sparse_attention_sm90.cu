@@ -480,6 +480,7 @@ int check_all(bool quick) {
       mk("prefill bf16 d576 h128 sq213 topk384", false, 1, 213, 128, 576, 384, 1592, 0, true, true),
       mk("sharp prefill bf16 d576 h128 sq61 topk512", false, 1, 61, 128, 576, 512, 4000, 0, true, true, 0.1, true),
       mk("sharp decode fp8 h128 b4 sq2 topk512", true, 4, 2, 128, 576, 512, 2048, 64, true, true, 0.1, true),
+      mk("decode fp8 h100 b3 sq2 topk320 blk64 (cluster, partial group)", true, 3, 2, 100, 576, 320, 1500, 64, true, true),
   };
   int fails = 0;
   uint64_t seed = 1234;

@@ -100,10 +100,17 @@ if has mla-quick; then
   FLASHCPP_MLA_FP8_KERNEL=wgmma timeout 300 build-gpu/bench/bench_sparse_attention_sm90 --check 2>&1 |
     tee "$out/mla-check-fp8-wgmma.txt" | grep -E 'FAIL|correctness'
   run_gtests 'test_mla_gpu'
+  # The API's decode paths (split-KV, graphs, strides) on the wgmma FP8 kernel too.
+  FLASHCPP_MLA_FP8_KERNEL=wgmma FLASHCPP_GPU_TESTS=1 timeout 300 build-gpu/tests/gpu/test_mla_gpu \
+    > "$out/test_mla_gpu-fp8-wgmma.txt" 2>&1
+  echo "test_mla_gpu (FP8 on wgmma): $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_mla_gpu-fp8-wgmma.txt" | tr '\n' ' ')" |
+    tee -a "$out/summary.txt"
+  grep -E '^\[  FAILED  \]' "$out/test_mla_gpu-fp8-wgmma.txt" | sort -u | head -20
   timeout 300 $cli mla-bench --prefill-only --s-kv 8192 32768 131072 2>&1 | tee "$out/mla-prefill.txt" | grep -v MLA_BENCH
   timeout 300 $cli mla-bench --decode-only --batch 1 2 8 16 32 64 128 2>&1 | tee "$out/mla-decode.txt" | grep -v MLA_BENCH
   timeout 300 $cli mla-bench --decode-only --decode-s-q 1 --batch 1 128 2>&1 | tee "$out/mla-decode-sq1.txt" | grep -v MLA_BENCH
-  timeout 300 $cli mla-bench --decode-only --fp8-kernel wgmma --batch 1 64 128 2>&1 | tee "$out/mla-decode-wgmma.txt" | grep -v MLA_BENCH
+  timeout 300 $cli mla-bench --decode-only --fp8-kernel wgmma --batch 1 2 8 16 32 64 128 2>&1 | tee "$out/mla-decode-wgmma.txt" | grep -v MLA_BENCH
+  timeout 300 $cli mla-bench --decode-only --fp8-kernel wgmma --decode-s-q 1 --batch 1 128 2>&1 | tee "$out/mla-decode-wgmma-sq1.txt" | grep -v MLA_BENCH
 fi
 
 if has mla-v4; then
@@ -129,6 +136,9 @@ if has sanitize; then
     # The wgmma prefill kernel on its small correctness cases.
     timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/bench/bench_sparse_attention_sm90 --quick 2>&1 |
       tail -3 | tee -a "$out/sanitize.txt"
+    # FP8 decode on the wgmma kernel (the 2-CTA cluster for h_q 128).
+    FLASHCPP_MLA_FP8_KERNEL=wgmma timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 \
+      build-gpu/bench/bench_sparse_attention_sm90 --quick 2>&1 | tail -3 | tee -a "$out/sanitize.txt"
   done
 fi
 log "done"

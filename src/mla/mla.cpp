@@ -572,8 +572,8 @@ void launch_decode(const kernels::SparseAttentionParams& p, bool split, int devi
   DeviceGuard guard(device_id);
   run_attention(p, stream, device_id);
   if (split) {
-    kernels::launch_sparse_attention_combine(p, stream);
-    check_launch("sparse MLA combine kernel launch");
+    cuda_check(kernels::launch_sparse_attention_combine(p, stream, device_support(device_id).hopper_kernel),
+               "sparse MLA combine kernel launch");
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace flashcpp::mla::kernels {
 
@@ -85,8 +86,9 @@ struct SparseAttentionParams {
 
 /// Finishes split requests: out = sum_k w_k o_k with w from the splits' lse and the sink; lse natural log.
 /// Requests with a single split are skipped (the attention kernel wrote them). Uses the split fields,
-/// out/lse, attn_sink and h_q/d_v of `p`.
-void launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream);
+/// out/lse, attn_sink and h_q/d_v of `p`. `programmatic` (Hopper): launched as a programmatic dependent of
+/// the attention kernel before it, so its launch overlaps that kernel's tail.
+cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic);
 
 /// Writes the split-KV schedule for `batch` requests of `topk` slots into device memory (one tiny kernel,
 /// graph-capturable): sched PartMeta[num_parts], num_splits int32[batch + 1].
@@ -135,15 +137,22 @@ void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t
 /// all go through select_kernel, so they can never disagree.
 enum class SparseKernel : int {
   simple = 0,      ///< sparse_attention_simple.cu: any SM >= 8.0, every shape the API accepts
-  mma_sm90 = 1,    ///< sparse_attention_mma_sm90.cu: Hopper FP8 decode on mma.sync (the default for FP8)
-  wgmma_sm90 = 2,  ///< sparse_attention_wgmma.cuh: Hopper warp-specialized wgmma (prefill; FP8 decode on request)
+  mma_sm90 = 1,    ///< sparse_attention_mma_sm90.cu: Hopper FP8 decode on mma.sync
+  wgmma_sm90 = 2,  ///< sparse_attention_wgmma.cuh: Hopper warp-specialized wgmma (prefill; FP8 decode, 2-CTA cluster)
 };
 const char* kernel_name(SparseKernel k);
 
-/// Which Hopper kernel runs FP8 decode: mma_sm90 (default: it measured faster, docs/MLA.md) or wgmma_sm90.
-/// Initialised from FLASHCPP_MLA_FP8_KERNEL=wgmma|mma; for benchmarks and tests.
-void set_fp8_decode_kernel(SparseKernel k);
-SparseKernel fp8_decode_kernel();
+/// Which Hopper kernel runs FP8 decode: nullopt (the default) picks per problem (auto_fp8_kernel); a kernel
+/// forces it. Initialised from FLASHCPP_MLA_FP8_KERNEL=auto|mma|wgmma; for benchmarks and tests.
+void set_fp8_decode_kernel(std::optional<SparseKernel> k);
+std::optional<SparseKernel> fp8_decode_kernel();
+
+/// The automatic choice for FP8 decode, from the H200 measurements in docs/MLA.md: wgmma_sm90 (its 2-CTA
+/// cluster) for h_q 65..128, unless the split-KV schedule gives its parts fewer than
+/// kWgmmaMinTilesPerPart KV tiles on average (b 1-2: the wgmma kernel's fixed cost per CTA dominates);
+/// mma_sm90 otherwise (h_q <= 64 or > 128: the wgmma kernel alone measured no faster).
+inline constexpr int kWgmmaMinTilesPerPart = 4;
+SparseKernel auto_fp8_kernel(const SparseAttentionParams& p);
 
 /// Whether the Hopper kernels handle the problem (shape, format, alignment). Guarantees from the host: q/kv
 /// data 16-byte aligned and their non-unit strides multiples of 8 elements; fp8 cache data 16-byte aligned,
@@ -153,7 +162,7 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p);
 
 /// The kernel for `p` on a device where `hopper` says the sm_90a kernels can run (compute capability 9.0):
 /// simple when forced (set_force_simple_kernel) or when the Hopper kernels do not handle the problem;
-/// otherwise wgmma_sm90 for bf16 KV and fp8_decode_kernel() for the FP8 cache.
+/// otherwise wgmma_sm90 for bf16 KV and, for the FP8 cache, fp8_decode_kernel() or else auto_fp8_kernel(p).
 SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper);
 
 /// Launches kernel `k` on the current device. False, launching nothing, when the device has no code for it

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/env.hpp"
 #include "mla/sparse_attention_kernel.hpp"
@@ -43,10 +44,12 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p) {
 }
 
 namespace {
-std::atomic<SparseKernel>& fp8_kernel_flag() {
-  static std::atomic<SparseKernel> flag{[] {
-    return env::choice("FLASHCPP_MLA_FP8_KERNEL").value_or("mma") == "wgmma" ? SparseKernel::wgmma_sm90
-                                                                             : SparseKernel::mma_sm90;
+// The forced FP8 decode kernel, or -1 for the automatic choice.
+std::atomic<int>& fp8_kernel_flag() {
+  static std::atomic<int> flag{[] {
+    const std::string v = env::choice("FLASHCPP_MLA_FP8_KERNEL").value_or("auto");
+    return v == "wgmma" ? static_cast<int>(SparseKernel::wgmma_sm90)
+                        : (v == "mma" ? static_cast<int>(SparseKernel::mma_sm90) : -1);
   }()};
   return flag;
 }
@@ -61,14 +64,30 @@ const char* kernel_name(SparseKernel k) {
   return "unknown";
 }
 
-void set_fp8_decode_kernel(SparseKernel k) {
-  fp8_kernel_flag().store(k == SparseKernel::wgmma_sm90 ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90);
+void set_fp8_decode_kernel(std::optional<SparseKernel> k) {
+  fp8_kernel_flag().store(k == SparseKernel::wgmma_sm90 ? static_cast<int>(SparseKernel::wgmma_sm90)
+                                                        : (k.has_value() ? static_cast<int>(SparseKernel::mma_sm90) : -1));
 }
-SparseKernel fp8_decode_kernel() { return fp8_kernel_flag().load(std::memory_order_relaxed); }
+std::optional<SparseKernel> fp8_decode_kernel() {
+  const int v = fp8_kernel_flag().load(std::memory_order_relaxed);
+  if (v < 0) return std::nullopt;
+  return static_cast<SparseKernel>(v);
+}
+
+SparseKernel auto_fp8_kernel(const SparseAttentionParams& p) {
+  constexpr int kGroupHeads = 64, kTileSlots = 64;
+  if (p.h_q <= kGroupHeads || p.h_q > 2 * kGroupHeads) return SparseKernel::mma_sm90;
+  if (p.sched != nullptr) {
+    const int64_t tiles = static_cast<int64_t>(p.num_requests) * ((p.topk + kTileSlots - 1) / kTileSlots);
+    if (tiles < static_cast<int64_t>(kWgmmaMinTilesPerPart) * p.num_parts) return SparseKernel::mma_sm90;
+  }
+  return SparseKernel::wgmma_sm90;
+}
 
 SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {
   if (force_simple_kernel() || !hopper || !sparse_attention_sm90_handles(p)) return SparseKernel::simple;
-  return p.kv_format == KvFormat::bf16 ? SparseKernel::wgmma_sm90 : fp8_decode_kernel();
+  if (p.kv_format == KvFormat::bf16) return SparseKernel::wgmma_sm90;
+  return fp8_decode_kernel().value_or(auto_fp8_kernel(p));
 }
 
 bool launch_kernel(SparseKernel k, const SparseAttentionParams& p, cudaStream_t stream) {

@@ -10,8 +10,13 @@
 //     half (dims 256..d_qk-1); every half has a "full" and an "empty" mbarrier. bf16 KV: cp.async 16 B,
 //     zero-filled for masked rows. FP8 KV: 16-byte loads issued before the buffer is free, then
 //     dequantized (fp8_v32_dequant.cuh) and stored; RoPE dims by cp.async. Masked rows are never read.
-//     (FP8 decode runs on this kernel only on request: it measured slower than the mma.sync kernel, see
-//     docs/MLA.md.)
+//   * FP8 with h_q 65..128 runs as a 2-CTA cluster (the two head groups of a token, which need the same
+//     tiles): each CTA's producer dequantizes half of every tile's rows and stores them into both CTAs'
+//     tiles (st.async to the peer, completing transactions on the peer's full barrier); a half-tile is
+//     free only when the consumers of both CTAs released it (they arrive on both CTAs' empty barriers).
+//     The halved register need of the producer holds two raw buffers: the loads of the next half-tile
+//     are in flight while one is dequantized. (docs/MLA.md: measurements and the automatic choice between
+//     this kernel and the mma.sync kernel for FP8 decode.)
 //   * Iteration i handles tiles A = 2i and B = 2i + 1. Consumer 0 computes S_A = Q K_A^T and consumer 1
 //     S_B = Q K_B^T (wgmma m64n64k16, both operands in shared memory). They exchange row maxima (one named
 //     barrier), so both use the same running max and their O halves stay consistent. Consumer 0 owns O
@@ -87,6 +92,57 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
       "r"(parity)
       : "memory");
 }
+// Waits with acquire at cluster scope: the phase was completed (also) by the peer CTA's arrivals or stores.
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+template <bool CLUSTER>
+__device__ __forceinline__ void mbar_wait_scoped(uint32_t bar, int parity) {
+  if constexpr (CLUSTER) mbar_wait_cluster(bar, parity);
+  else mbar_wait(bar, parity);
+}
+// Arrives and adds `bytes` to the transactions the current phase waits for (stores the peer will make).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Clusters (2 CTAs: the two head groups of one token).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// The address of the same shared-memory location in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t map_to_rank(uint32_t addr, uint32_t rank) {
+  uint32_t d;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
+  return d;
+}
+// Arrival on a barrier of another CTA of the cluster (release at cluster scope).
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
+}
+// 16 bytes into another CTA's shared memory; completes 16 bytes of `cluster_bar`'s transactions.
+__device__ __forceinline__ void st_async_v4(uint32_t cluster_addr, uint4 v, uint32_t cluster_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                   cluster_addr),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(cluster_bar)
+               : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Programmatic dependent launch: the combine kernel may be scheduled (it waits for this grid's results).
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 // Named barriers among the 256 consumer threads (id 0 is __syncthreads).
 enum NamedBarrier : int { kBarMax = 1, kBarPReadyA = 2, kBarPReadyB = 3 };
 __device__ __forceinline__ void named_sync(int id) {
@@ -168,6 +224,10 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t de
 template <class C>
 struct Smem {
   uint32_t base;
+  uint32_t peer_base = 0;  // in a cluster: the same base in the peer CTA (a shared::cluster address)
+  uint32_t rank = 0;       // this CTA's rank in the cluster (0 alone)
+  // The peer CTA's copy of a location of this CTA's shared memory (cluster only).
+  __device__ uint32_t peer(uint32_t addr) const { return addr - base + peer_base; }
   __device__ uint32_t q() const { return base + C::kOffQ; }
   __device__ uint32_t tile(int t) const { return base + C::kOffK + t * C::kKBytes; }
   __device__ uint32_t p_of(int t) const { return base + (t == 0 ? C::kOffPA : C::kOffPB); }
@@ -266,6 +326,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
   const SparseAttentionParams& p = args.p;
   const int ptid = threadIdx.x - C::kConsumerThreads;
   const int group = ptid / C::kThreadsPerRow, sub = ptid % C::kThreadsPerRow;
+  const int rank = C::kCluster ? static_cast<int>(sm.rank) : 0;
   // Row `row` of a tile or of Q; this thread's 16-byte chunk `chunk` of each 128-byte atom row.
   auto chunk_offset = [](int row, int chunk) { return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4)); };
 
@@ -307,6 +368,35 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       load_indices(w.tile_begin, idx_cur[0]);
       load_indices(w.tile_begin + 1, idx_cur[1]);
     }
+    // FP8: raw e4m3 chunks of this thread's dequantized rows (chunks sub + 8 (2 half + j), j < 2) and their
+    // two scales (tiles 2 half, 2 half + 1), per raw buffer; masked rows read nothing and dequantize to 0.
+    const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
+    uint4 raw[C::kFp8RawBuffers][C::kDequantRowsPerThread][C::kFp8ChunksPerHalf];
+    float2 scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
+    auto load_fp8 = [&](const int (&idx)[C::kRowsPerThread], int half,
+                        uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
+                        float2 (&b_scale)[C::kDequantRowsPerThread]) {
+#pragma unroll
+      for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
+        // This CTA's rows: all four (alone), or indices 2 rank, 2 rank + 1 (cluster; no dynamic indexing).
+        const int id = C::kCluster ? (rank == 0 ? idx[r] : idx[C::kDequantRowsPerThread + r]) : idx[r];
+        const bool valid = id >= 0 && static_cast<int64_t>(id) < p.num_kv;
+        if (valid) {
+          const uint8_t* row = cache + fp8_row_offset(args, id);
+#pragma unroll
+          for (int j = 0; j < C::kFp8ChunksPerHalf; ++j)
+            b_raw[r][j] = ld_global_nc_v4(row + 16 * (sub + 8 * (2 * half + j)));
+          b_scale[r] = ld_global_nc_f2(row + C::kFp8ScaleOffset + 8 * half);
+        } else {
+#pragma unroll
+          for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) b_raw[r][j] = make_uint4(0, 0, 0, 0);
+          b_scale[r] = make_float2(0.f, 0.f);
+        }
+      }
+    };
+    if constexpr (C::kFp8 && C::kFp8RawBuffers == 2) {
+      if (n_iters > 0) load_fp8(idx_cur[0], first_half(0), raw[0], scale[0]);
+    }
     for (int it = 0; it < n_iters; ++it) {
       if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
         load_indices(w.tile_begin + 2 * it + 2, idx_next[0]);
@@ -337,52 +427,59 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           if (step < 2) mbar_arrive(sm.bar_full(t, half));  // publishes the valid flags (release)
           cp_async_arrive(sm.bar_full(t, half));
         } else {
-          // FP8: this thread's e4m3 chunks of the half are sub + 8 (2 half + j), j < 2 (scales 2 half + j).
-          const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
-          uint4 raw[C::kRowsPerThread][C::kFp8ChunksPerHalf];
-          float2 scale[C::kRowsPerThread];
-          int64_t row_off[C::kRowsPerThread];
-#pragma unroll
-          for (int r = 0; r < C::kRowsPerThread; ++r) {
-            const int idx = idx_cur[t][r];
-            const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
-            row_off[r] = valid ? fp8_row_offset(args, idx) : -1;
-            if (valid) {
-#pragma unroll
-              for (int j = 0; j < C::kFp8ChunksPerHalf; ++j)
-                raw[r][j] = ld_global_nc_v4(cache + row_off[r] + 16 * (sub + 8 * (2 * half + j)));
-              scale[r] = ld_global_nc_f2(cache + row_off[r] + C::kFp8ScaleOffset + 8 * half);
-            } else {
-#pragma unroll
-              for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) raw[r][j] = make_uint4(0, 0, 0, 0);
-              scale[r] = make_float2(0.f, 0.f);
+          // FP8: the raw bytes of this step were loaded one step ahead (cluster) or just now (alone).
+          constexpr int kBuf = C::kFp8RawBuffers;
+          const int cur = kBuf == 2 ? (step & 1) : 0;
+          if constexpr (kBuf == 2) {
+            if (step < 3) {
+              const int t1 = (step + 1) & 1;
+              load_fp8(idx_cur[t1], step + 1 < 2 ? first_half(t1) : 1 - first_half(t1), raw[cur ^ 1], scale[cur ^ 1]);
+            } else if (it + 1 < n_iters) {
+              load_fp8(idx_next[0], first_half(0), raw[cur ^ 1], scale[cur ^ 1]);
             }
+          } else {
+            load_fp8(idx_cur[t], half, raw[0], scale[0]);
           }
-          if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
+          if (g_it > 0) mbar_wait_scoped<C::kCluster>(sm.bar_empty(t, half), (g_it - 1) & 1);
+          const uint32_t peer_full = C::kCluster ? sm.peer(sm.bar_full(t, half)) : 0;
 #pragma unroll
-          for (int r = 0; r < C::kRowsPerThread; ++r) {
-            const int row = r * C::kRowsPerPass + group;
+          for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
+            const int row = (rank * C::kDequantRowsPerThread + r) * C::kRowsPerPass + group;
 #pragma unroll
             for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
               const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
               uint4 lo, hi;
-              fp8::dequant_e4m3x16(raw[r][j], j == 0 ? scale[r].x : scale[r].y, lo, hi);
+              fp8::dequant_e4m3x16(raw[cur][r][j], j == 0 ? scale[cur][r].x : scale[cur][r].y, lo, hi);
               // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks):
               // the upper four store their odd chunk first, so each store instruction is conflict-free.
               const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
               const bool odd_first = (sub & 4) != 0;
-              st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), odd_first ? hi : lo);
-              st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), odd_first ? lo : hi);
+              const uint32_t a0 = atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0));
+              const uint32_t a1 = atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1));
+              st_shared_v4(a0, odd_first ? hi : lo);
+              st_shared_v4(a1, odd_first ? lo : hi);
+              if constexpr (C::kCluster) {
+                st_async_v4(sm.peer(a0), odd_first ? hi : lo, peer_full);
+                st_async_v4(sm.peer(a1), odd_first ? lo : hi, peer_full);
+              }
             }
-            if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom
-              const bool valid = row_off[r] >= 0;
-              cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub),
-                          cache + (valid ? row_off[r] : 0) + C::kFp8RopeOffset + 16 * sub, valid ? 16 : 0);
-            }
-            if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = row_off[r] >= 0 ? 1 : 0;
           }
-          fence_proxy_async();                // the dequantized stores, for the tensor cores
-          mbar_arrive(sm.bar_full(t, half));  // and the valid flags (release)
+#pragma unroll
+          for (int r = 0; r < C::kRowsPerThread; ++r) {
+            const int row = r * C::kRowsPerPass + group;
+            const int idx = idx_cur[t][r];
+            const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
+            if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row of the tile
+              cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub),
+                          cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub,
+                          valid ? 16 : 0);
+            }
+            if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+          }
+          fence_proxy_async();  // the dequantized stores, for the tensor cores
+          // ... and the valid flags (release); in a cluster the peer's half of the rows comes as transactions.
+          if (C::kCluster && ptid == 0) mbar_arrive_expect_tx(sm.bar_full(t, half), C::kPeerBytesPerHalf);
+          else mbar_arrive(sm.bar_full(t, half));
           if (half == 1) cp_async_arrive(sm.bar_full(t, half));
         }
       }
@@ -428,6 +525,14 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
   const uint64_t desc_v_other = make_desc(sm.tile(kOther) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
   const uint64_t desc_p_other = make_desc(sm.p_of(kOther), 16, 1024);
   const uint32_t p_own = sm.p_of(W);
+  // A half-tile this consumer is done with: one arrival per warp, on both CTAs' barriers in a cluster
+  // (the peer's producer writes its rows into this CTA's tiles too).
+  auto release = [&](int tile, int half) {
+    if (lane == 0) {
+      mbar_arrive(sm.bar_empty(tile, half));
+      if constexpr (C::kCluster) mbar_arrive_remote(sm.peer(sm.bar_empty(tile, half)));
+    }
+  };
 
   int iter = 0;
   for (int k = work.first; k <= work.last; ++k) {
@@ -444,12 +549,12 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
 
       // ---- Phase QK: S = Q K_W^T, the early half of the tile first.
       float s[32];
-      mbar_wait(sm.bar_full(W, first_half(W)), phase);
+      mbar_wait_scoped<C::kCluster>(sm.bar_full(W, first_half(W)), phase);
       fence_proxy_async();
       wgmma_fence();
       if constexpr (W == 0) gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
       else gemm_qk<C, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
-      mbar_wait(sm.bar_full(W, 1 - first_half(W)), phase);
+      mbar_wait_scoped<C::kCluster>(sm.bar_full(W, 1 - first_half(W)), phase);
       fence_proxy_async();
       if constexpr (W == 0) gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
       else gemm_qk<C, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
@@ -516,6 +621,8 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       }
       fence_proxy_async();
       named_arrive(W == 0 ? kBarPReadyA : kBarPReadyB);
+      // P_A in tile A's RoPE block: the producer's next RoPE copy there also waits for these stores.
+      if constexpr (W == 0 && C::kPAInRope) release(0, 1);
 
       if (alpha0 != 1.f || alpha1 != 1.f) {
 #pragma unroll
@@ -543,10 +650,10 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
                             desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
       wgmma_commit();
       wgmma_wait<1>();
-      if (lane == 0) mbar_arrive(sm.bar_empty(W, first_half(W)));  // own tile's early half: last reader done
+      release(W, first_half(W));  // own tile's early half: last reader done
       wgmma_wait<0>();
       fence_regs(o);
-      if (lane == 0) mbar_arrive(sm.bar_empty(kOther, 1 - first_half(kOther)));  // other tile's late half
+      release(kOther, 1 - first_half(kOther));  // other tile's late half
     }
     iter += n_iters;
     // Q may be reloaded. (Arriving right after the last S GEMM would let the reload overlap the last PV,
@@ -622,7 +729,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t aligned = (raw + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (aligned - raw);
-  const Smem<C> sm{aligned};
+  Smem<C> sm{aligned};
+  if constexpr (C::kCluster) {
+    sm.rank = cluster_rank();
+    sm.peer_base = map_to_rank(aligned, sm.rank ^ 1u);
+  }
   uint8_t* s_valid = smem + C::kOffValid;
   float* s_max = reinterpret_cast<float*>(smem + C::kOffMax);
   float* s_sum = reinterpret_cast<float*>(smem + C::kOffSum);
@@ -643,10 +754,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
         // right half (RoPE).
         const bool extra = C::kFp8 ? half == 1 : half == first_half(t);
         mbar_init(sm.bar_full(t, half), (extra ? 2 : 1) * C::kProducerThreads);
-        mbar_init(sm.bar_empty(t, half), 4);  // one arrival per warp of the releasing consumer
+        // One arrival per warp of the releasing consumer (and of consumer 0 for tile A's right half when P_A
+        // lives there), from each CTA of the cluster.
+        const bool pa_writer = C::kPAInRope && t == 0 && half == 1;
+        mbar_init(sm.bar_empty(t, half), (pa_writer ? 8 : 4) * C::kClusterCtas);
       }
   }
-  __syncthreads();
+  if constexpr (C::kCluster) {
+    fence_mbarrier_init();
+    cluster_sync();  // the peer's barriers exist before anything arrives on them
+  } else {
+    __syncthreads();
+  }
+  launch_dependents();  // the combine kernel (split-KV) may be scheduled; it waits for this grid to finish
 
   const int wg = threadIdx.x / 128;
   if (wg == 2) {
@@ -657,6 +777,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
     if (wg == 0) consumer<C, SPLIT, 0>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
     else consumer<C, SPLIT, 1>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
   }
+  // Neither CTA of a cluster leaves while the other may still store into its tiles or arrive on its barriers.
+  if constexpr (C::kCluster) cluster_sync();
 #else
   __trap();  // built for an architecture without wgmma; the launcher never gets here
 #endif
@@ -684,11 +806,25 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
     if (p.block_size < 1 || p.block_size > INT32_MAX) return false;
     args.page = mla::FastDivmod(static_cast<uint32_t>(p.block_size));
   }
+  // A cluster holds the head groups of one token, so it is used exactly when there are as many groups.
+  if (C::kCluster && args.groups != C::kClusterCtas) return false;
   const int64_t outer = SPLIT ? static_cast<int64_t>(p.num_parts) * p.tokens_per_request : p.num_tokens;
   const int64_t blocks = outer * args.groups;
   if (blocks > INT_MAX) return false;
-  sparse_attention_wgmma_kernel<C, SPLIT><<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, stream>>>(args);
-  return cudaGetLastError() == cudaSuccess;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = C::kClusterCtas;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = C::kCluster ? 1 : 0;
+  return cudaLaunchKernelEx(&config, sparse_attention_wgmma_kernel<C, SPLIT>, args) == cudaSuccess &&
+         cudaGetLastError() == cudaSuccess;
 }
 
 }  // namespace flashcpp::mla::kernels::wgmma

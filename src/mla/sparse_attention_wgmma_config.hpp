@@ -9,12 +9,16 @@ namespace flashcpp::mla::kernels::wgmma {
 
 inline constexpr int kSmemOptinLimit = 232448;  // sm_90 opt-in shared memory per block (227 KiB)
 
-template <int D_QK, bool FP8>
+template <int D_QK, bool FP8, int CLUSTER_CTAS = 1, int RAW_BUFFERS = 1>
 struct Config {
   static_assert(D_QK == 576 || D_QK == 512, "d_qk is 576 (512 NoPE + 64 RoPE) or 512");
   static_assert(!FP8 || D_QK == 576, "the V3.2 FP8 cache holds 576 dims");
+  static_assert(CLUSTER_CTAS == 1 || (FP8 && CLUSTER_CTAS == 2),
+                "only the FP8 cache is shared across a cluster, of the two head groups of h_q 128");
   static constexpr int kDqk = D_QK;
   static constexpr bool kFp8 = FP8;
+  static constexpr int kClusterCtas = CLUSTER_CTAS;
+  static constexpr bool kCluster = CLUSTER_CTAS > 1;
 
   // Tiles. One CTA = one query token x 64 heads (the wgmma M); KV rows come in tiles of 64 (the N of
   // S = Q K^T and the K of O += P V), two tiles (A, B) per iteration.
@@ -33,11 +37,15 @@ struct Config {
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   // The FP8 producer holds a half tile's raw bytes (8 x 16 B per thread) in registers while it waits for
-  // the buffer, so it gets more.
-  static constexpr int kConsumerRegs = FP8 ? 200 : 224;  // O half (128 f32) + S (32 f32) + P fragments + softmax
-  static constexpr int kProducerRegs = FP8 ? 104 : 56;
-  static_assert(kConsumerRegs * kConsumerThreads + kProducerRegs * kProducerThreads <= 65536,
-                "register split exceeds the register file");
+  // the buffer, so it gets more; with two raw buffers (cluster) more still (ptxas: 120 spills ~140 bytes).
+  static constexpr int kConsumerRegs = !FP8 ? 224 : (RAW_BUFFERS > 1 ? 192 : 200);  // O half (128 f32) + S (32 f32) + P + softmax
+  static constexpr int kProducerRegs = !FP8 ? 56 : (RAW_BUFFERS > 1 ? 120 : 104);
+  // setmaxnreg moves registers only within the CTA's own allocation: __launch_bounds__(kThreads, 1) gives
+  // each thread 65536 / kThreads rounded down to a multiple of 8 (168), and the split may not exceed that.
+  static constexpr int kLaunchRegs = 65536 / (kConsumerThreads + kProducerThreads) / 8 * 8;
+  static_assert(kConsumerRegs * kConsumerThreads + kProducerRegs * kProducerThreads <=
+                    kLaunchRegs * (kConsumerThreads + kProducerThreads),
+                "register split exceeds the CTA's allocation (setmaxnreg.inc would wait forever)");
   static_assert(kConsumerRegs % 8 == 0 && kProducerRegs % 8 == 0, "setmaxnreg counts are multiples of 8");
 
   // Gather: 8 producer threads per KV row (one 16-byte chunk of each 128-byte atom row each), 16 rows at
@@ -49,6 +57,14 @@ struct Config {
   // each half (k 0, 1: dims 0..255; k 2, 3: dims 256..511).
   static constexpr int kFp8RowBytes = 656, kFp8ScaleOffset = 512, kFp8RopeOffset = 528;
   static constexpr int kFp8ChunksPerHalf = 2;
+  // In a cluster each CTA dequantizes the rows of its rank (rank r: rows r*32 .. +32, i.e. rows-per-thread
+  // indices r*2, r*2+1) and stores them in both CTAs' tiles; the RoPE dims (cp.async) every CTA loads for
+  // all 64 rows itself. The halved register need can pay for a second raw buffer: the loads of the next
+  // half-tile in flight while this one is dequantized.
+  static constexpr int kDequantRowsPerThread = kRowsPerThread / CLUSTER_CTAS;
+  static constexpr int kFp8RawBuffers = RAW_BUFFERS;
+  static_assert(RAW_BUFFERS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2), "two raw buffers fit only in a cluster");
+  static constexpr int kPeerBytesPerHalf = kTile / CLUSTER_CTAS * kLeftAtoms * 128;  // dequantized, from the peer
 
   // Shared memory (offsets from a 1024-byte aligned base; swizzled atoms must be 1024-aligned).
   static constexpr int kQBytes = kAtoms * kAtomBytes;
@@ -74,6 +90,7 @@ struct Config {
   static_assert(kOffK % 1024 == 0 && kOffPB % 1024 == 0 && kOffPA % 1024 == 0, "swizzled buffers need 1024-B alignment");
   static_assert(kHeads * kDv * 2 <= kQBytes + kKBytes, "layout assumption");
   static_assert(kRightAtoms * kAtomCols >= kHalfDv, "the right half must hold consumer 1's V columns");
+  static_assert(!kCluster || kAtoms - kLeftAtoms - 1 == kLeftAtoms, "the peer sends 4 atoms of each half");
   static_assert(kSmemBytes <= kSmemOptinLimit, "shared-memory plan exceeds the sm_90 opt-in limit");
 };
 

@@ -2,6 +2,9 @@
 // producers use, on the CPU: no kernel is launched here.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <utility>
+
 #include <cstdint>
 #include <random>
 
@@ -45,7 +48,7 @@ kernels::SparseAttentionParams decode_params() {
 }
 
 struct Fp8KernelScope {
-  SparseKernel saved = kernels::fp8_decode_kernel();
+  std::optional<SparseKernel> saved = kernels::fp8_decode_kernel();
   ~Fp8KernelScope() { kernels::set_fp8_decode_kernel(saved); }
 };
 
@@ -57,6 +60,37 @@ TEST(MlaKernelSelect, HopperPicksWgmmaForPrefillAndMmaForFp8Decode) {
   kernels::set_fp8_decode_kernel(SparseKernel::wgmma_sm90);
   EXPECT_EQ(kernels::select_kernel(decode_params(), true), SparseKernel::wgmma_sm90);
   EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::wgmma_sm90);
+}
+
+TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeadsAndWorkPerPart) {
+  Fp8KernelScope scope;
+  kernels::set_fp8_decode_kernel(std::nullopt);
+  kernels::SparseAttentionParams p = decode_params();
+  p.h_q = 128;
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);  // unsplit, h_q 128: the 2-CTA cluster
+  p.h_q = 65;
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
+  for (int h : {1, 64, 129, 256}) {
+    p.h_q = h;
+    EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::mma_sm90) << "h_q " << h;
+  }
+  // Split-KV: the parts' average work decides (topk 2048 = 32 tiles per request, 33 parts).
+  p.h_q = 128;
+  p.topk = 2048;
+  p.num_parts = 33;
+  p.sched = g_buffer;
+  p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
+  p.o_accum = reinterpret_cast<float*>(g_buffer);
+  p.lse_accum = reinterpret_cast<float*>(g_buffer);
+  for (const auto& [requests, kernel] : {std::pair{1, SparseKernel::mma_sm90}, std::pair{4, SparseKernel::mma_sm90},
+                                         std::pair{5, SparseKernel::wgmma_sm90}, std::pair{8, SparseKernel::wgmma_sm90}}) {
+    p.num_requests = requests;
+    EXPECT_EQ(kernels::auto_fp8_kernel(p), kernel) << requests << " requests";
+  }
+  // A forced kernel wins over the automatic choice.
+  p.num_requests = 1;
+  kernels::set_fp8_decode_kernel(SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
 }
 
 TEST(MlaKernelSelect, V4PagesRunOnTheSimpleKernelWhicheverFp8KernelIsChosen) {

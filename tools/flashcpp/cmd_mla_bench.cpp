@@ -258,11 +258,12 @@ void add_mla_bench_command(CLI::App& app) {
   cmd->add_flag("--simple", opts->simple, "Force the portable simple kernel (no Hopper kernel)");
   cmd->add_flag("--v4", opts->v4, "DeepSeek V4 decode on FlashMLA's production shapes instead (use --batch 2 64 128 148)");
   auto fp8_kernel = std::make_shared<std::string>("");
-  cmd->add_option("--fp8-kernel", *fp8_kernel, "Hopper kernel for FP8 decode: mma (default) or wgmma")
-      ->check(CLI::IsMember({"mma", "wgmma"}));
+  cmd->add_option("--fp8-kernel", *fp8_kernel, "Hopper kernel for FP8 decode: auto (default), mma or wgmma")
+      ->check(CLI::IsMember({"auto", "mma", "wgmma"}));
   cmd->callback(checked([opts, only, fp8_kernel] {
     MlaBenchOptions o = *opts;
-    if (!fp8_kernel->empty())
+    if (*fp8_kernel == "auto") mla::kernels::set_fp8_decode_kernel(std::nullopt);
+    else if (!fp8_kernel->empty())
       mla::kernels::set_fp8_decode_kernel(*fp8_kernel == "wgmma" ? mla::kernels::SparseKernel::wgmma_sm90
                                                                  : mla::kernels::SparseKernel::mma_sm90);
     if (only->first) o.decode = false;
