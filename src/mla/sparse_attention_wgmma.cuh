@@ -84,28 +84,18 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// Spins until the phase with `parity` of `bar` completed. CLUSTER: acquire at cluster scope (the phase was
+// completed also by the peer CTA's arrivals or stores); otherwise the default (acquire, CTA scope).
+#define FLASHCPP_MBAR_WAIT_LOOP(SEM)                                          \
+  "{\n.reg .pred done;\nWAIT:\n"                                             \
+  "mbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%0], %1;\n"         \
+  "@!done bra WAIT;\n}\n"
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  if constexpr (CLUSTER) asm volatile(FLASHCPP_MBAR_WAIT_LOOP(".acquire.cluster")::"r"(bar), "r"(parity) : "memory");
+  else asm volatile(FLASHCPP_MBAR_WAIT_LOOP("")::"r"(bar), "r"(parity) : "memory");
 }
-// Waits with acquire at cluster scope: the phase was completed (also) by the peer CTA's arrivals or stores.
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-template <bool CLUSTER>
-__device__ __forceinline__ void mbar_wait_scoped(uint32_t bar, int parity) {
-  if constexpr (CLUSTER) mbar_wait_cluster(bar, parity);
-  else mbar_wait(bar, parity);
-}
+#undef FLASHCPP_MBAR_WAIT_LOOP
 // Arrives and adds `bytes` to the transactions the current phase waits for (stores the peer will make).
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
@@ -440,7 +430,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           } else {
             load_fp8(idx_cur[t], half, raw[0], scale[0]);
           }
-          if (g_it > 0) mbar_wait_scoped<C::kCluster>(sm.bar_empty(t, half), (g_it - 1) & 1);
+          if (g_it > 0) mbar_wait<C::kCluster>(sm.bar_empty(t, half), (g_it - 1) & 1);
           const uint32_t peer_full = C::kCluster ? sm.peer(sm.bar_full(t, half)) : 0;
 #pragma unroll
           for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
@@ -549,12 +539,12 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
 
       // ---- Phase QK: S = Q K_W^T, the early half of the tile first.
       float s[32];
-      mbar_wait_scoped<C::kCluster>(sm.bar_full(W, first_half(W)), phase);
+      mbar_wait<C::kCluster>(sm.bar_full(W, first_half(W)), phase);
       fence_proxy_async();
       wgmma_fence();
       if constexpr (W == 0) gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
       else gemm_qk<C, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
-      mbar_wait_scoped<C::kCluster>(sm.bar_full(W, 1 - first_half(W)), phase);
+      mbar_wait<C::kCluster>(sm.bar_full(W, 1 - first_half(W)), phase);
       fence_proxy_async();
       if constexpr (W == 0) gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
       else gemm_qk<C, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
