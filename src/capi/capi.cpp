@@ -38,20 +38,21 @@ std::shared_ptr<const Runtime> default_runtime() {
   return owner;
 }
 
+// The status codes are the ErrorCode values (common.h promises it; checked here, code by code).
+constexpr bool same_code(ErrorCode code, flashcpp_status status) { return static_cast<int>(code) == status; }
+static_assert(same_code(ErrorCode::invalid_argument, FLASHCPP_INVALID_ARGUMENT) &&
+              same_code(ErrorCode::unsupported, FLASHCPP_UNSUPPORTED) &&
+              same_code(ErrorCode::not_found, FLASHCPP_NOT_FOUND) &&
+              same_code(ErrorCode::cuda_error, FLASHCPP_CUDA_ERROR) &&
+              same_code(ErrorCode::ffi_error, FLASHCPP_FFI_ERROR) && same_code(ErrorCode::io_error, FLASHCPP_IO_ERROR) &&
+              same_code(ErrorCode::network_error, FLASHCPP_NETWORK_ERROR) &&
+              same_code(ErrorCode::integrity_error, FLASHCPP_INTEGRITY_ERROR) &&
+              same_code(ErrorCode::internal, FLASHCPP_INTERNAL) && same_code(ErrorCode::untrusted, FLASHCPP_UNTRUSTED),
+              "flashcpp_status and ErrorCode must number the outcomes alike");
+
 flashcpp_status status_of(ErrorCode code) noexcept {
-  switch (code) {
-    case ErrorCode::invalid_argument: return FLASHCPP_INVALID_ARGUMENT;
-    case ErrorCode::unsupported: return FLASHCPP_UNSUPPORTED_ARCH;
-    case ErrorCode::cuda_error: return FLASHCPP_CUDA_ERROR;
-    case ErrorCode::not_found: return FLASHCPP_NOT_FOUND;
-    case ErrorCode::ffi_error: return FLASHCPP_FFI_ERROR;
-    case ErrorCode::io_error:
-    case ErrorCode::network_error:
-    case ErrorCode::integrity_error:
-    case ErrorCode::untrusted: return FLASHCPP_IO_ERROR;
-    case ErrorCode::internal: return FLASHCPP_INTERNAL;
-  }
-  return FLASHCPP_INTERNAL;
+  const int v = static_cast<int>(code);
+  return v >= FLASHCPP_INVALID_ARGUMENT && v <= FLASHCPP_UNTRUSTED ? static_cast<flashcpp_status>(v) : FLASHCPP_INTERNAL;
 }
 
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name) {
@@ -82,16 +83,8 @@ extern "C" {
 const char* flashcpp_last_error(void) { return flashcpp::capi::t_last_error.c_str(); }
 uint32_t flashcpp_abi_version(void) { return FLASHCPP_C_ABI_VERSION; }
 const char* flashcpp_status_name(flashcpp_status s) {
-  switch (s) {
-    case FLASHCPP_SUCCESS: return "success";
-    case FLASHCPP_INVALID_ARGUMENT: return "invalid argument";
-    case FLASHCPP_UNSUPPORTED_ARCH: return "unsupported architecture";
-    case FLASHCPP_CUDA_ERROR: return "CUDA error";
-    case FLASHCPP_INTERNAL: return "internal error";
-    case FLASHCPP_NOT_FOUND: return "not found";
-    case FLASHCPP_FFI_ERROR: return "FFI error";
-    case FLASHCPP_IO_ERROR: return "I/O error";
-  }
-  return "unknown status";
+  if (s == FLASHCPP_SUCCESS) return "success";
+  if (s < FLASHCPP_INVALID_ARGUMENT || s > FLASHCPP_UNTRUSTED) return "unknown status";
+  return flashcpp::to_string(static_cast<flashcpp::ErrorCode>(s)).data();  // static, NUL-terminated literals
 }
 }

@@ -26,7 +26,7 @@ expect "CLI RUNPATH" 'RUNPATH.*\$ORIGIN/\.\./lib' "$(readelf -d "$prefix/bin/fla
 expect "pkg-config file" '^Version: [0-9.]+' "$(cat "$libdir/pkgconfig/flashcpp.pc")"
 
 cli=$prefix/bin/flashcpp
-version_re='^flashcpp [0-9]+\.[0-9]+\.[0-9]+ \(C ABI [0-9]+, FlashInfer 0\.6\.3, TVM-FFI 0\.1\.9, built with CUDA 1[0-9]\.[0-9.]+\)$'
+version_re='^flashcpp [0-9]+\.[0-9]+\.[0-9]+ \(C ABI [0-9]+\.[0-9]+\.[0-9]+, FlashInfer 0\.6\.3, TVM-FFI 0\.1\.9, built with CUDA 1[0-9]\.[0-9.]+\)$'
 expect "flashcpp --version" "$version_re" "$("$cli" --version)"
 expect "CLI demo from the moved prefix" 'reference backend: done' "$("$cli" demo --cpu --batch 1 --context 16 --seed 3)"
 expect "doctor finds libtvm_ffi beside libflashcpp" "^libtvm_ffi: +$libdir/libtvm_ffi\.so " "$("$cli" doctor)"
@@ -40,5 +40,5 @@ expect "CMake consumer: Runtime loads the installed libtvm_ffi" "^libtvm_ffi: $l
 
 flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs flashcpp)
 cc -o "$work/pc-consumer" "$here/pkgconfig_consumer/main.c" $flags
-expect "pkg-config consumer (C)" '^pkg-config consumer: flashcpp [0-9.]+ \(C ABI [0-9]+' "$("$work/pc-consumer")"
+expect "pkg-config consumer (C)" '^pkg-config consumer: flashcpp [0-9.]+ \(C ABI [0-9]+\.[0-9]+\.[0-9]+' "$("$work/pc-consumer")"
 echo "install test: all checks passed"

@@ -211,7 +211,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   const flashcpp_status s = call(r, a);
   const char* message = flashcpp_last_error();
   if (s != FLASHCPP_SUCCESS && (message == nullptr || *message == '\0')) std::abort();
-  if (s == FLASHCPP_INTERNAL || s < FLASHCPP_SUCCESS || s > FLASHCPP_IO_ERROR) {
+  if (s == FLASHCPP_INTERNAL || s < FLASHCPP_SUCCESS || s > FLASHCPP_UNTRUSTED) {
     std::fprintf(stderr, "status %d: %s\n", static_cast<int>(s), message);
     std::abort();
   }

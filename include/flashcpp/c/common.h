@@ -8,17 +8,31 @@
 extern "C" {
 #endif
 
-#define FLASHCPP_C_ABI_VERSION 1u
+/* The C ABI version, MAJOR.MINOR.PATCH. The ABI only grows: a MINOR release may add functions, status and
+ * enum values, and fields at the end of structs that begin with their own size; a PATCH release changes no
+ * declaration; only a MAJOR release may change or remove anything (2.0.0: the status codes became the C++
+ * ErrorCode values one to one). FLASHCPP_C_ABI_VERSION packs the three as MAJOR * 10000 + MINOR * 100 + PATCH;
+ * flashcpp_abi_version() returns the loaded library's, so a caller can check it is at least the one it was
+ * compiled with and of the same MAJOR. */
+#define FLASHCPP_C_ABI_VERSION_MAJOR 2u
+#define FLASHCPP_C_ABI_VERSION_MINOR 0u
+#define FLASHCPP_C_ABI_VERSION_PATCH 0u
+#define FLASHCPP_C_ABI_VERSION \
+  (FLASHCPP_C_ABI_VERSION_MAJOR * 10000u + FLASHCPP_C_ABI_VERSION_MINOR * 100u + FLASHCPP_C_ABI_VERSION_PATCH)
 
+/* Outcomes, numbered as flashcpp::ErrorCode (include/flashcpp/error.hpp) one to one. */
 typedef enum flashcpp_status {
   FLASHCPP_SUCCESS = 0,
   FLASHCPP_INVALID_ARGUMENT = 1, /* an argument broke a documented rule; nothing was launched or written */
-  FLASHCPP_UNSUPPORTED_ARCH = 2, /* the device's architecture (or this build) cannot run the op */
-  FLASHCPP_CUDA_ERROR = 3,       /* the CUDA runtime reported an error */
-  FLASHCPP_INTERNAL = 4,         /* a flashcpp bug or an unexpected failure */
-  FLASHCPP_NOT_FOUND = 5,        /* a module, function, file or artifact is missing */
-  FLASHCPP_FFI_ERROR = 6,        /* a FlashInfer kernel module raised an error */
-  FLASHCPP_IO_ERROR = 7          /* file-system, network or integrity failure, or an untrusted library refused */
+  FLASHCPP_UNSUPPORTED = 2,      /* a valid request the device (its architecture) or this build cannot serve */
+  FLASHCPP_NOT_FOUND = 3,        /* a module, function, file or artifact is missing */
+  FLASHCPP_CUDA_ERROR = 4,       /* the CUDA runtime reported an error */
+  FLASHCPP_FFI_ERROR = 5,        /* a FlashInfer kernel module raised an error */
+  FLASHCPP_IO_ERROR = 6,         /* a file-system operation failed */
+  FLASHCPP_NETWORK_ERROR = 7,    /* a download failed (HTTP status, timeout, connection) */
+  FLASHCPP_INTEGRITY_ERROR = 8,  /* bytes did not match their pinned SHA-256 or size */
+  FLASHCPP_INTERNAL = 9,         /* a flashcpp bug or an unexpected failure */
+  FLASHCPP_UNTRUSTED = 10        /* a library or module refused before loading (writable by others, or changed) */
 } flashcpp_status;
 
 /* DLPack-compatible codes. */
@@ -45,9 +59,9 @@ typedef struct flashcpp_tensor {
 
 /* The message of the last failed call on this thread ("" if none). Valid until the next failing call. */
 const char* flashcpp_last_error(void);
-/* FLASHCPP_C_ABI_VERSION of the loaded library. */
+/* FLASHCPP_C_ABI_VERSION of the loaded library (MAJOR * 10000 + MINOR * 100 + PATCH). */
 uint32_t flashcpp_abi_version(void);
-/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 1, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
+/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 2.0.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
  * CUDA 13.0.88)": its version, the C ABI version, the pinned FlashInfer and TVM-FFI, the CUDA it was built with. */
 const char* flashcpp_version(void);
 /* A short, static name for a status ("invalid argument", ...). */

@@ -14,9 +14,9 @@ extern "C" {
  * flashcpp uses it; for a DLManagedTensor pass &managed->dl_tensor). out->data is src->data +
  * src->byte_offset; NULL strides mean compact row-major; the rules are TensorView::from_dlpack's
  * (flashcpp/tensor.hpp):
- *   device.device_type kDLCPU, kDLCUDA (device_id >= 0) or kDLCUDAHost, else FLASHCPP_UNSUPPORTED_ARCH;
+ *   device.device_type kDLCPU, kDLCUDA (device_id >= 0) or kDLCUDAHost, else FLASHCPP_UNSUPPORTED;
  *   dtype lanes 1 with kDLBfloat 16, kDLFloat 16/32/64, kDLFloat8_e4m3fn 8, kDLFloat8_e5m2 8, kDLInt or
- *   kDLUInt 8/16/32/64, kDLBool 8, else FLASHCPP_UNSUPPORTED_ARCH;
+ *   kDLUInt 8/16/32/64, kDLBool 8, else FLASHCPP_UNSUPPORTED;
  *   ndim in [0, FLASHCPP_MAX_RANK], shape not NULL when ndim > 0, no negative size, compact strides that fit
  *   in int64, data not NULL when the tensor has elements, else FLASHCPP_INVALID_ARGUMENT.
  * On failure flashcpp_last_error() names the DLTensor field and the value received, and *out is untouched.

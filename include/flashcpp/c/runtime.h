@@ -27,8 +27,8 @@ flashcpp_status flashcpp_set_log_callback(flashcpp_log_fn fn, void* user);
 /* Fetches or builds and loads the `count` named modules (FlashInfer module names) in the C ABI's runtime now,
  * reporting through the log, so the first op calls find them loaded (Runtime::prepare). Validated: `uris` non-NULL
  * when count > 0, count >= 0, every entry non-NULL and a name of [A-Za-z0-9_.-] without ".."
- * (FLASHCPP_INVALID_ARGUMENT, nothing fetched). Stops at the first module that cannot be had (FLASHCPP_NOT_FOUND or
- * FLASHCPP_IO_ERROR; flashcpp_last_error() names it and what to do). */
+ * (FLASHCPP_INVALID_ARGUMENT, nothing fetched). Stops at the first module that cannot be had (FLASHCPP_NOT_FOUND,
+ * FLASHCPP_IO_ERROR, FLASHCPP_NETWORK_ERROR, FLASHCPP_INTEGRITY_ERROR or FLASHCPP_UNTRUSTED; flashcpp_last_error() names it and what to do). */
 flashcpp_status flashcpp_prepare(const char* const* uris, int32_t count);
 
 #ifdef __cplusplus
