@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "ffi/ffi.hpp"
+#include "tools_internal.hpp"
 #include "flashcpp/commands.hpp"
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/gdn.hpp"

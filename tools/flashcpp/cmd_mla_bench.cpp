@@ -20,7 +20,7 @@
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/error.hpp"
 #include "flashcpp/mla.hpp"
-#include "mla/sparse_attention_kernel.hpp"
+#include "tools_internal.hpp"
 
 namespace flashcpp::cli {
 namespace {

@@ -10,8 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/env.hpp"
-#include "ffi/ffi.hpp"
+#include "tools_internal.hpp"
 #include "flashcpp/artifacts.hpp"
 #include "flashcpp/commands.hpp"
 #include "flashcpp/cuda.hpp"

@@ -1,0 +1,7 @@
+// The one internal header the command-line tool (tools/flashcpp) includes: what it reaches below the public
+// API for diagnostics and benchmarks, named here so that every other header under src/ stays private to the
+// library. Nothing in tools/ includes another header under src/.
+#pragma once
+#include "core/env.hpp"                     // env::problems(): `flashcpp doctor` checks every FLASHCPP_* setting
+#include "ffi/ffi.hpp"                      // ffi::Library::load (doctor), ffi::allocator_stats (bench-extra)
+#include "mla/sparse_attention_kernel.hpp"  // mla-bench --fp8-kernel / --simple: the kernel selector's switches
