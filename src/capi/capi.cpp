@@ -55,11 +55,15 @@ flashcpp_status status_of(ErrorCode code) noexcept {
   return v >= FLASHCPP_INVALID_ARGUMENT && v <= FLASHCPP_UNTRUSTED ? static_cast<flashcpp_status>(v) : FLASHCPP_INTERNAL;
 }
 
+void require_non_null(const void* p, const char* op, const char* name) {
+  if (p == nullptr) throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' must not be NULL");
+}
+
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name) {
   auto fail = [&](const std::string& rule) {
     throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' " + rule);
   };
-  if (t == nullptr) fail("must not be NULL");
+  require_non_null(t, op, name);
   if (t->rank < 0 || t->rank > FLASHCPP_MAX_RANK)
     fail("must have rank in [0, " + std::to_string(FLASHCPP_MAX_RANK) + "]; got " + std::to_string(t->rank));
   if (t->dtype < FLASHCPP_F16 || t->dtype > FLASHCPP_BOOL) fail("has an unknown dtype code " + std::to_string(t->dtype));

@@ -41,6 +41,9 @@ flashcpp_status guard(Fn&& fn) noexcept {
 /// cannot start, a Runtime that throws the reason at its first module lookup (after the op's argument checks).
 std::shared_ptr<const Runtime> default_runtime();
 
+/// Throws invalid_argument "<op>: argument '<name>' must not be NULL" when `p` is NULL.
+void require_non_null(const void* p, const char* op, const char* name);
+
 /// Converts and checks a C tensor (rank, dtype and device codes). `name` is used in messages.
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name);
 /// Like to_view, but a null pointer means "absent" and yields nullptr-like empty optional.

@@ -9,13 +9,8 @@
 namespace {
 
 using flashcpp::TensorView;
+using flashcpp::capi::require_non_null;
 namespace mla = flashcpp::mla;
-
-void require_non_null(const void* p, const char* op, const char* name) {
-  if (p == nullptr)
-    throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
-                          std::string(op) + ": argument '" + name + "' must not be NULL");
-}
 
 mla::DecodeConfig to_config(const flashcpp_mla_decode_config* c) {
   mla::DecodeConfig d;

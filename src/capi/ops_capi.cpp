@@ -38,12 +38,8 @@ flashcpp_status norm_call(const char* op, const flashcpp_tensor* a, const char* 
   });
 }
 
-void require(bool ok, const char* op, const char* what) {
-  if (!ok) throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + what + "' must not be NULL");
-}
-
 PagedKvCache to_cache(const flashcpp_paged_kv_cache* c, const char* op) {
-  require(c != nullptr, op, "cache");
+  capi::require_non_null(c, op, "cache");
   PagedKvCache kv;
   kv.k_cache = to_view(c->k_cache, op, "k_cache");
   kv.v_cache = to_view(c->v_cache, op, "v_cache");
@@ -55,7 +51,7 @@ PagedKvCache to_cache(const flashcpp_paged_kv_cache* c, const char* op) {
 }
 
 Workspace to_workspace(const flashcpp_workspace* w, const char* op) {
-  require(w != nullptr, op, "workspace");
+  capi::require_non_null(w, op, "workspace");
   return Workspace{to_view(w->float_buffer, op, "workspace.float_buffer"), to_view(w->int_buffer, op, "workspace.int_buffer"),
                    to_view(w->pinned_int_buffer, op, "workspace.pinned_int_buffer")};
 }
@@ -142,7 +138,7 @@ flashcpp_status flashcpp_single_prefill(const flashcpp_tensor* q, const flashcpp
                                         void* stream) {
   constexpr const char* op = "single_prefill";
   return guard([&] {
-    require(options != nullptr, op, "options");
+    capi::require_non_null(options, op, "options");
     SinglePrefillOptions o;
     o.causal = options->causal != 0;
     o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
@@ -164,7 +160,7 @@ flashcpp_status flashcpp_single_decode(const flashcpp_tensor* q, const flashcpp_
                                        void* stream) {
   constexpr const char* op = "single_decode";
   return guard([&] {
-    require(options != nullptr, op, "options");
+    capi::require_non_null(options, op, "options");
     SingleDecodeOptions o;
     o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
     o.window_left = options->window_left;
@@ -200,8 +196,8 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
                                                    flashcpp_batch_prefill_plan** out_plan) {
   constexpr const char* op = "batch_prefill_plan_create";
   return guard([&] {
-    require(config != nullptr, op, "config");
-    require(out_plan != nullptr, op, "out_plan");
+    capi::require_non_null(config, op, "config");
+    capi::require_non_null(out_plan, op, "out_plan");
     *out_plan = nullptr;
     BatchPrefillConfig c;
     c.kv_storage = config->kv_storage == FLASHCPP_KV_RAGGED ? KvStorage::ragged : KvStorage::paged;
@@ -241,7 +237,7 @@ flashcpp_status flashcpp_batch_prefill_run_ragged(const flashcpp_batch_prefill_p
                                                   const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream) {
   constexpr const char* op = "batch_prefill_run_ragged";
   return guard([&] {
-    require(plan != nullptr, op, "plan");
+    capi::require_non_null(plan, op, "plan");
     TensorView l;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
     plan->plan.run_ragged(to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(qo, op, "qo_indptr"),
@@ -255,7 +251,7 @@ flashcpp_status flashcpp_batch_prefill_run_paged(const flashcpp_batch_prefill_pl
                                                  const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream) {
   constexpr const char* op = "batch_prefill_run_paged";
   return guard([&] {
-    require(plan != nullptr, op, "plan");
+    capi::require_non_null(plan, op, "plan");
     TensorView l;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
     plan->plan.run_paged(to_view(q, op, "q"), to_cache(cache, op), to_view(qo, op, "qo_indptr"),
@@ -279,8 +275,8 @@ flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_co
                                                   void* stream, flashcpp_batch_decode_plan** out_plan) {
   constexpr const char* op = "batch_decode_plan_create";
   return guard([&] {
-    require(config != nullptr, op, "config");
-    require(out_plan != nullptr, op, "out_plan");
+    capi::require_non_null(config, op, "config");
+    capi::require_non_null(out_plan, op, "out_plan");
     *out_plan = nullptr;
     BatchDecodeConfig c;
     c.num_qo_heads = config->num_qo_heads;
@@ -313,7 +309,7 @@ flashcpp_status flashcpp_batch_decode_run(const flashcpp_batch_decode_plan* plan
                                           const flashcpp_tensor* lse, void* stream) {
   constexpr const char* op = "batch_decode_run";
   return guard([&] {
-    require(plan != nullptr, op, "plan");
+    capi::require_non_null(plan, op, "plan");
     TensorView l;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
     plan->plan.run(to_view(q, op, "q"), to_cache(cache, op), to_view(out, op, "out"), has_lse ? &l : nullptr,

@@ -20,10 +20,6 @@ using namespace flashcpp;
 
 using capi::default_runtime;
 
-void require(bool ok, const char* op, const char* what) {
-  if (!ok) throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + what + "' must not be NULL");
-}
-
 DType dtype_of(int32_t code, const char* op, const char* name) {
   if (code < FLASHCPP_F16 || code > FLASHCPP_BOOL)
     throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' has an unknown dtype code " +
@@ -46,8 +42,8 @@ flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* 
                                                flashcpp_batch_mla_plan** out) {
   return capi::guard([&] {
     const char* op = "flashcpp_batch_mla_plan_create";
-    require(c != nullptr, op, "config");
-    require(out != nullptr, op, "out_plan");
+    capi::require_non_null(c, op, "config");
+    capi::require_non_null(out, op, "out_plan");
     *out = nullptr;
     BatchMlaConfig cfg;
     cfg.num_heads = c->num_heads;
@@ -75,7 +71,7 @@ flashcpp_status flashcpp_batch_mla_run(const flashcpp_batch_mla_plan* p, const f
                                        const flashcpp_tensor* o, const flashcpp_tensor* lse, void* stream) {
   return capi::guard([&] {
     const char* op = "flashcpp_batch_mla_run";
-    require(p != nullptr, op, "plan");
+    capi::require_non_null(p, op, "plan");
     TensorView lse_slot;
     p->plan.run(capi::to_view(q_nope, op, "q_nope"), capi::to_view(q_pe, op, "q_pe"),
                 capi::to_view(ckv, op, "ckv_cache"), capi::to_view(kpe, op, "kpe_cache"),
@@ -89,7 +85,7 @@ void flashcpp_batch_mla_plan_destroy(flashcpp_batch_mla_plan* p) { delete p; }
 flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* a, void* stream) {
   return capi::guard([&] {
     const char* op = "flashcpp_gdn_prefill";
-    require(a != nullptr, op, "args");
+    capi::require_non_null(a, op, "args");
     GdnPrefillArgs g;
     g.output = capi::to_view(a->output, op, "output");
     g.output_state = capi::to_view(a->output_state, op, "output_state");
@@ -109,7 +105,7 @@ flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* a, void* s
 
 flashcpp_status flashcpp_gdn_prefill_workspace_bytes(int32_t device, int64_t* out) {
   return capi::guard([&] {
-    require(out != nullptr, "flashcpp_gdn_prefill_workspace_bytes", "out_bytes");
+    capi::require_non_null(out, "flashcpp_gdn_prefill_workspace_bytes", "out_bytes");
     *out = gdn_prefill_workspace_bytes(device);
   });
 }
@@ -117,8 +113,8 @@ flashcpp_status flashcpp_gdn_prefill_workspace_bytes(int32_t device, int64_t* ou
 flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config* c, flashcpp_fused_moe_runner** out) {
   return capi::guard([&] {
     const char* op = "flashcpp_fused_moe_runner_create";
-    require(c != nullptr, op, "config");
-    require(out != nullptr, op, "out_runner");
+    capi::require_non_null(c, op, "config");
+    capi::require_non_null(out, op, "out_runner");
     *out = nullptr;
     FusedMoeConfig cfg;
     cfg.activation_dtype = dtype_of(c->activation_dtype, op, "config.activation_dtype");
@@ -139,8 +135,8 @@ flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* r, const
                                        void* stream) {
   return capi::guard([&] {
     const char* op = "flashcpp_fused_moe_run";
-    require(r != nullptr, op, "runner");
-    require(a != nullptr, op, "args");
+    capi::require_non_null(r, op, "runner");
+    capi::require_non_null(a, op, "args");
     FusedMoeArgs m;
     m.output = capi::to_view(a->output, op, "output");
     m.input = capi::to_view(a->input, op, "input");
