@@ -9,8 +9,10 @@
 
 namespace flashcpp {
 
-/// Throws Error(cuda_error) naming `what` and the CUDA error when `status != cudaSuccess`.
-void cuda_check(cudaError_t status, const char* what);
+/// Throws Error(cuda_error) naming `what`, the CUDA error and, when given, where (`file:line`, the file's
+/// base name) when `status != cudaSuccess`. FLASHCPP_CUDA_CHECK(expr) passes the expression itself.
+void cuda_check(cudaError_t status, const char* what, const char* file = nullptr, int line = 0);
+#define FLASHCPP_CUDA_CHECK(expr) ::flashcpp::cuda_check((expr), #expr, __FILE__, __LINE__)
 
 /// Facts about one GPU, read once per device and cached (thread-safe).
 struct DeviceInfo {

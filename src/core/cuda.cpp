@@ -3,14 +3,23 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace flashcpp {
 
-void cuda_check(cudaError_t status, const char* what) {
+void cuda_check(cudaError_t status, const char* what, const char* file, int line) {
   if (status == cudaSuccess) return;
-  throw Error(ErrorCode::cuda_error,
-              std::string(what) + " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+  std::string where;
+  if (file != nullptr) {
+    const std::string_view f(file);
+    const size_t slash = f.find_last_of('/');
+    const std::string_view base = slash == std::string_view::npos ? f : f.substr(slash + 1);
+    where = " at " + std::string(base) + ":" + std::to_string(line);
+  }
+  throw Error(ErrorCode::cuda_error, std::string(what) + " failed" + where + ": " + cudaGetErrorName(status) + " (" +
+                                         cudaGetErrorString(status) + ")");
 }
 
 int cuda_device_count() noexcept {
@@ -36,7 +45,7 @@ const DeviceInfo& device_info(int device_id) {
   auto& slot = cache[static_cast<size_t>(device_id)];
   if (!slot) {
     cudaDeviceProp prop{};
-    cuda_check(cudaGetDeviceProperties(&prop, device_id), "cudaGetDeviceProperties");
+    FLASHCPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_id));
     auto info = std::make_unique<DeviceInfo>();
     info->id = device_id;
     info->name = prop.name;
@@ -52,9 +61,9 @@ const DeviceInfo& device_info(int device_id) {
 }
 
 DeviceGuard::DeviceGuard(int device_id) {
-  cuda_check(cudaGetDevice(&previous_), "cudaGetDevice");
+  FLASHCPP_CUDA_CHECK(cudaGetDevice(&previous_));
   if (previous_ != device_id) {
-    cuda_check(cudaSetDevice(device_id), "cudaSetDevice");
+    FLASHCPP_CUDA_CHECK(cudaSetDevice(device_id));
     changed_ = true;
   }
 }
@@ -65,17 +74,17 @@ DeviceGuard::~DeviceGuard() {
 
 Stream::Stream(int device_id) : device_(device_id) {
   DeviceGuard g(device_id);
-  cuda_check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  FLASHCPP_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
 }
 Stream::~Stream() {
   if (s_) (void)cudaStreamDestroy(s_);
 }
-void Stream::synchronize() const { cuda_check(cudaStreamSynchronize(s_), "cudaStreamSynchronize"); }
+void Stream::synchronize() const { FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(s_)); }
 
 DeviceBuffer::DeviceBuffer(size_t bytes, int device_id) : bytes_(bytes), device_(device_id) {
   if (bytes == 0) return;
   DeviceGuard g(device_id);
-  cuda_check(cudaMalloc(&p_, bytes), "cudaMalloc");
+  FLASHCPP_CUDA_CHECK(cudaMalloc(&p_, bytes));
 }
 DeviceBuffer::~DeviceBuffer() {
   if (p_) (void)cudaFree(p_);
@@ -90,7 +99,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 
 PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes) cuda_check(cudaMallocHost(&p_, bytes), "cudaMallocHost");
+  if (bytes) FLASHCPP_CUDA_CHECK(cudaMallocHost(&p_, bytes));
 }
 PinnedBuffer::~PinnedBuffer() {
   if (p_) (void)cudaFreeHost(p_);
@@ -104,14 +113,14 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
   return *this;
 }
 
-Event::Event() { cuda_check(cudaEventCreate(&e_), "cudaEventCreate"); }
+Event::Event() { FLASHCPP_CUDA_CHECK(cudaEventCreate(&e_)); }
 Event::~Event() {
   if (e_) (void)cudaEventDestroy(e_);
 }
-void Event::record(cudaStream_t s) { cuda_check(cudaEventRecord(e_, s), "cudaEventRecord"); }
+void Event::record(cudaStream_t s) { FLASHCPP_CUDA_CHECK(cudaEventRecord(e_, s)); }
 float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0;
-  cuda_check(cudaEventElapsedTime(&ms, start.e_, e_), "cudaEventElapsedTime");
+  FLASHCPP_CUDA_CHECK(cudaEventElapsedTime(&ms, start.e_, e_));
   return ms;
 }
 

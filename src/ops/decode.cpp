@@ -158,9 +158,8 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
     std::memcpy(pinned_tail, arange.data(), arange.size() * sizeof(int32_t));
     {
       DeviceGuard guard(core.device.id);
-      cuda_check(cudaMemcpyAsync(device_tail, pinned_tail, arange.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                 stream),
-                 "BatchDecodePlan::create: cudaMemcpyAsync (query indptr)");
+      FLASHCPP_CUDA_CHECK(
+          cudaMemcpyAsync(device_tail, pinned_tail, arange.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
     }
     state->qo_arange = TensorView::contiguous(device_tail, DType::i32, core.device, {batch + 1});
     return BatchDecodePlan(std::move(state));

@@ -50,14 +50,14 @@ struct Timing {
 
 Timing measure(const std::function<void()>& call, cudaStream_t s, const BenchOptions& o) {
   for (int i = 0; i < o.warmup; ++i) call();
-  cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<Event> start(static_cast<size_t>(o.iters)), stop(static_cast<size_t>(o.iters));
   for (int i = 0; i < o.iters; ++i) {
     start[static_cast<size_t>(i)].record(s);
     call();
     stop[static_cast<size_t>(i)].record(s);
   }
-  cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<double> kernel, host;
   for (int i = 0; i < o.iters; ++i)
     kernel.push_back(stop[static_cast<size_t>(i)].elapsed_ms_since(start[static_cast<size_t>(i)]) * 1e3);
@@ -66,7 +66,7 @@ Timing measure(const std::function<void()>& call, cudaStream_t s, const BenchOpt
     call();
     host.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
   }
-  cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(s));
   return {median(kernel), median(host)};
 }
 
@@ -78,13 +78,13 @@ struct Dev {
     int64_t n = 1;
     for (int64_t x : shape) n *= x;
     buf = DeviceBuffer(static_cast<size_t>(std::max<int64_t>(n * dtype_size(t), 16)), 0);
-    cuda_check(cudaMemset(buf.get(), pattern, buf.size()), "cudaMemset");
+    FLASHCPP_CUDA_CHECK(cudaMemset(buf.get(), pattern, buf.size()));
     view = TensorView::contiguous(buf.get(), t, Device::cuda(0), shape);
   }
 };
 Dev upload_i32(const std::vector<int32_t>& v) {
   Dev d(DType::i32, {static_cast<int64_t>(v.size())}, 0);
-  cuda_check(cudaMemcpy(d.buf.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  FLASHCPP_CUDA_CHECK(cudaMemcpy(d.buf.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -101,10 +101,10 @@ struct Bench {
   void ceilings() {
     const size_t bytes = size_t{1} << 30;
     DeviceBuffer a(bytes, 0), b(bytes, 0);
-    cuda_check(cudaMemset(a.get(), 1, bytes), "cudaMemset");
-    const Timing t = measure([&] { cuda_check(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream),
-                                              "cudaMemcpyAsync"); },
-                             stream, o);
+    FLASHCPP_CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
+    const Timing t = measure(
+        [&] { FLASHCPP_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream)); }, stream,
+        o);
     copy_gbps = 2.0 * static_cast<double>(bytes) / (t.kernel_us * 1e3);
     std::printf("ceiling copy_gbps=%.1f bytes=%zu\n", copy_gbps, bytes);
     const Timing l = measure([&] { cuda_check(launch_empty_kernel(stream), "cudaLaunchKernel"); }, stream, o);

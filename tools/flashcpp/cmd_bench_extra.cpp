@@ -35,7 +35,7 @@ struct Timing {
 /// Median kernel time (events around each launch) and median host time of the launch call itself.
 Timing measure(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream, int warmup, int iters) {
   for (int i = 0; i < warmup; ++i) launch(stream);
-  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> kernel, host;
   Event start, stop;
   for (int i = 0; i < iters; ++i) {
@@ -44,7 +44,7 @@ Timing measure(const std::function<void(cudaStream_t)>& launch, cudaStream_t str
     launch(stream);
     const auto t1 = std::chrono::steady_clock::now();
     stop.record(stream);
-    cuda_check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
+    FLASHCPP_CUDA_CHECK(cudaEventSynchronize(stop.get()));
     kernel.push_back(stop.elapsed_ms_since(start));
     host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
@@ -66,14 +66,14 @@ DeviceBuffer random_bf16(size_t n, float scale, std::mt19937& rng, int device) {
     x = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
   }
   DeviceBuffer d(n * 2, device);
-  cuda_check(cudaMemcpy(d.get(), h.data(), n * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  FLASHCPP_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), n * 2, cudaMemcpyHostToDevice));
   return d;
 }
 
 template <class T>
 DeviceBuffer upload(const std::vector<T>& h, int device) {
   DeviceBuffer d(std::max<size_t>(h.size(), 1) * sizeof(T), device);
-  cuda_check(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  FLASHCPP_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
   return d;
 }
 

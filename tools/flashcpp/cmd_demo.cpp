@@ -53,11 +53,11 @@ struct HostDev {
   TensorView d() const { return TensorView::contiguous(dev.get(), dtype, Device::cuda(0), std::span<const int64_t>(shape)); }
   void to_device() {
     dev = DeviceBuffer(std::max<size_t>(bytes(), 16), 0);
-    cuda_check(cudaMemcpy(dev.get(), host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    FLASHCPP_CUDA_CHECK(cudaMemcpy(dev.get(), host.data(), bytes(), cudaMemcpyHostToDevice));
   }
   std::vector<uint8_t> from_device() const {
     std::vector<uint8_t> out(bytes());
-    cuda_check(cudaMemcpy(out.data(), dev.get(), bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    FLASHCPP_CUDA_CHECK(cudaMemcpy(out.data(), dev.get(), bytes(), cudaMemcpyDeviceToHost));
     return out;
   }
 };
@@ -221,8 +221,8 @@ int run_demo(const DemoOptions& o) {
   auto rt = Runtime::create();
   for (HostDev* t : {&hidden, &weight, &k_cache, &v_cache, &indices, &indptr_t, &last_t, &bi, &pos, &normed, &out})
     t->to_device();
-  cuda_check(cudaMemset(normed.dev.get(), 0xFF, normed.bytes()), "cudaMemset");  // poison the outputs
-  cuda_check(cudaMemset(out.dev.get(), 0xFF, out.bytes()), "cudaMemset");
+  FLASHCPP_CUDA_CHECK(cudaMemset(normed.dev.get(), 0xFF, normed.bytes()));  // poison the outputs
+  FLASHCPP_CUDA_CHECK(cudaMemset(out.dev.get(), 0xFF, out.bytes()));
   OwnedWorkspace ws(0);
   Stream stream(0);
   const auto dv = qkv_views(normed.dev.get(), Device::cuda(0));
@@ -237,8 +237,8 @@ int run_demo(const DemoOptions& o) {
   stream.synchronize();
   const double first_ms = ms_since(t_first);
   for (HostDev* t : {&k_cache, &v_cache}) t->to_device();
-  cuda_check(cudaMemset(normed.dev.get(), 0xFF, normed.bytes()), "cudaMemset");
-  cuda_check(cudaMemset(out.dev.get(), 0xFF, out.bytes()), "cudaMemset");
+  FLASHCPP_CUDA_CHECK(cudaMemset(normed.dev.get(), 0xFF, normed.bytes()));
+  FLASHCPP_CUDA_CHECK(cudaMemset(out.dev.get(), 0xFF, out.bytes()));
   const PagedKvCache fresh{k_cache.d(), v_cache.d(), indices.d(), indptr_t.d(), last_t.d(), KvLayout::nhd};
   Event e0, e1, e2, e3;
   double host_us[3] = {0, 0, 0};

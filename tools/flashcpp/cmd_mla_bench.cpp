@@ -47,7 +47,7 @@ void upload_random(DeviceBuffer& buf, size_t n, uint32_t seed, float scale) {
     std::memcpy(&u, &f, 4);
     x = static_cast<T>(u >> 16);  // bf16 bits (truncation is fine for benchmark data)
   }
-  cuda_check(cudaMemcpy(buf.get(), h.data(), n * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  FLASHCPP_CUDA_CHECK(cudaMemcpy(buf.get(), h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
 }
 
 // indices [rows, topk]: distinct random rows of [lo(row), lo(row) + range) per row.
@@ -68,14 +68,14 @@ std::vector<int32_t> random_indices(int64_t rows, int64_t topk, int64_t range, c
 template <class Fn>
 double median_ms(int warmup, int iters, cudaStream_t stream, Fn&& launch) {
   for (int i = 0; i < warmup; ++i) launch();
-  cuda_check(cudaStreamSynchronize(stream), "warm-up");
+  FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> ms;
   Event start, stop;
   for (int i = 0; i < iters; ++i) {
     start.record(stream);
     launch();
     stop.record(stream);
-    cuda_check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
+    FLASHCPP_CUDA_CHECK(cudaEventSynchronize(stop.get()));
     ms.push_back(stop.elapsed_ms_since(start));
   }
   std::sort(ms.begin(), ms.end());
@@ -87,16 +87,16 @@ double median_ms(int warmup, int iters, cudaStream_t stream, Fn&& launch) {
 template <class Run>
 double graph_replay_ms(const MlaBenchOptions& o, cudaStream_t stream, Run&& run) {
   run();
-  cuda_check(cudaStreamSynchronize(stream), "decode");
+  FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  FLASHCPP_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   run();
-  cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  FLASHCPP_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   if (inst != cudaSuccess) (void)cudaGraphDestroy(graph);
   cuda_check(inst, "cudaGraphInstantiate");
-  const double ms = median_ms(o.warmup, o.iters, stream, [&] { cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); });
+  const double ms = median_ms(o.warmup, o.iters, stream, [&] { FLASHCPP_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
   (void)cudaGraphExecDestroy(exec);
   (void)cudaGraphDestroy(graph);
   return ms;
@@ -117,7 +117,7 @@ void bench_prefill(const MlaBenchOptions& o, cudaStream_t stream) {
   DeviceBuffer out(static_cast<size_t>(s_q * h_q * 512 * 2), o.device), lse(static_cast<size_t>(s_q * h_q * 4), o.device),
       ml(static_cast<size_t>(s_q * h_q * 4), o.device), sink(static_cast<size_t>(h_q * 4), o.device);
   upload_random<uint16_t>(q, static_cast<size_t>(s_q * h_q * d_qk), 1, 0.1f);
-  cuda_check(cudaMemset(sink.get(), 0, static_cast<size_t>(h_q * 4)), "memset");
+  FLASHCPP_CUDA_CHECK(cudaMemset(sink.get(), 0, static_cast<size_t>(h_q * 4)));
   const auto qv = TensorView::contiguous(q.get(), DType::bf16, dev, {s_q, h_q, d_qk});
   const auto ov = TensorView::contiguous(out.get(), DType::bf16, dev, {s_q, h_q, 512});
   const auto lv = TensorView::contiguous(lse.get(), DType::f32, dev, {s_q, h_q});
@@ -127,7 +127,7 @@ void bench_prefill(const MlaBenchOptions& o, cudaStream_t stream) {
     DeviceBuffer kv(static_cast<size_t>(s_kv * d_qk * 2), o.device), idx(static_cast<size_t>(s_q * topk * 4), o.device);
     upload_random<uint16_t>(kv, static_cast<size_t>(s_kv * d_qk), 2, 0.1f);
     const auto hidx = random_indices(s_q, topk, s_kv, std::vector<int64_t>(static_cast<size_t>(s_q), 0), 3);
-    cuda_check(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice), "upload");
+    FLASHCPP_CUDA_CHECK(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice));
     const auto kvv = TensorView::contiguous(kv.get(), DType::bf16, dev, {s_kv, 1, d_qk});
     const auto iv = TensorView::contiguous(idx.get(), DType::i32, dev, {s_q, 1, topk});
     const mla::SparsePrefillParams params{.sm_scale = 1.0 / std::sqrt(192.0), .attn_sink = &sv};
@@ -156,13 +156,13 @@ void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
       upload_random<uint16_t>(src, static_cast<size_t>(num_blocks * block * 576), 4, 0.1f);
       mla::quantize_kv_cache_fp8(TensorView::contiguous(src.get(), DType::bf16, dev, {num_blocks, block, 1, 576}),
                                  TensorView::contiguous(cache.get(), DType::u8, dev, {num_blocks, block, 1, 656}), stream);
-      cuda_check(cudaStreamSynchronize(stream), "quantize");
+      FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
     }
     upload_random<uint16_t>(q, static_cast<size_t>(b * s_q * h_q * 576), 5, 0.5f);
     std::vector<int64_t> lo(static_cast<size_t>(b * s_q));
     for (int64_t t = 0; t < b * s_q; ++t) lo[static_cast<size_t>(t)] = (t / s_q) * s_kv;  // each request its own blocks
     const auto hidx = random_indices(b * s_q, topk, s_kv, lo, 6);
-    cuda_check(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice), "upload");
+    FLASHCPP_CUDA_CHECK(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice));
     const auto qv = TensorView::contiguous(q.get(), DType::bf16, dev, {b, s_q, h_q, 576});
     const auto cv = TensorView::contiguous(cache.get(), DType::u8, dev, {num_blocks, block, 1, 656});
     const auto iv = TensorView::contiguous(idx.get(), DType::i32, dev, {b, s_q, topk});
@@ -198,7 +198,7 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
     upload_random<uint16_t>(src, static_cast<size_t>(nb * block * 512), seed, 0.1f);
     const auto view = TensorView::strided(pages.get(), DType::u8, dev, {nb, block, 1, 584}, {page, 584, 584, 1});
     mla::quantize_kv_cache_fp8_v4(TensorView::contiguous(src.get(), DType::bf16, dev, {nb, block, 1, 512}), view, stream);
-    cuda_check(cudaStreamSynchronize(stream), "quantize");
+    FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
     return std::pair<DeviceBuffer, TensorView>(std::move(pages), view);
   };
   for (int64_t b : o.batches) {
@@ -211,8 +211,8 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
     std::vector<int64_t> lo(static_cast<size_t>(b * s_q));
     for (int64_t t = 0; t < b * s_q; ++t) lo[static_cast<size_t>(t)] = (t / s_q) * tokens;  // each request its own pages
     const auto hidx = random_indices(b * s_q, topk, tokens, lo, 17), hxidx = random_indices(b * s_q, extra_topk, tokens, lo, 18);
-    cuda_check(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice), "upload");
-    cuda_check(cudaMemcpy(xidx.get(), hxidx.data(), hxidx.size() * 4, cudaMemcpyHostToDevice), "upload");
+    FLASHCPP_CUDA_CHECK(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice));
+    FLASHCPP_CUDA_CHECK(cudaMemcpy(xidx.get(), hxidx.data(), hxidx.size() * 4, cudaMemcpyHostToDevice));
     const auto qv = TensorView::contiguous(q.get(), DType::bf16, dev, {b, s_q, h_q, 512});
     const auto iv = TensorView::contiguous(idx.get(), DType::i32, dev, {b, s_q, topk});
     const auto xiv = TensorView::contiguous(xidx.get(), DType::i32, dev, {b, s_q, extra_topk});
