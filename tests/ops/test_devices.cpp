@@ -6,13 +6,15 @@
 //  * a call whose tensors are all on cuda:1 reaches the module with cuda:1 tensors (nothing is rewritten
 //    to the current device), also from two threads driving two devices at once.
 // The FlashInfer ops run against the recording stand-ins (tests/ops/recording_module*.cc). While a test
-// pretends device facts, ops::set_visible_devices_for_testing decides how many devices exist.
+// pretends device facts, ops::set_visible_devices_for_testing decides how many devices exist. Also:
+// FLASHCPP_CUDA_CHECK names the failed expression and where it stands.
 #include <atomic>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "flashcpp/cuda.hpp"
 #include "flashcpp/gdn.hpp"
 #include "flashcpp/mla.hpp"
 #include "flashcpp/mla_attention.hpp"
@@ -484,6 +486,28 @@ TEST_F(Devices, TwoThreadsDrivingTwoDevicesKeepTheirDevices) {
   }
   EXPECT_EQ(on0, kCalls);
   EXPECT_EQ(on1, kCalls);
+}
+
+}  // namespace
+}  // namespace flashcpp::testing
+
+namespace flashcpp::testing {
+namespace {
+
+cudaError_t invalid_value() { return cudaErrorInvalidValue; }
+
+TEST(CudaCheck, AFailedCallNamesTheExpressionTheFileAndTheLine) {
+  EXPECT_NO_THROW(FLASHCPP_CUDA_CHECK(cudaSuccess));
+  const int line = __LINE__ + 2;
+  try {
+    FLASHCPP_CUDA_CHECK(invalid_value());
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::cuda_error);
+    const std::string want = "invalid_value() failed at test_devices.cpp:" + std::to_string(line) +
+                             ": cudaErrorInvalidValue (";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
