@@ -243,11 +243,8 @@ class ModuleLibrary {
   abi::SafeCall find_function(std::string_view name) const noexcept;
   const std::filesystem::path& path() const { return path_; }
 
-  /// Names of the module's defined dynamic symbols (its ELF `.dynsym`) that contain `fragment`. For the
-  /// rare workaround that must reach a module's own state (gdn.cpp); empty for a file that is not a
-  /// 64-bit ELF or has no `.dynsym`. Reads the file; throws io_error when it cannot.
-  std::vector<std::string> dynamic_symbols_containing(std::string_view fragment) const;
-  /// The address of a symbol as this module resolves it (`dlsym`); nullptr when absent.
+  /// The address of a symbol as this module resolves it (`dlsym`); nullptr when absent. (Names of a
+  /// module's own symbols: core/elf_symbols.hpp.)
   void* find_symbol(const std::string& name) const noexcept;
 
  private:

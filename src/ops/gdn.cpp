@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.hpp"
+#include "core/elf_symbols.hpp"
 #include "ffi/ffi.hpp"
 #include "ops/common.hpp"
 #include "ops/ops_extra_internal.hpp"
@@ -71,7 +72,7 @@ std::shared_ptr<const GdnModule> gdn_module(const Runtime& rt) {
     auto m = std::make_shared<GdnModule>();
     m->lib = load_module(rt, kGdnPrefillUri);
     m->fn = m->lib->function("gdn_prefill");
-    for (const std::string& name : m->lib->dynamic_symbols_containing(kOnceFlagSuffix))
+    for (const std::string& name : elf_dynamic_symbols_containing(m->lib->path(), kOnceFlagSuffix))
       if (name.starts_with(kOnceFlagPrefix) && name.ends_with(kOnceFlagSuffix))
         if (void* flag = m->lib->find_symbol(name)) m->once_flags.push_back(static_cast<bool*>(flag));
     cached = std::move(m);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/elf_symbols.hpp"
 #include "ffi/ffi.hpp"
 
 namespace fs = std::filesystem;
@@ -40,10 +41,10 @@ TEST_F(FfiTest, LibraryReportsA01Version) {
 // The module's one-time setup flag is found by name in its .dynsym, and clearing it through the
 // address dlsym gives makes the module run its setup again (gdn.cpp relies on exactly this).
 TEST_F(FfiTest, ModuleStateFoundInDynsymAndClearedFromOutside) {
-  const auto names = module_->dynamic_symbols_containing("14is_initializedEbE11initialized");
+  const auto names = elf_dynamic_symbols_containing(module_->path(), "14is_initializedEbE11initialized");
   ASSERT_EQ(names.size(), 1u);
   EXPECT_EQ(names[0], "_ZZN13flashcpp_test9OnceSetupIiE14is_initializedEbE11initialized");
-  EXPECT_TRUE(module_->dynamic_symbols_containing("no_such_symbol_fragment").empty());
+  EXPECT_TRUE(elf_dynamic_symbols_containing(module_->path(), "no_such_symbol_fragment").empty());
   auto* flag = static_cast<bool*>(module_->find_symbol(names[0]));
   ASSERT_NE(flag, nullptr);
   EXPECT_EQ(module_->find_symbol("no_such_symbol"), nullptr);
@@ -70,10 +71,10 @@ TEST(FfiModuleSymbols, NonElfAndMissingFiles) {
   // Replaced, not rewritten: the loaded mapping keeps the old file.
   { std::ofstream(dir / "other", std::ios::trunc) << "not an ELF file"; }
   std::filesystem::rename(dir / "other", copy);
-  EXPECT_TRUE(m->dynamic_symbols_containing("initialized").empty());
+  EXPECT_TRUE(elf_dynamic_symbols_containing(m->path(), "initialized").empty());
   std::filesystem::remove(copy);
   try {
-    (void)m->dynamic_symbols_containing("initialized");
+    (void)elf_dynamic_symbols_containing(m->path(), "initialized");
     ADD_FAILURE() << "expected io_error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::io_error);
