@@ -74,31 +74,20 @@ using namespace flashcpp::capi;
 
 extern "C" {
 
-flashcpp_status flashcpp_rmsnorm(const flashcpp_tensor* out, const flashcpp_tensor* input, const flashcpp_tensor* weight,
-                                 double eps, int32_t pdl, void* stream) {
-  return norm_call("rmsnorm", out, "out", input, "input", weight, eps, pdl, stream,
-                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { rmsnorm(rt, a, b, w, o, s); });
-}
-flashcpp_status flashcpp_fused_qk_rmsnorm(const flashcpp_tensor* out, const flashcpp_tensor* input,
-                                          const flashcpp_tensor* weight, double eps, int32_t pdl, void* stream) {
-  return norm_call("fused_qk_rmsnorm", out, "out", input, "input", weight, eps, pdl, stream,
-                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { fused_qk_rmsnorm(rt, a, b, w, o, s); });
-}
-flashcpp_status flashcpp_gemma_rmsnorm(const flashcpp_tensor* out, const flashcpp_tensor* input,
-                                       const flashcpp_tensor* weight, double eps, int32_t pdl, void* stream) {
-  return norm_call("gemma_rmsnorm", out, "out", input, "input", weight, eps, pdl, stream,
-                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { gemma_rmsnorm(rt, a, b, w, o, s); });
-}
-flashcpp_status flashcpp_fused_add_rmsnorm(const flashcpp_tensor* input, const flashcpp_tensor* residual,
-                                           const flashcpp_tensor* weight, double eps, int32_t pdl, void* stream) {
-  return norm_call("fused_add_rmsnorm", input, "input", residual, "residual", weight, eps, pdl, stream,
-                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { fused_add_rmsnorm(rt, a, b, w, o, s); });
-}
-flashcpp_status flashcpp_gemma_fused_add_rmsnorm(const flashcpp_tensor* input, const flashcpp_tensor* residual,
-                                                 const flashcpp_tensor* weight, double eps, int32_t pdl, void* stream) {
-  return norm_call("gemma_fused_add_rmsnorm", input, "input", residual, "residual", weight, eps, pdl, stream,
-                   [](auto& rt, auto a, auto b, auto w, auto o, auto s) { gemma_fused_add_rmsnorm(rt, a, b, w, o, s); });
-}
+// One C entry per norm, from a table: the C names of the two tensors before the weight (also used in
+// messages) and the C++ op of the same name.
+#define FLASHCPP_NORM_ENTRY(NAME, A, B)                                                                    \
+  flashcpp_status flashcpp_##NAME(const flashcpp_tensor* A, const flashcpp_tensor* B,                      \
+                                  const flashcpp_tensor* weight, double eps, int32_t pdl, void* stream) {   \
+    return norm_call(#NAME, A, #A, B, #B, weight, eps, pdl, stream,                                         \
+                     [](auto& rt, auto x, auto y, auto w, auto o, auto s) { NAME(rt, x, y, w, o, s); });    \
+  }
+FLASHCPP_NORM_ENTRY(rmsnorm, out, input)
+FLASHCPP_NORM_ENTRY(fused_qk_rmsnorm, out, input)
+FLASHCPP_NORM_ENTRY(gemma_rmsnorm, out, input)
+FLASHCPP_NORM_ENTRY(fused_add_rmsnorm, input, residual)
+FLASHCPP_NORM_ENTRY(gemma_fused_add_rmsnorm, input, residual)
+#undef FLASHCPP_NORM_ENTRY
 
 flashcpp_status flashcpp_append_paged_kv_cache(const flashcpp_tensor* k, const flashcpp_tensor* v,
                                                const flashcpp_tensor* bi, const flashcpp_tensor* pos,
