@@ -4,7 +4,9 @@
 // are read from the pinned wheel's data/csrc at generation time.
 #include <atomic>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
+#include <utility>
 #include <unistd.h>
 
 #include "jit/jit.hpp"
@@ -153,6 +155,17 @@ std::string fa2_variant(const AttentionSpec& a, bool custom_mask_ident) {
 const char* kFa2VariantDecl = "#include<flashinfer/attention/variants.cuh>";
 const char* kFa3VariantDecl = "#include<flashinfer/attention/hopper/variants.cuh>";
 
+// Renders each (template, output stem) once per mask mode m (0..3) as "<stem><m>.cu", mask modes outermost
+// (the order FlashInfer's generator writes them).
+void render_mask_modes(Generator& g, const Vars& v,
+                       std::initializer_list<std::pair<std::string, std::string>> templates_and_stems) {
+  for (int m = 0; m < 4; ++m) {
+    Vars vm = v;
+    vm["mask_mode"] = kMaskModeLiteral[m];
+    for (const auto& [tmpl, stem] : templates_and_stems) g.render(tmpl, stem + std::to_string(m) + ".cu", vm, true);
+  }
+}
+
 void gen_single_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a) {
   check_head_dims(a);
   const bool fp8 = is_fp8(a.q);
@@ -163,11 +176,7 @@ void gen_single_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a) 
                                  {"rope_rcp_theta", "double"}},
                                 false);
     Vars v = attention_vars(a, fa2_variant(a, true), kFa2VariantDecl, ap, false, true);
-    for (int m = 0; m < 4; ++m) {
-      Vars vm = v;
-      vm["mask_mode"] = kMaskModeLiteral[m];
-      g.render("single_prefill_kernel_inst.jinja", "single_prefill_kernel_mask_" + std::to_string(m) + ".cu", vm, true);
-    }
+    render_mask_modes(g, v, {{"single_prefill_kernel_inst.jinja", "single_prefill_kernel_mask_"}});
     g.copy("single_prefill.cu");
     g.copy("single_prefill_jit_binding.cu");
     g.render("single_prefill_customize_config.jinja", "single_prefill_config.inc", v, false);
@@ -187,11 +196,7 @@ void gen_single_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a) 
     }
     Vars v = attention_vars(a, variant, kFa3VariantDecl, ap, false, true);
     const std::string inst = fp8 ? "single_prefill_fp8_sm90_kernel_inst.jinja" : "single_prefill_sm90_kernel_inst.jinja";
-    for (int m = 0; m < 4; ++m) {
-      Vars vm = v;
-      vm["mask_mode"] = kMaskModeLiteral[m];
-      g.render(inst, "single_prefill_sm90_kernel_mask_" + std::to_string(m) + ".cu", vm, true);
-    }
+    render_mask_modes(g, v, {{inst, "single_prefill_sm90_kernel_mask_"}});
     g.copy(fp8 ? "single_prefill_fp8_sm90.cu" : "single_prefill_sm90.cu");
     g.copy("single_prefill_sm90_jit_binding.cu");
     g.render("single_prefill_sm90_customize_config.jinja", "single_prefill_sm90_config.inc", v, false);
@@ -219,12 +224,8 @@ void gen_batch_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a) {
                                  {"token_pos_in_items_len", "int64_t"}},
                                 false);
     Vars v = attention_vars(a, fa2_variant(a, true), kFa2VariantDecl, ap, true, true);
-    for (int m = 0; m < 4; ++m) {
-      Vars vm = v;
-      vm["mask_mode"] = kMaskModeLiteral[m];
-      g.render("batch_prefill_paged_kernel_inst.jinja", "batch_prefill_paged_kernel_mask_" + std::to_string(m) + ".cu", vm, true);
-      g.render("batch_prefill_ragged_kernel_inst.jinja", "batch_prefill_ragged_kernel_mask_" + std::to_string(m) + ".cu", vm, true);
-    }
+    render_mask_modes(g, v, {{"batch_prefill_paged_kernel_inst.jinja", "batch_prefill_paged_kernel_mask_"},
+                             {"batch_prefill_ragged_kernel_inst.jinja", "batch_prefill_ragged_kernel_mask_"}});
     g.copy("batch_prefill.cu");
     g.copy("batch_prefill_jit_binding.cu");
     g.render("batch_prefill_customize_config.jinja", "batch_prefill_config.inc", v, false);
@@ -252,12 +253,8 @@ void gen_batch_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a) {
     Vars v = attention_vars(a, variant, kFa3VariantDecl, ap, true, true);
     const std::string paged = fp8 ? "batch_prefill_fp8_paged_sm90_kernel_inst.jinja" : "batch_prefill_paged_sm90_kernel_inst.jinja";
     const std::string ragged = fp8 ? "batch_prefill_fp8_ragged_sm90_kernel_inst.jinja" : "batch_prefill_ragged_sm90_kernel_inst.jinja";
-    for (int m = 0; m < 4; ++m) {
-      Vars vm = v;
-      vm["mask_mode"] = kMaskModeLiteral[m];
-      g.render(paged, "batch_prefill_paged_sm90_kernel_mask_" + std::to_string(m) + ".cu", vm, true);
-      g.render(ragged, "batch_prefill_ragged_sm90_kernel_mask_" + std::to_string(m) + ".cu", vm, true);
-    }
+    render_mask_modes(g, v, {{paged, "batch_prefill_paged_sm90_kernel_mask_"},
+                             {ragged, "batch_prefill_ragged_sm90_kernel_mask_"}});
     g.copy(fp8 ? "batch_prefill_fp8_sm90.cu" : "batch_prefill_sm90.cu");
     g.copy("batch_prefill_sm90_jit_binding.cu");
     g.render("batch_prefill_sm90_customize_config.jinja", "batch_prefill_sm90_config.inc", v, false);
