@@ -64,29 +64,30 @@ void call_norm(const Runtime& rt, NormFn fn, const TensorView& a, const TensorVi
 
 }  // namespace
 
+// The out-of-place norms: `out` = norm(`input`) of `rank` (2: [tokens, hidden]; 3: [tokens, heads, dim]).
+static void out_of_place(const char* op, NormFn fn, int rank, const Runtime& rt, const TensorView& out,
+                         const TensorView& input, const TensorView& weight, const RmsNormOptions& options,
+                         cudaStream_t stream) {
+  const Validator v(op);
+  check_norm_io(v, out, "out", input, weight, rank, options);
+  check_norm_overlap(v, out, input, weight);
+  call_norm(rt, fn, out, input, weight, options, stream);
+}
+
 void rmsnorm(const Runtime& rt, const TensorView& out, const TensorView& input, const TensorView& weight,
              const RmsNormOptions& options, cudaStream_t stream) {
-  const Validator v("rmsnorm");
-  check_norm_io(v, out, "out", input, weight, 2, options);
-  check_norm_overlap(v, out, input, weight);
-  call_norm(rt, kRmsNorm, out, input, weight, options, stream);
+  out_of_place("rmsnorm", kRmsNorm, 2, rt, out, input, weight, options, stream);
 }
 
 void fused_qk_rmsnorm(const Runtime& rt, const TensorView& out, const TensorView& input, const TensorView& weight,
                       const RmsNormOptions& options, cudaStream_t stream) {
-  const Validator v("fused_qk_rmsnorm");
-  check_norm_io(v, out, "out", input, weight, 3, options);
-  check_norm_overlap(v, out, input, weight);
   // The 3-D input dispatches to FlashInfer's QK RMSNorm inside the same `rmsnorm` export.
-  call_norm(rt, kRmsNorm, out, input, weight, options, stream);
+  out_of_place("fused_qk_rmsnorm", kRmsNorm, 3, rt, out, input, weight, options, stream);
 }
 
 void gemma_rmsnorm(const Runtime& rt, const TensorView& out, const TensorView& input, const TensorView& weight,
                    const RmsNormOptions& options, cudaStream_t stream) {
-  const Validator v("gemma_rmsnorm");
-  check_norm_io(v, out, "out", input, weight, 2, options);
-  check_norm_overlap(v, out, input, weight);
-  call_norm(rt, kGemma, out, input, weight, options, stream);
+  out_of_place("gemma_rmsnorm", kGemma, 2, rt, out, input, weight, options, stream);
 }
 
 static void fused_add(const char* op, NormFn fn, const Runtime& rt, const TensorView& input,
