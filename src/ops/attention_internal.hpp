@@ -85,6 +85,30 @@ void check_single_overlap(const Validator& v, const TensorView& out, OptionalTen
 /// Strides are passed to FlashInfer's kernels as 32-bit values.
 void check_strides_32bit(const Validator& v, const TensorView& t, const char* arg);
 
+/// A run's paged cache against what its plan was made for (`core`: a decode or prefill plan core): the
+/// planned KV dtype, layout, page size, num_kv_heads and head_dim, 32-bit strides, at least the planned number
+/// of page ids, and the largest planned page id inside the cache. Each failure names the planned value.
+template <class PlanCore>
+PagedGeometry check_planned_paged_cache(const Validator& v, const PagedKvCache& kv, const TensorView& q,
+                                        const PlanCore& core) {
+  const PagedGeometry g = check_paged_cache(v, kv, q, "q", core.batch);
+  v.dtype(kv.k_cache, "k_cache", {core.variant.kv});
+  if (kv.layout != core.layout) v.fail("layout", "must be the planned layout");
+  if (g.page_size != core.page_size)
+    v.fail("k_cache", kv.k_cache, "must have the planned page size " + std::to_string(core.page_size));
+  if (g.num_kv_heads != core.num_kv_heads)
+    v.fail("k_cache", kv.k_cache, "must have the planned num_kv_heads " + std::to_string(core.num_kv_heads));
+  if (g.head_dim != core.head_dim_qk)
+    v.fail("k_cache", kv.k_cache, "must have the planned head_dim " + std::to_string(core.head_dim_qk));
+  check_strides_32bit(v, kv.k_cache, "k_cache");
+  if (kv.indices.size(0) < core.kv_total)
+    v.fail("indices", kv.indices, "must hold at least the planned " + std::to_string(core.kv_total) + " page ids");
+  if (core.max_page_index >= g.num_pages)
+    v.fail("indices", "holds page id " + std::to_string(core.max_page_index) + " (planned) but the cache has " +
+                          std::to_string(g.num_pages) + " pages");
+  return g;
+}
+
 }  // namespace flashcpp::ops
 
 namespace flashcpp::ops {

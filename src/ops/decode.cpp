@@ -214,21 +214,7 @@ void BatchDecodePlan::run(const TensorView& q, const PagedKvCache& kv, const Ten
     ops::check_same_device(v, *lse, "lse", q, "q");
     v.dtype(*lse, "lse", {DType::f32}).shape(*lse, "lse", {core.batch, core.num_qo_heads}).contiguous(*lse, "lse");
   }
-  const ops::PagedGeometry g = ops::check_paged_cache(v, kv, q, "q", core.batch);
-  v.dtype(kv.k_cache, "k_cache", {core.variant.kv});
-  if (kv.layout != core.layout) v.fail("layout", "must be the planned layout");
-  if (g.page_size != core.page_size)
-    v.fail("k_cache", kv.k_cache, "must have the planned page size " + std::to_string(core.page_size));
-  if (g.num_kv_heads != core.num_kv_heads)
-    v.fail("k_cache", kv.k_cache, "must have the planned num_kv_heads " + std::to_string(core.num_kv_heads));
-  if (g.head_dim != core.head_dim_qk)
-    v.fail("k_cache", kv.k_cache, "must have the planned head_dim " + std::to_string(core.head_dim_qk));
-  ops::check_strides_32bit(v, kv.k_cache, "k_cache");
-  if (kv.indices.size(0) < core.kv_total)
-    v.fail("indices", kv.indices, "must hold at least the planned " + std::to_string(core.kv_total) + " page ids");
-  if (core.max_page_index >= g.num_pages)
-    v.fail("indices", "holds page id " + std::to_string(core.max_page_index) + " (planned) but the cache has " +
-                          std::to_string(g.num_pages) + " pages");
+  ops::check_planned_paged_cache(v, kv, q, core);
   ops::check_run_overlap(core, v, out, lse,
                          {{&q, "q"}, {&kv.k_cache, "k_cache"}, {&kv.v_cache, "v_cache"}, {&kv.indices, "indices"},
                           {&kv.indptr, "indptr"}, {&kv.last_page_len, "last_page_len"}});

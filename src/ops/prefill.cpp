@@ -156,21 +156,7 @@ void run_prefill_paged(const PrefillPlanCore& core, const Validator& v, const Te
                        const TensorView& qo_indptr, const TensorView& out, OptionalTensor lse, cudaStream_t stream) {
   if (core.storage != KvStorage::paged) v.fail("plan", "was made for ragged KV; call run_ragged");
   check_run_io(core, v, q, out, lse);
-  const PagedGeometry g = check_paged_cache(v, kv, q, "q", core.batch);
-  v.dtype(kv.k_cache, "k_cache", {core.variant.kv});
-  if (kv.layout != core.layout) v.fail("layout", "must be the planned layout");
-  if (g.page_size != core.page_size)
-    v.fail("k_cache", kv.k_cache, "must have the planned page size " + std::to_string(core.page_size));
-  if (g.num_kv_heads != core.num_kv_heads)
-    v.fail("k_cache", kv.k_cache, "must have the planned num_kv_heads " + std::to_string(core.num_kv_heads));
-  if (g.head_dim != core.head_dim_qk)
-    v.fail("k_cache", kv.k_cache, "must have the planned head_dim " + std::to_string(core.head_dim_qk));
-  check_strides_32bit(v, kv.k_cache, "k_cache");
-  if (kv.indices.size(0) < core.kv_total)
-    v.fail("indices", kv.indices, "must hold at least the planned " + std::to_string(core.kv_total) + " page ids");
-  if (core.max_page_index >= g.num_pages)
-    v.fail("indices", "holds page id " + std::to_string(core.max_page_index) + " (planned) but the cache has " +
-                          std::to_string(g.num_pages) + " pages");
+  check_planned_paged_cache(v, kv, q, core);
   check_device_index_array(v, qo_indptr, "qo_indptr", core.batch + 1, q, "q");
   check_run_overlap(core, v, out, lse,
                     {{&q, "q"}, {&kv.k_cache, "k_cache"}, {&kv.v_cache, "v_cache"}, {&kv.indices, "indices"},
