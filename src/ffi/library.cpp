@@ -40,6 +40,16 @@ std::optional<fs::path> loaded_provider(const char* symbol) {
   if (::dladdr(sym, &info) == 0 || !info.dli_fname) return std::nullopt;
   return fs::path(info.dli_fname);
 }
+// dlopen of the checked file `trusted` (the caller's `shown` path in messages); not_found with dlerror's reason.
+void* open_or_throw(const fs::path& trusted, int flags, const char* what, const fs::path& shown) {
+  void* handle = ::dlopen(trusted.c_str(), flags);
+  if (handle == nullptr) {
+    const char* err = ::dlerror();
+    throw Error(ErrorCode::not_found,
+                std::string("cannot load ") + what + " '" + shown.string() + "': " + (err ? err : "unknown error"));
+  }
+  return handle;
+}
 }  // namespace
 
 struct LibraryLoader {
@@ -50,11 +60,7 @@ struct LibraryLoader {
       throw Error(ErrorCode::invalid_argument, "a different libtvm_ffi is already loaded in this process ('" +
                                                    existing->string() + "'); refusing to load '" + path.string() +
                                                    "' (two TVM-FFI runtimes in one process corrupt each other)");
-    void* handle = ::dlopen(trusted.c_str(), RTLD_NOW | RTLD_GLOBAL);
-    if (!handle) {
-      const char* err = ::dlerror();
-      throw Error(ErrorCode::not_found, "cannot load libtvm_ffi '" + path.string() + "': " + (err ? err : "unknown error"));
-    }
+    void* handle = open_or_throw(trusted, RTLD_NOW | RTLD_GLOBAL, "libtvm_ffi", path);
     auto lib = std::unique_ptr<Library>(new Library());
     lib->handle_ = handle;
     lib->path_ = fs::absolute(path, ec);
@@ -118,11 +124,7 @@ std::shared_ptr<ModuleLibrary> ModuleLibrary::open(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw Error(ErrorCode::not_found, "module file '" + path.string() + "' not found");
   const fs::path trusted = require_trusted_file(path, "module");
-  void* handle = ::dlopen(trusted.c_str(), RTLD_LAZY | RTLD_LOCAL);
-  if (!handle) {
-    const char* err = ::dlerror();
-    throw Error(ErrorCode::not_found, "cannot load module '" + path.string() + "': " + (err ? err : "unknown error"));
-  }
+  void* handle = open_or_throw(trusted, RTLD_LAZY | RTLD_LOCAL, "module", path);
   auto m = std::shared_ptr<ModuleLibrary>(new ModuleLibrary());
   m->handle_ = handle;
   m->path_ = path;
