@@ -10,6 +10,19 @@ struct Slot {
   int64_t page, entry;
 };
 
+// The append's host arrays: batch_indices and positions of `nnz` entries, last_page_len [batch],
+// indptr [batch + 1] and indices (int32). Returns batch.
+int64_t check_page_table(const Validator& v, const TensorView& batch_indices, const TensorView& positions, int64_t nnz,
+                         const TensorView& last_page_len, const TensorView& indptr, const TensorView& indices) {
+  detail::check_host_i32(v, batch_indices, "batch_indices", nnz);
+  detail::check_host_i32(v, positions, "positions", nnz);
+  detail::check_host_i32(v, last_page_len, "last_page_len", -1);
+  const int64_t batch = last_page_len.size(0);
+  v.indptr(indptr, "indptr", batch + 1);
+  detail::check_host_i32(v, indices, "indices", -1);
+  return batch;
+}
+
 // Resolves token i's (page, entry) from the host page table, checking every index.
 Slot locate(const Validator& v, const TensorView& batch_indices, const TensorView& positions, const TensorView& indptr,
             const TensorView& indices, int64_t batch, int64_t page_size, int64_t num_pages, int64_t i) {
@@ -53,12 +66,7 @@ void append_paged_kv_cache(const TensorView& key, const TensorView& value, const
   const int64_t heads = nhd ? c.k_cache.size(2) : c.k_cache.size(1), d = c.k_cache.size(3);
   v.shape(key, "append_key", {-1, heads, d});
   const int64_t nnz = key.size(0);
-  detail::check_host_i32(v, batch_indices, "batch_indices", nnz);
-  detail::check_host_i32(v, positions, "positions", nnz);
-  detail::check_host_i32(v, c.last_page_len, "last_page_len", -1);
-  const int64_t batch = c.last_page_len.size(0);
-  v.indptr(c.indptr, "indptr", batch + 1);
-  detail::check_host_i32(v, c.indices, "indices", -1);
+  const int64_t batch = check_page_table(v, batch_indices, positions, nnz, c.last_page_len, c.indptr, c.indices);
   for (int64_t i = 0; i < nnz; ++i) {
     const Slot s = locate(v, batch_indices, positions, c.indptr, c.indices, batch, page_size, num_pages, i);
     for (int64_t h = 0; h < heads; ++h)
@@ -85,12 +93,7 @@ void append_paged_mla_kv_cache(const TensorView& ckv, const TensorView& kpe, con
   v.shape(c.kpe_cache, "kpe_cache", {num_pages, page_size, -1});
   const int64_t nnz = ckv.size(0);
   v.shape(ckv, "append_ckv", {nnz, dc}).shape(kpe, "append_kpe", {nnz, dp});
-  detail::check_host_i32(v, batch_indices, "batch_indices", nnz);
-  detail::check_host_i32(v, positions, "positions", nnz);
-  detail::check_host_i32(v, c.last_page_len, "last_page_len", -1);
-  const int64_t batch = c.last_page_len.size(0);
-  v.indptr(c.indptr, "indptr", batch + 1);
-  detail::check_host_i32(v, c.indices, "indices", -1);
+  const int64_t batch = check_page_table(v, batch_indices, positions, nnz, c.last_page_len, c.indptr, c.indices);
   for (int64_t i = 0; i < nnz; ++i) {
     const Slot s = locate(v, batch_indices, positions, c.indptr, c.indices, batch, page_size, num_pages, i);
     for (int64_t e = 0; e < dc; ++e)
