@@ -276,13 +276,8 @@ void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStre
   if (p.num_rows == 0) return;
   if (host) {
     for (int64_t r = 0; r < p.num_rows; ++r) {
-      int64_t rem = r, so = 0, dout = 0;
-      for (int d = p.num_lead - 1; d >= 0; --d) {
-        const int64_t i = rem % p.lead_shape[d];
-        rem /= p.lead_shape[d];
-        so += i * p.src_lead_stride[d];
-        dout += i * p.dst_lead_stride[d];
-      }
+      int64_t so, dout;
+      p.row_offsets(r, so, dout);
       const auto* src = static_cast<const uint16_t*>(p.src) + so;
       auto* dst = static_cast<unsigned char*>(p.dst) + dout;
       for (int t = 0; t < fp8::kNumScales; ++t) {

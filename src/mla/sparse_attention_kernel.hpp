@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "mla/fp8_v32.hpp"  // FLASHCPP_HD
+
 namespace flashcpp::mla::kernels {
 
 /// Where K/V rows come from.
@@ -110,6 +112,20 @@ struct QuantizeParams {
   int64_t lead_shape[3] = {1, 1, 1};
   int64_t src_lead_stride[3] = {0, 0, 0};  // elements
   int64_t dst_lead_stride[3] = {0, 0, 0};  // bytes
+
+  /// Row `row` (row-major over the lead dims): its first source element and first destination byte. The
+  /// device kernel and the host path walk rows the same way.
+  FLASHCPP_HD void row_offsets(int64_t row, int64_t& src_off, int64_t& dst_off) const {
+    int64_t rem = row;
+    src_off = 0;
+    dst_off = 0;
+    for (int d = num_lead - 1; d >= 0; --d) {
+      const int64_t i = rem % lead_shape[d];
+      rem /= lead_shape[d];
+      src_off += i * src_lead_stride[d];
+      dst_off += i * dst_lead_stride[d];
+    }
+  }
 };
 void launch_quantize_v32(const QuantizeParams& p, cudaStream_t stream);
 

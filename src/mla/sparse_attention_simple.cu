@@ -503,13 +503,8 @@ __global__ void __launch_bounds__(256) quantize_v32_kernel(const QuantizeParams 
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= p.num_rows) return;
-  int64_t rem = row, src_off = 0, dst_off = 0;
-  for (int d = p.num_lead - 1; d >= 0; --d) {
-    const int64_t i = rem % p.lead_shape[d];
-    rem /= p.lead_shape[d];
-    src_off += i * p.src_lead_stride[d];
-    dst_off += i * p.dst_lead_stride[d];
-  }
+  int64_t src_off, dst_off;
+  p.row_offsets(row, src_off, dst_off);
   const auto* src = static_cast<const uint16_t*>(p.src) + src_off;
   auto* dst = static_cast<unsigned char*>(p.dst) + dst_off;
 #pragma unroll
