@@ -447,9 +447,13 @@ struct DecodeProblem {
   DecodePlanSizes sizes;
 };
 
-// q bf16 [b, s_q, h_q, d_qk], indices i32 [b, s_q, topk], out bf16 [b, s_q, h_q, 512], lse f32 [b, s_q, h_q].
-DecodeProblem validate_decode_tensors(const Validator& v, const TensorView& q, int d_qk, const char* cache_kind,
-                                      const TensorView& indices, const TensorView& out, const TensorView& lse) {
+// sm_scale > 0, d_v 512; q bf16 [b, s_q, h_q, d_qk], indices i32 [b, s_q, topk], out bf16 [b, s_q, h_q, 512],
+// lse f32 [b, s_q, h_q].
+DecodeProblem validate_decode_tensors(const Validator& v, float sm_scale, int d_v, const TensorView& q, int d_qk,
+                                      const char* cache_kind, const TensorView& indices, const TensorView& out,
+                                      const TensorView& lse) {
+  v.positive(sm_scale, "sm_scale");
+  if (d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(d_v));
   DecodeProblem d;
   cuda_tensor(v, q, "q", {DType::bf16}, 4);
   v.last_dim_contiguous(q, "q");
@@ -473,6 +477,13 @@ DecodeProblem validate_decode_tensors(const Validator& v, const TensorView& q, i
   if (q.stride(0) != q.stride(1) * d.s_q && d.s_q > 1 && d.b > 1)
     v.fail("q", q, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
   return d;
+}
+
+// attn_sink f32 [h_q] and topk_length i32 [b], each optional, on q's device.
+void validate_decode_vectors(const Validator& v, OptionalTensor attn_sink, OptionalTensor topk_length,
+                             const DecodeProblem& d, const TensorView& q) {
+  optional_vector(v, attn_sink, "attn_sink", DType::f32, d.h_q, q, "q.size(2)");
+  optional_vector(v, topk_length, "topk_length", DType::i32, d.b, q, "q.size(0) (one length per request)");
 }
 
 // The workspace must have been planned for exactly this shape; returns its sizes (after the device gate).
@@ -587,9 +598,7 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
                    const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeParams& params,
                    cudaStream_t stream) {
   const Validator v("mla::sparse_decode");
-  v.positive(params.sm_scale, "sm_scale");
-  if (params.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(params.d_v));
-  DecodeProblem d = validate_decode_tensors(v, q, fp8::kDims, "V3.2", indices, out, lse);
+  DecodeProblem d = validate_decode_tensors(v, params.sm_scale, params.d_v, q, fp8::kDims, "V3.2", indices, out, lse);
 
   v.defined(kv_cache, "kv_cache").dtype(kv_cache, "kv_cache", {DType::u8, DType::i8, DType::e4m3});
   v.rank(kv_cache, "kv_cache", 4).on_cuda(kv_cache, "kv_cache").same_device(kv_cache, "kv_cache", q, "q");
@@ -603,8 +612,7 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
     v.fail("kv_cache", kv_cache, "must have a block stride (dim 0) that is a multiple of 16 bytes");
   v.aligned(kv_cache, "kv_cache", 16);
 
-  optional_vector(v, params.attn_sink, "attn_sink", DType::f32, d.h_q, q, "q.size(2)");
-  optional_vector(v, params.topk_length, "topk_length", DType::i32, d.b, q, "q.size(0) (one length per request)");
+  validate_decode_vectors(v, params.attn_sink, params.topk_length, d, q);
   d.sizes = validate_planned(v, ws, d, fp8::kDims, 0, q, out, lse,
                              {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
                               {params.topk_length, "topk_length"}});
@@ -624,12 +632,9 @@ void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const Ten
                       const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Params& params,
                       cudaStream_t stream) {
   const Validator v("mla::sparse_decode_v4");
-  v.positive(params.sm_scale, "sm_scale");
-  if (params.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(params.d_v));
-  DecodeProblem d = validate_decode_tensors(v, q, fp8_v4::kDims, "V4", indices, out, lse);
+  DecodeProblem d = validate_decode_tensors(v, params.sm_scale, params.d_v, q, fp8_v4::kDims, "V4", indices, out, lse);
   validate_v4_cache(v, kv_cache, "kv_cache", q);
-  optional_vector(v, params.attn_sink, "attn_sink", DType::f32, d.h_q, q, "q.size(2)");
-  optional_vector(v, params.topk_length, "topk_length", DType::i32, d.b, q, "q.size(0) (one length per request)");
+  validate_decode_vectors(v, params.attn_sink, params.topk_length, d, q);
   const bool extra = params.extra_kv_cache != nullptr;
   if (extra != (params.extra_indices != nullptr))
     v.fail(extra ? "extra_indices" : "extra_kv_cache", "must be given together with " +
