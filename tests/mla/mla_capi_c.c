@@ -141,6 +141,58 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
                 FLASHCPP_INVALID_ARGUMENT, "mla::sparse_decode: argument 'q' must have rank 4");
   }
 
+  /* V4 decode: the tensors struct, the size-prefixed params, the extra pool's pairing rule. */
+  {
+    static const int64_t q4_shape[4] = {2, 2, 64, 512}, kv4_shape[4] = {4, 64, 1, 584}, i4_shape[3] = {2, 2, 128};
+    static const int64_t x4_shape[3] = {2, 2, 512}, o4_shape[4] = {2, 2, 64, 512}, l4_shape[3] = {2, 2, 64};
+    flashcpp_mla_decode_v4_params vp = FLASHCPP_MLA_DECODE_V4_PARAMS_INIT;
+    flashcpp_mla_decode_v4_tensors vt;
+    flashcpp_tensor q4 = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 4, q4_shape);
+    flashcpp_tensor kv4 = make_tensor(fake + (1 << 24), FLASHCPP_U8, FLASHCPP_CUDA, 1000, 4, kv4_shape);
+    flashcpp_tensor i4 = make_tensor(fake + (2 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, i4_shape);
+    flashcpp_tensor o4 = make_tensor(fake + (3 << 24), FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 4, o4_shape);
+    flashcpp_tensor l4 = make_tensor(fake + (4 << 24), FLASHCPP_F32, FLASHCPP_CUDA, 1000, 3, l4_shape);
+    flashcpp_tensor xkv = make_tensor(fake + (6 << 24), FLASHCPP_U8, FLASHCPP_CUDA, 1000, 4, kv4_shape);
+    flashcpp_tensor xi = make_tensor(fake + (7 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, x4_shape);
+    CHECK(vp.struct_size == sizeof vp && vp.d_v == 512, "FLASHCPP_MLA_DECODE_V4_PARAMS_INIT");
+    memset(&cfg, 0, sizeof cfg);
+    cfg.batch = 2;
+    cfg.s_q = 2;
+    cfg.h_q = 64;
+    cfg.d_qk = 512;
+    cfg.topk = 128;
+    cfg.extra_topk = 512;
+    cfg.num_sms = 132;
+    cfg.device_id = 1000;
+    CHECK(flashcpp_mla_decode_plan(&cfg, NULL, NULL, &sizes, NULL) == FLASHCPP_SUCCESS, "V4 size query: %s",
+          flashcpp_last_error());
+    memset(&vt, 0, sizeof vt);
+    vp.sm_scale = 0.04f;
+    CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, NULL, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "flashcpp_mla_sparse_decode_v4: argument 'tensors' must not be NULL");
+    CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, &vt, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "argument 'tensors.q' must not be NULL");
+    vp.struct_size = 0;
+    CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, &vt, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "argument 'params' has struct_size 0");
+    vp.struct_size = sizeof vp;
+    vt.q = &q4;
+    vt.kv_cache = &kv4;
+    vt.indices = &i4;
+    vt.out = &o4;
+    vt.lse = &l4;
+    vt.extra_kv_cache = &xkv; /* without extra_indices */
+    CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, &vt, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "argument 'extra_indices' must be given together with");
+    vt.extra_indices = &xi;
+    vp.sm_scale = 0.f;
+    CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, &vt, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "mla::sparse_decode_v4: argument 'sm_scale' must be finite and > 0");
+    vp.sm_scale = 0.04f;
+    /* Valid in every rule: stops at the device that does not exist (the plan is split: no plan buffers). */
+    CHECK(flashcpp_mla_sparse_decode_v4(&cfg, &vt, &vp, NULL) == FLASHCPP_INVALID_ARGUMENT, "V4 decode status");
+  }
+
   /* Quantizer on host memory: success writes the bytes; a failure writes nothing. */
   {
     static uint16_t src[2 * 576];

@@ -411,6 +411,40 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                                                         nullptr, nullptr, nullptr, &dp, nullptr);
                     },
                     kInvalid, "'q' must not be NULL"});
+  // The V4 decode: every member of its tensors struct NULL in turn (the required ones), and the structs NULL.
+  flashcpp_mla_decode_config dc4 = dc;
+  dc4.d_qk = 512;
+  flashcpp_mla_decode_v4_params vp = FLASHCPP_MLA_DECODE_V4_PARAMS_INIT;
+  vp.sm_scale = 0.04f;
+  probes.push_back({"mla_sparse_decode_v4 config NULL",
+                    [=] {
+                      const flashcpp_mla_decode_v4_tensors t{};
+                      return flashcpp_mla_sparse_decode_v4(nullptr, &t, &vp, nullptr);
+                    },
+                    kInvalid, "'config' must not be NULL"});
+  probes.push_back({"mla_sparse_decode_v4 tensors NULL",
+                    [=] { return flashcpp_mla_sparse_decode_v4(&dc4, nullptr, &vp, nullptr); }, kInvalid,
+                    "'tensors' must not be NULL"});
+  probes.push_back({"mla_sparse_decode_v4 params NULL",
+                    [=] {
+                      const flashcpp_mla_decode_v4_tensors t{};
+                      return flashcpp_mla_sparse_decode_v4(&dc4, &t, nullptr, nullptr);
+                    },
+                    kInvalid, "'params' must not be NULL"});
+  for (int member = 0; member < 5; ++member)
+    probes.push_back({"mla_sparse_decode_v4 required tensor NULL",
+                      [=] {
+                        flashcpp_mla_decode_v4_tensors t{};
+                        t.q = &q;
+                        t.kv_cache = &kv;
+                        t.indices = &idx;
+                        t.out = &out;
+                        t.lse = &lse;
+                        const flashcpp_tensor** m[] = {&t.q, &t.kv_cache, &t.indices, &t.out, &t.lse};
+                        *m[member] = nullptr;
+                        return flashcpp_mla_sparse_decode_v4(&dc4, &t, &vp, nullptr);
+                      },
+                      kInvalid, "must not be NULL"});
   std::vector<uint16_t> src(2 * 576, 0x3f80);
   std::vector<uint8_t> dst(2 * 656);
   const auto hs = to_c(TensorView::contiguous(src.data(), DType::bf16, Device::cpu(), {2, 576}));

@@ -44,9 +44,10 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_tensor* q, const flas
                                             const flashcpp_mla_prefill_params* params, void* stream);
 
 typedef struct flashcpp_mla_decode_config {
-  int32_t batch, s_q, h_q, d_qk, topk; /* d_qk must be 576; topk a positive multiple of 64 */
+  int32_t batch, s_q, h_q, d_qk, topk; /* d_qk 576 (V3.2 cache) or 512 (V4); topk a positive multiple of 64 */
   int32_t num_sms;                     /* 0: the SM count of `device_id` */
   int32_t device_id;
+  int32_t extra_topk;                  /* V4 only: the extra pool's topk, 0 (none) or a positive multiple of 64 */
 } flashcpp_mla_decode_config;
 
 typedef struct flashcpp_mla_decode_plan_sizes {
@@ -81,6 +82,41 @@ flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* con
                                            const flashcpp_tensor* sched_meta, const flashcpp_tensor* num_splits,
                                            const flashcpp_tensor* lse_accum, const flashcpp_tensor* o_accum,
                                            const flashcpp_mla_decode_params* params, void* stream);
+
+/* The tensors of a DeepSeek V4 sparse decode (NULL for an absent optional one). Shapes and rules: mla.hpp,
+ * sparse_decode_v4. */
+typedef struct flashcpp_mla_decode_v4_tensors {
+  const flashcpp_tensor* q;                 /* bf16 [b, s_q, h_q, 512] */
+  const flashcpp_tensor* kv_cache;          /* V4 pages u8/i8/e4m3 [num_blocks, block_size, 1, 584] */
+  const flashcpp_tensor* indices;           /* i32 [b, s_q, topk] */
+  const flashcpp_tensor* topk_length;       /* i32 [b] or NULL */
+  const flashcpp_tensor* extra_kv_cache;    /* V4 pages of the extra pool, or NULL */
+  const flashcpp_tensor* extra_indices;     /* i32 [b, s_q, extra_topk]; given iff extra_kv_cache is */
+  const flashcpp_tensor* extra_topk_length; /* i32 [b] or NULL (extra pool only) */
+  const flashcpp_tensor* attn_sink;         /* f32 [h_q] or NULL */
+  const flashcpp_tensor* out;               /* bf16 [b, s_q, h_q, 512] */
+  const flashcpp_tensor* lse;               /* f32 [b, s_q, h_q] */
+  const flashcpp_tensor* sched_meta;        /* the plan buffers, NULL when the plan is not split */
+  const flashcpp_tensor* num_splits;
+  const flashcpp_tensor* lse_accum;
+  const flashcpp_tensor* o_accum;
+} flashcpp_mla_decode_v4_tensors;
+
+/* Per-call scalars of the V4 decode. It begins with its own size, so later versions can add fields at the
+ * end: set struct_size = sizeof(flashcpp_mla_decode_v4_params), or start from FLASHCPP_MLA_DECODE_V4_PARAMS_INIT. */
+typedef struct flashcpp_mla_decode_v4_params {
+  uint32_t struct_size;
+  float sm_scale; /* required: finite and > 0 */
+  int32_t d_v;    /* must be 512 */
+} flashcpp_mla_decode_v4_params;
+#define FLASHCPP_MLA_DECODE_V4_PARAMS_INIT {(uint32_t)sizeof(flashcpp_mla_decode_v4_params), 0.0f, 512}
+
+/* Sparse decode over the DeepSeek V4 FP8 cache (FlashMLA's "MODEL1"), with an optional extra pool attended
+ * in the same softmax. `config` as for flashcpp_mla_decode_plan with d_qk 512 and extra_topk (0 without the
+ * extra pool); the plan buffers must come from flashcpp_mla_decode_plan with the same config. */
+flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* config,
+                                              const flashcpp_mla_decode_v4_tensors* tensors,
+                                              const flashcpp_mla_decode_v4_params* params, void* stream);
 
 /* Quantizes bf16 [..., 576] into the V3.2 656-byte layout out u8/i8/e4m3 [..., 656] (FlashMLA's bytes).
  * Both tensors on one CUDA device (asynchronous), or both in host memory (runs on the calling thread). */
