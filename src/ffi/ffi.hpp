@@ -19,6 +19,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "ffi/abi.hpp"
@@ -206,6 +208,50 @@ struct StreamBinding {
 void call(abi::SafeCall fn, std::span<const Arg> args, Any* result, const StreamBinding* binding);
 /// Calls a Function object.
 void call(const Function& fn, std::span<const Arg> args, Any* result, const StreamBinding* binding);
+
+/// The one way ops call a module function: packs each value itself (a TensorView as a borrowed DLTensor, an
+/// OptionalTensor as one or None, scalars, strings and objects as they are), binds `binding`'s stream for the
+/// call and decodes a failure (FfiError). Nothing is allocated.
+namespace detail {
+template <class T>
+struct Packed {
+  Arg arg;
+  explicit Packed(const T& v) : arg(v) {}
+  Arg get() const { return arg; }
+};
+template <>
+struct Packed<TensorView> {
+  TensorArg t;
+  explicit Packed(const TensorView& v) : t(v) {}
+  Arg get() { return Arg(t); }
+};
+template <>
+struct Packed<TensorArg> {  // already packed by the caller (a scratch tensor the op built)
+  TensorArg* t;
+  explicit Packed(TensorArg& v) : t(&v) {}
+  Arg get() { return Arg(*t); }
+};
+template <>
+struct Packed<OptionalTensor> {
+  TensorArg t;
+  bool present;
+  explicit Packed(OptionalTensor v) : present(v != nullptr) {
+    if (present) t.set(*v);
+  }
+  Arg get() { return present ? Arg(t) : Arg(nullptr); }
+};
+}  // namespace detail
+
+template <class Callee, class... Ts>  // Callee: abi::SafeCall (an exported function) or Function
+void invoke(const Callee& fn, const StreamBinding& binding, Any* result, Ts&&... values) {
+  std::tuple<detail::Packed<std::remove_cvref_t<Ts>>...> packed(values...);
+  std::apply(
+      [&](auto&... p) {
+        const Arg args[] = {p.get()...};
+        call(fn, args, result, &binding);
+      },
+      packed);
+}
 
 /// Decodes the error a failed call left (return code `rc`) into an FfiError and throws it.
 [[noreturn]] void throw_last_error(int rc, std::string_view callee);

@@ -59,13 +59,9 @@ void single_decode(const Runtime& rt, const TensorView& q, const TensorView& k, 
   ops::AttentionVariant var{q.dtype, k.dtype, out.dtype, d, d, o.window_left != -1, o.logits_soft_cap > 0, false};
   const auto mod = ops::resolve_module(rt, ops::module_key(ops::kFamilySingleDecode, var),
                                        [&] { return ops::single_decode_uri(var); }, {"run"});
-  ffi::TensorArg tq(q), tk(k), tv(v), to(out), tl;
-  if (lse) tl.set(*lse);
-  const ffi::Arg args[] = {tq, tk, tv, tmp_arg, to, lse ? ffi::Arg(tl) : ffi::Arg(nullptr),
-                           static_cast<int64_t>(o.layout), o.window_left, nullptr, o.logits_soft_cap, sm_scale,
-                           ops::kRopeRcpScale, ops::kRopeRcpTheta};
-  const ffi::StreamBinding binding = ops::binding_for(q, stream);
-  ffi::call(mod.fns[0], args, nullptr, &binding);
+  ffi::invoke(mod.fns[0], ops::binding_for(q, stream), nullptr, q, k, v, tmp_arg, out, lse,
+              static_cast<int64_t>(o.layout), o.window_left, nullptr, o.logits_soft_cap, sm_scale, ops::kRopeRcpScale,
+              ops::kRopeRcpTheta);
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -176,13 +172,10 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
   // FlashInfer only reads the dtypes of these two (Python passes 0-element tensors).
   const TensorView empty_q = TensorView::contiguous(nullptr, c.q_dtype, Device::cpu(), {0});
   const TensorView empty_kv = TensorView::contiguous(nullptr, c.kv_dtype, Device::cpu(), {0});
-  ffi::TensorArg fws(core.float_ws), iws(core.int_ws), pws(pinned), ptr(ops::as_cpu(ip.kv_indptr)), eq(empty_q),
-      ekv(empty_kv);
-  const ffi::Arg args[] = {fws, iws, pws, ptr, batch, c.num_qo_heads, c.num_kv_heads, c.page_size,
-                           c.enable_cuda_graph, c.window_left, c.logits_soft_cap, c.head_dim, c.head_dim, eq, ekv};
-  const ffi::StreamBinding binding{core.device, stream};
   ffi::Any result;
-  ffi::call(core.mod.fns[0], args, &result, &binding);
+  ffi::invoke(core.mod.fns[0], ffi::StreamBinding{core.device, stream}, &result, core.float_ws, core.int_ws, pinned,
+              ops::as_cpu(ip.kv_indptr), batch, c.num_qo_heads, c.num_kv_heads, c.page_size, c.enable_cuda_graph,
+              c.window_left, c.logits_soft_cap, c.head_dim, c.head_dim, empty_q, empty_kv);
   if (result.type_index() < ffi::abi::kStaticObjectBegin)
     throw Error(ErrorCode::ffi_error, "BatchDecodePlan::create: FlashInfer's plan returned no plan-info array");
   core.plan_info = ffi::Array(result.take_object());
@@ -219,15 +212,10 @@ void BatchDecodePlan::run(const TensorView& q, const PagedKvCache& kv, const Ten
                          {{&q, "q"}, {&kv.k_cache, "k_cache"}, {&kv.v_cache, "v_cache"}, {&kv.indices, "indices"},
                           {&kv.indptr, "indptr"}, {&kv.last_page_len, "last_page_len"}});
 
-  ffi::TensorArg fws(core.float_ws), iws(core.int_ws), tq(q), kc(kv.k_cache), vc(kv.v_cache), ptr(kv.indptr),
-      idx(kv.indices), last(kv.last_page_len), o(out), l;
-  if (lse) l.set(*lse);
-  const ffi::Arg args[] = {fws, iws, core.plan_info, tq, kc, vc, ptr, idx, last, o,
-                           lse ? ffi::Arg(l) : ffi::Arg(nullptr), static_cast<int64_t>(core.layout), core.window_left,
-                           core.enable_pdl, nullptr, core.logits_soft_cap, core.sm_scale, ops::kRopeRcpScale,
-                           ops::kRopeRcpTheta};
-  const ffi::StreamBinding binding{core.device, stream};
-  ffi::call(core.mod.fns[1], args, nullptr, &binding);
+  ffi::invoke(core.mod.fns[1], ffi::StreamBinding{core.device, stream}, nullptr, core.float_ws, core.int_ws,
+              core.plan_info, q, kv.k_cache, kv.v_cache, kv.indptr, kv.indices, kv.last_page_len, out, lse,
+              static_cast<int64_t>(core.layout), core.window_left, core.enable_pdl, nullptr, core.logits_soft_cap,
+              core.sm_scale, ops::kRopeRcpScale, ops::kRopeRcpTheta);
 }
 
 bool BatchDecodePlan::uses_tensor_cores() const { return s_->tensor_cores; }

@@ -190,18 +190,10 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
                 {a.alpha, "alpha"}, {a.beta, "beta"}});
 
   const std::shared_ptr<const GdnModule> module = gdn_module(rt);
-  ffi::TensorArg out(a.output), state(a.output_state), q(a.q), k(a.k), vv(a.v), cu(a.cu_seqlens), wsa(ws);
-  ffi::TensorArg in_state, alpha, beta;
-  if (a.input_state) in_state.set(*a.input_state);
-  if (a.alpha) alpha.set(*a.alpha);
-  if (a.beta) beta.set(*a.beta);
-  const ffi::Arg args[] = {out, state, q, k, vv, cu,
-                           a.input_state ? &in_state : nullptr, a.alpha ? &alpha : nullptr,
-                           a.beta ? &beta : nullptr, p.scale, wsa};
   ops_extra::CurrentDeviceScope device_scope(device);  // the kernel launches on the current device
-  const ffi::StreamBinding binding{a.q.device, stream};
   const GdnLaunchLock launch_lock(*module, device);
-  ffi::call(module->fn, args, nullptr, &binding);
+  ffi::invoke(module->fn, ffi::StreamBinding{a.q.device, stream}, nullptr, a.output, a.output_state, a.q, a.k, a.v,
+              a.cu_seqlens, a.input_state, a.alpha, a.beta, p.scale, ws);
 }
 
 }  // namespace flashcpp

@@ -142,12 +142,10 @@ BatchMlaPlan BatchMlaPlan::create(const Runtime& rt, const Workspace& ws, const 
   st->run_fn = st->module->function("run");
 
   // Host arrays go as kDLCPU tensors (what FlashInfer's Python passes for pinned and host memory).
-  ffi::TensorArg fw(ws.float_buffer), iw(ws.int_buffer), pw(as_cpu(ws.pinned_int_buffer));
-  ffi::TensorArg qo_arg(as_cpu(qo_indptr_host)), kvp_arg(as_cpu(kv_indptr_host)), kvl_arg(as_cpu(kv_len_host));
-  const ffi::Arg args[] = {fw, iw, pw, qo_arg, kvp_arg, kvl_arg, cfg.num_heads, kMlaHeadDimCkv, cfg.causal};
   ffi::Any result;
-  const ffi::StreamBinding binding{device, stream};
-  ffi::call(plan_fn, args, &result, &binding);
+  ffi::invoke(plan_fn, ffi::StreamBinding{device, stream}, &result, ws.float_buffer, ws.int_buffer,
+              as_cpu(ws.pinned_int_buffer), as_cpu(qo_indptr_host), as_cpu(kv_indptr_host), as_cpu(kv_len_host),
+              cfg.num_heads, kMlaHeadDimCkv, cfg.causal);
   st->plan_info = ffi::Array(result.take_object());
   return BatchMlaPlan(std::move(st));
 }
@@ -188,15 +186,9 @@ void BatchMlaPlan::run(const TensorView& q_nope, const TensorView& q_pe, const T
                {{&q_nope, "q_nope"}, {&q_pe, "q_pe"}, {&ckv, "ckv_cache"}, {&kpe, "kpe_cache"},
                 {&kv_indices, "kv_indices"}});
 
-  ffi::TensorArg fw(s.workspace.float_buffer), iw(s.workspace.int_buffer);
-  ffi::TensorArg qn(q_nope), qp(q_pe), ck(ckv), kp(kpe), idx(kv_indices), o(out);
-  ffi::TensorArg lse_arg;
-  if (lse) lse_arg.set(*lse);
-  const ffi::Arg args[] = {fw, iw, s.plan_info, qn, qp, ck, kp, idx, o, lse ? &lse_arg : nullptr,
-                           s.config.causal ? kMaskCausal : kMaskNonCausal, H, P, s.sm_scale,
-                           s.config.return_lse_base_on_e};
-  const ffi::StreamBinding binding{s.device, stream};
-  ffi::call(s.run_fn, args, nullptr, &binding);
+  ffi::invoke(s.run_fn, ffi::StreamBinding{s.device, stream}, nullptr, s.workspace.float_buffer,
+              s.workspace.int_buffer, s.plan_info, q_nope, q_pe, ckv, kpe, kv_indices, out, lse,
+              s.config.causal ? kMaskCausal : kMaskNonCausal, H, P, s.sm_scale, s.config.return_lse_base_on_e);
 }
 
 int64_t BatchMlaPlan::batch_size() const { return s_->batch; }

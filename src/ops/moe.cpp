@@ -294,19 +294,13 @@ void FusedMoeRunner::run(const FusedMoeArgs& a, cudaStream_t stream) const {
                                      ffi::TensorObject::from_view(*a.fc2_block_scales)};
     quant_scales = ffi::Array::from_objects(scales);
   }
-  ffi::TensorArg out(a.output), in(a.input), sel(a.token_selected_experts), scl(a.token_final_scales);
-  ffi::TensorArg w1(a.fc1_weights), w2(a.fc2_weights), b1, b2;
-  if (a.fc1_bias) b1.set(*a.fc1_bias);
-  if (a.fc2_bias) b2.set(*a.fc2_bias);
-  const ffi::Arg args[] = {out, in, sel, scl, w1, a.fc1_bias ? &b1 : nullptr, w2, a.fc2_bias ? &b2 : nullptr,
-                           quant_scales, nullptr /*input_sf*/, nullptr /*swiglu_alpha*/, nullptr /*swiglu_beta*/,
-                           nullptr /*swiglu_limit*/, a.tp_size, a.tp_rank, a.ep_size, a.ep_rank,
-                           int64_t{1} /*cluster_size*/, int64_t{0} /*cluster_rank*/, false /*enable_alltoall*/,
-                           false /*min_latency_mode*/, nullptr /*profile_ids*/, a.enable_pdl,
-                           static_cast<int64_t>(a.activation)};
   ops_extra::CurrentDeviceScope device_scope(s.config.device);  // the runner uses the current device
-  const ffi::StreamBinding binding{a.input.device, stream};
-  ffi::call(s.run_moe, args, nullptr, &binding);
+  ffi::invoke(s.run_moe, ffi::StreamBinding{a.input.device, stream}, nullptr, a.output, a.input,
+              a.token_selected_experts, a.token_final_scales, a.fc1_weights, a.fc1_bias, a.fc2_weights, a.fc2_bias,
+              quant_scales, nullptr /*input_sf*/, nullptr /*swiglu_alpha*/, nullptr /*swiglu_beta*/,
+              nullptr /*swiglu_limit*/, a.tp_size, a.tp_rank, a.ep_size, a.ep_rank, int64_t{1} /*cluster_size*/,
+              int64_t{0} /*cluster_rank*/, false /*enable_alltoall*/, false /*min_latency_mode*/,
+              nullptr /*profile_ids*/, a.enable_pdl, static_cast<int64_t>(a.activation));
 }
 
 }  // namespace flashcpp

@@ -56,10 +56,7 @@ void call_norm(const Runtime& rt, NormFn fn, const TensorView& a, const TensorVi
                const RmsNormOptions& o, cudaStream_t stream) {
   if (a.numel() == 0) return;  // nothing to normalise: FlashInfer would launch an empty grid
   const auto mod = norm_module(rt);
-  ffi::TensorArg ta(a), tb(b), tw(weight);
-  const ffi::Arg args[] = {ta, tb, tw, o.eps, o.enable_pdl};
-  const ffi::StreamBinding binding = ops::binding_for(b, stream);
-  ffi::call(mod.fns[fn], args, nullptr, &binding);
+  ffi::invoke(mod.fns[fn], ops::binding_for(b, stream), nullptr, a, b, weight, o.eps, o.enable_pdl);
 }
 
 }  // namespace

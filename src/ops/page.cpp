@@ -63,11 +63,9 @@ void append_paged_kv_cache(const Runtime& rt, const TensorView& append_key, cons
   if (nnz == 0) return;
 
   const auto mod = page_module(rt);
-  ffi::TensorArg k(append_key), val(append_value), bi(batch_indices), pos(positions), kc(cache.k_cache),
-      vc(cache.v_cache), idx(cache.indices), ptr(cache.indptr), last(cache.last_page_len);
-  const ffi::Arg args[] = {k, val, bi, pos, kc, vc, idx, ptr, last, static_cast<int64_t>(cache.layout)};
-  const ffi::StreamBinding binding = ops::binding_for(append_key, stream);
-  ffi::call(mod.fns[kAppend], args, nullptr, &binding);
+  ffi::invoke(mod.fns[kAppend], ops::binding_for(append_key, stream), nullptr, append_key, append_value,
+              batch_indices, positions, cache.k_cache, cache.v_cache, cache.indices, cache.indptr, cache.last_page_len,
+              static_cast<int64_t>(cache.layout));
 }
 
 void append_paged_mla_kv_cache(const Runtime& rt, const TensorView& append_ckv, const TensorView& append_kpe,
@@ -110,11 +108,9 @@ void append_paged_mla_kv_cache(const Runtime& rt, const TensorView& append_ckv, 
   if (nnz == 0) return;
 
   const auto mod = page_module(rt);
-  ffi::TensorArg c(append_ckv), p(append_kpe), bi(batch_indices), pos(positions), cc(cache.ckv_cache),
-      pc(cache.kpe_cache), idx(cache.indices), ptr(cache.indptr), last(cache.last_page_len);
-  const ffi::Arg args[] = {c, p, bi, pos, cc, pc, idx, ptr, last};
-  const ffi::StreamBinding binding = ops::binding_for(append_ckv, stream);
-  ffi::call(mod.fns[kAppendMla], args, nullptr, &binding);
+  ffi::invoke(mod.fns[kAppendMla], ops::binding_for(append_ckv, stream), nullptr, append_ckv, append_kpe,
+              batch_indices, positions, cache.ckv_cache, cache.kpe_cache, cache.indices, cache.indptr,
+              cache.last_page_len);
 }
 
 namespace ops {

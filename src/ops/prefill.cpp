@@ -303,13 +303,8 @@ void call_single_prefill(const Runtime& rt, const TensorView& q, const TensorVie
   var.use_fp16_qk_reduction = f16qk;
   const auto mod = resolve_module(rt, module_key(kFamilySinglePrefill, var),
                                   [&] { return single_prefill_uri(var, false); }, {"run"});
-  ffi::TensorArg tq(q), tk(k), tv(vv), to(out), tl;
-  if (lse) tl.set(*lse);
-  const ffi::Arg args[] = {tq, tk, tv, tmp_arg, to, lse ? ffi::Arg(tl) : ffi::Arg(nullptr), mask_mode,
-                           static_cast<int64_t>(layout), window_left, nullptr, nullptr, cap, sm_scale, kRopeRcpScale,
-                           kRopeRcpTheta};
-  const ffi::StreamBinding binding = binding_for(q, stream);
-  ffi::call(mod.fns[0], args, nullptr, &binding);
+  ffi::invoke(mod.fns[0], binding_for(q, stream), nullptr, q, k, vv, tmp_arg, out, lse, mask_mode,
+              static_cast<int64_t>(layout), window_left, nullptr, nullptr, cap, sm_scale, kRopeRcpScale, kRopeRcpTheta);
 }
 
 }  // namespace ops
