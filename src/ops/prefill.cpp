@@ -94,22 +94,18 @@ void run_prefill_plan(PrefillPlanCore& core, const PrefillPlanRequest& req, cons
   const TensorView pinned = as_cpu(bytes_view(core.ws.pinned_int_buffer, int_bytes - req.reserved_int_bytes));
   const TensorView kv_len_view = TensorView::contiguous(const_cast<int32_t*>(req.kv_len_arr.data()), DType::i32,
                                                         Device::cpu(), {static_cast<int64_t>(req.kv_len_arr.size())});
-  ffi::TensorArg fws(core.float_ws), iws(core.int_ws), pws(pinned), qo(as_cpu(*req.qo_indptr)),
-      kv(as_cpu(*req.kv_indptr)), kvlen(kv_len_view);
   const ffi::StreamBinding binding{core.device, stream};
   ffi::Any result;
-  if (core.fa3) {
-    const ffi::Arg args[] = {fws, iws, pws, qo, kv, kvlen, core.total_q, core.batch, core.num_qo_heads,
-                             core.num_kv_heads, core.page_size, core.enable_cuda_graph, core.head_dim_qk,
-                             core.head_dim_vo, req.causal, core.window_left};
-    ffi::call(core.mod.fns[0], args, &result, &binding);
-  } else {
-    const ffi::Arg args[] = {fws, iws, pws, qo, kv, kvlen, core.total_q, core.batch, core.num_qo_heads,
-                             core.num_kv_heads, core.page_size, core.enable_cuda_graph, core.head_dim_qk,
-                             core.head_dim_vo, req.causal, core.window_left, req.fixed_split_size,
-                             req.disable_split_kv, int64_t{0}};
-    ffi::call(core.mod.fns[0], args, &result, &binding);
-  }
+  if (core.fa3)  // fa3 `plan`: 16 arguments
+    ffi::invoke(core.mod.fns[0], binding, &result, core.float_ws, core.int_ws, pinned, as_cpu(*req.qo_indptr),
+                as_cpu(*req.kv_indptr), kv_len_view, core.total_q, core.batch, core.num_qo_heads, core.num_kv_heads,
+                core.page_size, core.enable_cuda_graph, core.head_dim_qk, core.head_dim_vo, req.causal,
+                core.window_left);
+  else  // fa2 `plan`: 19 arguments (split-KV controls)
+    ffi::invoke(core.mod.fns[0], binding, &result, core.float_ws, core.int_ws, pinned, as_cpu(*req.qo_indptr),
+                as_cpu(*req.kv_indptr), kv_len_view, core.total_q, core.batch, core.num_qo_heads, core.num_kv_heads,
+                core.page_size, core.enable_cuda_graph, core.head_dim_qk, core.head_dim_vo, req.causal,
+                core.window_left, req.fixed_split_size, req.disable_split_kv, int64_t{0});
   if (result.type_index() < ffi::abi::kStaticObjectBegin)
     throw Error(ErrorCode::ffi_error, std::string(v.op()) + ": FlashInfer's plan returned no plan-info array");
   core.plan_info = ffi::Array(result.take_object());
@@ -163,23 +159,18 @@ void run_prefill_paged(const PrefillPlanCore& core, const Validator& v, const Te
                      {&kv.indptr, "indptr"}, {&kv.last_page_len, "last_page_len"}, {&qo_indptr, "qo_indptr"}});
   if (core.total_q == 0) return;
 
-  ffi::TensorArg fws(core.float_ws), iws(core.int_ws), tq(q), kc(kv.k_cache), vc(kv.v_cache), qo(qo_indptr),
-      ptr(kv.indptr), idx(kv.indices), last(kv.last_page_len), o(out), l;
-  if (lse) l.set(*lse);
-  const ffi::Arg lse_arg = lse ? ffi::Arg(l) : ffi::Arg(nullptr);
   const ffi::StreamBinding binding{core.device, stream};
   const int64_t layout = static_cast<int64_t>(core.layout);
-  if (core.fa3) {
-    const ffi::Arg args[] = {fws, iws, core.plan_info, tq, kc, vc, qo, ptr, idx, last, o, lse_arg, core.mask_mode,
-                             layout, core.window_left, core.enable_pdl, nullptr, nullptr, nullptr, nullptr,
-                             core.logits_soft_cap, core.sm_scale, 1.0, int64_t{0}};
-    ffi::call(core.mod.fns[2], args, nullptr, &binding);
-  } else {
-    const ffi::Arg args[] = {fws, iws, core.plan_info, tq, kc, vc, qo, ptr, idx, last, o, lse_arg, core.mask_mode,
-                             layout, core.window_left, core.enable_pdl, nullptr, nullptr, nullptr, nullptr, nullptr,
-                             nullptr, core.logits_soft_cap, core.sm_scale, kRopeRcpScale, kRopeRcpTheta, int64_t{0}};
-    ffi::call(core.mod.fns[2], args, nullptr, &binding);
-  }
+  if (core.fa3)  // fa3 `paged_run`: 24 arguments
+    ffi::invoke(core.mod.fns[2], binding, nullptr, core.float_ws, core.int_ws, core.plan_info, q, kv.k_cache,
+                kv.v_cache, qo_indptr, kv.indptr, kv.indices, kv.last_page_len, out, lse, core.mask_mode, layout,
+                core.window_left, core.enable_pdl, nullptr, nullptr, nullptr, nullptr, core.logits_soft_cap,
+                core.sm_scale, 1.0, int64_t{0});
+  else  // fa2 `paged_run`: 27 arguments
+    ffi::invoke(core.mod.fns[2], binding, nullptr, core.float_ws, core.int_ws, core.plan_info, q, kv.k_cache,
+                kv.v_cache, qo_indptr, kv.indptr, kv.indices, kv.last_page_len, out, lse, core.mask_mode, layout,
+                core.window_left, core.enable_pdl, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                core.logits_soft_cap, core.sm_scale, kRopeRcpScale, kRopeRcpTheta, int64_t{0});
 }
 
 }  // namespace ops
@@ -489,24 +480,17 @@ void BatchPrefillPlan::run_ragged(const TensorView& q, const TensorView& k, cons
                          {{&q, "q"}, {&k, "k"}, {&vv, "v"}, {&qo_indptr, "qo_indptr"}, {&kv_indptr, "kv_indptr"}});
   if (core.total_q == 0) return;
 
-  ffi::TensorArg fws(core.float_ws), iws(core.int_ws), tq(q), tk(k), tv(vv), qo(qo_indptr), kvp(kv_indptr), o(out),
-      l;
-  if (lse) l.set(*lse);
-  const ffi::Arg lse_arg = lse ? ffi::Arg(l) : ffi::Arg(nullptr);
   const ffi::StreamBinding binding{core.device, stream};
   const int64_t layout = static_cast<int64_t>(core.layout);
-  if (core.fa3) {
-    const ffi::Arg args[] = {fws, iws, core.plan_info, tq, tk, tv, qo, kvp, o, lse_arg, core.mask_mode, layout,
-                             core.window_left, core.enable_pdl, nullptr, nullptr, nullptr, nullptr,
-                             core.logits_soft_cap, core.sm_scale, 1.0, int64_t{0}};
-    ffi::call(core.mod.fns[1], args, nullptr, &binding);
-  } else {
-    const ffi::Arg args[] = {fws, iws, core.plan_info, tq, tk, tv, qo, kvp, o, lse_arg, core.mask_mode, layout,
-                             core.window_left, core.enable_pdl, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                             core.logits_soft_cap, core.sm_scale, ops::kRopeRcpScale, ops::kRopeRcpTheta,
-                             int64_t{0}};
-    ffi::call(core.mod.fns[1], args, nullptr, &binding);
-  }
+  if (core.fa3)  // fa3 `ragged_run`: 22 arguments (4 optional tensors, scale_v_scalar)
+    ffi::invoke(core.mod.fns[1], binding, nullptr, core.float_ws, core.int_ws, core.plan_info, q, k, vv, qo_indptr,
+                kv_indptr, out, lse, core.mask_mode, layout, core.window_left, core.enable_pdl, nullptr, nullptr,
+                nullptr, nullptr, core.logits_soft_cap, core.sm_scale, 1.0, int64_t{0});
+  else  // fa2 `ragged_run`: 25 arguments (6 optional tensors, the RoPE constants)
+    ffi::invoke(core.mod.fns[1], binding, nullptr, core.float_ws, core.int_ws, core.plan_info, q, k, vv, qo_indptr,
+                kv_indptr, out, lse, core.mask_mode, layout, core.window_left, core.enable_pdl, nullptr, nullptr,
+                nullptr, nullptr, nullptr, nullptr, core.logits_soft_cap, core.sm_scale, ops::kRopeRcpScale,
+                ops::kRopeRcpTheta, int64_t{0});
 }
 
 void BatchPrefillPlan::run_paged(const TensorView& q, const PagedKvCache& kv, const TensorView& qo_indptr,
