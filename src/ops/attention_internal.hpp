@@ -8,11 +8,6 @@
 
 namespace flashcpp::ops {
 
-enum FamilyId : uint8_t {
-  kFamilyNorm = 1, kFamilyPage = 2, kFamilySinglePrefill = 3, kFamilyBatchPrefillFa2 = 4,
-  kFamilyBatchPrefillFa3 = 5, kFamilySingleDecode = 6, kFamilyBatchDecode = 7,
-};
-
 /// mask_mode codes (FlashInfer MaskMode).
 inline constexpr int64_t kMaskNone = 0, kMaskCausal = 1;
 /// Python passes reciprocals of rope_scale = 1 and rope_theta = 1e4; unused without in-kernel RoPE.

@@ -33,9 +33,9 @@ thread_local ThreadCache t_cache;
 
 }  // namespace
 
-ModuleKey module_key(uint8_t family, const AttentionVariant& v, uint8_t extra) {
+ModuleKey module_key(ModuleFamily family, const AttentionVariant& v, uint8_t extra) {
   ModuleKey k;
-  k.a = uint64_t{family} | uint64_t{static_cast<uint8_t>(v.q)} << 8 | uint64_t{static_cast<uint8_t>(v.kv)} << 16 |
+  k.a = uint64_t{static_cast<uint8_t>(family)} | uint64_t{static_cast<uint8_t>(v.q)} << 8 | uint64_t{static_cast<uint8_t>(v.kv)} << 16 |
         uint64_t{static_cast<uint8_t>(v.o)} << 24 | uint64_t{extra} << 32 |
         uint64_t{v.use_sliding_window} << 40 | uint64_t{v.use_logits_soft_cap} << 41 |
         uint64_t{v.use_fp16_qk_reduction} << 42;

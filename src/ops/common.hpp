@@ -37,13 +37,19 @@ inline constexpr const char* kPageUri = "page";
 // -------------------------------------------------------------------------------------------------
 // Resolved module functions
 
+/// The FlashInfer module families the per-thread cache serves (part of every ModuleKey).
+enum class ModuleFamily : uint8_t {
+  norm = 1, page = 2, single_prefill = 3, batch_prefill_fa2 = 4, batch_prefill_fa3 = 5, single_decode = 6,
+  batch_decode = 7,
+};
+
 /// Identifies a (module, function set) for the per-thread cache; built from the op family and the
 /// variant, never from strings.
 struct ModuleKey {
   uint64_t a = 0, b = 0;
   friend bool operator==(const ModuleKey&, const ModuleKey&) = default;
 };
-ModuleKey module_key(uint8_t family, const AttentionVariant& v, uint8_t extra = 0);
+ModuleKey module_key(ModuleFamily family, const AttentionVariant& v = {}, uint8_t extra = 0);
 
 inline constexpr size_t kMaxFunctions = 4;
 struct ResolvedModule {

@@ -57,7 +57,7 @@ void single_decode(const Runtime& rt, const TensorView& q, const TensorView& k, 
   ops::check_tmp(val, tmp, single_decode_tmp_bytes(kv_len, hq, hkv, d, out.dtype, q.device.id), q, tmp_arg);
   ops::check_single_overlap(val, out, lse, tmp, q, k, v);
   ops::AttentionVariant var{q.dtype, k.dtype, out.dtype, d, d, o.window_left != -1, o.logits_soft_cap > 0, false};
-  const auto mod = ops::resolve_module(rt, ops::module_key(ops::kFamilySingleDecode, var),
+  const auto mod = ops::resolve_module(rt, ops::module_key(ops::ModuleFamily::single_decode, var),
                                        [&] { return ops::single_decode_uri(var); }, {"run"});
   ffi::invoke(mod.fns[0], ops::binding_for(q, stream), nullptr, q, k, v, tmp_arg, out, lse,
               static_cast<int64_t>(o.layout), o.window_left, nullptr, o.logits_soft_cap, sm_scale, ops::kRopeRcpScale,
@@ -136,7 +136,7 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
                ops::choose_fa3(v, c.prefill_backend, core.variant, false, core.device.id);
     core.uri = ops::batch_prefill_uri(core.variant, DType::i32, core.fa3);
     core.mod = ops::resolve_module(
-        rt, ops::module_key(core.fa3 ? ops::kFamilyBatchPrefillFa3 : ops::kFamilyBatchPrefillFa2, core.variant),
+        rt, ops::module_key(core.fa3 ? ops::ModuleFamily::batch_prefill_fa3 : ops::ModuleFamily::batch_prefill_fa2, core.variant),
         [&] { return core.uri; }, {"plan", "ragged_run", "paged_run"});
     std::vector<int32_t> arange(static_cast<size_t>(batch + 1));
     for (size_t i = 0; i < arange.size(); ++i) arange[i] = static_cast<int32_t>(i);
@@ -162,7 +162,7 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
   }
 
   core.uri = ops::batch_decode_uri(core.variant, DType::i32);
-  core.mod = ops::resolve_module(rt, ops::module_key(ops::kFamilyBatchDecode, core.variant),
+  core.mod = ops::resolve_module(rt, ops::module_key(ops::ModuleFamily::batch_decode, core.variant),
                                  [&] { return core.uri; }, {"plan", "run"});
   const int64_t int_bytes = ws.int_buffer.numel() * dtype_size(ws.int_buffer.dtype);
   core.float_ws = TensorView::contiguous(ws.float_buffer.data, DType::u8, core.device,

@@ -11,7 +11,7 @@ namespace {
 enum NormFn { kRmsNorm = 0, kFusedAdd = 1, kGemma = 2, kGemmaFusedAdd = 3 };
 
 ops::ResolvedModule norm_module(const Runtime& rt) {
-  static const ops::ModuleKey key = ops::module_key(1, ops::AttentionVariant{});
+  static const ops::ModuleKey key = ops::module_key(ops::ModuleFamily::norm);
   return ops::resolve_module(rt, key, [] { return std::string(ops::kNormUri); },
                              {"rmsnorm", "fused_add_rmsnorm", "gemma_rmsnorm", "gemma_fused_add_rmsnorm"});
 }

@@ -11,7 +11,7 @@ namespace {
 enum PageFn { kAppend = 0, kAppendMla = 1 };
 
 ops::ResolvedModule page_module(const Runtime& rt) {
-  static const ops::ModuleKey key = ops::module_key(2, ops::AttentionVariant{});
+  static const ops::ModuleKey key = ops::module_key(ops::ModuleFamily::page);
   return ops::resolve_module(rt, key, [] { return std::string(ops::kPageUri); },
                              {"append_paged_kv_cache", "append_paged_mla_kv_cache"});
 }

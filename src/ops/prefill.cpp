@@ -292,7 +292,7 @@ void call_single_prefill(const Runtime& rt, const TensorView& q, const TensorVie
   var.use_sliding_window = window_left >= 0;
   var.use_logits_soft_cap = cap > 0;
   var.use_fp16_qk_reduction = f16qk;
-  const auto mod = resolve_module(rt, module_key(kFamilySinglePrefill, var),
+  const auto mod = resolve_module(rt, module_key(ModuleFamily::single_prefill, var),
                                   [&] { return single_prefill_uri(var, false); }, {"run"});
   ffi::invoke(mod.fns[0], binding_for(q, stream), nullptr, q, k, vv, tmp_arg, out, lse, mask_mode,
               static_cast<int64_t>(layout), window_left, nullptr, nullptr, cap, sm_scale, kRopeRcpScale, kRopeRcpTheta);
@@ -447,7 +447,7 @@ BatchPrefillPlan BatchPrefillPlan::create(const Runtime& rt, const Workspace& ws
     v.fail("fixed_split_size", "and disable_split_kv are fa2 options; use backend fa2");
   core.uri = ops::batch_prefill_uri(core.variant, DType::i32, core.fa3);
   core.mod = ops::resolve_module(
-      rt, ops::module_key(core.fa3 ? ops::kFamilyBatchPrefillFa3 : ops::kFamilyBatchPrefillFa2, core.variant),
+      rt, ops::module_key(core.fa3 ? ops::ModuleFamily::batch_prefill_fa3 : ops::ModuleFamily::batch_prefill_fa2, core.variant),
       [&] { return core.uri; }, {"plan", "ragged_run", "paged_run"});
   ops::run_prefill_plan(core, req, v, stream);
   return BatchPrefillPlan(std::move(state));
