@@ -121,5 +121,4 @@ void call_single_prefill(const Runtime& rt, const TensorView& q, const TensorVie
                          const TensorView& out, OptionalTensor lse, ffi::TensorArg& tmp_arg, int64_t mask_mode,
                          KvLayout layout, int64_t window_left, double cap, double sm_scale, bool f16qk,
                          cudaStream_t stream);
-void check_plan_alive(const Validator& v, const void* state);
 }  // namespace flashcpp::ops

@@ -120,6 +120,11 @@ inline ffi::StreamBinding binding_for(const TensorView& t, cudaStream_t stream) 
 void paged_kv_lengths(const Validator& v, const TensorView& indptr_host, const TensorView& last_page_len_host,
                       int64_t page_size, const TensorView& out_host);
 
+/// A plan or runner used after it was moved from: invalid_argument "<op>: argument '<what>' was moved from".
+inline void check_plan_alive(const Validator& v, const void* state, const char* what = "plan") {
+  if (state == nullptr) v.fail(what, "was moved from");
+}
+
 /// Paged KV cache geometry read from the cache tensors.
 struct PagedGeometry {
   int64_t num_pages = 0, page_size = 0, num_kv_heads = 0, head_dim = 0;

@@ -153,9 +153,9 @@ BatchMlaPlan BatchMlaPlan::create(const Runtime& rt, const Workspace& ws, const 
 void BatchMlaPlan::run(const TensorView& q_nope, const TensorView& q_pe, const TensorView& ckv, const TensorView& kpe,
                        const TensorView& kv_indices, const TensorView& out, OptionalTensor lse,
                        cudaStream_t stream) const {
-  if (!s_) throw Error(ErrorCode::invalid_argument, std::string(kRunOp) + ": the plan was moved from");
-  const State& s = *s_;
   const Validator v(kRunOp);
+  ops::check_plan_alive(v, s_.get());
+  const State& s = *s_;
   const int64_t n = s.total_q, H = s.config.num_heads, P = s.config.page_size;
   const TensorView& ref = s.workspace.float_buffer;
   auto dense_tensor = [&](const TensorView& t, const char* name, DType dt, std::initializer_list<int64_t> shape) {

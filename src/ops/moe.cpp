@@ -278,7 +278,7 @@ std::shared_ptr<FusedMoeRunner> FusedMoeRunner::shared(const Runtime& rt, const 
 }
 
 void FusedMoeRunner::run(const FusedMoeArgs& a, cudaStream_t stream) const {
-  if (!s_) throw Error(ErrorCode::invalid_argument, std::string(kRunOp) + ": the runner was moved from");
+  ops::check_plan_alive(Validator(kRunOp), s_.get(), "runner");
   const State& s = *s_;
   validate_fused_moe(s.config, a);
 

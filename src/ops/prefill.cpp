@@ -144,10 +144,6 @@ void check_run_overlap(const PrefillPlanCore& core, const Validator& v, const Te
                inputs);
 }
 
-void check_plan_alive(const Validator& v, const void* s) {
-  if (s == nullptr) v.fail("plan", "was moved from");
-}
-
 void run_prefill_paged(const PrefillPlanCore& core, const Validator& v, const TensorView& q, const PagedKvCache& kv,
                        const TensorView& qo_indptr, const TensorView& out, OptionalTensor lse, cudaStream_t stream) {
   if (core.storage != KvStorage::paged) v.fail("plan", "was made for ragged KV; call run_ragged");

@@ -656,4 +656,21 @@ TEST_F(ExtraOps, MoeValidation) {
   EXPECT_EQ(recorded("fused_moe_90"), "");
 }
 
+// A plan or runner used after a move is a validation error naming it, and nothing reaches the module.
+TEST_F(ExtraOps, MovedFromPlanAndRunnerAreRefused) {
+  MlaFixture f;
+  auto plan = f.plan(*rt_);
+  const auto uri = plan.uri();
+  BatchMlaPlan moved = std::move(plan);
+  (void)recorded(uri);
+  EXPECT_INVALID(plan.run(f.q_nope, f.q_pe, f.ckv, f.kpe, f.idx, f.out, &f.lse, nullptr), "'plan' was moved from");
+  EXPECT_EQ(recorded(uri), "");
+  MoeFixture m;
+  auto runner = FusedMoeRunner::create(*rt_, m.cfg);
+  FusedMoeRunner moved_runner = std::move(runner);
+  (void)recorded("fused_moe_90");
+  EXPECT_INVALID(runner.run(m.a, nullptr), "'runner' was moved from");
+  EXPECT_EQ(recorded("fused_moe_90"), "");
+}
+
 }  // namespace
