@@ -3,8 +3,10 @@
 #define FLASHCPP_FLASHCPP_H_
 #include "flashcpp/c/common.h"
 #include "flashcpp/c/dlpack.h"
+#include "flashcpp/c/gdn.h"
 #include "flashcpp/c/mla.h"
-#include "flashcpp/c/ops_extra.h"
+#include "flashcpp/c/mla_attention.h"
+#include "flashcpp/c/moe.h"
 #include "flashcpp/c/ops.h"
 #include "flashcpp/c/runtime.h"
 #endif

@@ -59,6 +59,13 @@ void require_non_null(const void* p, const char* op, const char* name) {
   if (p == nullptr) throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' must not be NULL");
 }
 
+DType dtype_of(int32_t code, const char* op, const char* name) {
+  if (code < FLASHCPP_F16 || code > FLASHCPP_BOOL)
+    throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' has an unknown dtype code " +
+                                                 std::to_string(code));
+  return static_cast<DType>(code);
+}
+
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name) {
   auto fail = [&](const std::string& rule) {
     throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' " + rule);

@@ -48,5 +48,11 @@ void require_non_null(const void* p, const char* op, const char* name);
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name);
 /// Like to_view, but a null pointer means "absent" and yields nullptr-like empty optional.
 bool to_optional_view(const flashcpp_tensor* t, const char* op, const char* name, TensorView& out);
+/// An optional tensor argument: NULL -> nullptr; otherwise converted into `slot`, and &slot.
+inline const TensorView* optional(const flashcpp_tensor* t, const char* op, const char* name, TensorView& slot) {
+  return to_optional_view(t, op, name, slot) ? &slot : nullptr;
+}
+/// A flashcpp_dtype code as DType; invalid_argument naming `name` for an unknown code.
+DType dtype_of(int32_t code, const char* op, const char* name);
 
 }  // namespace flashcpp::capi

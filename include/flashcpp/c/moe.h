@@ -1,0 +1,62 @@
+/* flashcpp C ABI: the CUTLASS fused MoE.
+ * Semantics, shapes and validation as in the C++ header flashcpp/moe.hpp.
+ * These entry points use the process-wide default runtime (created on first use from the FLASHCPP_*
+ * environment: FLASHCPP_TVM_FFI_LIB, FLASHCPP_MODULE_PATH, FLASHCPP_JIT). Streams are cudaStream_t
+ * passed as void*. Optional tensors are NULL when absent. */
+#ifndef FLASHCPP_C_MOE_H_
+#define FLASHCPP_C_MOE_H_
+#include "flashcpp/c/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct flashcpp_fused_moe_runner flashcpp_fused_moe_runner;
+
+typedef enum flashcpp_moe_quantization {
+  FLASHCPP_MOE_NONE = 0, FLASHCPP_MOE_FP8_PER_TENSOR = 1, FLASHCPP_MOE_DEEPSEEK_FP8_BLOCK_SCALE = 2
+} flashcpp_moe_quantization;
+typedef enum flashcpp_moe_backend {
+  FLASHCPP_MOE_AUTO = 0, FLASHCPP_MOE_SM90 = 1, FLASHCPP_MOE_SM100 = 2, FLASHCPP_MOE_SM103 = 3, FLASHCPP_MOE_SM120 = 4
+} flashcpp_moe_backend;
+
+typedef struct flashcpp_fused_moe_config {
+  int32_t activation_dtype; /* flashcpp_dtype */
+  int32_t weight_dtype;
+  int32_t output_dtype;
+  int32_t quantization;     /* flashcpp_moe_quantization */
+  int32_t backend;          /* flashcpp_moe_backend */
+  int32_t device;
+} flashcpp_fused_moe_config;
+
+typedef struct flashcpp_fused_moe_args {
+  const flashcpp_tensor* output;
+  const flashcpp_tensor* input;
+  const flashcpp_tensor* token_selected_experts;
+  const flashcpp_tensor* token_final_scales;
+  const flashcpp_tensor* fc1_weights;
+  const flashcpp_tensor* fc2_weights;
+  const flashcpp_tensor* fc1_bias;          /* optional */
+  const flashcpp_tensor* fc2_bias;          /* optional */
+  const flashcpp_tensor* fc1_dequant;       /* fp8 per-tensor */
+  const flashcpp_tensor* fc2_quant;
+  const flashcpp_tensor* fc2_dequant;
+  const flashcpp_tensor* fc1_input_dequant;
+  const flashcpp_tensor* fc1_block_scales;  /* DeepSeek FP8 block scale */
+  const flashcpp_tensor* fc2_block_scales;
+  int64_t activation;                       /* FlashInfer ActivationType: gelu 0, relu 1, silu 2, swiglu 3, geglu 4, relu2 6, identity 7 */
+  int64_t tp_size, tp_rank, ep_size, ep_rank;
+  int32_t enable_pdl;
+} flashcpp_fused_moe_args;
+
+/* Creates the runner once (FlashInfer's `init`); reuse it for every call with this configuration. */
+flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config* config,
+                                                 flashcpp_fused_moe_runner** out_runner);
+flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* runner, const flashcpp_fused_moe_args* args,
+                                       void* stream);
+void flashcpp_fused_moe_runner_destroy(flashcpp_fused_moe_runner* runner);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHCPP_C_MOE_H_ */

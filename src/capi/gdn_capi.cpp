@@ -1,0 +1,42 @@
+// C ABI of GDN prefill (include/flashcpp/c/gdn.h).
+#include "flashcpp/c/gdn.h"
+
+#include "capi/capi.hpp"
+#include "flashcpp/gdn.hpp"
+#include "flashcpp/runtime.hpp"
+
+using namespace flashcpp;
+using capi::default_runtime;
+using capi::optional;
+
+extern "C" {
+
+flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* a, void* stream) {
+  return capi::guard([&] {
+    const char* op = "flashcpp_gdn_prefill";
+    capi::require_non_null(a, op, "args");
+    GdnPrefillArgs g;
+    g.output = capi::to_view(a->output, op, "output");
+    g.output_state = capi::to_view(a->output_state, op, "output_state");
+    g.q = capi::to_view(a->q, op, "q");
+    g.k = capi::to_view(a->k, op, "k");
+    g.v = capi::to_view(a->v, op, "v");
+    g.cu_seqlens = capi::to_view(a->cu_seqlens, op, "cu_seqlens");
+    TensorView cu_host, state, alpha, beta, ws;
+    g.cu_seqlens_host = optional(a->cu_seqlens_host, op, "cu_seqlens_host", cu_host);
+    g.input_state = optional(a->input_state, op, "input_state", state);
+    g.alpha = optional(a->alpha, op, "alpha", alpha);
+    g.beta = optional(a->beta, op, "beta", beta);
+    g.workspace = optional(a->workspace, op, "workspace", ws);
+    gdn_prefill(*default_runtime(), g, {.scale = a->scale}, static_cast<cudaStream_t>(stream));
+  });
+}
+
+flashcpp_status flashcpp_gdn_prefill_workspace_bytes(int32_t device, int64_t* out) {
+  return capi::guard([&] {
+    capi::require_non_null(out, "flashcpp_gdn_prefill_workspace_bytes", "out_bytes");
+    *out = gdn_prefill_workspace_bytes(device);
+  });
+}
+
+}  // extern "C"

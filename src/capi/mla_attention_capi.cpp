@@ -1,0 +1,68 @@
+// C ABI of batch MLA (plan/run) (include/flashcpp/c/mla_attention.h).
+#include "flashcpp/c/mla_attention.h"
+
+#include <memory>
+
+#include "capi/capi.hpp"
+#include "flashcpp/mla_attention.hpp"
+#include "flashcpp/runtime.hpp"
+
+struct flashcpp_batch_mla_plan {
+  flashcpp::BatchMlaPlan plan;
+};
+
+using namespace flashcpp;
+using capi::default_runtime;
+using capi::dtype_of;
+using capi::optional;
+
+extern "C" {
+
+flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* c, const flashcpp_tensor* fw,
+                                               const flashcpp_tensor* iw, const flashcpp_tensor* pw,
+                                               const flashcpp_tensor* qo, const flashcpp_tensor* kvp,
+                                               const flashcpp_tensor* kvl, void* stream,
+                                               flashcpp_batch_mla_plan** out) {
+  return capi::guard([&] {
+    const char* op = "flashcpp_batch_mla_plan_create";
+    capi::require_non_null(c, op, "config");
+    capi::require_non_null(out, op, "out_plan");
+    *out = nullptr;
+    BatchMlaConfig cfg;
+    cfg.num_heads = c->num_heads;
+    cfg.page_size = c->page_size;
+    cfg.q_dtype = dtype_of(c->q_dtype, op, "config.q_dtype");
+    cfg.kv_dtype = dtype_of(c->kv_dtype, op, "config.kv_dtype");
+    cfg.causal = c->causal != 0;
+    cfg.return_lse_base_on_e = c->return_lse_base_on_e != 0;
+    if (c->backend < FLASHCPP_MLA_AUTO || c->backend > FLASHCPP_MLA_SM90)
+      throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'config.backend' must be 0, 1 or 2");
+    cfg.backend = static_cast<MlaBackend>(c->backend);
+    if (c->sm_scale != 0.0) cfg.sm_scale = c->sm_scale;
+    Workspace ws{capi::to_view(fw, op, "float_workspace"), capi::to_view(iw, op, "int_workspace"),
+                 capi::to_view(pw, op, "pinned_int_workspace")};
+    auto plan = BatchMlaPlan::create(*default_runtime(), ws, capi::to_view(qo, op, "qo_indptr_host"),
+                                     capi::to_view(kvp, op, "kv_indptr_host"), capi::to_view(kvl, op, "kv_len_host"),
+                                     cfg, static_cast<cudaStream_t>(stream));
+    *out = new flashcpp_batch_mla_plan{std::move(plan)};
+  });
+}
+
+flashcpp_status flashcpp_batch_mla_run(const flashcpp_batch_mla_plan* p, const flashcpp_tensor* q_nope,
+                                       const flashcpp_tensor* q_pe, const flashcpp_tensor* ckv,
+                                       const flashcpp_tensor* kpe, const flashcpp_tensor* idx,
+                                       const flashcpp_tensor* o, const flashcpp_tensor* lse, void* stream) {
+  return capi::guard([&] {
+    const char* op = "flashcpp_batch_mla_run";
+    capi::require_non_null(p, op, "plan");
+    TensorView lse_slot;
+    p->plan.run(capi::to_view(q_nope, op, "q_nope"), capi::to_view(q_pe, op, "q_pe"),
+                capi::to_view(ckv, op, "ckv_cache"), capi::to_view(kpe, op, "kpe_cache"),
+                capi::to_view(idx, op, "kv_indices"), capi::to_view(o, op, "out"), optional(lse, op, "lse", lse_slot),
+                static_cast<cudaStream_t>(stream));
+  });
+}
+
+void flashcpp_batch_mla_plan_destroy(flashcpp_batch_mla_plan* p) { delete p; }
+
+}  // extern "C"

@@ -1,0 +1,76 @@
+// C ABI of the fused MoE runner (include/flashcpp/c/moe.h).
+#include "flashcpp/c/moe.h"
+
+#include <memory>
+
+#include "capi/capi.hpp"
+#include "flashcpp/moe.hpp"
+#include "flashcpp/runtime.hpp"
+
+struct flashcpp_fused_moe_runner {
+  flashcpp::FusedMoeRunner runner;
+};
+
+using namespace flashcpp;
+using capi::default_runtime;
+using capi::dtype_of;
+using capi::optional;
+
+extern "C" {
+
+flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config* c, flashcpp_fused_moe_runner** out) {
+  return capi::guard([&] {
+    const char* op = "flashcpp_fused_moe_runner_create";
+    capi::require_non_null(c, op, "config");
+    capi::require_non_null(out, op, "out_runner");
+    *out = nullptr;
+    FusedMoeConfig cfg;
+    cfg.activation_dtype = dtype_of(c->activation_dtype, op, "config.activation_dtype");
+    cfg.weight_dtype = dtype_of(c->weight_dtype, op, "config.weight_dtype");
+    cfg.output_dtype = dtype_of(c->output_dtype, op, "config.output_dtype");
+    if (c->quantization < 0 || c->quantization > 2)
+      throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'config.quantization' must be 0, 1 or 2");
+    if (c->backend < 0 || c->backend > 4)
+      throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'config.backend' must be in [0, 4]");
+    cfg.quantization = static_cast<MoeQuantization>(c->quantization);
+    cfg.backend = static_cast<MoeBackend>(c->backend);
+    cfg.device = c->device;
+    *out = new flashcpp_fused_moe_runner{FusedMoeRunner::create(*default_runtime(), cfg)};
+  });
+}
+
+flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* r, const flashcpp_fused_moe_args* a,
+                                       void* stream) {
+  return capi::guard([&] {
+    const char* op = "flashcpp_fused_moe_run";
+    capi::require_non_null(r, op, "runner");
+    capi::require_non_null(a, op, "args");
+    FusedMoeArgs m;
+    m.output = capi::to_view(a->output, op, "output");
+    m.input = capi::to_view(a->input, op, "input");
+    m.token_selected_experts = capi::to_view(a->token_selected_experts, op, "token_selected_experts");
+    m.token_final_scales = capi::to_view(a->token_final_scales, op, "token_final_scales");
+    m.fc1_weights = capi::to_view(a->fc1_weights, op, "fc1_weights");
+    m.fc2_weights = capi::to_view(a->fc2_weights, op, "fc2_weights");
+    TensorView s[8];
+    m.fc1_bias = optional(a->fc1_bias, op, "fc1_bias", s[0]);
+    m.fc2_bias = optional(a->fc2_bias, op, "fc2_bias", s[1]);
+    m.fc1_dequant = optional(a->fc1_dequant, op, "fc1_dequant", s[2]);
+    m.fc2_quant = optional(a->fc2_quant, op, "fc2_quant", s[3]);
+    m.fc2_dequant = optional(a->fc2_dequant, op, "fc2_dequant", s[4]);
+    m.fc1_input_dequant = optional(a->fc1_input_dequant, op, "fc1_input_dequant", s[5]);
+    m.fc1_block_scales = optional(a->fc1_block_scales, op, "fc1_block_scales", s[6]);
+    m.fc2_block_scales = optional(a->fc2_block_scales, op, "fc2_block_scales", s[7]);
+    m.activation = static_cast<MoeActivation>(a->activation);
+    m.tp_size = a->tp_size;
+    m.tp_rank = a->tp_rank;
+    m.ep_size = a->ep_size;
+    m.ep_rank = a->ep_rank;
+    m.enable_pdl = a->enable_pdl != 0;
+    r->runner.run(m, static_cast<cudaStream_t>(stream));
+  });
+}
+
+void flashcpp_fused_moe_runner_destroy(flashcpp_fused_moe_runner* r) { delete r; }
+
+}  // extern "C"
