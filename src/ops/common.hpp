@@ -78,7 +78,7 @@ ResolvedModule resolve_module(const Runtime& rt, const ModuleKey& key, UriFn&& m
 
 /// CUDA device ids the ops accept: [0, visible_device_count()). This is cuda_device_count() unless a
 /// test set it (set_visible_devices_for_testing; the device-facts seams set_device_cc_major_for_testing
-/// and ops_extra::set_device_facts_for_testing also make every id below kMaxPretendDevices visible while
+/// and ops::set_device_facts_for_testing also make every id below kMaxPretendDevices visible while
 /// they are active, so CPU tests can drive recording modules with fake cuda:N tensors).
 int visible_device_count() noexcept;
 inline constexpr int kMaxPretendDevices = 64;

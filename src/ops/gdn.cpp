@@ -13,21 +13,21 @@
 #include "core/elf_symbols.hpp"
 #include "ffi/ffi.hpp"
 #include "ops/common.hpp"
-#include "ops/ops_extra_internal.hpp"
+#include "ops/device_facts.hpp"
 #include "ops/test_hooks.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp {
 
 // ----------------------------------------------------------------------------- shared helpers
-namespace ops_extra {
+namespace ops {
 DeviceFacts device_facts(int device) {
   if (const ops::TestOverrides* t = ops::test_overrides())
     if (DeviceFactsFn hook = t->device_facts.load()) return hook(device);
   const DeviceInfo& info = device_info(device);
   return DeviceFacts{info.cc_major, info.cc_minor, info.sm_count};
 }
-}  // namespace ops_extra
+}  // namespace ops
 
 // ----------------------------------------------------------------------------- gdn_prefill
 namespace {
@@ -104,7 +104,7 @@ void check_dense(const Validator& v, const TensorView& t, const char* name, cons
 }  // namespace
 
 int64_t gdn_prefill_workspace_bytes(int device) {
-  return static_cast<int64_t>(ops_extra::device_facts(device).sm_count) * 128;
+  return static_cast<int64_t>(ops::device_facts(device).sm_count) * 128;
 }
 
 void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillParams& p, cudaStream_t stream) {
@@ -169,7 +169,7 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
   v.require(p.scale >= 0.0, "scale", "must be >= 0 (0 selects 1/sqrt(head_size))");
 
   const int device = a.q.device.id;
-  const ops_extra::DeviceFacts facts = ops_extra::device_facts(device);
+  const ops::DeviceFacts facts = ops::device_facts(device);
   if (facts.cc_major != 9)
     throw Error(ErrorCode::unsupported, std::string(kOp) + ": FlashInfer's GDN prefill runs only on compute capability "
                                         "9.x (Hopper); device " + std::to_string(device) + " is " +
@@ -190,7 +190,7 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
                 {a.alpha, "alpha"}, {a.beta, "beta"}});
 
   const std::shared_ptr<const GdnModule> module = gdn_module(rt);
-  ops_extra::CurrentDeviceScope device_scope(device);  // the kernel launches on the current device
+  ops::CurrentDeviceScope device_scope(device);  // the kernel launches on the current device
   const GdnLaunchLock launch_lock(*module, device);
   ffi::invoke(module->fn, ffi::StreamBinding{a.q.device, stream}, nullptr, a.output, a.output_state, a.q, a.k, a.v,
               a.cu_seqlens, a.input_state, a.alpha, a.beta, p.scale, ws);

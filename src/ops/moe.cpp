@@ -13,7 +13,7 @@
 #include "core/check.hpp"
 #include "ffi/ffi.hpp"
 #include "ops/common.hpp"
-#include "ops/ops_extra_internal.hpp"
+#include "ops/device_facts.hpp"
 #include "runtime/runtime_internal.hpp"
 
 #ifndef FLASHCPP_DEFAULT_DEPS_DIR
@@ -28,7 +28,7 @@ constexpr const char* kRunOp = "fused_moe";
 
 bool is16(DType t) { return t == DType::f16 || t == DType::bf16; }
 
-MoeBackend backend_for(const ops_extra::DeviceFacts& f) {
+MoeBackend backend_for(const ops::DeviceFacts& f) {
   if (f.cc_major == 9) return MoeBackend::sm90;
   if (f.cc_major == 10 && f.cc_minor == 3) return MoeBackend::sm103;
   if (f.cc_major == 10 || f.cc_major == 11) return MoeBackend::sm100;
@@ -237,7 +237,7 @@ FusedMoeRunner FusedMoeRunner::create(const Runtime& rt, const FusedMoeConfig& c
   validate_config(v, config);
   auto st = std::make_unique<State>();
   st->config = config;
-  const ops_extra::DeviceFacts facts = ops_extra::device_facts(config.device);
+  const ops::DeviceFacts facts = ops::device_facts(config.device);
   if (config.backend == MoeBackend::automatic) st->config.backend = backend_for(facts);
   if (config.quantization == MoeQuantization::deepseek_fp8_block_scale &&
       (st->config.backend != MoeBackend::sm90 || facts.cc_major != 9))
@@ -256,7 +256,7 @@ FusedMoeRunner FusedMoeRunner::create(const Runtime& rt, const FusedMoeConfig& c
                            config.quantization == MoeQuantization::deepseek_fp8_block_scale,
                            false /*use_w4_group_scaling*/, false /*use_mxfp8_act_scaling*/, false /*use_packed_weights*/};
   ffi::Any result;
-  ops_extra::CurrentDeviceScope device_scope(config.device);
+  ops::CurrentDeviceScope device_scope(config.device);
   ffi::call(st->lib->function("init"), args, &result, nullptr);
   st->runner = ffi::Module(result.take_object());
   st->run_moe = st->runner.method("run_moe");
@@ -294,7 +294,7 @@ void FusedMoeRunner::run(const FusedMoeArgs& a, cudaStream_t stream) const {
                                      ffi::TensorObject::from_view(*a.fc2_block_scales)};
     quant_scales = ffi::Array::from_objects(scales);
   }
-  ops_extra::CurrentDeviceScope device_scope(s.config.device);  // the runner uses the current device
+  ops::CurrentDeviceScope device_scope(s.config.device);  // the runner uses the current device
   ffi::invoke(s.run_moe, ffi::StreamBinding{a.input.device, stream}, nullptr, a.output, a.input,
               a.token_selected_experts, a.token_final_scales, a.fc1_weights, a.fc1_bias, a.fc2_weights, a.fc2_bias,
               quant_scales, nullptr /*input_sf*/, nullptr /*swiglu_alpha*/, nullptr /*swiglu_beta*/,

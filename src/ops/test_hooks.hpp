@@ -5,14 +5,14 @@
 #pragma once
 #include <atomic>
 
-#include "ops/ops_extra_internal.hpp"
+#include "ops/device_facts.hpp"
 
 namespace flashcpp::ops {
 
 struct TestOverrides {
   std::atomic<int> visible_devices{-1};  ///< >= 0: pretend this many visible CUDA devices
   std::atomic<int> cc_major{-100};       ///< != -100: every device has this compute capability major (-1: none)
-  std::atomic<ops_extra::DeviceFactsFn> device_facts{nullptr};  ///< replaces ops_extra::device_facts
+  std::atomic<ops::DeviceFactsFn> device_facts{nullptr};  ///< replaces ops::device_facts
 };
 
 /// The name under which the test-only library defines its TestOverrides (extern "C").

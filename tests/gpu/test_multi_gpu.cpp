@@ -2,7 +2,7 @@
 //  * OneGpu...: unknown devices are refused cleanly (no sticky CUDA error) and every op leaves the
 //    caller's current device as it was; with two GPUs the ops run on cuda:0 while cuda:1 is current;
 //  * ...OnDeviceOne...: every op family on cuda:1 while the current device is 0, against the float64
-//    references (batch MLA, GDN and MoE against the same op on cuda:0, which test_ops_extra_gpu checks
+//    references (batch MLA, GDN and MoE against the same op on cuda:0, which test_mla_gdn_moe_gpu checks
 //    against their references); the decode step (norm, qk-norm, paged decode, sparse MLA decode) is
 //    captured in a CUDA graph on a cuda:1 stream, which fails if any op launched elsewhere;
 //  * TwoThreadsDriveTwoGpus: one thread per GPU runs the decode step in a loop for FLASHCPP_SOAK_SECONDS
@@ -458,7 +458,7 @@ TEST(MultiGpu, SparseMlaPrefillAndQuantizerOnDeviceOne) {
 }
 
 // Batch MLA and fused MoE: the same call on cuda:1 (cuda:0 current) and on cuda:0 (cuda:1 current)
-// give the same outputs (test_ops_extra_gpu checks cuda:0 against the float64 references).
+// give the same outputs (test_mla_gdn_moe_gpu checks cuda:0 against the float64 references).
 TEST(MultiGpu, BatchMlaOnDeviceOneMatchesDeviceZero) {
   REQUIRE_TWO_GPUS();
   // Batch MLA: 4 requests, 1 query row each, 300 KV tokens in pages of 64, 16 heads.

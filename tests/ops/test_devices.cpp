@@ -19,19 +19,19 @@
 #include "flashcpp/mla.hpp"
 #include "flashcpp/mla_attention.hpp"
 #include "flashcpp/moe.hpp"
-#include "ops/ops_extra_internal.hpp"
+#include "ops/device_facts.hpp"
 #include "ops/ops_fixture.hpp"
 
 namespace flashcpp::testing {
 namespace {
 
-ops_extra::DeviceFacts hopper_facts(int) { return {9, 0, 132}; }
+ops::DeviceFacts hopper_facts(int) { return {9, 0, 132}; }
 
 class Devices : public OpsFixture {
  protected:
   void SetUp() override {
     OpsFixture::SetUp();
-    ops_extra::set_device_facts_for_testing(&hopper_facts);
+    ops::set_device_facts_for_testing(&hopper_facts);
     ops::set_visible_devices_for_testing(2);  // pretend a two-GPU host
     pinned_ = std::aligned_alloc(256, 1 << 20);
     for (const std::string& uri : extra_uris()) link_extra(uri);
@@ -39,7 +39,7 @@ class Devices : public OpsFixture {
   void TearDown() override {
     std::free(pinned_);
     ops::set_visible_devices_for_testing(-1);
-    ops_extra::set_device_facts_for_testing(nullptr);
+    ops::set_device_facts_for_testing(nullptr);
     OpsFixture::TearDown();
   }
 
@@ -51,7 +51,7 @@ class Devices : public OpsFixture {
     fs::create_directories(dir_ / uri);
     const fs::path p = dir_ / uri / (uri + ".so");
     std::error_code ec;
-    if (!fs::exists(p, ec)) fs::copy_file(FLASHCPP_EXTRA_RECORDING_MODULE, p, fs::copy_options::overwrite_existing);
+    if (!fs::exists(p, ec)) fs::copy_file(FLASHCPP_MLA_GDN_MOE_RECORDING_MODULE, p, fs::copy_options::overwrite_existing);
   }
   static std::string recorded_extra(const std::string& uri) {
     auto lib = load_module(*rt_, uri);
@@ -138,7 +138,7 @@ TEST_F(Devices, WithZeroVisibleDevicesEveryCudaIdIsRefused) {
 // is refused with a clean error by every family, including our own kernels and the device queries.
 TEST_F(Devices, RealDeviceCountBoundsEveryFamily) {
   ops::set_visible_devices_for_testing(-1);
-  ops_extra::set_device_facts_for_testing(nullptr);
+  ops::set_device_facts_for_testing(nullptr);
   ops::set_visible_devices_for_testing(-1);
   const int n = cuda_device_count();
   auto in = dev(DType::bf16, {4, 256}, n), out = dev(DType::bf16, {4, 256}, n), w = dev(DType::bf16, {256}, n);

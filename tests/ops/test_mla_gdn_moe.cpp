@@ -1,5 +1,5 @@
 // CPU tests of the batch-MLA, GDN and fused-MoE ops: validation matrices and argument packing against
-// a recording module (tests/ops/recording_module_extra.cc) standing in for FlashInfer's modules.
+// a recording module (tests/ops/recording_module_mla_gdn_moe.cc) standing in for FlashInfer's modules.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,7 +16,7 @@
 #include "flashcpp/mla_attention.hpp"
 #include "flashcpp/moe.hpp"
 #include "flashcpp/runtime.hpp"
-#include "ops/ops_extra_internal.hpp"
+#include "ops/device_facts.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace fs = std::filesystem;
@@ -25,7 +25,7 @@ using namespace flashcpp;
 namespace {
 
 int g_cc_major = 9, g_cc_minor = 0;
-ops_extra::DeviceFacts fake_facts(int) { return {g_cc_major, g_cc_minor, 132}; }
+ops::DeviceFacts fake_facts(int) { return {g_cc_major, g_cc_minor, 132}; }
 
 const std::vector<std::string>& module_uris() {
   static const std::vector<std::string> uris = {
@@ -36,13 +36,13 @@ const std::vector<std::string>& module_uris() {
   return uris;
 }
 
-class ExtraOps : public ::testing::Test {
+class MlaGdnMoeOps : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = fs::temp_directory_path() / ("flashcpp_extra_ops_" + std::to_string(::getpid()));
     for (const auto& uri : module_uris()) {
       fs::create_directories(dir_ / uri);
-      fs::copy_file(FLASHCPP_EXTRA_RECORDING_MODULE, dir_ / uri / (uri + ".so"), fs::copy_options::overwrite_existing);
+      fs::copy_file(FLASHCPP_MLA_GDN_MOE_RECORDING_MODULE, dir_ / uri / (uri + ".so"), fs::copy_options::overwrite_existing);
     }
     RuntimeOptions o;
     o.tvm_ffi_library = FLASHCPP_TVM_FFI_LIB;
@@ -59,10 +59,10 @@ class ExtraOps : public ::testing::Test {
   void SetUp() override {
     g_cc_major = 9;
     g_cc_minor = 0;
-    ops_extra::set_device_facts_for_testing(&fake_facts);
+    ops::set_device_facts_for_testing(&fake_facts);
     for (const auto& uri : module_uris()) (void)recorded(uri);
   }
-  void TearDown() override { ops_extra::set_device_facts_for_testing(nullptr); }
+  void TearDown() override { ops::set_device_facts_for_testing(nullptr); }
 
   /// Log of the module serving `uri` (one line per call), cleared.
   static std::string recorded(const std::string& uri) {
@@ -146,7 +146,7 @@ struct MlaFixture {
   TensorView lse = cuda_view(0x7000000, DType::f32, {4, 16});
 };
 
-TEST_F(ExtraOps, MlaUris) {
+TEST_F(MlaGdnMoeOps, MlaUris) {
   EXPECT_EQ(batch_mla_uri(DType::bf16, DType::bf16, DType::bf16, MlaBackend::fa2),
             "batch_mla_attention_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_ckv_512_head_dim_kpe_64_"
             "profiler_False");
@@ -156,7 +156,7 @@ TEST_F(ExtraOps, MlaUris) {
   EXPECT_INVALID(batch_mla_uri(DType::f16, DType::f16, DType::f16, MlaBackend::automatic), "backend");
 }
 
-TEST_F(ExtraOps, MlaPlanPacking) {
+TEST_F(MlaGdnMoeOps, MlaPlanPacking) {
   MlaFixture f;
   f.cfg.causal = true;
   auto plan = f.plan(*rt_);
@@ -184,7 +184,7 @@ TEST_F(ExtraOps, MlaPlanPacking) {
   EXPECT_EQ(plan.plan_info(), expected_info);
 }
 
-TEST_F(ExtraOps, MlaRunPacking) {
+TEST_F(MlaGdnMoeOps, MlaRunPacking) {
   MlaFixture f;
   f.cfg.causal = true;
   f.cfg.return_lse_base_on_e = true;
@@ -226,7 +226,7 @@ TEST_F(ExtraOps, MlaRunPacking) {
   EXPECT_EQ(a[15], "b:0");
 }
 
-TEST_F(ExtraOps, MlaBackendSelection) {
+TEST_F(MlaGdnMoeOps, MlaBackendSelection) {
   MlaFixture f;
   f.cfg.backend = MlaBackend::automatic;
   EXPECT_EQ(f.plan(*rt_).backend(), MlaBackend::sm90);
@@ -241,7 +241,7 @@ TEST_F(ExtraOps, MlaBackendSelection) {
   }
 }
 
-TEST_F(ExtraOps, MlaPlanValidation) {
+TEST_F(MlaGdnMoeOps, MlaPlanValidation) {
   const auto uri = batch_mla_uri(DType::bf16, DType::bf16, DType::bf16, MlaBackend::fa2);
   auto check = [&](auto mutate, const char* fragment) {
     MlaFixture f;
@@ -278,7 +278,7 @@ TEST_F(ExtraOps, MlaPlanValidation) {
   }
 }
 
-TEST_F(ExtraOps, MlaRunValidationRefusesMismatchedRuns) {
+TEST_F(MlaGdnMoeOps, MlaRunValidationRefusesMismatchedRuns) {
   MlaFixture base;
   auto plan = base.plan(*rt_);
   const auto uri = plan.uri();
@@ -334,7 +334,7 @@ struct GdnFixture {
   }
 };
 
-TEST_F(ExtraOps, GdnPacking) {
+TEST_F(MlaGdnMoeOps, GdnPacking) {
   GdnFixture f;
   gdn_prefill(*rt_, f.a, {}, nullptr);
   auto a = split(recorded(kGdnPrefillUri));
@@ -364,7 +364,7 @@ TEST_F(ExtraOps, GdnPacking) {
   EXPECT_EQ(a[10], "f:0.5");
 }
 
-TEST_F(ExtraOps, GdnWorkspaceBytesAndArchitecture) {
+TEST_F(MlaGdnMoeOps, GdnWorkspaceBytesAndArchitecture) {
   EXPECT_EQ(gdn_prefill_workspace_bytes(0), 132 * 128);
   GdnFixture f;
   g_cc_major = 10;
@@ -378,7 +378,7 @@ TEST_F(ExtraOps, GdnWorkspaceBytesAndArchitecture) {
   EXPECT_EQ(recorded(kGdnPrefillUri), "");
 }
 
-TEST_F(ExtraOps, GdnValidation) {
+TEST_F(MlaGdnMoeOps, GdnValidation) {
   auto check = [&](auto mutate, const char* fragment) {
     GdnFixture f;
     mutate(f);
@@ -460,7 +460,7 @@ struct MoeFixture {
   }
 };
 
-TEST_F(ExtraOps, MoeRunnerCreatedOnceAndPacked) {
+TEST_F(MlaGdnMoeOps, MoeRunnerCreatedOnceAndPacked) {
   MoeFixture f;
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);
   EXPECT_EQ(runner.uri(), "fused_moe_90");
@@ -513,7 +513,7 @@ TEST_F(ExtraOps, MoeRunnerCreatedOnceAndPacked) {
   EXPECT_EQ(a[24], "i:1");
 }
 
-TEST_F(ExtraOps, MoeFp8PerTensorScalesAreTensorObjects) {
+TEST_F(MlaGdnMoeOps, MoeFp8PerTensorScalesAreTensorObjects) {
   MoeFixture f(MoeQuantization::fp8_per_tensor);
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);
   auto init = split(recorded("fused_moe_90"));
@@ -528,7 +528,7 @@ TEST_F(ExtraOps, MoeFp8PerTensorScalesAreTensorObjects) {
                       "," + tensor_str(f.in_dq, "O") + "]");
 }
 
-TEST_F(ExtraOps, MoeDeepSeekBlockScale) {
+TEST_F(MlaGdnMoeOps, MoeDeepSeekBlockScale) {
   MoeFixture f(MoeQuantization::deepseek_fp8_block_scale);
   f.a.input = cuda_view(0x2000000, DType::bf16, {4, 256});
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);
@@ -560,7 +560,7 @@ TEST_F(ExtraOps, MoeDeepSeekBlockScale) {
   }
 }
 
-TEST_F(ExtraOps, MoeBackendByComputeCapability) {
+TEST_F(MlaGdnMoeOps, MoeBackendByComputeCapability) {
   MoeFixture f;
   const std::pair<std::pair<int, int>, const char*> cases[] = {
       {{9, 0}, "fused_moe_90"}, {{10, 0}, "fused_moe_100"}, {{10, 3}, "fused_moe_103"}, {{12, 0}, "fused_moe_120"}};
@@ -581,7 +581,7 @@ TEST_F(ExtraOps, MoeBackendByComputeCapability) {
   EXPECT_EQ(FusedMoeRunner::create(*rt_, f.cfg).uri(), "fused_moe_120");
 }
 
-TEST_F(ExtraOps, MoeSharedRunnerIsCachedPerConfiguration) {
+TEST_F(MlaGdnMoeOps, MoeSharedRunnerIsCachedPerConfiguration) {
   MoeFixture f;
   f.cfg.output_dtype = f.cfg.activation_dtype = f.cfg.weight_dtype = DType::f16;
   auto r1 = FusedMoeRunner::shared(*rt_, f.cfg);
@@ -590,7 +590,7 @@ TEST_F(ExtraOps, MoeSharedRunnerIsCachedPerConfiguration) {
   EXPECT_EQ(split(recorded("fused_moe_90"), '\n').size(), 1u);  // one init
 }
 
-TEST_F(ExtraOps, MoeValidation) {
+TEST_F(MlaGdnMoeOps, MoeValidation) {
   auto check = [&](MoeQuantization q, auto mutate, const char* fragment) {
     MoeFixture f(q);
     if (q == MoeQuantization::deepseek_fp8_block_scale) f.a.input = cuda_view(0x2000000, DType::bf16, {4, 256});
@@ -657,7 +657,7 @@ TEST_F(ExtraOps, MoeValidation) {
 }
 
 // A plan or runner used after a move is a validation error naming it, and nothing reaches the module.
-TEST_F(ExtraOps, MovedFromPlanAndRunnerAreRefused) {
+TEST_F(MlaGdnMoeOps, MovedFromPlanAndRunnerAreRefused) {
   MlaFixture f;
   auto plan = f.plan(*rt_);
   const auto uri = plan.uri();

@@ -3,7 +3,7 @@
 // ops::test_overrides() when this library is in the process (src/ops/test_hooks.hpp).
 #include "ops/attention_internal.hpp"
 #include "ops/common.hpp"
-#include "ops/ops_extra_internal.hpp"
+#include "ops/device_facts.hpp"
 #include "ops/test_hooks.hpp"
 
 extern "C" {
@@ -23,11 +23,11 @@ void set_device_cc_major_for_testing(int cc_major) noexcept {
 
 }  // namespace flashcpp::ops
 
-namespace flashcpp::ops_extra {
+namespace flashcpp::ops {
 
 void set_device_facts_for_testing(DeviceFactsFn fn) {
   flashcpp_test_overrides.device_facts.store(fn);
   ops::set_visible_devices_for_testing(fn ? ops::kMaxPretendDevices : -1);
 }
 
-}  // namespace flashcpp::ops_extra
+}  // namespace flashcpp::ops

@@ -4,7 +4,7 @@
 
 #include "flashcpp/cuda.hpp"
 
-namespace flashcpp::ops_extra {
+namespace flashcpp::ops {
 
 /// The device facts these ops dispatch on. Read once per device (device_info caches them).
 struct DeviceFacts {
@@ -34,4 +34,4 @@ class CurrentDeviceScope {
   std::optional<DeviceGuard> guard_;
 };
 
-}  // namespace flashcpp::ops_extra
+}  // namespace flashcpp::ops

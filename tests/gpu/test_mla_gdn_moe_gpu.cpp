@@ -158,15 +158,15 @@ void run_mla(const MlaCase& c) {
 
 bool is_sm90() { return cuda_device_count() > 0 && device_info(0).cc_major == 9; }
 
-TEST(OpsExtraGpu, MlaDecodeBatch32Context2048Heads128) {
+TEST(MlaGdnMoeGpu, MlaDecodeBatch32Context2048Heads128) {
   FLASHCPP_REQUIRE_GPU();
   run_mla({32, 1, 2048, 128, 64, false, MlaBackend::automatic});
 }
-TEST(OpsExtraGpu, MlaDecodeFa2) {
+TEST(MlaGdnMoeGpu, MlaDecodeFa2) {
   FLASHCPP_REQUIRE_GPU();
   run_mla({32, 1, 2048, 128, 64, false, MlaBackend::fa2});
 }
-TEST(OpsExtraGpu, MlaCausalPrefillBothBackends) {
+TEST(MlaGdnMoeGpu, MlaCausalPrefillBothBackends) {
   FLASHCPP_REQUIRE_GPU();
   run_mla({4, 16, 300, 128, 64, true, MlaBackend::fa2});
   if (is_sm90()) run_mla({4, 16, 300, 128, 64, true, MlaBackend::sm90});
@@ -249,17 +249,17 @@ void run_gdn(bool gates_and_state) {
   expect_close("gdn state", DType::f32, state.host.data(), want_state, 2e-2, 2e-2);
 }
 
-TEST(OpsExtraGpu, GdnPrefill4SequencesUpTo2048Heads16) {
+TEST(MlaGdnMoeGpu, GdnPrefill4SequencesUpTo2048Heads16) {
   FLASHCPP_REQUIRE_GPU();
   if (!is_sm90()) GTEST_SKIP() << "GDN prefill needs compute capability 9.x";
   run_gdn(false);
 }
-TEST(OpsExtraGpu, GdnPrefillWithGatesAndInitialState) {
+TEST(MlaGdnMoeGpu, GdnPrefillWithGatesAndInitialState) {
   FLASHCPP_REQUIRE_GPU();
   if (!is_sm90()) GTEST_SKIP() << "GDN prefill needs compute capability 9.x";
   run_gdn(true);
 }
-TEST(OpsExtraGpu, GdnRefusesOtherArchitectures) {
+TEST(MlaGdnMoeGpu, GdnRefusesOtherArchitectures) {
   FLASHCPP_REQUIRE_GPU();
   if (is_sm90()) GTEST_SKIP() << "only meaningful on a non-SM90 device";
   GdnPrefillArgs a;
@@ -397,13 +397,13 @@ void run_moe(const MoeCase& c) {
   else expect_close("moe bf16", DType::bf16, out.host.data(), want, 1e-2, 5e-2, 1e-2);
 }
 
-TEST(OpsExtraGpu, MoeBf16Tokens256Experts64Top8) {
+TEST(MlaGdnMoeGpu, MoeBf16Tokens256Experts64Top8) {
   FLASHCPP_REQUIRE_GPU();
   std::string why;
   if (!moe_module_available(&why)) GTEST_SKIP() << why;
   run_moe({256, 64, 8, 2048, 1024, MoeQuantization::none});
 }
-TEST(OpsExtraGpu, MoeDeepSeekFp8BlockScale) {
+TEST(MlaGdnMoeGpu, MoeDeepSeekFp8BlockScale) {
   FLASHCPP_REQUIRE_GPU();
   if (!is_sm90()) GTEST_SKIP() << "DeepSeek FP8 block scale needs SM90";
   std::string why;
