@@ -2,6 +2,7 @@
 #include "flashcpp/c/mla.h"
 
 #include <string>
+#include <utility>
 
 #include "capi/capi.hpp"
 #include "flashcpp/mla.hpp"
@@ -9,7 +10,9 @@
 namespace {
 
 using flashcpp::TensorView;
+using flashcpp::capi::optional;
 using flashcpp::capi::require_non_null;
+using flashcpp::capi::to_view;
 namespace mla = flashcpp::mla;
 
 mla::DecodeConfig to_config(const flashcpp_mla_decode_config* c) {
@@ -24,33 +27,44 @@ mla::DecodeConfig to_config(const flashcpp_mla_decode_config* c) {
   return d;
 }
 
-// The bytes of a size-prefixed struct the library knows of `T` that the caller's `struct_size` covers;
-// a caller built against a newer header (a larger struct) is refused rather than having fields ignored.
-template <class T>
-void check_struct_size(uint32_t struct_size, size_t first_version_size, const char* op, const char* name) {
-  if (struct_size < first_version_size || struct_size > sizeof(T))
+// The scalars struct: present, and of a size this library knows (a caller built against a newer header, with
+// a larger struct, is refused rather than having fields ignored).
+void check_params(const flashcpp_mla_params* params, const char* op) {
+  require_non_null(params, op, "params");
+  if (params->struct_size != sizeof(flashcpp_mla_params))
     throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
-                          std::string(op) + ": argument '" + name + "' has struct_size " + std::to_string(struct_size) +
-                              "; it must be in [" + std::to_string(first_version_size) + ", " +
-                              std::to_string(sizeof(T)) + "] (set it to sizeof, or use the _INIT initializer)");
+                          std::string(op) + ": argument 'params' has struct_size " +
+                              std::to_string(params->struct_size) + "; it must be " +
+                              std::to_string(sizeof(flashcpp_mla_params)) + " (use FLASHCPP_MLA_PARAMS_INIT)");
 }
 
-// The device rule every decode entry shares: q (a CUDA tensor) on config->device_id.
-void check_config_device(const flashcpp_mla_decode_config* config, const TensorView& q, const char* op) {
-  if (q.device.type == flashcpp::DeviceType::cuda && q.device.id != config->device_id)
-    throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
-                          std::string(op) + ": argument 'q' must be on config->device_id (" +
-                              std::to_string(config->device_id) + "); got " + q.describe());
-}
-
-// The plan buffers of a decode workspace (each optional: NULL when the plan is not split).
-void plan_buffers(mla::DecodeWorkspace& ws, const flashcpp_tensor* sched_meta, const flashcpp_tensor* num_splits,
-                  const flashcpp_tensor* lse_accum, const flashcpp_tensor* o_accum, const char* op) {
-  flashcpp::capi::to_optional_view(sched_meta, op, "sched_meta", ws.sched_meta);
-  flashcpp::capi::to_optional_view(num_splits, op, "num_splits", ws.num_splits);
-  flashcpp::capi::to_optional_view(lse_accum, op, "lse_accum", ws.lse_accum);
-  flashcpp::capi::to_optional_view(o_accum, op, "o_accum", ws.o_accum);
-}
+// What both decode entries take from their C arguments: the required tensors, the workspace (config and plan
+// buffers), with q on config->device_id.
+struct DecodeCall {
+  TensorView q, kv_cache, indices, out, lse;
+  mla::DecodeWorkspace ws;
+  DecodeCall(const flashcpp_mla_decode_config* config, const flashcpp_mla_decode_tensors* tensors,
+             const flashcpp_mla_params* params, const char* op) {
+    require_non_null(config, op, "config");
+    require_non_null(tensors, op, "tensors");
+    check_params(params, op);
+    const flashcpp_mla_decode_tensors& t = *tensors;
+    q = to_view(t.q, op, "tensors.q");
+    kv_cache = to_view(t.kv_cache, op, "tensors.kv_cache");
+    indices = to_view(t.indices, op, "tensors.indices");
+    out = to_view(t.out, op, "tensors.out");
+    lse = to_view(t.lse, op, "tensors.lse");
+    ws.config = to_config(config);
+    flashcpp::capi::to_optional_view(t.sched_meta, op, "tensors.sched_meta", ws.sched_meta);
+    flashcpp::capi::to_optional_view(t.num_splits, op, "tensors.num_splits", ws.num_splits);
+    flashcpp::capi::to_optional_view(t.lse_accum, op, "tensors.lse_accum", ws.lse_accum);
+    flashcpp::capi::to_optional_view(t.o_accum, op, "tensors.o_accum", ws.o_accum);
+    if (q.device.type == flashcpp::DeviceType::cuda && q.device.id != config->device_id)
+      throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
+                            std::string(op) + ": argument 'tensors.q' must be on config->device_id (" +
+                                std::to_string(config->device_id) + "); got " + q.describe());
+  }
+};
 
 void fill_sizes(const mla::DecodePlanSizes& s, flashcpp_mla_decode_plan_sizes* out) {
   flashcpp_mla_decode_plan_sizes r{};
@@ -82,27 +96,26 @@ flashcpp_status flashcpp_mla_get_device_info(int32_t device_id, flashcpp_mla_dev
   });
 }
 
-flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_tensor* q, const flashcpp_tensor* kv,
-                                            const flashcpp_tensor* indices, const flashcpp_tensor* attn_sink,
-                                            const flashcpp_tensor* topk_length, const flashcpp_tensor* out,
-                                            const flashcpp_tensor* max_logits, const flashcpp_tensor* lse,
-                                            const flashcpp_mla_prefill_params* params, void* stream) {
+flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* tensors,
+                                            const flashcpp_mla_params* params, void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_sparse_prefill";
-    require_non_null(params, op, "params");
-    const TensorView qv = flashcpp::capi::to_view(q, op, "q");
-    const TensorView kvv = flashcpp::capi::to_view(kv, op, "kv");
-    const TensorView iv = flashcpp::capi::to_view(indices, op, "indices");
-    const TensorView ov = flashcpp::capi::to_view(out, op, "out");
-    const TensorView lv = flashcpp::capi::to_view(lse, op, "lse");
+    require_non_null(tensors, op, "tensors");
+    check_params(params, op);
+    const flashcpp_mla_prefill_tensors& t = *tensors;
+    const TensorView qv = to_view(t.q, op, "tensors.q");
+    const TensorView kvv = to_view(t.kv, op, "tensors.kv");
+    const TensorView iv = to_view(t.indices, op, "tensors.indices");
+    const TensorView ov = to_view(t.out, op, "tensors.out");
+    const TensorView lv = to_view(t.lse, op, "tensors.lse");
     TensorView sink, len, ml;
     mla::SparsePrefillParams p;
     p.sm_scale = params->sm_scale;
     p.d_v = params->d_v;
-    if (flashcpp::capi::to_optional_view(attn_sink, op, "attn_sink", sink)) p.attn_sink = &sink;
-    if (flashcpp::capi::to_optional_view(topk_length, op, "topk_length", len)) p.topk_length = &len;
-    const bool has_ml = flashcpp::capi::to_optional_view(max_logits, op, "max_logits", ml);
-    mla::sparse_prefill(qv, kvv, iv, ov, has_ml ? &ml : nullptr, lv, p, static_cast<cudaStream_t>(stream));
+    p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
+    p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);
+    mla::sparse_prefill(qv, kvv, iv, ov, optional(t.max_logits, op, "tensors.max_logits", ml), lv, p,
+                        static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -140,69 +153,47 @@ flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* confi
   });
 }
 
-flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* config, const flashcpp_tensor* q,
-                                           const flashcpp_tensor* kv_cache, const flashcpp_tensor* indices,
-                                           const flashcpp_tensor* attn_sink, const flashcpp_tensor* topk_length,
-                                           const flashcpp_tensor* out, const flashcpp_tensor* lse,
-                                           const flashcpp_tensor* sched_meta, const flashcpp_tensor* num_splits,
-                                           const flashcpp_tensor* lse_accum, const flashcpp_tensor* o_accum,
-                                           const flashcpp_mla_decode_params* params, void* stream) {
+flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* config,
+                                           const flashcpp_mla_decode_tensors* tensors,
+                                           const flashcpp_mla_params* params, void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_sparse_decode";
-    require_non_null(config, op, "config");
-    require_non_null(params, op, "params");
-    const TensorView qv = flashcpp::capi::to_view(q, op, "q");
-    const TensorView kvv = flashcpp::capi::to_view(kv_cache, op, "kv_cache");
-    const TensorView iv = flashcpp::capi::to_view(indices, op, "indices");
-    const TensorView ov = flashcpp::capi::to_view(out, op, "out");
-    const TensorView lv = flashcpp::capi::to_view(lse, op, "lse");
-    mla::DecodeWorkspace ws;
-    ws.config = to_config(config);
-    plan_buffers(ws, sched_meta, num_splits, lse_accum, o_accum, op);
-    TensorView sink, len;
+    const DecodeCall c(config, tensors, params, op);
+    const flashcpp_mla_decode_tensors& t = *tensors;
+    for (const auto& [extra, name] : {std::pair{t.extra_kv_cache, "tensors.extra_kv_cache"},
+                                      std::pair{t.extra_indices, "tensors.extra_indices"},
+                                      std::pair{t.extra_topk_length, "tensors.extra_topk_length"}})
+      if (extra != nullptr)
+        throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
+                              std::string(op) + ": argument '" + name +
+                                  "' must be NULL (the V3.2 cache has no extra pool; see flashcpp_mla_sparse_decode_v4)");
     mla::SparseDecodeParams p;
     p.sm_scale = params->sm_scale;
     p.d_v = params->d_v;
-    if (flashcpp::capi::to_optional_view(attn_sink, op, "attn_sink", sink)) p.attn_sink = &sink;
-    if (flashcpp::capi::to_optional_view(topk_length, op, "topk_length", len)) p.topk_length = &len;
-    check_config_device(config, qv, op);
-    mla::sparse_decode(qv, kvv, iv, ov, lv, ws, p, static_cast<cudaStream_t>(stream));
+    TensorView sink, len;
+    p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
+    p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);
+    mla::sparse_decode(c.q, c.kv_cache, c.indices, c.out, c.lse, c.ws, p, static_cast<cudaStream_t>(stream));
   });
 }
 
 flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* config,
-                                              const flashcpp_mla_decode_v4_tensors* tensors,
-                                              const flashcpp_mla_decode_v4_params* params, void* stream) {
+                                              const flashcpp_mla_decode_tensors* tensors,
+                                              const flashcpp_mla_params* params, void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_sparse_decode_v4";
-    require_non_null(config, op, "config");
-    require_non_null(tensors, op, "tensors");
-    require_non_null(params, op, "params");
-    check_struct_size<flashcpp_mla_decode_v4_params>(params->struct_size, sizeof(flashcpp_mla_decode_v4_params), op,
-                                                     "params");
-    const flashcpp_mla_decode_v4_tensors& t = *tensors;
-    const TensorView qv = flashcpp::capi::to_view(t.q, op, "tensors.q");
-    const TensorView kvv = flashcpp::capi::to_view(t.kv_cache, op, "tensors.kv_cache");
-    const TensorView iv = flashcpp::capi::to_view(t.indices, op, "tensors.indices");
-    const TensorView ov = flashcpp::capi::to_view(t.out, op, "tensors.out");
-    const TensorView lv = flashcpp::capi::to_view(t.lse, op, "tensors.lse");
-    mla::DecodeWorkspace ws;
-    ws.config = to_config(config);
-    plan_buffers(ws, t.sched_meta, t.num_splits, t.lse_accum, t.o_accum, op);
-    TensorView sink, len, extra_kv, extra_idx, extra_len;
+    const DecodeCall c(config, tensors, params, op);
+    const flashcpp_mla_decode_tensors& t = *tensors;
     mla::SparseDecodeV4Params p;
     p.sm_scale = params->sm_scale;
     p.d_v = params->d_v;
-    if (flashcpp::capi::to_optional_view(t.attn_sink, op, "tensors.attn_sink", sink)) p.attn_sink = &sink;
-    if (flashcpp::capi::to_optional_view(t.topk_length, op, "tensors.topk_length", len)) p.topk_length = &len;
-    if (flashcpp::capi::to_optional_view(t.extra_kv_cache, op, "tensors.extra_kv_cache", extra_kv))
-      p.extra_kv_cache = &extra_kv;
-    if (flashcpp::capi::to_optional_view(t.extra_indices, op, "tensors.extra_indices", extra_idx))
-      p.extra_indices = &extra_idx;
-    if (flashcpp::capi::to_optional_view(t.extra_topk_length, op, "tensors.extra_topk_length", extra_len))
-      p.extra_topk_length = &extra_len;
-    check_config_device(config, qv, op);
-    mla::sparse_decode_v4(qv, kvv, iv, ov, lv, ws, p, static_cast<cudaStream_t>(stream));
+    TensorView sink, len, extra_kv, extra_idx, extra_len;
+    p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
+    p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);
+    p.extra_kv_cache = optional(t.extra_kv_cache, op, "tensors.extra_kv_cache", extra_kv);
+    p.extra_indices = optional(t.extra_indices, op, "tensors.extra_indices", extra_idx);
+    p.extra_topk_length = optional(t.extra_topk_length, op, "tensors.extra_topk_length", extra_len);
+    mla::sparse_decode_v4(c.q, c.kv_cache, c.indices, c.out, c.lse, c.ws, p, static_cast<cudaStream_t>(stream));
   });
 }
 

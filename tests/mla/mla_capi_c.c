@@ -52,7 +52,8 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   flashcpp_tensor idx = make_tensor(fake + (2 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, idx_shape);
   flashcpp_tensor out = make_tensor(fake + (3 << 24), FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, out_shape);
   flashcpp_tensor lse = make_tensor(fake + (4 << 24), FLASHCPP_F32, FLASHCPP_CUDA, 1000, 2, lse_shape);
-  flashcpp_mla_prefill_params pp;
+  flashcpp_mla_params pp = FLASHCPP_MLA_PARAMS_INIT;
+  flashcpp_mla_prefill_tensors pt;
   flashcpp_mla_device_info info;
   flashcpp_mla_decode_config cfg;
   flashcpp_mla_decode_plan_sizes sizes;
@@ -65,36 +66,48 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   CHECK_ERROR(flashcpp_mla_get_device_info(0, NULL), FLASHCPP_INVALID_ARGUMENT, "argument 'info' must not be NULL");
   CHECK_ERROR(flashcpp_mla_get_device_info(1000, &info), FLASHCPP_INVALID_ARGUMENT, "device id 1000");
 
+  memset(&pt, 0, sizeof pt);
+  pt.kv = &kv;
+  pt.indices = &idx;
+  pt.out = &out;
+  pt.lse = &lse;
   pp.sm_scale = 0.05f;
-  pp.d_v = 512;
-  CHECK_ERROR(flashcpp_mla_sparse_prefill(NULL, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
-              FLASHCPP_INVALID_ARGUMENT, "flashcpp_mla_sparse_prefill: argument 'q' must not be NULL");
-  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, NULL, NULL),
-              FLASHCPP_INVALID_ARGUMENT, "argument 'params' must not be NULL");
+  CHECK(pp.struct_size == sizeof pp && pp.d_v == 512, "FLASHCPP_MLA_PARAMS_INIT");
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(NULL, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
+              "flashcpp_mla_sparse_prefill: argument 'tensors' must not be NULL");
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
+              "flashcpp_mla_sparse_prefill: argument 'tensors.q' must not be NULL");
+  pt.q = &q;
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, NULL, NULL), FLASHCPP_INVALID_ARGUMENT,
+              "argument 'params' must not be NULL");
+  pp.struct_size = 8; /* a caller built against another header */
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
+              "argument 'params' has struct_size 8");
+  pp.struct_size = sizeof pp;
   pp.sm_scale = 0.f;
-  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
-              FLASHCPP_INVALID_ARGUMENT, "mla::sparse_prefill: argument 'sm_scale' must be finite and > 0");
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
+              "mla::sparse_prefill: argument 'sm_scale' must be finite and > 0");
   pp.sm_scale = NAN;
-  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
-              FLASHCPP_INVALID_ARGUMENT, "'sm_scale'");
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT, "'sm_scale'");
   pp.sm_scale = 0.05f;
   idx.dtype = FLASHCPP_I64;
-  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
-              FLASHCPP_INVALID_ARGUMENT, "argument 'indices' must have dtype i32");
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
+              "argument 'indices' must have dtype i32");
   idx.dtype = 99;
-  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
-              FLASHCPP_INVALID_ARGUMENT, "unknown dtype code");
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT, "unknown dtype code");
   idx.dtype = FLASHCPP_I32;
   /* q == kv == out: one buffer for everything is refused by the overlap rule. */
   {
     flashcpp_tensor same_q = q, same_kv = kv;
+    flashcpp_mla_prefill_tensors same = pt;
     same_q.data = same_kv.data = out.data;
-    CHECK_ERROR(flashcpp_mla_sparse_prefill(&same_q, &same_kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
-                FLASHCPP_INVALID_ARGUMENT, "mla::sparse_prefill: argument 'out' must not overlap 'q'");
+    same.q = &same_q;
+    same.kv = &same_kv;
+    CHECK_ERROR(flashcpp_mla_sparse_prefill(&same, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "mla::sparse_prefill: argument 'out' must not overlap 'q'");
   }
   /* A fully valid call on a device that does not exist stops at the device lookup. */
-  CHECK_ERROR(flashcpp_mla_sparse_prefill(&q, &kv, &idx, NULL, NULL, &out, NULL, &lse, &pp, NULL),
-              FLASHCPP_INVALID_ARGUMENT, "device id 1000");
+  CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT, "device id 1000");
 
   /* Decode plan: size query without buffers. */
   memset(&cfg, 0, sizeof cfg);
@@ -128,25 +141,33 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   }
   CHECK_ERROR(flashcpp_mla_decode_plan(NULL, NULL, NULL, &sizes, NULL), FLASHCPP_INVALID_ARGUMENT,
               "argument 'config' must not be NULL");
-  CHECK_ERROR(flashcpp_mla_sparse_decode(NULL, &q, &kv, &idx, NULL, NULL, &out, &lse, NULL, NULL, NULL, NULL, NULL,
-                                         NULL),
-              FLASHCPP_INVALID_ARGUMENT, "argument 'config' must not be NULL");
   {
-    flashcpp_mla_decode_params dp;
+    flashcpp_mla_decode_tensors dt;
+    flashcpp_mla_params dp = FLASHCPP_MLA_PARAMS_INIT;
+    flashcpp_tensor extra = kv;
+    memset(&dt, 0, sizeof dt);
+    dt.q = &q;
+    dt.kv_cache = &kv;
+    dt.indices = &idx;
+    dt.out = &out;
+    dt.lse = &lse;
     dp.sm_scale = 0.04f;
-    dp.d_v = 512;
+    CHECK_ERROR(flashcpp_mla_sparse_decode(NULL, &dt, &dp, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "argument 'config' must not be NULL");
     /* q has rank 3: decode wants [b, s_q, h_q, 576]. */
-    CHECK_ERROR(flashcpp_mla_sparse_decode(&cfg, &q, &kv, &idx, NULL, NULL, &out, &lse, NULL, NULL, NULL, NULL, &dp,
-                                           NULL),
-                FLASHCPP_INVALID_ARGUMENT, "mla::sparse_decode: argument 'q' must have rank 4");
+    CHECK_ERROR(flashcpp_mla_sparse_decode(&cfg, &dt, &dp, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "mla::sparse_decode: argument 'q' must have rank 4");
+    dt.extra_kv_cache = &extra; /* the V3.2 cache has no extra pool */
+    CHECK_ERROR(flashcpp_mla_sparse_decode(&cfg, &dt, &dp, NULL), FLASHCPP_INVALID_ARGUMENT,
+                "argument 'tensors.extra_kv_cache' must be NULL");
   }
 
   /* V4 decode: the tensors struct, the size-prefixed params, the extra pool's pairing rule. */
   {
     static const int64_t q4_shape[4] = {2, 2, 64, 512}, kv4_shape[4] = {4, 64, 1, 584}, i4_shape[3] = {2, 2, 128};
     static const int64_t x4_shape[3] = {2, 2, 512}, o4_shape[4] = {2, 2, 64, 512}, l4_shape[3] = {2, 2, 64};
-    flashcpp_mla_decode_v4_params vp = FLASHCPP_MLA_DECODE_V4_PARAMS_INIT;
-    flashcpp_mla_decode_v4_tensors vt;
+    flashcpp_mla_params vp = FLASHCPP_MLA_PARAMS_INIT;
+    flashcpp_mla_decode_tensors vt;
     flashcpp_tensor q4 = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 4, q4_shape);
     flashcpp_tensor kv4 = make_tensor(fake + (1 << 24), FLASHCPP_U8, FLASHCPP_CUDA, 1000, 4, kv4_shape);
     flashcpp_tensor i4 = make_tensor(fake + (2 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, i4_shape);
@@ -154,8 +175,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
     flashcpp_tensor l4 = make_tensor(fake + (4 << 24), FLASHCPP_F32, FLASHCPP_CUDA, 1000, 3, l4_shape);
     flashcpp_tensor xkv = make_tensor(fake + (6 << 24), FLASHCPP_U8, FLASHCPP_CUDA, 1000, 4, kv4_shape);
     flashcpp_tensor xi = make_tensor(fake + (7 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, x4_shape);
-    CHECK(vp.struct_size == sizeof vp && vp.d_v == 512, "FLASHCPP_MLA_DECODE_V4_PARAMS_INIT");
-    memset(&cfg, 0, sizeof cfg);
+        memset(&cfg, 0, sizeof cfg);
     cfg.batch = 2;
     cfg.s_q = 2;
     cfg.h_q = 64;

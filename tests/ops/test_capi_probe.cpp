@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <functional>
+#include <string>
+#include <tuple>
 
 #include "flashcpp/flashcpp.h"
 #include "ops/ops_fixture.hpp"
@@ -371,20 +373,32 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
   const auto q = to_c(dev(DType::bf16, {4, 64, 576})), kv = to_c(dev(DType::bf16, {300, 1, 576}));
   const auto idx = to_c(dev(DType::i32, {4, 1, 128})), out = to_c(dev(DType::bf16, {4, 64, 512}));
   const auto lse = to_c(dev(DType::f32, {4, 64}));
-  const flashcpp_mla_prefill_params pp{0.05f, 512};
+  flashcpp_mla_params pp = FLASHCPP_MLA_PARAMS_INIT;
+  pp.sm_scale = 0.05f;
   probes.push_back({"mla_get_device_info NULL", [] { return flashcpp_mla_get_device_info(0, nullptr); }, kInvalid,
                     "'info' must not be NULL"});
-  for (int arg = 0; arg < 4; ++arg)
-    probes.push_back({"mla_sparse_prefill tensor " + std::to_string(arg) + " NULL",
+  // Prefill: each required member of its tensors struct NULL in turn, and the structs NULL.
+  for (int member = 0; member < 5; ++member)
+    probes.push_back({"mla_sparse_prefill tensor " + std::to_string(member) + " NULL",
                       [=] {
-                        const flashcpp_tensor* a[] = {&q, &kv, &idx, &out};
-                        a[arg] = nullptr;
-                        return flashcpp_mla_sparse_prefill(a[0], a[1], a[2], nullptr, nullptr, a[3], nullptr, &lse, &pp,
-                                                           nullptr);
+                        flashcpp_mla_prefill_tensors t{};
+                        t.q = &q;
+                        t.kv = &kv;
+                        t.indices = &idx;
+                        t.out = &out;
+                        t.lse = &lse;
+                        const flashcpp_tensor** m[] = {&t.q, &t.kv, &t.indices, &t.out, &t.lse};
+                        *m[member] = nullptr;
+                        return flashcpp_mla_sparse_prefill(&t, &pp, nullptr);
                       },
                       kInvalid, "must not be NULL"});
+  probes.push_back({"mla_sparse_prefill tensors NULL", [=] { return flashcpp_mla_sparse_prefill(nullptr, &pp, nullptr); },
+                    kInvalid, "'tensors' must not be NULL"});
   probes.push_back({"mla_sparse_prefill params NULL",
-                    [=] { return flashcpp_mla_sparse_prefill(&q, &kv, &idx, nullptr, nullptr, &out, nullptr, &lse, nullptr, nullptr); },
+                    [=] {
+                      const flashcpp_mla_prefill_tensors t{&q, &kv, &idx, nullptr, nullptr, &out, nullptr, &lse};
+                      return flashcpp_mla_sparse_prefill(&t, nullptr, nullptr);
+                    },
                     kInvalid, "'params' must not be NULL"});
   flashcpp_mla_decode_config dc{};
   dc.batch = 2;
@@ -398,53 +412,45 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                     "'config' must not be NULL"});
   probes.push_back({"mla_decode_plan sizes NULL (allowed)",
                     [=] { return flashcpp_mla_decode_plan(&dc, nullptr, nullptr, nullptr, nullptr); }, FLASHCPP_SUCCESS, ""});
-  const flashcpp_mla_decode_params dp{0.04f, 512};
-  probes.push_back({"mla_sparse_decode params NULL",
-                    [=] {
-                      return flashcpp_mla_sparse_decode(&dc, &q, &kv, &idx, nullptr, nullptr, &out, &lse, nullptr, nullptr,
-                                                        nullptr, nullptr, nullptr, nullptr);
-                    },
-                    kInvalid, "NULL"});
-  probes.push_back({"mla_sparse_decode q NULL",
-                    [=] {
-                      return flashcpp_mla_sparse_decode(&dc, nullptr, &kv, &idx, nullptr, nullptr, &out, &lse, nullptr,
-                                                        nullptr, nullptr, nullptr, &dp, nullptr);
-                    },
-                    kInvalid, "'q' must not be NULL"});
-  // The V4 decode: every member of its tensors struct NULL in turn (the required ones), and the structs NULL.
+  // Decode (V3.2 and V4 share the structs): the structs NULL, then each required tensor NULL in turn.
   flashcpp_mla_decode_config dc4 = dc;
   dc4.d_qk = 512;
-  flashcpp_mla_decode_v4_params vp = FLASHCPP_MLA_DECODE_V4_PARAMS_INIT;
-  vp.sm_scale = 0.04f;
-  probes.push_back({"mla_sparse_decode_v4 config NULL",
-                    [=] {
-                      const flashcpp_mla_decode_v4_tensors t{};
-                      return flashcpp_mla_sparse_decode_v4(nullptr, &t, &vp, nullptr);
-                    },
-                    kInvalid, "'config' must not be NULL"});
-  probes.push_back({"mla_sparse_decode_v4 tensors NULL",
-                    [=] { return flashcpp_mla_sparse_decode_v4(&dc4, nullptr, &vp, nullptr); }, kInvalid,
-                    "'tensors' must not be NULL"});
-  probes.push_back({"mla_sparse_decode_v4 params NULL",
-                    [=] {
-                      const flashcpp_mla_decode_v4_tensors t{};
-                      return flashcpp_mla_sparse_decode_v4(&dc4, &t, nullptr, nullptr);
-                    },
-                    kInvalid, "'params' must not be NULL"});
-  for (int member = 0; member < 5; ++member)
-    probes.push_back({"mla_sparse_decode_v4 required tensor NULL",
+  flashcpp_mla_params dp = FLASHCPP_MLA_PARAMS_INIT;
+  dp.sm_scale = 0.04f;
+  using DecodeEntry = flashcpp_status (*)(const flashcpp_mla_decode_config*, const flashcpp_mla_decode_tensors*,
+                                          const flashcpp_mla_params*, void*);
+  for (const auto& [name, entry, config] : {std::tuple{"mla_sparse_decode", DecodeEntry{&flashcpp_mla_sparse_decode}, dc},
+                                            std::tuple{"mla_sparse_decode_v4", DecodeEntry{&flashcpp_mla_sparse_decode_v4}, dc4}}) {
+    const std::string n = name;
+    probes.push_back({n + " config NULL",
                       [=] {
-                        flashcpp_mla_decode_v4_tensors t{};
-                        t.q = &q;
-                        t.kv_cache = &kv;
-                        t.indices = &idx;
-                        t.out = &out;
-                        t.lse = &lse;
-                        const flashcpp_tensor** m[] = {&t.q, &t.kv_cache, &t.indices, &t.out, &t.lse};
-                        *m[member] = nullptr;
-                        return flashcpp_mla_sparse_decode_v4(&dc4, &t, &vp, nullptr);
+                        const flashcpp_mla_decode_tensors t{};
+                        return entry(nullptr, &t, &dp, nullptr);
                       },
-                      kInvalid, "must not be NULL"});
+                      kInvalid, "'config' must not be NULL"});
+    probes.push_back({n + " tensors NULL", [=] { return entry(&config, nullptr, &dp, nullptr); }, kInvalid,
+                      "'tensors' must not be NULL"});
+    probes.push_back({n + " params NULL",
+                      [=] {
+                        const flashcpp_mla_decode_tensors t{};
+                        return entry(&config, &t, nullptr, nullptr);
+                      },
+                      kInvalid, "'params' must not be NULL"});
+    for (int member = 0; member < 5; ++member)
+      probes.push_back({n + " required tensor NULL",
+                        [=] {
+                          flashcpp_mla_decode_tensors t{};
+                          t.q = &q;
+                          t.kv_cache = &kv;
+                          t.indices = &idx;
+                          t.out = &out;
+                          t.lse = &lse;
+                          const flashcpp_tensor** m[] = {&t.q, &t.kv_cache, &t.indices, &t.out, &t.lse};
+                          *m[member] = nullptr;
+                          return entry(&config, &t, &dp, nullptr);
+                        },
+                        kInvalid, "must not be NULL"});
+  }
   std::vector<uint16_t> src(2 * 576, 0x3f80);
   std::vector<uint8_t> dst(2 * 656);
   const auto hs = to_c(TensorView::contiguous(src.data(), DType::bf16, Device::cpu(), {2, 576}));

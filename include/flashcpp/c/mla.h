@@ -29,19 +29,30 @@ typedef struct flashcpp_mla_device_info {
 /* Facts about `device_id`. FLASHCPP_INVALID_ARGUMENT for an unknown device or a NULL `info`. */
 flashcpp_status flashcpp_mla_get_device_info(int32_t device_id, flashcpp_mla_device_info* info);
 
-typedef struct flashcpp_mla_prefill_params {
+/* Per-call scalars of sparse prefill and decode. Each begins with its own size, so later versions can add
+ * fields at the end: start from FLASHCPP_MLA_PARAMS_INIT (or set struct_size = sizeof(flashcpp_mla_params)). */
+typedef struct flashcpp_mla_params {
+  uint32_t struct_size;
   float sm_scale; /* required: finite and > 0 */
   int32_t d_v;    /* must be 512 */
-} flashcpp_mla_prefill_params;
+} flashcpp_mla_params;
+#define FLASHCPP_MLA_PARAMS_INIT {(uint32_t)sizeof(flashcpp_mla_params), 0.0f, 512}
 
-/* Sparse prefill. q bf16 [s_q, h_q, d_qk]; kv bf16 [s_kv, 1, d_qk]; indices i32 [s_q, 1, topk];
- * attn_sink f32 [h_q] or NULL; topk_length i32 [s_q] or NULL; out bf16 [s_q, h_q, 512];
- * max_logits f32 [s_q, h_q] or NULL; lse f32 [s_q, h_q]. */
-flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_tensor* q, const flashcpp_tensor* kv,
-                                            const flashcpp_tensor* indices, const flashcpp_tensor* attn_sink,
-                                            const flashcpp_tensor* topk_length, const flashcpp_tensor* out,
-                                            const flashcpp_tensor* max_logits, const flashcpp_tensor* lse,
-                                            const flashcpp_mla_prefill_params* params, void* stream);
+/* The tensors of a sparse prefill (NULL for an absent optional one). */
+typedef struct flashcpp_mla_prefill_tensors {
+  const flashcpp_tensor* q;           /* bf16 [s_q, h_q, d_qk] */
+  const flashcpp_tensor* kv;          /* bf16 [s_kv, 1, d_qk] */
+  const flashcpp_tensor* indices;     /* i32 [s_q, 1, topk] */
+  const flashcpp_tensor* attn_sink;   /* f32 [h_q] or NULL */
+  const flashcpp_tensor* topk_length; /* i32 [s_q] or NULL */
+  const flashcpp_tensor* out;         /* bf16 [s_q, h_q, 512] */
+  const flashcpp_tensor* max_logits;  /* f32 [s_q, h_q] or NULL */
+  const flashcpp_tensor* lse;         /* f32 [s_q, h_q] */
+} flashcpp_mla_prefill_tensors;
+
+/* Sparse prefill (flashcpp/mla.hpp, sparse_prefill). */
+flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* tensors,
+                                            const flashcpp_mla_params* params, void* stream);
 
 typedef struct flashcpp_mla_decode_config {
   int32_t batch, s_q, h_q, d_qk, topk; /* d_qk 576 (V3.2 cache) or 512 (V4); topk a positive multiple of 64 */
@@ -65,58 +76,36 @@ flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* confi
                                          const flashcpp_tensor* num_splits, flashcpp_mla_decode_plan_sizes* sizes,
                                          void* stream);
 
-typedef struct flashcpp_mla_decode_params {
-  float sm_scale; /* required: finite and > 0 */
-  int32_t d_v;    /* must be 512 */
-} flashcpp_mla_decode_params;
-
-/* Sparse decode over the V3.2 FP8 cache. q bf16 [b, s_q, h_q, 576]; kv_cache u8/i8/e4m3
- * [num_blocks, block_size, 1, 656]; indices i32 [b, s_q, topk]; attn_sink f32 [h_q] or NULL;
- * topk_length i32 [b] or NULL; out bf16 [b, s_q, h_q, 512]; lse f32 [b, s_q, h_q] (any strides).
- * The plan buffers (NULL when the plan is not split) must come from flashcpp_mla_decode_plan with the same
- * config; lse_accum / o_accum are f32 with at least the planned element counts, 16-byte aligned. */
-flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* config, const flashcpp_tensor* q,
-                                           const flashcpp_tensor* kv_cache, const flashcpp_tensor* indices,
-                                           const flashcpp_tensor* attn_sink, const flashcpp_tensor* topk_length,
-                                           const flashcpp_tensor* out, const flashcpp_tensor* lse,
-                                           const flashcpp_tensor* sched_meta, const flashcpp_tensor* num_splits,
-                                           const flashcpp_tensor* lse_accum, const flashcpp_tensor* o_accum,
-                                           const flashcpp_mla_decode_params* params, void* stream);
-
-/* The tensors of a DeepSeek V4 sparse decode (NULL for an absent optional one). Shapes and rules: mla.hpp,
- * sparse_decode_v4. */
-typedef struct flashcpp_mla_decode_v4_tensors {
-  const flashcpp_tensor* q;                 /* bf16 [b, s_q, h_q, 512] */
-  const flashcpp_tensor* kv_cache;          /* V4 pages u8/i8/e4m3 [num_blocks, block_size, 1, 584] */
+/* The tensors of a sparse decode (NULL for an absent optional one). Shapes and rules: flashcpp/mla.hpp,
+ * sparse_decode (the V3.2 cache) and sparse_decode_v4 (the V4 cache, with its extra pool). */
+typedef struct flashcpp_mla_decode_tensors {
+  const flashcpp_tensor* q;                 /* bf16 [b, s_q, h_q, 576 (V3.2) or 512 (V4)] */
+  const flashcpp_tensor* kv_cache;          /* V3.2: u8/i8/e4m3 [num_blocks, block_size, 1, 656];
+                                               V4 pages: [num_blocks, block_size, 1, 584] */
   const flashcpp_tensor* indices;           /* i32 [b, s_q, topk] */
   const flashcpp_tensor* topk_length;       /* i32 [b] or NULL */
-  const flashcpp_tensor* extra_kv_cache;    /* V4 pages of the extra pool, or NULL */
-  const flashcpp_tensor* extra_indices;     /* i32 [b, s_q, extra_topk]; given iff extra_kv_cache is */
-  const flashcpp_tensor* extra_topk_length; /* i32 [b] or NULL (extra pool only) */
   const flashcpp_tensor* attn_sink;         /* f32 [h_q] or NULL */
-  const flashcpp_tensor* out;               /* bf16 [b, s_q, h_q, 512] */
-  const flashcpp_tensor* lse;               /* f32 [b, s_q, h_q] */
-  const flashcpp_tensor* sched_meta;        /* the plan buffers, NULL when the plan is not split */
-  const flashcpp_tensor* num_splits;
-  const flashcpp_tensor* lse_accum;
-  const flashcpp_tensor* o_accum;
-} flashcpp_mla_decode_v4_tensors;
+  const flashcpp_tensor* out;               /* bf16 [b, s_q, h_q, 512] (any strides) */
+  const flashcpp_tensor* lse;               /* f32 [b, s_q, h_q] (any strides) */
+  const flashcpp_tensor* sched_meta;        /* the plan buffers, NULL when the plan is not split: from */
+  const flashcpp_tensor* num_splits;        /*   flashcpp_mla_decode_plan with the same config; lse_accum and */
+  const flashcpp_tensor* lse_accum;         /*   o_accum f32 with at least the planned element counts, */
+  const flashcpp_tensor* o_accum;           /*   16-byte aligned */
+  const flashcpp_tensor* extra_kv_cache;    /* V4 only: the extra pool's pages, or NULL */
+  const flashcpp_tensor* extra_indices;     /* V4 only: i32 [b, s_q, extra_topk]; given iff extra_kv_cache is */
+  const flashcpp_tensor* extra_topk_length; /* V4 only: i32 [b] or NULL (extra pool only) */
+} flashcpp_mla_decode_tensors;
 
-/* Per-call scalars of the V4 decode. It begins with its own size, so later versions can add fields at the
- * end: set struct_size = sizeof(flashcpp_mla_decode_v4_params), or start from FLASHCPP_MLA_DECODE_V4_PARAMS_INIT. */
-typedef struct flashcpp_mla_decode_v4_params {
-  uint32_t struct_size;
-  float sm_scale; /* required: finite and > 0 */
-  int32_t d_v;    /* must be 512 */
-} flashcpp_mla_decode_v4_params;
-#define FLASHCPP_MLA_DECODE_V4_PARAMS_INIT {(uint32_t)sizeof(flashcpp_mla_decode_v4_params), 0.0f, 512}
+/* Sparse decode over the V3.2 FP8 cache; the extra_* members must be NULL. */
+flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* config,
+                                           const flashcpp_mla_decode_tensors* tensors,
+                                           const flashcpp_mla_params* params, void* stream);
 
 /* Sparse decode over the DeepSeek V4 FP8 cache (FlashMLA's "MODEL1"), with an optional extra pool attended
- * in the same softmax. `config` as for flashcpp_mla_decode_plan with d_qk 512 and extra_topk (0 without the
- * extra pool); the plan buffers must come from flashcpp_mla_decode_plan with the same config. */
+ * in the same softmax. `config` with d_qk 512 and extra_topk (0 without the extra pool). */
 flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* config,
-                                              const flashcpp_mla_decode_v4_tensors* tensors,
-                                              const flashcpp_mla_decode_v4_params* params, void* stream);
+                                              const flashcpp_mla_decode_tensors* tensors,
+                                              const flashcpp_mla_params* params, void* stream);
 
 /* Quantizes bf16 [..., 576] into the V3.2 656-byte layout out u8/i8/e4m3 [..., 656] (FlashMLA's bytes).
  * Both tensors on one CUDA device (asynchronous), or both in host memory (runs on the calling thread). */
