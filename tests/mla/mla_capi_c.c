@@ -42,6 +42,22 @@ static flashcpp_tensor make_tensor(void* data, int32_t dtype, int32_t device_typ
   return t;
 }
 
+/* A decode config for 132 SMs on device 1000 (which does not exist: every call stops at the device lookup). */
+static flashcpp_mla_decode_config decode_config(int32_t batch, int32_t s_q, int32_t h_q, int32_t d_qk, int32_t topk,
+                                                int32_t extra_topk) {
+  flashcpp_mla_decode_config c;
+  memset(&c, 0, sizeof c);
+  c.batch = batch;
+  c.s_q = s_q;
+  c.h_q = h_q;
+  c.d_qk = d_qk;
+  c.topk = topk;
+  c.extra_topk = extra_topk;
+  c.num_sms = 132;
+  c.device_id = 1000;
+  return c;
+}
+
 int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   static const int64_t q_shape[3] = {4, 64, 576}, kv_shape[3] = {300, 1, 576}, idx_shape[3] = {4, 1, 128};
   static const int64_t out_shape[3] = {4, 64, 512}, lse_shape[2] = {4, 64};
@@ -110,14 +126,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT, "device id 1000");
 
   /* Decode plan: size query without buffers. */
-  memset(&cfg, 0, sizeof cfg);
-  cfg.batch = 2;
-  cfg.s_q = 1;
-  cfg.h_q = 128;
-  cfg.d_qk = 576;
-  cfg.topk = 2048;
-  cfg.num_sms = 132;
-  cfg.device_id = 1000;
+  cfg = decode_config(2, 1, 128, 576, 2048, 0);
   memset(&sizes, 0x5A, sizeof sizes);
   CHECK(flashcpp_mla_decode_plan(&cfg, NULL, NULL, &sizes, NULL) == FLASHCPP_SUCCESS, "size query: %s",
         flashcpp_last_error());
@@ -175,15 +184,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
     flashcpp_tensor l4 = make_tensor(fake + (4 << 24), FLASHCPP_F32, FLASHCPP_CUDA, 1000, 3, l4_shape);
     flashcpp_tensor xkv = make_tensor(fake + (6 << 24), FLASHCPP_U8, FLASHCPP_CUDA, 1000, 4, kv4_shape);
     flashcpp_tensor xi = make_tensor(fake + (7 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, x4_shape);
-        memset(&cfg, 0, sizeof cfg);
-    cfg.batch = 2;
-    cfg.s_q = 2;
-    cfg.h_q = 64;
-    cfg.d_qk = 512;
-    cfg.topk = 128;
-    cfg.extra_topk = 512;
-    cfg.num_sms = 132;
-    cfg.device_id = 1000;
+    cfg = decode_config(2, 2, 64, 512, 128, 512);
     CHECK(flashcpp_mla_decode_plan(&cfg, NULL, NULL, &sizes, NULL) == FLASHCPP_SUCCESS, "V4 size query: %s",
           flashcpp_last_error());
     memset(&vt, 0, sizeof vt);
