@@ -155,6 +155,14 @@ std::string fa2_variant(const AttentionSpec& a, bool custom_mask_ident) {
 const char* kFa2VariantDecl = "#include<flashinfer/attention/variants.cuh>";
 const char* kFa3VariantDecl = "#include<flashinfer/attention/hopper/variants.cuh>";
 
+// The fa3 FP8 variant's extra parameters (single and batch prefill alike): per-tensor or scalar q/k/v scales.
+AdditionalParams fa3_fp8_params() {
+  return additional_params({{"maybe_scale_q", "float"}, {"maybe_scale_k", "float"}, {"maybe_scale_v", "float"}},
+                           {{"sm_scale", "double"}, {"scale_q_scalar", "double"}, {"scale_k_scalar", "double"},
+                            {"scale_v_scalar", "double"}},
+                           true);
+}
+
 // Renders each (template, output stem) once per mask mode m (0..3) as "<stem><m>.cu", mask modes outermost
 // (the order FlashInfer's generator writes them).
 void render_mask_modes(Generator& g, const Vars& v,
@@ -188,10 +196,7 @@ void gen_single_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a) 
                              {{"logits_soft_cap", "double"}, {"sm_scale", "double"}, {"scale_v_scalar", "double"}}, true);
       variant = std::string("DefaultAttention<") + lower(a.use_logits_soft_cap) + ">";
     } else {
-      ap = additional_params({{"maybe_scale_q", "float"}, {"maybe_scale_k", "float"}, {"maybe_scale_v", "float"}},
-                             {{"sm_scale", "double"}, {"scale_q_scalar", "double"}, {"scale_k_scalar", "double"},
-                              {"scale_v_scalar", "double"}},
-                             true);
+      ap = fa3_fp8_params();
       variant = "DefaultFP8Attention";
     }
     Vars v = attention_vars(a, variant, kFa3VariantDecl, ap, false, true);
@@ -244,10 +249,7 @@ void gen_batch_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a) {
                              true);
       variant = std::string("DefaultAttention<") + lower(a.use_logits_soft_cap) + ">";
     } else {
-      ap = additional_params({{"maybe_scale_q", "float"}, {"maybe_scale_k", "float"}, {"maybe_scale_v", "float"}},
-                             {{"sm_scale", "double"}, {"scale_q_scalar", "double"}, {"scale_k_scalar", "double"},
-                              {"scale_v_scalar", "double"}},
-                             true);
+      ap = fa3_fp8_params();
       variant = "DefaultFP8Attention";
     }
     Vars v = attention_vars(a, variant, kFa3VariantDecl, ap, true, true);
