@@ -96,27 +96,27 @@ std::optional<long> integer(const char* name) {
   return n;
 }
 
-std::optional<double> seconds(const char* name) {
-  const Rule& r = rule(name, Kind::seconds);
+namespace {
+// A real-valued setting: seconds lie in (lo, hi], other numbers in [lo, hi]; NaN is never in range.
+std::optional<double> real(const char* name, Kind kind) {
+  const Rule& r = rule(name, kind);
   const auto v = get(name);
   if (!v) return std::nullopt;
   char* end = nullptr;
   const double d = std::strtod(v->c_str(), &end);
-  if (end == v->c_str() || *end != '\0' || !(d > r.lo) || !(d <= r.hi))
-    fail(r, "a number of seconds in (" + integer_text(r.lo) + ", " + integer_text(r.hi) + "]", *v);
+  const bool above_lo = kind == Kind::seconds ? d > r.lo : d >= r.lo;
+  if (end == v->c_str() || *end != '\0' || !above_lo || !(d <= r.hi))
+    fail(r,
+         kind == Kind::seconds ? "a number of seconds in (" + integer_text(r.lo) + ", " + integer_text(r.hi) + "]"
+                               : "a number in [" + integer_text(r.lo) + ", " + std::to_string(r.hi) + "]",
+         *v);
   return d;
 }
+}  // namespace
 
-std::optional<double> number(const char* name) {
-  const Rule& r = rule(name, Kind::number);
-  const auto v = get(name);
-  if (!v) return std::nullopt;
-  char* end = nullptr;
-  const double d = std::strtod(v->c_str(), &end);
-  if (end == v->c_str() || *end != '\0' || !(d >= r.lo) || !(d <= r.hi))
-    fail(r, "a number in [" + integer_text(r.lo) + ", " + std::to_string(r.hi) + "]", *v);
-  return d;
-}
+std::optional<double> seconds(const char* name) { return real(name, Kind::seconds); }
+
+std::optional<double> number(const char* name) { return real(name, Kind::number); }
 
 std::optional<std::uint64_t> bytes(const char* name) {
   const Rule& r = rule(name, Kind::bytes);
