@@ -112,20 +112,20 @@ void check_host_i32(const Validator& v, const TensorView& t, const char* arg, in
 void load_row(const TensorView& t, int64_t offset, int64_t n, double* dst) {
   const int64_t s = t.rank > 0 ? t.strides[static_cast<size_t>(t.rank - 1)] : 1;
   const char* base = static_cast<const char*>(t.data);
+  // 16-bit rows, converted without the per-element dtype switch of load().
+  const auto load16 = [&](auto convert) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, base + (offset + i * s) * 2, 2);
+      dst[i] = convert(h);
+    }
+  };
   switch (t.dtype) {
     case DType::f16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, base + (offset + i * s) * 2, 2);
-        dst[i] = half_to_float(h);
-      }
+      load16(half_to_float);
       return;
     case DType::bf16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, base + (offset + i * s) * 2, 2);
-        dst[i] = bf16_to_float(h);
-      }
+      load16(bf16_to_float);
       return;
     default:
       for (int64_t i = 0; i < n; ++i) dst[i] = load(t, offset + i * s);
