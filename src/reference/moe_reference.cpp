@@ -55,6 +55,24 @@ void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeArgs& a, std::ve
   // The fc2 input dtype: what the kernel stores the activation in.
   const DType act_store = fp8 ? DType::e4m3 : (ds ? DType::bf16 : c.activation_dtype);
 
+  // Row r of expert e's weights times x; in DeepSeek's FP8 mode summed per 128-column block and scaled by that
+  // block's (row / 128, column / 128) scale.
+  const auto weight_row_dot = [&](const TensorView& w, OptionalTensor block_scales, int64_t e, int64_t r,
+                                  const std::vector<double>& x) {
+    const int64_t cols = w.size(2);
+    double s = 0;
+    if (ds) {
+      for (int64_t kb = 0; kb < cols; kb += 128) {
+        double part = 0;
+        for (int64_t d = kb; d < std::min(cols, kb + 128); ++d) part += at(w, {e, r, d}) * x[d];
+        s += part * at(*block_scales, {e, r / 128, kb / 128});
+      }
+    } else {
+      for (int64_t d = 0; d < cols; ++d) s += at(w, {e, r, d}) * x[d];
+    }
+    return s;
+  };
+
   detail::parallel_for(T, threads, [&](int64_t t) {
     std::vector<double> x(static_cast<size_t>(H)), h(static_cast<size_t>(N1)), act(static_cast<size_t>(I));
     for (int64_t d = 0; d < H; ++d) x[d] = at(a.input, {t, d});
@@ -66,16 +84,7 @@ void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeArgs& a, std::ve
       if (e < 0 || e >= E) continue;  // another rank's expert
       const double w = at(a.token_final_scales, {t, kk});
       for (int64_t r = 0; r < N1; ++r) {
-        double s = 0;
-        if (ds) {
-          for (int64_t kb = 0; kb < H; kb += 128) {
-            double part = 0;
-            for (int64_t d = kb; d < std::min(H, kb + 128); ++d) part += at(a.fc1_weights, {e, r, d}) * x[d];
-            s += part * at(*a.fc1_block_scales, {e, r / 128, kb / 128});
-          }
-        } else {
-          for (int64_t d = 0; d < H; ++d) s += at(a.fc1_weights, {e, r, d}) * x[d];
-        }
+        double s = weight_row_dot(a.fc1_weights, a.fc1_block_scales, e, r, x);
         if (fp8) s *= at(*a.fc1_dequant, {e});
         if (a.fc1_bias) s += at(*a.fc1_bias, {e, r});
         h[r] = round_through(c.output_dtype, s);
@@ -87,16 +96,7 @@ void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeArgs& a, std::ve
       }
       if (ds) quantize_blocks_e4m3(act);
       for (int64_t r = 0; r < H; ++r) {
-        double s = 0;
-        if (ds) {
-          for (int64_t kb = 0; kb < I; kb += 128) {
-            double part = 0;
-            for (int64_t i = kb; i < std::min(I, kb + 128); ++i) part += at(a.fc2_weights, {e, r, i}) * act[i];
-            s += part * at(*a.fc2_block_scales, {e, r / 128, kb / 128});
-          }
-        } else {
-          for (int64_t i = 0; i < I; ++i) s += at(a.fc2_weights, {e, r, i}) * act[i];
-        }
+        double s = weight_row_dot(a.fc2_weights, a.fc2_block_scales, e, r, act);
         if (fp8) s *= at(*a.fc2_dequant, {e});
         if (a.fc2_bias) s += at(*a.fc2_bias, {e, r});
         acc[r] += w * round_through(c.output_dtype, s);

@@ -22,7 +22,7 @@ TensorView host_i32(std::vector<int32_t>& v, std::initializer_list<int64_t> shap
   return TensorView::contiguous(v.data(), DType::i32, Device::cpu(), shape);
 }
 
-TEST(ExtraReference, Codecs) {
+TEST(MlaGdnMoeReference, Codecs) {
   EXPECT_EQ(e4m3_bits_to_float(0x38), 1.0f);
   EXPECT_EQ(e4m3_bits_to_float(0x7e), 448.0f);
   EXPECT_EQ(e4m3_bits_to_float(0x01), std::ldexp(1.0f, -9));
@@ -48,7 +48,7 @@ TEST(ExtraReference, Codecs) {
 }
 
 // One request, one head; known scores.
-TEST(ExtraReference, MlaSoftmaxLseAndCausal) {
+TEST(MlaGdnMoeReference, MlaSoftmaxLseAndCausal) {
   const int64_t P = 2, page = 2;
   std::vector<float> qn(512, 0.0f), qp(64, 0.0f), ckv(P * page * 512, 0.0f), kpe(P * page * 64, 0.0f);
   qn[0] = 1.0f;  // score_j = ckv[j][0] · sm_scale
@@ -87,7 +87,7 @@ TEST(ExtraReference, MlaSoftmaxLseAndCausal) {
   EXPECT_NEAR(lse[1], std::log(5.0), 1e-6);
 }
 
-TEST(ExtraReference, GdnDeltaRuleByHand) {
+TEST(MlaGdnMoeReference, GdnDeltaRuleByHand) {
   // D = 2, one head, one sequence of two tokens.
   std::vector<float> q{1, 0, 0, 1}, k{1, 0, 0, 1}, v{2, 3, 5, 7}, alpha{0.5f, 0.5f}, beta{1.0f, 0.5f};
   std::vector<int64_t> cu{0, 2};
@@ -128,7 +128,7 @@ TEST(ExtraReference, GdnDeltaRuleByHand) {
   EXPECT_NEAR(out[1], 3 / std::sqrt(2.0), 1e-12);
 }
 
-TEST(ExtraReference, GdnHeadGrouping) {
+TEST(MlaGdnMoeReference, GdnHeadGrouping) {
   // GVA: Hq = Hk = 1, Hv = 2: both output heads use q/k head 0 and their own v head.
   std::vector<float> q{1, 0}, k{1, 0}, v{1, 2, 3, 4};
   std::vector<int64_t> cu{0, 1};
@@ -147,7 +147,7 @@ TEST(ExtraReference, GdnHeadGrouping) {
   EXPECT_NEAR(out[3], 4, 1e-12);
 }
 
-TEST(ExtraReference, MoeSwigluGateOrderAndRouting) {
+TEST(MlaGdnMoeReference, MoeSwigluGateOrderAndRouting) {
   // 1 token, H = 2, I = 1, 2 experts, top-2 with weights 0.25 / 0.75 (f32 everywhere: no rounding).
   std::vector<float> x{1, 2}, w1{
       // expert 0: rows [linear; gate]
@@ -179,7 +179,7 @@ TEST(ExtraReference, MoeSwigluGateOrderAndRouting) {
   EXPECT_EQ(out[0], 0.0);
 }
 
-TEST(ExtraReference, MoeFp8PerTensorDequantizesExactly) {
+TEST(MlaGdnMoeReference, MoeFp8PerTensorDequantizesExactly) {
   // e4m3 inputs/weights with byte values chosen by hand; identity activation, 1 expert, top-1.
   std::vector<uint8_t> x{0x38, 0x40};          // 1.0, 2.0
   std::vector<uint8_t> w1{0x38, 0x38};         // fc1 [1, 1, 2]: h = (1 + 2) · fc1_dequant
