@@ -1,6 +1,7 @@
 // Internals shared by prefill.cpp and decode.cpp: the batch-prefill plan core (also the tensor-core
 // decode path) and argument packing of FlashInfer's attention entry points.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,18 @@ void check_plan_overlap(const Validator& v, const Workspace& ws, std::initialize
 /// Overlap rule of single prefill/decode: out, lse and a non-empty tmp against q, k, v.
 void check_single_overlap(const Validator& v, const TensorView& out, OptionalTensor lse, const TensorView& tmp,
                           const TensorView& q, const TensorView& k, const TensorView& vv);
+
+/// A batch plan's dtypes and layout: q f16 or bf16, kv equal to q, o (q's when unset) f16 or bf16, layout nhd or
+/// hnd. Returns o's dtype.
+inline DType check_plan_dtypes_and_layout(const Validator& v, DType q, DType kv, std::optional<DType> o,
+                                          KvLayout layout) {
+  if (q != DType::f16 && q != DType::bf16) v.fail("q_dtype", "must be f16 or bf16");
+  if (kv != q) v.fail("kv_dtype", "must equal q_dtype");
+  const DType o_dtype = o.value_or(q);
+  if (o_dtype != DType::f16 && o_dtype != DType::bf16) v.fail("o_dtype", "must be f16 or bf16");
+  if (layout != KvLayout::nhd && layout != KvLayout::hnd) v.fail("layout", "must be nhd or hnd");
+  return o_dtype;
+}
 
 /// Strides are passed to FlashInfer's kernels as 32-bit values.
 void check_strides_32bit(const Validator& v, const TensorView& t, const char* arg);

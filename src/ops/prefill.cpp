@@ -378,11 +378,7 @@ BatchPrefillPlan BatchPrefillPlan::create(const Runtime& rt, const Workspace& ws
   const int64_t dvo = c.head_dim_vo == 0 ? c.head_dim_qk : c.head_dim_vo;
   v.in_range(c.head_dim_qk, "head_dim_qk", 16, 512).divisible(c.head_dim_qk, "head_dim_qk", 16, "16");
   v.in_range(dvo, "head_dim_vo", 16, 512).divisible(dvo, "head_dim_vo", 16, "16");
-  if (c.q_dtype != DType::f16 && c.q_dtype != DType::bf16) v.fail("q_dtype", "must be f16 or bf16");
-  if (c.kv_dtype != c.q_dtype) v.fail("kv_dtype", "must equal q_dtype");
-  const DType o_dtype = c.o_dtype.value_or(c.q_dtype);
-  if (o_dtype != DType::f16 && o_dtype != DType::bf16) v.fail("o_dtype", "must be f16 or bf16");
-  if (c.layout != KvLayout::nhd && c.layout != KvLayout::hnd) v.fail("layout", "must be nhd or hnd");
+  const DType o_dtype = ops::check_plan_dtypes_and_layout(v, c.q_dtype, c.kv_dtype, c.o_dtype, c.layout);
   ops::check_window_and_cap(v, c.window_left, c.logits_soft_cap);
   const double sm_scale = ops::resolve_sm_scale(v, c.sm_scale, c.head_dim_qk);
   if (c.fixed_split_size < -1 || c.fixed_split_size == 0)
