@@ -159,19 +159,23 @@ double e4m3_value(uint8_t code) {
   return sign * std::ldexp(1.0 + man / 8.0, exp - 7);
 }
 
+namespace {
+// The 64 RoPE values of a cache row, stored as bf16 (unaligned bytes), as doubles.
+void load_bf16_rope(const uint8_t* src, double* dst) {
+  for (int i = 0; i < 64; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = bf16_to_float(h);
+  }
+}
+}  // namespace
+
 std::vector<double> mla_dequantize_v32_row(const uint8_t* row) {
   std::vector<double> v(576);
   float scales[4];
   std::memcpy(scales, row + 512, 16);
   for (int i = 0; i < 512; ++i) v[static_cast<size_t>(i)] = e4m3_value(row[i]) * static_cast<double>(scales[i / 128]);
-  for (int i = 0; i < 64; ++i) {
-    uint16_t h;
-    std::memcpy(&h, row + 528 + 2 * i, 2);
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    v[static_cast<size_t>(512 + i)] = f;
-  }
+  load_bf16_rope(row + 528, &v[512]);
   return v;
 }
 
@@ -287,14 +291,7 @@ std::vector<double> mla_dequantize_v4_token(const uint8_t* page, int64_t block_s
     const double scale = e == 0xff ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, e - 127);
     v[static_cast<size_t>(i)] = e4m3_value(record[i]) * scale;
   }
-  for (int i = 0; i < 64; ++i) {
-    uint16_t h;
-    std::memcpy(&h, record + 448 + 2 * i, 2);
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    v[static_cast<size_t>(448 + i)] = f;
-  }
+  load_bf16_rope(record + 448, &v[448]);
   return v;
 }
 
