@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "flashcpp/error.hpp"
+#include "flashcpp/reference.hpp"
 
 namespace flashcpp::reference {
 namespace {
