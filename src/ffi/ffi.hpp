@@ -209,9 +209,7 @@ void call(abi::SafeCall fn, std::span<const Arg> args, Any* result, const Stream
 /// Calls a Function object.
 void call(const Function& fn, std::span<const Arg> args, Any* result, const StreamBinding* binding);
 
-/// The one way ops call a module function: packs each value itself (a TensorView as a borrowed DLTensor, an
-/// OptionalTensor as one or None, scalars, strings and objects as they are), binds `binding`'s stream for the
-/// call and decodes a failure (FfiError). Nothing is allocated.
+/// How ffi::invoke packs one value (below).
 namespace detail {
 template <class T>
 struct Packed {
@@ -242,7 +240,11 @@ struct Packed<OptionalTensor> {
 };
 }  // namespace detail
 
-template <class Callee, class... Ts>  // Callee: abi::SafeCall (an exported function) or Function
+/// The one way ops call a module function: packs each value itself (a TensorView as a borrowed DLTensor, an
+/// OptionalTensor as one or None, scalars, strings and objects as they are), binds `binding`'s stream for the
+/// call and decodes a failure (FfiError). Nothing is allocated.
+/// Callee: abi::SafeCall (an exported function) or Function.
+template <class Callee, class... Ts>
 void invoke(const Callee& fn, const StreamBinding& binding, Any* result, Ts&&... values) {
   std::tuple<detail::Packed<std::remove_cvref_t<Ts>>...> packed(values...);
   std::apply(
