@@ -10,6 +10,7 @@
 //     half (dims 256..d_qk-1); every half has a "full" and an "empty" mbarrier. bf16 KV: cp.async 16 B,
 //     zero-filled for masked rows. FP8 KV: 16-byte loads issued before the buffer is free, then
 //     dequantized (fp8_v32_dequant.cuh) and stored; RoPE dims by cp.async. Masked rows are never read.
+//     (Tile A's RoPE atom also holds P_A: how its writes are ordered, see rope_by_registers.)
 //   * FP8 with h_q 65..128 runs as a 2-CTA cluster (the two head groups of a token, which need the same
 //     tiles): each CTA's producer dequantizes half of every tile's rows and stores them into both CTAs'
 //     tiles (st.async to the peer, completing transactions on the peer's full barrier); a half-tile is
@@ -229,7 +230,34 @@ struct Smem {
 };
 
 // The half of tile t that is loaded (and read by its S GEMM) first: A's left, B's right (see the header).
-__device__ __forceinline__ constexpr int first_half(int t) { return t; }
+__host__ __device__ __forceinline__ constexpr int first_half(int t) { return t; }
+
+// Tile A's RoPE atom also holds P_A (kPAInRope): consumer 0 stores P_A there once S_A is done, so every
+// write of the producer to those bytes must be ordered before those stores by an arrival of the thread that
+// made it (the order compute-sanitizer's racecheck follows; it does not follow cp.async.mbarrier.arrive):
+//   * bf16: the producer fills the atom with ordinary loads and stores (rope_by_registers), published by
+//     the fill's ordinary arrival;
+//   * FP8: its registers are spoken for (a register copy measured 15% slower), so the atom comes by cp.async
+//     as the other RoPE rows do; the producer confirms those copies landed (cp.async.wait_all) before its
+//     ordinary arrival on the next fill, B-left, and consumer 0 waits for that fill before it stores P_A
+//     (rope_a_confirmed_by_b_left). That fill completes before consumer 1's S_B anyway, so nobody waits longer.
+template <class C>
+__host__ __device__ __forceinline__ constexpr bool rope_by_registers(int t, int half) {
+  return C::kPAInRope && !C::kFp8 && t == 0 && half == 1;
+}
+template <class C>
+__host__ __device__ __forceinline__ constexpr bool rope_a_confirmed_by_b_left() {
+  return C::kPAInRope && C::kFp8;
+}
+// Whether a fill of (t, half) ends with a cp.async arrival, and with an ordinary one (valid flags, stores).
+template <class C>
+__host__ __device__ __forceinline__ constexpr bool fill_has_cp_async(int t, int half) {
+  return !C::kFp8 || half == 1;
+}
+template <class C>
+__host__ __device__ __forceinline__ constexpr bool fill_has_ordinary(int t, int half) {
+  return C::kFp8 || half == first_half(t) || rope_by_registers<C>(t, half);
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Work items. Unsplit: one item, the CTA's token over all its tiles. Split-KV (decode): the items of
@@ -352,6 +380,23 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         idx[r] = (tile < w.tile_end && slot < w.eff) ? __ldg(idx_row + slot) : -1;
       }
     };
+    // Tile A's RoPE atom by registers (bf16, rope_by_registers): loaded before the wait for the free buffer.
+    auto load_rope = [&](const int (&idx)[C::kRowsPerThread], uint4 (&rope)[C::kRowsPerThread]) {
+#pragma unroll
+      for (int r = 0; r < C::kRowsPerThread; ++r) {
+        const int id = idx[r];
+        const bool valid = id >= 0 && static_cast<int64_t>(id) < p.num_kv;
+        const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.kv) +
+                                   (valid ? static_cast<int64_t>(id) * p.kv_row_stride : 0) +
+                                   (C::kAtoms - 1) * C::kAtomCols + sub * 8;
+        rope[r] = valid ? ld_global_nc_v4(src) : make_uint4(0, 0, 0, 0);
+      }
+    };
+    auto store_rope = [&](uint32_t tile, const uint4 (&rope)[C::kRowsPerThread]) {
+#pragma unroll
+      for (int r = 0; r < C::kRowsPerThread; ++r)
+        st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(r * C::kRowsPerPass + group, sub), rope[r]);
+    };
     const int n_iters = w.n_iters();
     int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
     if (n_iters > 0) {
@@ -399,10 +444,13 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         const int half = step < 2 ? first_half(t) : 1 - first_half(t);
         const uint32_t tile = sm.tile(t);
         if constexpr (!C::kFp8) {
+          const bool rope_regs = rope_by_registers<C>(t, half);
+          uint4 rope[C::kRowsPerThread];
+          if (rope_regs) load_rope(idx_cur[t], rope);
           if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
           const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
           const int a0 = half == 0 ? 0 : C::kLeftAtoms;
-          const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
+          const int a1 = half == 0 ? C::kLeftAtoms : (rope_regs ? C::kAtoms - 1 : C::kAtoms);
 #pragma unroll
           for (int r = 0; r < C::kRowsPerThread; ++r) {
             const int row = r * C::kRowsPerPass + group;
@@ -414,7 +462,12 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
               cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
             if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
           }
-          if (step < 2) mbar_arrive(sm.bar_full(t, half));  // publishes the valid flags (release)
+          if (rope_regs) {
+            store_rope(tile, rope);
+            fence_proxy_async();  // for the tensor cores
+          }
+          // Publishes the valid flags and the RoPE stores (release).
+          if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
           cp_async_arrive(sm.bar_full(t, half));
         } else {
           // FP8: the raw bytes of this step were loaded one step ahead (cluster) or just now (alone).
@@ -468,9 +521,11 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           }
           fence_proxy_async();  // the dequantized stores, for the tensor cores
           // ... and the valid flags (release); in a cluster the peer's half of the rows comes as transactions.
+          // B-left's ordinary arrival also confirms that tile A's RoPE copies of this thread have landed.
+          if (rope_a_confirmed_by_b_left<C>() && t == 1 && half == 0) cp_async_wait_all();
           if (C::kCluster && ptid == 0) mbar_arrive_expect_tx(sm.bar_full(t, half), C::kPeerBytesPerHalf);
           else mbar_arrive(sm.bar_full(t, half));
-          if (half == 1) cp_async_arrive(sm.bar_full(t, half));
+          if (fill_has_cp_async<C>(t, half)) cp_async_arrive(sm.bar_full(t, half));
         }
       }
 #pragma unroll
@@ -515,12 +570,18 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
   const uint64_t desc_v_other = make_desc(sm.tile(kOther) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
   const uint64_t desc_p_other = make_desc(sm.p_of(kOther), 16, 1024);
   const uint32_t p_own = sm.p_of(W);
-  // A half-tile this consumer is done with: one arrival per warp, on both CTAs' barriers in a cluster
-  // (the peer's producer writes its rows into this CTA's tiles too).
-  auto release = [&](int tile, int half) {
-    if (lane == 0) {
-      mbar_arrive(sm.bar_empty(tile, half));
-      if constexpr (C::kCluster) mbar_arrive_remote(sm.peer(sm.bar_empty(tile, half)));
+  // A half-tile this consumer is done with. GENERIC: this warpgroup also read or wrote some of it with
+  // ordinary loads and stores (the valid flags, P_A); then every thread arrives itself, so each of those
+  // accesses is ordered before the producer's next writes by its own thread's arrival. That is the order
+  // racecheck follows: one arrival per warp after __syncwarp, or after a warpgroup bar.sync, was reported
+  // as a race. Otherwise (only the tensor cores read it) one lane per warp arrives: every thread arriving on
+  // every release measured 20% slower in prefill. In a cluster one lane per warp also arrives on the peer's
+  // barrier (the peer's producer writes its rows into this CTA's tiles, read here only by wgmma).
+  auto release = [&](int tile, int half, auto generic) {
+    if (decltype(generic)::value || lane == 0) mbar_arrive(sm.bar_empty(tile, half));
+    if constexpr (C::kCluster) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive_remote(sm.peer(sm.bar_empty(tile, half)));
     }
   };
 
@@ -602,6 +663,9 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       }
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
+      // P_A overwrites tile A's RoPE atom: its copies are confirmed landed by the B-left fill (complete
+      // already: consumer 1's S_B needed it before the shared row max).
+      if constexpr (W == 0 && rope_a_confirmed_by_b_left<C>()) mbar_wait<C::kCluster>(sm.bar_full(1, 0), phase);
       // P to shared memory for the other consumer (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)).
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -612,7 +676,7 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       fence_proxy_async();
       named_arrive(W == 0 ? kBarPReadyA : kBarPReadyB);
       // P_A in tile A's RoPE block: the producer's next RoPE copy there also waits for these stores.
-      if constexpr (W == 0 && C::kPAInRope) release(0, 1);
+      if constexpr (W == 0 && C::kPAInRope) release(0, 1, std::true_type{});
 
       if (alpha0 != 1.f || alpha1 != 1.f) {
 #pragma unroll
@@ -640,10 +704,10 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
                             desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
       wgmma_commit();
       wgmma_wait<1>();
-      release(W, first_half(W));  // own tile's early half: last reader done
+      release(W, first_half(W), std::true_type{});  // own tile's early half: last reader done
       wgmma_wait<0>();
       fence_regs(o);
-      release(kOther, 1 - first_half(kOther));  // other tile's late half
+      release(kOther, 1 - first_half(kOther), std::false_type{});  // other tile's late half
     }
     iter += n_iters;
     // Q may be reloaded. (Arriving right after the last S GEMM would let the reload overlap the last PV,
@@ -739,15 +803,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
     mbar_init(sm.bar_q_empty(), C::kConsumerThreads);
     for (int t = 0; t < 2; ++t)
       for (int half = 0; half < 2; ++half) {
-        // Arrivals per fill: bf16, one cp.async arrival per producer thread, plus an ordinary one on the
-        // early half (the valid flags); FP8, an ordinary one (stores and flags), plus a cp.async one on the
-        // right half (RoPE).
-        const bool extra = C::kFp8 ? half == 1 : half == first_half(t);
-        mbar_init(sm.bar_full(t, half), (extra ? 2 : 1) * C::kProducerThreads);
-        // One arrival per warp of the releasing consumer (and of consumer 0 for tile A's right half when P_A
-        // lives there), from each CTA of the cluster.
+        // Arrivals per fill, from every producer thread: a cp.async one (bf16: all copies; FP8: the RoPE
+        // dims) and an ordinary one (valid flags on the early half, FP8 stores, RoPE stores).
+        mbar_init(sm.bar_full(t, half),
+                  ((fill_has_cp_async<C>(t, half) ? 1 : 0) + (fill_has_ordinary<C>(t, half) ? 1 : 0)) *
+                      C::kProducerThreads);
         const bool pa_writer = C::kPAInRope && t == 0 && half == 1;
-        mbar_init(sm.bar_empty(t, half), (pa_writer ? 8 : 4) * C::kClusterCtas);
+        // Releases: the early half by its own consumer, every thread (GENERIC: it read the valid flags); the
+        // late half by the other consumer, one lane per warp, and tile A's also by consumer 0, every thread
+        // (P_A). In a cluster, each releasing consumer of the peer adds one arrival per warp.
+        const int local = half == first_half(t) ? C::kConsumerThreads / 2 : (pa_writer ? C::kConsumerThreads / 2 + 4 : 4);
+        mbar_init(sm.bar_empty(t, half), local + (pa_writer ? 8 : 4) * (C::kClusterCtas - 1));
       }
   }
   if constexpr (C::kCluster) {

@@ -58,8 +58,8 @@ struct Config {
   static constexpr int kFp8RowBytes = 656, kFp8ScaleOffset = 512, kFp8RopeOffset = 528;
   static constexpr int kFp8ChunksPerHalf = 2;
   // In a cluster each CTA dequantizes the rows of its rank (rank r: rows r*32 .. +32, i.e. rows-per-thread
-  // indices r*2, r*2+1) and stores them in both CTAs' tiles; the RoPE dims (cp.async) every CTA loads for
-  // all 64 rows itself. The halved register need can pay for a second raw buffer: the loads of the next
+  // indices r*2, r*2+1) and stores them in both CTAs' tiles; the RoPE dims every CTA loads for all
+  // 64 rows itself. The halved register need can pay for a second raw buffer: the loads of the next
   // half-tile in flight while this one is dequantized.
   static constexpr int kDequantRowsPerThread = kRowsPerThread / CLUSTER_CTAS;
   static constexpr int kFp8RawBuffers = RAW_BUFFERS;
