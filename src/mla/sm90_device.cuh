@@ -28,6 +28,13 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
+// Sets every element of a (nested) register array of float accumulators to 0.
+__device__ __forceinline__ void zero_fill(float& x) { x = 0.f; }
+template <class T, int N>
+__device__ __forceinline__ void zero_fill(T (&a)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) zero_fill(a[i]);
+}
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);

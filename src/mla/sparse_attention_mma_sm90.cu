@@ -327,12 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
 
     // ---- Per-thread state. Rows of this thread: r = 2*mt + hf -> row 32*mw + 16*mt + 8*hf + g.
     float o_acc[2][16][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] = 0.f;
+    sm90::zero_fill(o_acc);
     float m_run[4], l_run[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -365,12 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
       // ---- S = Q K^T: rows 32*mw .. +32, columns 16*nq .. +16, k = D_QK.
       const uint32_t kbuf = sK + buf * Plan::kKBytes;
       float s_acc[2][2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s_acc[mt][nt][e] = 0.f;
+      sm90::zero_fill(s_acc);
       // 64 columns (8 chunks, one swizzle period) per outer step; the inner 4 k-steps use per-lane
       // swizzled chunk offsets (the XOR touches only the low 3 bits of the chunk index).
 #pragma unroll 1
