@@ -1,6 +1,8 @@
 // Plumbing shared by every C ABI entry point: exception -> status translation with a thread-local
 // last-error message, and flashcpp_tensor -> TensorView conversion (validated).
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -43,6 +45,16 @@ std::shared_ptr<const Runtime> default_runtime();
 
 /// Throws invalid_argument "<op>: argument '<name>' must not be NULL" when `p` is NULL.
 void require_non_null(const void* p, const char* op, const char* name);
+
+/// A size-prefixed struct argument: present, and of exactly the size this library was built with (a caller
+/// built against another header is refused rather than having fields ignored or read past). `init` names
+/// the initializer the message recommends.
+void require_struct_size(uint32_t struct_size, size_t expected, const char* op, const char* name, const char* init);
+template <class T>
+void require_struct(const T* s, const char* op, const char* name, const char* init) {
+  require_non_null(s, op, name);
+  require_struct_size(s->struct_size, sizeof(T), op, name, init);
+}
 
 /// Converts and checks a C tensor (rank, dtype and device codes). `name` is used in messages.
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name);

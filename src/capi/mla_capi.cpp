@@ -12,6 +12,7 @@ namespace {
 using flashcpp::TensorView;
 using flashcpp::capi::optional;
 using flashcpp::capi::require_non_null;
+using flashcpp::capi::require_struct;
 using flashcpp::capi::to_view;
 namespace mla = flashcpp::mla;
 
@@ -27,17 +28,6 @@ mla::DecodeConfig to_config(const flashcpp_mla_decode_config* c) {
   return d;
 }
 
-// The scalars struct: present, and of a size this library knows (a caller built against a newer header, with
-// a larger struct, is refused rather than having fields ignored).
-void check_params(const flashcpp_mla_params* params, const char* op) {
-  require_non_null(params, op, "params");
-  if (params->struct_size != sizeof(flashcpp_mla_params))
-    throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
-                          std::string(op) + ": argument 'params' has struct_size " +
-                              std::to_string(params->struct_size) + "; it must be " +
-                              std::to_string(sizeof(flashcpp_mla_params)) + " (use FLASHCPP_MLA_PARAMS_INIT)");
-}
-
 // What both decode entries take from their C arguments: the required tensors, the workspace (config and plan
 // buffers), with q on config->device_id.
 struct DecodeCall {
@@ -47,7 +37,7 @@ struct DecodeCall {
              const flashcpp_mla_params* params, const char* op) {
     require_non_null(config, op, "config");
     require_non_null(tensors, op, "tensors");
-    check_params(params, op);
+    require_struct(params, op, "params", "FLASHCPP_MLA_PARAMS_INIT");
     const flashcpp_mla_decode_tensors& t = *tensors;
     q = to_view(t.q, op, "tensors.q");
     kv_cache = to_view(t.kv_cache, op, "tensors.kv_cache");
@@ -101,7 +91,7 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_sparse_prefill";
     require_non_null(tensors, op, "tensors");
-    check_params(params, op);
+    require_struct(params, op, "params", "FLASHCPP_MLA_PARAMS_INIT");
     const flashcpp_mla_prefill_tensors& t = *tensors;
     const TensorView qv = to_view(t.q, op, "tensors.q");
     const TensorView kvv = to_view(t.kv, op, "tensors.kv");

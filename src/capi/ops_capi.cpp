@@ -117,8 +117,7 @@ flashcpp_status flashcpp_append_paged_mla_kv_cache(const flashcpp_tensor* ckv, c
 
 void flashcpp_attention_options_init(flashcpp_attention_options* o) {
   if (!o) return;
-  *o = flashcpp_attention_options{};
-  o->window_left = -1;
+  *o = flashcpp_attention_options FLASHCPP_ATTENTION_OPTIONS_INIT;
 }
 
 flashcpp_status flashcpp_single_prefill(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* v,
@@ -127,7 +126,7 @@ flashcpp_status flashcpp_single_prefill(const flashcpp_tensor* q, const flashcpp
                                         void* stream) {
   constexpr const char* op = "single_prefill";
   return guard([&] {
-    capi::require_non_null(options, op, "options");
+    capi::require_struct(options, op, "options", "FLASHCPP_ATTENTION_OPTIONS_INIT");
     SinglePrefillOptions o;
     o.causal = options->causal != 0;
     o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
@@ -149,7 +148,7 @@ flashcpp_status flashcpp_single_decode(const flashcpp_tensor* q, const flashcpp_
                                        void* stream) {
   constexpr const char* op = "single_decode";
   return guard([&] {
-    capi::require_non_null(options, op, "options");
+    capi::require_struct(options, op, "options", "FLASHCPP_ATTENTION_OPTIONS_INIT");
     SingleDecodeOptions o;
     o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
     o.window_left = options->window_left;
@@ -171,11 +170,7 @@ void flashcpp_recommended_workspace_bytes(int64_t* float_bytes, int64_t* int_byt
 
 void flashcpp_batch_prefill_config_init(flashcpp_batch_prefill_config* c) {
   if (!c) return;
-  *c = flashcpp_batch_prefill_config{};
-  c->q_dtype = c->kv_dtype = FLASHCPP_BF16;
-  c->o_dtype = -1;
-  c->window_left = -1;
-  c->fixed_split_size = -1;
+  *c = flashcpp_batch_prefill_config FLASHCPP_BATCH_PREFILL_CONFIG_INIT;
 }
 
 flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_config* config,
@@ -185,7 +180,7 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
                                                    flashcpp_batch_prefill_plan** out_plan) {
   constexpr const char* op = "batch_prefill_plan_create";
   return guard([&] {
-    capi::require_non_null(config, op, "config");
+    capi::require_struct(config, op, "config", "FLASHCPP_BATCH_PREFILL_CONFIG_INIT");
     capi::require_non_null(out_plan, op, "out_plan");
     *out_plan = nullptr;
     BatchPrefillConfig c;
@@ -252,10 +247,7 @@ void flashcpp_batch_prefill_plan_destroy(flashcpp_batch_prefill_plan* plan) { de
 
 void flashcpp_batch_decode_config_init(flashcpp_batch_decode_config* c) {
   if (!c) return;
-  *c = flashcpp_batch_decode_config{};
-  c->q_dtype = c->kv_dtype = FLASHCPP_BF16;
-  c->o_dtype = -1;
-  c->window_left = -1;
+  *c = flashcpp_batch_decode_config FLASHCPP_BATCH_DECODE_CONFIG_INIT;
 }
 
 flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_config* config,
@@ -264,7 +256,7 @@ flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_co
                                                   void* stream, flashcpp_batch_decode_plan** out_plan) {
   constexpr const char* op = "batch_decode_plan_create";
   return guard([&] {
-    capi::require_non_null(config, op, "config");
+    capi::require_struct(config, op, "config", "FLASHCPP_BATCH_DECODE_CONFIG_INIT");
     capi::require_non_null(out_plan, op, "out_plan");
     *out_plan = nullptr;
     BatchDecodeConfig c;

@@ -220,6 +220,10 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
     const std::string n = which == 0 ? "single_prefill" : "single_decode";
     probes.push_back({n + " options NULL", [=] { return fn(&q, &k, &v, &o, nullptr, nullptr, nullptr, nullptr); },
                       kInvalid, "'options' must not be NULL"});
+    flashcpp_attention_options small = opt;
+    small.struct_size = 8;  // a caller built against another header
+    probes.push_back({n + " options struct_size", [=] { return fn(&q, &k, &v, &o, nullptr, nullptr, &small, nullptr); },
+                      kInvalid, "argument 'options' has struct_size 8; it must be " + std::to_string(sizeof opt)});
     for (int arg = 0; arg < 4; ++arg)
       probes.push_back({n + " tensor " + std::to_string(arg) + " NULL",
                         [=] {
@@ -261,6 +265,11 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
   const std::vector<std::tuple<std::string, std::function<flashcpp_status()>, std::string>> prefill_cases = {
       {"baseline", [=] { return prefill_create(&pc, &ws, &qo_h, &kv_h, &last_h, &idx_h, true); }, ""},
       {"config NULL", [=] { return prefill_create(nullptr, &ws, &qo_h, &kv_h, &last_h, &idx_h, true); }, "'config'"},
+      {"config struct_size", [=] {
+         flashcpp_batch_prefill_config larger = pc;
+         larger.struct_size = sizeof pc + 8;
+         return prefill_create(&larger, &ws, &qo_h, &kv_h, &last_h, &idx_h, true);
+       }, "argument 'config' has struct_size " + std::to_string(sizeof pc + 8)},
       {"workspace NULL", [=] { return prefill_create(&pc, nullptr, &qo_h, &kv_h, &last_h, &idx_h, true); }, "'workspace'"},
       {"workspace.float_buffer NULL", [=] { return prefill_create(&pc, &ws_missing, &qo_h, &kv_h, &last_h, &idx_h, true); },
        "'workspace.float_buffer' must not be NULL"},
@@ -301,6 +310,11 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
   const std::vector<std::tuple<std::string, std::function<flashcpp_status()>, std::string>> decode_cases = {
       {"baseline", [=] { return decode_create(&dc, &kv_h, &last_h, &idx_h, true); }, ""},
       {"config NULL", [=] { return decode_create(nullptr, &kv_h, &last_h, &idx_h, true); }, "'config'"},
+      {"config struct_size", [=] {
+         flashcpp_batch_decode_config zeroed = dc;
+         zeroed.struct_size = 0;
+         return decode_create(&zeroed, &kv_h, &last_h, &idx_h, true);
+       }, "argument 'config' has struct_size 0"},
       {"out_plan NULL", [=] { return decode_create(&dc, &kv_h, &last_h, &idx_h, false); }, "'out_plan'"},
       {"kv_indptr NULL", [=] { return decode_create(&dc, nullptr, &last_h, &idx_h, true); }, "kv_indptr"},
       {"kv_indptr data NULL", [=] { return decode_create(&dc, &nkv, &last_h, &idx_h, true); }, "'kv_indptr' must not be null"},

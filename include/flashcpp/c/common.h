@@ -11,10 +11,13 @@ extern "C" {
 /* The C ABI version, MAJOR.MINOR.PATCH. The ABI only grows: a MINOR release may add functions, status and
  * enum values, and fields at the end of structs that begin with their own size; a PATCH release changes no
  * declaration; only a MAJOR release may change or remove anything (2.0.0: the status codes became the C++
- * ErrorCode values one to one). FLASHCPP_C_ABI_VERSION packs the three as MAJOR * 10000 + MINOR * 100 + PATCH;
+ * ErrorCode values one to one; 3.0.0: the FlashInfer ops' options and configs begin with their size).
+ * Every struct of scalars a function takes begins with `uint32_t struct_size` and has an *_INIT initializer
+ * (and for the FlashInfer ops an *_init function) that sets it; a struct_size other than the library's
+ * sizeof is refused with FLASHCPP_INVALID_ARGUMENT, never read past or half-used. FLASHCPP_C_ABI_VERSION packs the three as MAJOR * 10000 + MINOR * 100 + PATCH;
  * flashcpp_abi_version() returns the loaded library's, so a caller can check it is at least the one it was
  * compiled with and of the same MAJOR. */
-#define FLASHCPP_C_ABI_VERSION_MAJOR 2u
+#define FLASHCPP_C_ABI_VERSION_MAJOR 3u
 #define FLASHCPP_C_ABI_VERSION_MINOR 0u
 #define FLASHCPP_C_ABI_VERSION_PATCH 0u
 #define FLASHCPP_C_ABI_VERSION \

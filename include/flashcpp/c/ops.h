@@ -62,6 +62,7 @@ typedef enum flashcpp_decode_backend {
 } flashcpp_decode_backend;
 
 typedef struct flashcpp_attention_options {
+  uint32_t struct_size;          /* sizeof(flashcpp_attention_options): set by the initializers */
   int32_t causal;                /* prefill only */
   int32_t layout;                /* flashcpp_kv_layout */
   int64_t window_left;           /* -1: no sliding window */
@@ -70,6 +71,7 @@ typedef struct flashcpp_attention_options {
   int32_t decode_backend;        /* single decode: flashcpp_decode_backend */
   int32_t use_fp16_qk_reduction; /* single prefill, f16 only */
 } flashcpp_attention_options;
+#define FLASHCPP_ATTENTION_OPTIONS_INIT {(uint32_t)sizeof(flashcpp_attention_options), 0, 0, -1, 0.0, 0.0, 0, 0}
 
 /* Fills `options` with the defaults (non-causal, NHD, no window, no cap, default scale, automatic). */
 void flashcpp_attention_options_init(flashcpp_attention_options* options);
@@ -96,7 +98,8 @@ void flashcpp_recommended_workspace_bytes(int64_t* float_bytes, int64_t* int_byt
 typedef enum flashcpp_kv_storage { FLASHCPP_KV_PAGED = 0, FLASHCPP_KV_RAGGED = 1 } flashcpp_kv_storage;
 
 typedef struct flashcpp_batch_prefill_config {
-  int32_t kv_storage; /* flashcpp_kv_storage */
+  uint32_t struct_size; /* sizeof(flashcpp_batch_prefill_config): set by the initializers */
+  int32_t kv_storage;   /* flashcpp_kv_storage */
   int64_t num_qo_heads, num_kv_heads, head_dim_qk;
   int64_t head_dim_vo; /* 0: head_dim_qk */
   int64_t page_size;   /* paged only */
@@ -110,6 +113,9 @@ typedef struct flashcpp_batch_prefill_config {
   int64_t fixed_split_size; /* -1: off (fa2 only) */
   int32_t disable_split_kv;
 } flashcpp_batch_prefill_config;
+/* Paged, bf16 q and KV, o_dtype as q, no window, fixed_split_size off, everything else 0 (automatic). */
+#define FLASHCPP_BATCH_PREFILL_CONFIG_INIT \
+  {(uint32_t)sizeof(flashcpp_batch_prefill_config), 0, 0, 0, 0, 0, 0, FLASHCPP_BF16, FLASHCPP_BF16, -1, 0, 0, -1, 0.0, 0.0, 0, 0, 0, -1, 0}
 void flashcpp_batch_prefill_config_init(flashcpp_batch_prefill_config* config);
 
 typedef struct flashcpp_batch_prefill_plan flashcpp_batch_prefill_plan;
@@ -131,6 +137,7 @@ flashcpp_status flashcpp_batch_prefill_run_paged(const flashcpp_batch_prefill_pl
 void flashcpp_batch_prefill_plan_destroy(flashcpp_batch_prefill_plan* plan);
 
 typedef struct flashcpp_batch_decode_config {
+  uint32_t struct_size; /* sizeof(flashcpp_batch_decode_config): set by the initializers */
   int64_t num_qo_heads, num_kv_heads, head_dim, page_size;
   int32_t q_dtype, kv_dtype;
   int32_t o_dtype; /* -1: q_dtype */
@@ -141,6 +148,9 @@ typedef struct flashcpp_batch_decode_config {
   int32_t prefill_backend; /* flashcpp_attention_backend, tensor-core path */
   int32_t enable_cuda_graph, enable_pdl;
 } flashcpp_batch_decode_config;
+/* bf16 q and KV, o_dtype as q, no window, everything else 0 (automatic). */
+#define FLASHCPP_BATCH_DECODE_CONFIG_INIT \
+  {(uint32_t)sizeof(flashcpp_batch_decode_config), 0, 0, 0, 0, FLASHCPP_BF16, FLASHCPP_BF16, -1, 0, -1, 0.0, 0.0, 0, 0, 0, 0}
 void flashcpp_batch_decode_config_init(flashcpp_batch_decode_config* config);
 
 typedef struct flashcpp_batch_decode_plan flashcpp_batch_decode_plan;
