@@ -19,6 +19,7 @@
 // Hopper only); any other device gives Error(unsupported). On SM90 a fast Hopper kernel is used where it
 // handles the shape, the portable "simple" kernel otherwise.
 #pragma once
+#include <optional>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -37,7 +38,7 @@ inline constexpr int kTopkMultiple = 64;       ///< topk must be a positive mult
 // ---------------------------------------------------------------------------------------------------
 
 struct SparsePrefillParams {
-  double sm_scale = 0;                 ///< required: finite and > 0
+  std::optional<double> sm_scale;      ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
   int d_v = kDv;                       ///< must be 512
   OptionalTensor attn_sink = nullptr;  ///< f32 [h_q], contiguous, same device
   OptionalTensor topk_length = nullptr;  ///< i32 [s_q], contiguous, same device; token i uses slots < topk_length[i]
@@ -141,7 +142,7 @@ struct DecodeWorkspace {
 void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream);
 
 struct SparseDecodeParams {
-  double sm_scale = 0;                   ///< required: finite and > 0
+  std::optional<double> sm_scale;        ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
   int d_v = kDv;                         ///< must be 512
   OptionalTensor attn_sink = nullptr;    ///< f32 [h_q]
   OptionalTensor topk_length = nullptr;  ///< i32 [batch] (per request, as FlashMLA)
@@ -161,7 +162,7 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
                    cudaStream_t stream);
 
 struct SparseDecodeV4Params {
-  double sm_scale = 0;                         ///< required: finite and > 0
+  std::optional<double> sm_scale;              ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
   int d_v = kDv;                               ///< must be 512
   OptionalTensor attn_sink = nullptr;          ///< f32 [h_q]
   OptionalTensor topk_length = nullptr;        ///< i32 [batch]: main-pool slots per request

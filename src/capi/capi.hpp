@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -45,6 +46,12 @@ std::shared_ptr<const Runtime> default_runtime();
 
 /// Throws invalid_argument "<op>: argument '<name>' must not be NULL" when `p` is NULL.
 void require_non_null(const void* p, const char* op, const char* name);
+
+/// A C sm_scale field as the C++ option: 0 selects the default (1/sqrt of the op's q·k head dimension), any
+/// other value is passed on (and validated by the op: finite and > 0). common.h documents the rule once.
+inline std::optional<double> sm_scale_of(double c_value) {
+  return c_value == 0.0 ? std::nullopt : std::optional<double>(c_value);
+}
 
 /// A size-prefixed struct argument: present, and of exactly the size this library was built with (a caller
 /// built against another header is refused rather than having fields ignored or read past). `init` names

@@ -14,7 +14,7 @@ extern "C" {
 flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* a, void* stream) {
   return capi::guard([&] {
     const char* op = "flashcpp_gdn_prefill";
-    capi::require_non_null(a, op, "args");
+    capi::require_struct(a, op, "args", "FLASHCPP_GDN_PREFILL_ARGS_INIT");
     GdnPrefillArgs g;
     g.output = capi::to_view(a->output, op, "output");
     g.output_state = capi::to_view(a->output_state, op, "output_state");

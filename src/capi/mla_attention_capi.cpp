@@ -25,7 +25,7 @@ flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* 
                                                flashcpp_batch_mla_plan** out) {
   return capi::guard([&] {
     const char* op = "flashcpp_batch_mla_plan_create";
-    capi::require_non_null(c, op, "config");
+    capi::require_struct(c, op, "config", "FLASHCPP_BATCH_MLA_CONFIG_INIT");
     capi::require_non_null(out, op, "out_plan");
     *out = nullptr;
     BatchMlaConfig cfg;
@@ -38,7 +38,7 @@ flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* 
     if (c->backend < FLASHCPP_MLA_AUTO || c->backend > FLASHCPP_MLA_SM90)
       throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'config.backend' must be 0, 1 or 2");
     cfg.backend = static_cast<MlaBackend>(c->backend);
-    if (c->sm_scale != 0.0) cfg.sm_scale = c->sm_scale;
+    cfg.sm_scale = capi::sm_scale_of(c->sm_scale);
     Workspace ws{capi::to_view(fw, op, "float_workspace"), capi::to_view(iw, op, "int_workspace"),
                  capi::to_view(pw, op, "pinned_int_workspace")};
     auto plan = BatchMlaPlan::create(*default_runtime(), ws, capi::to_view(qo, op, "qo_indptr_host"),

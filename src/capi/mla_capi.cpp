@@ -35,7 +35,7 @@ struct DecodeCall {
   mla::DecodeWorkspace ws;
   DecodeCall(const flashcpp_mla_decode_config* config, const flashcpp_mla_decode_tensors* tensors,
              const flashcpp_mla_params* params, const char* op) {
-    require_non_null(config, op, "config");
+    require_struct(config, op, "config", "FLASHCPP_MLA_DECODE_CONFIG_INIT");
     require_non_null(tensors, op, "tensors");
     require_struct(params, op, "params", "FLASHCPP_MLA_PARAMS_INIT");
     const flashcpp_mla_decode_tensors& t = *tensors;
@@ -100,7 +100,7 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
     const TensorView lv = to_view(t.lse, op, "tensors.lse");
     TensorView sink, len, ml;
     mla::SparsePrefillParams p;
-    p.sm_scale = params->sm_scale;
+    p.sm_scale = flashcpp::capi::sm_scale_of(params->sm_scale);
     p.d_v = params->d_v;
     p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
     p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);
@@ -114,7 +114,7 @@ flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* confi
                                          void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_decode_plan";
-    require_non_null(config, op, "config");
+    require_struct(config, op, "config", "FLASHCPP_MLA_DECODE_CONFIG_INIT");
     const mla::DecodeConfig c = to_config(config);
     (void)mla::decode_plan_sizes(c, 1);  // validates the config before anything touches the device
     if ((sched_meta == nullptr) != (num_splits == nullptr))
@@ -158,7 +158,7 @@ flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* con
                               std::string(op) + ": argument '" + name +
                                   "' must be NULL (the V3.2 cache has no extra pool; see flashcpp_mla_sparse_decode_v4)");
     mla::SparseDecodeParams p;
-    p.sm_scale = params->sm_scale;
+    p.sm_scale = flashcpp::capi::sm_scale_of(params->sm_scale);
     p.d_v = params->d_v;
     TensorView sink, len;
     p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
@@ -175,7 +175,7 @@ flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* 
     const DecodeCall c(config, tensors, params, op);
     const flashcpp_mla_decode_tensors& t = *tensors;
     mla::SparseDecodeV4Params p;
-    p.sm_scale = params->sm_scale;
+    p.sm_scale = flashcpp::capi::sm_scale_of(params->sm_scale);
     p.d_v = params->d_v;
     TensorView sink, len, extra_kv, extra_idx, extra_len;
     p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);

@@ -21,7 +21,7 @@ extern "C" {
 flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config* c, flashcpp_fused_moe_runner** out) {
   return capi::guard([&] {
     const char* op = "flashcpp_fused_moe_runner_create";
-    capi::require_non_null(c, op, "config");
+    capi::require_struct(c, op, "config", "FLASHCPP_FUSED_MOE_CONFIG_INIT");
     capi::require_non_null(out, op, "out_runner");
     *out = nullptr;
     FusedMoeConfig cfg;
@@ -44,7 +44,7 @@ flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* r, const
   return capi::guard([&] {
     const char* op = "flashcpp_fused_moe_run";
     capi::require_non_null(r, op, "runner");
-    capi::require_non_null(a, op, "args");
+    capi::require_struct(a, op, "args", "FLASHCPP_FUSED_MOE_ARGS_INIT");
     FusedMoeArgs m;
     m.output = capi::to_view(a->output, op, "output");
     m.input = capi::to_view(a->input, op, "input");

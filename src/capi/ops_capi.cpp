@@ -56,7 +56,6 @@ Workspace to_workspace(const flashcpp_workspace* w, const char* op) {
                    to_view(w->pinned_int_buffer, op, "workspace.pinned_int_buffer")};
 }
 
-std::optional<double> opt_scale(double s) { return s == 0.0 ? std::nullopt : std::optional<double>(s); }
 
 template <class E>
 E to_enum(int32_t v, int32_t max, const char* op, const char* what) {
@@ -132,7 +131,7 @@ flashcpp_status flashcpp_single_prefill(const flashcpp_tensor* q, const flashcpp
     o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
     o.window_left = options->window_left;
     o.logits_soft_cap = options->logits_soft_cap;
-    o.sm_scale = opt_scale(options->sm_scale);
+    o.sm_scale = capi::sm_scale_of(options->sm_scale);
     o.use_fp16_qk_reduction = options->use_fp16_qk_reduction != 0;
     TensorView l, t;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
@@ -153,7 +152,7 @@ flashcpp_status flashcpp_single_decode(const flashcpp_tensor* q, const flashcpp_
     o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
     o.window_left = options->window_left;
     o.logits_soft_cap = options->logits_soft_cap;
-    o.sm_scale = opt_scale(options->sm_scale);
+    o.sm_scale = capi::sm_scale_of(options->sm_scale);
     o.backend = to_enum<DecodeBackend>(options->decode_backend, 2, op, "decode_backend");
     TensorView l, t;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
@@ -198,7 +197,7 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
     c.causal = config->causal != 0;
     c.window_left = config->window_left;
     c.logits_soft_cap = config->logits_soft_cap;
-    c.sm_scale = opt_scale(config->sm_scale);
+    c.sm_scale = capi::sm_scale_of(config->sm_scale);
     c.backend = to_enum<AttentionBackend>(config->backend, 2, op, "backend");
     c.enable_cuda_graph = config->enable_cuda_graph != 0;
     c.enable_pdl = config->enable_pdl != 0;
@@ -270,7 +269,7 @@ flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_co
     c.layout = to_enum<KvLayout>(config->layout, 1, op, "layout");
     c.window_left = config->window_left;
     c.logits_soft_cap = config->logits_soft_cap;
-    c.sm_scale = opt_scale(config->sm_scale);
+    c.sm_scale = capi::sm_scale_of(config->sm_scale);
     c.backend = to_enum<DecodeBackend>(config->backend, 2, op, "backend");
     c.prefill_backend = to_enum<AttentionBackend>(config->prefill_backend, 2, op, "prefill_backend");
     c.enable_cuda_graph = config->enable_cuda_graph != 0;

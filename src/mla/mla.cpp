@@ -149,6 +149,13 @@ MlaDeviceSupport device_support(int device_id) {
   return s;
 }
 
+namespace {
+// The softmax scale a call uses: the caller's, or 1/sqrt(d_qk) of q (include/flashcpp/mla.hpp).
+double resolved_sm_scale(const std::optional<double>& sm_scale, int64_t d_qk) {
+  return sm_scale ? *sm_scale : 1.0 / std::sqrt(static_cast<double>(d_qk));
+}
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------------
 // Prefill
 
@@ -156,7 +163,7 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
                     OptionalTensor max_logits, const TensorView& lse, const SparsePrefillParams& params,
                     cudaStream_t stream) {
   const Validator v("mla::sparse_prefill");
-  v.positive(params.sm_scale, "sm_scale");
+  if (params.sm_scale) v.positive(*params.sm_scale, "sm_scale");
   if (params.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(params.d_v));
 
   cuda_tensor(v, q, "q", {DType::bf16}, 3);
@@ -210,7 +217,7 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
   p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
   p.tokens_per_length = 1;
   p.attn_sink = params.attn_sink ? params.attn_sink->data_as<const float>() : nullptr;
-  p.sm_scale = static_cast<float>(params.sm_scale);
+  p.sm_scale = static_cast<float>(resolved_sm_scale(params.sm_scale, d_qk));
   p.kv_format = kernels::KvFormat::bf16;
   p.kv = kv.data;
   p.num_kv = kv.size(0);
@@ -447,12 +454,12 @@ struct DecodeProblem {
   DecodePlanSizes sizes;
 };
 
-// sm_scale > 0, d_v 512; q bf16 [b, s_q, h_q, d_qk], indices i32 [b, s_q, topk], out bf16 [b, s_q, h_q, 512],
+// sm_scale unset or > 0, d_v 512; q bf16 [b, s_q, h_q, d_qk], indices i32 [b, s_q, topk], out bf16 [b, s_q, h_q, 512],
 // lse f32 [b, s_q, h_q].
-DecodeProblem validate_decode_tensors(const Validator& v, float sm_scale, int d_v, const TensorView& q, int d_qk,
+DecodeProblem validate_decode_tensors(const Validator& v, const std::optional<double>& sm_scale, int d_v, const TensorView& q, int d_qk,
                                       const char* cache_kind, const TensorView& indices, const TensorView& out,
                                       const TensorView& lse) {
-  v.positive(sm_scale, "sm_scale");
+  if (sm_scale) v.positive(*sm_scale, "sm_scale");
   if (d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(d_v));
   DecodeProblem d;
   cuda_tensor(v, q, "q", {DType::bf16}, 4);
@@ -617,7 +624,8 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
                              {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
                               {params.topk_length, "topk_length"}});
 
-  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink, params.sm_scale, ws);
+  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink,
+                                                  resolved_sm_scale(params.sm_scale, q.size(3)), ws);
   p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
   p.kv_format = kernels::KvFormat::fp8_v32;
   p.kv = kv_cache.data;
@@ -655,7 +663,8 @@ void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const Ten
                               {params.topk_length, "topk_length"}, {params.extra_kv_cache, "extra_kv_cache"},
                               {params.extra_indices, "extra_indices"}, {params.extra_topk_length, "extra_topk_length"}});
 
-  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink, params.sm_scale, ws);
+  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink,
+                                                  resolved_sm_scale(params.sm_scale, q.size(3)), ws);
   p.kv_format = kernels::KvFormat::fp8_v4;
   p.topk = static_cast<int>(d.topk + extra_topk);
   p.main_topk = static_cast<int>(d.topk);

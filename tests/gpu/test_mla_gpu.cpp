@@ -185,7 +185,9 @@ void run_prefill_case(const PrefillCase& c, uint32_t seed) {
   std::normal_distribution<float> nd;
   for (auto& s : sink) s = nd(rng);
   if (c.h_q > 2) sink[0] = INFINITY, sink[1] = -INFINITY;
-  const double sm_scale = 0.5 / std::sqrt(static_cast<double>(c.d_qk)) * 8;
+  // The strided cases leave sm_scale unset: the op's default, 1/sqrt(d_qk), which the reference is given.
+  const bool default_scale = c.strided;
+  const double sm_scale = (default_scale ? 1.0 : 4.0) / std::sqrt(static_cast<double>(c.d_qk));
 
   // Strides of q and out as the device sees them (the padding of a strided case is NaN in q).
   const int64_t q_head = c.strided ? c.d_qk + 64 : c.d_qk, q_tok = c.strided ? c.h_q * q_head + 64 : c.h_q * q_head;
@@ -205,7 +207,8 @@ void run_prefill_case(const PrefillCase& c, uint32_t seed) {
   const auto mv = dview(dml.get(), DType::f32, {c.s_q, c.h_q});
   const auto sv = dview(dsink.get(), DType::f32, {c.h_q});
   const auto lenv = dview(dlen.get(), DType::i32, {c.s_q});
-  mla::SparsePrefillParams params{.sm_scale = sm_scale};
+  mla::SparsePrefillParams params;
+  if (!default_scale) params.sm_scale = sm_scale;
   if (c.sink) params.attn_sink = &sv;
   if (c.topk_len) params.topk_length = &lenv;
 
@@ -270,7 +273,7 @@ TEST(MlaGpuPrefill, GoldenCases) {
     if (g.has_input("topk_length")) len_h = g.inputs.at("topk_length").view();
     const auto ref = reference::mla_sparse_prefill_reference(q.view(), kv.view(), idx.view(),
                                                              params.attn_sink ? &sink_h : nullptr,
-                                                             params.topk_length ? &len_h : nullptr, params.sm_scale);
+                                                             params.topk_length ? &len_h : nullptr, *params.sm_scale);
     std::vector<int64_t> rows(static_cast<size_t>(s_q));
     std::iota(rows.begin(), rows.end(), 0);
     for (bool simple : {false, true}) {

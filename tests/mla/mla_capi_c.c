@@ -45,8 +45,7 @@ static flashcpp_tensor make_tensor(void* data, int32_t dtype, int32_t device_typ
 /* A decode config for 132 SMs on device 1000 (which does not exist: every call stops at the device lookup). */
 static flashcpp_mla_decode_config decode_config(int32_t batch, int32_t s_q, int32_t h_q, int32_t d_qk, int32_t topk,
                                                 int32_t extra_topk) {
-  flashcpp_mla_decode_config c;
-  memset(&c, 0, sizeof c);
+  flashcpp_mla_decode_config c = FLASHCPP_MLA_DECODE_CONFIG_INIT;
   c.batch = batch;
   c.s_q = s_q;
   c.h_q = h_q;
@@ -100,7 +99,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
               "argument 'params' has struct_size 8");
   pp.struct_size = sizeof pp;
-  pp.sm_scale = 0.f;
+  pp.sm_scale = -1.f;
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
               "mla::sparse_prefill: argument 'sm_scale' must be finite and > 0");
   pp.sm_scale = NAN;
@@ -206,7 +205,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
     CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, &vt, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,
                 "argument 'extra_indices' must be given together with");
     vt.extra_indices = &xi;
-    vp.sm_scale = 0.f;
+    vp.sm_scale = -1.f;
     CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, &vt, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,
                 "mla::sparse_decode_v4: argument 'sm_scale' must be finite and > 0");
     vp.sm_scale = 0.04f;

@@ -81,6 +81,8 @@ TEST(MlaValidation, PrefillBaselinePassesValidation) {
   expect_passes_validation([&] { a.call(); });
   a.use_sink = a.use_len = a.use_ml = false;
   expect_passes_validation([&] { a.call(); });
+  a.params.sm_scale.reset();  // unset: the default 1/sqrt(d_qk); only a set value must be finite and > 0
+  expect_passes_validation([&] { a.call(); });
   a.q = TensorView::contiguous(fake(1), DType::bf16, kDev, {0, 64, 576});  // s_q = 0 is valid
   a.indices = TensorView::contiguous(fake(3), DType::i32, kDev, {0, 1, 128});
   a.out = TensorView::contiguous(fake(4), DType::bf16, kDev, {0, 64, 512});
@@ -263,6 +265,8 @@ TEST(MlaValidation, DecodeBaselinePassesValidation) {
   ASSERT_TRUE(a.sizes.split);
   expect_passes_validation([&] { a.call(); });
   a.kv.dtype = DType::e4m3;
+  expect_passes_validation([&] { a.call(); });
+  a.params.sm_scale.reset();  // unset: the default 1/sqrt(576)
   expect_passes_validation([&] { a.call(); });
   // A padded block stride (FlashMLA's tests allocate block_size + 1 rows per block).
   a.kv = TensorView::strided(fake(2), DType::i8, kDev, {10, 53, 1, 656}, {54 * 656, 656, 656, 1});

@@ -1,5 +1,6 @@
 /* Compiles flashcpp/c/ops.h as C (not C++): the C ABI header must stay valid C, and its *_INIT initializers
- * valid C89 aggregate initializers that put each documented default in its field. */
+ * valid C89 aggregate initializers that put each documented default in its field (the FlashInfer ops' and
+ * sparse MLA's). */
 #include "flashcpp/flashcpp.h"
 
 int flashcpp_ops_header_is_c(void) {
@@ -9,10 +10,23 @@ int flashcpp_ops_header_is_c(void) {
   flashcpp_attention_options oi = FLASHCPP_ATTENTION_OPTIONS_INIT;
   flashcpp_batch_prefill_config pi = FLASHCPP_BATCH_PREFILL_CONFIG_INIT;
   flashcpp_batch_decode_config di = FLASHCPP_BATCH_DECODE_CONFIG_INIT;
+  flashcpp_batch_mla_config mi = FLASHCPP_BATCH_MLA_CONFIG_INIT;
+  flashcpp_gdn_prefill_args gi = FLASHCPP_GDN_PREFILL_ARGS_INIT;
+  flashcpp_fused_moe_config ci = FLASHCPP_FUSED_MOE_CONFIG_INIT;
+  flashcpp_fused_moe_args ai = FLASHCPP_FUSED_MOE_ARGS_INIT;
+  flashcpp_mla_decode_config xi = FLASHCPP_MLA_DECODE_CONFIG_INIT;
+  flashcpp_mla_params pp = FLASHCPP_MLA_PARAMS_INIT;
   flashcpp_attention_options_init(&o);
   flashcpp_batch_prefill_config_init(&p);
   flashcpp_batch_decode_config_init(&d);
   if (oi.struct_size != sizeof oi || pi.struct_size != sizeof pi || di.struct_size != sizeof di) return 1;
+  if (mi.struct_size != sizeof mi || gi.struct_size != sizeof gi || ci.struct_size != sizeof ci ||
+      ai.struct_size != sizeof ai || xi.struct_size != sizeof xi || pp.struct_size != sizeof pp)
+    return 6;
+  if (mi.q_dtype != FLASHCPP_BF16 || mi.sm_scale != 0.0 || gi.output != NULL || gi.scale != 0.0 ||
+      ci.output_dtype != FLASHCPP_BF16 || ai.enable_pdl != 0 || ai.activation != 3 || ai.tp_size != 1 ||
+      ai.ep_size != 1 || xi.d_qk != 576 || xi.extra_topk != 0 || pp.d_v != 512)
+    return 7;
   if (o.struct_size != sizeof o || p.struct_size != sizeof p || d.struct_size != sizeof d) return 2;
   if (oi.causal != 0 || oi.window_left != -1 || oi.sm_scale != 0.0 || oi.use_fp16_qk_reduction != 0) return 3;
   if (pi.kv_storage != FLASHCPP_KV_PAGED || pi.q_dtype != FLASHCPP_BF16 || pi.kv_dtype != FLASHCPP_BF16 ||

@@ -414,7 +414,7 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                       return flashcpp_mla_sparse_prefill(&t, nullptr, nullptr);
                     },
                     kInvalid, "'params' must not be NULL"});
-  flashcpp_mla_decode_config dc{};
+  flashcpp_mla_decode_config dc = FLASHCPP_MLA_DECODE_CONFIG_INIT;
   dc.batch = 2;
   dc.s_q = 1;
   dc.h_q = 64;
@@ -424,6 +424,13 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
   probes.push_back({"mla_decode_plan config NULL",
                     [] { return flashcpp_mla_decode_plan(nullptr, nullptr, nullptr, nullptr, nullptr); }, kInvalid,
                     "'config' must not be NULL"});
+  probes.push_back({"mla_decode_plan config struct_size",
+                    [=] {
+                      flashcpp_mla_decode_config zeroed = dc;
+                      zeroed.struct_size = 0;  // a zero-initialized struct, not started from the initializer
+                      return flashcpp_mla_decode_plan(&zeroed, nullptr, nullptr, nullptr, nullptr);
+                    },
+                    kInvalid, "argument 'config' has struct_size 0"});
   probes.push_back({"mla_decode_plan sizes NULL (allowed)",
                     [=] { return flashcpp_mla_decode_plan(&dc, nullptr, nullptr, nullptr, nullptr); }, FLASHCPP_SUCCESS, ""});
   // Decode (V3.2 and V4 share the structs): the structs NULL, then each required tensor NULL in turn.
@@ -518,10 +525,9 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
   const auto fw = to_c(dev(DType::u8, {1 << 20})), iw = to_c(dev(DType::u8, {1024}));
   const auto pw = to_c(TensorView::contiguous(pinned.data(), DType::u8, Device::cuda_host(), {1024}));
   const auto qo_h = to_c(host_i32({0, 3, 4})), kvp_h = to_c(host_i32({0, 2, 3})), kvl_h = to_c(host_i32({70, 5}));
-  flashcpp_batch_mla_config mc{};
+  flashcpp_batch_mla_config mc = FLASHCPP_BATCH_MLA_CONFIG_INIT;
   mc.num_heads = 16;
   mc.page_size = 64;
-  mc.q_dtype = mc.kv_dtype = FLASHCPP_BF16;
   mc.backend = FLASHCPP_MLA_FA2;
   for (int arg = 0; arg < 8; ++arg)
     probes.push_back({"batch_mla_plan_create pointer " + std::to_string(arg) + " NULL",
@@ -547,6 +553,14 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                         return s;
                       },
                       kInvalid, "must not be null"});
+  probes.push_back({"batch_mla_plan_create config struct_size",
+                    [=] {
+                      flashcpp_batch_mla_config c = mc;
+                      c.struct_size = sizeof mc + 16;  // a caller built against a newer header
+                      flashcpp_batch_mla_plan* plan = nullptr;
+                      return flashcpp_batch_mla_plan_create(&c, &fw, &iw, &pw, &qo_h, &kvp_h, &kvl_h, nullptr, &plan);
+                    },
+                    kInvalid, "argument 'config' has struct_size " + std::to_string(sizeof mc + 16)});
   probes.push_back({"batch_mla_run plan NULL",
                     [=] { return flashcpp_batch_mla_run(nullptr, &q, &q, &kv, &kv, &idx, &out, nullptr, nullptr); },
                     kInvalid, "'plan' must not be NULL"});
@@ -557,7 +571,8 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
   const auto gs = to_c(dev(DType::f32, {2, 4, 128, 128})), gcu = to_c(dev(DType::i64, {3}));
   std::vector<int64_t> cu{0, 3, 8};
   const auto gcu_h = to_c(TensorView::contiguous(cu.data(), DType::i64, Device::cpu(), {3}));
-  const flashcpp_gdn_prefill_args ga{&go, &gs, &gq, &gk, &gv, &gcu, &gcu_h, nullptr, nullptr, nullptr, nullptr, 0.0};
+  const flashcpp_gdn_prefill_args ga{sizeof(flashcpp_gdn_prefill_args), &go, &gs, &gq, &gk, &gv, &gcu, &gcu_h,
+                                     nullptr, nullptr, nullptr, nullptr, 0.0};
   probes.push_back({"gdn_prefill args NULL", [] { return flashcpp_gdn_prefill(nullptr, nullptr); }, kInvalid,
                     "'args' must not be NULL"});
   for (int field = 0; field < 6; ++field)
@@ -577,11 +592,26 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                       return flashcpp_gdn_prefill(&a, nullptr);
                     },
                     kInvalid, "'cu_seqlens_host' must not be null"});
+  probes.push_back({"gdn_prefill args struct_size",
+                    [=] {
+                      flashcpp_gdn_prefill_args a = ga;
+                      a.struct_size = 8;
+                      return flashcpp_gdn_prefill(&a, nullptr);
+                    },
+                    kInvalid, "argument 'args' has struct_size 8"});
   probes.push_back({"gdn_prefill_workspace_bytes NULL", [] { return flashcpp_gdn_prefill_workspace_bytes(0, nullptr); },
                     kInvalid, "'out_bytes' must not be NULL"});
 
   // Fused MoE: NULL config, out-param, runner and args.
-  const flashcpp_fused_moe_config moe{FLASHCPP_BF16, FLASHCPP_BF16, FLASHCPP_BF16, FLASHCPP_MOE_NONE, FLASHCPP_MOE_AUTO, 0};
+  const flashcpp_fused_moe_config moe = FLASHCPP_FUSED_MOE_CONFIG_INIT;
+  probes.push_back({"fused_moe_runner_create config struct_size",
+                    [=] {
+                      flashcpp_fused_moe_config c = moe;
+                      c.struct_size = sizeof moe - 4;
+                      flashcpp_fused_moe_runner* r = nullptr;
+                      return flashcpp_fused_moe_runner_create(&c, &r);
+                    },
+                    kInvalid, "argument 'config' has struct_size " + std::to_string(sizeof moe - 4)});
   probes.push_back({"fused_moe_runner_create config NULL",
                     [] {
                       flashcpp_fused_moe_runner* r = nullptr;

@@ -2,6 +2,7 @@
  * No exception crosses this boundary; every function returns a flashcpp_status. */
 #ifndef FLASHCPP_C_COMMON_H_
 #define FLASHCPP_C_COMMON_H_
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -11,12 +12,16 @@ extern "C" {
 /* The C ABI version, MAJOR.MINOR.PATCH. The ABI only grows: a MINOR release may add functions, status and
  * enum values, and fields at the end of structs that begin with their own size; a PATCH release changes no
  * declaration; only a MAJOR release may change or remove anything (2.0.0: the status codes became the C++
- * ErrorCode values one to one; 3.0.0: the FlashInfer ops' options and configs begin with their size).
- * Every struct of scalars a function takes begins with `uint32_t struct_size` and has an *_INIT initializer
- * (and for the FlashInfer ops an *_init function) that sets it; a struct_size other than the library's
- * sizeof is refused with FLASHCPP_INVALID_ARGUMENT, never read past or half-used. FLASHCPP_C_ABI_VERSION packs the three as MAJOR * 10000 + MINOR * 100 + PATCH;
- * flashcpp_abi_version() returns the loaded library's, so a caller can check it is at least the one it was
- * compiled with and of the same MAJOR. */
+ * ErrorCode values one to one; 3.0.0: the FlashInfer ops' options and configs begin with their size, and
+ * sparse MLA's sm_scale 0 selects the default). FLASHCPP_C_ABI_VERSION packs the three as
+ * MAJOR * 10000 + MINOR * 100 + PATCH; flashcpp_abi_version() returns the loaded library's, so a caller can
+ * check it is at least the one it was compiled with and of the same MAJOR.
+ *
+ * Structs of scalars: each begins with `uint32_t struct_size` and has an *_INIT initializer (the FlashInfer
+ * ops' also an *_init function) that sets it; a struct_size other than the library's sizeof is refused with
+ * FLASHCPP_INVALID_ARGUMENT, never read past or half-used.
+ * sm_scale (the softmax scale applied to q.k), in every struct that has one: 0 selects the default, 1/sqrt of
+ * the op's q.k head dimension (the C++ API's unset std::optional); any other value must be finite and > 0. */
 #define FLASHCPP_C_ABI_VERSION_MAJOR 3u
 #define FLASHCPP_C_ABI_VERSION_MINOR 0u
 #define FLASHCPP_C_ABI_VERSION_PATCH 0u

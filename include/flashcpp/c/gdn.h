@@ -12,6 +12,7 @@ extern "C" {
 #endif
 
 typedef struct flashcpp_gdn_prefill_args {
+  uint32_t struct_size;                   /* sizeof(flashcpp_gdn_prefill_args): set by FLASHCPP_GDN_PREFILL_ARGS_INIT */
   const flashcpp_tensor* output;          /* [T, Hsab, D] */
   const flashcpp_tensor* output_state;    /* [N, Hsab, D, D] f32 */
   const flashcpp_tensor* q;               /* [T, Hq, D] f16/bf16 */
@@ -25,6 +26,9 @@ typedef struct flashcpp_gdn_prefill_args {
   const flashcpp_tensor* workspace;       /* optional u8, >= flashcpp_gdn_prefill_workspace_bytes */
   double scale;                           /* 0: 1/sqrt(D) */
 } flashcpp_gdn_prefill_args;
+/* No tensors yet, default scale. */
+#define FLASHCPP_GDN_PREFILL_ARGS_INIT \
+  {(uint32_t)sizeof(flashcpp_gdn_prefill_args), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0}
 
 flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* args, void* stream);
 flashcpp_status flashcpp_gdn_prefill_workspace_bytes(int32_t device, int64_t* out_bytes);

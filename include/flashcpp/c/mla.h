@@ -33,7 +33,7 @@ flashcpp_status flashcpp_mla_get_device_info(int32_t device_id, flashcpp_mla_dev
  * fields at the end: start from FLASHCPP_MLA_PARAMS_INIT (or set struct_size = sizeof(flashcpp_mla_params)). */
 typedef struct flashcpp_mla_params {
   uint32_t struct_size;
-  float sm_scale; /* required: finite and > 0 */
+  float sm_scale; /* 0: 1/sqrt(d_qk) of q; else finite and > 0 */
   int32_t d_v;    /* must be 512 */
 } flashcpp_mla_params;
 #define FLASHCPP_MLA_PARAMS_INIT {(uint32_t)sizeof(flashcpp_mla_params), 0.0f, 512}
@@ -55,11 +55,14 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
                                             const flashcpp_mla_params* params, void* stream);
 
 typedef struct flashcpp_mla_decode_config {
+  uint32_t struct_size;                /* sizeof(flashcpp_mla_decode_config): set by FLASHCPP_MLA_DECODE_CONFIG_INIT */
   int32_t batch, s_q, h_q, d_qk, topk; /* d_qk 576 (V3.2 cache) or 512 (V4); topk a positive multiple of 64 */
   int32_t num_sms;                     /* 0: the SM count of `device_id` */
   int32_t device_id;
   int32_t extra_topk;                  /* V4 only: the extra pool's topk, 0 (none) or a positive multiple of 64 */
 } flashcpp_mla_decode_config;
+/* d_qk 576 (V3.2), the device's SM count, device 0, no extra pool; set batch, s_q, h_q and topk. */
+#define FLASHCPP_MLA_DECODE_CONFIG_INIT {(uint32_t)sizeof(flashcpp_mla_decode_config), 0, 0, 0, 576, 0, 0, 0, 0}
 
 typedef struct flashcpp_mla_decode_plan_sizes {
   int32_t num_sm_parts; /* 0 when not split */

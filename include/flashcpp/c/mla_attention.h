@@ -16,6 +16,7 @@ typedef struct flashcpp_batch_mla_plan flashcpp_batch_mla_plan;
 typedef enum flashcpp_mla_backend { FLASHCPP_MLA_AUTO = 0, FLASHCPP_MLA_FA2 = 1, FLASHCPP_MLA_SM90 = 2 } flashcpp_mla_backend;
 
 typedef struct flashcpp_batch_mla_config {
+  uint32_t struct_size;         /* sizeof(flashcpp_batch_mla_config): set by FLASHCPP_BATCH_MLA_CONFIG_INIT */
   int64_t num_heads;
   int64_t page_size;
   int32_t q_dtype;              /* flashcpp_dtype: FLASHCPP_F16 or FLASHCPP_BF16 */
@@ -25,6 +26,8 @@ typedef struct flashcpp_batch_mla_config {
   int32_t backend;              /* flashcpp_mla_backend */
   double sm_scale;              /* 0: 1/sqrt(512 + 64); else finite and > 0 */
 } flashcpp_batch_mla_config;
+/* bf16, not causal, log2 LSE, automatic backend, default scale; set num_heads and page_size. */
+#define FLASHCPP_BATCH_MLA_CONFIG_INIT {(uint32_t)sizeof(flashcpp_batch_mla_config), 0, 0, FLASHCPP_BF16, FLASHCPP_BF16, 0, 0, 0, 0.0}
 
 /* Plans a batch (host int32 arrays; pinned_int_workspace in page-locked host memory). */
 flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* config,

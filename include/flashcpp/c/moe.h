@@ -21,6 +21,7 @@ typedef enum flashcpp_moe_backend {
 } flashcpp_moe_backend;
 
 typedef struct flashcpp_fused_moe_config {
+  uint32_t struct_size;     /* sizeof(flashcpp_fused_moe_config): set by FLASHCPP_FUSED_MOE_CONFIG_INIT */
   int32_t activation_dtype; /* flashcpp_dtype */
   int32_t weight_dtype;
   int32_t output_dtype;
@@ -28,8 +29,12 @@ typedef struct flashcpp_fused_moe_config {
   int32_t backend;          /* flashcpp_moe_backend */
   int32_t device;
 } flashcpp_fused_moe_config;
+/* bf16 activations, weights and output, no quantization, automatic backend, device 0. */
+#define FLASHCPP_FUSED_MOE_CONFIG_INIT \
+  {(uint32_t)sizeof(flashcpp_fused_moe_config), FLASHCPP_BF16, FLASHCPP_BF16, FLASHCPP_BF16, 0, 0, 0}
 
 typedef struct flashcpp_fused_moe_args {
+  uint32_t struct_size; /* sizeof(flashcpp_fused_moe_args): set by FLASHCPP_FUSED_MOE_ARGS_INIT */
   const flashcpp_tensor* output;
   const flashcpp_tensor* input;
   const flashcpp_tensor* token_selected_experts;
@@ -48,6 +53,10 @@ typedef struct flashcpp_fused_moe_args {
   int64_t tp_size, tp_rank, ep_size, ep_rank;
   int32_t enable_pdl;
 } flashcpp_fused_moe_args;
+/* No tensors yet, swiglu, no tensor or expert parallelism, no PDL. */
+#define FLASHCPP_FUSED_MOE_ARGS_INIT                                                                     \
+  {(uint32_t)sizeof(flashcpp_fused_moe_args), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+   NULL, NULL, NULL, 3, 1, 0, 1, 0, 0}
 
 /* Creates the runner once (FlashInfer's `init`); reuse it for every call with this configuration. */
 flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config* config,
