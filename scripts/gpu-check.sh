@@ -84,7 +84,7 @@ if has multigpu; then
   timeout 120 build-gpu/bin/flashcpp_tp_decode --gpus "$(nvidia-smi -L | wc -l)" 2>&1 | tee "$out/tp-decode.txt" | tail -15
   # GDN speed on every device (one process each; alternating devices in one process is tested above).
   for d in $(seq 0 $(( $(nvidia-smi -L | wc -l) - 1 ))); do
-    $cli bench-extra --op gdn --device "$d" --iters 50 2>&1 | tail -1
+    $cli bench-mla-gdn-moe --op gdn --device "$d" --iters 50 2>&1 | tail -1
   done | tee "$out/gdn-per-device.txt"
 fi
 
@@ -124,7 +124,7 @@ fi
 if has bench; then
   log "ops benchmarks"
   $cli bench 2>&1 | tee "$out/bench.txt" | tail -60
-  $cli bench-extra 2>&1 | tee "$out/bench-extra.txt" | tail -30
+  $cli bench-mla-gdn-moe 2>&1 | tee "$out/bench-mla-gdn-moe.txt" | tail -30
   build-gpu/bench/bench_ffi --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>&1 | tee "$out/bench-ffi.txt" | grep median
 fi
 

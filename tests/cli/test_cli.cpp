@@ -215,7 +215,7 @@ TEST(Cli, DoctorWithoutAGpuSaysTheReferenceBackendRunsAndSucceeds) {
 
 TEST(Cli, EveryBenchCommandWithoutAGpuExitsUnsupported) {
   if (flashcpp::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present: the benchmarks would run";
-  for (const char* cmd : {"bench", "bench-extra", "mla-bench"}) {
+  for (const char* cmd : {"bench", "bench-mla-gdn-moe", "mla-bench"}) {
     const CliRun r = run(cmd, "FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
     EXPECT_EQ(r.exit_code, kUnsupported) << cmd << "\n" << r.output;
     EXPECT_TRUE(contains(r, "needs a CUDA GPU")) << cmd << "\n" << r.output;

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   add_cache_command(app);
   add_build_command(app);
   add_prepare_command(app);
-  add_bench_extra_command(app);
+  add_bench_mla_gdn_moe_command(app);
   add_mla_bench_command(app);
   add_demo_command(app);
   add_bench_command(app);

@@ -5,7 +5,7 @@
 // returns exactly what the CUDA runtime returned. Only calls that reach the shared libcudart through its
 // dynamic symbols are seen (modules linked with -lcudart, as flashcpp builds them).
 //
-//   LD_PRELOAD=build/tools/launch_trace/libflashcpp_launch_trace.so flashcpp bench-extra --op gdn --device 1
+//   LD_PRELOAD=build/tools/launch_trace/libflashcpp_launch_trace.so flashcpp bench-mla-gdn-moe --op gdn --device 1
 //
 // This is how the GDN multi-GPU failure was diagnosed (docs/MULTI_GPU.md). Not for production runs: every
 // traced call costs a few extra runtime queries.

@@ -1,4 +1,4 @@
-// `flashcpp bench-extra`: kernel time (CUDA events, median), TFLOP/s and host time per call of batch MLA,
+// `flashcpp bench-mla-gdn-moe`: kernel time (CUDA events, median), TFLOP/s and host time per call of batch MLA,
 // GDN prefill and the CUTLASS fused MoE at the GPU-test sizes. Inputs are larger than L2 where the op
 // allows (MLA KV 32×2048×576 bf16 = 75 MiB; MoE weights 64 experts × 12 MiB).
 //
@@ -175,15 +175,15 @@ void bench_moe(const Runtime& rt, int device, int iters) {
 
 }  // namespace
 
-void add_bench_extra_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench-extra", "Benchmark batch MLA, GDN prefill and the fused MoE on the GPU");
+void add_bench_mla_gdn_moe_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench-mla-gdn-moe", "Benchmark batch MLA, GDN prefill and the fused MoE on the GPU");
   static std::string op = "all";
   static int iters = 50, device = 0;
   cmd->add_option("--op", op, "mla, gdn, moe or all")->check(CLI::IsMember({"mla", "gdn", "moe", "all"}));
   cmd->add_option("--iters", iters, "timed iterations (median reported)")->check(CLI::Range(1, 100000));
   cmd->add_option("--device", device, "CUDA device");
   cmd->callback(checked([] {
-    if (cuda_device_count() == 0) throw Error(ErrorCode::unsupported, "bench-extra needs a CUDA GPU; none was found");
+    if (cuda_device_count() == 0) throw Error(ErrorCode::unsupported, "bench-mla-gdn-moe needs a CUDA GPU; none was found");
     DeviceGuard guard(device);
     const DeviceInfo& info = device_info(device);
     std::printf("%s (compute capability %d.%d, %d SMs)\n", info.name.c_str(), info.cc_major, info.cc_minor, info.sm_count);
