@@ -65,6 +65,29 @@ E to_enum(int32_t v, int32_t max, const char* op, const char* what) {
   return static_cast<E>(v);
 }
 
+// What the single prefill and decode entries share: the options' common fields (then `fill` the op's own),
+// the tensors (lse and tmp optional), and one call of `run` on the C ABI's Runtime.
+template <class Options, class Fill, class Run>
+flashcpp_status single_attention(const char* op, const flashcpp_tensor* q, const flashcpp_tensor* k,
+                                 const flashcpp_tensor* v, const flashcpp_tensor* out, const flashcpp_tensor* lse,
+                                 const flashcpp_tensor* tmp, const flashcpp_attention_options* options, void* stream,
+                                 Fill fill, Run run) {
+  return guard([&] {
+    require_struct(options, op, "options", "FLASHCPP_ATTENTION_OPTIONS_INIT");
+    Options o;
+    o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
+    o.window_left = options->window_left;
+    o.logits_soft_cap = options->logits_soft_cap;
+    o.sm_scale = sm_scale_of(options->sm_scale);
+    fill(o, *options, op);
+    TensorView l, t;
+    const bool has_lse = to_optional_view(lse, op, "lse", l);
+    to_optional_view(tmp, op, "tmp", t);
+    run(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
+        has_lse ? &l : nullptr, t, o, as_stream(stream));
+  });
+}
+
 }  // namespace
 }  // namespace flashcpp::capi
 
@@ -123,43 +146,25 @@ flashcpp_status flashcpp_single_prefill(const flashcpp_tensor* q, const flashcpp
                                         const flashcpp_tensor* out, const flashcpp_tensor* lse,
                                         const flashcpp_tensor* tmp, const flashcpp_attention_options* options,
                                         void* stream) {
-  constexpr const char* op = "single_prefill";
-  return guard([&] {
-    capi::require_struct(options, op, "options", "FLASHCPP_ATTENTION_OPTIONS_INIT");
-    SinglePrefillOptions o;
-    o.causal = options->causal != 0;
-    o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
-    o.window_left = options->window_left;
-    o.logits_soft_cap = options->logits_soft_cap;
-    o.sm_scale = capi::sm_scale_of(options->sm_scale);
-    o.use_fp16_qk_reduction = options->use_fp16_qk_reduction != 0;
-    TensorView l, t;
-    const bool has_lse = to_optional_view(lse, op, "lse", l);
-    to_optional_view(tmp, op, "tmp", t);
-    single_prefill(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
-                   has_lse ? &l : nullptr, t, o, as_stream(stream));
-  });
+  return single_attention<SinglePrefillOptions>(
+      "single_prefill", q, k, v, out, lse, tmp, options, stream,
+      [](SinglePrefillOptions& o, const flashcpp_attention_options& c, const char*) {
+        o.causal = c.causal != 0;
+        o.use_fp16_qk_reduction = c.use_fp16_qk_reduction != 0;
+      },
+      [](auto&&... args) { single_prefill(std::forward<decltype(args)>(args)...); });
 }
 
 flashcpp_status flashcpp_single_decode(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* v,
                                        const flashcpp_tensor* out, const flashcpp_tensor* lse,
                                        const flashcpp_tensor* tmp, const flashcpp_attention_options* options,
                                        void* stream) {
-  constexpr const char* op = "single_decode";
-  return guard([&] {
-    capi::require_struct(options, op, "options", "FLASHCPP_ATTENTION_OPTIONS_INIT");
-    SingleDecodeOptions o;
-    o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
-    o.window_left = options->window_left;
-    o.logits_soft_cap = options->logits_soft_cap;
-    o.sm_scale = capi::sm_scale_of(options->sm_scale);
-    o.backend = to_enum<DecodeBackend>(options->decode_backend, 2, op, "decode_backend");
-    TensorView l, t;
-    const bool has_lse = to_optional_view(lse, op, "lse", l);
-    to_optional_view(tmp, op, "tmp", t);
-    single_decode(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
-                  has_lse ? &l : nullptr, t, o, as_stream(stream));
-  });
+  return single_attention<SingleDecodeOptions>(
+      "single_decode", q, k, v, out, lse, tmp, options, stream,
+      [](SingleDecodeOptions& o, const flashcpp_attention_options& c, const char* op) {
+        o.backend = to_enum<DecodeBackend>(c.decode_backend, 2, op, "decode_backend");
+      },
+      [](auto&&... args) { single_decode(std::forward<decltype(args)>(args)...); });
 }
 
 void flashcpp_recommended_workspace_bytes(int64_t* float_bytes, int64_t* int_bytes) {
