@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "mla/decode_schedule.hpp"
 #include "mla/fp8_v32.hpp"  // FLASHCPP_HD
 
 namespace flashcpp::mla::kernels {
@@ -85,6 +86,39 @@ struct SparseAttentionParams {
   float* lse_accum = nullptr;
   int64_t accum_rows = 0;  // rows allocated in lse_accum / o_accum (a guard: rows past it are never written)
 };
+
+/// Request `req`'s piece of split-KV part `m`, for token `tok_in_req` of each request: the token, its tiles
+/// [tile_begin, tile_end) of the request's `nb` (clamped, so a malformed part gives an empty range), and
+/// where its result goes: a partial row (accum_row >= 0, written only when write_partial: inside the
+/// accumulators and a split the request has) when the schedule cut the request, else the final output
+/// (accum_row -1). Every kernel that takes split work reads its items through this one definition.
+struct SplitPiece {
+  int64_t token;
+  int tile_begin, tile_end;
+  int64_t accum_row;
+  bool write_partial;
+};
+FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::PartMeta& m, int req, int nb,
+                                   int tok_in_req) {
+  SplitPiece s;
+  int b0 = req == m.begin_req ? m.begin_block : 0;
+  int b1 = req == m.end_req ? m.end_block : nb;
+  b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
+  b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
+  s.tile_begin = b0;
+  s.tile_end = b1;
+  s.token = static_cast<int64_t>(req) * p.tokens_per_request + tok_in_req;
+  s.accum_row = -1;
+  s.write_partial = false;
+  const int local = req == m.begin_req ? m.begin_split : 0;
+  const int split0 = p.num_splits[req];
+  const int nsplit = p.num_splits[req + 1] - split0;
+  if (nsplit > 1) {
+    s.accum_row = static_cast<int64_t>(split0 + local) * p.tokens_per_request + tok_in_req;
+    s.write_partial = s.accum_row >= 0 && s.accum_row < p.accum_rows && local < nsplit;
+  }
+  return s;
+}
 
 /// Finishes split requests: out = sum_k w_k o_k with w from the splits' lse and the sink; lse natural log.
 /// Requests with a single split are skipped (the attention kernel wrote them). Uses the split fields,

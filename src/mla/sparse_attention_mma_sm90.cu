@@ -190,21 +190,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
     int64_t accum_row = -1;  // >= 0: this item writes partial row accum_row; -1: the final output
     bool write_partial = false;
     if (split) {
-      const sched::PartMeta m = *meta;
-      int b0 = req == m.begin_req ? m.begin_block : 0;
-      int b1 = req == m.end_req ? m.end_block : nb;
-      b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
-      b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
-      tile_begin = b0;
-      tile_end = b1;
-      token = static_cast<int64_t>(req) * p.tokens_per_request + tok_in_req;
-      const int local = req == m.begin_req ? m.begin_split : 0;
-      const int split0 = p.num_splits[req];
-      const int nsplit = p.num_splits[req + 1] - split0;
-      if (nsplit > 1) {
-        accum_row = static_cast<int64_t>(split0 + local) * p.tokens_per_request + tok_in_req;
-        write_partial = accum_row >= 0 && accum_row < p.accum_rows && local < nsplit;
-      }
+      const SplitPiece piece = split_piece(p, *meta, req, nb, tok_in_req);
+      token = piece.token;
+      tile_begin = piece.tile_begin;
+      tile_end = piece.tile_end;
+      accum_row = piece.accum_row;
+      write_partial = piece.write_partial;
     }
 
     // Effective number of slots for this token, and this item's tiles [j_begin, j_end).

@@ -391,21 +391,13 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const 
   const int last = meta.end_req < p.num_requests ? meta.end_req : p.num_requests - 1;
   float acc[kHeads][2];
   for (int r = first; r <= last; ++r) {
-    int b0 = r == meta.begin_req ? meta.begin_block : 0;
-    int b1 = r == meta.end_req ? meta.end_block : nb;
-    b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
-    b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
-    const int local = r == meta.begin_req ? meta.begin_split : 0;
-    const int split0 = p.num_splits[r];
-    const int nsplit = p.num_splits[r + 1] - split0;
-    const int64_t token = static_cast<int64_t>(r) * p.tokens_per_request + tok_in_req;
-    const int slot_end = b1 * sched::kBlockSlots < p.topk ? b1 * sched::kBlockSlots : p.topk;
-    attend(p, s, token, head0, b0 * sched::kBlockSlots, slot_end, acc);
-    if (nsplit <= 1) {
-      store_final(p, s, token, head0, acc);
-    } else {
-      const int64_t row = static_cast<int64_t>(split0 + local) * p.tokens_per_request + tok_in_req;
-      if (row >= 0 && row < p.accum_rows && local < nsplit) store_partial(p, s, row, head0, acc);
+    const SplitPiece piece = split_piece(p, meta, r, nb, tok_in_req);
+    const int slot_end = piece.tile_end * sched::kBlockSlots < p.topk ? piece.tile_end * sched::kBlockSlots : p.topk;
+    attend(p, s, piece.token, head0, piece.tile_begin * sched::kBlockSlots, slot_end, acc);
+    if (piece.accum_row < 0) {
+      store_final(p, s, piece.token, head0, acc);
+    } else if (piece.write_partial) {
+      store_partial(p, s, piece.accum_row, head0, acc);
     }
   }
 }

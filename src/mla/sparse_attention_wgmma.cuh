@@ -306,22 +306,12 @@ struct WorkList {
     int tile_begin = 0, tile_end = INT_MAX;
     w.token = outer;
     if constexpr (SPLIT) {
-      const sched::PartMeta m = *meta;
-      const int nb = sched::blocks_of(p->topk);
-      int b0 = k == m.begin_req ? m.begin_block : 0;
-      int b1 = k == m.end_req ? m.end_block : nb;
-      b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
-      b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
-      tile_begin = b0;
-      tile_end = b1;
-      w.token = static_cast<int64_t>(k) * p->tokens_per_request + tok_in_req;
-      const int local = k == m.begin_req ? m.begin_split : 0;
-      const int split0 = p->num_splits[k];
-      const int nsplit = p->num_splits[k + 1] - split0;
-      if (nsplit > 1) {
-        w.accum_row = static_cast<int64_t>(split0 + local) * p->tokens_per_request + tok_in_req;
-        w.write_partial = w.accum_row >= 0 && w.accum_row < p->accum_rows && local < nsplit;
-      }
+      const SplitPiece piece = split_piece(*p, *meta, k, sched::blocks_of(p->topk), tok_in_req);
+      tile_begin = piece.tile_begin;
+      tile_end = piece.tile_end;
+      w.token = piece.token;
+      w.accum_row = piece.accum_row;
+      w.write_partial = piece.write_partial;
     }
     int eff = p->topk;
     if (p->topk_length != nullptr) {

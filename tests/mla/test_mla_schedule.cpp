@@ -10,6 +10,7 @@
 
 #include "flashcpp/mla.hpp"
 #include "mla/decode_schedule.hpp"
+#include "mla/sparse_attention_kernel.hpp"
 
 namespace {
 
@@ -99,6 +100,57 @@ TEST(MlaSchedule, UniformRequestsEveryShape) {
         ASSERT_EQ(na, nb);
         ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(sched::PartMeta)));
       }
+}
+
+// The work items every kernel reads from a schedule (kernels::split_piece), walked the way the kernels walk
+// them: each (request, block) of each token is attended exactly once; a request with one split writes the
+// final output, every piece of a cut request its own accumulator row inside the planned rows.
+TEST(MlaSchedule, KernelPiecesCoverEveryRequestOnceAndWriteDistinctRows) {
+  for (int batch : {1, 2, 5, 64, 129})
+    for (int topk : {64, 640, 2048})
+      for (int parts : {1, 3, 33, 132})
+        for (int tokens_per_request : {1, 2}) {
+          SCOPED_TRACE(std::to_string(batch) + " requests, topk " + std::to_string(topk) + ", " +
+                       std::to_string(parts) + " parts, s_q " + std::to_string(tokens_per_request));
+          const int nb = sched::blocks_of(topk);
+          std::vector<sched::PartMeta> meta(static_cast<size_t>(parts));
+          std::vector<int32_t> num_splits(static_cast<size_t>(batch) + 1);
+          sched::build_schedule(batch, nullptr, nb, parts, meta.data(), num_splits.data());
+          kernels::SparseAttentionParams p;
+          p.num_splits = num_splits.data();
+          p.num_requests = batch;
+          p.tokens_per_request = tokens_per_request;
+          p.accum_rows = static_cast<int64_t>(num_splits[static_cast<size_t>(batch)]) * tokens_per_request;
+          std::vector<int> covered(static_cast<size_t>(batch * nb * tokens_per_request), 0);
+          std::vector<int> row_used(static_cast<size_t>(p.accum_rows), 0);
+          for (const sched::PartMeta& m : meta) {
+            const int first = m.begin_req < 0 ? 0 : m.begin_req;
+            const int last = m.end_req < batch ? m.end_req : batch - 1;
+            for (int tok = 0; tok < tokens_per_request; ++tok)
+              for (int req = first; req <= last; ++req) {
+                const kernels::SplitPiece piece = kernels::split_piece(p, m, req, nb, tok);
+                ASSERT_EQ(piece.token, static_cast<int64_t>(req) * tokens_per_request + tok);
+                ASSERT_LE(0, piece.tile_begin);
+                ASSERT_LT(piece.tile_begin, piece.tile_end);
+                ASSERT_LE(piece.tile_end, nb);
+                for (int b = piece.tile_begin; b < piece.tile_end; ++b)
+                  ++covered[static_cast<size_t>((req * nb + b) * tokens_per_request + tok)];
+                const int splits = num_splits[static_cast<size_t>(req) + 1] - num_splits[static_cast<size_t>(req)];
+                if (splits == 1) {
+                  EXPECT_EQ(piece.accum_row, -1);
+                  EXPECT_FALSE(piece.write_partial);
+                } else {
+                  ASSERT_TRUE(piece.write_partial);
+                  ASSERT_LT(piece.accum_row, p.accum_rows);
+                  ++row_used[static_cast<size_t>(piece.accum_row)];
+                }
+              }
+          }
+          EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), static_cast<std::ptrdiff_t>(covered.size()))
+              << "a (request, block, token) attended other than once";
+          EXPECT_EQ(std::count_if(row_used.begin(), row_used.end(), [](int n) { return n > 1; }), 0)
+              << "two pieces write one accumulator row";
+        }
 }
 
 TEST(MlaSchedule, RandomRequestLengths) {
