@@ -120,6 +120,15 @@ FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::
   return s;
 }
 
+#if defined(__CUDACC__)
+/// The slots token `token` attends: topk_length[token / tokens_per_length] clamped to [0, topk], or topk.
+__device__ __forceinline__ int effective_topk(const SparseAttentionParams& p, int64_t token) {
+  if (p.topk_length == nullptr) return p.topk;
+  const int len = __ldg(p.topk_length + token / p.tokens_per_length);
+  return len < 0 ? 0 : (len < p.topk ? len : p.topk);
+}
+#endif
+
 /// Finishes split requests: out = sum_k w_k o_k with w from the splits' lse and the sink; lse natural log.
 /// Requests with a single split are skipped (the attention kernel wrote them). Uses the split fields,
 /// out/lse, attn_sink and h_q/d_v of `p`. `programmatic` (Hopper): launched as a programmatic dependent of

@@ -199,11 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
     }
 
     // Effective number of slots for this token, and this item's tiles [j_begin, j_end).
-    int eff = p.topk;
-    if (p.topk_length != nullptr) {
-      const int len = __ldg(p.topk_length + token / p.tokens_per_length);
-      eff = len < 0 ? 0 : (len < p.topk ? len : p.topk);
-    }
+    const int eff = effective_topk(p, token);
     const int n_tiles = (eff + kTileKv - 1) / kTileKv;
     const int j_begin = tile_begin;
     const int j_end = tile_end < n_tiles ? tile_end : n_tiles;

@@ -59,13 +59,6 @@ __device__ __forceinline__ int64_t lse_offset(const SparseAttentionParams& p, in
   return (token / p.tokens_per_request) * p.lse_stride_request + (token % p.tokens_per_request) * p.lse_stride_token + h;
 }
 
-// Effective number of slots of `token` (topk_length clamped to [0, topk]).
-__device__ __forceinline__ int token_len(const SparseAttentionParams& p, int64_t token) {
-  if (p.topk_length == nullptr) return p.topk;
-  const int v = p.topk_length[token / p.tokens_per_length];
-  return v < 0 ? 0 : (v > p.topk ? p.topk : v);
-}
-
 // Byte offset of KV row `idx`, or -1 when the index is masked.
 __device__ __forceinline__ int64_t kv_row_offset(const SparseAttentionParams& p, int32_t idx) {
   if (idx < 0 || static_cast<int64_t>(idx) >= p.num_kv) return -1;
@@ -207,7 +200,7 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
 
   // fp8_v4 masks by each pool's length slot by slot (the valid slots are not one prefix of the list).
   const bool v4 = p.kv_format == KvFormat::fp8_v4;
-  const int len = v4 ? p.topk : token_len(p, token);
+  const int len = v4 ? p.topk : effective_topk(p, token);
   const int end = slot_end < len ? slot_end : len;
   const int32_t* idx_row = p.indices + token * p.indices_stride_token;
   const float scale = p.sm_scale;

@@ -313,11 +313,7 @@ struct WorkList {
       w.accum_row = piece.accum_row;
       w.write_partial = piece.write_partial;
     }
-    int eff = p->topk;
-    if (p->topk_length != nullptr) {
-      const int len = __ldg(p->topk_length + w.token / p->tokens_per_length);
-      eff = len < 0 ? 0 : (len < p->topk ? len : p->topk);
-    }
+    const int eff = effective_topk(*p, w.token);
     const int n_tiles = sched::blocks_of(eff);  // a schedule block is one KV tile
     w.eff = eff;
     w.tile_begin = tile_begin;
