@@ -314,50 +314,41 @@ __device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* dst, float a, flo
   dst[1] = __float2bfloat16_rn(b);
 }
 
-// Final epilogue: out = acc / (l + exp(sink - m)), lse = m + ln l, max_logits = m; empty rows give
-// out 0, lse +inf, max_logits -inf.
-__device__ void store_final(const SparseAttentionParams& p, const Smem& s, int64_t token, int head0,
-                            const float (&acc)[kHeads][2]) {
+// Epilogue of a work item. Final (PARTIAL false), at token `row`: out = acc / (l + exp(sink - m)),
+// lse = m + ln l, max_logits = m; an empty row gives out 0, lse +inf, max_logits -inf. PARTIAL, at
+// accumulator row `row`: o_accum = acc / l (0 if empty), lse_accum = m + ln l (-inf if empty), no sink
+// (the combine kernel folds it in).
+template <bool PARTIAL>
+__device__ void store_rows(const SparseAttentionParams& p, const Smem& s, int64_t row, int head0,
+                           const float (&acc)[kHeads][2]) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int h = 0; h < kHeads; ++h) {
     const int head = head0 + h;
     if (head >= p.h_q) break;
     const float l = s.l[h], m = s.m[h];
-    float inv = 0.f;
-    if (l > 0.f) {
-      float denom = l;
-      if (p.attn_sink != nullptr) denom += expf(p.attn_sink[head] - m);  // +inf sink -> inv 0
-      inv = 1.f / denom;
+    float denom = l;
+    if (!PARTIAL && p.attn_sink != nullptr) denom += expf(p.attn_sink[head] - m);  // +inf sink -> inv 0
+    const float inv = l > 0.f ? 1.f / denom : 0.f;
+    if constexpr (PARTIAL) {
+      float2* dst = reinterpret_cast<float2*>(p.o_accum + (row * p.h_q + head) * kDv) + tid;
+      *dst = make_float2(acc[h][0] * inv, acc[h][1] * inv);
+    } else {
+      auto* out = static_cast<__nv_bfloat16*>(p.out) + row * p.out_stride_token + head * p.out_stride_head;
+      store_bf16_pair(out + 2 * tid, acc[h][0] * inv, acc[h][1] * inv);
     }
-    auto* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token + head * p.out_stride_head;
-    store_bf16_pair(out + 2 * tid, acc[h][0] * inv, acc[h][1] * inv);
   }
   if (tid < kHeads && head0 + tid < p.h_q) {
     const int head = head0 + tid;
     const float l = s.l[tid], m = s.m[tid];
-    p.lse[lse_offset(p, token, head)] = l > 0.f ? m + logf(l) : INFINITY;
-    if (p.max_logits != nullptr)
-      p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] = l > 0.f ? m : -INFINITY;
-  }
-}
-
-// Split epilogue: o_accum row = acc / l (0 if empty), lse_accum = m + ln l (-inf if empty).
-__device__ void store_partial(const SparseAttentionParams& p, const Smem& s, int64_t row, int head0,
-                              const float (&acc)[kHeads][2]) {
-  const int tid = threadIdx.x;
-#pragma unroll
-  for (int h = 0; h < kHeads; ++h) {
-    const int head = head0 + h;
-    if (head >= p.h_q) break;
-    const float l = s.l[h];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    float2* dst = reinterpret_cast<float2*>(p.o_accum + (row * p.h_q + head) * kDv) + tid;
-    *dst = make_float2(acc[h][0] * inv, acc[h][1] * inv);
-  }
-  if (tid < kHeads && head0 + tid < p.h_q) {
-    const float l = s.l[tid];
-    p.lse_accum[row * p.h_q + head0 + tid] = l > 0.f ? s.m[tid] + logf(l) : -INFINITY;
+    const bool empty = !(l > 0.f);
+    if constexpr (PARTIAL) {
+      p.lse_accum[row * p.h_q + head] = empty ? -INFINITY : m + logf(l);
+    } else {
+      p.lse[lse_offset(p, row, head)] = empty ? INFINITY : m + logf(l);
+      if (p.max_logits != nullptr)
+        p.max_logits[row * p.max_logits_stride_token + head * p.max_logits_stride_head] = empty ? -INFINITY : m;
+    }
   }
 }
 
@@ -368,7 +359,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_simple_kernel(const
   const int head0 = static_cast<int>(blockIdx.y) * kHeads;
   float acc[kHeads][2];
   attend(p, s, token, head0, 0, p.topk, acc);
-  store_final(p, s, token, head0, acc);
+  store_rows<false>(p, s, token, head0, acc);
 }
 
 // Split-KV decode: grid (num_parts, tokens_per_request, head groups).
@@ -388,9 +379,9 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const 
     const int slot_end = piece.tile_end * sched::kBlockSlots < p.topk ? piece.tile_end * sched::kBlockSlots : p.topk;
     attend(p, s, piece.token, head0, piece.tile_begin * sched::kBlockSlots, slot_end, acc);
     if (piece.accum_row < 0) {
-      store_final(p, s, piece.token, head0, acc);
+      store_rows<false>(p, s, piece.token, head0, acc);
     } else if (piece.write_partial) {
-      store_partial(p, s, piece.accum_row, head0, acc);
+      store_rows<true>(p, s, piece.accum_row, head0, acc);
     }
   }
 }
