@@ -65,6 +65,24 @@ E to_enum(int32_t v, int32_t max, const char* op, const char* what) {
   return static_cast<E>(v);
 }
 
+// The fields batch prefill and decode plan configs share (the same names in the C structs and the C++
+// configs): heads, page size, dtypes (o_dtype -1: as q), layout, window, soft cap, scale, graph and PDL.
+template <class Config, class CConfig>
+void copy_shared_plan_config(Config& c, const CConfig& cc, const char* op) {
+  c.num_qo_heads = cc.num_qo_heads;
+  c.num_kv_heads = cc.num_kv_heads;
+  c.page_size = cc.page_size;
+  c.q_dtype = to_enum<DType>(cc.q_dtype, FLASHCPP_BOOL, op, "q_dtype");
+  c.kv_dtype = to_enum<DType>(cc.kv_dtype, FLASHCPP_BOOL, op, "kv_dtype");
+  if (cc.o_dtype >= 0) c.o_dtype = to_enum<DType>(cc.o_dtype, FLASHCPP_BOOL, op, "o_dtype");
+  c.layout = to_enum<KvLayout>(cc.layout, 1, op, "layout");
+  c.window_left = cc.window_left;
+  c.logits_soft_cap = cc.logits_soft_cap;
+  c.sm_scale = sm_scale_of(cc.sm_scale);
+  c.enable_cuda_graph = cc.enable_cuda_graph != 0;
+  c.enable_pdl = cc.enable_pdl != 0;
+}
+
 // What the single prefill and decode entries share: the options' common fields (then `fill` the op's own),
 // the tensors (lse and tmp optional), and one call of `run` on the C ABI's Runtime.
 template <class Options, class Fill, class Run>
@@ -190,22 +208,11 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
     BatchPrefillConfig c;
     c.kv_storage = config->kv_storage == FLASHCPP_KV_RAGGED ? KvStorage::ragged : KvStorage::paged;
     to_enum<KvStorage>(config->kv_storage, 1, op, "kv_storage");
-    c.num_qo_heads = config->num_qo_heads;
-    c.num_kv_heads = config->num_kv_heads;
+    copy_shared_plan_config(c, *config, op);
     c.head_dim_qk = config->head_dim_qk;
     c.head_dim_vo = config->head_dim_vo;
-    c.page_size = config->page_size;
-    c.q_dtype = to_enum<DType>(config->q_dtype, FLASHCPP_BOOL, op, "q_dtype");
-    c.kv_dtype = to_enum<DType>(config->kv_dtype, FLASHCPP_BOOL, op, "kv_dtype");
-    if (config->o_dtype >= 0) c.o_dtype = to_enum<DType>(config->o_dtype, FLASHCPP_BOOL, op, "o_dtype");
-    c.layout = to_enum<KvLayout>(config->layout, 1, op, "layout");
     c.causal = config->causal != 0;
-    c.window_left = config->window_left;
-    c.logits_soft_cap = config->logits_soft_cap;
-    c.sm_scale = capi::sm_scale_of(config->sm_scale);
     c.backend = to_enum<AttentionBackend>(config->backend, 2, op, "backend");
-    c.enable_cuda_graph = config->enable_cuda_graph != 0;
-    c.enable_pdl = config->enable_pdl != 0;
     c.fixed_split_size = config->fixed_split_size;
     c.disable_split_kv = config->disable_split_kv != 0;
     PrefillIndptrs ip;
@@ -264,21 +271,10 @@ flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_co
     capi::require_non_null(out_plan, op, "out_plan");
     *out_plan = nullptr;
     BatchDecodeConfig c;
-    c.num_qo_heads = config->num_qo_heads;
-    c.num_kv_heads = config->num_kv_heads;
+    copy_shared_plan_config(c, *config, op);
     c.head_dim = config->head_dim;
-    c.page_size = config->page_size;
-    c.q_dtype = to_enum<DType>(config->q_dtype, FLASHCPP_BOOL, op, "q_dtype");
-    c.kv_dtype = to_enum<DType>(config->kv_dtype, FLASHCPP_BOOL, op, "kv_dtype");
-    if (config->o_dtype >= 0) c.o_dtype = to_enum<DType>(config->o_dtype, FLASHCPP_BOOL, op, "o_dtype");
-    c.layout = to_enum<KvLayout>(config->layout, 1, op, "layout");
-    c.window_left = config->window_left;
-    c.logits_soft_cap = config->logits_soft_cap;
-    c.sm_scale = capi::sm_scale_of(config->sm_scale);
     c.backend = to_enum<DecodeBackend>(config->backend, 2, op, "backend");
     c.prefill_backend = to_enum<AttentionBackend>(config->prefill_backend, 2, op, "prefill_backend");
-    c.enable_cuda_graph = config->enable_cuda_graph != 0;
-    c.enable_pdl = config->enable_pdl != 0;
     DecodeIndptrs ip;
     ip.kv_indptr = to_view(kv, op, "kv_indptr_host");
     ip.kv_last_page_len = to_view(last, op, "kv_last_page_len_host");
