@@ -49,17 +49,18 @@ flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* 
 }
 
 flashcpp_status flashcpp_batch_mla_run(const flashcpp_batch_mla_plan* p, const flashcpp_tensor* q_nope,
-                                       const flashcpp_tensor* q_pe, const flashcpp_tensor* ckv,
-                                       const flashcpp_tensor* kpe, const flashcpp_tensor* idx,
+                                       const flashcpp_tensor* q_pe, const flashcpp_batch_mla_cache* cache,
                                        const flashcpp_tensor* o, const flashcpp_tensor* lse, void* stream) {
   return capi::guard([&] {
     const char* op = "flashcpp_batch_mla_run";
     capi::require_non_null(p, op, "plan");
+    capi::require_non_null(cache, op, "cache");
     TensorView lse_slot;
     p->plan.run(capi::to_view(q_nope, op, "q_nope"), capi::to_view(q_pe, op, "q_pe"),
-                capi::to_view(ckv, op, "ckv_cache"), capi::to_view(kpe, op, "kpe_cache"),
-                capi::to_view(idx, op, "kv_indices"), capi::to_view(o, op, "out"), optional(lse, op, "lse", lse_slot),
-                static_cast<cudaStream_t>(stream));
+                capi::to_view(cache->ckv_cache, op, "cache.ckv_cache"),
+                capi::to_view(cache->kpe_cache, op, "cache.kpe_cache"),
+                capi::to_view(cache->kv_indices, op, "cache.kv_indices"), capi::to_view(o, op, "out"),
+                optional(lse, op, "lse", lse_slot), static_cast<cudaStream_t>(stream));
   });
 }
 

@@ -142,14 +142,13 @@ flashcpp_status flashcpp_append_paged_kv_cache(const flashcpp_tensor* k, const f
 
 flashcpp_status flashcpp_append_paged_mla_kv_cache(const flashcpp_tensor* ckv, const flashcpp_tensor* kpe,
                                                    const flashcpp_tensor* bi, const flashcpp_tensor* pos,
-                                                   const flashcpp_tensor* ckv_cache, const flashcpp_tensor* kpe_cache,
-                                                   const flashcpp_tensor* indices, const flashcpp_tensor* indptr,
-                                                   const flashcpp_tensor* last_page_len, void* stream) {
+                                                   const flashcpp_paged_mla_kv_cache* cache, void* stream) {
   constexpr const char* op = "append_paged_mla_kv_cache";
   return guard([&] {
-    PagedMlaKvCache c{to_view(ckv_cache, op, "ckv_cache"), to_view(kpe_cache, op, "kpe_cache"),
-                      to_view(indices, op, "indices"), to_view(indptr, op, "indptr"),
-                      to_view(last_page_len, op, "last_page_len")};
+    capi::require_non_null(cache, op, "cache");
+    PagedMlaKvCache c{to_view(cache->ckv_cache, op, "cache.ckv_cache"), to_view(cache->kpe_cache, op, "cache.kpe_cache"),
+                      to_view(cache->indices, op, "cache.indices"), to_view(cache->indptr, op, "cache.indptr"),
+                      to_view(cache->last_page_len, op, "cache.last_page_len")};
     append_paged_mla_kv_cache(*default_runtime(), to_view(ckv, op, "append_ckv"), to_view(kpe, op, "append_kpe"),
                               to_view(bi, op, "batch_indices"), to_view(pos, op, "positions"), c, as_stream(stream));
   });
@@ -227,17 +226,17 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
 }
 
 flashcpp_status flashcpp_batch_prefill_run_ragged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
-                                                  const flashcpp_tensor* k, const flashcpp_tensor* v,
-                                                  const flashcpp_tensor* qo, const flashcpp_tensor* kv,
+                                                  const flashcpp_ragged_kv* kv, const flashcpp_tensor* qo,
                                                   const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream) {
   constexpr const char* op = "batch_prefill_run_ragged";
   return guard([&] {
     capi::require_non_null(plan, op, "plan");
+    capi::require_non_null(kv, op, "kv");
     TensorView l;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
-    plan->plan.run_ragged(to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(qo, op, "qo_indptr"),
-                          to_view(kv, op, "kv_indptr"), to_view(out, op, "out"), has_lse ? &l : nullptr,
-                          as_stream(stream));
+    plan->plan.run_ragged(to_view(q, op, "q"), to_view(kv->k, op, "kv.k"), to_view(kv->v, op, "kv.v"),
+                          to_view(qo, op, "qo_indptr"), to_view(kv->indptr, op, "kv.indptr"), to_view(out, op, "out"),
+                          has_lse ? &l : nullptr, as_stream(stream));
   });
 }
 

@@ -140,10 +140,9 @@ flashcpp_status call(Reader& r, Arena& a) {
       return flashcpp_append_paged_kv_cache(key, value, batch, pos, (r.byte() & 1) ? &c : nullptr, nullptr);
     }
     case 4: {
-      auto ckv = a.tensor(), kpe = a.tensor(), batch = a.tensor(), pos = a.tensor(), ckv_cache = a.tensor(),
-           kpe_cache = a.tensor(), indices = a.tensor(), indptr = a.tensor(), last = a.tensor();
-      return flashcpp_append_paged_mla_kv_cache(ckv, kpe, batch, pos, ckv_cache, kpe_cache, indices, indptr, last,
-                                                nullptr);
+      auto ckv = a.tensor(), kpe = a.tensor(), batch = a.tensor(), pos = a.tensor();
+      flashcpp_paged_mla_kv_cache c{a.tensor(), a.tensor(), a.tensor(), a.tensor(), a.tensor()};
+      return flashcpp_append_paged_mla_kv_cache(ckv, kpe, batch, pos, (r.byte() & 1) ? &c : nullptr, nullptr);
     }
     case 5:
     case 6: {

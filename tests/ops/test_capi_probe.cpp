@@ -164,12 +164,13 @@ TEST_F(CapiProbe, NormsAndAppendsSurviveNullPointers) {
   const auto bi3 = to_c(dev(DType::i32, {3})), pos3 = to_c(dev(DType::i32, {3}));
   const auto ckvc = to_c(dev(DType::bf16, {8, 64, 512})), kpec = to_c(dev(DType::bf16, {8, 64, 64}));
   const auto midx = to_c(dev(DType::i32, {8})), mptr = to_c(dev(DType::i32, {2})), mlast = to_c(dev(DType::i32, {1}));
-  for (int arg = 0; arg < 9; ++arg) {
+  for (int arg = 0; arg < 10; ++arg) {
     probes.push_back({"append mla arg " + std::to_string(arg) + " NULL",
                       [=] {
                         const flashcpp_tensor* a[] = {&ckv, &kpe, &bi3, &pos3, &ckvc, &kpec, &midx, &mptr, &mlast};
-                        a[arg] = nullptr;
-                        return flashcpp_append_paged_mla_kv_cache(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
+                        if (arg < 9) a[arg] = nullptr;
+                        const flashcpp_paged_mla_kv_cache cache{a[4], a[5], a[6], a[7], a[8]};
+                        return flashcpp_append_paged_mla_kv_cache(a[0], a[1], a[2], a[3], arg == 9 ? nullptr : &cache,
                                                                   nullptr);
                       },
                       kInvalid, "must not be NULL"});
@@ -357,15 +358,19 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
                     kInvalid, "'q' must not be null"});
   probes.push_back({"run_ragged plan NULL",
                     [=] {
-                      return flashcpp_batch_prefill_run_ragged(nullptr, &bq, &kc, &vc, &qo_d, &qo_d, &bo, nullptr, nullptr);
+                      const flashcpp_ragged_kv kv{&kc, &vc, &qo_d};
+                      return flashcpp_batch_prefill_run_ragged(nullptr, &bq, &kv, &qo_d, &bo, nullptr, nullptr);
                     },
                     kInvalid, "'plan' must not be NULL"});
   probes.push_back({"run_ragged k NULL",
                     [=] {
-                      return flashcpp_batch_prefill_run_ragged(pplan, &bq, nullptr, &vc, &qo_d, &qo_d, &bo, nullptr,
-                                                               nullptr);
+                      const flashcpp_ragged_kv kv{nullptr, &vc, &qo_d};
+                      return flashcpp_batch_prefill_run_ragged(pplan, &bq, &kv, &qo_d, &bo, nullptr, nullptr);
                     },
-                    kInvalid, "'k' must not be NULL"});
+                    kInvalid, "'kv.k' must not be NULL"});
+  probes.push_back({"run_ragged kv NULL",
+                    [=] { return flashcpp_batch_prefill_run_ragged(pplan, &bq, nullptr, &qo_d, &bo, nullptr, nullptr); },
+                    kInvalid, "'kv' must not be NULL"});
   probes.push_back({"decode_run plan NULL",
                     [=] { return flashcpp_batch_decode_run(nullptr, &dq, &cache, &dout, nullptr, nullptr); }, kInvalid,
                     "'plan' must not be NULL"});
@@ -562,7 +567,10 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                     },
                     kInvalid, "argument 'config' has struct_size " + std::to_string(sizeof mc + 16)});
   probes.push_back({"batch_mla_run plan NULL",
-                    [=] { return flashcpp_batch_mla_run(nullptr, &q, &q, &kv, &kv, &idx, &out, nullptr, nullptr); },
+                    [=] {
+                      const flashcpp_batch_mla_cache cache{&kv, &kv, &idx};
+                      return flashcpp_batch_mla_run(nullptr, &q, &q, &cache, &out, nullptr, nullptr);
+                    },
                     kInvalid, "'plan' must not be NULL"});
 
   // GDN: NULL args, each required tensor NULL, the host cu_seqlens with NULL data.

@@ -38,10 +38,15 @@ flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* 
                                                const flashcpp_tensor* kv_indptr_host,
                                                const flashcpp_tensor* kv_len_host, void* stream,
                                                flashcpp_batch_mla_plan** out_plan);
+/* The paged latent cache a batch MLA run reads. */
+typedef struct flashcpp_batch_mla_cache {
+  const flashcpp_tensor* ckv_cache;  /* [pages, page_size, 512] */
+  const flashcpp_tensor* kpe_cache;  /* [pages, page_size, 64] */
+  const flashcpp_tensor* kv_indices; /* int32 page ids, in the plan's kv_indptr order */
+} flashcpp_batch_mla_cache;
 /* Runs a plan; lse may be NULL. A run that does not match the plan is refused (FLASHCPP_INVALID_ARGUMENT). */
 flashcpp_status flashcpp_batch_mla_run(const flashcpp_batch_mla_plan* plan, const flashcpp_tensor* q_nope,
-                                       const flashcpp_tensor* q_pe, const flashcpp_tensor* ckv_cache,
-                                       const flashcpp_tensor* kpe_cache, const flashcpp_tensor* kv_indices,
+                                       const flashcpp_tensor* q_pe, const flashcpp_batch_mla_cache* cache,
                                        const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream);
 void flashcpp_batch_mla_plan_destroy(flashcpp_batch_mla_plan* plan);
 

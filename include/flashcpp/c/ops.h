@@ -45,13 +45,18 @@ typedef struct flashcpp_paged_kv_cache {
 flashcpp_status flashcpp_append_paged_kv_cache(const flashcpp_tensor* append_key, const flashcpp_tensor* append_value,
                                                const flashcpp_tensor* batch_indices, const flashcpp_tensor* positions,
                                                const flashcpp_paged_kv_cache* cache, void* stream);
-/* ckv_cache [pages, page_size, 512], kpe_cache [pages, page_size, 64]. */
+typedef struct flashcpp_paged_mla_kv_cache {
+  const flashcpp_tensor* ckv_cache;     /* [pages, page_size, 512] */
+  const flashcpp_tensor* kpe_cache;     /* [pages, page_size, 64] */
+  const flashcpp_tensor* indices;       /* int32 page ids */
+  const flashcpp_tensor* indptr;        /* int32 [batch + 1] */
+  const flashcpp_tensor* last_page_len; /* int32 [batch] */
+} flashcpp_paged_mla_kv_cache;
+
 flashcpp_status flashcpp_append_paged_mla_kv_cache(const flashcpp_tensor* append_ckv, const flashcpp_tensor* append_kpe,
                                                    const flashcpp_tensor* batch_indices,
-                                                   const flashcpp_tensor* positions, const flashcpp_tensor* ckv_cache,
-                                                   const flashcpp_tensor* kpe_cache, const flashcpp_tensor* indices,
-                                                   const flashcpp_tensor* indptr, const flashcpp_tensor* last_page_len,
-                                                   void* stream);
+                                                   const flashcpp_tensor* positions,
+                                                   const flashcpp_paged_mla_kv_cache* cache, void* stream);
 
 /* ---------------------------------------------------------------- attention */
 typedef enum flashcpp_attention_backend {
@@ -127,9 +132,14 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
                                                    const flashcpp_tensor* kv_last_page_len_host,
                                                    const flashcpp_tensor* kv_indices_host, void* stream,
                                                    flashcpp_batch_prefill_plan** out_plan);
+/* Ragged (unpaged) keys and values of a batch: request i owns rows indptr[i] .. indptr[i + 1] of k and v. */
+typedef struct flashcpp_ragged_kv {
+  const flashcpp_tensor* k;      /* NHD [rows, H_kv, D_qk] | HND [H_kv, rows, D_qk] */
+  const flashcpp_tensor* v;      /* same layout, D_vo */
+  const flashcpp_tensor* indptr; /* int32 [batch + 1], device */
+} flashcpp_ragged_kv;
 flashcpp_status flashcpp_batch_prefill_run_ragged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
-                                                  const flashcpp_tensor* k, const flashcpp_tensor* v,
-                                                  const flashcpp_tensor* qo_indptr, const flashcpp_tensor* kv_indptr,
+                                                  const flashcpp_ragged_kv* kv, const flashcpp_tensor* qo_indptr,
                                                   const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream);
 flashcpp_status flashcpp_batch_prefill_run_paged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
                                                  const flashcpp_paged_kv_cache* cache, const flashcpp_tensor* qo_indptr,
