@@ -256,7 +256,7 @@ void DeviceStep::enqueue() {
   s.plan->run(q, s.kv(), attn_out(), nullptr, *s.stream);
   if (sh.mla) {
     const int64_t rows = static_cast<int64_t>(s.mcache.size()) / kFp8Row / sh.mla_block_size;
-    mla::SparseDecodeParams p;
+    mla::SparseDecodeOptions p;
     p.sm_scale = s.mla_scale;
     s.mplan->run(s.view(s.mq, DType::bf16, {sh.batch, 1, s.hmr, kMlaDqk}),
                  s.view(s.mcache, DType::u8, {rows, sh.mla_block_size, 1, kFp8Row}),

@@ -6,6 +6,7 @@
 //   o_t = scale · S q_t                      (scale 0 → 1/sqrt(head_size))
 // and output_state receives the final S of every sequence, laid out [N, H, V, K].
 #pragma once
+#include <optional>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -36,9 +37,9 @@ struct GdnPrefillArgs {
   OptionalTensor workspace = nullptr;
 };
 
-struct GdnPrefillParams {
-  /// Multiplies q·k; 0 selects 1/sqrt(head_size). Must be finite and >= 0.
-  double scale = 0.0;
+struct GdnPrefillOptions {
+  /// Multiplies q·k; unset: 1/sqrt(head_size); set: finite and > 0.
+  std::optional<double> scale;
 };
 
 inline constexpr int64_t kGdnHeadSize = 128;
@@ -54,6 +55,6 @@ int64_t gdn_prefill_workspace_bytes(int device);
 /// Any device, any order, any thread: calls are serialised process-wide for their host part only (the
 /// launch is asynchronous), because FlashInfer 0.6.3's module keeps one-time kernel setup in
 /// process-wide flags that flashcpp re-arms when the device changes (docs/MULTI_GPU.md).
-void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& args, const GdnPrefillParams& params, cudaStream_t stream);
+void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& args, const GdnPrefillOptions& options, cudaStream_t stream);
 
 }  // namespace flashcpp

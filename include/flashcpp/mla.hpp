@@ -37,7 +37,7 @@ inline constexpr int kTopkMultiple = 64;       ///< topk must be a positive mult
 // Sparse prefill
 // ---------------------------------------------------------------------------------------------------
 
-struct SparsePrefillParams {
+struct SparsePrefillOptions {
   std::optional<double> sm_scale;      ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
   int d_v = kDv;                       ///< must be 512
   OptionalTensor attn_sink = nullptr;  ///< f32 [h_q], contiguous, same device
@@ -55,7 +55,7 @@ struct SparsePrefillParams {
 /// strides that are multiples of 8 elements (any framework allocation is); other strides are free
 /// (non-negative). All tensors on one CUDA device. s_q may be 0 (nothing is launched).
 void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices, const TensorView& out,
-                    OptionalTensor max_logits, const TensorView& lse, const SparsePrefillParams& params,
+                    OptionalTensor max_logits, const TensorView& lse, const SparsePrefillOptions& options,
                     cudaStream_t stream);
 
 /// Convenience layer: allocates out [s_q, h_q, 512] bf16, max_logits and lse [s_q, h_q] f32 on q's device.
@@ -64,7 +64,7 @@ struct SparsePrefillOutputs {
   TensorView out_view, max_logits_view, lse_view;
 };
 SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices,
-                                    const SparsePrefillParams& params, cudaStream_t stream);
+                                    const SparsePrefillOptions& options, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------
 // FP8 KV cache (V3.2 layout)
@@ -141,7 +141,7 @@ struct DecodeWorkspace {
 /// `device_id` when not split).
 void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream);
 
-struct SparseDecodeParams {
+struct SparseDecodeOptions {
   std::optional<double> sm_scale;        ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
   int d_v = kDv;                         ///< must be 512
   OptionalTensor attn_sink = nullptr;    ///< f32 [h_q]
@@ -158,10 +158,10 @@ struct SparseDecodeParams {
 ///  lse       f32  [batch, s_q, h_q] (written; any strides, e.g. a view of FlashMLA's [batch, h_q, s_q])
 ///  ws        a workspace planned by decode_plan for this shape on this device
 void sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                   const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeParams& params,
+                   const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeOptions& options,
                    cudaStream_t stream);
 
-struct SparseDecodeV4Params {
+struct SparseDecodeV4Options {
   std::optional<double> sm_scale;              ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
   int d_v = kDv;                               ///< must be 512
   OptionalTensor attn_sink = nullptr;          ///< f32 [h_q]
@@ -183,7 +183,7 @@ struct SparseDecodeV4Params {
 ///  ws        planned with d_qk 512, topk and extra_topk (0 without the extra pool) of these tensors
 /// Runs on the portable kernel today (the Hopper kernels take the V3.2 cache only).
 void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                      const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Params& params,
+                      const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Options& options,
                       cudaStream_t stream);
 
 /// Convenience layer: owns the plan buffers and remembers the shape; run() refuses another shape.
@@ -192,10 +192,10 @@ class DecodePlan {
   /// Allocates the buffers on `device_id` and plans on `stream` (asynchronously).
   static DecodePlan create(const DecodeConfig& config, int device_id, cudaStream_t stream);
   void run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-           const TensorView& lse, const SparseDecodeParams& params, cudaStream_t stream) const;
+           const TensorView& lse, const SparseDecodeOptions& options, cudaStream_t stream) const;
   /// V4 cache (plan made with d_qk 512).
   void run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-           const TensorView& lse, const SparseDecodeV4Params& params, cudaStream_t stream) const;
+           const TensorView& lse, const SparseDecodeV4Options& options, cudaStream_t stream) const;
   const DecodePlanSizes& sizes() const { return sizes_; }
   const DecodeWorkspace& workspace() const { return ws_; }
   int device() const { return device_; }

@@ -28,7 +28,7 @@ flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* a, void* s
     g.alpha = optional(a->alpha, op, "alpha", alpha);
     g.beta = optional(a->beta, op, "beta", beta);
     g.workspace = optional(a->workspace, op, "workspace", ws);
-    gdn_prefill(*default_runtime(), g, {.scale = a->scale}, static_cast<cudaStream_t>(stream));
+    gdn_prefill(*default_runtime(), g, {.scale = capi::sm_scale_of(a->scale)}, static_cast<cudaStream_t>(stream));
   });
 }
 

@@ -34,10 +34,10 @@ struct DecodeCall {
   TensorView q, kv_cache, indices, out, lse;
   mla::DecodeWorkspace ws;
   DecodeCall(const flashcpp_mla_decode_config* config, const flashcpp_mla_decode_tensors* tensors,
-             const flashcpp_mla_params* params, const char* op) {
+             const flashcpp_mla_options* options, const char* op) {
     require_struct(config, op, "config", "FLASHCPP_MLA_DECODE_CONFIG_INIT");
     require_non_null(tensors, op, "tensors");
-    require_struct(params, op, "params", "FLASHCPP_MLA_PARAMS_INIT");
+    require_struct(options, op, "options", "FLASHCPP_MLA_OPTIONS_INIT");
     const flashcpp_mla_decode_tensors& t = *tensors;
     q = to_view(t.q, op, "tensors.q");
     kv_cache = to_view(t.kv_cache, op, "tensors.kv_cache");
@@ -87,11 +87,11 @@ flashcpp_status flashcpp_mla_get_device_info(int32_t device_id, flashcpp_mla_dev
 }
 
 flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* tensors,
-                                            const flashcpp_mla_params* params, void* stream) {
+                                            const flashcpp_mla_options* options, void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_sparse_prefill";
     require_non_null(tensors, op, "tensors");
-    require_struct(params, op, "params", "FLASHCPP_MLA_PARAMS_INIT");
+    require_struct(options, op, "options", "FLASHCPP_MLA_OPTIONS_INIT");
     const flashcpp_mla_prefill_tensors& t = *tensors;
     const TensorView qv = to_view(t.q, op, "tensors.q");
     const TensorView kvv = to_view(t.kv, op, "tensors.kv");
@@ -99,9 +99,9 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
     const TensorView ov = to_view(t.out, op, "tensors.out");
     const TensorView lv = to_view(t.lse, op, "tensors.lse");
     TensorView sink, len, ml;
-    mla::SparsePrefillParams p;
-    p.sm_scale = flashcpp::capi::sm_scale_of(params->sm_scale);
-    p.d_v = params->d_v;
+    mla::SparsePrefillOptions p;
+    p.sm_scale = flashcpp::capi::sm_scale_of(options->sm_scale);
+    p.d_v = options->d_v;
     p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
     p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);
     mla::sparse_prefill(qv, kvv, iv, ov, optional(t.max_logits, op, "tensors.max_logits", ml), lv, p,
@@ -145,10 +145,10 @@ flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* confi
 
 flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* config,
                                            const flashcpp_mla_decode_tensors* tensors,
-                                           const flashcpp_mla_params* params, void* stream) {
+                                           const flashcpp_mla_options* options, void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_sparse_decode";
-    const DecodeCall c(config, tensors, params, op);
+    const DecodeCall c(config, tensors, options, op);
     const flashcpp_mla_decode_tensors& t = *tensors;
     for (const auto& [extra, name] : {std::pair{t.extra_kv_cache, "tensors.extra_kv_cache"},
                                       std::pair{t.extra_indices, "tensors.extra_indices"},
@@ -157,9 +157,9 @@ flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* con
         throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
                               std::string(op) + ": argument '" + name +
                                   "' must be NULL (the V3.2 cache has no extra pool; see flashcpp_mla_sparse_decode_v4)");
-    mla::SparseDecodeParams p;
-    p.sm_scale = flashcpp::capi::sm_scale_of(params->sm_scale);
-    p.d_v = params->d_v;
+    mla::SparseDecodeOptions p;
+    p.sm_scale = flashcpp::capi::sm_scale_of(options->sm_scale);
+    p.d_v = options->d_v;
     TensorView sink, len;
     p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
     p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);
@@ -169,14 +169,14 @@ flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* con
 
 flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* config,
                                               const flashcpp_mla_decode_tensors* tensors,
-                                              const flashcpp_mla_params* params, void* stream) {
+                                              const flashcpp_mla_options* options, void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_sparse_decode_v4";
-    const DecodeCall c(config, tensors, params, op);
+    const DecodeCall c(config, tensors, options, op);
     const flashcpp_mla_decode_tensors& t = *tensors;
-    mla::SparseDecodeV4Params p;
-    p.sm_scale = flashcpp::capi::sm_scale_of(params->sm_scale);
-    p.d_v = params->d_v;
+    mla::SparseDecodeV4Options p;
+    p.sm_scale = flashcpp::capi::sm_scale_of(options->sm_scale);
+    p.d_v = options->d_v;
     TensorView sink, len, extra_kv, extra_idx, extra_len;
     p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
     p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);

@@ -160,11 +160,11 @@ double resolved_sm_scale(const std::optional<double>& sm_scale, int64_t d_qk) {
 // Prefill
 
 void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices, const TensorView& out,
-                    OptionalTensor max_logits, const TensorView& lse, const SparsePrefillParams& params,
+                    OptionalTensor max_logits, const TensorView& lse, const SparsePrefillOptions& options,
                     cudaStream_t stream) {
   const Validator v("mla::sparse_prefill");
-  if (params.sm_scale) v.positive(*params.sm_scale, "sm_scale");
-  if (params.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(params.d_v));
+  if (options.sm_scale) v.positive(*options.sm_scale, "sm_scale");
+  if (options.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(options.d_v));
 
   cuda_tensor(v, q, "q", {DType::bf16}, 3);
   v.last_dim_contiguous(q, "q");
@@ -194,11 +194,11 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
     v.same_device(*max_logits, "max_logits", q, "q").shape(*max_logits, "max_logits", {s_q, h_q});
     v.aligned(*max_logits, "max_logits", 4);
   }
-  optional_vector(v, params.attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(1)");
-  optional_vector(v, params.topk_length, "topk_length", DType::i32, s_q, q, "q.size(0)");
+  optional_vector(v, options.attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(1)");
+  optional_vector(v, options.topk_length, "topk_length", DType::i32, s_q, q, "q.size(0)");
   v.no_overlap({{&out, "out"}, {&lse, "lse"}, {max_logits, "max_logits"}},
-               {{&q, "q"}, {&kv, "kv"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
-                {params.topk_length, "topk_length"}});
+               {{&q, "q"}, {&kv, "kv"}, {&indices, "indices"}, {options.attn_sink, "attn_sink"},
+                {options.topk_length, "topk_length"}});
 
   require_supported("mla::sparse_prefill", q.device.id);
   if (s_q == 0) return;
@@ -214,10 +214,10 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
   p.topk = static_cast<int>(indices.size(2));
   p.indices = indices.data_as<const int32_t>();
   p.indices_stride_token = indices.stride(0);
-  p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
+  p.topk_length = options.topk_length ? options.topk_length->data_as<const int32_t>() : nullptr;
   p.tokens_per_length = 1;
-  p.attn_sink = params.attn_sink ? params.attn_sink->data_as<const float>() : nullptr;
-  p.sm_scale = static_cast<float>(resolved_sm_scale(params.sm_scale, d_qk));
+  p.attn_sink = options.attn_sink ? options.attn_sink->data_as<const float>() : nullptr;
+  p.sm_scale = static_cast<float>(resolved_sm_scale(options.sm_scale, d_qk));
   p.kv_format = kernels::KvFormat::bf16;
   p.kv = kv.data;
   p.num_kv = kv.size(0);
@@ -238,7 +238,7 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
 }
 
 SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices,
-                                    const SparsePrefillParams& params, cudaStream_t stream) {
+                                    const SparsePrefillOptions& options, cudaStream_t stream) {
   const Validator v("mla::sparse_prefill");
   cuda_tensor(v, q, "q", {DType::bf16}, 3);
   const int64_t s_q = q.size(0), h_q = q.size(1);
@@ -251,7 +251,7 @@ SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, c
   o.out_view = TensorView::contiguous(o.out.get(), DType::bf16, q.device, {s_q, h_q, kDv});
   o.max_logits_view = TensorView::contiguous(o.max_logits.get(), DType::f32, q.device, {s_q, h_q});
   o.lse_view = TensorView::contiguous(o.lse.get(), DType::f32, q.device, {s_q, h_q});
-  sparse_prefill(q, kv, indices, o.out_view, &o.max_logits_view, o.lse_view, params, stream);
+  sparse_prefill(q, kv, indices, o.out_view, &o.max_logits_view, o.lse_view, options, stream);
   return o;
 }
 
@@ -602,10 +602,10 @@ void validate_v4_cache(const Validator& v, const TensorView& t, const char* arg,
 }  // namespace
 
 void sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                   const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeParams& params,
+                   const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeOptions& options,
                    cudaStream_t stream) {
   const Validator v("mla::sparse_decode");
-  DecodeProblem d = validate_decode_tensors(v, params.sm_scale, params.d_v, q, fp8::kDims, "V3.2", indices, out, lse);
+  DecodeProblem d = validate_decode_tensors(v, options.sm_scale, options.d_v, q, fp8::kDims, "V3.2", indices, out, lse);
 
   v.defined(kv_cache, "kv_cache").dtype(kv_cache, "kv_cache", {DType::u8, DType::i8, DType::e4m3});
   v.rank(kv_cache, "kv_cache", 4).on_cuda(kv_cache, "kv_cache").same_device(kv_cache, "kv_cache", q, "q");
@@ -619,14 +619,14 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
     v.fail("kv_cache", kv_cache, "must have a block stride (dim 0) that is a multiple of 16 bytes");
   v.aligned(kv_cache, "kv_cache", 16);
 
-  validate_decode_vectors(v, params.attn_sink, params.topk_length, d, q);
+  validate_decode_vectors(v, options.attn_sink, options.topk_length, d, q);
   d.sizes = validate_planned(v, ws, d, fp8::kDims, 0, q, out, lse,
-                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
-                              {params.topk_length, "topk_length"}});
+                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {options.attn_sink, "attn_sink"},
+                              {options.topk_length, "topk_length"}});
 
-  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink,
-                                                  resolved_sm_scale(params.sm_scale, q.size(3)), ws);
-  p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
+  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, options.attn_sink,
+                                                  resolved_sm_scale(options.sm_scale, q.size(3)), ws);
+  p.topk_length = options.topk_length ? options.topk_length->data_as<const int32_t>() : nullptr;
   p.kv_format = kernels::KvFormat::fp8_v32;
   p.kv = kv_cache.data;
   p.num_kv = num_blocks * block_size;
@@ -637,52 +637,52 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
 }
 
 void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                      const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Params& params,
+                      const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Options& options,
                       cudaStream_t stream) {
   const Validator v("mla::sparse_decode_v4");
-  DecodeProblem d = validate_decode_tensors(v, params.sm_scale, params.d_v, q, fp8_v4::kDims, "V4", indices, out, lse);
+  DecodeProblem d = validate_decode_tensors(v, options.sm_scale, options.d_v, q, fp8_v4::kDims, "V4", indices, out, lse);
   validate_v4_cache(v, kv_cache, "kv_cache", q);
-  validate_decode_vectors(v, params.attn_sink, params.topk_length, d, q);
-  const bool extra = params.extra_kv_cache != nullptr;
-  if (extra != (params.extra_indices != nullptr))
+  validate_decode_vectors(v, options.attn_sink, options.topk_length, d, q);
+  const bool extra = options.extra_kv_cache != nullptr;
+  if (extra != (options.extra_indices != nullptr))
     v.fail(extra ? "extra_indices" : "extra_kv_cache", "must be given together with " +
                                                            std::string(extra ? "extra_kv_cache" : "extra_indices"));
-  if (!extra && params.extra_topk_length != nullptr)
+  if (!extra && options.extra_topk_length != nullptr)
     v.fail("extra_topk_length", "must only be given with the extra pool (extra_kv_cache, extra_indices)");
   int64_t extra_topk = 0;
   if (extra) {
-    validate_v4_cache(v, *params.extra_kv_cache, "extra_kv_cache", q);
-    validate_decode_indices(v, *params.extra_indices, "extra_indices", q);
-    extra_topk = params.extra_indices->size(2);
-    optional_vector(v, params.extra_topk_length, "extra_topk_length", DType::i32, d.b, q,
+    validate_v4_cache(v, *options.extra_kv_cache, "extra_kv_cache", q);
+    validate_decode_indices(v, *options.extra_indices, "extra_indices", q);
+    extra_topk = options.extra_indices->size(2);
+    optional_vector(v, options.extra_topk_length, "extra_topk_length", DType::i32, d.b, q,
                     "q.size(0) (one length per request)");
-    if (d.topk + extra_topk > INT32_MAX) v.fail("extra_indices", *params.extra_indices, "must have topk + extra_topk <= 2^31 - 1");
+    if (d.topk + extra_topk > INT32_MAX) v.fail("extra_indices", *options.extra_indices, "must have topk + extra_topk <= 2^31 - 1");
   }
   d.sizes = validate_planned(v, ws, d, fp8_v4::kDims, extra_topk, q, out, lse,
-                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {params.attn_sink, "attn_sink"},
-                              {params.topk_length, "topk_length"}, {params.extra_kv_cache, "extra_kv_cache"},
-                              {params.extra_indices, "extra_indices"}, {params.extra_topk_length, "extra_topk_length"}});
+                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {options.attn_sink, "attn_sink"},
+                              {options.topk_length, "topk_length"}, {options.extra_kv_cache, "extra_kv_cache"},
+                              {options.extra_indices, "extra_indices"}, {options.extra_topk_length, "extra_topk_length"}});
 
-  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, params.attn_sink,
-                                                  resolved_sm_scale(params.sm_scale, q.size(3)), ws);
+  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, options.attn_sink,
+                                                  resolved_sm_scale(options.sm_scale, q.size(3)), ws);
   p.kv_format = kernels::KvFormat::fp8_v4;
   p.topk = static_cast<int>(d.topk + extra_topk);
   p.main_topk = static_cast<int>(d.topk);
-  p.topk_length = params.topk_length ? params.topk_length->data_as<const int32_t>() : nullptr;
+  p.topk_length = options.topk_length ? options.topk_length->data_as<const int32_t>() : nullptr;
   p.kv = kv_cache.data;
   p.num_kv = kv_cache.size(0) * kv_cache.size(1);
   p.block_size = kv_cache.size(1);
   p.kv_block_stride_bytes = kv_cache.stride(0);
   p.kv_slot_stride_bytes = kFp8V4BytesPerToken;
   if (extra) {
-    const TensorView& e = *params.extra_kv_cache;
+    const TensorView& e = *options.extra_kv_cache;
     p.extra_kv = e.data;
     p.extra_num_kv = e.size(0) * e.size(1);
     p.extra_block_size = e.size(1);
     p.extra_block_stride_bytes = e.stride(0);
-    p.extra_indices = params.extra_indices->data_as<const int32_t>();
-    p.extra_indices_stride_token = d.s_q == 1 ? params.extra_indices->stride(0) : params.extra_indices->stride(1);
-    p.extra_topk_length = params.extra_topk_length ? params.extra_topk_length->data_as<const int32_t>() : nullptr;
+    p.extra_indices = options.extra_indices->data_as<const int32_t>();
+    p.extra_indices_stride_token = d.s_q == 1 ? options.extra_indices->stride(0) : options.extra_indices->stride(1);
+    p.extra_topk_length = options.extra_topk_length ? options.extra_topk_length->data_as<const int32_t>() : nullptr;
   }
   launch_decode(p, d.sizes.split, q.device.id, stream);
 }
@@ -714,17 +714,17 @@ DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStr
 }
 
 void DecodePlan::run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                     const TensorView& lse, const SparseDecodeParams& params, cudaStream_t stream) const {
+                     const TensorView& lse, const SparseDecodeOptions& options, cudaStream_t stream) const {
   if (q.device.type == DeviceType::cuda && q.device.id != device_)
     Validator("mla::DecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
-  sparse_decode(q, kv_cache, indices, out, lse, ws_, params, stream);
+  sparse_decode(q, kv_cache, indices, out, lse, ws_, options, stream);
 }
 
 void DecodePlan::run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                     const TensorView& lse, const SparseDecodeV4Params& params, cudaStream_t stream) const {
+                     const TensorView& lse, const SparseDecodeV4Options& options, cudaStream_t stream) const {
   if (q.device.type == DeviceType::cuda && q.device.id != device_)
     Validator("mla::DecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
-  sparse_decode_v4(q, kv_cache, indices, out, lse, ws_, params, stream);
+  sparse_decode_v4(q, kv_cache, indices, out, lse, ws_, options, stream);
 }
 
 }  // namespace flashcpp::mla

@@ -107,7 +107,7 @@ int64_t gdn_prefill_workspace_bytes(int device) {
   return static_cast<int64_t>(ops::device_facts(device).sm_count) * 128;
 }
 
-void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillParams& p, cudaStream_t stream) {
+void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillOptions& p, cudaStream_t stream) {
   const Validator v(kOp);
   // q decides dtype, device, T and D; everything else is checked against it.
   v.defined(a.q, "q").on_cuda(a.q, "q").dtype(a.q, "q", {DType::f16, DType::bf16}).rank(a.q, "q", 3);
@@ -165,8 +165,7 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
     v.dtype(*a.beta, "beta", {DType::f32}).shape(*a.beta, "beta", {T, Hsab});
     check_dense(v, *a.beta, "beta", a.q);
   }
-  v.finite(p.scale, "scale");
-  v.require(p.scale >= 0.0, "scale", "must be >= 0 (0 selects 1/sqrt(head_size))");
+  if (p.scale) v.positive(*p.scale, "scale");
 
   const int device = a.q.device.id;
   const ops::DeviceFacts facts = ops::device_facts(device);
@@ -193,7 +192,7 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillPar
   ops::CurrentDeviceScope device_scope(device);  // the kernel launches on the current device
   const GdnLaunchLock launch_lock(*module, device);
   ffi::invoke(module->fn, ffi::StreamBinding{a.q.device, stream}, nullptr, a.output, a.output_state, a.q, a.k, a.v,
-              a.cu_seqlens, a.input_state, a.alpha, a.beta, p.scale, ws);
+              a.cu_seqlens, a.input_state, a.alpha, a.beta, p.scale.value_or(0.0), ws);  // 0: the module's 1/sqrt(D)
 }
 
 }  // namespace flashcpp

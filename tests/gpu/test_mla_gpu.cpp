@@ -207,7 +207,7 @@ void run_prefill_case(const PrefillCase& c, uint32_t seed) {
   const auto mv = dview(dml.get(), DType::f32, {c.s_q, c.h_q});
   const auto sv = dview(dsink.get(), DType::f32, {c.h_q});
   const auto lenv = dview(dlen.get(), DType::i32, {c.s_q});
-  mla::SparsePrefillParams params;
+  mla::SparsePrefillOptions params;
   if (!default_scale) params.sm_scale = sm_scale;
   if (c.sink) params.attn_sink = &sv;
   if (c.topk_len) params.topk_length = &lenv;
@@ -257,7 +257,7 @@ TEST(MlaGpuPrefill, GoldenCases) {
     Dev<float> dlse(static_cast<size_t>(s_q * h_q)), dml(static_cast<size_t>(s_q * h_q));
     std::optional<Dev<uint8_t>> dsink, dlen;
     TensorView sv, lenv;
-    mla::SparsePrefillParams params{.sm_scale = g.params.at("sm_scale").get<double>()};
+    mla::SparsePrefillOptions params{.sm_scale = g.params.at("sm_scale").get<double>()};
     if (g.has_input("attn_sink")) {
       dsink.emplace(g.inputs.at("attn_sink").bytes);
       sv = dview(dsink->get(), DType::f32, {h_q});
@@ -496,7 +496,7 @@ void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
                                       {c.h_q * c.s_q, 1, c.s_q});
   const auto sv = dview(dsink.get(), DType::f32, {c.h_q});
   const auto lenv = dview(dlen.get(), DType::i32, {c.b});
-  mla::SparseDecodeParams params{.sm_scale = sm_scale};
+  mla::SparseDecodeOptions params{.sm_scale = sm_scale};
   if (c.sink) params.attn_sink = &sv;
   if (c.topk_len) params.topk_length = &lenv;
 
@@ -573,7 +573,7 @@ TEST(MlaGpuDecode, GoldenCases) {
     Dev<float> dlse(static_cast<size_t>(b * s_q * h_q));
     std::optional<Dev<uint8_t>> dsink;
     TensorView sv, sink_h;
-    mla::SparseDecodeParams params{.sm_scale = sm_scale};
+    mla::SparseDecodeOptions params{.sm_scale = sm_scale};
     if (g.has_input("attn_sink")) {
       dsink.emplace(g.inputs.at("attn_sink").bytes);
       sv = dview(dsink->get(), DType::f32, {h_q});
@@ -677,7 +677,7 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
   Dev<float> dlse(static_cast<size_t>(b * s_q * h_q));
   std::optional<Dev<float>> dsink;
   TensorView sink_d, sink_h, len_d, len_h, xlen_d, xlen_h, xidx_d, xcache_d;
-  mla::SparseDecodeV4Params params{.sm_scale = sm_scale};
+  mla::SparseDecodeV4Options params{.sm_scale = sm_scale};
   if (!sink.empty()) {
     dsink.emplace(sink);
     sink_d = dview(dsink->get(), DType::f32, {h_q});

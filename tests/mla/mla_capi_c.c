@@ -67,7 +67,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   flashcpp_tensor idx = make_tensor(fake + (2 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, idx_shape);
   flashcpp_tensor out = make_tensor(fake + (3 << 24), FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, out_shape);
   flashcpp_tensor lse = make_tensor(fake + (4 << 24), FLASHCPP_F32, FLASHCPP_CUDA, 1000, 2, lse_shape);
-  flashcpp_mla_params pp = FLASHCPP_MLA_PARAMS_INIT;
+  flashcpp_mla_options pp = FLASHCPP_MLA_OPTIONS_INIT;
   flashcpp_mla_prefill_tensors pt;
   flashcpp_mla_device_info info;
   flashcpp_mla_decode_config cfg;
@@ -87,17 +87,17 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   pt.out = &out;
   pt.lse = &lse;
   pp.sm_scale = 0.05f;
-  CHECK(pp.struct_size == sizeof pp && pp.d_v == 512, "FLASHCPP_MLA_PARAMS_INIT");
+  CHECK(pp.struct_size == sizeof pp && pp.d_v == 512, "FLASHCPP_MLA_OPTIONS_INIT");
   CHECK_ERROR(flashcpp_mla_sparse_prefill(NULL, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
               "flashcpp_mla_sparse_prefill: argument 'tensors' must not be NULL");
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
               "flashcpp_mla_sparse_prefill: argument 'tensors.q' must not be NULL");
   pt.q = &q;
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, NULL, NULL), FLASHCPP_INVALID_ARGUMENT,
-              "argument 'params' must not be NULL");
+              "argument 'options' must not be NULL");
   pp.struct_size = 8; /* a caller built against another header */
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
-              "argument 'params' has struct_size 8");
+              "argument 'options' has struct_size 8");
   pp.struct_size = sizeof pp;
   pp.sm_scale = -1.f;
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT,
@@ -151,7 +151,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
               "argument 'config' must not be NULL");
   {
     flashcpp_mla_decode_tensors dt;
-    flashcpp_mla_params dp = FLASHCPP_MLA_PARAMS_INIT;
+    flashcpp_mla_options dp = FLASHCPP_MLA_OPTIONS_INIT;
     flashcpp_tensor extra = kv;
     memset(&dt, 0, sizeof dt);
     dt.q = &q;
@@ -174,7 +174,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   {
     static const int64_t q4_shape[4] = {2, 2, 64, 512}, kv4_shape[4] = {4, 64, 1, 584}, i4_shape[3] = {2, 2, 128};
     static const int64_t x4_shape[3] = {2, 2, 512}, o4_shape[4] = {2, 2, 64, 512}, l4_shape[3] = {2, 2, 64};
-    flashcpp_mla_params vp = FLASHCPP_MLA_PARAMS_INIT;
+    flashcpp_mla_options vp = FLASHCPP_MLA_OPTIONS_INIT;
     flashcpp_mla_decode_tensors vt;
     flashcpp_tensor q4 = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 4, q4_shape);
     flashcpp_tensor kv4 = make_tensor(fake + (1 << 24), FLASHCPP_U8, FLASHCPP_CUDA, 1000, 4, kv4_shape);
@@ -194,7 +194,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
                 "argument 'tensors.q' must not be NULL");
     vp.struct_size = 0;
     CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, &vt, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,
-                "argument 'params' has struct_size 0");
+                "argument 'options' has struct_size 0");
     vp.struct_size = sizeof vp;
     vt.q = &q4;
     vt.kv_cache = &kv4;

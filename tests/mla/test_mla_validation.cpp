@@ -67,9 +67,9 @@ struct PrefillArgs {
   TensorView sink = TensorView::contiguous(fake(7), DType::f32, kDev, {h_q});
   TensorView len = TensorView::contiguous(fake(8), DType::i32, kDev, {s_q});
   bool use_sink = true, use_len = true, use_ml = true;
-  mla::SparsePrefillParams params{.sm_scale = 0.05};
+  mla::SparsePrefillOptions params{.sm_scale = 0.05};
   void call() {
-    mla::SparsePrefillParams p = params;
+    mla::SparsePrefillOptions p = params;
     p.attn_sink = use_sink ? &sink : nullptr;
     p.topk_length = use_len ? &len : nullptr;
     mla::sparse_prefill(q, kv, indices, out, use_ml ? &max_logits : nullptr, lse, p, nullptr);
@@ -251,9 +251,9 @@ struct DecodeArgs {
                           TensorView::contiguous(fake(9), DType::i32, kDev, {b + 1}),
                           TensorView::contiguous(fake(10), DType::f32, kDev, {sizes.lse_accum_elems}),
                           TensorView::contiguous(fake(11), DType::f32, kDev, {sizes.o_accum_elems})};
-  mla::SparseDecodeParams params{.sm_scale = 0.04};
+  mla::SparseDecodeOptions params{.sm_scale = 0.04};
   void call() {
-    mla::SparseDecodeParams p = params;
+    mla::SparseDecodeOptions p = params;
     p.attn_sink = &sink;
     p.topk_length = &len;
     mla::sparse_decode(q, kv, indices, out, lse, ws, p, nullptr);
@@ -350,10 +350,10 @@ struct DecodeV4Args {
                           TensorView::contiguous(fake(9), DType::i32, kDev, {b + 1}),
                           TensorView::contiguous(fake(10), DType::f32, kDev, {sizes.lse_accum_elems}),
                           TensorView::contiguous(fake(11), DType::f32, kDev, {sizes.o_accum_elems})};
-  mla::SparseDecodeV4Params params{.sm_scale = 0.04};
+  mla::SparseDecodeV4Options params{.sm_scale = 0.04};
   bool with_extra = true, with_extra_indices = true, with_extra_len = true;
   void call() {
-    mla::SparseDecodeV4Params p = params;
+    mla::SparseDecodeV4Options p = params;
     p.attn_sink = &sink;
     p.topk_length = &len;
     if (with_extra) p.extra_kv_cache = &xkv;

@@ -15,7 +15,7 @@ int flashcpp_ops_header_is_c(void) {
   flashcpp_fused_moe_config ci = FLASHCPP_FUSED_MOE_CONFIG_INIT;
   flashcpp_fused_moe_args ai = FLASHCPP_FUSED_MOE_ARGS_INIT;
   flashcpp_mla_decode_config xi = FLASHCPP_MLA_DECODE_CONFIG_INIT;
-  flashcpp_mla_params pp = FLASHCPP_MLA_PARAMS_INIT;
+  flashcpp_mla_options pp = FLASHCPP_MLA_OPTIONS_INIT;
   flashcpp_attention_options_init(&o);
   flashcpp_batch_prefill_config_init(&p);
   flashcpp_batch_decode_config_init(&d);

@@ -392,7 +392,7 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
   const auto q = to_c(dev(DType::bf16, {4, 64, 576})), kv = to_c(dev(DType::bf16, {300, 1, 576}));
   const auto idx = to_c(dev(DType::i32, {4, 1, 128})), out = to_c(dev(DType::bf16, {4, 64, 512}));
   const auto lse = to_c(dev(DType::f32, {4, 64}));
-  flashcpp_mla_params pp = FLASHCPP_MLA_PARAMS_INIT;
+  flashcpp_mla_options pp = FLASHCPP_MLA_OPTIONS_INIT;
   pp.sm_scale = 0.05f;
   probes.push_back({"mla_get_device_info NULL", [] { return flashcpp_mla_get_device_info(0, nullptr); }, kInvalid,
                     "'info' must not be NULL"});
@@ -418,7 +418,7 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                       const flashcpp_mla_prefill_tensors t{&q, &kv, &idx, nullptr, nullptr, &out, nullptr, &lse};
                       return flashcpp_mla_sparse_prefill(&t, nullptr, nullptr);
                     },
-                    kInvalid, "'params' must not be NULL"});
+                    kInvalid, "'options' must not be NULL"});
   flashcpp_mla_decode_config dc = FLASHCPP_MLA_DECODE_CONFIG_INIT;
   dc.batch = 2;
   dc.s_q = 1;
@@ -441,10 +441,10 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
   // Decode (V3.2 and V4 share the structs): the structs NULL, then each required tensor NULL in turn.
   flashcpp_mla_decode_config dc4 = dc;
   dc4.d_qk = 512;
-  flashcpp_mla_params dp = FLASHCPP_MLA_PARAMS_INIT;
+  flashcpp_mla_options dp = FLASHCPP_MLA_OPTIONS_INIT;
   dp.sm_scale = 0.04f;
   using DecodeEntry = flashcpp_status (*)(const flashcpp_mla_decode_config*, const flashcpp_mla_decode_tensors*,
-                                          const flashcpp_mla_params*, void*);
+                                          const flashcpp_mla_options*, void*);
   for (const auto& [name, entry, config] : {std::tuple{"mla_sparse_decode", DecodeEntry{&flashcpp_mla_sparse_decode}, dc},
                                             std::tuple{"mla_sparse_decode_v4", DecodeEntry{&flashcpp_mla_sparse_decode_v4}, dc4}}) {
     const std::string n = name;
@@ -461,7 +461,7 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                         const flashcpp_mla_decode_tensors t{};
                         return entry(&config, &t, nullptr, nullptr);
                       },
-                      kInvalid, "'params' must not be NULL"});
+                      kInvalid, "'options' must not be NULL"});
     for (int member = 0; member < 5; ++member)
       probes.push_back({n + " required tensor NULL",
                         [=] {

@@ -420,7 +420,7 @@ TEST_F(Devices, MoeRefusesTensorsOffTheRunnersDevice) {
 TEST_F(Devices, SparseMlaRefusesTensorsOnTwoDevices) {
   auto q = dev(DType::bf16, {2, 64, 576}), kv = dev(DType::bf16, {300, 1, 576}), idx = dev(DType::i32, {2, 1, 128});
   auto out = dev(DType::bf16, {2, 64, 512}), ml = dev(DType::f32, {2, 64}), lse = dev(DType::f32, {2, 64});
-  const mla::SparsePrefillParams p{.sm_scale = 0.1};
+  const mla::SparsePrefillOptions p{.sm_scale = 0.1};
   EXPECT_INVALID(mla::sparse_prefill(q, on(kv, 1), idx, out, &ml, lse, p, nullptr), "argument 'kv' must be on the device of 'q'");
   EXPECT_INVALID(mla::sparse_prefill(q, kv, on(idx, 1), out, &ml, lse, p, nullptr), "argument 'indices' must be on the device of 'q'");
   EXPECT_INVALID(mla::sparse_prefill(q, kv, idx, on(out, 1), &ml, lse, p, nullptr), "argument 'out' must be on the device of 'q'");
@@ -428,7 +428,7 @@ TEST_F(Devices, SparseMlaRefusesTensorsOnTwoDevices) {
   EXPECT_INVALID(mla::sparse_prefill(q, kv, idx, out, &ml1, lse, p, nullptr), "argument 'max_logits' must be on the device of 'q'");
   EXPECT_INVALID(mla::sparse_prefill(q, kv, idx, out, &ml, on(lse, 1), p, nullptr), "argument 'lse' must be on the device of 'q'");
   const TensorView sink = dev(DType::f32, {64}, 1);
-  mla::SparsePrefillParams ps = p;
+  mla::SparsePrefillOptions ps = p;
   ps.attn_sink = &sink;
   EXPECT_INVALID(mla::sparse_prefill(q, kv, idx, out, &ml, lse, ps, nullptr), "argument 'attn_sink' must be on the device of 'q'");
 
@@ -440,7 +440,7 @@ TEST_F(Devices, SparseMlaRefusesTensorsOnTwoDevices) {
   ws.config = {.batch = 2, .s_q = 1, .h_q = 64, .topk = 128, .num_sms = 1};
   auto dq = dev(DType::bf16, {2, 1, 64, 576}), cache = dev(DType::u8, {8, 64, 1, 656});
   auto didx = dev(DType::i32, {2, 1, 128}), dout = dev(DType::bf16, {2, 1, 64, 512}), dlse = dev(DType::f32, {2, 1, 64});
-  const mla::SparseDecodeParams dp{.sm_scale = 0.1};
+  const mla::SparseDecodeOptions dp{.sm_scale = 0.1};
   EXPECT_INVALID(mla::sparse_decode(dq, on(cache, 1), didx, dout, dlse, ws, dp, nullptr),
                  "argument 'kv_cache' must be on the device of 'q'");
   EXPECT_INVALID(mla::sparse_decode(dq, cache, on(didx, 1), dout, dlse, ws, dp, nullptr),

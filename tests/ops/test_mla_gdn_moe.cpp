@@ -417,6 +417,8 @@ TEST_F(MlaGdnMoeOps, GdnValidation) {
     GdnFixture f;
     EXPECT_INVALID(gdn_prefill(*rt_, f.a, {.scale = -1.0}, nullptr), "scale");
     EXPECT_INVALID(gdn_prefill(*rt_, f.a, {.scale = INFINITY}, nullptr), "scale");
+    // A set scale must be > 0: 0 is not the default (only an unset scale, or 0 through the C ABI, is).
+    EXPECT_INVALID(gdn_prefill(*rt_, f.a, {.scale = 0.0}, nullptr), "must be finite and > 0");
   }
 }
 

@@ -130,7 +130,7 @@ void bench_prefill(const MlaBenchOptions& o, cudaStream_t stream) {
     FLASHCPP_CUDA_CHECK(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice));
     const auto kvv = TensorView::contiguous(kv.get(), DType::bf16, dev, {s_kv, 1, d_qk});
     const auto iv = TensorView::contiguous(idx.get(), DType::i32, dev, {s_q, 1, topk});
-    const mla::SparsePrefillParams params{.sm_scale = 1.0 / std::sqrt(192.0), .attn_sink = &sv};
+    const mla::SparsePrefillOptions params{.sm_scale = 1.0 / std::sqrt(192.0), .attn_sink = &sv};
     const double ms = median_ms(o.warmup, o.iters, stream, [&] {
       mla::sparse_prefill(qv, kvv, iv, ov, &mv, lv, params, stream);
     });
@@ -168,7 +168,7 @@ void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
     const auto iv = TensorView::contiguous(idx.get(), DType::i32, dev, {b, s_q, topk});
     const auto ov = TensorView::contiguous(out.get(), DType::bf16, dev, {b, s_q, h_q, 512});
     const auto lv = TensorView::contiguous(lse.get(), DType::f32, dev, {b, s_q, h_q});
-    const mla::SparseDecodeParams params{.sm_scale = std::pow(576.0, -0.5)};
+    const mla::SparseDecodeOptions params{.sm_scale = std::pow(576.0, -0.5)};
     const mla::DecodePlan plan = mla::DecodePlan::create(
         {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 576, .topk = int(topk), .num_sms = o.num_sms},
         o.device, stream);
@@ -218,7 +218,7 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
     const auto xiv = TensorView::contiguous(xidx.get(), DType::i32, dev, {b, s_q, extra_topk});
     const auto ov = TensorView::contiguous(out.get(), DType::bf16, dev, {b, s_q, h_q, 512});
     const auto lv = TensorView::contiguous(lse.get(), DType::f32, dev, {b, s_q, h_q});
-    const mla::SparseDecodeV4Params params{.sm_scale = std::pow(512.0, -0.5), .extra_kv_cache = &xv, .extra_indices = &xiv};
+    const mla::SparseDecodeV4Options params{.sm_scale = std::pow(512.0, -0.5), .extra_kv_cache = &xv, .extra_indices = &xiv};
     const mla::DecodePlan plan = mla::DecodePlan::create({.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 512,
                                                           .topk = int(topk), .extra_topk = int(extra_topk),
                                                           .num_sms = o.num_sms},

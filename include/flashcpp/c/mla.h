@@ -30,13 +30,13 @@ typedef struct flashcpp_mla_device_info {
 flashcpp_status flashcpp_mla_get_device_info(int32_t device_id, flashcpp_mla_device_info* info);
 
 /* Per-call scalars of sparse prefill and decode. Each begins with its own size, so later versions can add
- * fields at the end: start from FLASHCPP_MLA_PARAMS_INIT (or set struct_size = sizeof(flashcpp_mla_params)). */
-typedef struct flashcpp_mla_params {
+ * fields at the end: start from FLASHCPP_MLA_OPTIONS_INIT (or set struct_size = sizeof(flashcpp_mla_options)). */
+typedef struct flashcpp_mla_options {
   uint32_t struct_size;
   float sm_scale; /* 0: 1/sqrt(d_qk) of q; else finite and > 0 */
   int32_t d_v;    /* must be 512 */
-} flashcpp_mla_params;
-#define FLASHCPP_MLA_PARAMS_INIT {(uint32_t)sizeof(flashcpp_mla_params), 0.0f, 512}
+} flashcpp_mla_options;
+#define FLASHCPP_MLA_OPTIONS_INIT {(uint32_t)sizeof(flashcpp_mla_options), 0.0f, 512}
 
 /* The tensors of a sparse prefill (NULL for an absent optional one). */
 typedef struct flashcpp_mla_prefill_tensors {
@@ -52,7 +52,7 @@ typedef struct flashcpp_mla_prefill_tensors {
 
 /* Sparse prefill (flashcpp/mla.hpp, sparse_prefill). */
 flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* tensors,
-                                            const flashcpp_mla_params* params, void* stream);
+                                            const flashcpp_mla_options* options, void* stream);
 
 typedef struct flashcpp_mla_decode_config {
   uint32_t struct_size;                /* sizeof(flashcpp_mla_decode_config): set by FLASHCPP_MLA_DECODE_CONFIG_INIT */
@@ -102,13 +102,13 @@ typedef struct flashcpp_mla_decode_tensors {
 /* Sparse decode over the V3.2 FP8 cache; the extra_* members must be NULL. */
 flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* config,
                                            const flashcpp_mla_decode_tensors* tensors,
-                                           const flashcpp_mla_params* params, void* stream);
+                                           const flashcpp_mla_options* options, void* stream);
 
 /* Sparse decode over the DeepSeek V4 FP8 cache (FlashMLA's "MODEL1"), with an optional extra pool attended
  * in the same softmax. `config` with d_qk 512 and extra_topk (0 without the extra pool). */
 flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* config,
                                               const flashcpp_mla_decode_tensors* tensors,
-                                              const flashcpp_mla_params* params, void* stream);
+                                              const flashcpp_mla_options* options, void* stream);
 
 /* Quantizes bf16 [..., 576] into the V3.2 656-byte layout out u8/i8/e4m3 [..., 656] (FlashMLA's bytes).
  * Both tensors on one CUDA device (asynchronous), or both in host memory (runs on the calling thread). */
