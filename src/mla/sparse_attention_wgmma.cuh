@@ -10,7 +10,7 @@
 //     half (dims 256..d_qk-1); every half has a "full" and an "empty" mbarrier. bf16 KV: cp.async 16 B,
 //     zero-filled for masked rows. FP8 KV: 16-byte loads issued before the buffer is free, then
 //     dequantized (fp8_v32_dequant.cuh) and stored; RoPE dims by cp.async. Masked rows are never read.
-//     (Tile A's RoPE atom also holds P_A: how its writes are ordered, see rope_by_registers.)
+//     (Tile A's RoPE atom also holds P_A: how its writes are ordered, see bar_rope_landed.)
 //   * FP8 with h_q 65..128 runs as a 2-CTA cluster (the two head groups of a token, which need the same
 //     tiles): each CTA's producer dequantizes half of every tile's rows and stores them into both CTAs'
 //     tiles (st.async to the peer, completing transactions on the peer's full barrier); a half-tile is
@@ -227,28 +227,19 @@ struct Smem {
   __device__ uint32_t bar_q_empty() const { return base + C::kOffBar + 8; }
   __device__ uint32_t bar_full(int t, int half) const { return base + C::kOffBar + 8 * (2 + 2 * t + half); }
   __device__ uint32_t bar_empty(int t, int half) const { return base + C::kOffBar + 8 * (6 + 2 * t + half); }
+  // Tile A's RoPE atom also holds P_A (kPAInRope): consumer 0 stores P_A there once S_A is done, so the
+  // producer's cp.async copies into it must be ordered before those stores by an arrival of the thread that
+  // made them (the order compute-sanitizer's racecheck follows; it does not follow cp.async.mbarrier.arrive).
+  // After each iteration's four fills every producer thread waits for its copies (cp.async.wait_all) and
+  // arrives here; consumer 0 waits for it before storing P_A. The wait costs the producer nothing: its next
+  // fill needs A-left free, which happens only after S_A and S_B have read those copies. (Loading the atom
+  // with ordinary loads and stores instead, published by the fill's own arrival, measured 8% slower.)
+  __device__ uint32_t bar_rope_landed() const { return base + C::kOffBar + 8 * 10; }
 };
 
 // The half of tile t that is loaded (and read by its S GEMM) first: A's left, B's right (see the header).
 __host__ __device__ __forceinline__ constexpr int first_half(int t) { return t; }
 
-// Tile A's RoPE atom also holds P_A (kPAInRope): consumer 0 stores P_A there once S_A is done, so every
-// write of the producer to those bytes must be ordered before those stores by an arrival of the thread that
-// made it (the order compute-sanitizer's racecheck follows; it does not follow cp.async.mbarrier.arrive):
-//   * bf16: the producer fills the atom with ordinary loads and stores (rope_by_registers), published by
-//     the fill's ordinary arrival;
-//   * FP8: its registers are spoken for (a register copy measured 15% slower), so the atom comes by cp.async
-//     as the other RoPE rows do; the producer confirms those copies landed (cp.async.wait_all) before its
-//     ordinary arrival on the next fill, B-left, and consumer 0 waits for that fill before it stores P_A
-//     (rope_a_confirmed_by_b_left). That fill completes before consumer 1's S_B anyway, so nobody waits longer.
-template <class C>
-__host__ __device__ __forceinline__ constexpr bool rope_by_registers(int t, int half) {
-  return C::kPAInRope && !C::kFp8 && t == 0 && half == 1;
-}
-template <class C>
-__host__ __device__ __forceinline__ constexpr bool rope_a_confirmed_by_b_left() {
-  return C::kPAInRope && C::kFp8;
-}
 // Whether a fill of (t, half) ends with a cp.async arrival, and with an ordinary one (valid flags, stores).
 template <class C>
 __host__ __device__ __forceinline__ constexpr bool fill_has_cp_async(int t, int half) {
@@ -256,7 +247,7 @@ __host__ __device__ __forceinline__ constexpr bool fill_has_cp_async(int t, int 
 }
 template <class C>
 __host__ __device__ __forceinline__ constexpr bool fill_has_ordinary(int t, int half) {
-  return C::kFp8 || half == first_half(t) || rope_by_registers<C>(t, half);
+  return C::kFp8 || half == first_half(t);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -366,23 +357,6 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         idx[r] = (tile < w.tile_end && slot < w.eff) ? __ldg(idx_row + slot) : -1;
       }
     };
-    // Tile A's RoPE atom by registers (bf16, rope_by_registers): loaded before the wait for the free buffer.
-    auto load_rope = [&](const int (&idx)[C::kRowsPerThread], uint4 (&rope)[C::kRowsPerThread]) {
-#pragma unroll
-      for (int r = 0; r < C::kRowsPerThread; ++r) {
-        const int id = idx[r];
-        const bool valid = id >= 0 && static_cast<int64_t>(id) < p.num_kv;
-        const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.kv) +
-                                   (valid ? static_cast<int64_t>(id) * p.kv_row_stride : 0) +
-                                   (C::kAtoms - 1) * C::kAtomCols + sub * 8;
-        rope[r] = valid ? ld_global_nc_v4(src) : make_uint4(0, 0, 0, 0);
-      }
-    };
-    auto store_rope = [&](uint32_t tile, const uint4 (&rope)[C::kRowsPerThread]) {
-#pragma unroll
-      for (int r = 0; r < C::kRowsPerThread; ++r)
-        st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(r * C::kRowsPerPass + group, sub), rope[r]);
-    };
     const int n_iters = w.n_iters();
     int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
     if (n_iters > 0) {
@@ -430,13 +404,10 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         const int half = step < 2 ? first_half(t) : 1 - first_half(t);
         const uint32_t tile = sm.tile(t);
         if constexpr (!C::kFp8) {
-          const bool rope_regs = rope_by_registers<C>(t, half);
-          uint4 rope[C::kRowsPerThread];
-          if (rope_regs) load_rope(idx_cur[t], rope);
           if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
           const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
           const int a0 = half == 0 ? 0 : C::kLeftAtoms;
-          const int a1 = half == 0 ? C::kLeftAtoms : (rope_regs ? C::kAtoms - 1 : C::kAtoms);
+          const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
 #pragma unroll
           for (int r = 0; r < C::kRowsPerThread; ++r) {
             const int row = r * C::kRowsPerPass + group;
@@ -448,11 +419,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
               cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
             if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
           }
-          if (rope_regs) {
-            store_rope(tile, rope);
-            fence_proxy_async();  // for the tensor cores
-          }
-          // Publishes the valid flags and the RoPE stores (release).
+          // Publishes the valid flags (release).
           if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
           cp_async_arrive(sm.bar_full(t, half));
         } else {
@@ -507,12 +474,14 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           }
           fence_proxy_async();  // the dequantized stores, for the tensor cores
           // ... and the valid flags (release); in a cluster the peer's half of the rows comes as transactions.
-          // B-left's ordinary arrival also confirms that tile A's RoPE copies of this thread have landed.
-          if (rope_a_confirmed_by_b_left<C>() && t == 1 && half == 0) cp_async_wait_all();
           if (C::kCluster && ptid == 0) mbar_arrive_expect_tx(sm.bar_full(t, half), C::kPeerBytesPerHalf);
           else mbar_arrive(sm.bar_full(t, half));
           if (fill_has_cp_async<C>(t, half)) cp_async_arrive(sm.bar_full(t, half));
         }
+      }
+      if constexpr (C::kPAInRope) {  // tile A's RoPE copies of this thread have landed (see bar_rope_landed)
+        cp_async_wait_all();
+        mbar_arrive(sm.bar_rope_landed());
       }
 #pragma unroll
       for (int t = 0; t < 2; ++t)
@@ -649,9 +618,9 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       }
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
-      // P_A overwrites tile A's RoPE atom: its copies are confirmed landed by the B-left fill (complete
-      // already: consumer 1's S_B needed it before the shared row max).
-      if constexpr (W == 0 && rope_a_confirmed_by_b_left<C>()) mbar_wait<C::kCluster>(sm.bar_full(1, 0), phase);
+      // P_A overwrites tile A's RoPE atom: its copies are confirmed landed (bar_rope_landed; complete by now
+      // in practice, S_A and S_B have read them).
+      if constexpr (W == 0 && C::kPAInRope) mbar_wait(sm.bar_rope_landed(), phase);
       // P to shared memory for the other consumer (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)).
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -787,10 +756,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
   if (threadIdx.x == 0) {
     mbar_init(sm.bar_q_full(), C::kProducerThreads + 1);  // cp.async arrivals + the item's publisher
     mbar_init(sm.bar_q_empty(), C::kConsumerThreads);
+    if constexpr (C::kPAInRope) mbar_init(sm.bar_rope_landed(), C::kProducerThreads);
     for (int t = 0; t < 2; ++t)
       for (int half = 0; half < 2; ++half) {
         // Arrivals per fill, from every producer thread: a cp.async one (bf16: all copies; FP8: the RoPE
-        // dims) and an ordinary one (valid flags on the early half, FP8 stores, RoPE stores).
+        // dims) and an ordinary one (valid flags on the early half, FP8 stores).
         mbar_init(sm.bar_full(t, half),
                   ((fill_has_cp_async<C>(t, half) ? 1 : 0) + (fill_has_ordinary<C>(t, half) ? 1 : 0)) *
                       C::kProducerThreads);
