@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "ops/common.hpp"
 #include "reference/reference_util.hpp"
 
 namespace flashcpp::reference {
@@ -82,24 +83,31 @@ void attend(const TensorView& q, const TensorView& k, const TensorView& v, const
   });
 }
 
-double scale_or_default(const Validator& v, const std::optional<double>& s, int64_t d) {
-  if (s) {
-    v.positive(*s, "sm_scale");
-    return *s;
-  }
-  return 1.0 / std::sqrt(static_cast<double>(d));
-}
-
-void check_spec(const Validator& v, int64_t window_left, double cap) {
-  if (window_left < -1) v.fail("window_left", "must be -1 (no window) or >= 0");
-  v.finite(cap, "logits_soft_cap");
-  if (cap < 0) v.fail("logits_soft_cap", "must be 0 (off) or > 0");
-}
-
 void check_lse(const Validator& v, OptionalTensor lse, int64_t tokens, int64_t hq) {
   if (!lse) return;
   detail::check_host_float(v, *lse, "lse");
   v.shape(*lse, "lse", {tokens, hq});
+}
+
+// q [tokens, hq, dqk] of a batch and its qo_indptr over those tokens: returns the batch size.
+int64_t check_batch_q(const Validator& v, const TensorView& q, const TensorView& qo_indptr) {
+  detail::check_host_float(v, q, "q");
+  v.rank(q, "q", 3);
+  v.indptr(qo_indptr, "qo_indptr", -1, q.size(0));
+  return qo_indptr.size(0) - 1;
+}
+
+// What every attention reference checks once q and k/v are read: head grouping, out [tokens, hq, dvo], lse,
+// and the mask/scale options, by the ops' own rules (one message for the same mistake).
+template <class Options>
+AttnSpec check_out_and_spec(const Validator& v, const TensorView& out, OptionalTensor lse, int64_t tokens, int64_t hq,
+                            int64_t hkv, int64_t dqk, int64_t dvo, bool causal, const Options& o) {
+  v.require(hkv >= 1 && hq % hkv == 0, "q", "must have a head count divisible by num_kv_heads");
+  detail::check_host_float(v, out, "out");
+  v.shape(out, "out", {tokens, hq, dvo});
+  check_lse(v, lse, tokens, hq);
+  ops::check_window_and_cap(v, o.window_left, o.logits_soft_cap);
+  return {causal, o.window_left, o.logits_soft_cap, ops::resolve_sm_scale(v, o.sm_scale, dqk)};
 }
 
 // k/v [tokens, H, D] (NHD) or [H, tokens, D] (HND): returns (kv_len, hkv).
@@ -173,13 +181,8 @@ void single_prefill(const TensorView& q, const TensorView& k, const TensorView& 
   v.rank(q, "q", 3);
   const int64_t qo_len = q.size(0), hq = q.size(1), dqk = q.size(2);
   const auto [kv_len, hkv] = check_kv3(v, k, vv, o.layout, dqk);
-  v.require(hkv >= 1 && hq % hkv == 0, "q", "must have a head count divisible by num_kv_heads");
   const int64_t dvo = vv.size(2);
-  detail::check_host_float(v, out, "out");
-  v.shape(out, "out", {qo_len, hq, dvo});
-  check_lse(v, lse, qo_len, hq);
-  check_spec(v, o.window_left, o.logits_soft_cap);
-  const AttnSpec spec{o.causal, o.window_left, o.logits_soft_cap, scale_or_default(v, o.sm_scale, dqk)};
+  const AttnSpec spec = check_out_and_spec(v, out, lse, qo_len, hq, hkv, dqk, dvo, o.causal, o);
   const auto zero = [](int64_t) { return int64_t{0}; };
   attend(q, k, vv, out, lse, 1, hq, hkv, dqk, dvo, spec, [&](int64_t) { return RequestSpan{0, qo_len, kv_len}; },
          kv3_offset(k, o.layout, zero), kv3_offset(vv, o.layout, zero));
@@ -211,20 +214,12 @@ void batch_prefill_ragged(const TensorView& q, const TensorView& k, const Tensor
                           const TensorView& kv_indptr, const TensorView& out, OptionalTensor lse,
                           const BatchPrefillConfig& c) {
   const Validator v("reference::batch_prefill_ragged");
-  detail::check_host_float(v, q, "q");
-  v.rank(q, "q", 3);
+  const int64_t batch = check_batch_q(v, q, qo_indptr);
   const int64_t hq = q.size(1), dqk = q.size(2);
-  v.indptr(qo_indptr, "qo_indptr", -1, q.size(0));
-  const int64_t batch = qo_indptr.size(0) - 1;
   const auto [kv_total, hkv] = check_kv3(v, k, vv, c.layout, dqk);
   v.indptr(kv_indptr, "kv_indptr", batch + 1, kv_total);
-  v.require(hkv >= 1 && hq % hkv == 0, "q", "must have a head count divisible by num_kv_heads");
   const int64_t dvo = vv.size(2);
-  detail::check_host_float(v, out, "out");
-  v.shape(out, "out", {q.size(0), hq, dvo});
-  check_lse(v, lse, q.size(0), hq);
-  check_spec(v, c.window_left, c.logits_soft_cap);
-  const AttnSpec spec{c.causal, c.window_left, c.logits_soft_cap, scale_or_default(v, c.sm_scale, dqk)};
+  const AttnSpec spec = check_out_and_spec(v, out, lse, q.size(0), hq, hkv, dqk, dvo, c.causal, c);
   const int32_t* qp = qo_indptr.data_as<const int32_t>();
   const int32_t* kp = kv_indptr.data_as<const int32_t>();
   const auto start = [kp](int64_t r) { return int64_t{kp[r]}; };
@@ -236,19 +231,11 @@ void batch_prefill_ragged(const TensorView& q, const TensorView& k, const Tensor
 void batch_prefill_paged(const TensorView& q, const PagedKvCache& kv, const TensorView& qo_indptr,
                          const TensorView& out, OptionalTensor lse, const BatchPrefillConfig& c) {
   const Validator v("reference::batch_prefill_paged");
-  detail::check_host_float(v, q, "q");
-  v.rank(q, "q", 3);
+  const int64_t batch = check_batch_q(v, q, qo_indptr);
   const int64_t hq = q.size(1), dqk = q.size(2);
-  v.indptr(qo_indptr, "qo_indptr", -1, q.size(0));
-  const int64_t batch = qo_indptr.size(0) - 1;
   const PagedInfo p = check_paged(v, kv, batch);
   v.require(p.d == dqk, "k_cache", "must have head_dim q.size(2)");
-  v.require(p.hkv >= 1 && hq % p.hkv == 0, "q", "must have a head count divisible by num_kv_heads");
-  detail::check_host_float(v, out, "out");
-  v.shape(out, "out", {q.size(0), hq, dqk});
-  check_lse(v, lse, q.size(0), hq);
-  check_spec(v, c.window_left, c.logits_soft_cap);
-  const AttnSpec spec{c.causal, c.window_left, c.logits_soft_cap, scale_or_default(v, c.sm_scale, dqk)};
+  const AttnSpec spec = check_out_and_spec(v, out, lse, q.size(0), hq, p.hkv, dqk, dqk, c.causal, c);
   const int32_t* qp = qo_indptr.data_as<const int32_t>();
   attend(q, kv.k_cache, kv.v_cache, out, lse, batch, hq, p.hkv, dqk, dqk, spec,
          [&](int64_t r) { return RequestSpan{qp[r], qp[r + 1] - qp[r], p.kv_len[static_cast<size_t>(r)]}; },
@@ -263,12 +250,7 @@ void batch_decode(const TensorView& q, const PagedKvCache& kv, const TensorView&
   const int64_t batch = q.size(0), hq = q.size(1), d = q.size(2);
   const PagedInfo p = check_paged(v, kv, batch);
   v.require(p.d == d, "k_cache", "must have head_dim q.size(2)");
-  v.require(p.hkv >= 1 && hq % p.hkv == 0, "q", "must have a head count divisible by num_kv_heads");
-  detail::check_host_float(v, out, "out");
-  v.shape(out, "out", {batch, hq, d});
-  check_lse(v, lse, batch, hq);
-  check_spec(v, c.window_left, c.logits_soft_cap);
-  const AttnSpec spec{false, c.window_left, c.logits_soft_cap, scale_or_default(v, c.sm_scale, d)};
+  const AttnSpec spec = check_out_and_spec(v, out, lse, batch, hq, p.hkv, d, d, false, c);
   attend(q, kv.k_cache, kv.v_cache, out, lse, batch, hq, p.hkv, d, d, spec,
          [&](int64_t r) { return RequestSpan{r, 1, p.kv_len[static_cast<size_t>(r)]}; },
          paged_offset(kv.k_cache, kv, p.page_size), paged_offset(kv.v_cache, kv, p.page_size));
