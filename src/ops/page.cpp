@@ -26,10 +26,26 @@ void check_vector_rows(const Validator& v, const TensorView& t, const char* arg)
       v.fail(arg, t, "must have strides that are multiples of 16 bytes in every dim but the last");
 }
 
-void check_token_arrays(const Validator& v, const TensorView& batch_indices, const TensorView& positions,
-                        int64_t nnz, const TensorView& ref, const char* ref_arg) {
-  ops::check_device_index_array(v, batch_indices, "batch_indices", nnz, ref, ref_arg);
-  ops::check_device_index_array(v, positions, "positions", nnz, ref, ref_arg);
+// One tensor argument of an append and its name in messages.
+struct Arg {
+  const TensorView& t;
+  const char* name;
+  operator Validator::Named() const { return {&t, name}; }
+};
+
+// What both appends check once their own shapes are read: the token arrays (one entry per appended row), 16-byte
+// rows in every tensor the kernel moves, and caches (the outputs) that overlap no input. `Cache` is
+// PagedKvCache or PagedMlaKvCache.
+template <class Cache>
+void check_append_common(const Validator& v, Arg append0, Arg append1, Arg cache0, Arg cache1, const Cache& cache,
+                         const TensorView& batch_indices, const TensorView& positions) {
+  const int64_t nnz = append0.t.size(0);
+  ops::check_device_index_array(v, batch_indices, "batch_indices", nnz, append0.t, append0.name);
+  ops::check_device_index_array(v, positions, "positions", nnz, append0.t, append0.name);
+  for (const Arg& a : {append0, append1, cache0, cache1}) check_vector_rows(v, a.t, a.name);
+  v.no_overlap({cache0, cache1}, {append0, append1, {&batch_indices, "batch_indices"}, {&positions, "positions"},
+                                  {&cache.indices, "indices"}, {&cache.indptr, "indptr"},
+                                  {&cache.last_page_len, "last_page_len"}});
 }
 
 }  // namespace
@@ -50,16 +66,9 @@ void append_paged_kv_cache(const Runtime& rt, const TensorView& append_key, cons
   v.dim(append_key, "append_key", 1, g.num_kv_heads, "the cache's num_kv_heads");
   v.dim(append_key, "append_key", 2, g.head_dim, "the cache's head_dim");
   const int64_t nnz = append_key.size(0);
-  check_token_arrays(v, batch_indices, positions, nnz, append_key, "append_key");
-  check_vector_rows(v, append_key, "append_key");
-  check_vector_rows(v, append_value, "append_value");
-  check_vector_rows(v, cache.k_cache, "k_cache");
-  check_vector_rows(v, cache.v_cache, "v_cache");
-  // The caches are written (k and v halves of one interleaved cache are fine: their elements are disjoint).
-  v.no_overlap({{&cache.k_cache, "k_cache"}, {&cache.v_cache, "v_cache"}},
-               {{&append_key, "append_key"}, {&append_value, "append_value"}, {&batch_indices, "batch_indices"},
-                {&positions, "positions"}, {&cache.indices, "indices"}, {&cache.indptr, "indptr"},
-                {&cache.last_page_len, "last_page_len"}});
+  // The k and v halves of one interleaved cache are fine as the two outputs: their elements are disjoint.
+  check_append_common(v, {append_key, "append_key"}, {append_value, "append_value"}, {cache.k_cache, "k_cache"},
+                      {cache.v_cache, "v_cache"}, cache, batch_indices, positions);
   if (nnz == 0) return;
 
   const auto mod = page_module(rt);
@@ -96,15 +105,8 @@ void append_paged_mla_kv_cache(const Runtime& rt, const TensorView& append_ckv, 
   v.require(batch >= 1, "last_page_len", "must have at least one entry (batch >= 1)");
   ops::check_device_index_array(v, cache.indptr, "indptr", batch + 1, append_ckv, "append_ckv");
   ops::check_device_index_array(v, cache.indices, "indices", -1, append_ckv, "append_ckv");
-  check_token_arrays(v, batch_indices, positions, nnz, append_ckv, "append_ckv");
-  check_vector_rows(v, append_ckv, "append_ckv");
-  check_vector_rows(v, append_kpe, "append_kpe");
-  check_vector_rows(v, cache.ckv_cache, "ckv_cache");
-  check_vector_rows(v, cache.kpe_cache, "kpe_cache");
-  v.no_overlap({{&cache.ckv_cache, "ckv_cache"}, {&cache.kpe_cache, "kpe_cache"}},
-               {{&append_ckv, "append_ckv"}, {&append_kpe, "append_kpe"}, {&batch_indices, "batch_indices"},
-                {&positions, "positions"}, {&cache.indices, "indices"}, {&cache.indptr, "indptr"},
-                {&cache.last_page_len, "last_page_len"}});
+  check_append_common(v, {append_ckv, "append_ckv"}, {append_kpe, "append_kpe"}, {cache.ckv_cache, "ckv_cache"},
+                      {cache.kpe_cache, "kpe_cache"}, cache, batch_indices, positions);
   if (nnz == 0) return;
 
   const auto mod = page_module(rt);
