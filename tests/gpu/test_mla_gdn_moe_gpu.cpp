@@ -4,7 +4,7 @@
 //   MLA out: |d| <= 1e-2 + 2e-2·|ref|; lse: |d| <= 2e-2 (log2 units)
 //   GDN out: |d| <= 2e-2 + 2e-2·|ref|; final state: |d| <= 2e-2 + 2e-2·|ref|
 //   MoE 16-bit: |d| <= 1e-2 + 5e-2·|ref| and relative L2 error <= 1e-2
-//   MoE DeepSeek FP8 block-scale: |d| <= 3e-2 + 1e-1·|ref| and relative L2 error <= 4e-2
+//   MoE DeepSeek FP8 block-scale and FP8 per-tensor: |d| <= 3e-2 + 1e-1·|ref| and relative L2 error <= 4e-2
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -290,47 +290,89 @@ bool moe_module_available(std::string* why) {
   return false;
 }
 
+// How tokens are routed. distinct: K different experts per token, drawn from all E. repeated: as distinct,
+// but every other token has its second choice equal to its first (the same expert twice, two weights).
+// first_half: K different experts from [0, E/2) only, so the upper half of the experts gets no token.
+enum class MoeRouting { distinct, repeated, first_half };
+
 struct MoeCase {
   int64_t tokens, experts, top_k, hidden, inter;
   MoeQuantization quant;
+  MoeRouting routing = MoeRouting::distinct;
+  uint32_t seed = 7;
 };
+
+// e4m3 bytes of v / scale (in uint16 storage, as the test buffers are), scale = amax / 448 over
+// [begin, end) of each group.
+float e4m3_scale(const std::vector<float>& v, size_t begin, size_t end) {
+  float amax = 0;
+  for (size_t i = begin; i < end; ++i) amax = std::max(amax, std::fabs(v[i]));
+  return amax > 0 ? amax / 448.0f : 1.0f;
+}
 
 void run_moe(const MoeCase& c) {
   const int64_t T = c.tokens, E = c.experts, K = c.top_k, Hd = c.hidden, I = c.inter, N1 = 2 * I;
   const bool ds = c.quant == MoeQuantization::deepseek_fp8_block_scale;
-  const DType wt = ds ? DType::e4m3 : DType::bf16;
-  std::mt19937 rng(7);
+  const bool pt = c.quant == MoeQuantization::fp8_per_tensor;
+  const DType wt = ds || pt ? DType::e4m3 : DType::bf16;
+  const DType xt = pt ? DType::e4m3 : DType::bf16;
+  std::mt19937 rng(c.seed);
   std::uniform_real_distribution<float> u(-1, 1);
-  Buf<uint16_t> x(T * Hd), out(T * Hd);
+  Buf<uint16_t> x(pt ? (T * Hd + 1) / 2 : T * Hd), out(T * Hd);
   Buf<int32_t> sel(T * K);
   Buf<float> scales(T * K), bs1(ds ? E * (N1 / 128) * (Hd / 128) : 0), bs2(ds ? E * (Hd / 128) * (I / 128) : 0);
-  fill_bf16(x.host, rng, -1, 1);
-  // Distinct experts per token, routing weights normalised to 1.
-  std::vector<int32_t> ids(E);
+  // fp8_per_tensor: the input's scale, per-expert weight scales, and the intermediate's quantization scale.
+  Buf<float> fc1_dequant(pt ? E : 0), fc2_quant(pt ? 1 : 0), fc2_dequant(pt ? E : 0), fc1_input_dequant(pt ? 1 : 0);
+  std::vector<float> xf(static_cast<size_t>(T * Hd));
+  for (auto& v : xf) v = u(rng);
+  float x_scale = 1;
+  if (pt) {
+    x_scale = e4m3_scale(xf, 0, xf.size());
+    auto* bytes = reinterpret_cast<uint8_t*>(x.host.data());
+    for (size_t i = 0; i < xf.size(); ++i) bytes[i] = ref::float_to_e4m3_bits(xf[i] / x_scale);
+  } else {
+    for (size_t i = 0; i < xf.size(); ++i) x.host[i] = ref::float_to_bf16(xf[i]);
+  }
+  // Routing weights normalised to 1 per token.
+  const int64_t pool = c.routing == MoeRouting::first_half ? E / 2 : E;
+  std::vector<int32_t> ids(static_cast<size_t>(pool));
   std::iota(ids.begin(), ids.end(), 0);
   for (int64_t t = 0; t < T; ++t) {
     std::shuffle(ids.begin(), ids.end(), rng);
+    if (c.routing == MoeRouting::repeated && t % 2 == 0) ids[1] = ids[0];
     double s = 0;
     for (int64_t k = 0; k < K; ++k) s += (scales.host[t * K + k] = 0.1f + std::fabs(u(rng)));
     for (int64_t k = 0; k < K; ++k) {
       sel.host[t * K + k] = ids[k];
       scales.host[t * K + k] = static_cast<float>(scales.host[t * K + k] / s);
     }
+    if (c.routing == MoeRouting::repeated) std::iota(ids.begin(), ids.end(), 0);  // undo the repeat
   }
-  // Weights ~ U(-1, 1)/sqrt(fan_in); fp8 weights get one scale per 128×128 block (amax/448).
-  auto make_weights = [&](int64_t rows, int64_t cols, std::vector<float>* block_scales) {
+  // Weights ~ U(-1, 1)/sqrt(fan_in). DeepSeek FP8: one scale per 128×128 block (amax/448); FP8 per-tensor:
+  // one scale per expert (amax/448), returned in `expert_scales`.
+  auto make_weights = [&](int64_t rows, int64_t cols, std::vector<float>* block_scales, std::vector<float>* expert_scales) {
     std::vector<float> w(E * rows * cols);
     const float s = 1.0f / std::sqrt(static_cast<float>(cols));
     for (auto& v : w) v = u(rng) * s;
-    if (!block_scales) {
+    if (!block_scales && !expert_scales) {
       Buf<uint16_t> b(w.size());
       for (size_t i = 0; i < w.size(); ++i) b.host[i] = ref::float_to_bf16(w[i]);
       b.upload();
       return b;
     }
-    const int64_t rb = rows / 128, cb = cols / 128;
     Buf<uint16_t> packed((w.size() + 1) / 2);  // e4m3 bytes in uint16 storage
     auto* bytes = reinterpret_cast<uint8_t*>(packed.host.data());
+    if (expert_scales) {
+      for (int64_t e = 0; e < E; ++e) {
+        const size_t b = static_cast<size_t>(e * rows * cols), n = static_cast<size_t>(rows * cols);
+        const float scale = e4m3_scale(w, b, b + n);
+        (*expert_scales)[e] = scale;
+        for (size_t i = b; i < b + n; ++i) bytes[i] = ref::float_to_e4m3_bits(w[i] / scale);
+      }
+      packed.upload();
+      return packed;
+    }
+    const int64_t rb = rows / 128, cb = cols / 128;
     for (int64_t e = 0; e < E; ++e)
       for (int64_t i = 0; i < rb; ++i)
         for (int64_t j = 0; j < cb; ++j) {
@@ -346,8 +388,24 @@ void run_moe(const MoeCase& c) {
     packed.upload();
     return packed;
   };
-  Buf<uint16_t> w1 = make_weights(N1, Hd, ds ? &bs1.host : nullptr);
-  Buf<uint16_t> w2 = make_weights(Hd, I, ds ? &bs2.host : nullptr);
+  std::vector<float> w1_scale(static_cast<size_t>(E)), w2_scale(static_cast<size_t>(E));
+  Buf<uint16_t> w1 = make_weights(N1, Hd, ds ? &bs1.host : nullptr, pt ? &w1_scale : nullptr);
+  Buf<uint16_t> w2 = make_weights(Hd, I, ds ? &bs2.host : nullptr, pt ? &w2_scale : nullptr);
+  if (pt) {
+    // The intermediate (swiglu of ~U(-1,1)-scaled rows, |a| well below 1) is scaled up by 8 before its
+    // e4m3 rounding, and fc2's result scaled back down with the weight scale.
+    constexpr float kActQuant = 8.0f;
+    for (int64_t e = 0; e < E; ++e) {
+      fc1_dequant.host[e] = x_scale * w1_scale[e];
+      fc2_dequant.host[e] = w2_scale[e] / kActQuant;
+    }
+    fc2_quant.host[0] = kActQuant;
+    fc1_input_dequant.host[0] = x_scale;
+    fc1_dequant.upload();
+    fc2_quant.upload();
+    fc2_dequant.upload();
+    fc1_input_dequant.upload();
+  }
   x.upload();
   sel.upload();
   scales.upload();
@@ -359,18 +417,27 @@ void run_moe(const MoeCase& c) {
 
   FusedMoeConfig cfg;
   cfg.quantization = c.quant;
+  cfg.activation_dtype = xt;
   cfg.weight_dtype = wt;
   FusedMoeArgs a;
   a.output = out.view(DType::bf16, {T, Hd});
-  a.input = x.view(DType::bf16, {T, Hd});
+  a.input = TensorView::contiguous(x.dev.get(), xt, Device::cuda(0), {T, Hd});
   a.token_selected_experts = sel.view(DType::i32, {T, K});
   a.token_final_scales = scales.view(DType::f32, {T, K});
   a.fc1_weights = TensorView::contiguous(w1.dev.get(), wt, Device::cuda(0), {E, N1, Hd});
   a.fc2_weights = TensorView::contiguous(w2.dev.get(), wt, Device::cuda(0), {E, Hd, I});
   TensorView s1 = bs1.view(DType::f32, {E, N1 / 128, Hd / 128}), s2 = bs2.view(DType::f32, {E, Hd / 128, I / 128});
+  TensorView d1 = fc1_dequant.view(DType::f32, {E}), q2 = fc2_quant.view(DType::f32, {}),
+             d2 = fc2_dequant.view(DType::f32, {E}), di = fc1_input_dequant.view(DType::f32, {});
   if (ds) {
     a.fc1_block_scales = &s1;
     a.fc2_block_scales = &s2;
+  }
+  if (pt) {
+    a.fc1_dequant = &d1;
+    a.fc2_quant = &q2;
+    a.fc2_dequant = &d2;
+    a.fc1_input_dequant = &di;
   }
   auto runner = FusedMoeRunner::shared(*runtime(), cfg);
   Stream stream(0);
@@ -381,34 +448,67 @@ void run_moe(const MoeCase& c) {
   // Reference on host views of the same bytes.
   FusedMoeArgs h = a;
   h.output = out.host_view(DType::bf16, {T, Hd});
-  h.input = x.host_view(DType::bf16, {T, Hd});
+  h.input = TensorView::contiguous(x.host.data(), xt, Device::cpu(), {T, Hd});
   h.token_selected_experts = sel.host_view(DType::i32, {T, K});
   h.token_final_scales = scales.host_view(DType::f32, {T, K});
   h.fc1_weights = TensorView::contiguous(w1.host.data(), wt, Device::cpu(), {E, N1, Hd});
   h.fc2_weights = TensorView::contiguous(w2.host.data(), wt, Device::cpu(), {E, Hd, I});
   TensorView hs1 = bs1.host_view(DType::f32, {E, N1 / 128, Hd / 128}), hs2 = bs2.host_view(DType::f32, {E, Hd / 128, I / 128});
+  TensorView hd1 = fc1_dequant.host_view(DType::f32, {E}), hq2 = fc2_quant.host_view(DType::f32, {}),
+             hd2 = fc2_dequant.host_view(DType::f32, {E}), hdi = fc1_input_dequant.host_view(DType::f32, {});
   if (ds) {
     h.fc1_block_scales = &hs1;
     h.fc2_block_scales = &hs2;
   }
+  if (pt) {
+    h.fc1_dequant = &hd1;
+    h.fc2_quant = &hq2;
+    h.fc2_dequant = &hd2;
+    h.fc1_input_dequant = &hdi;
+  }
   std::vector<double> want;
   ref::fused_moe_reference(runner->config(), h, want, threads());
   if (ds) expect_close("moe deepseek fp8 block-scale", DType::bf16, out.host.data(), want, 3e-2, 1e-1, 4e-2);
+  else if (pt) expect_close("moe fp8 per-tensor", DType::bf16, out.host.data(), want, 3e-2, 1e-1, 4e-2);
   else expect_close("moe bf16", DType::bf16, out.host.data(), want, 1e-2, 5e-2, 1e-2);
 }
 
+#define FLASHCPP_REQUIRE_MOE()                                \
+  do {                                                        \
+    FLASHCPP_REQUIRE_GPU();                                   \
+    std::string why;                                          \
+    if (!moe_module_available(&why)) GTEST_SKIP() << why;     \
+  } while (0)
+
 TEST(MlaGdnMoeGpu, MoeBf16Tokens256Experts64Top8) {
-  FLASHCPP_REQUIRE_GPU();
-  std::string why;
-  if (!moe_module_available(&why)) GTEST_SKIP() << why;
+  FLASHCPP_REQUIRE_MOE();
   run_moe({256, 64, 8, 2048, 1024, MoeQuantization::none});
 }
+TEST(MlaGdnMoeGpu, MoeBf16SameExpertTwiceAndEmptyExperts) {
+  FLASHCPP_REQUIRE_MOE();
+  run_moe({96, 16, 4, 1024, 512, MoeQuantization::none, MoeRouting::repeated, 11});
+  run_moe({96, 16, 4, 1024, 512, MoeQuantization::none, MoeRouting::first_half, 12});
+}
+TEST(MlaGdnMoeGpu, MoeBf16SingleToken) {
+  FLASHCPP_REQUIRE_MOE();
+  run_moe({1, 64, 8, 2048, 1024, MoeQuantization::none, MoeRouting::distinct, 13});
+}
+TEST(MlaGdnMoeGpu, MoeBf16Tokens4096) {
+  FLASHCPP_REQUIRE_MOE();
+  run_moe({4096, 16, 2, 1024, 512, MoeQuantization::none, MoeRouting::distinct, 14});
+}
+TEST(MlaGdnMoeGpu, MoeFp8PerTensor) {
+  FLASHCPP_REQUIRE_MOE();
+  run_moe({128, 32, 8, 2048, 1024, MoeQuantization::fp8_per_tensor});
+  run_moe({64, 16, 4, 1024, 512, MoeQuantization::fp8_per_tensor, MoeRouting::repeated, 15});
+  run_moe({1, 16, 4, 1024, 512, MoeQuantization::fp8_per_tensor, MoeRouting::first_half, 16});
+}
 TEST(MlaGdnMoeGpu, MoeDeepSeekFp8BlockScale) {
-  FLASHCPP_REQUIRE_GPU();
+  FLASHCPP_REQUIRE_MOE();
   if (!is_sm90()) GTEST_SKIP() << "DeepSeek FP8 block scale needs SM90";
-  std::string why;
-  if (!moe_module_available(&why)) GTEST_SKIP() << why;
   run_moe({128, 32, 8, 2048, 512, MoeQuantization::deepseek_fp8_block_scale});
+  run_moe({64, 16, 4, 1024, 512, MoeQuantization::deepseek_fp8_block_scale, MoeRouting::repeated, 17});
+  run_moe({1, 16, 4, 1024, 512, MoeQuantization::deepseek_fp8_block_scale, MoeRouting::first_half, 18});
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `flashcpp bench-mla-gdn-moe`: kernel time (CUDA events, median), TFLOP/s and host time per call of batch MLA,
-// GDN prefill and the CUTLASS fused MoE at the GPU-test sizes. Inputs are larger than L2 where the op
-// allows (MLA KV 32×2048×576 bf16 = 75 MiB; MoE weights 64 experts × 12 MiB).
+// GDN prefill at the GPU-test sizes, and the CUTLASS fused MoE at DeepSeek-V3's and a Mixtral-like expert
+// shape for 1..4096 tokens. Inputs are larger than L2 (MLA KV 32×2048×576 bf16 = 75 MiB; MoE weights
+// 22 GiB and 2.6 GiB).
 //
 // FLOP counts: MLA 2·B·qo·H·kv·(576 + 512); GDN 6·D² per token·head (the recurrent form: decay, S·k,
 // rank-1 update, S·q); MoE 2·T·K·(H·N1 + I·H).
@@ -137,40 +138,118 @@ void bench_gdn(const Runtime& rt, int device, int iters) {
   report("gdn_prefill 8 seqs (T=12306) H16 D128 bf16", 6.0 * T * H * D * D, t);
 }
 
-void bench_moe(const Runtime& rt, int device, int iters) {
-  const int64_t T = 256, E = 64, K = 8, Hd = 2048, I = 1024, N1 = 2 * I;
-  std::mt19937 rng(3);
-  auto x = random_bf16(T * Hd, 1, rng, device), w1 = random_bf16(E * N1 * Hd, 0.02f, rng, device),
-       w2 = random_bf16(E * Hd * I, 0.03f, rng, device);
-  DeviceBuffer out(T * Hd * 2, device);
-  std::vector<int32_t> sel(T * K);
-  std::vector<float> sc(T * K, 1.0f / K);
-  std::vector<int32_t> ids(E);
-  std::iota(ids.begin(), ids.end(), 0);
-  for (int64_t t = 0; t < T; ++t) {
-    std::shuffle(ids.begin(), ids.end(), rng);
-    std::copy(ids.begin(), ids.begin() + K, sel.begin() + t * K);
+// Fills `bytes` of device memory with copies of one random host block (drawing billions of values on the
+// host would take minutes at the MoE shapes; the kernels' speed does not depend on the values' pattern).
+// e4m3: random bytes with the NaN codes (0x7F, 0xFF) moved to ±448.
+DeviceBuffer random_tiled(size_t bytes, bool e4m3, float bf16_scale, std::mt19937& rng, int device) {
+  const size_t block = std::min<size_t>(bytes, size_t{32} << 20);
+  std::vector<uint8_t> h(block);
+  if (e4m3) {
+    for (auto& b : h) {
+      b = static_cast<uint8_t>(rng());
+      if ((b & 0x7F) == 0x7F) b &= 0xFE;
+    }
+  } else {
+    DeviceBuffer one = random_bf16(block / 2, bf16_scale, rng, device);
+    FLASHCPP_CUDA_CHECK(cudaMemcpy(h.data(), one.get(), block / 2 * 2, cudaMemcpyDeviceToHost));
   }
-  auto sel_d = upload(sel, device);
-  auto sc_d = upload(sc, device);
+  DeviceBuffer d(bytes, device);
+  for (size_t off = 0; off < bytes; off += block)
+    FLASHCPP_CUDA_CHECK(cudaMemcpy(d.as<uint8_t>() + off, h.data(), std::min(block, bytes - off), cudaMemcpyHostToDevice));
+  return d;
+}
+
+struct MoeShape {
+  const char* name;
+  int64_t hidden, inter, experts, top_k;
+};
+
+/// One shape at several token counts: kernel time, TFLOP/s on routed tokens (2·T·K·(H·N1 + I·H)) and its
+/// share of the card's bf16 GEMM ceiling (`ceiling_tflops`), the weight bytes of the experts the call
+/// touches per µs, host time per call, and what the workspace allocations did in the steady state.
+void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& shape, MoeQuantization quant,
+                     const std::vector<int64_t>& token_counts, double ceiling_tflops) {
+  const int64_t Hd = shape.hidden, I = shape.inter, E = shape.experts, K = shape.top_k, N1 = 2 * I;
+  const bool ds = quant == MoeQuantization::deepseek_fp8_block_scale;
+  const DType wt = ds ? DType::e4m3 : DType::bf16;
+  const size_t wbytes = ds ? 1 : 2;
+  std::mt19937 rng(3);
+  DeviceBuffer w1 = random_tiled(size_t(E * N1 * Hd) * wbytes, ds, 0.02f, rng, device),
+               w2 = random_tiled(size_t(E * Hd * I) * wbytes, ds, 0.03f, rng, device);
+  std::vector<float> bs1(ds ? E * (N1 / 128) * (Hd / 128) : 0, 2e-3f), bs2(ds ? E * (Hd / 128) * (I / 128) : 0, 2e-3f);
+  auto bs1_d = upload(bs1, device), bs2_d = upload(bs2, device);
   const Device dev = Device::cuda(device);
-  FusedMoeArgs a;
-  a.input = TensorView::contiguous(x.get(), DType::bf16, dev, {T, Hd});
-  a.output = TensorView::contiguous(out.get(), DType::bf16, dev, {T, Hd});
-  a.token_selected_experts = TensorView::contiguous(sel_d.get(), DType::i32, dev, {T, K});
-  a.token_final_scales = TensorView::contiguous(sc_d.get(), DType::f32, dev, {T, K});
-  a.fc1_weights = TensorView::contiguous(w1.get(), DType::bf16, dev, {E, N1, Hd});
-  a.fc2_weights = TensorView::contiguous(w2.get(), DType::bf16, dev, {E, Hd, I});
+  const TensorView s1 = TensorView::contiguous(bs1_d.get(), DType::f32, dev, {E, N1 / 128, Hd / 128}),
+                   s2 = TensorView::contiguous(bs2_d.get(), DType::f32, dev, {E, Hd / 128, I / 128});
   FusedMoeConfig cfg;
   cfg.device = device;
+  cfg.quantization = quant;
+  cfg.weight_dtype = wt;
   auto runner = FusedMoeRunner::shared(rt, cfg);
   Stream stream(device);
-  const auto before = ffi::allocator_stats();
-  const Timing t = measure([&](cudaStream_t s) { runner->run(a, s); }, stream, 5, iters);
-  const auto after = ffi::allocator_stats();
-  report("fused_moe bf16 T256 E64 top8 H2048 I1024", 2.0 * T * K * (Hd * N1 + I * Hd), t);
-  std::printf("  tensor allocator: %.1f device allocations per call (pooled cudaMallocAsync, no cudaMalloc)\n",
-              double(after.device_allocations - before.device_allocations) / double(iters + 5));
+  cudaMemPool_t pool = nullptr;
+  FLASHCPP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  auto reserved = [&] {
+    uint64_t v = 0;
+    FLASHCPP_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &v));
+    return v;
+  };
+  for (const int64_t T : token_counts) {
+    auto x = random_bf16(size_t(T * Hd), 1, rng, device);
+    DeviceBuffer out(size_t(T * Hd) * 2, device);
+    std::vector<int32_t> sel(size_t(T * K));
+    std::vector<float> sc(size_t(T * K), 1.0f / float(K));
+    std::vector<int32_t> ids(static_cast<size_t>(E));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::vector<bool> touched(size_t(E), false);
+    for (int64_t t = 0; t < T; ++t) {
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::copy(ids.begin(), ids.begin() + K, sel.begin() + t * K);
+      for (int64_t k = 0; k < K; ++k) touched[size_t(ids[size_t(k)])] = true;
+    }
+    const double experts_touched = double(std::count(touched.begin(), touched.end(), true));
+    auto sel_d = upload(sel, device);
+    auto sc_d = upload(sc, device);
+    FusedMoeArgs a;
+    a.input = TensorView::contiguous(x.get(), DType::bf16, dev, {T, Hd});
+    a.output = TensorView::contiguous(out.get(), DType::bf16, dev, {T, Hd});
+    a.token_selected_experts = TensorView::contiguous(sel_d.get(), DType::i32, dev, {T, K});
+    a.token_final_scales = TensorView::contiguous(sc_d.get(), DType::f32, dev, {T, K});
+    a.fc1_weights = TensorView::contiguous(w1.get(), wt, dev, {E, N1, Hd});
+    a.fc2_weights = TensorView::contiguous(w2.get(), wt, dev, {E, Hd, I});
+    if (ds) {
+      a.fc1_block_scales = &s1;
+      a.fc2_block_scales = &s2;
+    }
+    // Warm-up first (it fills the pool), then the steady state is measured: allocations per call and
+    // whether the pool had to reserve more memory from the driver (a miss) during the timed calls.
+    const int warmup = 5;
+    for (int i = 0; i < warmup; ++i) runner->run(a, stream);
+    FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto before = ffi::allocator_stats();
+    const uint64_t reserved_before = reserved();
+    const Timing t = measure([&](cudaStream_t st) { runner->run(a, st); }, stream, 0, iters);
+    const uint64_t reserved_after = reserved();
+    const auto after = ffi::allocator_stats();
+    const double flops = 2.0 * double(T * K) * double(Hd * N1 + I * Hd);
+    const double touched_bytes = experts_touched * double(N1 * Hd + Hd * I) * double(wbytes);
+    char name[96];
+    std::snprintf(name, sizeof name, "fused_moe %s %s T%lld", shape.name, ds ? "fp8-block" : "bf16", (long long)T);
+    std::printf("%-44s kernel %9.3f ms  %7.1f TFLOP/s (%4.1f%% of %.0f)  experts' weights %6.0f GB/s  host %7.1f us/call"
+                "  workspace: %.1f allocations/call, pool growth %llu B\n",
+                name, t.kernel_ms, flops / (t.kernel_ms * 1e-3) / 1e12,
+                100.0 * flops / (t.kernel_ms * 1e-3) / 1e12 / ceiling_tflops, ceiling_tflops,
+                touched_bytes / (t.kernel_ms * 1e-3) / 1e9, t.host_us,
+                double(after.device_allocations - before.device_allocations) / double(iters),
+                (unsigned long long)(reserved_after - reserved_before));
+    std::printf("MOE_BENCH {\"shape\":\"%s\",\"quant\":\"%s\",\"tokens\":%lld,\"hidden\":%lld,\"inter\":%lld,\"experts\":%lld,"
+                "\"top_k\":%lld,\"kernel_ms\":%.4f,\"tflops\":%.2f,\"host_us\":%.1f,\"allocs_per_call\":%.2f,"
+                "\"pool_growth_bytes\":%llu}\n",
+                shape.name, ds ? "fp8_block" : "bf16", (long long)T, (long long)Hd, (long long)I, (long long)E, (long long)K,
+                t.kernel_ms, flops / (t.kernel_ms * 1e-3) / 1e12, t.host_us,
+                double(after.device_allocations - before.device_allocations) / double(iters),
+                (unsigned long long)(reserved_after - reserved_before));
+  }
 }
 
 }  // namespace
@@ -179,7 +258,12 @@ void add_bench_mla_gdn_moe_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench-mla-gdn-moe", "Benchmark batch MLA, GDN prefill and the fused MoE on the GPU");
   static std::string op = "all";
   static int iters = 50, device = 0;
+  static std::vector<int64_t> moe_tokens{1, 16, 256, 4096};
+  static double ceiling = 785;
   cmd->add_option("--op", op, "mla, gdn, moe or all")->check(CLI::IsMember({"mla", "gdn", "moe", "all"}));
+  cmd->add_option("--moe-tokens", moe_tokens, "token counts of the MoE shapes")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--bf16-ceiling", ceiling, "the card's bf16 GEMM TFLOP/s the MoE figures are compared with (H200: 785)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--iters", iters, "timed iterations (median reported)")->check(CLI::Range(1, 100000));
   cmd->add_option("--device", device, "CUDA device");
   cmd->callback(checked([] {
@@ -201,7 +285,17 @@ void add_bench_mla_gdn_moe_command(CLI::App& app) {
         run("batch_mla sm90", [&] { bench_mla(*rt, device, iters, MlaBackend::sm90, "batch_mla sm90 B32 kv2048 H128 bf16"); });
     }
     if (op == "gdn" || op == "all") run("gdn_prefill", [&] { bench_gdn(*rt, device, iters); });
-    if (op == "moe" || op == "all") run("fused_moe", [&] { bench_moe(*rt, device, iters); });
+    if (op == "moe" || op == "all") {
+      // DeepSeek-V3's routed experts and a Mixtral-8x7B-like layer; swiglu, so fc1 is [E, 2I, H].
+      const MoeShape deepseek{"deepseek-v3 H7168 I2048 E256 top8", 7168, 2048, 256, 8};
+      const MoeShape mixtral{"mixtral H4096 I14336 E8 top2", 4096, 14336, 8, 2};
+      run("fused_moe deepseek bf16", [&] { bench_moe_shape(*rt, device, iters, deepseek, MoeQuantization::none, moe_tokens, ceiling); });
+      if (info.cc_major == 9)
+        run("fused_moe deepseek fp8 block-scale", [&] {
+          bench_moe_shape(*rt, device, iters, deepseek, MoeQuantization::deepseek_fp8_block_scale, moe_tokens, ceiling);
+        });
+      run("fused_moe mixtral bf16", [&] { bench_moe_shape(*rt, device, iters, mixtral, MoeQuantization::none, moe_tokens, ceiling); });
+    }
   }));
 }
 
