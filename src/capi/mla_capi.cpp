@@ -29,16 +29,20 @@ mla::DecodeConfig to_config(const flashcpp_mla_decode_config* c) {
 }
 
 // What both decode entries take from their C arguments: the required tensors, the workspace (config and plan
-// buffers), with q on config->device_id.
+// buffers), with q on config->device_id; `op` (the entry's name, for messages) and the C tensors `t` stay at hand
+// for the entry's own arguments.
 struct DecodeCall {
+  const char* op;
+  flashcpp_mla_decode_tensors t{};
   TensorView q, kv_cache, indices, out, lse;
   mla::DecodeWorkspace ws;
   DecodeCall(const flashcpp_mla_decode_config* config, const flashcpp_mla_decode_tensors* tensors,
-             const flashcpp_mla_options* options, const char* op) {
+             const flashcpp_mla_options* options, const char* op_name)
+      : op(op_name) {
     require_struct(config, op, "config", "FLASHCPP_MLA_DECODE_CONFIG_INIT");
     require_non_null(tensors, op, "tensors");
     require_struct(options, op, "options", "FLASHCPP_MLA_OPTIONS_INIT");
-    const flashcpp_mla_decode_tensors& t = *tensors;
+    t = *tensors;
     q = to_view(t.q, op, "tensors.q");
     kv_cache = to_view(t.kv_cache, op, "tensors.kv_cache");
     indices = to_view(t.indices, op, "tensors.indices");
@@ -56,6 +60,18 @@ struct DecodeCall {
   }
 };
 
+// The options every sparse entry takes alike: sm_scale, d_v and the optional attn_sink / topk_length, whose
+// views live in `slots` (they must outlive the call).
+template <class Options, class Tensors>
+Options shared_options(const flashcpp_mla_options& o, const Tensors& t, const char* op, TensorView (&slots)[2]) {
+  Options p;
+  p.sm_scale = flashcpp::capi::sm_scale_of(o.sm_scale);
+  p.d_v = o.d_v;
+  p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", slots[0]);
+  p.topk_length = optional(t.topk_length, op, "tensors.topk_length", slots[1]);
+  return p;
+}
+
 void fill_sizes(const mla::DecodePlanSizes& s, flashcpp_mla_decode_plan_sizes* out) {
   flashcpp_mla_decode_plan_sizes r{};
   r.num_sm_parts = s.num_sm_parts;
@@ -65,6 +81,13 @@ void fill_sizes(const mla::DecodePlanSizes& s, flashcpp_mla_decode_plan_sizes* o
   r.lse_accum_elems = s.lse_accum_elems;
   r.o_accum_elems = s.o_accum_elems;
   *out = r;
+}
+
+// Both cache quantizers take (kv, out, stream) alike.
+flashcpp_status quantize_entry(void (*quantize)(const TensorView&, const TensorView&, cudaStream_t), const char* op,
+                               const flashcpp_tensor* kv, const flashcpp_tensor* out, void* stream) {
+  return flashcpp::capi::guard(
+      [&] { quantize(to_view(kv, op, "kv"), to_view(out, op, "out"), static_cast<cudaStream_t>(stream)); });
 }
 
 }  // namespace
@@ -98,12 +121,8 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
     const TensorView iv = to_view(t.indices, op, "tensors.indices");
     const TensorView ov = to_view(t.out, op, "tensors.out");
     const TensorView lv = to_view(t.lse, op, "tensors.lse");
-    TensorView sink, len, ml;
-    mla::SparsePrefillOptions p;
-    p.sm_scale = flashcpp::capi::sm_scale_of(options->sm_scale);
-    p.d_v = options->d_v;
-    p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
-    p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);
+    TensorView slots[2], ml;
+    const auto p = shared_options<mla::SparsePrefillOptions>(*options, t, op, slots);
     mla::sparse_prefill(qv, kvv, iv, ov, optional(t.max_logits, op, "tensors.max_logits", ml), lv, p,
                         static_cast<cudaStream_t>(stream));
   });
@@ -147,22 +166,16 @@ flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* con
                                            const flashcpp_mla_decode_tensors* tensors,
                                            const flashcpp_mla_options* options, void* stream) {
   return flashcpp::capi::guard([&] {
-    constexpr const char* op = "flashcpp_mla_sparse_decode";
-    const DecodeCall c(config, tensors, options, op);
-    const flashcpp_mla_decode_tensors& t = *tensors;
-    for (const auto& [extra, name] : {std::pair{t.extra_kv_cache, "tensors.extra_kv_cache"},
-                                      std::pair{t.extra_indices, "tensors.extra_indices"},
-                                      std::pair{t.extra_topk_length, "tensors.extra_topk_length"}})
+    const DecodeCall c(config, tensors, options, "flashcpp_mla_sparse_decode");
+    for (const auto& [extra, name] : {std::pair{c.t.extra_kv_cache, "tensors.extra_kv_cache"},
+                                      std::pair{c.t.extra_indices, "tensors.extra_indices"},
+                                      std::pair{c.t.extra_topk_length, "tensors.extra_topk_length"}})
       if (extra != nullptr)
         throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
-                              std::string(op) + ": argument '" + name +
+                              std::string(c.op) + ": argument '" + name +
                                   "' must be NULL (the V3.2 cache has no extra pool; see flashcpp_mla_sparse_decode_v4)");
-    mla::SparseDecodeOptions p;
-    p.sm_scale = flashcpp::capi::sm_scale_of(options->sm_scale);
-    p.d_v = options->d_v;
-    TensorView sink, len;
-    p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
-    p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);
+    TensorView slots[2];
+    const auto p = shared_options<mla::SparseDecodeOptions>(*options, c.t, c.op, slots);
     mla::sparse_decode(c.q, c.kv_cache, c.indices, c.out, c.lse, c.ws, p, static_cast<cudaStream_t>(stream));
   });
 }
@@ -171,38 +184,24 @@ flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* 
                                               const flashcpp_mla_decode_tensors* tensors,
                                               const flashcpp_mla_options* options, void* stream) {
   return flashcpp::capi::guard([&] {
-    constexpr const char* op = "flashcpp_mla_sparse_decode_v4";
-    const DecodeCall c(config, tensors, options, op);
-    const flashcpp_mla_decode_tensors& t = *tensors;
-    mla::SparseDecodeV4Options p;
-    p.sm_scale = flashcpp::capi::sm_scale_of(options->sm_scale);
-    p.d_v = options->d_v;
-    TensorView sink, len, extra_kv, extra_idx, extra_len;
-    p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
-    p.topk_length = optional(t.topk_length, op, "tensors.topk_length", len);
-    p.extra_kv_cache = optional(t.extra_kv_cache, op, "tensors.extra_kv_cache", extra_kv);
-    p.extra_indices = optional(t.extra_indices, op, "tensors.extra_indices", extra_idx);
-    p.extra_topk_length = optional(t.extra_topk_length, op, "tensors.extra_topk_length", extra_len);
+    const DecodeCall c(config, tensors, options, "flashcpp_mla_sparse_decode_v4");
+    TensorView slots[2], extra_kv, extra_idx, extra_len;
+    auto p = shared_options<mla::SparseDecodeV4Options>(*options, c.t, c.op, slots);
+    p.extra_kv_cache = optional(c.t.extra_kv_cache, c.op, "tensors.extra_kv_cache", extra_kv);
+    p.extra_indices = optional(c.t.extra_indices, c.op, "tensors.extra_indices", extra_idx);
+    p.extra_topk_length = optional(c.t.extra_topk_length, c.op, "tensors.extra_topk_length", extra_len);
     mla::sparse_decode_v4(c.q, c.kv_cache, c.indices, c.out, c.lse, c.ws, p, static_cast<cudaStream_t>(stream));
   });
 }
 
 flashcpp_status flashcpp_mla_quantize_kv_cache_fp8(const flashcpp_tensor* kv, const flashcpp_tensor* out,
                                                    void* stream) {
-  return flashcpp::capi::guard([&] {
-    constexpr const char* op = "flashcpp_mla_quantize_kv_cache_fp8";
-    mla::quantize_kv_cache_fp8(flashcpp::capi::to_view(kv, op, "kv"), flashcpp::capi::to_view(out, op, "out"),
-                               static_cast<cudaStream_t>(stream));
-  });
+  return quantize_entry(mla::quantize_kv_cache_fp8, "flashcpp_mla_quantize_kv_cache_fp8", kv, out, stream);
 }
 
 flashcpp_status flashcpp_mla_quantize_kv_cache_fp8_v4(const flashcpp_tensor* kv, const flashcpp_tensor* out,
                                                       void* stream) {
-  return flashcpp::capi::guard([&] {
-    constexpr const char* op = "flashcpp_mla_quantize_kv_cache_fp8_v4";
-    mla::quantize_kv_cache_fp8_v4(flashcpp::capi::to_view(kv, op, "kv"), flashcpp::capi::to_view(out, op, "out"),
-                                  static_cast<cudaStream_t>(stream));
-  });
+  return quantize_entry(mla::quantize_kv_cache_fp8_v4, "flashcpp_mla_quantize_kv_cache_fp8_v4", kv, out, stream);
 }
 
 }  // extern "C"
