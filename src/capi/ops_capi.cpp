@@ -83,13 +83,22 @@ void copy_shared_plan_config(Config& c, const CConfig& cc, const char* op) {
   c.enable_pdl = cc.enable_pdl != 0;
 }
 
-// What the single prefill and decode entries share: the options' common fields (then `fill` the op's own),
-// the tensors (lse and tmp optional), and one call of `run` on the C ABI's Runtime.
-template <class Options, class Fill, class Run>
+// The fields of flashcpp_attention_options only one of the single ops has.
+void fill_own_options(SinglePrefillOptions& o, const flashcpp_attention_options& c, const char*) {
+  o.causal = c.causal != 0;
+  o.use_fp16_qk_reduction = c.use_fp16_qk_reduction != 0;
+}
+void fill_own_options(SingleDecodeOptions& o, const flashcpp_attention_options& c, const char* op) {
+  o.backend = to_enum<DecodeBackend>(c.decode_backend, 2, op, "decode_backend");
+}
+
+// What the single prefill and decode entries share: the options' common fields (then the op's own), the
+// tensors (lse and tmp optional), and one call of `run` on the C ABI's Runtime.
+template <class Options, class Run>
 flashcpp_status single_attention(const char* op, const flashcpp_tensor* q, const flashcpp_tensor* k,
                                  const flashcpp_tensor* v, const flashcpp_tensor* out, const flashcpp_tensor* lse,
                                  const flashcpp_tensor* tmp, const flashcpp_attention_options* options, void* stream,
-                                 Fill fill, Run run) {
+                                 Run run) {
   return guard([&] {
     require_struct(options, op, "options", "FLASHCPP_ATTENTION_OPTIONS_INIT");
     Options o;
@@ -97,12 +106,36 @@ flashcpp_status single_attention(const char* op, const flashcpp_tensor* q, const
     o.window_left = options->window_left;
     o.logits_soft_cap = options->logits_soft_cap;
     o.sm_scale = sm_scale_of(options->sm_scale);
-    fill(o, *options, op);
+    fill_own_options(o, *options, op);
     TensorView l, t;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
     to_optional_view(tmp, op, "tmp", t);
     run(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
         has_lse ? &l : nullptr, t, o, as_stream(stream));
+  });
+}
+
+
+// What both plan entries do around building their plan: the config struct and out_plan checked, out_plan NULL
+// until `make(op)` has created the plan.
+template <class CPlan, class CConfig, class Make>
+flashcpp_status plan_create(const char* op, const CConfig* config, const char* init, CPlan** out_plan, Make make) {
+  return guard([&] {
+    require_struct(config, op, "config", init);
+    require_non_null(out_plan, op, "out_plan");
+    *out_plan = nullptr;
+    *out_plan = new CPlan{make(op)};
+  });
+}
+
+// What every run entry of a plan does: the plan present and lse optional, then `run(plan, lse, op)`.
+template <class CPlan, class Run>
+flashcpp_status plan_run(const char* op, const CPlan* plan, const flashcpp_tensor* lse, Run run) {
+  return guard([&] {
+    require_non_null(plan, op, "plan");
+    TensorView l;
+    const OptionalTensor lse_view = optional(lse, op, "lse", l);
+    run(plan->plan, lse_view, op);
   });
 }
 
@@ -159,30 +192,19 @@ void flashcpp_attention_options_init(flashcpp_attention_options* o) {
   *o = flashcpp_attention_options FLASHCPP_ATTENTION_OPTIONS_INIT;
 }
 
-flashcpp_status flashcpp_single_prefill(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* v,
-                                        const flashcpp_tensor* out, const flashcpp_tensor* lse,
-                                        const flashcpp_tensor* tmp, const flashcpp_attention_options* options,
-                                        void* stream) {
-  return single_attention<SinglePrefillOptions>(
-      "single_prefill", q, k, v, out, lse, tmp, options, stream,
-      [](SinglePrefillOptions& o, const flashcpp_attention_options& c, const char*) {
-        o.causal = c.causal != 0;
-        o.use_fp16_qk_reduction = c.use_fp16_qk_reduction != 0;
-      },
-      [](auto&&... args) { single_prefill(std::forward<decltype(args)>(args)...); });
-}
-
-flashcpp_status flashcpp_single_decode(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* v,
-                                       const flashcpp_tensor* out, const flashcpp_tensor* lse,
-                                       const flashcpp_tensor* tmp, const flashcpp_attention_options* options,
-                                       void* stream) {
-  return single_attention<SingleDecodeOptions>(
-      "single_decode", q, k, v, out, lse, tmp, options, stream,
-      [](SingleDecodeOptions& o, const flashcpp_attention_options& c, const char* op) {
-        o.backend = to_enum<DecodeBackend>(c.decode_backend, 2, op, "decode_backend");
-      },
-      [](auto&&... args) { single_decode(std::forward<decltype(args)>(args)...); });
-}
+// The two single-request attention entries take the same C arguments: one entry each, from a table of the
+// C++ op of the same name and its options type.
+#define FLASHCPP_SINGLE_ATTENTION_ENTRY(NAME, OPTIONS)                                                          \
+  flashcpp_status flashcpp_##NAME(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* v, \
+                                  const flashcpp_tensor* out, const flashcpp_tensor* lse,                       \
+                                  const flashcpp_tensor* tmp, const flashcpp_attention_options* options,        \
+                                  void* stream) {                                                               \
+    return single_attention<OPTIONS>(#NAME, q, k, v, out, lse, tmp, options, stream,                            \
+                                     [](auto&&... args) { NAME(std::forward<decltype(args)>(args)...); });      \
+  }
+FLASHCPP_SINGLE_ATTENTION_ENTRY(single_prefill, SinglePrefillOptions)
+FLASHCPP_SINGLE_ATTENTION_ENTRY(single_decode, SingleDecodeOptions)
+#undef FLASHCPP_SINGLE_ATTENTION_ENTRY
 
 void flashcpp_recommended_workspace_bytes(int64_t* float_bytes, int64_t* int_bytes) {
   if (float_bytes) *float_bytes = recommended_float_workspace_bytes();
@@ -199,11 +221,8 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
                                                    const flashcpp_tensor* kv, const flashcpp_tensor* last,
                                                    const flashcpp_tensor* indices, void* stream,
                                                    flashcpp_batch_prefill_plan** out_plan) {
-  constexpr const char* op = "batch_prefill_plan_create";
-  return guard([&] {
-    capi::require_struct(config, op, "config", "FLASHCPP_BATCH_PREFILL_CONFIG_INIT");
-    capi::require_non_null(out_plan, op, "out_plan");
-    *out_plan = nullptr;
+  const char* init = "FLASHCPP_BATCH_PREFILL_CONFIG_INIT";
+  return plan_create("batch_prefill_plan_create", config, init, out_plan, [&](const char* op) {
     BatchPrefillConfig c;
     c.kv_storage = config->kv_storage == FLASHCPP_KV_RAGGED ? KvStorage::ragged : KvStorage::paged;
     to_enum<KvStorage>(config->kv_storage, 1, op, "kv_storage");
@@ -219,37 +238,28 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
     ip.kv_indptr = to_view(kv, op, "kv_indptr_host");
     if (c.kv_storage == KvStorage::paged) ip.kv_last_page_len = to_view(last, op, "kv_last_page_len_host");
     TensorView idx;
-    if (to_optional_view(indices, op, "kv_indices_host", idx)) ip.kv_indices = &idx;
-    auto plan = BatchPrefillPlan::create(*default_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
-    *out_plan = new flashcpp_batch_prefill_plan{std::move(plan)};
+    ip.kv_indices = optional(indices, op, "kv_indices_host", idx);
+    return BatchPrefillPlan::create(*default_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
   });
 }
 
 flashcpp_status flashcpp_batch_prefill_run_ragged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
                                                   const flashcpp_ragged_kv* kv, const flashcpp_tensor* qo,
                                                   const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream) {
-  constexpr const char* op = "batch_prefill_run_ragged";
-  return guard([&] {
-    capi::require_non_null(plan, op, "plan");
+  return plan_run("batch_prefill_run_ragged", plan, lse, [&](const auto& p, OptionalTensor l, const char* op) {
     capi::require_non_null(kv, op, "kv");
-    TensorView l;
-    const bool has_lse = to_optional_view(lse, op, "lse", l);
-    plan->plan.run_ragged(to_view(q, op, "q"), to_view(kv->k, op, "kv.k"), to_view(kv->v, op, "kv.v"),
-                          to_view(qo, op, "qo_indptr"), to_view(kv->indptr, op, "kv.indptr"), to_view(out, op, "out"),
-                          has_lse ? &l : nullptr, as_stream(stream));
+    p.run_ragged(to_view(q, op, "q"), to_view(kv->k, op, "kv.k"), to_view(kv->v, op, "kv.v"),
+                 to_view(qo, op, "qo_indptr"), to_view(kv->indptr, op, "kv.indptr"), to_view(out, op, "out"), l,
+                 as_stream(stream));
   });
 }
 
 flashcpp_status flashcpp_batch_prefill_run_paged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
                                                  const flashcpp_paged_kv_cache* cache, const flashcpp_tensor* qo,
                                                  const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream) {
-  constexpr const char* op = "batch_prefill_run_paged";
-  return guard([&] {
-    capi::require_non_null(plan, op, "plan");
-    TensorView l;
-    const bool has_lse = to_optional_view(lse, op, "lse", l);
-    plan->plan.run_paged(to_view(q, op, "q"), to_cache(cache, op), to_view(qo, op, "qo_indptr"),
-                         to_view(out, op, "out"), has_lse ? &l : nullptr, as_stream(stream));
+  return plan_run("batch_prefill_run_paged", plan, lse, [&](const auto& p, OptionalTensor l, const char* op) {
+    p.run_paged(to_view(q, op, "q"), to_cache(cache, op), to_view(qo, op, "qo_indptr"), to_view(out, op, "out"), l,
+                as_stream(stream));
   });
 }
 
@@ -264,11 +274,8 @@ flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_co
                                                   const flashcpp_workspace* workspace, const flashcpp_tensor* kv,
                                                   const flashcpp_tensor* last, const flashcpp_tensor* indices,
                                                   void* stream, flashcpp_batch_decode_plan** out_plan) {
-  constexpr const char* op = "batch_decode_plan_create";
-  return guard([&] {
-    capi::require_struct(config, op, "config", "FLASHCPP_BATCH_DECODE_CONFIG_INIT");
-    capi::require_non_null(out_plan, op, "out_plan");
-    *out_plan = nullptr;
+  const char* init = "FLASHCPP_BATCH_DECODE_CONFIG_INIT";
+  return plan_create("batch_decode_plan_create", config, init, out_plan, [&](const char* op) {
     BatchDecodeConfig c;
     copy_shared_plan_config(c, *config, op);
     c.head_dim = config->head_dim;
@@ -278,22 +285,16 @@ flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_co
     ip.kv_indptr = to_view(kv, op, "kv_indptr_host");
     ip.kv_last_page_len = to_view(last, op, "kv_last_page_len_host");
     TensorView idx;
-    if (to_optional_view(indices, op, "kv_indices_host", idx)) ip.kv_indices = &idx;
-    auto plan = BatchDecodePlan::create(*default_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
-    *out_plan = new flashcpp_batch_decode_plan{std::move(plan)};
+    ip.kv_indices = optional(indices, op, "kv_indices_host", idx);
+    return BatchDecodePlan::create(*default_runtime(), to_workspace(workspace, op), ip, c, as_stream(stream));
   });
 }
 
 flashcpp_status flashcpp_batch_decode_run(const flashcpp_batch_decode_plan* plan, const flashcpp_tensor* q,
                                           const flashcpp_paged_kv_cache* cache, const flashcpp_tensor* out,
                                           const flashcpp_tensor* lse, void* stream) {
-  constexpr const char* op = "batch_decode_run";
-  return guard([&] {
-    capi::require_non_null(plan, op, "plan");
-    TensorView l;
-    const bool has_lse = to_optional_view(lse, op, "lse", l);
-    plan->plan.run(to_view(q, op, "q"), to_cache(cache, op), to_view(out, op, "out"), has_lse ? &l : nullptr,
-                   as_stream(stream));
+  return plan_run("batch_decode_run", plan, lse, [&](const auto& p, OptionalTensor l, const char* op) {
+    p.run(to_view(q, op, "q"), to_cache(cache, op), to_view(out, op, "out"), l, as_stream(stream));
   });
 }
 
