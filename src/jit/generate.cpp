@@ -163,105 +163,66 @@ AdditionalParams fa3_fp8_params() {
                            true);
 }
 
-// Renders each (template, output stem) once per mask mode m (0..3) as "<stem><m>.cu", mask modes outermost
-// (the order FlashInfer's generator writes them).
-void render_mask_modes(Generator& g, const Vars& v,
-                       std::initializer_list<std::pair<std::string, std::string>> templates_and_stems) {
+// The extra parameters of the prefill variants (FlashInfer 0.6.3's gen_single_prefill_module /
+// gen_batch_prefill_module): batch adds the multi-item scoring ones, and fa2's int32_t mask_indptr (int32_t even for
+// other index dtypes, as in FlashInfer 0.6.3). The order is FlashInfer's.
+AdditionalParams prefill_params(bool batch, bool sm90, bool fp8) {
+  if (sm90 && fp8) return fa3_fp8_params();
+  std::vector<Extra> items, items_len;
+  if (batch) {
+    items = {{"maybe_prefix_len_ptr", "uint32_t"},
+             {"maybe_token_pos_in_items_ptr", "uint16_t"},
+             {"maybe_max_item_len_ptr", "uint16_t"}};
+    items_len = {{"token_pos_in_items_len", "int64_t"}};
+  }
+  std::vector<Extra> tensors, scalars;
+  if (sm90) {
+    tensors = items;
+    tensors.push_back({"maybe_scale_v", "float"});
+    scalars = {{"logits_soft_cap", "double"}, {"sm_scale", "double"}, {"scale_v_scalar", "double"}};
+  } else {
+    tensors = {{"maybe_custom_mask", "uint8_t"}};
+    if (batch) tensors.push_back({"maybe_mask_indptr", "int32_t"});
+    tensors.push_back({"maybe_alibi_slopes", "float"});
+    tensors.insert(tensors.end(), items.begin(), items.end());
+    scalars = {{"logits_soft_cap", "double"}, {"sm_scale", "double"}, {"rope_rcp_scale", "double"},
+               {"rope_rcp_theta", "double"}};
+  }
+  scalars.insert(scalars.end(), items_len.begin(), items_len.end());
+  return additional_params(tensors, scalars, sm90);
+}
+
+// Single and batch prefill write the same files under their family's name ("_sm90" for fa3, "_fp8" for the FP8
+// kernels); batch has a paged and a ragged kernel. Each kernel template is rendered once per mask mode m (0..3)
+// as "<stem><m>.cu", mask modes outermost (the order FlashInfer's generator writes them).
+void gen_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a, bool batch) {
+  check_head_dims(a);
+  const bool fp8 = is_fp8(a.q), sm90 = a.backend != Backend::fa2;
+  if (batch && is_fp8(a.o))
+    throw Error(ErrorCode::invalid_argument, "jit: FP8 output is not supported by the fa2/fa3 batch prefill backends");
+  if (!sm90 && fp8)
+    throw Error(ErrorCode::invalid_argument,
+                "jit: fp8 q (tensor-core fp8) is not supported by the fa2 backend; use fa3 (_sm90)");
+  std::string variant = fa2_variant(a, true);
+  if (sm90 && fp8) variant = "DefaultFP8Attention";
+  else if (sm90) variant = std::string("DefaultAttention<") + lower(a.use_logits_soft_cap) + ">";
+  const Vars v = attention_vars(a, variant, sm90 ? kFa3VariantDecl : kFa2VariantDecl, prefill_params(batch, sm90, fp8),
+                                batch, true);
+  const std::string fam = batch ? "batch_prefill" : "single_prefill", arch = sm90 ? "_sm90" : "",
+                    fp8_tag = fp8 ? "_fp8" : "";
+  const std::vector<std::string> kinds = batch ? std::vector<std::string>{"_paged", "_ragged"}
+                                                : std::vector<std::string>{""};
   for (int m = 0; m < 4; ++m) {
     Vars vm = v;
     vm["mask_mode"] = kMaskModeLiteral[m];
-    for (const auto& [tmpl, stem] : templates_and_stems) g.render(tmpl, stem + std::to_string(m) + ".cu", vm, true);
+    for (const std::string& kind : kinds)
+      g.render(fam + fp8_tag + kind + arch + "_kernel_inst.jinja",
+               fam + kind + arch + "_kernel_mask_" + std::to_string(m) + ".cu", vm, true);
   }
-}
-
-void gen_single_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a) {
-  check_head_dims(a);
-  const bool fp8 = is_fp8(a.q);
-  if (a.backend == Backend::fa2) {
-    if (fp8) throw Error(ErrorCode::invalid_argument, "jit: fp8 q (tensor-core fp8) is not supported by the fa2 backend; use fa3 (_sm90)");
-    auto ap = additional_params({{"maybe_custom_mask", "uint8_t"}, {"maybe_alibi_slopes", "float"}},
-                                {{"logits_soft_cap", "double"}, {"sm_scale", "double"}, {"rope_rcp_scale", "double"},
-                                 {"rope_rcp_theta", "double"}},
-                                false);
-    Vars v = attention_vars(a, fa2_variant(a, true), kFa2VariantDecl, ap, false, true);
-    render_mask_modes(g, v, {{"single_prefill_kernel_inst.jinja", "single_prefill_kernel_mask_"}});
-    g.copy("single_prefill.cu");
-    g.copy("single_prefill_jit_binding.cu");
-    g.render("single_prefill_customize_config.jinja", "single_prefill_config.inc", v, false);
-  } else {
-    AdditionalParams ap;
-    std::string variant;
-    if (!fp8) {
-      ap = additional_params({{"maybe_scale_v", "float"}},
-                             {{"logits_soft_cap", "double"}, {"sm_scale", "double"}, {"scale_v_scalar", "double"}}, true);
-      variant = std::string("DefaultAttention<") + lower(a.use_logits_soft_cap) + ">";
-    } else {
-      ap = fa3_fp8_params();
-      variant = "DefaultFP8Attention";
-    }
-    Vars v = attention_vars(a, variant, kFa3VariantDecl, ap, false, true);
-    const std::string inst = fp8 ? "single_prefill_fp8_sm90_kernel_inst.jinja" : "single_prefill_sm90_kernel_inst.jinja";
-    render_mask_modes(g, v, {{inst, "single_prefill_sm90_kernel_mask_"}});
-    g.copy(fp8 ? "single_prefill_fp8_sm90.cu" : "single_prefill_sm90.cu");
-    g.copy("single_prefill_sm90_jit_binding.cu");
-    g.render("single_prefill_sm90_customize_config.jinja", "single_prefill_sm90_config.inc", v, false);
-    plan.extra_cuda_flags = kSm90aFlags;
-  }
-}
-
-void gen_batch_prefill(Generator& g, ModulePlan& plan, const AttentionSpec& a) {
-  check_head_dims(a);
-  const bool fp8 = is_fp8(a.q);
-  if (is_fp8(a.o)) throw Error(ErrorCode::invalid_argument, "jit: FP8 output is not supported by the fa2/fa3 batch prefill backends");
-  if (a.backend == Backend::fa2) {
-    if (fp8) throw Error(ErrorCode::invalid_argument, "jit: fp8 q (tensor-core fp8) is not supported by the fa2 backend; use fa3 (_sm90)");
-    // maybe_mask_indptr is int32_t even for other index dtypes (as in FlashInfer 0.6.3).
-    auto ap = additional_params({{"maybe_custom_mask", "uint8_t"},
-                                 {"maybe_mask_indptr", "int32_t"},
-                                 {"maybe_alibi_slopes", "float"},
-                                 {"maybe_prefix_len_ptr", "uint32_t"},
-                                 {"maybe_token_pos_in_items_ptr", "uint16_t"},
-                                 {"maybe_max_item_len_ptr", "uint16_t"}},
-                                {{"logits_soft_cap", "double"},
-                                 {"sm_scale", "double"},
-                                 {"rope_rcp_scale", "double"},
-                                 {"rope_rcp_theta", "double"},
-                                 {"token_pos_in_items_len", "int64_t"}},
-                                false);
-    Vars v = attention_vars(a, fa2_variant(a, true), kFa2VariantDecl, ap, true, true);
-    render_mask_modes(g, v, {{"batch_prefill_paged_kernel_inst.jinja", "batch_prefill_paged_kernel_mask_"},
-                             {"batch_prefill_ragged_kernel_inst.jinja", "batch_prefill_ragged_kernel_mask_"}});
-    g.copy("batch_prefill.cu");
-    g.copy("batch_prefill_jit_binding.cu");
-    g.render("batch_prefill_customize_config.jinja", "batch_prefill_config.inc", v, false);
-  } else {
-    AdditionalParams ap;
-    std::string variant;
-    if (!fp8) {
-      ap = additional_params({{"maybe_prefix_len_ptr", "uint32_t"},
-                              {"maybe_token_pos_in_items_ptr", "uint16_t"},
-                              {"maybe_max_item_len_ptr", "uint16_t"},
-                              {"maybe_scale_v", "float"}},
-                             {{"logits_soft_cap", "double"},
-                              {"sm_scale", "double"},
-                              {"scale_v_scalar", "double"},
-                              {"token_pos_in_items_len", "int64_t"}},
-                             true);
-      variant = std::string("DefaultAttention<") + lower(a.use_logits_soft_cap) + ">";
-    } else {
-      ap = fa3_fp8_params();
-      variant = "DefaultFP8Attention";
-    }
-    Vars v = attention_vars(a, variant, kFa3VariantDecl, ap, true, true);
-    const std::string paged = fp8 ? "batch_prefill_fp8_paged_sm90_kernel_inst.jinja" : "batch_prefill_paged_sm90_kernel_inst.jinja";
-    const std::string ragged = fp8 ? "batch_prefill_fp8_ragged_sm90_kernel_inst.jinja" : "batch_prefill_ragged_sm90_kernel_inst.jinja";
-    render_mask_modes(g, v, {{paged, "batch_prefill_paged_sm90_kernel_mask_"},
-                             {ragged, "batch_prefill_ragged_sm90_kernel_mask_"}});
-    g.copy(fp8 ? "batch_prefill_fp8_sm90.cu" : "batch_prefill_sm90.cu");
-    g.copy("batch_prefill_sm90_jit_binding.cu");
-    g.render("batch_prefill_sm90_customize_config.jinja", "batch_prefill_sm90_config.inc", v, false);
-    plan.extra_cuda_flags = kSm90aFlags;
-  }
+  g.copy(fam + fp8_tag + arch + ".cu");
+  g.copy(fam + arch + "_jit_binding.cu");
+  g.render(fam + arch + "_customize_config.jinja", fam + arch + "_config.inc", v, false);
+  if (sm90) plan.extra_cuda_flags = kSm90aFlags;
 }
 
 void gen_decode(Generator& g, const AttentionSpec& a, bool batch) {
@@ -344,8 +305,8 @@ ModulePlan plan_module(const std::string& uri, const fs::path& data_dir, const f
       g.in_place("flashinfer_page_binding.cu");
       break;
     case Family::gdn_prefill_sm90: gen_gdn_prefill_sm90(g, plan); break;
-    case Family::single_prefill: gen_single_prefill(g, plan, spec->attention); break;
-    case Family::batch_prefill: gen_batch_prefill(g, plan, spec->attention); break;
+    case Family::single_prefill: gen_prefill(g, plan, spec->attention, false); break;
+    case Family::batch_prefill: gen_prefill(g, plan, spec->attention, true); break;
     case Family::single_decode: gen_decode(g, spec->attention, false); break;
     case Family::batch_decode: gen_decode(g, spec->attention, true); break;
     case Family::batch_mla: gen_batch_mla(g, plan, spec->mla); break;
