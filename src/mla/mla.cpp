@@ -154,6 +154,34 @@ namespace {
 double resolved_sm_scale(const std::optional<double>& sm_scale, int64_t d_qk) {
   return sm_scale ? *sm_scale : 1.0 / std::sqrt(static_cast<double>(d_qk));
 }
+
+// The kernel parameters prefill and decode fill alike: sizes, softmax options, and q / indices / out / lse with
+// their token and head strides. `token_dim` is the dim the tokens run along (prefill's [s_q, h_q, ...]: 0;
+// decode's [b, s_q, h_q, ...]: 1); heads follow it, d_qk and topk are the last dims.
+kernels::SparseAttentionParams attention_params(int token_dim, int64_t num_tokens, const TensorView& q,
+                                                const TensorView& indices, const TensorView& out,
+                                                const TensorView& lse, OptionalTensor attn_sink, double sm_scale) {
+  kernels::SparseAttentionParams p;
+  p.q = q.data;
+  p.q_stride_token = q.stride(token_dim);
+  p.q_stride_head = q.stride(token_dim + 1);
+  p.num_tokens = static_cast<int>(num_tokens);
+  p.h_q = static_cast<int>(q.size(token_dim + 1));
+  p.d_qk = static_cast<int>(q.size(-1));
+  p.d_v = kDv;
+  p.topk = static_cast<int>(indices.size(-1));
+  p.indices = indices.data_as<const int32_t>();
+  p.indices_stride_token = indices.stride(token_dim);
+  p.attn_sink = attn_sink ? attn_sink->data_as<const float>() : nullptr;
+  p.sm_scale = static_cast<float>(sm_scale);
+  p.out = out.data;
+  p.out_stride_token = out.stride(token_dim);
+  p.out_stride_head = out.stride(token_dim + 1);
+  p.lse = lse.data_as<float>();
+  p.lse_stride_token = lse.stride(token_dim);
+  p.lse_stride_head = lse.stride(token_dim + 1);
+  return p;
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -203,31 +231,14 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
   require_supported("mla::sparse_prefill", q.device.id);
   if (s_q == 0) return;
 
-  kernels::SparseAttentionParams p;
-  p.q = q.data;
-  p.q_stride_token = q.stride(0);
-  p.q_stride_head = q.stride(1);
-  p.num_tokens = static_cast<int>(s_q);
-  p.h_q = static_cast<int>(h_q);
-  p.d_qk = static_cast<int>(d_qk);
-  p.d_v = kDv;
-  p.topk = static_cast<int>(indices.size(2));
-  p.indices = indices.data_as<const int32_t>();
-  p.indices_stride_token = indices.stride(0);
+  kernels::SparseAttentionParams p = attention_params(0, s_q, q, indices, out, lse, options.attn_sink,
+                                                      resolved_sm_scale(options.sm_scale, d_qk));
   p.topk_length = options.topk_length ? options.topk_length->data_as<const int32_t>() : nullptr;
   p.tokens_per_length = 1;
-  p.attn_sink = options.attn_sink ? options.attn_sink->data_as<const float>() : nullptr;
-  p.sm_scale = static_cast<float>(resolved_sm_scale(options.sm_scale, d_qk));
   p.kv_format = kernels::KvFormat::bf16;
   p.kv = kv.data;
   p.num_kv = kv.size(0);
   p.kv_row_stride = kv.stride(0);
-  p.out = out.data;
-  p.out_stride_token = out.stride(0);
-  p.out_stride_head = out.stride(1);
-  p.lse = lse.data_as<float>();
-  p.lse_stride_token = lse.stride(0);
-  p.lse_stride_head = lse.stride(1);
   if (max_logits != nullptr) {
     p.max_logits = max_logits->data_as<float>();
     p.max_logits_stride_token = max_logits->stride(0);
@@ -537,26 +548,8 @@ DecodePlanSizes validate_planned(const Validator& v, const DecodeWorkspace& ws, 
 kernels::SparseAttentionParams decode_params(const DecodeProblem& d, const TensorView& q, const TensorView& indices,
                                              const TensorView& out, const TensorView& lse, OptionalTensor attn_sink,
                                              double sm_scale, const DecodeWorkspace& ws) {
-  kernels::SparseAttentionParams p;
-  p.q = q.data;
-  p.q_stride_token = q.stride(1);
-  p.q_stride_head = q.stride(2);
-  p.num_tokens = static_cast<int>(d.b * d.s_q);
-  p.h_q = static_cast<int>(d.h_q);
-  p.d_qk = static_cast<int>(q.size(3));
-  p.d_v = kDv;
-  p.topk = static_cast<int>(d.topk);
-  p.indices = indices.data_as<const int32_t>();
-  p.indices_stride_token = indices.stride(1);
+  kernels::SparseAttentionParams p = attention_params(1, d.b * d.s_q, q, indices, out, lse, attn_sink, sm_scale);
   p.tokens_per_length = static_cast<int>(d.s_q);
-  p.attn_sink = attn_sink ? attn_sink->data_as<const float>() : nullptr;
-  p.sm_scale = static_cast<float>(sm_scale);
-  p.out = out.data;
-  p.out_stride_token = out.stride(1);
-  p.out_stride_head = out.stride(2);
-  p.lse = lse.data_as<float>();
-  p.lse_stride_token = lse.stride(1);
-  p.lse_stride_head = lse.stride(2);
   // With b == 1 or s_q == 1 the token stride is whichever dim varies.
   if (d.s_q == 1) {
     p.q_stride_token = q.stride(0);
