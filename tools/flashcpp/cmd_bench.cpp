@@ -326,8 +326,7 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "Time FlashInfer's norm, KV append, prefill and decode through flashcpp "
                                           "(kernel and host time, against the copy ceiling and the launch floor)");
-  cmd->add_option("--warmup", o->warmup, "calls before timing")->check(CLI::Range(0, 1000));
-  cmd->add_option("--iters", o->iters, "timed calls (medians)")->check(CLI::Range(1, 1000));
+  add_timing_options(*cmd, o->warmup, o->iters);
   cmd->add_option("--op", o->ops,
                   "only these ops: rmsnorm gemma_rmsnorm fused_add_rmsnorm fused_qk_rmsnorm batch_decode "
                   "append_paged_kv_cache single_decode single_prefill batch_prefill_paged batch_prefill_ragged");

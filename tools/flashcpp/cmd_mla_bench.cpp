@@ -241,8 +241,7 @@ void add_mla_bench_command(CLI::App& app) {
   auto opts = std::make_shared<MlaBenchOptions>();
   auto* cmd = app.add_subcommand("mla-bench", "Benchmark sparse MLA prefill and FP8 decode on the GPU");
   cmd->add_option("--device", opts->device, "CUDA device");
-  cmd->add_option("--warmup", opts->warmup, "Warm-up launches per case");
-  cmd->add_option("--iters", opts->iters, "Timed launches per case (median reported)");
+  add_timing_options(*cmd, opts->warmup, opts->iters);
   cmd->add_option("--s-kv", opts->s_kv, "Prefill KV lengths");
   cmd->add_option("--batch", opts->batches, "Decode batch sizes");
   cmd->add_option("--topk", opts->topk, "topk (multiple of 64)");
