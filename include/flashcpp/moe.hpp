@@ -71,6 +71,13 @@ struct FusedMoeArgs {
   bool enable_pdl = false;
 };
 
+/// The GEMM configurations ("tactics") the runner uses for its two grouped GEMMs: indices into FlashInfer's
+/// candidate lists of fc1 (gemm1) and fc2 (gemm2); -1 is the runner's default, the first candidate
+/// (a 128x16 tile on SM90: fine for a few tokens, 5-8x slower than the best at thousands; bench-mla-gdn-moe).
+struct MoeTactics {
+  int64_t gemm1 = -1, gemm2 = -1;
+};
+
 /// A FlashInfer FusedMoeRunner created once (module `init`) and reused for every call. Thread-safe
 /// (FlashInfer serialises calls per runner). Keeps its module loaded.
 class FusedMoeRunner {
@@ -85,6 +92,17 @@ class FusedMoeRunner {
   /// Validates `args` against the configuration (shapes, dtypes, alignment of H and I, scales),
   /// makes the device current (the runner does not) and launches on `stream`.
   void run(const FusedMoeArgs& args, cudaStream_t stream) const;
+
+  /// Chooses the tactics for calls shaped like `args` (validated as run() does): FlashInfer's profiler runs
+  /// each candidate of gemm1, then of gemm2, on `args`' shapes (routing from its own synthetic data; no
+  /// tensor of `args` is written), timed with CUDA events (median of 3 after one warm-up); candidates that
+  /// fail to launch are skipped. The fastest pair is kept for the token-count bucket of args.input.size(0)
+  /// (the next power of two) and used by every later run() in that bucket; other buckets keep the default.
+  /// Synchronizes `stream` (call it at start-up, for the token counts you serve). Returns the tactics kept.
+  /// DeepSeek FP8 block-scale has one fixed configuration in FlashInfer 0.6.3: returns {-1, -1} at once.
+  MoeTactics tune(const FusedMoeArgs& args, cudaStream_t stream);
+  /// The tactics run() uses for `tokens` tokens ({-1, -1} where that bucket was not tuned).
+  MoeTactics tactics_for(int64_t tokens) const;
 
   const FusedMoeConfig& config() const;  ///< backend resolved
   const std::string& uri() const;

@@ -2,6 +2,8 @@
 // run_moe packing (facts sheet A.10, B.6, F.9, F.12).
 #include "flashcpp/moe.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -220,10 +222,29 @@ struct FusedMoeRunner::State {
   // library is declared first and destroyed last.
   std::shared_ptr<ffi::ModuleLibrary> lib;
   ffi::Module runner;
-  ffi::Function run_moe;
+  ffi::Function run_moe, run_gemm_profile;
+  int64_t gemm1_candidates = 0, gemm2_candidates = 0;
   FusedMoeConfig config;
   std::string uri;
+  // Tactics chosen by tune(), per token-count bucket (log2 of the next power of two), with the profile_ids
+  // Array run_moe takes, built once. An unset bucket passes None: the runner's defaults.
+  struct Tuned {
+    MoeTactics tactics;
+    ffi::ObjectRef profile_ids;
+  };
+  mutable std::mutex tuned_mu;
+  std::array<Tuned, 64> tuned;
 };
+
+namespace {
+constexpr const char* kTuneOp = "fused_moe_tune";
+
+size_t token_bucket(int64_t tokens) {
+  size_t b = 0;
+  while (b < 63 && (int64_t{1} << b) < tokens) ++b;
+  return b;
+}
+}  // namespace
 
 FusedMoeRunner::FusedMoeRunner(std::unique_ptr<State> s) : s_(std::move(s)) {}
 FusedMoeRunner::FusedMoeRunner(FusedMoeRunner&&) noexcept = default;
@@ -260,6 +281,14 @@ FusedMoeRunner FusedMoeRunner::create(const Runtime& rt, const FusedMoeConfig& c
   ffi::call(st->lib->function("init"), args, &result, nullptr);
   st->runner = ffi::Module(result.take_object());
   st->run_moe = st->runner.method("run_moe");
+  st->run_gemm_profile = st->runner.method("run_gemm_profile");
+  auto count = [&](const char* name) {
+    ffi::Any n;
+    ffi::call(st->runner.method(name), {}, &n, nullptr);
+    return n.as_int();
+  };
+  st->gemm1_candidates = count("get_gemm1_tactic_count");
+  st->gemm2_candidates = count("get_gemm2_tactic_count");
   return FusedMoeRunner(std::move(st));
 }
 
@@ -294,13 +323,77 @@ void FusedMoeRunner::run(const FusedMoeArgs& a, cudaStream_t stream) const {
                                      ffi::TensorObject::from_view(*a.fc2_block_scales)};
     quant_scales = ffi::Array::from_objects(scales);
   }
+  ffi::ObjectRef profile_ids;  // None: the runner's default tactics
+  {
+    std::lock_guard lock(s.tuned_mu);
+    profile_ids = s.tuned[token_bucket(a.input.size(0))].profile_ids;
+  }
   ops::CurrentDeviceScope device_scope(s.config.device);  // the runner uses the current device
   ffi::invoke(s.run_moe, ffi::StreamBinding{a.input.device, stream}, nullptr, a.output, a.input,
               a.token_selected_experts, a.token_final_scales, a.fc1_weights, a.fc1_bias, a.fc2_weights, a.fc2_bias,
               quant_scales, nullptr /*input_sf*/, nullptr /*swiglu_alpha*/, nullptr /*swiglu_beta*/,
               nullptr /*swiglu_limit*/, a.tp_size, a.tp_rank, a.ep_size, a.ep_rank, int64_t{1} /*cluster_size*/,
               int64_t{0} /*cluster_rank*/, false /*enable_alltoall*/, false /*min_latency_mode*/,
-              nullptr /*profile_ids*/, a.enable_pdl, static_cast<int64_t>(a.activation));
+              profile_ids, a.enable_pdl, static_cast<int64_t>(a.activation));
+}
+
+MoeTactics FusedMoeRunner::tactics_for(int64_t tokens) const {
+  ops::check_plan_alive(Validator(kTuneOp), s_.get(), "runner");
+  std::lock_guard lock(s_->tuned_mu);
+  return s_->tuned[token_bucket(tokens)].tactics;
+}
+
+MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
+  ops::check_plan_alive(Validator(kTuneOp), s_.get(), "runner");
+  State& s = *s_;
+  validate_fused_moe(s.config, a);
+  if (s.config.quantization == MoeQuantization::deepseek_fp8_block_scale) return {};
+  const int64_t top_k = a.token_selected_experts.size(1);
+  ops::CurrentDeviceScope device_scope(s.config.device);
+  const ffi::StreamBinding binding{a.input.device, stream};
+  // FlashInfer's profiler entry: candidate `id` (an index into gemm1's then gemm2's candidates) of GEMM
+  // `gemm` on these shapes; `prepare` first builds the profiler's routing and workspace for them.
+  auto profile = [&](int64_t gemm, int64_t id, bool prepare) {
+    ffi::invoke(s.run_gemm_profile, binding, nullptr, a.input, a.fc1_weights, a.fc1_bias, a.fc2_weights, a.fc2_bias,
+                top_k, a.tp_size, a.tp_rank, a.ep_size, a.ep_rank, int64_t{1} /*cluster_size*/,
+                int64_t{0} /*cluster_rank*/, false /*enable_alltoall*/, false /*min_latency_mode*/, gemm, id, prepare,
+                a.enable_pdl, static_cast<int64_t>(a.activation));
+  };
+  Event start, stop;
+  // The fastest candidate of one GEMM (relative index), or -1 when none ran.
+  auto fastest = [&](int64_t gemm, int64_t first, int64_t candidates) {
+    profile(gemm, -1, true);
+    int64_t best = -1;
+    float best_ms = 0;
+    for (int64_t i = 0; i < candidates; ++i) {
+      float ms[3];
+      try {
+        profile(gemm, first + i, false);  // warm-up; a candidate these shapes cannot use fails here
+        for (float& m : ms) {
+          start.record(stream);
+          profile(gemm, first + i, false);
+          stop.record(stream);
+          cuda_check(cudaEventSynchronize(stop.get()), kTuneOp);
+          m = stop.elapsed_ms_since(start);
+        }
+      } catch (const FfiError&) {
+        (void)cudaGetLastError();  // a refused launch leaves a non-sticky error behind
+        continue;
+      }
+      std::sort(ms, ms + 3);
+      if (best < 0 || ms[1] < best_ms) best = i, best_ms = ms[1];
+    }
+    return best;
+  };
+  MoeTactics chosen;
+  chosen.gemm1 = fastest(1, 0, s.gemm1_candidates);
+  chosen.gemm2 = fastest(2, s.gemm1_candidates, s.gemm2_candidates);
+  // run_moe reads a gemm2 index below the gemm2 count as relative to gemm2's candidates.
+  const int64_t ids[] = {chosen.gemm1, chosen.gemm2};
+  ffi::ObjectRef profile_ids = ffi::Array::from_int64(ids);
+  std::lock_guard lock(s.tuned_mu);
+  s.tuned[token_bucket(a.input.size(0))] = {chosen, std::move(profile_ids)};
+  return chosen;
 }
 
 }  // namespace flashcpp

@@ -300,6 +300,7 @@ struct MoeCase {
   MoeQuantization quant;
   MoeRouting routing = MoeRouting::distinct;
   uint32_t seed = 7;
+  bool tune = false;  // FusedMoeRunner::tune first: the run uses the tactics it chose
 };
 
 // e4m3 bytes of v / scale (in uint16 storage, as the test buffers are), scale = amax / 448 over
@@ -441,6 +442,15 @@ void run_moe(const MoeCase& c) {
   }
   auto runner = FusedMoeRunner::shared(*runtime(), cfg);
   Stream stream(0);
+  if (c.tune) {
+    const MoeTactics chosen = runner->tune(a, stream);
+    EXPECT_GE(chosen.gemm1, 0) << "no gemm1 candidate ran";
+    EXPECT_GE(chosen.gemm2, 0) << "no gemm2 candidate ran";
+    const MoeTactics kept = runner->tactics_for(T);
+    EXPECT_EQ(kept.gemm1, chosen.gemm1);
+    EXPECT_EQ(kept.gemm2, chosen.gemm2);
+    out.poison();
+  }
   runner->run(a, stream);
   stream.synchronize();
   out.download();
@@ -502,6 +512,15 @@ TEST(MlaGdnMoeGpu, MoeFp8PerTensor) {
   run_moe({128, 32, 8, 2048, 1024, MoeQuantization::fp8_per_tensor});
   run_moe({64, 16, 4, 1024, 512, MoeQuantization::fp8_per_tensor, MoeRouting::repeated, 15});
   run_moe({1, 16, 4, 1024, 512, MoeQuantization::fp8_per_tensor, MoeRouting::first_half, 16});
+}
+TEST(MlaGdnMoeGpu, MoeTunedTactics) {
+  FLASHCPP_REQUIRE_MOE();
+  MoeCase bf16{256, 32, 8, 1024, 512, MoeQuantization::none, MoeRouting::distinct, 19};
+  bf16.tune = true;
+  run_moe(bf16);
+  MoeCase fp8{300, 16, 4, 1024, 512, MoeQuantization::fp8_per_tensor, MoeRouting::repeated, 20};
+  fp8.tune = true;
+  run_moe(fp8);
 }
 TEST(MlaGdnMoeGpu, MoeDeepSeekFp8BlockScale) {
   FLASHCPP_REQUIRE_MOE();

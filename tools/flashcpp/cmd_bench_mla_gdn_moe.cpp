@@ -168,7 +168,7 @@ struct MoeShape {
 /// share of the card's bf16 GEMM ceiling (`ceiling_tflops`), the weight bytes of the experts the call
 /// touches per µs, host time per call, and what the workspace allocations did in the steady state.
 void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& shape, MoeQuantization quant,
-                     const std::vector<int64_t>& token_counts, double ceiling_tflops) {
+                     const std::vector<int64_t>& token_counts, double ceiling_tflops, bool tune) {
   const int64_t Hd = shape.hidden, I = shape.inter, E = shape.experts, K = shape.top_k, N1 = 2 * I;
   const bool ds = quant == MoeQuantization::deepseek_fp8_block_scale;
   const DType wt = ds ? DType::e4m3 : DType::bf16;
@@ -223,32 +223,42 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
     }
     // Warm-up first (it fills the pool), then the steady state is measured: allocations per call and
     // whether the pool had to reserve more memory from the driver (a miss) during the timed calls.
-    const int warmup = 5;
-    for (int i = 0; i < warmup; ++i) runner->run(a, stream);
-    FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const auto before = ffi::allocator_stats();
-    const uint64_t reserved_before = reserved();
-    const Timing t = measure([&](cudaStream_t st) { runner->run(a, st); }, stream, 0, iters);
-    const uint64_t reserved_after = reserved();
-    const auto after = ffi::allocator_stats();
-    const double flops = 2.0 * double(T * K) * double(Hd * N1 + I * Hd);
-    const double touched_bytes = experts_touched * double(N1 * Hd + Hd * I) * double(wbytes);
-    char name[96];
-    std::snprintf(name, sizeof name, "fused_moe %s %s T%lld", shape.name, ds ? "fp8-block" : "bf16", (long long)T);
-    std::printf("%-44s kernel %9.3f ms  %7.1f TFLOP/s (%4.1f%% of %.0f)  experts' weights %6.0f GB/s  host %7.1f us/call"
-                "  workspace: %.1f allocations/call, pool growth %llu B\n",
-                name, t.kernel_ms, flops / (t.kernel_ms * 1e-3) / 1e12,
-                100.0 * flops / (t.kernel_ms * 1e-3) / 1e12 / ceiling_tflops, ceiling_tflops,
-                touched_bytes / (t.kernel_ms * 1e-3) / 1e9, t.host_us,
-                double(after.device_allocations - before.device_allocations) / double(iters),
-                (unsigned long long)(reserved_after - reserved_before));
-    std::printf("MOE_BENCH {\"shape\":\"%s\",\"quant\":\"%s\",\"tokens\":%lld,\"hidden\":%lld,\"inter\":%lld,\"experts\":%lld,"
-                "\"top_k\":%lld,\"kernel_ms\":%.4f,\"tflops\":%.2f,\"host_us\":%.1f,\"allocs_per_call\":%.2f,"
-                "\"pool_growth_bytes\":%llu}\n",
-                shape.name, ds ? "fp8_block" : "bf16", (long long)T, (long long)Hd, (long long)I, (long long)E, (long long)K,
-                t.kernel_ms, flops / (t.kernel_ms * 1e-3) / 1e12, t.host_us,
-                double(after.device_allocations - before.device_allocations) / double(iters),
-                (unsigned long long)(reserved_after - reserved_before));
+    auto measure_and_report = [&](const char* tactics_label) {
+      const int warmup = 5;
+      for (int i = 0; i < warmup; ++i) runner->run(a, stream);
+      FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const auto before = ffi::allocator_stats();
+      const uint64_t reserved_before = reserved();
+      const Timing t = measure([&](cudaStream_t st) { runner->run(a, st); }, stream, 0, iters);
+      const uint64_t reserved_after = reserved();
+      const auto after = ffi::allocator_stats();
+      const double flops = 2.0 * double(T * K) * double(Hd * N1 + I * Hd);
+      const double touched_bytes = experts_touched * double(N1 * Hd + Hd * I) * double(wbytes);
+      char name[96];
+      std::snprintf(name, sizeof name, "fused_moe %s %s T%lld %s", shape.name, ds ? "fp8-block" : "bf16", (long long)T,
+                    tactics_label);
+      std::printf("%-44s kernel %9.3f ms  %7.1f TFLOP/s (%4.1f%% of %.0f)  experts' weights %6.0f GB/s  host %7.1f us/call"
+                  "  workspace: %.1f allocations/call, pool growth %llu B\n",
+                  name, t.kernel_ms, flops / (t.kernel_ms * 1e-3) / 1e12,
+                  100.0 * flops / (t.kernel_ms * 1e-3) / 1e12 / ceiling_tflops, ceiling_tflops,
+                  touched_bytes / (t.kernel_ms * 1e-3) / 1e9, t.host_us,
+                  double(after.device_allocations - before.device_allocations) / double(iters),
+                  (unsigned long long)(reserved_after - reserved_before));
+      std::printf("MOE_BENCH {\"shape\":\"%s\",\"quant\":\"%s\",\"tokens\":%lld,\"hidden\":%lld,\"inter\":%lld,\"experts\":%lld,"
+                  "\"top_k\":%lld,\"kernel_ms\":%.4f,\"tflops\":%.2f,\"host_us\":%.1f,\"allocs_per_call\":%.2f,"
+                  "\"pool_growth_bytes\":%llu,\"tactics\":\"%s\"}\n",
+                  shape.name, ds ? "fp8_block" : "bf16", (long long)T, (long long)Hd, (long long)I, (long long)E, (long long)K,
+                  t.kernel_ms, flops / (t.kernel_ms * 1e-3) / 1e12, t.host_us,
+                  double(after.device_allocations - before.device_allocations) / double(iters),
+                  (unsigned long long)(reserved_after - reserved_before), tactics_label);
+    };
+    measure_and_report("default");
+    if (tune) {
+      const MoeTactics t = runner->tune(a, stream);
+      char label[48];
+      std::snprintf(label, sizeof label, "tuned(%lld,%lld)", (long long)t.gemm1, (long long)t.gemm2);
+      measure_and_report(label);
+    }
   }
 }
 
@@ -260,10 +270,12 @@ void add_bench_mla_gdn_moe_command(CLI::App& app) {
   static int iters = 50, device = 0;
   static std::vector<int64_t> moe_tokens{1, 16, 256, 4096};
   static double ceiling = 785;
+  static bool moe_tune = false;
   cmd->add_option("--op", op, "mla, gdn, moe or all")->check(CLI::IsMember({"mla", "gdn", "moe", "all"}));
   cmd->add_option("--moe-tokens", moe_tokens, "token counts of the MoE shapes")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--bf16-ceiling", ceiling, "the card's bf16 GEMM TFLOP/s the MoE figures are compared with (H200: 785)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--moe-tune", moe_tune, "also time each MoE case after FusedMoeRunner::tune chose its GEMM tactics");
   cmd->add_option("--iters", iters, "timed iterations (median reported)")->check(CLI::Range(1, 100000));
   cmd->add_option("--device", device, "CUDA device");
   cmd->callback(checked([] {
@@ -289,12 +301,12 @@ void add_bench_mla_gdn_moe_command(CLI::App& app) {
       // DeepSeek-V3's routed experts and a Mixtral-8x7B-like layer; swiglu, so fc1 is [E, 2I, H].
       const MoeShape deepseek{"deepseek-v3 H7168 I2048 E256 top8", 7168, 2048, 256, 8};
       const MoeShape mixtral{"mixtral H4096 I14336 E8 top2", 4096, 14336, 8, 2};
-      run("fused_moe deepseek bf16", [&] { bench_moe_shape(*rt, device, iters, deepseek, MoeQuantization::none, moe_tokens, ceiling); });
+      run("fused_moe deepseek bf16", [&] { bench_moe_shape(*rt, device, iters, deepseek, MoeQuantization::none, moe_tokens, ceiling, moe_tune); });
       if (info.cc_major == 9)
         run("fused_moe deepseek fp8 block-scale", [&] {
-          bench_moe_shape(*rt, device, iters, deepseek, MoeQuantization::deepseek_fp8_block_scale, moe_tokens, ceiling);
+          bench_moe_shape(*rt, device, iters, deepseek, MoeQuantization::deepseek_fp8_block_scale, moe_tokens, ceiling, moe_tune);
         });
-      run("fused_moe mixtral bf16", [&] { bench_moe_shape(*rt, device, iters, mixtral, MoeQuantization::none, moe_tokens, ceiling); });
+      run("fused_moe mixtral bf16", [&] { bench_moe_shape(*rt, device, iters, mixtral, MoeQuantization::none, moe_tokens, ceiling, moe_tune); });
     }
   }));
 }
