@@ -222,8 +222,7 @@ struct FusedMoeRunner::State {
   // library is declared first and destroyed last.
   std::shared_ptr<ffi::ModuleLibrary> lib;
   ffi::Module runner;
-  ffi::Function run_moe, run_gemm_profile;
-  int64_t gemm1_candidates = 0, gemm2_candidates = 0;
+  ffi::Function run_moe;
   FusedMoeConfig config;
   std::string uri;
   // Tactics chosen by tune(), per token-count bucket (log2 of the next power of two), with the profile_ids
@@ -281,14 +280,6 @@ FusedMoeRunner FusedMoeRunner::create(const Runtime& rt, const FusedMoeConfig& c
   ffi::call(st->lib->function("init"), args, &result, nullptr);
   st->runner = ffi::Module(result.take_object());
   st->run_moe = st->runner.method("run_moe");
-  st->run_gemm_profile = st->runner.method("run_gemm_profile");
-  auto count = [&](const char* name) {
-    ffi::Any n;
-    ffi::call(st->runner.method(name), {}, &n, nullptr);
-    return n.as_int();
-  };
-  st->gemm1_candidates = count("get_gemm1_tactic_count");
-  st->gemm2_candidates = count("get_gemm2_tactic_count");
   return FusedMoeRunner(std::move(st));
 }
 
@@ -349,12 +340,20 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
   validate_fused_moe(s.config, a);
   if (s.config.quantization == MoeQuantization::deepseek_fp8_block_scale) return {};
   const int64_t top_k = a.token_selected_experts.size(1);
+  // The profiler entries, resolved here: a runner that is never tuned does not depend on them.
+  const ffi::Function run_gemm_profile = s.runner.method("run_gemm_profile");
+  auto count = [&](const char* name) {
+    ffi::Any n;
+    ffi::call(s.runner.method(name), {}, &n, nullptr);
+    return n.as_int();
+  };
+  const int64_t gemm1_candidates = count("get_gemm1_tactic_count"), gemm2_candidates = count("get_gemm2_tactic_count");
   ops::CurrentDeviceScope device_scope(s.config.device);
   const ffi::StreamBinding binding{a.input.device, stream};
   // FlashInfer's profiler entry: candidate `id` (an index into gemm1's then gemm2's candidates) of GEMM
   // `gemm` on these shapes; `prepare` first builds the profiler's routing and workspace for them.
   auto profile = [&](int64_t gemm, int64_t id, bool prepare) {
-    ffi::invoke(s.run_gemm_profile, binding, nullptr, a.input, a.fc1_weights, a.fc1_bias, a.fc2_weights, a.fc2_bias,
+    ffi::invoke(run_gemm_profile, binding, nullptr, a.input, a.fc1_weights, a.fc1_bias, a.fc2_weights, a.fc2_bias,
                 top_k, a.tp_size, a.tp_rank, a.ep_size, a.ep_rank, int64_t{1} /*cluster_size*/,
                 int64_t{0} /*cluster_rank*/, false /*enable_alltoall*/, false /*min_latency_mode*/, gemm, id, prepare,
                 a.enable_pdl, static_cast<int64_t>(a.activation));
@@ -386,8 +385,8 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
     return best;
   };
   MoeTactics chosen;
-  chosen.gemm1 = fastest(1, 0, s.gemm1_candidates);
-  chosen.gemm2 = fastest(2, s.gemm1_candidates, s.gemm2_candidates);
+  chosen.gemm1 = fastest(1, 0, gemm1_candidates);
+  chosen.gemm2 = fastest(2, gemm1_candidates, gemm2_candidates);
   // run_moe reads a gemm2 index below the gemm2 count as relative to gemm2's candidates.
   const int64_t ids[] = {chosen.gemm1, chosen.gemm2};
   ffi::ObjectRef profile_ids = ffi::Array::from_int64(ids);
