@@ -16,6 +16,35 @@ using capi::default_runtime;
 using capi::dtype_of;
 using capi::optional;
 
+namespace {
+// The C++ arguments of a run or tune call; `s` holds the optional tensors' views for the call.
+FusedMoeArgs moe_args(const flashcpp_fused_moe_args* a, const char* op, TensorView (&s)[8]) {
+  capi::require_struct(a, op, "args", "FLASHCPP_FUSED_MOE_ARGS_INIT");
+  FusedMoeArgs m;
+  m.output = capi::to_view(a->output, op, "output");
+  m.input = capi::to_view(a->input, op, "input");
+  m.token_selected_experts = capi::to_view(a->token_selected_experts, op, "token_selected_experts");
+  m.token_final_scales = capi::to_view(a->token_final_scales, op, "token_final_scales");
+  m.fc1_weights = capi::to_view(a->fc1_weights, op, "fc1_weights");
+  m.fc2_weights = capi::to_view(a->fc2_weights, op, "fc2_weights");
+  m.fc1_bias = optional(a->fc1_bias, op, "fc1_bias", s[0]);
+  m.fc2_bias = optional(a->fc2_bias, op, "fc2_bias", s[1]);
+  m.fc1_dequant = optional(a->fc1_dequant, op, "fc1_dequant", s[2]);
+  m.fc2_quant = optional(a->fc2_quant, op, "fc2_quant", s[3]);
+  m.fc2_dequant = optional(a->fc2_dequant, op, "fc2_dequant", s[4]);
+  m.fc1_input_dequant = optional(a->fc1_input_dequant, op, "fc1_input_dequant", s[5]);
+  m.fc1_block_scales = optional(a->fc1_block_scales, op, "fc1_block_scales", s[6]);
+  m.fc2_block_scales = optional(a->fc2_block_scales, op, "fc2_block_scales", s[7]);
+  m.activation = static_cast<MoeActivation>(a->activation);
+  m.tp_size = a->tp_size;
+  m.tp_rank = a->tp_rank;
+  m.ep_size = a->ep_size;
+  m.ep_rank = a->ep_rank;
+  m.enable_pdl = a->enable_pdl != 0;
+  return m;
+}
+}  // namespace
+
 extern "C" {
 
 flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config* c, flashcpp_fused_moe_runner** out) {
@@ -39,35 +68,26 @@ flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config
   });
 }
 
+
 flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* r, const flashcpp_fused_moe_args* a,
                                        void* stream) {
   return capi::guard([&] {
     const char* op = "flashcpp_fused_moe_run";
     capi::require_non_null(r, op, "runner");
-    capi::require_struct(a, op, "args", "FLASHCPP_FUSED_MOE_ARGS_INIT");
-    FusedMoeArgs m;
-    m.output = capi::to_view(a->output, op, "output");
-    m.input = capi::to_view(a->input, op, "input");
-    m.token_selected_experts = capi::to_view(a->token_selected_experts, op, "token_selected_experts");
-    m.token_final_scales = capi::to_view(a->token_final_scales, op, "token_final_scales");
-    m.fc1_weights = capi::to_view(a->fc1_weights, op, "fc1_weights");
-    m.fc2_weights = capi::to_view(a->fc2_weights, op, "fc2_weights");
     TensorView s[8];
-    m.fc1_bias = optional(a->fc1_bias, op, "fc1_bias", s[0]);
-    m.fc2_bias = optional(a->fc2_bias, op, "fc2_bias", s[1]);
-    m.fc1_dequant = optional(a->fc1_dequant, op, "fc1_dequant", s[2]);
-    m.fc2_quant = optional(a->fc2_quant, op, "fc2_quant", s[3]);
-    m.fc2_dequant = optional(a->fc2_dequant, op, "fc2_dequant", s[4]);
-    m.fc1_input_dequant = optional(a->fc1_input_dequant, op, "fc1_input_dequant", s[5]);
-    m.fc1_block_scales = optional(a->fc1_block_scales, op, "fc1_block_scales", s[6]);
-    m.fc2_block_scales = optional(a->fc2_block_scales, op, "fc2_block_scales", s[7]);
-    m.activation = static_cast<MoeActivation>(a->activation);
-    m.tp_size = a->tp_size;
-    m.tp_rank = a->tp_rank;
-    m.ep_size = a->ep_size;
-    m.ep_rank = a->ep_rank;
-    m.enable_pdl = a->enable_pdl != 0;
-    r->runner.run(m, static_cast<cudaStream_t>(stream));
+    r->runner.run(moe_args(a, op, s), static_cast<cudaStream_t>(stream));
+  });
+}
+
+flashcpp_status flashcpp_fused_moe_tune(flashcpp_fused_moe_runner* r, const flashcpp_fused_moe_args* a, void* stream,
+                                        int64_t* out_gemm1, int64_t* out_gemm2) {
+  return capi::guard([&] {
+    const char* op = "flashcpp_fused_moe_tune";
+    capi::require_non_null(r, op, "runner");
+    TensorView s[8];
+    const MoeTactics t = r->runner.tune(moe_args(a, op, s), static_cast<cudaStream_t>(stream));
+    if (out_gemm1) *out_gemm1 = t.gemm1;
+    if (out_gemm2) *out_gemm2 = t.gemm2;
   });
 }
 

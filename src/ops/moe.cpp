@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -358,10 +359,11 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
                 int64_t{0} /*cluster_rank*/, false /*enable_alltoall*/, false /*min_latency_mode*/, gemm, id, prepare,
                 a.enable_pdl, static_cast<int64_t>(a.activation));
   };
-  Event start, stop;
+  std::optional<Event> start, stop;  // created once there is a candidate to time
   // The fastest candidate of one GEMM (relative index), or -1 when none ran.
   auto fastest = [&](int64_t gemm, int64_t first, int64_t candidates) {
     profile(gemm, -1, true);
+    if (candidates > 0 && !start) start.emplace(), stop.emplace();
     int64_t best = -1;
     float best_ms = 0;
     for (int64_t i = 0; i < candidates; ++i) {
@@ -369,11 +371,11 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
       try {
         profile(gemm, first + i, false);  // warm-up; a candidate these shapes cannot use fails here
         for (float& m : ms) {
-          start.record(stream);
+          start->record(stream);
           profile(gemm, first + i, false);
-          stop.record(stream);
-          cuda_check(cudaEventSynchronize(stop.get()), kTuneOp);
-          m = stop.elapsed_ms_since(start);
+          stop->record(stream);
+          cuda_check(cudaEventSynchronize(stop->get()), kTuneOp);
+          m = stop->elapsed_ms_since(*start);
         }
       } catch (const FfiError&) {
         (void)cudaGetLastError();  // a refused launch leaves a non-sticky error behind

@@ -630,6 +630,9 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                     kInvalid, "'out_runner' must not be NULL"});
   probes.push_back({"fused_moe_run runner NULL", [] { return flashcpp_fused_moe_run(nullptr, nullptr, nullptr); },
                     kInvalid, "'runner' must not be NULL"});
+  probes.push_back({"fused_moe_tune runner NULL",
+                    [] { return flashcpp_fused_moe_tune(nullptr, nullptr, nullptr, nullptr, nullptr); }, kInvalid,
+                    "'runner' must not be NULL"});
   expect_all(probes);
 }
 

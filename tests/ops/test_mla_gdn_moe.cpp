@@ -515,6 +515,57 @@ TEST_F(MlaGdnMoeOps, MoeRunnerCreatedOnceAndPacked) {
   EXPECT_EQ(a[24], "i:1");
 }
 
+TEST_F(MlaGdnMoeOps, MoeTunePacksTheProfilerCallsAndRunsPassTheTactics) {
+  MoeFixture f;
+  auto runner = FusedMoeRunner::create(*rt_, f.cfg);
+  (void)recorded("fused_moe_90");
+  EXPECT_EQ(runner.tactics_for(4).gemm1, -1);
+  const MoeTactics t = runner.tune(f.a, nullptr);  // no candidates offered: defaults kept
+  EXPECT_EQ(t.gemm1, -1);
+  EXPECT_EQ(t.gemm2, -1);
+  auto lines = split(recorded("fused_moe_90"), '\n');
+  ASSERT_EQ(lines.size(), 2u);  // the profiler prepared once per GEMM
+  for (int gemm = 1; gemm <= 2; ++gemm) {
+    auto p = split(lines[gemm - 1]);
+    ASSERT_EQ(p.size(), 20u);
+    EXPECT_EQ(p[0], "run_gemm_profile");
+    EXPECT_EQ(p[1], tensor_str(f.a.input));
+    EXPECT_EQ(p[2], tensor_str(f.a.fc1_weights));
+    EXPECT_EQ(p[3], "None");
+    EXPECT_EQ(p[4], tensor_str(f.a.fc2_weights));
+    EXPECT_EQ(p[5], "None");
+    EXPECT_EQ(p[6], "i:2");  // top_k
+    EXPECT_EQ(p[15], "i:" + std::to_string(gemm));
+    EXPECT_EQ(p[16], "i:-1");  // the profiler's default candidate while preparing
+    EXPECT_EQ(p[17], "b:1");   // do_preparation
+    EXPECT_EQ(p[19], "i:3");   // swiglu
+  }
+  // Runs in the tuned bucket (4 tokens: bucket 4) pass the tactics; another bucket passes None.
+  runner.run(f.a, nullptr);
+  auto a = split(recorded("fused_moe_90"));
+  ASSERT_EQ(a.size(), 25u);
+  EXPECT_EQ(a[22], "[i:-1,i:-1]");
+  MoeFixture g;
+  g.a.output = cuda_view(0x1000000, DType::bf16, {16, 256});
+  g.a.input = cuda_view(0x2000000, DType::bf16, {16, 256});
+  g.a.token_selected_experts = cuda_view(0x3000000, DType::i32, {16, 2});
+  g.a.token_final_scales = cuda_view(0x4000000, DType::f32, {16, 2});
+  runner.run(g.a, nullptr);
+  a = split(recorded("fused_moe_90"));
+  ASSERT_EQ(a.size(), 25u);
+  EXPECT_EQ(a[22], "None");
+  // Tuning validates as run does, and block-scale runners have nothing to tune.
+  f.a.token_final_scales = cuda_view(0x4000000, DType::f32, {4, 3});
+  EXPECT_INVALID(runner.tune(f.a, nullptr), "token_final_scales");
+  EXPECT_EQ(recorded("fused_moe_90"), "");
+  MoeFixture d(MoeQuantization::deepseek_fp8_block_scale);
+  d.a.input = cuda_view(0x2000000, DType::bf16, {4, 256});
+  auto block = FusedMoeRunner::create(*rt_, d.cfg);
+  (void)recorded("fused_moe_90");
+  EXPECT_EQ(block.tune(d.a, nullptr).gemm1, -1);
+  EXPECT_EQ(recorded("fused_moe_90"), "");
+}
+
 TEST_F(MlaGdnMoeOps, MoeFp8PerTensorScalesAreTensorObjects) {
   MoeFixture f(MoeQuantization::fp8_per_tensor);
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);

@@ -63,6 +63,12 @@ flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config
                                                  flashcpp_fused_moe_runner** out_runner);
 flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* runner, const flashcpp_fused_moe_args* args,
                                        void* stream);
+/* Chooses the runner's GEMM tactics for calls shaped like *args (FusedMoeRunner::tune in flashcpp/moe.hpp):
+ * times every candidate of both grouped GEMMs on `stream` and synchronizes it; later runs whose token count
+ * falls in the same power-of-two bucket use the tactics chosen. *out_gemm1 / *out_gemm2 (each may be NULL)
+ * receive them (-1: the runner's default; DeepSeek FP8 block-scale has only that). Since ABI 3.1.0. */
+flashcpp_status flashcpp_fused_moe_tune(flashcpp_fused_moe_runner* runner, const flashcpp_fused_moe_args* args,
+                                        void* stream, int64_t* out_gemm1, int64_t* out_gemm2);
 void flashcpp_fused_moe_runner_destroy(flashcpp_fused_moe_runner* runner);
 
 #ifdef __cplusplus
