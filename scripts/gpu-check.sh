@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
-#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [bench] [sanitize]
-#   (default: all but mla-quick: the sparse MLA check, tests and the issues' timing cases)
+#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [moe] [bench] [sanitize]
+#   (default: all but mla-quick and moe: the sparse MLA check, tests and the issues' timing cases; the fused
+#   MoE tests, its benchmark with and without tuned tactics and the PyTorch side, which need fused_moe_90)
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -119,6 +120,13 @@ if has mla-v4; then
   for h in 64 128; do
     timeout 300 $cli mla-bench --v4 --h-q "$h" --batch 2 64 128 148 2>&1 | tee "$out/mla-v4-h$h.txt" | grep -v MLA_BENCH
   done
+fi
+
+if has moe; then
+  log "fused MoE: GPU tests, bench-mla-gdn-moe --op moe (default and tuned tactics), PyTorch beside it"
+  run_gtests 'test_mla_gdn_moe_gpu' 'MlaGdnMoeGpu.Moe*'
+  timeout 300 $cli bench-mla-gdn-moe --op moe --moe-tune --iters 20 2>&1 | tee "$out/bench-moe.txt" | grep -v MOE_BENCH
+  timeout 300 python3 bench/moe_torch.py --iters 10 2>&1 | tee "$out/moe-torch.txt" | grep -v MOE_TORCH
 fi
 
 if has bench; then
