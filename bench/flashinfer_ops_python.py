@@ -8,9 +8,9 @@ call issued back to back without synchronisation. Prints lines in the format of 
 
   op name=<op> impl=<flashinfer_python|torch> config=<...> kernel_us=<> [gbps=<>] [tflops=<>] host_us=<>
 
-FlashInfer's Python JIT looks for modules in $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/0.6.3/90a/cached_ops/
-<uri>/<uri>.so; modules built by `flashcpp build` have the same URIs and layout, so linking them there avoids
-compiling them again (see docs/PERFORMANCE.md, "FlashInfer ops").
+FlashInfer loads a module from <flashinfer package>/data/aot/<uri>/<uri>.so before it would compile one; modules
+built by `flashcpp build` have the same URIs and layout, so `scripts/gpu-check.sh flashinfer-python` links them
+there and both sides run the same compiled code (see docs/PERFORMANCE.md, "FlashInfer ops").
 """
 import argparse
 import statistics

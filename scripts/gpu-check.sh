@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
-#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [moe] [bench] [sanitize]
-#   (default: all but mla-quick and moe: the sparse MLA check, tests and the issues' timing cases; the fused
-#   MoE tests, its benchmark with and without tuned tactics and the PyTorch side, which need fused_moe_90)
+#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [moe]
+#                             [flashinfer-python] [bench] [sanitize]
+#   (default: all but mla-quick, moe and flashinfer-python: the sparse MLA check, tests and the issues' timing
+#   cases; the fused MoE tests, its benchmark with and without tuned tactics and the PyTorch side, which need
+#   fused_moe_90; FlashInfer's own Python API beside flashcpp, which needs the wheels in .whl/, below)
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -127,6 +129,30 @@ if has moe; then
   run_gtests 'test_mla_gdn_moe_gpu' 'MlaGdnMoeGpu.Moe*'
   timeout 300 $cli bench-mla-gdn-moe --op moe --moe-tune --iters 20 2>&1 | tee "$out/bench-moe.txt" | grep -v MOE_BENCH
   timeout 300 python3 bench/moe_torch.py --iters 10 2>&1 | tee "$out/moe-torch.txt" | grep -v MOE_TORCH
+fi
+
+if has flashinfer-python; then
+  # FlashInfer's Python package on the image's python3: the pinned flashinfer_python wheel plus, in .whl/, what the
+  # image lacks (apache-tvm-ffi 0.1.9 built for that Python, click, einops, tabulate, nvidia-ml-py; fetched on the
+  # CPU machine with `pip download --no-deps --only-binary=:all: --python-version 3.12 ...`, carried as .whl).
+  log "FlashInfer's Python API beside flashcpp: same module, same inputs (bit-identical), and both benchmarks"
+  site=/tmp/flashinfer-site
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+       .whl/*.whl .gpu/wheels/flashinfer_python-*.whl; then
+    # FlashInfer loads <package>/data/aot/<uri>/<uri>.so before it would compile a module: link the modules
+    # `flashcpp build` made there, so both sides run the same compiled code.
+    mkdir -p "$site/flashinfer/data/aot"
+    for d in "$FLASHCPP_CACHE_DIR"/jit/*/*/; do
+      uri=$(basename "$d")
+      [[ -f $d/$uri.so ]] && ln -sfn "$d" "$site/flashinfer/data/aot/$uri"
+    done
+    PYTHONPATH=$site FLASHINFER_DISABLE_JIT=1 timeout 600 python3 bench/flashinfer_same_module.py --lib build-gpu/libflashcpp.so 2>&1 |
+      tee "$out/flashinfer-same-module.txt"
+    PYTHONPATH=$site FLASHINFER_DISABLE_JIT=1 timeout 600 python3 bench/flashinfer_ops_python.py 2>&1 | tee "$out/flashinfer-python-bench.txt"
+    timeout 600 $cli bench 2>&1 | tee "$out/flashcpp-bench.txt" | grep '^op '
+  else
+    echo "flashinfer-python: the wheels did not install (carry .whl/ from the CPU machine)" | tee -a "$out/summary.txt"
+  fi
 fi
 
 if has bench; then

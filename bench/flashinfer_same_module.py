@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Same module, same inputs: FlashInfer's own Python API and flashcpp's C ABI, called in one process on the same
+torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm, batch decode (CUDA-core path and
+tensor-core path with fa2), batch prefill over a paged cache (fa2 and fa3) and batch MLA (fa2 and sm90).
+
+Both sides load the same compiled module: FlashInfer takes a module from `<flashinfer package>/data/aot/<uri>/`
+before it would compile one, so scripts/flashinfer-python-check.sh links the modules `flashcpp build` made there;
+flashcpp finds them through FLASHCPP_MODULE_PATH. The plans are made from the same host arrays with the same
+workspace sizes, so FlashInfer's planner (inside the module) makes the same split decisions on both sides.
+
+Prints one line per case: `same_module op=<name> identical=<True|False> max_abs_diff=<x>`; exits 1 if any differs.
+Usage: python3 bench/flashinfer_same_module.py [--lib build-gpu/libflashcpp.so]
+"""
+import argparse
+import ctypes as C
+import math
+import sys
+
+import torch
+
+import flashinfer
+
+MAX_RANK = 6
+DTYPE = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2, torch.uint8: 7, torch.int32: 10, torch.int64: 12}
+
+
+class Tensor(C.Structure):  # flashcpp_tensor (flashcpp/c/common.h)
+    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int32), ("device_type", C.c_int32), ("device_id", C.c_int32),
+                ("rank", C.c_int32), ("shape", C.c_int64 * MAX_RANK), ("strides", C.c_int64 * MAX_RANK)]
+
+
+def view(t):
+    """A flashcpp_tensor over a torch tensor (the tensor must outlive the call)."""
+    v = Tensor()
+    v.data = t.data_ptr()
+    v.dtype = DTYPE[t.dtype]
+    v.device_type = 2 if t.is_cuda else (3 if t.is_pinned() else 1)
+    v.device_id = t.device.index if t.is_cuda else 0
+    v.rank = t.dim()
+    for i in range(t.dim()):
+        v.shape[i] = t.shape[i]
+        v.strides[i] = t.stride(i)
+    return v
+
+
+P = C.POINTER(Tensor)
+
+
+class Workspace(C.Structure):  # flashcpp_workspace
+    _fields_ = [("float_buffer", P), ("int_buffer", P), ("pinned_int_buffer", P)]
+
+
+class PagedKvCache(C.Structure):  # flashcpp_paged_kv_cache
+    _fields_ = [("k_cache", P), ("v_cache", P), ("indices", P), ("indptr", P), ("last_page_len", P),
+                ("layout", C.c_int32)]
+
+
+class BatchPrefillConfig(C.Structure):  # flashcpp_batch_prefill_config
+    _fields_ = [("struct_size", C.c_uint32), ("kv_storage", C.c_int32), ("num_qo_heads", C.c_int64),
+                ("num_kv_heads", C.c_int64), ("head_dim_qk", C.c_int64), ("head_dim_vo", C.c_int64),
+                ("page_size", C.c_int64), ("q_dtype", C.c_int32), ("kv_dtype", C.c_int32), ("o_dtype", C.c_int32),
+                ("layout", C.c_int32), ("causal", C.c_int32), ("window_left", C.c_int64),
+                ("logits_soft_cap", C.c_double), ("sm_scale", C.c_double), ("backend", C.c_int32),
+                ("enable_cuda_graph", C.c_int32), ("enable_pdl", C.c_int32), ("fixed_split_size", C.c_int64),
+                ("disable_split_kv", C.c_int32)]
+
+
+class BatchDecodeConfig(C.Structure):  # flashcpp_batch_decode_config
+    _fields_ = [("struct_size", C.c_uint32), ("num_qo_heads", C.c_int64), ("num_kv_heads", C.c_int64),
+                ("head_dim", C.c_int64), ("page_size", C.c_int64), ("q_dtype", C.c_int32), ("kv_dtype", C.c_int32),
+                ("o_dtype", C.c_int32), ("layout", C.c_int32), ("window_left", C.c_int64),
+                ("logits_soft_cap", C.c_double), ("sm_scale", C.c_double), ("backend", C.c_int32),
+                ("prefill_backend", C.c_int32), ("enable_cuda_graph", C.c_int32), ("enable_pdl", C.c_int32)]
+
+
+class BatchMlaConfig(C.Structure):  # flashcpp_batch_mla_config
+    _fields_ = [("struct_size", C.c_uint32), ("num_heads", C.c_int64), ("page_size", C.c_int64),
+                ("q_dtype", C.c_int32), ("kv_dtype", C.c_int32), ("causal", C.c_int32),
+                ("return_lse_base_on_e", C.c_int32), ("backend", C.c_int32), ("sm_scale", C.c_double)]
+
+
+class BatchMlaCache(C.Structure):  # flashcpp_batch_mla_cache
+    _fields_ = [("ckv_cache", P), ("kpe_cache", P), ("kv_indices", P)]
+
+
+class Flashcpp:
+    def __init__(self, path):
+        self.lib = C.CDLL(path)
+        self.lib.flashcpp_last_error.restype = C.c_char_p
+        self.keep = []  # views and structs alive until the next call
+
+    def t(self, tensor):
+        v = view(tensor)
+        self.keep.append(v)
+        return C.byref(v)
+
+    def call(self, name, *args):
+        status = getattr(self.lib, name)(*args)
+        self.keep.clear()
+        if status != 0:
+            raise RuntimeError(f"{name}: status {status}: {self.lib.flashcpp_last_error().decode()}")
+
+
+def stream():
+    return C.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+
+def report(op, want, got, failures):
+    same = want.shape == got.shape and torch.equal(want, got)
+    diff = (want.float() - got.float()).abs().max().item() if want.shape == got.shape else math.inf
+    print(f"same_module op={op} identical={same} max_abs_diff={diff:.3e}", flush=True)
+    if not same:
+        failures.append(op)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", default="libflashcpp.so")
+    args = ap.parse_args()
+    fc = Flashcpp(args.lib)
+    torch.manual_seed(0)
+    dev, bf16 = "cuda", torch.bfloat16
+    failures = []
+
+    # ---- norms: 8192 x 4096 bf16
+    x = torch.randn(8192, 4096, device=dev, dtype=bf16)
+    w = torch.randn(4096, device=dev, dtype=bf16)
+    want = flashinfer.rmsnorm(x, w, eps=1e-6)
+    got = torch.empty_like(x)
+    fc.call("flashcpp_rmsnorm", fc.t(got), fc.t(x), fc.t(w), C.c_double(1e-6), C.c_int32(0), stream())
+    report("rmsnorm", want, got, failures)
+    r = torch.randn_like(x)
+    x1, r1, x2, r2 = x.clone(), r.clone(), x.clone(), r.clone()
+    flashinfer.fused_add_rmsnorm(x1, r1, w, eps=1e-6)
+    fc.call("flashcpp_fused_add_rmsnorm", fc.t(x2), fc.t(r2), fc.t(w), C.c_double(1e-6), C.c_int32(0), stream())
+    report("fused_add_rmsnorm.input", x1, x2, failures)
+    report("fused_add_rmsnorm.residual", r1, r2, failures)
+
+    # Workspaces of FlashInfer's recommended sizes on both sides.
+    float_ws_fi = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
+    float_ws = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
+    int_ws = torch.zeros(8 << 20, dtype=torch.uint8, device=dev)
+    pinned = torch.zeros(8 << 20, dtype=torch.uint8, pin_memory=True)
+    ws = Workspace(C.pointer(view(float_ws)), C.pointer(view(int_ws)), C.pointer(view(pinned)))
+
+    # ---- paged KV: batch 64 x 4096 (decode) / 8 x 1024 (prefill), 32 q / 8 kv heads, d 128, page 16, NHD
+    def paged(batch, kv_len, page=16, hkv=8, d=128):
+        pages_per = kv_len // page
+        k = torch.randn(batch * pages_per, page, hkv, d, device=dev, dtype=bf16)
+        v = torch.randn_like(k)
+        indices = torch.randperm(batch * pages_per, dtype=torch.int32)
+        indptr = torch.arange(0, batch + 1, dtype=torch.int32) * pages_per
+        last = torch.full((batch,), page, dtype=torch.int32)
+        return k, v, indices, indptr, last
+
+    k, v, indices, indptr, last = paged(64, 4096)
+    q = torch.randn(64, 32, 128, device=dev, dtype=bf16)
+    kd, ind, lastd = indices.to(dev), indptr.to(dev), last.to(dev)
+    for tensor_cores in (False, True):
+        name = "batch_decode." + ("tensor_cores_fa2" if tensor_cores else "cuda_cores")
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(float_ws_fi, "NHD", use_tensor_cores=tensor_cores,
+                                                                backend="fa2")
+        wrapper.plan(ind, kd, lastd, 32, 8, 128, 16, q_data_type=bf16, kv_data_type=bf16)
+        want = wrapper.run(q, (k, v))
+        cfg = BatchDecodeConfig()
+        fc.lib.flashcpp_batch_decode_config_init(C.byref(cfg))
+        cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim, cfg.page_size = 32, 8, 128, 16
+        cfg.backend = 2 if tensor_cores else 1
+        cfg.prefill_backend = 1  # fa2
+        plan = C.c_void_p()
+        fc.call("flashcpp_batch_decode_plan_create", C.byref(cfg), C.byref(ws), fc.t(indptr), fc.t(last),
+                fc.t(indices), stream(), C.byref(plan))
+        cache = PagedKvCache(C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)), C.pointer(view(ind)),
+                             C.pointer(view(lastd)), 0)
+        got = torch.empty_like(q)
+        fc.call("flashcpp_batch_decode_run", plan, fc.t(q), C.byref(cache), fc.t(got), None, stream())
+        fc.lib.flashcpp_batch_decode_plan_destroy(plan)
+        report(name, want, got, failures)
+
+    k, v, indices, indptr, last = paged(8, 1024)
+    q = torch.randn(8 * 1024, 32, 128, device=dev, dtype=bf16)
+    qo = torch.arange(0, 9, dtype=torch.int32) * 1024
+    kd, ind, lastd, qod = indices.to(dev), indptr.to(dev), last.to(dev), qo.to(dev)
+    for backend, code in (("fa2", 1), ("fa3", 2)):
+        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(float_ws_fi, "NHD", backend=backend)
+        wrapper.plan(qod, ind, kd, lastd, 32, 8, 128, 16, causal=True, q_data_type=bf16, kv_data_type=bf16)
+        want = wrapper.run(q, (k, v))
+        cfg = BatchPrefillConfig()
+        fc.lib.flashcpp_batch_prefill_config_init(C.byref(cfg))
+        cfg.kv_storage, cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim_qk, cfg.page_size = 0, 32, 8, 128, 16
+        cfg.causal, cfg.backend = 1, code
+        plan = C.c_void_p()
+        fc.call("flashcpp_batch_prefill_plan_create", C.byref(cfg), C.byref(ws), fc.t(qo), fc.t(indptr), fc.t(last),
+                fc.t(indices), stream(), C.byref(plan))
+        cache = PagedKvCache(C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)), C.pointer(view(ind)),
+                             C.pointer(view(lastd)), 0)
+        got = torch.empty_like(q)
+        fc.call("flashcpp_batch_prefill_run_paged", plan, fc.t(q), C.byref(cache), fc.t(qod), fc.t(got), None,
+                stream())
+        fc.lib.flashcpp_batch_prefill_plan_destroy(plan)
+        report("batch_prefill_paged." + backend, want, got, failures)
+
+    # ---- batch MLA: 32 requests x 2048 KV, one query each, 128 heads, page 64, bf16
+    B, kv_len, H, page = 32, 2048, 128, 64
+    pages = B * kv_len // page
+    q_nope = torch.randn(B, H, 512, device=dev, dtype=bf16)
+    q_pe = torch.randn(B, H, 64, device=dev, dtype=bf16)
+    ckv = torch.randn(pages, page, 512, device=dev, dtype=bf16)
+    kpe = torch.randn(pages, page, 64, device=dev, dtype=bf16)
+    kv_indices = torch.randperm(pages, dtype=torch.int32).to(dev)
+    qo = torch.arange(0, B + 1, dtype=torch.int32)
+    kvp = torch.arange(0, B + 1, dtype=torch.int32) * (kv_len // page)
+    kvl = torch.full((B,), kv_len, dtype=torch.int32)
+    scale = 1.0 / math.sqrt(192.0)
+    for backend, fi_backend, code in (("fa2", "fa2", 1), ("sm90", "fa3", 2)):
+        wrapper = flashinfer.BatchMLAPagedAttentionWrapper(float_ws_fi, backend=fi_backend)
+        wrapper.plan(qo.to(dev), kvp.to(dev), kv_indices, kvl.to(dev), H, 512, 64, page, False, scale, bf16, bf16)
+        want = wrapper.run(q_nope, q_pe, ckv, kpe)
+        cfg = BatchMlaConfig()
+        cfg.struct_size = C.sizeof(BatchMlaConfig)
+        cfg.num_heads, cfg.page_size, cfg.q_dtype, cfg.kv_dtype = H, page, 1, 1
+        cfg.backend, cfg.sm_scale = code, scale
+        plan = C.c_void_p()
+        fc.call("flashcpp_batch_mla_plan_create", C.byref(cfg), fc.t(float_ws), fc.t(int_ws), fc.t(pinned), fc.t(qo),
+                fc.t(kvp), fc.t(kvl), stream(), C.byref(plan))
+        cache = BatchMlaCache(C.pointer(view(ckv)), C.pointer(view(kpe)), C.pointer(view(kv_indices)))
+        got = torch.empty_like(q_nope)
+        fc.call("flashcpp_batch_mla_run", plan, fc.t(q_nope), fc.t(q_pe), C.byref(cache), fc.t(got), None, stream())
+        fc.lib.flashcpp_batch_mla_plan_destroy(plan)
+        report("batch_mla." + backend, want, got, failures)
+
+    torch.cuda.synchronize()
+    print(f"same_module summary: {len(failures)} differing: {' '.join(failures) or '-'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
