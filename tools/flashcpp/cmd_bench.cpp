@@ -24,10 +24,9 @@
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/runtime.hpp"
+#include "flashcpp/bench_data.hpp"
 
 namespace flashcpp::cli {
-
-cudaError_t launch_empty_kernel(cudaStream_t stream);  // bench_kernels.cu
 
 namespace {
 

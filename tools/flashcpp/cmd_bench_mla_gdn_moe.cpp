@@ -1,7 +1,7 @@
 // `flashcpp bench-mla-gdn-moe`: kernel time (CUDA events, median), TFLOP/s and host time per call of batch MLA,
 // GDN prefill at the GPU-test sizes, and the CUTLASS fused MoE at DeepSeek-V3's and a Mixtral-like expert
 // shape for 1..4096 tokens. Inputs are larger than L2 (MLA KV 32×2048×576 bf16 = 75 MiB; MoE weights
-// 22 GiB and 2.6 GiB).
+// 22 GiB and 2.6 GiB), random values made on the device.
 //
 // FLOP counts: MLA 2·B·qo·H·kv·(576 + 512); GDN 6·D² per token·head (the recurrent form: decay, S·k,
 // rank-1 update, S·q); MoE 2·T·K·(H·N1 + I·H).
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tools_internal.hpp"
+#include "flashcpp/bench_data.hpp"
 #include "flashcpp/commands.hpp"
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/gdn.hpp"
@@ -56,18 +57,11 @@ Timing measure(const std::function<void(cudaStream_t)>& launch, cudaStream_t str
   return {median(kernel), median(host)};
 }
 
-/// Device buffer of `n` bf16 values drawn from U(-scale, scale).
-DeviceBuffer random_bf16(size_t n, float scale, std::mt19937& rng, int device) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<uint16_t> h(n);
-  for (auto& x : h) {
-    float f = u(rng);
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    x = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
-  }
+/// Device buffer of `n` bf16 values drawn from U(-scale, scale) on the device (bench_data.hpp); complete on return.
+DeviceBuffer random_bf16(size_t n, float scale, uint64_t seed, int device) {
   DeviceBuffer d(n * 2, device);
-  FLASHCPP_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), n * 2, cudaMemcpyHostToDevice));
+  FLASHCPP_CUDA_CHECK(fill_uniform_bf16(d.get(), n, seed, -scale, scale, nullptr));
+  FLASHCPP_CUDA_CHECK(cudaDeviceSynchronize());
   return d;
 }
 
@@ -86,8 +80,8 @@ void report(const char* name, double flops, const Timing& t) {
 void bench_mla(const Runtime& rt, int device, int iters, MlaBackend backend, const char* name) {
   const int64_t B = 32, kv = 2048, H = 128, P = 64, pages_per = kv / P, pages = B * pages_per;
   std::mt19937 rng(1);
-  auto qn = random_bf16(B * H * 512, 1, rng, device), qp = random_bf16(B * H * 64, 1, rng, device);
-  auto ckv = random_bf16(pages * P * 512, 1, rng, device), kpe = random_bf16(pages * P * 64, 1, rng, device);
+  auto qn = random_bf16(B * H * 512, 1, 1, device), qp = random_bf16(B * H * 64, 1, 2, device);
+  auto ckv = random_bf16(pages * P * 512, 1, 3, device), kpe = random_bf16(pages * P * 64, 1, 4, device);
   DeviceBuffer out(B * H * 512 * 2, device);
   std::vector<int32_t> idx(pages), qo(B + 1), kvp(B + 1), kvl(B, kv);
   std::iota(idx.begin(), idx.end(), 0);
@@ -119,10 +113,9 @@ void bench_gdn(const Runtime& rt, int device, int iters) {
   std::vector<int64_t> cu(N + 1, 0);
   for (int64_t n = 0; n < N; ++n) cu[n + 1] = cu[n] + lens[n];
   const int64_t T = cu[N];
-  std::mt19937 rng(2);
   const float s = 1.0f / std::sqrt(float(D));
-  auto q = random_bf16(T * H * D, s, rng, device), k = random_bf16(T * H * D, s, rng, device),
-       v = random_bf16(T * H * D, 1, rng, device);
+  auto q = random_bf16(T * H * D, s, 5, device), k = random_bf16(T * H * D, s, 6, device),
+       v = random_bf16(T * H * D, 1, 7, device);
   DeviceBuffer out(T * H * D * 2, device), state(N * H * D * D * 4, device);
   auto cu_d = upload(cu, device);
   const Device dev = Device::cuda(device);
@@ -138,24 +131,12 @@ void bench_gdn(const Runtime& rt, int device, int iters) {
   report("gdn_prefill 8 seqs (T=12306) H16 D128 bf16", 6.0 * T * H * D * D, t);
 }
 
-// Fills `bytes` of device memory with copies of one random host block (drawing billions of values on the
-// host would take minutes at the MoE shapes; the kernels' speed does not depend on the values' pattern).
-// e4m3: random bytes with the NaN codes (0x7F, 0xFF) moved to ±448.
-DeviceBuffer random_tiled(size_t bytes, bool e4m3, float bf16_scale, std::mt19937& rng, int device) {
-  const size_t block = std::min<size_t>(bytes, size_t{32} << 20);
-  std::vector<uint8_t> h(block);
-  if (e4m3) {
-    for (auto& b : h) {
-      b = static_cast<uint8_t>(rng());
-      if ((b & 0x7F) == 0x7F) b &= 0xFE;
-    }
-  } else {
-    DeviceBuffer one = random_bf16(block / 2, bf16_scale, rng, device);
-    FLASHCPP_CUDA_CHECK(cudaMemcpy(h.data(), one.get(), block / 2 * 2, cudaMemcpyDeviceToHost));
-  }
-  DeviceBuffer d(bytes, device);
-  for (size_t off = 0; off < bytes; off += block)
-    FLASHCPP_CUDA_CHECK(cudaMemcpy(d.as<uint8_t>() + off, h.data(), std::min(block, bytes - off), cudaMemcpyHostToDevice));
+/// Expert weights: `n` bf16 values from U(-scale, scale), or `n` random finite e4m3 codes, made on the device.
+DeviceBuffer random_weights(size_t n, bool e4m3, float bf16_scale, uint64_t seed, int device) {
+  if (!e4m3) return random_bf16(n, bf16_scale, seed, device);
+  DeviceBuffer d(n, device);
+  FLASHCPP_CUDA_CHECK(fill_random_e4m3(d.get(), n, seed, nullptr));
+  FLASHCPP_CUDA_CHECK(cudaDeviceSynchronize());
   return d;
 }
 
@@ -174,8 +155,8 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
   const DType wt = ds ? DType::e4m3 : DType::bf16;
   const size_t wbytes = ds ? 1 : 2;
   std::mt19937 rng(3);
-  DeviceBuffer w1 = random_tiled(size_t(E * N1 * Hd) * wbytes, ds, 0.02f, rng, device),
-               w2 = random_tiled(size_t(E * Hd * I) * wbytes, ds, 0.03f, rng, device);
+  DeviceBuffer w1 = random_weights(size_t(E * N1 * Hd), ds, 0.02f, 11, device),
+               w2 = random_weights(size_t(E * Hd * I), ds, 0.03f, 12, device);
   std::vector<float> bs1(ds ? E * (N1 / 128) * (Hd / 128) : 0, 2e-3f), bs2(ds ? E * (Hd / 128) * (I / 128) : 0, 2e-3f);
   auto bs1_d = upload(bs1, device), bs2_d = upload(bs2, device);
   const Device dev = Device::cuda(device);
@@ -195,7 +176,7 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
     return v;
   };
   for (const int64_t T : token_counts) {
-    auto x = random_bf16(size_t(T * Hd), 1, rng, device);
+    auto x = random_bf16(size_t(T * Hd), 1, 13 + uint64_t(T), device);
     DeviceBuffer out(size_t(T * Hd) * 2, device);
     std::vector<int32_t> sel(size_t(T * K));
     std::vector<float> sc(size_t(T * K), 1.0f / float(K));

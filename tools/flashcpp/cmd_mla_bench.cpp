@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "flashcpp/bench_data.hpp"
 #include "flashcpp/commands.hpp"
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/error.hpp"
@@ -36,18 +37,10 @@ struct MlaBenchOptions {
   int num_sms = 0;  // DecodeConfig::num_sms: 0 = the device's (what the split-KV schedule plans for)
 };
 
-template <class T>
+// n bf16 values uniform in [-scale, scale), made on the device; complete on return.
 void upload_random(DeviceBuffer& buf, size_t n, uint32_t seed, float scale) {
-  std::vector<T> h(n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, scale);
-  for (auto& x : h) {
-    const float f = nd(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    x = static_cast<T>(u >> 16);  // bf16 bits (truncation is fine for benchmark data)
-  }
-  FLASHCPP_CUDA_CHECK(cudaMemcpy(buf.get(), h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  FLASHCPP_CUDA_CHECK(fill_uniform_bf16(buf.get(), n, seed, -scale, scale, nullptr));
+  FLASHCPP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // indices [rows, topk]: distinct random rows of [lo(row), lo(row) + range) per row.
@@ -116,7 +109,7 @@ void bench_prefill(const MlaBenchOptions& o, cudaStream_t stream) {
   DeviceBuffer q(static_cast<size_t>(s_q * h_q * d_qk * 2), o.device);
   DeviceBuffer out(static_cast<size_t>(s_q * h_q * 512 * 2), o.device), lse(static_cast<size_t>(s_q * h_q * 4), o.device),
       ml(static_cast<size_t>(s_q * h_q * 4), o.device), sink(static_cast<size_t>(h_q * 4), o.device);
-  upload_random<uint16_t>(q, static_cast<size_t>(s_q * h_q * d_qk), 1, 0.1f);
+  upload_random(q, static_cast<size_t>(s_q * h_q * d_qk), 1, 0.1f);
   FLASHCPP_CUDA_CHECK(cudaMemset(sink.get(), 0, static_cast<size_t>(h_q * 4)));
   const auto qv = TensorView::contiguous(q.get(), DType::bf16, dev, {s_q, h_q, d_qk});
   const auto ov = TensorView::contiguous(out.get(), DType::bf16, dev, {s_q, h_q, 512});
@@ -125,7 +118,7 @@ void bench_prefill(const MlaBenchOptions& o, cudaStream_t stream) {
   const auto sv = TensorView::contiguous(sink.get(), DType::f32, dev, {h_q});
   for (int64_t s_kv : o.s_kv) {
     DeviceBuffer kv(static_cast<size_t>(s_kv * d_qk * 2), o.device), idx(static_cast<size_t>(s_q * topk * 4), o.device);
-    upload_random<uint16_t>(kv, static_cast<size_t>(s_kv * d_qk), 2, 0.1f);
+    upload_random(kv, static_cast<size_t>(s_kv * d_qk), 2, 0.1f);
     const auto hidx = random_indices(s_q, topk, s_kv, std::vector<int64_t>(static_cast<size_t>(s_q), 0), 3);
     FLASHCPP_CUDA_CHECK(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice));
     const auto kvv = TensorView::contiguous(kv.get(), DType::bf16, dev, {s_kv, 1, d_qk});
@@ -153,12 +146,12 @@ void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
     {
       // A real quantized cache: quantize random bf16 rows on the device.
       DeviceBuffer src(static_cast<size_t>(num_blocks * block * 576 * 2), o.device);
-      upload_random<uint16_t>(src, static_cast<size_t>(num_blocks * block * 576), 4, 0.1f);
+      upload_random(src, static_cast<size_t>(num_blocks * block * 576), 4, 0.1f);
       mla::quantize_kv_cache_fp8(TensorView::contiguous(src.get(), DType::bf16, dev, {num_blocks, block, 1, 576}),
                                  TensorView::contiguous(cache.get(), DType::u8, dev, {num_blocks, block, 1, 656}), stream);
       FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
     }
-    upload_random<uint16_t>(q, static_cast<size_t>(b * s_q * h_q * 576), 5, 0.5f);
+    upload_random(q, static_cast<size_t>(b * s_q * h_q * 576), 5, 0.5f);
     std::vector<int64_t> lo(static_cast<size_t>(b * s_q));
     for (int64_t t = 0; t < b * s_q; ++t) lo[static_cast<size_t>(t)] = (t / s_q) * s_kv;  // each request its own blocks
     const auto hidx = random_indices(b * s_q, topk, s_kv, lo, 6);
@@ -195,7 +188,7 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
     const int64_t nb = b * tokens / block, page = block * 584;  // 584 * block is a multiple of 16 for these blocks
     DeviceBuffer pages(static_cast<size_t>(nb * page), o.device);
     DeviceBuffer src(static_cast<size_t>(nb * block * 512 * 2), o.device);
-    upload_random<uint16_t>(src, static_cast<size_t>(nb * block * 512), seed, 0.1f);
+    upload_random(src, static_cast<size_t>(nb * block * 512), seed, 0.1f);
     const auto view = TensorView::strided(pages.get(), DType::u8, dev, {nb, block, 1, 584}, {page, 584, 584, 1});
     mla::quantize_kv_cache_fp8_v4(TensorView::contiguous(src.get(), DType::bf16, dev, {nb, block, 1, 512}), view, stream);
     FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -207,7 +200,7 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
     DeviceBuffer q(static_cast<size_t>(b * s_q * h_q * 512 * 2), o.device), out(static_cast<size_t>(b * s_q * h_q * 512 * 2), o.device);
     DeviceBuffer lse(static_cast<size_t>(b * s_q * h_q * 4), o.device);
     DeviceBuffer idx(static_cast<size_t>(b * s_q * topk * 4), o.device), xidx(static_cast<size_t>(b * s_q * extra_topk * 4), o.device);
-    upload_random<uint16_t>(q, static_cast<size_t>(b * s_q * h_q * 512), 16, 0.5f);
+    upload_random(q, static_cast<size_t>(b * s_q * h_q * 512), 16, 0.5f);
     std::vector<int64_t> lo(static_cast<size_t>(b * s_q));
     for (int64_t t = 0; t < b * s_q; ++t) lo[static_cast<size_t>(t)] = (t / s_q) * tokens;  // each request its own pages
     const auto hidx = random_indices(b * s_q, topk, tokens, lo, 17), hxidx = random_indices(b * s_q, extra_topk, tokens, lo, 18);
