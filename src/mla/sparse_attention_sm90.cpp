@@ -37,8 +37,12 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p) {
     case KvFormat::fp8_v32:
       return p.d_qk == 576 && p.block_size >= 1 && p.kv_block_stride_bytes % 16 == 0 &&
              p.kv_slot_stride_bytes % 16 == 0 && p.kv_slot_stride_bytes >= kFp8RowBytes;
-    case KvFormat::fp8_v4:  // the V4 pages run on the simple kernel until a Hopper kernel takes them
-      return false;
+    case KvFormat::fp8_v4:  // both pools: pages of 16-byte multiples, pool slot counts of whole 64-row tiles
+      return p.d_qk == 512 && p.block_size >= 1 && p.kv_block_stride_bytes % 16 == 0 && p.main_topk >= 0 &&
+             p.main_topk <= p.topk && p.main_topk % 64 == 0 &&
+             (p.main_topk == p.topk ||
+              (p.extra_kv != nullptr && aligned16(p.extra_kv) && p.extra_indices != nullptr &&
+               p.extra_block_size >= 1 && p.extra_block_stride_bytes % 16 == 0));
   }
   return false;
 }
@@ -87,6 +91,10 @@ SparseKernel auto_fp8_kernel(const SparseAttentionParams& p) {
 SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {
   if (force_simple_kernel() || !hopper || !sparse_attention_sm90_handles(p)) return SparseKernel::simple;
   if (p.kv_format == KvFormat::bf16) return SparseKernel::wgmma_sm90;
+  // V4 pages on the wgmma kernel only on request (FLASHCPP_MLA_FP8_KERNEL=wgmma, mla-bench --fp8-kernel wgmma)
+  // until its GPU tests have run; the simple kernel otherwise.
+  if (p.kv_format == KvFormat::fp8_v4)
+    return fp8_decode_kernel() == SparseKernel::wgmma_sm90 ? SparseKernel::wgmma_sm90 : SparseKernel::simple;
   return fp8_decode_kernel().value_or(auto_fp8_kernel(p));
 }
 

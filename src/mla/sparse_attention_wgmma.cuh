@@ -10,6 +10,9 @@
 //     half (dims 256..d_qk-1); every half has a "full" and an "empty" mbarrier. bf16 KV: cp.async 16 B,
 //     zero-filled for masked rows. FP8 KV: 16-byte loads issued before the buffer is free, then
 //     dequantized (fp8_v32_dequant.cuh) and stored; RoPE dims by cp.async. Masked rows are never read.
+//     DeepSeek V4 pages (d_qk 512, mla/fp8_v4.hpp) take the same path: 448 e4m3 dims with one power-of-two
+//     scale per 64 from the page's scale records, RoPE dims 448..511, and a token's slots are its main pool's
+//     then its extra pool's, each pool masked by its own length (decode_v4_index).
 //     (Tile A's RoPE atom also holds P_A: how its writes are ordered, see bar_rope_landed.)
 //   * FP8 with h_q 65..128 runs as a 2-CTA cluster (the two head groups of a token, which need the same
 //     tiles): each CTA's producer dequantizes half of every tile's rows and stores them into both CTAs'
@@ -47,6 +50,7 @@
 #include "mla/decode_schedule.hpp"
 #include "mla/fast_divmod.hpp"
 #include "mla/fp8_v32_dequant.cuh"
+#include "mla/fp8_v4.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 #include "mla/sparse_attention_wgmma_config.hpp"
 #include "mla/sm90_device.cuh"
@@ -62,7 +66,19 @@ struct KernelArgs {
   float scale_log2;   // sm_scale * log2(e)
   int groups;         // ceil(h_q / 64)
   mla::FastDivmod page;  // FP8 cache: index -> (page, slot) by block_size
+  mla::FastDivmod extra_page;  // V4: the extra pool's index -> (page, slot) by extra_block_size
 };
+
+// V4 (fp8_v4.hpp): the byte offsets of index `idx`'s token record and scale record in pool `extra`.
+__device__ __forceinline__ void v4_record_offsets(const KernelArgs& args, bool extra, int idx, int64_t& token_off,
+                                                  int64_t& scale_off) {
+  const mla::FastDivmod& d = extra ? args.extra_page : args.page;
+  const uint32_t page = d.div(static_cast<uint32_t>(idx));
+  const uint32_t slot = static_cast<uint32_t>(idx) - page * d.divisor;
+  const int64_t base = static_cast<int64_t>(page) * (extra ? args.p.extra_block_stride_bytes : args.p.kv_block_stride_bytes);
+  token_off = base + static_cast<int64_t>(slot) * fp8_v4::kTokenRecordBytes;
+  scale_off = base + static_cast<int64_t>(d.divisor) * fp8_v4::kTokenRecordBytes + static_cast<int64_t>(slot) * fp8_v4::kScaleRecordBytes;
+}
 
 // Byte offset of FP8 cache row `idx` (0 <= idx < num_kv).
 __device__ __forceinline__ int64_t fp8_row_offset(const KernelArgs& args, int idx) {
@@ -165,6 +181,11 @@ __device__ __forceinline__ void reg_dealloc() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
 }
 
+__device__ __forceinline__ uint2 ld_global_nc_u2(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
 __device__ __forceinline__ float2 ld_global_nc_f2(const void* p) {
   float2 v;
   asm volatile("ld.global.nc.L1::no_allocate.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "l"(p));
@@ -255,7 +276,8 @@ __host__ __device__ __forceinline__ constexpr bool fill_has_ordinary(int t, int 
 // schedule part blockIdx / groups / tokens_per_request, one per request, each over the part's tile range.
 struct WorkItem {
   int64_t token = 0;
-  int eff = 0;                // valid slots of the token (topk_length applied)
+  int eff = 0;                // valid slots of the token (topk_length applied; V4: all topk slots)
+  int main_len = 0, extra_len = 0;  // V4: each pool's valid slots (its length applied)
   int tile_begin = 0, tile_end = 0;
   int64_t accum_row = -1;     // >= 0: a split request's partial row; -1: the final output
   bool write_partial = false; // accum_row is inside the accumulators
@@ -273,7 +295,15 @@ struct alignas(16) ItemInfo {
 };
 static_assert(sizeof(ItemInfo) == 32);
 
-template <bool SPLIT>
+// V4: a pool's length for `token`: lengths[token / tokens_per_length] clamped to [0, pool_topk], or pool_topk.
+__device__ __forceinline__ int v4_pool_length(const SparseAttentionParams& p, const int32_t* lengths, int pool_topk,
+                                              int64_t token) {
+  if (lengths == nullptr) return pool_topk;
+  const int v = __ldg(lengths + token / p.tokens_per_length);
+  return v < 0 ? 0 : (v > pool_topk ? pool_topk : v);
+}
+
+template <bool SPLIT, bool V4 = false>
 struct WorkList {
   static_assert(sched::kBlockSlots == 64, "a schedule block must be one 64-row KV tile");
   const SparseAttentionParams* p;
@@ -304,7 +334,14 @@ struct WorkList {
       w.accum_row = piece.accum_row;
       w.write_partial = piece.write_partial;
     }
-    const int eff = effective_topk(*p, w.token);
+    int eff;
+    if constexpr (V4) {  // both pools' slots run; each pool's length masks its own (the valid slots are no prefix)
+      eff = p->topk;
+      w.main_len = v4_pool_length(*p, p->topk_length, p->main_topk, w.token);
+      w.extra_len = v4_pool_length(*p, p->extra_topk_length, p->topk - p->main_topk, w.token);
+    } else {
+      eff = effective_topk(*p, w.token);
+    }
     const int n_tiles = sched::blocks_of(eff);  // a schedule block is one KV tile
     w.eff = eff;
     w.tile_begin = tile_begin;
@@ -317,7 +354,7 @@ struct WorkList {
 // Producer warpgroup: per work item Q, then per iteration the halves of tiles A and B in release order.
 template <class C, bool SPLIT>
 __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& sm, uint8_t* s_valid,
-                                         ItemInfo* s_item, const WorkList<SPLIT>& work, int head0) {
+                                         ItemInfo* s_item, const WorkList<SPLIT, C::kFp8V4>& work, int head0) {
   const SparseAttentionParams& p = args.p;
   const int ptid = threadIdx.x - C::kConsumerThreads;
   const int group = ptid / C::kThreadsPerRow, sub = ptid % C::kThreadsPerRow;
@@ -350,12 +387,36 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
 
     // ---- Phase: fill KV tiles.
     const int32_t* idx_row = p.indices + w.token * p.indices_stride_token;
+    // V4: whether tile `tile` of the token's list is in the extra pool (a pool's slot count is a multiple of
+    // the tile, so no tile straddles the two).
+    auto tile_extra = [&](int tile) {
+      if constexpr (C::kFp8V4) return tile * C::kTile >= p.main_topk;
+      else return false;
+    };
+    // Index of each of this thread's rows of `tile`, -1 where masked. V4 checks each pool's length and range
+    // here (decode_v4_index), so a row is valid iff its index is >= 0; the other formats check the range
+    // where they read (row_valid).
     auto load_indices = [&](int tile, int (&idx)[C::kRowsPerThread]) {
 #pragma unroll
       for (int r = 0; r < C::kRowsPerThread; ++r) {
         const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
-        idx[r] = (tile < w.tile_end && slot < w.eff) ? __ldg(idx_row + slot) : -1;
+        if constexpr (C::kFp8V4) {
+          const bool extra = tile_extra(tile);
+          const int local = extra ? slot - p.main_topk : slot;
+          int id = -1;
+          if (tile < w.tile_end && local < (extra ? w.extra_len : w.main_len)) {  // decode_v4_index
+            id = extra ? __ldg(p.extra_indices + w.token * p.extra_indices_stride_token + local) : __ldg(idx_row + local);
+            if (id < 0 || static_cast<int64_t>(id) >= (extra ? p.extra_num_kv : p.num_kv)) id = -1;
+          }
+          idx[r] = id;
+        } else {
+          idx[r] = (tile < w.tile_end && slot < w.eff) ? __ldg(idx_row + slot) : -1;
+        }
       }
+    };
+    auto row_valid = [&](int id) {
+      if constexpr (C::kFp8V4) return id >= 0;
+      else return id >= 0 && static_cast<int64_t>(id) < p.num_kv;
     };
     const int n_iters = w.n_iters();
     int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
@@ -368,15 +429,31 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
     uint4 raw[C::kFp8RawBuffers][C::kDequantRowsPerThread][C::kFp8ChunksPerHalf];
     float2 scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
-    auto load_fp8 = [&](const int (&idx)[C::kRowsPerThread], int half,
+    auto load_fp8 = [&](const int (&idx)[C::kRowsPerThread], int half, bool extra,
                         uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
                         float2 (&b_scale)[C::kDequantRowsPerThread]) {
 #pragma unroll
       for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
         // This CTA's rows: all four (alone), or indices 2 rank, 2 rank + 1 (cluster; no dynamic indexing).
         const int id = C::kCluster ? (rank == 0 ? idx[r] : idx[C::kDequantRowsPerThread + r]) : idx[r];
-        const bool valid = id >= 0 && static_cast<int64_t>(id) < p.num_kv;
-        if (valid) {
+        const bool valid = row_valid(id);
+        if (valid && C::kFp8V4) {
+          // Chunk c = sub + 8 (2 half + j) has scale c / 4 = 4 half + 2 j + sub / 4 of the token's 7 (the scale
+          // record's 8 bytes load as one); chunks past the 28 NoPE ones (half 1, j 1, sub >= 4) do not exist.
+          int64_t token_off, scale_off;
+          v4_record_offsets(args, extra, id, token_off, scale_off);
+          const uint8_t* pool = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv);
+#pragma unroll
+          for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
+            const int c = sub + 8 * (2 * half + j);
+            b_raw[r][j] = c < C::kFp8NopeChunks ? ld_global_nc_v4(pool + token_off + 16 * c) : make_uint4(0, 0, 0, 0);
+          }
+          const uint2 rec = ld_global_nc_u2(pool + scale_off);
+          const uint32_t word = half == 0 ? rec.x : rec.y;  // scales 4 half .. 4 half + 3
+          const int lane_byte = sub >> 2;
+          b_scale[r] = make_float2(fp8_v4::pow2_of_e8m0(static_cast<uint8_t>(word >> (8 * lane_byte))),
+                                   fp8_v4::pow2_of_e8m0(static_cast<uint8_t>(word >> (8 * (2 + lane_byte)))));
+        } else if (valid) {
           const uint8_t* row = cache + fp8_row_offset(args, id);
 #pragma unroll
           for (int j = 0; j < C::kFp8ChunksPerHalf; ++j)
@@ -390,7 +467,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       }
     };
     if constexpr (C::kFp8 && C::kFp8RawBuffers == 2) {
-      if (n_iters > 0) load_fp8(idx_cur[0], first_half(0), raw[0], scale[0]);
+      if (n_iters > 0) load_fp8(idx_cur[0], first_half(0), tile_extra(w.tile_begin), raw[0], scale[0]);
     }
     for (int it = 0; it < n_iters; ++it) {
       if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
@@ -429,12 +506,13 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           if constexpr (kBuf == 2) {
             if (step < 3) {
               const int t1 = (step + 1) & 1;
-              load_fp8(idx_cur[t1], step + 1 < 2 ? first_half(t1) : 1 - first_half(t1), raw[cur ^ 1], scale[cur ^ 1]);
+              load_fp8(idx_cur[t1], step + 1 < 2 ? first_half(t1) : 1 - first_half(t1),
+                       tile_extra(w.tile_begin + 2 * it + t1), raw[cur ^ 1], scale[cur ^ 1]);
             } else if (it + 1 < n_iters) {
-              load_fp8(idx_next[0], first_half(0), raw[cur ^ 1], scale[cur ^ 1]);
+              load_fp8(idx_next[0], first_half(0), tile_extra(w.tile_begin + 2 * it + 2), raw[cur ^ 1], scale[cur ^ 1]);
             }
           } else {
-            load_fp8(idx_cur[t], half, raw[0], scale[0]);
+            load_fp8(idx_cur[t], half, tile_extra(w.tile_begin + 2 * it + t), raw[0], scale[0]);
           }
           if (g_it > 0) mbar_wait<C::kCluster>(sm.bar_empty(t, half), (g_it - 1) & 1);
           const uint32_t peer_full = C::kCluster ? sm.peer(sm.bar_full(t, half)) : 0;
@@ -444,6 +522,9 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
 #pragma unroll
             for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
               const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
+              if constexpr (C::kFp8V4) {
+                if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom (cp.async below)
+              }
               uint4 lo, hi;
               fp8::dequant_e4m3x16(raw[cur][r][j], j == 0 ? scale[cur][r].x : scale[cur][r].y, lo, hi);
               // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks):
@@ -464,11 +545,18 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           for (int r = 0; r < C::kRowsPerThread; ++r) {
             const int row = r * C::kRowsPerPass + group;
             const int idx = idx_cur[t][r];
-            const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
+            const bool valid = row_valid(idx);
             if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row of the tile
-              cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub),
-                          cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub,
-                          valid ? 16 : 0);
+              const uint8_t* rope;
+              if constexpr (C::kFp8V4) {
+                const bool extra = tile_extra(w.tile_begin + 2 * it + t);
+                int64_t token_off = 0, scale_off;
+                if (valid) v4_record_offsets(args, extra, idx, token_off, scale_off);
+                rope = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv) + token_off + C::kFp8RopeOffset + 16 * sub;
+              } else {
+                rope = cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub;
+              }
+              cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), rope, valid ? 16 : 0);
             }
             if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
           }
@@ -510,7 +598,7 @@ __device__ __forceinline__ void gemm_qk(float (&s)[32], uint64_t desc_q, uint64_
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
                                          float* s_max, float* s_sum, const ItemInfo* s_item,
-                                         const WorkList<SPLIT>& work, int head0) {
+                                         const WorkList<SPLIT, C::kFp8V4>& work, int head0) {
   constexpr float kLn2 = 0.6931471805599453f;
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kOther = 1 - W;
@@ -751,7 +839,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
   // blockIdx.x = outer * groups + head group: the head groups of one token are adjacent, so they gather
   // the same KV rows through L2 at about the same time.
   const int head0 = static_cast<int>(blockIdx.x % args.groups) * C::kHeads;
-  const WorkList<SPLIT> work(args.p, blockIdx.x / args.groups);
+  const WorkList<SPLIT, C::kFp8V4> work(args.p, blockIdx.x / args.groups);
 
   if (threadIdx.x == 0) {
     mbar_init(sm.bar_q_full(), C::kProducerThreads + 1);  // cp.async arrivals + the item's publisher
@@ -817,6 +905,12 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
   if (C::kFp8) {
     if (p.block_size < 1 || p.block_size > INT32_MAX) return false;
     args.page = mla::FastDivmod(static_cast<uint32_t>(p.block_size));
+  }
+  if (C::kFp8V4) {  // the extra pool: its own page size; a tile never straddles the two pools
+    if (p.extra_block_size < 1 || p.extra_block_size > INT32_MAX || p.main_topk < 0 || p.main_topk > p.topk ||
+        p.main_topk % C::kTile != 0 || (p.main_topk < p.topk && (p.extra_kv == nullptr || p.extra_indices == nullptr)))
+      return false;
+    args.extra_page = mla::FastDivmod(static_cast<uint32_t>(p.extra_block_size));
   }
   // A cluster holds the head groups of one token, so it is used exactly when there are as many groups.
   if (C::kCluster && args.groups != C::kClusterCtas) return false;

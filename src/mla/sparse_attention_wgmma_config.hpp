@@ -1,7 +1,7 @@
 // Configuration of the warp-specialized wgmma sparse-attention kernel for Hopper
 // (sparse_attention_wgmma.cuh): tile sizes, thread roles, register split and the shared-memory plan, with
 // the budget checked at compile time. One Config per instantiation: bf16 KV (prefill) with d_qk 576 or
-// 512, and the DeepSeek V3.2 FP8 cache (decode, d_qk 576).
+// 512, the DeepSeek V3.2 FP8 cache (decode, d_qk 576) and the DeepSeek V4 FP8 pages (decode, d_qk 512).
 #pragma once
 #include <cstdint>
 
@@ -12,11 +12,12 @@ inline constexpr int kSmemOptinLimit = 232448;  // sm_90 opt-in shared memory pe
 template <int D_QK, bool FP8, int CLUSTER_CTAS = 1, int RAW_BUFFERS = 1>
 struct Config {
   static_assert(D_QK == 576 || D_QK == 512, "d_qk is 576 (512 NoPE + 64 RoPE) or 512");
-  static_assert(!FP8 || D_QK == 576, "the V3.2 FP8 cache holds 576 dims");
+  static_assert(!FP8 || D_QK == 576 || CLUSTER_CTAS == 1, "the V4 pages (FP8 with d_qk 512) run without a cluster");
   static_assert(CLUSTER_CTAS == 1 || (FP8 && CLUSTER_CTAS == 2),
                 "only the FP8 cache is shared across a cluster, of the two head groups of h_q 128");
   static constexpr int kDqk = D_QK;
   static constexpr bool kFp8 = FP8;
+  static constexpr bool kFp8V4 = FP8 && D_QK == 512;  // DeepSeek V4 pages (mla/fp8_v4.hpp); else V3.2 rows
   static constexpr int kClusterCtas = CLUSTER_CTAS;
   static constexpr bool kCluster = CLUSTER_CTAS > 1;
 
@@ -55,7 +56,11 @@ struct Config {
   static constexpr int kRowsPerThread = kTile / kRowsPerPass;              // 4
   // FP8 rows: 512 e4m3 bytes = 32 chunks of 16; a thread dequantizes chunks sub + 8 k of its rows, two in
   // each half (k 0, 1: dims 0..255; k 2, 3: dims 256..511).
-  static constexpr int kFp8RowBytes = 656, kFp8ScaleOffset = 512, kFp8RopeOffset = 528;
+  static constexpr int kFp8RowBytes = 656, kFp8ScaleOffset = 512;
+  // V4 (token records of 448 e4m3 NoPE dims + 64 bf16 RoPE dims, scales in the page's scale records): the
+  // right half's second chunk exists for sub 0..3 only (28 chunks), and the RoPE dims start at byte 448.
+  static constexpr int kFp8RopeOffset = kFp8V4 ? 448 : 528;
+  static constexpr int kFp8NopeChunks = kFp8V4 ? 28 : 32;  // 16-byte e4m3 chunks of a row
   static constexpr int kFp8ChunksPerHalf = 2;
   // In a cluster each CTA dequantizes the rows of its rank (rank r: rows r*32 .. +32, i.e. rows-per-thread
   // indices r*2, r*2+1) and stores them in both CTAs' tiles; the RoPE dims every CTA loads for all

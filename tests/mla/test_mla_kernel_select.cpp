@@ -93,18 +93,47 @@ TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeadsAndWorkPerPart) {
   EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
 }
 
-TEST(MlaKernelSelect, V4PagesRunOnTheSimpleKernelWhicheverFp8KernelIsChosen) {
+// V4 pages: the wgmma kernel takes them only when it is asked for (until its GPU tests have run), and only
+// shapes it handles: page strides of 16-byte multiples, pool slot counts of whole 64-row tiles, an extra pool
+// present wherever it has slots.
+TEST(MlaKernelSelect, V4PagesRunOnTheWgmmaKernelOnlyOnRequest) {
   Fp8KernelScope scope;
   kernels::SparseAttentionParams p = decode_params();
   p.kv_format = KvFormat::fp8_v4;
   p.d_qk = 512;
-  p.kv_slot_stride_bytes = 584;
+  p.topk = 128 + 512;
+  p.main_topk = 128;
   p.kv_block_stride_bytes = 64 * 584;
-  for (SparseKernel k : {SparseKernel::mma_sm90, SparseKernel::wgmma_sm90}) {
-    kernels::set_fp8_decode_kernel(k);
-    EXPECT_FALSE(kernels::sparse_attention_sm90_handles(p));
-    EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::simple);
-  }
+  p.extra_kv = g_buffer;
+  p.extra_indices = reinterpret_cast<const int32_t*>(g_buffer);
+  p.extra_block_size = 256;
+  p.extra_block_stride_bytes = 256 * 584;
+  EXPECT_TRUE(kernels::sparse_attention_sm90_handles(p));
+  kernels::set_fp8_decode_kernel(std::nullopt);
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::simple);
+  kernels::set_fp8_decode_kernel(SparseKernel::mma_sm90);
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::simple);
+  kernels::set_fp8_decode_kernel(SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernels::select_kernel(p, false), SparseKernel::simple);
+  auto unhandled = [&](auto change, const char* what) {
+    kernels::SparseAttentionParams q = p;
+    change(q);
+    EXPECT_FALSE(kernels::sparse_attention_sm90_handles(q)) << what;
+    EXPECT_EQ(kernels::select_kernel(q, true), SparseKernel::simple) << what;
+  };
+  unhandled([](auto& q) { q.main_topk = 96; }, "main pool not whole tiles");
+  unhandled([](auto& q) { q.main_topk = 1024; }, "main_topk past topk");
+  unhandled([](auto& q) { q.extra_kv = nullptr; }, "extra slots without an extra pool");
+  unhandled([](auto& q) { q.extra_kv = g_buffer + 8; }, "extra pool not 16-byte aligned");
+  unhandled([](auto& q) { q.extra_block_stride_bytes = 256 * 584 + 4; }, "extra page stride not a 16-byte multiple");
+  unhandled([](auto& q) { q.kv_block_stride_bytes = 64 * 584 + 4; }, "main page stride not a 16-byte multiple");
+  unhandled([](auto& q) { q.d_qk = 576; }, "d_qk 576");
+  kernels::SparseAttentionParams main_only = p;  // no extra pool at all
+  main_only.topk = main_only.main_topk = 128;
+  main_only.extra_kv = nullptr;
+  main_only.extra_indices = nullptr;
+  EXPECT_EQ(kernels::select_kernel(main_only, true), SparseKernel::wgmma_sm90);
 }
 
 TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
