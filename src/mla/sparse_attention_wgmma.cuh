@@ -12,7 +12,7 @@
 //     dequantized (fp8_v32_dequant.cuh) and stored; RoPE dims by cp.async. Masked rows are never read.
 //     DeepSeek V4 pages (d_qk 512, mla/fp8_v4.hpp) take the same path: 448 e4m3 dims with one power-of-two
 //     scale per 64 from the page's scale records, RoPE dims 448..511, and a token's slots are its main pool's
-//     then its extra pool's, each pool masked by its own length (decode_v4_index).
+//     then its extra pool's, each pool masked by its own length (the producer's load_indices).
 //     (Tile A's RoPE atom also holds P_A: how its writes are ordered, see bar_rope_landed.)
 //   * FP8 with h_q 65..128 runs as a 2-CTA cluster (the two head groups of a token, which need the same
 //     tiles): each CTA's producer dequantizes half of every tile's rows and stores them into both CTAs'
@@ -394,7 +394,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       else return false;
     };
     // Index of each of this thread's rows of `tile`, -1 where masked. V4 checks each pool's length and range
-    // here (decode_v4_index), so a row is valid iff its index is >= 0; the other formats check the range
+    // here, so a row is valid iff its index is >= 0; the other formats check the range
     // where they read (row_valid).
     auto load_indices = [&](int tile, int (&idx)[C::kRowsPerThread]) {
 #pragma unroll
@@ -404,7 +404,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           const bool extra = tile_extra(tile);
           const int local = extra ? slot - p.main_topk : slot;
           int id = -1;
-          if (tile < w.tile_end && local < (extra ? w.extra_len : w.main_len)) {  // decode_v4_index
+          if (tile < w.tile_end && local < (extra ? w.extra_len : w.main_len)) {
             id = extra ? __ldg(p.extra_indices + w.token * p.extra_indices_stride_token + local) : __ldg(idx_row + local);
             if (id < 0 || static_cast<int64_t>(id) >= (extra ? p.extra_num_kv : p.num_kv)) id = -1;
           }
