@@ -562,7 +562,8 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           }
           fence_proxy_async();  // the dequantized stores, for the tensor cores
           // ... and the valid flags (release); in a cluster the peer's half of the rows comes as transactions.
-          if (C::kCluster && ptid == 0) mbar_arrive_expect_tx(sm.bar_full(t, half), C::kPeerBytesPerHalf);
+          if (C::kCluster && ptid == 0)
+            mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
           else mbar_arrive(sm.bar_full(t, half));
           if (fill_has_cp_async<C>(t, half)) cp_async_arrive(sm.bar_full(t, half));
         }

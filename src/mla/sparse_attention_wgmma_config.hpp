@@ -12,7 +12,6 @@ inline constexpr int kSmemOptinLimit = 232448;  // sm_90 opt-in shared memory pe
 template <int D_QK, bool FP8, int CLUSTER_CTAS = 1, int RAW_BUFFERS = 1>
 struct Config {
   static_assert(D_QK == 576 || D_QK == 512, "d_qk is 576 (512 NoPE + 64 RoPE) or 512");
-  static_assert(!FP8 || D_QK == 576 || CLUSTER_CTAS == 1, "the V4 pages (FP8 with d_qk 512) run without a cluster");
   static_assert(CLUSTER_CTAS == 1 || (FP8 && CLUSTER_CTAS == 2),
                 "only the FP8 cache is shared across a cluster, of the two head groups of h_q 128");
   static constexpr int kDqk = D_QK;
@@ -69,7 +68,10 @@ struct Config {
   static constexpr int kDequantRowsPerThread = kRowsPerThread / CLUSTER_CTAS;
   static constexpr int kFp8RawBuffers = RAW_BUFFERS;
   static_assert(RAW_BUFFERS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2), "two raw buffers fit only in a cluster");
-  static constexpr int kPeerBytesPerHalf = kTile / CLUSTER_CTAS * kLeftAtoms * 128;  // dequantized, from the peer
+  // Dequantized bytes a half tile receives from the peer: its rows' dequantized atoms (the RoPE atom each CTA
+  // copies itself): 4 atoms on each side for V3.2; V4's right half has 3 (dims 256..447).
+  static constexpr int kPeerBytesLeft = kTile / CLUSTER_CTAS * kLeftAtoms * 128;
+  static constexpr int kPeerBytesRight = kTile / CLUSTER_CTAS * (kAtoms - kLeftAtoms - 1) * 128;
 
   // Shared memory (offsets from a 1024-byte aligned base; swizzled atoms must be 1024-aligned).
   static constexpr int kQBytes = kAtoms * kAtomBytes;
@@ -95,7 +97,7 @@ struct Config {
   static_assert(kOffK % 1024 == 0 && kOffPB % 1024 == 0 && kOffPA % 1024 == 0, "swizzled buffers need 1024-B alignment");
   static_assert(kHeads * kDv * 2 <= kQBytes + kKBytes, "layout assumption");
   static_assert(kRightAtoms * kAtomCols >= kHalfDv, "the right half must hold consumer 1's V columns");
-  static_assert(!kCluster || kAtoms - kLeftAtoms - 1 == kLeftAtoms, "the peer sends 4 atoms of each half");
+  static_assert(!kCluster || !FP8 || kAtoms - 1 == kFp8NopeChunks / 4, "the peer sends every dequantized atom");
   static_assert(kSmemBytes <= kSmemOptinLimit, "shared-memory plan exceeds the sm_90 opt-in limit");
 };
 
