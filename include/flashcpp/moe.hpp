@@ -103,6 +103,10 @@ class FusedMoeRunner {
   MoeTactics tune(const FusedMoeArgs& args, cudaStream_t stream);
   /// The tactics run() uses for `tokens` tokens ({-1, -1} where that bucket was not tuned).
   MoeTactics tactics_for(int64_t tokens) const;
+  /// Sets the tactics of the bucket of `tokens` (e.g. tune()'s results from an earlier process, for the same
+  /// module, shapes and GPU). Validated: tokens >= 1; each index -1 or below this runner's candidate count of
+  /// its GEMM; {-1, -1} only for DeepSeek FP8 block-scale. Nothing is launched.
+  void set_tactics(int64_t tokens, const MoeTactics& tactics);
 
   const FusedMoeConfig& config() const;  ///< backend resolved
   const std::string& uri() const;

@@ -91,6 +91,27 @@ flashcpp_status flashcpp_fused_moe_tune(flashcpp_fused_moe_runner* r, const flas
   });
 }
 
+flashcpp_status flashcpp_fused_moe_tactics(const flashcpp_fused_moe_runner* r, int64_t tokens, int64_t* out_gemm1,
+                                           int64_t* out_gemm2) {
+  return capi::guard([&] {
+    const char* op = "flashcpp_fused_moe_tactics";
+    capi::require_non_null(r, op, "runner");
+    capi::require_non_null(out_gemm1, op, "out_gemm1");
+    capi::require_non_null(out_gemm2, op, "out_gemm2");
+    const MoeTactics t = r->runner.tactics_for(tokens);
+    *out_gemm1 = t.gemm1;
+    *out_gemm2 = t.gemm2;
+  });
+}
+
+flashcpp_status flashcpp_fused_moe_set_tactics(flashcpp_fused_moe_runner* r, int64_t tokens, int64_t gemm1,
+                                               int64_t gemm2) {
+  return capi::guard([&] {
+    capi::require_non_null(r, "flashcpp_fused_moe_set_tactics", "runner");
+    r->runner.set_tactics(tokens, MoeTactics{gemm1, gemm2});
+  });
+}
+
 void flashcpp_fused_moe_runner_destroy(flashcpp_fused_moe_runner* r) { delete r; }
 
 }  // extern "C"

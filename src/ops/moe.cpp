@@ -238,12 +238,27 @@ struct FusedMoeRunner::State {
 
 namespace {
 constexpr const char* kTuneOp = "fused_moe_tune";
+constexpr const char* kSetTacticsOp = "fused_moe_set_tactics";
 
 size_t token_bucket(int64_t tokens) {
   size_t b = 0;
   while (b < 63 && (int64_t{1} << b) < tokens) ++b;
   return b;
 }
+
+// How many GEMM candidates the runner offers for gemm1 and gemm2 (FlashInfer's runner methods).
+std::pair<int64_t, int64_t> tactic_counts(const ffi::Module& runner) {
+  auto count = [&](const char* name) {
+    ffi::Any n;
+    ffi::call(runner.method(name), {}, &n, nullptr);
+    return n.as_int();
+  };
+  return {count("get_gemm1_tactic_count"), count("get_gemm2_tactic_count")};
+}
+
+// Keeps `t` for the bucket of `tokens`, with the profile_ids Array run_moe takes (a gemm2 index below the
+// gemm2 count is read there as relative to gemm2's candidates).
+void keep_tactics(FusedMoeRunner::State& s, int64_t tokens, const MoeTactics& t);
 }  // namespace
 
 FusedMoeRunner::FusedMoeRunner(std::unique_ptr<State> s) : s_(std::move(s)) {}
@@ -343,12 +358,7 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
   const int64_t top_k = a.token_selected_experts.size(1);
   // The profiler entries, resolved here: a runner that is never tuned does not depend on them.
   const ffi::Function run_gemm_profile = s.runner.method("run_gemm_profile");
-  auto count = [&](const char* name) {
-    ffi::Any n;
-    ffi::call(s.runner.method(name), {}, &n, nullptr);
-    return n.as_int();
-  };
-  const int64_t gemm1_candidates = count("get_gemm1_tactic_count"), gemm2_candidates = count("get_gemm2_tactic_count");
+  const auto [gemm1_candidates, gemm2_candidates] = tactic_counts(s.runner);
   ops::CurrentDeviceScope device_scope(s.config.device);
   const ffi::StreamBinding binding{a.input.device, stream};
   // FlashInfer's profiler entry: candidate `id` (an index into gemm1's then gemm2's candidates) of GEMM
@@ -389,12 +399,37 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
   MoeTactics chosen;
   chosen.gemm1 = fastest(1, 0, gemm1_candidates);
   chosen.gemm2 = fastest(2, gemm1_candidates, gemm2_candidates);
-  // run_moe reads a gemm2 index below the gemm2 count as relative to gemm2's candidates.
-  const int64_t ids[] = {chosen.gemm1, chosen.gemm2};
-  ffi::ObjectRef profile_ids = ffi::Array::from_int64(ids);
-  std::lock_guard lock(s.tuned_mu);
-  s.tuned[token_bucket(a.input.size(0))] = {chosen, std::move(profile_ids)};
+  keep_tactics(s, a.input.size(0), chosen);
   return chosen;
 }
+
+void FusedMoeRunner::set_tactics(int64_t tokens, const MoeTactics& tactics) {
+  const Validator v(kSetTacticsOp);
+  ops::check_plan_alive(v, s_.get(), "runner");
+  State& s = *s_;
+  if (tokens < 1) v.fail("tokens", "must be >= 1; got " + std::to_string(tokens));
+  if (s.config.quantization == MoeQuantization::deepseek_fp8_block_scale && (tactics.gemm1 != -1 || tactics.gemm2 != -1))
+    v.fail("tactics", "must be {-1, -1} for deepseek_fp8_block_scale (FlashInfer 0.6.3 runs one fixed configuration); got {" +
+                          std::to_string(tactics.gemm1) + ", " + std::to_string(tactics.gemm2) + "}");
+  if (tactics.gemm1 != -1 || tactics.gemm2 != -1) {
+    const auto [gemm1_candidates, gemm2_candidates] = tactic_counts(s.runner);
+    if (tactics.gemm1 < -1 || tactics.gemm1 >= gemm1_candidates)
+      v.fail("tactics.gemm1", "must be -1 or in [0, " + std::to_string(gemm1_candidates) + ") (this runner's gemm1 candidates); got " +
+                                  std::to_string(tactics.gemm1));
+    if (tactics.gemm2 < -1 || tactics.gemm2 >= gemm2_candidates)
+      v.fail("tactics.gemm2", "must be -1 or in [0, " + std::to_string(gemm2_candidates) + ") (this runner's gemm2 candidates); got " +
+                                  std::to_string(tactics.gemm2));
+  }
+  keep_tactics(s, tokens, tactics);
+}
+
+namespace {
+void keep_tactics(FusedMoeRunner::State& s, int64_t tokens, const MoeTactics& t) {
+  const int64_t ids[] = {t.gemm1, t.gemm2};
+  ffi::ObjectRef profile_ids = ffi::Array::from_int64(ids);
+  std::lock_guard lock(s.tuned_mu);
+  s.tuned[token_bucket(tokens)] = {t, std::move(profile_ids)};
+}
+}  // namespace
 
 }  // namespace flashcpp

@@ -633,6 +633,14 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
   probes.push_back({"fused_moe_tune runner NULL",
                     [] { return flashcpp_fused_moe_tune(nullptr, nullptr, nullptr, nullptr, nullptr); }, kInvalid,
                     "'runner' must not be NULL"});
+  probes.push_back({"fused_moe_tactics runner NULL",
+                    [] {
+                      int64_t g1 = 0, g2 = 0;
+                      return flashcpp_fused_moe_tactics(nullptr, 1, &g1, &g2);
+                    },
+                    kInvalid, "'runner' must not be NULL"});
+  probes.push_back({"fused_moe_set_tactics runner NULL", [] { return flashcpp_fused_moe_set_tactics(nullptr, 1, -1, -1); },
+                    kInvalid, "'runner' must not be NULL"});
   expect_all(probes);
 }
 

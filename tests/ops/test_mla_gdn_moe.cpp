@@ -566,6 +566,28 @@ TEST_F(MlaGdnMoeOps, MoeTunePacksTheProfilerCallsAndRunsPassTheTactics) {
   EXPECT_EQ(recorded("fused_moe_90"), "");
 }
 
+TEST_F(MlaGdnMoeOps, MoeSetTacticsIsValidatedAndPassedByRun) {
+  MoeFixture f;
+  auto runner = FusedMoeRunner::create(*rt_, f.cfg);
+  (void)recorded("fused_moe_90");
+  // The recording runner offers no candidates: only the defaults can be set.
+  EXPECT_INVALID(runner.set_tactics(4, {0, -1}), "'tactics.gemm1' must be -1 or in [0, 0)");
+  EXPECT_INVALID(runner.set_tactics(4, {-1, 3}), "'tactics.gemm2' must be -1 or in [0, 0)");
+  EXPECT_INVALID(runner.set_tactics(4, {-2, -1}), "tactics.gemm1");
+  EXPECT_INVALID(runner.set_tactics(0, {-1, -1}), "'tokens' must be >= 1");
+  EXPECT_EQ(recorded("fused_moe_90"), "");
+  runner.set_tactics(3, {-1, -1});  // bucket 4, as the fixture's 4 tokens
+  EXPECT_EQ(runner.tactics_for(4).gemm1, -1);
+  runner.run(f.a, nullptr);
+  auto a = split(recorded("fused_moe_90"));
+  ASSERT_EQ(a.size(), 25u);
+  EXPECT_EQ(a[22], "[i:-1,i:-1]");
+  MoeFixture d(MoeQuantization::deepseek_fp8_block_scale);
+  auto block = FusedMoeRunner::create(*rt_, d.cfg);
+  EXPECT_INVALID(block.set_tactics(4, {1, 1}), "must be {-1, -1} for deepseek_fp8_block_scale");
+  block.set_tactics(4, {-1, -1});
+}
+
 TEST_F(MlaGdnMoeOps, MoeFp8PerTensorScalesAreTensorObjects) {
   MoeFixture f(MoeQuantization::fp8_per_tensor);
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);

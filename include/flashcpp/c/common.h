@@ -14,7 +14,7 @@ extern "C" {
  * declaration; only a MAJOR release may change or remove anything (2.0.0: the status codes became the C++
  * ErrorCode values one to one; 3.0.0: every struct of scalars begins with its size, functions of more than
  * six tensors take structs of named tensors, sparse MLA's scalars are flashcpp_mla_options and its sm_scale 0
- * selects the default; 3.1.0: flashcpp_fused_moe_tune). FLASHCPP_C_ABI_VERSION packs the three as
+ * selects the default; 3.1.0: flashcpp_fused_moe_tune, _tactics, _set_tactics). FLASHCPP_C_ABI_VERSION packs the three as
  * MAJOR * 10000 + MINOR * 100 + PATCH; flashcpp_abi_version() returns the loaded library's, so a caller can
  * check it is at least the one it was compiled with and of the same MAJOR.
  *

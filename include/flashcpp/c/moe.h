@@ -69,6 +69,13 @@ flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* runner, 
  * receive them (-1: the runner's default; DeepSeek FP8 block-scale has only that). Since ABI 3.1.0. */
 flashcpp_status flashcpp_fused_moe_tune(flashcpp_fused_moe_runner* runner, const flashcpp_fused_moe_args* args,
                                         void* stream, int64_t* out_gemm1, int64_t* out_gemm2);
+/* The tactics runs of `tokens` tokens use (-1: the runner's default), and setting them (e.g. tuned in an
+ * earlier process for the same module, shapes and GPU; each index -1 or below the runner's candidate count,
+ * tokens >= 1). Since ABI 3.1.0. */
+flashcpp_status flashcpp_fused_moe_tactics(const flashcpp_fused_moe_runner* runner, int64_t tokens, int64_t* out_gemm1,
+                                           int64_t* out_gemm2);
+flashcpp_status flashcpp_fused_moe_set_tactics(flashcpp_fused_moe_runner* runner, int64_t tokens, int64_t gemm1,
+                                               int64_t gemm2);
 void flashcpp_fused_moe_runner_destroy(flashcpp_fused_moe_runner* runner);
 
 #ifdef __cplusplus
