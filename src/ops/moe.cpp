@@ -226,8 +226,8 @@ struct FusedMoeRunner::State {
   ffi::Function run_moe;
   FusedMoeConfig config;
   std::string uri;
-  // Tactics chosen by tune(), per token-count bucket (log2 of the next power of two), with the profile_ids
-  // Array run_moe takes, built once. An unset bucket passes None: the runner's defaults.
+  // Tactics chosen by tune() or set by set_tactics(), per token-count bucket (log2 of the next power of two),
+  // with the profile_ids Array run_moe takes, built once. An unset bucket passes None: the runner's defaults.
   struct Tuned {
     MoeTactics tactics;
     ffi::ObjectRef profile_ids;
