@@ -98,7 +98,12 @@ class FusedMoeRunner {
   /// tensor of `args` is written), timed with CUDA events (median of 3 after one warm-up); candidates that
   /// fail to launch are skipped. The fastest pair is kept for the token-count bucket of args.input.size(0)
   /// (the next power of two) and used by every later run() in that bucket; other buckets keep the default.
-  /// Synchronizes `stream` (call it at start-up, for the token counts you serve). Returns the tactics kept.
+  /// The profiler runs on a stream the runner owns (FlashInfer keeps its profiler workspace, freed on the
+  /// stream it came from), after the work queued on `stream`; later work on `stream` waits for it. Blocks
+  /// until done (call it at start-up, for the token counts you serve). Returns the tactics kept. A candidate
+  /// that leaves a sticky CUDA error (e.g. an illegal address) throws cuda_error naming the GEMM, the
+  /// candidate and the token count: the CUDA context is then lost. One tune() at a time per runner; run()
+  /// may run concurrently.
   /// DeepSeek FP8 block-scale has one fixed configuration in FlashInfer 0.6.3: returns {-1, -1} at once.
   MoeTactics tune(const FusedMoeArgs& args, cudaStream_t stream);
   /// The tactics run() uses for `tokens` tokens ({-1, -1} where that bucket was not tuned).

@@ -10,11 +10,13 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "core/check.hpp"
 #include "ffi/ffi.hpp"
+#include "flashcpp/cuda.hpp"
 #include "ops/common.hpp"
 #include "ops/device_facts.hpp"
 #include "runtime/runtime_internal.hpp"
@@ -219,9 +221,12 @@ void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeArgs& a) {
 // ----------------------------------------------------------------------------- the runner
 
 struct FusedMoeRunner::State {
-  // Declaration order matters: the runner object's deleter lives in the module, so the module
-  // library is declared first and destroyed last.
+  // Declaration order matters (members die in reverse): the runner object's deleter lives in the module, so the
+  // module library is declared first and destroyed last. The runner keeps the profiler workspace tune() had
+  // allocated, which the allocator frees on tune_stream (the stream it came from) when the runner dies: the
+  // stream is declared before the runner, so it outlives it.
   std::shared_ptr<ffi::ModuleLibrary> lib;
+  std::optional<Stream> tune_stream;  // the runner's own stream for FlashInfer's profiler, made by the first tune()
   ffi::Module runner;
   ffi::Function run_moe;
   FusedMoeConfig config;
@@ -234,6 +239,8 @@ struct FusedMoeRunner::State {
   };
   mutable std::mutex tuned_mu;
   std::array<Tuned, 64> tuned;
+  // One tune() at a time: the profiler's prepared shapes and workspace are the runner's; guards tune_stream.
+  std::mutex tune_mu;
 };
 
 namespace {
@@ -254,6 +261,28 @@ std::pair<int64_t, int64_t> tactic_counts(const ffi::Module& runner) {
     return n.as_int();
   };
   return {count("get_gemm1_tactic_count"), count("get_gemm2_tactic_count")};
+}
+
+// What a profiler call left once `stream` has finished it: cudaSuccess; a non-sticky error (a refused launch),
+// cleared here; or a sticky one (illegal address, launch failure, ...), which no clearing removes and every later
+// CUDA call returns: the context is lost. Asking again after the clearing tells the two apart.
+struct Settled {
+  cudaError_t error = cudaSuccess;
+  bool sticky = false;
+};
+Settled settle(cudaStream_t stream) {
+  cudaError_t error = cudaStreamSynchronize(stream);
+  const cudaError_t last = cudaGetLastError();  // clears a non-sticky error
+  if (error == cudaSuccess) error = last;
+  if (error == cudaSuccess) return {};
+  auto failed = [](cudaError_t e) { return e != cudaSuccess && e != cudaErrorNotReady; };
+  const cudaError_t query = cudaStreamQuery(stream);
+  const cudaError_t again = cudaGetLastError();
+  return {error, failed(query) || failed(again)};
+}
+
+std::string cuda_error_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
 }
 
 // Keeps `t` for the bucket of `tokens`, with the profile_ids Array run_moe takes (a gemm2 index below the
@@ -355,12 +384,21 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
   State& s = *s_;
   validate_fused_moe(s.config, a);
   if (s.config.quantization == MoeQuantization::deepseek_fp8_block_scale) return {};
-  const int64_t top_k = a.token_selected_experts.size(1);
+  const int64_t tokens = a.input.size(0), top_k = a.token_selected_experts.size(1);
   // The profiler entries, resolved here: a runner that is never tuned does not depend on them.
   const ffi::Function run_gemm_profile = s.runner.method("run_gemm_profile");
   const auto [gemm1_candidates, gemm2_candidates] = tactic_counts(s.runner);
+  std::lock_guard tune_lock(s.tune_mu);
   ops::CurrentDeviceScope device_scope(s.config.device);
-  const ffi::StreamBinding binding{a.input.device, stream};
+  // The profiler runs on the runner's own stream: FlashInfer keeps the workspace it allocates for the profiler
+  // until the next preparation or the runner's death and frees it on the stream it came from, which the
+  // caller's stream may not outlive. That stream waits for the work already queued on `stream`; `stream`
+  // waits for the profiler at the end. Without a GPU nothing can launch (CPU tests use recording modules):
+  // the calls go to `stream` and nothing is waited for.
+  const bool gpu = cuda_device_count() > 0;
+  if (gpu && !s.tune_stream) s.tune_stream.emplace(s.config.device);
+  const cudaStream_t ts = gpu ? s.tune_stream->get() : stream;
+  const ffi::StreamBinding binding{a.input.device, ts};
   // FlashInfer's profiler entry: candidate `id` (an index into gemm1's then gemm2's candidates) of GEMM
   // `gemm` on these shapes; `prepare` first builds the profiler's routing and workspace for them.
   auto profile = [&](int64_t gemm, int64_t id, bool prepare) {
@@ -369,28 +407,63 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
                 int64_t{0} /*cluster_rank*/, false /*enable_alltoall*/, false /*min_latency_mode*/, gemm, id, prepare,
                 a.enable_pdl, static_cast<int64_t>(a.activation));
   };
+  // Runs `call` (work on `ts`) and waits for it. True when it ran; false when it was refused (FlashInfer
+  // raised, or a launch left a non-sticky error, cleared); with `must_run` a refusal throws instead. A sticky
+  // error throws naming `step`: the context is lost, and every later candidate would fail too.
+  auto checked = [&](const std::string& step, bool must_run, const auto& call) {
+    std::optional<FfiError> refused;
+    try {
+      call();
+    } catch (const FfiError& e) {
+      refused = e;
+    }
+    const Settled st = gpu ? settle(ts) : Settled{};
+    if (st.sticky)
+      throw Error(ErrorCode::cuda_error,
+                  std::string(kTuneOp) + " (" + s.uri + "), " + std::to_string(tokens) + " tokens: " + step +
+                      " left a sticky CUDA error, " + cuda_error_text(st.error) + "; the CUDA context of device " +
+                      std::to_string(s.config.device) + " is no longer usable (restart the process; set_tactics "
+                      "applies known-good tactics without tuning)" +
+                      (refused ? "; FlashInfer reported: " + refused->message() : std::string()));
+    if (must_run && refused) throw *refused;
+    if (must_run && st.error != cudaSuccess)
+      throw Error(ErrorCode::cuda_error, std::string(kTuneOp) + " (" + s.uri + "), " + std::to_string(tokens) +
+                                             " tokens: " + step + " failed: " + cuda_error_text(st.error));
+    return !refused && st.error == cudaSuccess;
+  };
+  if (gpu) {
+    Event ready;
+    ready.record(stream);
+    cuda_check(cudaStreamWaitEvent(ts, ready.get(), 0), kTuneOp);
+    // A sticky error from the caller's own work is not the profiler's; a non-sticky one left from earlier calls
+    // is cleared.
+    checked("the work queued on the caller's stream before tune()", false, [] {});
+  }
   std::optional<Event> start, stop;  // created once there is a candidate to time
   // The fastest candidate of one GEMM (relative index), or -1 when none ran.
   auto fastest = [&](int64_t gemm, int64_t first, int64_t candidates) {
-    profile(gemm, -1, true);
+    const std::string g = "gemm " + std::to_string(gemm);
+    checked(g + "'s profiler preparation (profile id -1, which FlashInfer runs as candidate 0 of gemm 1)", true,
+            [&] { profile(gemm, -1, true); });
     if (candidates > 0 && !start) start.emplace(), stop.emplace();
     int64_t best = -1;
     float best_ms = 0;
     for (int64_t i = 0; i < candidates; ++i) {
-      float ms[3];
-      try {
-        profile(gemm, first + i, false);  // warm-up; a candidate these shapes cannot use fails here
-        for (float& m : ms) {
-          start->record(stream);
+      const std::string candidate = g + " candidate " + std::to_string(i) + " of " + std::to_string(candidates) +
+                                    " (absolute profile id " + std::to_string(first + i) + ")";
+      // Warm-up: a candidate these shapes cannot use is refused here.
+      if (!checked(candidate + " warm-up", false, [&] { profile(gemm, first + i, false); })) continue;
+      float ms[3] = {};
+      bool ran = true;
+      for (int k = 0; k < 3 && ran; ++k) {
+        ran = checked(candidate + " timed run " + std::to_string(k + 1) + " of 3", false, [&] {
+          start->record(ts);
           profile(gemm, first + i, false);
-          stop->record(stream);
-          cuda_check(cudaEventSynchronize(stop->get()), kTuneOp);
-          m = stop->elapsed_ms_since(*start);
-        }
-      } catch (const FfiError&) {
-        (void)cudaGetLastError();  // a refused launch leaves a non-sticky error behind
-        continue;
+          stop->record(ts);
+        });
+        if (ran) ms[k] = stop->elapsed_ms_since(*start);
       }
+      if (!ran) continue;
       std::sort(ms, ms + 3);
       if (best < 0 || ms[1] < best_ms) best = i, best_ms = ms[1];
     }
@@ -399,7 +472,12 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
   MoeTactics chosen;
   chosen.gemm1 = fastest(1, 0, gemm1_candidates);
   chosen.gemm2 = fastest(2, gemm1_candidates, gemm2_candidates);
-  keep_tactics(s, a.input.size(0), chosen);
+  if (gpu) {
+    Event done;
+    done.record(ts);
+    cuda_check(cudaStreamWaitEvent(stream, done.get(), 0), kTuneOp);
+  }
+  keep_tactics(s, tokens, chosen);
   return chosen;
 }
 
