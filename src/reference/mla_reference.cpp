@@ -34,18 +34,24 @@ void require_host(const TensorView& t, const char* name) {
     throw Error(ErrorCode::invalid_argument, std::string("mla reference: '") + name + "' must be a host tensor");
 }
 
-// One token's attention in float64: rows[j] (d_qk values) for the valid slots, q per head.
-// sink may be null. Writes out[h_q * d_v], lse[h_q], max_logits[h_q].
+// The outputs of one token: out[h_q * d_v], lse[h_q], max_logits[h_q], magnitude[h_q * d_v].
+struct TokenOutputs {
+  double *out, *lse, *max_logits, *magnitude;
+};
+
+// One token's attention in float64: rows[j] (d_qk values) for the valid slots, q per head; sink may be null.
+// magnitude gets sum_j w_j |v_j| with the weights w_j of out.
 void attend(const std::vector<std::vector<double>>& rows, const std::vector<double>& q /* h_q * d_qk */,
-            int64_t h_q, int64_t d_qk, int64_t d_v, const float* sink, double sm_scale, double* out, double* lse,
-            double* max_logits) {
+            int64_t h_q, int64_t d_qk, int64_t d_v, const float* sink, double sm_scale, const TokenOutputs& to) {
   std::vector<double> s(rows.size());
   for (int64_t h = 0; h < h_q; ++h) {
-    double* o = out + h * d_v;
+    double* o = to.out + h * d_v;
+    double* mag = to.magnitude + h * d_v;
     std::fill(o, o + d_v, 0.0);
+    std::fill(mag, mag + d_v, 0.0);
     if (rows.empty()) {
-      lse[h] = kInf;
-      max_logits[h] = -kInf;
+      to.lse[h] = kInf;
+      to.max_logits[h] = -kInf;
       continue;
     }
     const double* qh = q.data() + h * d_qk;
@@ -71,11 +77,14 @@ void attend(const std::vector<std::vector<double>>& rows, const std::vector<doub
     if (lse_o != kInf) {
       for (size_t j = 0; j < rows.size(); ++j) {
         const double w = std::exp(s[j] - lse_o);
-        for (int64_t c = 0; c < d_v; ++c) o[c] += w * rows[j][static_cast<size_t>(c)];
+        for (int64_t c = 0; c < d_v; ++c) {
+          o[c] += w * rows[j][static_cast<size_t>(c)];
+          mag[c] += w * std::fabs(rows[j][static_cast<size_t>(c)]);
+        }
       }
     }
-    lse[h] = row_lse;
-    max_logits[h] = m;
+    to.lse[h] = row_lse;
+    to.max_logits[h] = m;
   }
 }
 
@@ -105,9 +114,16 @@ MlaReferenceResult sized_result(int64_t rows, int64_t h_q, int64_t d_v) {
   r.h_q = h_q;
   r.d_v = d_v;
   r.out.resize(static_cast<size_t>(rows * h_q * d_v));
+  r.out_magnitude.resize(r.out.size());
   r.lse.resize(static_cast<size_t>(rows * h_q));
   r.max_logits.resize(static_cast<size_t>(rows * h_q));
   return r;
+}
+
+// Query token i's slices of r.
+TokenOutputs token_outputs(MlaReferenceResult& r, int64_t i) {
+  const auto o = static_cast<size_t>(i * r.h_q * r.d_v), l = static_cast<size_t>(i * r.h_q);
+  return {&r.out[o], &r.lse[l], &r.max_logits[l], &r.out_magnitude[o]};
 }
 
 // Decode query token (bi, si) of q [b, s_q, h_q, d_qk] as h_q * d_qk doubles.
@@ -208,8 +224,7 @@ MlaReferenceResult mla_sparse_prefill_reference(const TensorView& q, const Tenso
     for (int64_t h = 0; h < h_q; ++h)
       for (int64_t c = 0; c < d_qk; ++c)
         qv[static_cast<size_t>(h * d_qk + c)] = bf16_at(q, t * q.stride(0) + h * q.stride(1) + c * q.stride(2));
-    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, &r.out[static_cast<size_t>(i * h_q * d_v)],
-           &r.lse[static_cast<size_t>(i * h_q)], &r.max_logits[static_cast<size_t>(i * h_q)]);
+    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, token_outputs(r, i));
   }
   return r;
 }
@@ -245,9 +260,7 @@ MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const Tensor
       rows.push_back(mla_dequantize_v32_row(cache + blk * kv_cache.stride(0) + slot * kv_cache.stride(1)));
     }
     load_decode_query(q, bi, si, qv);
-    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale,
-           &r.out[static_cast<size_t>(i * h_q * d_v)], &r.lse[static_cast<size_t>(i * h_q)],
-           &r.max_logits[static_cast<size_t>(i * h_q)]);
+    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, token_outputs(r, i));
   }
   return r;
 }
@@ -367,9 +380,7 @@ MlaReferenceResult mla_sparse_decode_v4_reference(const TensorView& q, const Mla
       }
     }
     load_decode_query(q, bi, si, qv);
-    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale,
-           &r.out[static_cast<size_t>(i * h_q * d_v)], &r.lse[static_cast<size_t>(i * h_q)],
-           &r.max_logits[static_cast<size_t>(i * h_q)]);
+    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, token_outputs(r, i));
   }
   return r;
 }

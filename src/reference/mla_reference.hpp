@@ -12,10 +12,14 @@ namespace flashcpp::reference {
 
 /// Reference results for `rows` query tokens (all tokens, or the ones asked for), row-major:
 /// out [rows, h_q, d_v], lse / max_logits [rows, h_q]. Empty rows: out 0, lse +inf, max_logits -inf.
+/// out_magnitude [rows, h_q, d_v]: sum_j p_j |v_jc| with the weights p_j of out (softmax over the valid
+/// slots, the sink in the denominator), so |out| <= out_magnitude; a kernel whose every term p_j v_jc has a
+/// relative error of at most e is off by at most e * out_magnitude (the GPU tests' bound for bf16 P).
 struct MlaReferenceResult {
   int64_t rows = 0, h_q = 0, d_v = 0;
-  std::vector<double> out, lse, max_logits;
+  std::vector<double> out, lse, max_logits, out_magnitude;
   double out_at(int64_t row, int64_t h, int64_t c) const { return out[(row * h_q + h) * d_v + c]; }
+  double out_magnitude_at(int64_t row, int64_t h, int64_t c) const { return out_magnitude[(row * h_q + h) * d_v + c]; }
   double lse_at(int64_t row, int64_t h) const { return lse[row * h_q + h]; }
   double max_logits_at(int64_t row, int64_t h) const { return max_logits[row * h_q + h]; }
 };

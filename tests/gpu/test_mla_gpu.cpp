@@ -2,12 +2,12 @@
 // Outputs are poisoned (0xFF = NaN) before every launch; inputs are fresh random non-zero data; unused
 // KV rows are NaN so that any read of a masked row shows up in the output.
 //
-// Tolerance (kernel vs float64 reference): FlashMLA's rule, element abs 8e-4 or rel 3.01/128 plus cosine
-// difference <= 1e-5, for at least 99.9% of the elements, and every element within abs 4e-3 or rel
-// 3.01/128 (FlashMLA's own kernel needs that looser bound against float64 on the golden cases, because it
-// rounds P to bf16; a kernel that does the same may too). lse / max_logits: abs 1e-6 or rel 2.01/65536,
-// infinities exact. Runs each case through the dispatched kernel (the Hopper kernel where it applies) and
-// through the simple kernel.
+// Tolerance (kernel vs float64 reference): FlashMLA's rule, element abs 8e-4 or rel 3.01/128 (or within the
+// error bound of P rounded to bf16, see expect_close) plus cosine difference <= 1e-5, for at least 99.9% of
+// the elements, and every element within abs 4e-3 or rel 3.01/128 (FlashMLA's own kernel needs that looser
+// bound against float64 on the golden cases, because it rounds P to bf16; a kernel that does the same may
+// too). lse / max_logits: abs 1e-6 or rel 2.01/65536, infinities exact. Runs each case through the
+// dispatched kernel (the Hopper kernel where it applies) and through the simple kernel.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -89,12 +89,15 @@ reference::MlaReferenceResult parallel_reference(const std::vector<int64_t>& row
   r.h_q = parts[0].h_q;
   r.d_v = parts[0].d_v;
   r.out.resize(static_cast<size_t>(r.rows * r.h_q * r.d_v));
+  r.out_magnitude.resize(r.out.size());
   r.lse.resize(static_cast<size_t>(r.rows * r.h_q));
   r.max_logits.resize(r.lse.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& p = parts[i % workers];
     const size_t k = i / workers;
     std::copy_n(p.out.begin() + static_cast<int64_t>(k * r.h_q * r.d_v), r.h_q * r.d_v, r.out.begin() + static_cast<int64_t>(i * r.h_q * r.d_v));
+    std::copy_n(p.out_magnitude.begin() + static_cast<int64_t>(k * r.h_q * r.d_v), r.h_q * r.d_v,
+                r.out_magnitude.begin() + static_cast<int64_t>(i * r.h_q * r.d_v));
     std::copy_n(p.lse.begin() + static_cast<int64_t>(k * r.h_q), r.h_q, r.lse.begin() + static_cast<int64_t>(i * r.h_q));
     std::copy_n(p.max_logits.begin() + static_cast<int64_t>(k * r.h_q), r.h_q, r.max_logits.begin() + static_cast<int64_t>(i * r.h_q));
   }
@@ -126,7 +129,16 @@ void expect_close(const std::vector<uint16_t>& out, const std::vector<float>& ls
   }
   const auto loose = compare(got_out, ref.out, 4e-3, kOutRelTol, kOutCosDiffTol, what + " out");
   EXPECT_TRUE(loose.ok) << loose.message;
-  const auto strict = compare(got_out, ref.out, kOutAbsTol, kOutRelTol, kOutCosDiffTol, what + " out (strict)");
+  // Strict: an element also passes within 2^-8 (m + |ref|), m = ref.out_magnitude = sum_j p_j |v_j| (the
+  // weights of out). The Hopper kernels (as FlashMLA) round P to bf16 before the PV product: 8 significant
+  // bits, a relative error of at most 2^-8 per term p_j v_j, so at most 2^-8 m in all; rounding out to bf16
+  // adds at most 2^-8 |out| (f32 accumulation is far below both). Where the terms cancel (few valid slots,
+  // |out| << m) the first exceeds abs 8e-4 on whole rows, in a small case on more than the 0.1% allowance
+  // (V4 random pools, b 5 h_q 20: 63 of 51200 elements, |d| up to 2^-8.2 m).
+  ASSERT_EQ(ref.out_magnitude.size(), ref.out.size());
+  std::vector<double> bound(ref.out.size());
+  for (size_t i = 0; i < bound.size(); ++i) bound[i] = std::ldexp(ref.out_magnitude[i] + std::fabs(ref.out[i]), -8);
+  const auto strict = compare(got_out, ref.out, kOutAbsTol, kOutRelTol, kOutCosDiffTol, what + " out (strict)", bound);
   EXPECT_LE(strict.failures, static_cast<int64_t>(0.001 * static_cast<double>(got_out.size()))) << strict.message;
   const auto l = compare(got_lse, ref.lse, kLseAbsTol, kLseRelTol, 1.0, what + " lse");
   EXPECT_TRUE(l.ok) << l.message;

@@ -193,13 +193,14 @@ struct CompareResult {
 };
 
 /// got[i] vs ref[i]: non-finite values must match exactly; finite ones pass if |d| <= abs_tol or
-/// |d| / |ref| <= rel_tol; globally 1 - 2 sum(ab) / sum(a^2 + b^2) <= cos_diff_tol.
+/// |d| / |ref| <= rel_tol, or |d| <= abs_tol_each[i] when abs_tol_each is given (a bound per element);
+/// globally 1 - 2 sum(ab) / sum(a^2 + b^2) <= cos_diff_tol.
 inline CompareResult compare(std::span<const double> got, std::span<const double> ref, double abs_tol, double rel_tol,
-                             double cos_diff_tol, const std::string& what) {
+                             double cos_diff_tol, const std::string& what, std::span<const double> abs_tol_each = {}) {
   CompareResult r;
   std::ostringstream msg;
   double sab = 0, saa = 0;
-  if (got.size() != ref.size()) {
+  if (got.size() != ref.size() || (!abs_tol_each.empty() && abs_tol_each.size() != ref.size())) {
     r.ok = false;
     r.message = what + ": size mismatch";
     return r;
@@ -215,8 +216,12 @@ inline CompareResult compare(std::span<const double> got, std::span<const double
     }
     const double d = std::fabs(a - b);
     r.max_abs = std::max(r.max_abs, d);
-    if (!(d <= abs_tol || d <= rel_tol * std::fabs(b))) {
-      if (r.failures++ < 5) msg << "\n  " << what << "[" << i << "]: got " << a << ", expected " << b << " (|d| " << d << ")";
+    if (!(d <= abs_tol || d <= rel_tol * std::fabs(b) || (!abs_tol_each.empty() && d <= abs_tol_each[i]))) {
+      if (r.failures++ < 5) {
+        msg << "\n  " << what << "[" << i << "]: got " << a << ", expected " << b << " (|d| " << d;
+        if (!abs_tol_each.empty()) msg << ", own bound " << abs_tol_each[i];
+        msg << ")";
+      }
     }
     sab += a * b;
     saa += a * a + b * b;
@@ -226,9 +231,18 @@ inline CompareResult compare(std::span<const double> got, std::span<const double
   r.ok = r.failures == 0 && r.cos_diff <= cos_diff_tol;
   std::ostringstream head;
   head << what << ": " << r.failures << " of " << got.size() << " elements out of tolerance (abs " << abs_tol
-       << " or rel " << rel_tol << "), max |d| " << r.max_abs << ", cos diff " << r.cos_diff;
+       << " or rel " << rel_tol << (abs_tol_each.empty() ? "" : " or the element's own bound") << "), max |d| "
+       << r.max_abs << ", cos diff " << r.cos_diff;
   r.message = head.str() + msg.str();
   return r;
+}
+
+/// A float64 reference's out_magnitude bounds its out: |out[i]| <= magnitude[i] (sum_j p_j |v_j| against
+/// sum_j p_j v_j; exact in floating point too, as both sum the same products' magnitudes in the same order).
+inline void expect_out_within_magnitude(std::span<const double> out, std::span<const double> magnitude) {
+  ASSERT_EQ(out.size(), magnitude.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    ASSERT_LE(std::fabs(out[i]), magnitude[i]) << "element " << i;
 }
 
 // FlashMLA's tolerances (tests/test_flash_mla_sparse_prefill.py): out abs 8e-4 or rel 3.01/128, cosine

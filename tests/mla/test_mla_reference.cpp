@@ -65,6 +65,7 @@ TEST(MlaReferenceGolden, PrefillMatchesFlashMla) {
     if (c.has_input("topk_length")) len = c.inputs.at("topk_length").view(), len_p = &len;
     const MlaReferenceResult r = reference::mla_sparse_prefill_reference(
         q, kv, idx, sink_p, len_p, c.params.at("sm_scale").get<double>(), c.params.at("d_v").get<int>());
+    expect_out_within_magnitude(r.out, r.out_magnitude);
     expect_out_matches_golden(r.out, bf16_tensor_values(c.outputs.at("out")));
     const auto lse = compare(r.lse, f32_tensor_values(c.outputs.at("lse")), kLseAbsTol, kLseRelTol, 1.0, "lse");
     EXPECT_TRUE(lse.ok) << lse.message;
@@ -113,6 +114,7 @@ TEST(MlaReferenceGolden, DecodeMatchesFlashMla) {
     const MlaReferenceResult r = reference::mla_sparse_decode_reference(
         c.inputs.at("q").view(), c.inputs.at("k_cache_fp8").view(), c.inputs.at("indices").view(), sink_p, nullptr,
         c.params.at("sm_scale").get<double>());
+    expect_out_within_magnitude(r.out, r.out_magnitude);
     expect_out_matches_golden(r.out, bf16_tensor_values(c.outputs.at("out")));
     const auto lse = compare(r.lse, lse_rows_of_b_hq_sq(c.outputs.at("lse_b_hq_sq")), kLseAbsTol, kLseRelTol, 1.0, "lse");
     EXPECT_TRUE(lse.ok) << lse.message;
@@ -151,6 +153,7 @@ TEST(MlaReference, SingleValidIndexGivesThatRow) {
   const auto r = p.run();
   for (int64_t h = 0; h < 2; ++h) {
     for (int64_t c = 0; c < 512; ++c) ASSERT_EQ(r.out_at(0, h, c), bf16_bits_to_float(p.kv[static_cast<size_t>(7 * 576 + c)]));
+    for (int64_t c = 0; c < 512; ++c) ASSERT_EQ(r.out_magnitude_at(0, h, c), std::fabs(r.out_at(0, h, c)));  // one term
     double dot = 0;
     for (int64_t c = 0; c < 576; ++c)
       dot += double(bf16_bits_to_float(p.q[static_cast<size_t>(h * 576 + c)])) * bf16_bits_to_float(p.kv[static_cast<size_t>(7 * 576 + c)]);
@@ -192,12 +195,16 @@ TEST(MlaReference, AttnSinkScalesOutputOnly) {
                              static_cast<float>(base.lse_at(0, 3))};
   const TensorView sv = TensorView::contiguous(sink.data(), DType::f32, Device::cpu(), {4});
   const auto r = p.run(&sv);
+  expect_out_within_magnitude(base.out, base.out_magnitude);
+  expect_out_within_magnitude(r.out, r.out_magnitude);
   for (int64_t h = 0; h < 4; ++h) {
     EXPECT_EQ(r.lse_at(0, h), base.lse_at(0, h));
     EXPECT_EQ(r.max_logits_at(0, h), base.max_logits_at(0, h));
     const double lse = base.lse_at(0, h);
     const double factor = h == 0 ? 1.0 : h == 1 ? 0.0 : std::exp(lse) / (std::exp(lse) + std::exp(double(sink[static_cast<size_t>(h)])));
     for (int64_t c = 0; c < 512; c += 31) EXPECT_NEAR(r.out_at(0, h, c), base.out_at(0, h, c) * factor, 1e-12) << h;
+    for (int64_t c = 0; c < 512; c += 31)  // the sink scales the magnitude as it scales out
+      EXPECT_NEAR(r.out_magnitude_at(0, h, c), base.out_magnitude_at(0, h, c) * factor, 1e-12) << h;
     if (h == 1)
       for (int64_t c = 0; c < 512; ++c) ASSERT_EQ(r.out_at(0, h, c), 0.0);
   }
@@ -236,6 +243,7 @@ TEST(MlaReference, DecodeUsesDequantizedCacheAndMasksOutOfRange) {
   idx[10] = -7;     // masked
   const TensorView iv = TensorView::contiguous(idx.data(), DType::i32, Device::cpu(), {1, 1, topk});
   const auto r = reference::mla_sparse_decode_reference(qv, cv, iv, nullptr, nullptr, 0.05);
+  expect_out_within_magnitude(r.out, r.out_magnitude);
   const auto row = reference::mla_dequantize_v32_row(cache.data() + 11 * 656);
   for (int64_t c = 0; c < 512; ++c) ASSERT_EQ(r.out_at(0, 0, c), row[static_cast<size_t>(c)]);
   // Dequantized values are within e4m3 precision of the source.

@@ -97,6 +97,7 @@ TEST(MlaV4Golden, DecodeReferenceMatchesFlashMla) {
     if (c.has_input("attn_sink")) sink = c.inputs.at("attn_sink").view(), sink_p = &sink;
     const MlaReferenceResult r = reference::mla_sparse_decode_v4_reference(
         c.inputs.at("q").view(), main, has_extra ? &extra : nullptr, sink_p, p.at("sm_scale").get<double>());
+    expect_out_within_magnitude(r.out, r.out_magnitude);
     // The golden README measured an independent float64 decoder at out max |d| <= 9.8e-4: FlashMLA rounds P to
     // bf16 before P.V. Every element within abs 2e-3 or FlashMLA's rel rule, cosine as FlashMLA's.
     const auto out = compare(r.out, c.outputs.at("out").bf16_values(), 2e-3, kOutRelTol, kOutCosDiffTol, "out");
@@ -242,6 +243,7 @@ TEST(MlaV4Reference, LengthsAndInvalidIndicesMaskEachPoolAndEmptyRowsFollowFlash
   const TensorView el = TensorView::contiguous(extra_len.data(), DType::i32, Device::cpu(), {b});
   const MlaV4Pool main{a.cache(), a.indices(b, s_q), &ml}, extra{x.cache(), x.indices(b, s_q), &el};
   const auto r = reference::mla_sparse_decode_v4_reference(qv, main, &extra, nullptr, 0.05);
+  expect_out_within_magnitude(r.out, r.out_magnitude);
 
   // The same problem with every masked slot dropped by hand (indices -1, no lengths).
   V4Pool a2 = a, x2 = x;
