@@ -95,6 +95,46 @@ double graph_replay_ms(const MlaBenchOptions& o, cudaStream_t stream, Run&& run)
   return ms;
 }
 
+// The name of the kernel that runs `p` on `device`: the one selector mla's dispatch asks
+// (mla::kernels::select_kernel). The benchmarks fill `p` as the library fills it for their contiguous
+// tensors (selector_params and the lines after it), so the label names the kernel that was timed.
+const char* selected_kernel(const mla::kernels::SparseAttentionParams& p, int device) {
+  return mla::kernels::kernel_name(mla::kernels::select_kernel(p, mla::device_support(device).hopper_kernel));
+}
+
+// The selector's inputs common to prefill (q [s_q, h_q, d_qk]) and decode (q [b, s_q, h_q, d_qk]): sizes,
+// pointers and token / head strides of the contiguous q, indices and out.
+mla::kernels::SparseAttentionParams selector_params(const TensorView& q, const TensorView& indices, const TensorView& out) {
+  mla::kernels::SparseAttentionParams p;
+  const int r = q.rank;
+  p.q = q.data;
+  p.q_stride_token = q.stride(r - 3);
+  p.q_stride_head = q.stride(r - 2);
+  p.num_tokens = static_cast<int>(q.numel() / (q.size(r - 2) * q.size(r - 1)));
+  p.h_q = static_cast<int>(q.size(r - 2));
+  p.d_qk = static_cast<int>(q.size(r - 1));
+  p.topk = static_cast<int>(indices.size(-1));
+  p.indices = indices.data_as<const int32_t>();
+  p.out = out.data;
+  p.out_stride_token = out.stride(r - 3);
+  p.out_stride_head = out.stride(r - 2);
+  return p;
+}
+
+// The decode additions: requests, and the plan's split-KV schedule when it splits.
+void add_decode_selector_params(mla::kernels::SparseAttentionParams& p, const TensorView& q, const mla::DecodePlan& plan) {
+  p.tokens_per_length = p.tokens_per_request = static_cast<int>(q.size(1));
+  p.num_requests = static_cast<int>(q.size(0));
+  if (!plan.sizes().split) return;
+  const mla::DecodeWorkspace& ws = plan.workspace();
+  p.sched = ws.sched_meta.data;
+  p.num_splits = ws.num_splits.data_as<const int32_t>();
+  p.num_parts = plan.sizes().num_sm_parts;
+  p.o_accum = ws.o_accum.data_as<float>();
+  p.lse_accum = ws.lse_accum.data_as<float>();
+  p.accum_rows = plan.sizes().lse_accum_elems / p.h_q;
+}
+
 void report(const char* op, const std::string& shape, double ms, double flop, const char* kernel) {
   const double tflops = flop / (ms * 1e-3) / 1e12;
   std::printf("%-8s %-52s %10.3f us %8.1f TFLOP/s  (%s)\n", op, shape.c_str(), ms * 1e3, tflops, kernel);
@@ -131,7 +171,11 @@ void bench_prefill(const MlaBenchOptions& o, cudaStream_t stream) {
     char shape[200];
     std::snprintf(shape, sizeof shape, "\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":%lld,\"topk\":%lld,\"s_kv\":%lld",
                   (long long)s_q, (long long)h_q, (long long)d_qk, (long long)topk, (long long)s_kv);
-    report("prefill", shape, ms, flop, o.simple ? "simple" : "dispatched");
+    mla::kernels::SparseAttentionParams p = selector_params(qv, iv, ov);
+    p.kv = kvv.data;
+    p.num_kv = s_kv;
+    p.kv_row_stride = kvv.stride(0);
+    report("prefill", shape, ms, flop, selected_kernel(p, o.device));
   }
 }
 
@@ -172,7 +216,14 @@ void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
                   "\"b\":%lld,\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":576,\"topk\":%lld,\"s_kv\":%lld,\"split_parts\":%d",
                   (long long)b, (long long)s_q, (long long)h_q, (long long)topk, (long long)s_kv,
                   plan.sizes().split ? plan.sizes().num_sm_parts : 0);
-    report("decode", shape, ms, flop, o.simple ? "simple" : "dispatched");
+    mla::kernels::SparseAttentionParams p = selector_params(qv, iv, ov);
+    add_decode_selector_params(p, qv, plan);
+    p.kv_format = mla::kernels::KvFormat::fp8_v32;
+    p.kv = cv.data;
+    p.num_kv = num_blocks * block;
+    p.block_size = block;
+    p.kv_block_stride_bytes = cv.stride(0);
+    report("decode", shape, ms, flop, selected_kernel(p, o.device));
   }
 }
 
@@ -224,7 +275,23 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
                   "\"block\":%lld,\"extra_block\":%lld,\"split_parts\":%d",
                   (long long)b, (long long)s_q, (long long)h_q, (long long)topk, (long long)extra_topk, (long long)bs,
                   (long long)xbs, plan.sizes().split ? plan.sizes().num_sm_parts : 0);
-    report("decode_v4", shape, ms, flop, "simple");
+    mla::kernels::SparseAttentionParams p = selector_params(qv, iv, ov);
+    add_decode_selector_params(p, qv, plan);
+    p.kv_format = mla::kernels::KvFormat::fp8_v4;
+    p.topk = static_cast<int>(topk + extra_topk);
+    p.main_topk = static_cast<int>(topk);
+    p.kv = cv.data;
+    p.num_kv = cv.size(0) * cv.size(1);
+    p.block_size = cv.size(1);
+    p.kv_block_stride_bytes = cv.stride(0);
+    p.kv_slot_stride_bytes = 584;
+    p.extra_kv = xv.data;
+    p.extra_num_kv = xv.size(0) * xv.size(1);
+    p.extra_block_size = xv.size(1);
+    p.extra_block_stride_bytes = xv.stride(0);
+    p.extra_indices = xiv.data_as<const int32_t>();
+    p.extra_indices_stride_token = xiv.stride(1);
+    report("decode_v4", shape, ms, flop, selected_kernel(p, o.device));
   }
 }
 
