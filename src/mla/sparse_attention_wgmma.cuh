@@ -15,8 +15,8 @@
 //     then its extra pool's, each pool masked by its own length (the producer's load_indices).
 //     (Tile A's RoPE atom also holds P_A: how its writes are ordered, see bar_rope_landed.)
 //   * FP8 with h_q 65..128 runs as a 2-CTA cluster (the two head groups of a token, which need the same
-//     tiles): each CTA's producer dequantizes half of every tile's rows and stores them into both CTAs'
-//     tiles (st.async to the peer, completing transactions on the peer's full barrier); a half-tile is
+//     tiles): each CTA's producer dequantizes half of every tile's rows into its own tile, and one thread
+//     bulk-copies those rows into the peer's tile (completing transactions on the peer's full barrier); a half-tile is
 //     free only when the consumers of both CTAs released it (they arrive on both CTAs' empty barriers).
 //     The halved register need of the producer holds two raw buffers: the loads of the next half-tile
 //     are in flight while one is dequantized. (docs/MLA.md: measurements and the automatic choice between
@@ -101,18 +101,19 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Spins until the phase with `parity` of `bar` completed. CLUSTER: acquire at cluster scope (the phase was
-// completed also by the peer CTA's arrivals or stores); otherwise the default (acquire, CTA scope).
-#define FLASHCPP_MBAR_WAIT_LOOP(SEM)                                          \
-  "{\n.reg .pred done;\nWAIT:\n"                                             \
-  "mbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%0], %1;\n"         \
-  "@!done bra WAIT;\n}\n"
-template <bool CLUSTER = false>
+// Spins until the phase with `parity` of `bar` completed (acquire, CTA scope). Also for phases the peer CTA
+// of a cluster completes: its writes into this CTA arrive as transactions on the barrier, which makes them
+// visible to the waiters (as for multicast TMA in CUTLASS's cluster pipelines); its arrivals on an empty
+// barrier follow its own wgmma waits. Cluster-scope acquire (and release on the remote arrivals) measured
+// 10% slower at b 128 (H200, 2026-12-01).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
-  if constexpr (CLUSTER) asm volatile(FLASHCPP_MBAR_WAIT_LOOP(".acquire.cluster")::"r"(bar), "r"(parity) : "memory");
-  else asm volatile(FLASHCPP_MBAR_WAIT_LOOP("")::"r"(bar), "r"(parity) : "memory");
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
-#undef FLASHCPP_MBAR_WAIT_LOOP
 // Arrives and adds `bytes` to the transactions the current phase waits for (stores the peer will make).
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
@@ -131,15 +132,16 @@ __device__ __forceinline__ uint32_t map_to_rank(uint32_t addr, uint32_t rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
   return d;
 }
-// Arrival on a barrier of another CTA of the cluster (release at cluster scope).
+// Arrival on a barrier of another CTA of the cluster (the default semantics, as CUTLASS's cluster barriers).
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
 }
-// 16 bytes into another CTA's shared memory; completes 16 bytes of `cluster_bar`'s transactions.
-__device__ __forceinline__ void st_async_v4(uint32_t cluster_addr, uint4 v, uint32_t cluster_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
-                   cluster_addr),
-               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(cluster_bar)
+// `bytes` of this CTA's shared memory at `src` into another CTA's at `cluster_dst` by the bulk-copy engine;
+// completes `bytes` of `cluster_bar`'s transactions there. The source must be visible to the async proxy.
+__device__ __forceinline__ void bulk_copy_to_peer(uint32_t cluster_dst, uint32_t src, uint32_t bytes, uint32_t cluster_bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   cluster_dst),
+               "r"(src), "r"(bytes), "r"(cluster_bar)
                : "memory");
 }
 __device__ __forceinline__ void cluster_sync() {
@@ -151,12 +153,16 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 // Programmatic dependent launch: the combine kernel may be scheduled (it waits for this grid's results).
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 // Named barriers among the 256 consumer threads (id 0 is __syncthreads).
-enum NamedBarrier : int { kBarMax = 1, kBarPReadyA = 2, kBarPReadyB = 3 };
+enum NamedBarrier : int { kBarMax = 1, kBarPReadyA = 2, kBarPReadyB = 3, kBarProducerStored = 4 };
 __device__ __forceinline__ void named_sync(int id) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
 }
 __device__ __forceinline__ void named_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+// Among the 128 producer threads.
+__device__ __forceinline__ void producer_sync(int id) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
 // Generic-proxy shared-memory writes (cp.async, st.shared) made visible to the tensor cores' async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -514,7 +520,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           } else {
             load_fp8(idx_cur[t], half, tile_extra(w.tile_begin + 2 * it + t), raw[0], scale[0]);
           }
-          if (g_it > 0) mbar_wait<C::kCluster>(sm.bar_empty(t, half), (g_it - 1) & 1);
+          if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
           const uint32_t peer_full = C::kCluster ? sm.peer(sm.bar_full(t, half)) : 0;
 #pragma unroll
           for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
@@ -535,10 +541,6 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
               const uint32_t a1 = atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1));
               st_shared_v4(a0, odd_first ? hi : lo);
               st_shared_v4(a1, odd_first ? lo : hi);
-              if constexpr (C::kCluster) {
-                st_async_v4(sm.peer(a0), odd_first ? hi : lo, peer_full);
-                st_async_v4(sm.peer(a1), odd_first ? lo : hi, peer_full);
-              }
             }
           }
 #pragma unroll
@@ -560,7 +562,23 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             }
             if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
           }
-          fence_proxy_async();  // the dequantized stores, for the tensor cores
+          fence_proxy_async();  // the dequantized stores, for the tensor cores (and the bulk copy to the peer)
+          if constexpr (C::kCluster) {
+            // This CTA's rows of each dequantized atom are one contiguous block (rows 32 rank .. +32): once every
+            // producer thread stored its part, one thread sends the blocks to the peer's tile by bulk copies,
+            // completing transactions on the peer's full barrier. (16-byte st.async stores from every thread
+            // instead measured 27% slower at b 128: their issue cost sat on the producer's path.)
+            producer_sync(kBarProducerStored);
+            if (ptid == 0) {
+              constexpr int kBlockBytes = C::kAtomBytes / C::kClusterCtas;
+              const int a0 = half == 0 ? 0 : C::kLeftAtoms;
+              const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms - 1;  // the RoPE atom each CTA copies itself
+              for (int a = a0; a < a1; ++a) {
+                const uint32_t block = tile + a * C::kAtomBytes + rank * kBlockBytes;
+                bulk_copy_to_peer(sm.peer(block), block, kBlockBytes, peer_full);
+              }
+            }
+          }
           // ... and the valid flags (release); in a cluster the peer's half of the rows comes as transactions.
           if (C::kCluster && ptid == 0)
             mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
@@ -644,12 +662,12 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
 
       // ---- Phase QK: S = Q K_W^T, the early half of the tile first.
       float s[32];
-      mbar_wait<C::kCluster>(sm.bar_full(W, first_half(W)), phase);
+      mbar_wait(sm.bar_full(W, first_half(W)), phase);
       fence_proxy_async();
       wgmma_fence();
       if constexpr (W == 0) gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
       else gemm_qk<C, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
-      mbar_wait<C::kCluster>(sm.bar_full(W, 1 - first_half(W)), phase);
+      mbar_wait(sm.bar_full(W, 1 - first_half(W)), phase);
       fence_proxy_async();
       if constexpr (W == 0) gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
       else gemm_qk<C, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
