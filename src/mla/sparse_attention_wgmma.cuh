@@ -270,7 +270,7 @@ __host__ __device__ __forceinline__ constexpr int first_half(int t) { return t; 
 // Whether a fill of (t, half) ends with a cp.async arrival, and with an ordinary one (valid flags, stores).
 template <class C>
 __host__ __device__ __forceinline__ constexpr bool fill_has_cp_async(int t, int half) {
-  return !C::kFp8 || half == 1;
+  return !C::kFp8 || (half == 1 && !C::kRopeByPeer);
 }
 template <class C>
 __host__ __device__ __forceinline__ constexpr bool fill_has_ordinary(int t, int half) {
@@ -435,14 +435,29 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
     uint4 raw[C::kFp8RawBuffers][C::kDequantRowsPerThread][C::kFp8ChunksPerHalf];
     float2 scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
+    // kRopeByPeer: this thread's 16-byte RoPE piece of each of its rows (right halves only), per raw buffer.
+    uint4 rope[C::kFp8RawBuffers][C::kRopeByPeer ? C::kDequantRowsPerThread : 1];
     auto load_fp8 = [&](const int (&idx)[C::kRowsPerThread], int half, bool extra,
                         uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
-                        float2 (&b_scale)[C::kDequantRowsPerThread]) {
+                        float2 (&b_scale)[C::kDequantRowsPerThread], uint4 (&b_rope)[C::kRopeByPeer ? C::kDequantRowsPerThread : 1]) {
 #pragma unroll
       for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
         // This CTA's rows: all four (alone), or indices 2 rank, 2 rank + 1 (cluster; no dynamic indexing).
         const int id = C::kCluster ? (rank == 0 ? idx[r] : idx[C::kDequantRowsPerThread + r]) : idx[r];
         const bool valid = row_valid(id);
+        if constexpr (C::kRopeByPeer) {
+          if (half == 1) {
+            const uint8_t* rope_src = nullptr;
+            if (valid && C::kFp8V4) {
+              int64_t token_off, scale_off;
+              v4_record_offsets(args, extra, id, token_off, scale_off);
+              rope_src = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv) + token_off;
+            } else if (valid) {
+              rope_src = cache + fp8_row_offset(args, id);
+            }
+            b_rope[r] = valid ? ld_global_nc_v4(rope_src + C::kFp8RopeOffset + 16 * sub) : make_uint4(0, 0, 0, 0);
+          }
+        }
         if (valid && C::kFp8V4) {
           // Chunk c = sub + 8 (2 half + j) has scale c / 4 = 4 half + 2 j + sub / 4 of the token's 7 (the scale
           // record's 8 bytes load as one); chunks past the 28 NoPE ones (half 1, j 1, sub >= 4) do not exist.
@@ -473,7 +488,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       }
     };
     if constexpr (C::kFp8 && C::kFp8RawBuffers == 2) {
-      if (n_iters > 0) load_fp8(idx_cur[0], first_half(0), tile_extra(w.tile_begin), raw[0], scale[0]);
+      if (n_iters > 0) load_fp8(idx_cur[0], first_half(0), tile_extra(w.tile_begin), raw[0], scale[0], rope[0]);
     }
     for (int it = 0; it < n_iters; ++it) {
       if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
@@ -513,12 +528,13 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             if (step < 3) {
               const int t1 = (step + 1) & 1;
               load_fp8(idx_cur[t1], step + 1 < 2 ? first_half(t1) : 1 - first_half(t1),
-                       tile_extra(w.tile_begin + 2 * it + t1), raw[cur ^ 1], scale[cur ^ 1]);
+                       tile_extra(w.tile_begin + 2 * it + t1), raw[cur ^ 1], scale[cur ^ 1], rope[cur ^ 1]);
             } else if (it + 1 < n_iters) {
-              load_fp8(idx_next[0], first_half(0), tile_extra(w.tile_begin + 2 * it + 2), raw[cur ^ 1], scale[cur ^ 1]);
+              load_fp8(idx_next[0], first_half(0), tile_extra(w.tile_begin + 2 * it + 2), raw[cur ^ 1], scale[cur ^ 1],
+                       rope[cur ^ 1]);
             }
           } else {
-            load_fp8(idx_cur[t], half, tile_extra(w.tile_begin + 2 * it + t), raw[0], scale[0]);
+            load_fp8(idx_cur[t], half, tile_extra(w.tile_begin + 2 * it + t), raw[0], scale[0], rope[0]);
           }
           if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
           const uint32_t peer_full = C::kCluster ? sm.peer(sm.bar_full(t, half)) : 0;
@@ -529,7 +545,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
               const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
               if constexpr (C::kFp8V4) {
-                if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom (cp.async below)
+                if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom (stored below)
               }
               uint4 lo, hi;
               fp8::dequant_e4m3x16(raw[cur][r][j], j == 0 ? scale[cur][r].x : scale[cur][r].y, lo, hi);
@@ -542,13 +558,19 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
               st_shared_v4(a0, odd_first ? hi : lo);
               st_shared_v4(a1, odd_first ? lo : hi);
             }
+            if constexpr (C::kRopeByPeer) {  // RoPE dims (bf16 in the cache): the last atom
+              if (half == 1) {
+                const uint32_t a = tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub);
+                st_shared_v4(a, rope[cur][r]);
+              }
+            }
           }
 #pragma unroll
           for (int r = 0; r < C::kRowsPerThread; ++r) {
             const int row = r * C::kRowsPerPass + group;
             const int idx = idx_cur[t][r];
             const bool valid = row_valid(idx);
-            if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row of the tile
+            if (!C::kRopeByPeer && half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row
               const uint8_t* rope;
               if constexpr (C::kFp8V4) {
                 const bool extra = tile_extra(w.tile_begin + 2 * it + t);
@@ -572,7 +594,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             if (ptid == 0) {
               constexpr int kBlockBytes = C::kAtomBytes / C::kClusterCtas;
               const int a0 = half == 0 ? 0 : C::kLeftAtoms;
-              const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms - 1;  // the RoPE atom each CTA copies itself
+              const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms - (C::kRopeByPeer ? 0 : 1);
               for (int a = a0; a < a1; ++a) {
                 const uint32_t block = tile + a * C::kAtomBytes + rank * kBlockBytes;
                 bulk_copy_to_peer(sm.peer(block), block, kBlockBytes, peer_full);

@@ -68,10 +68,14 @@ struct Config {
   static constexpr int kDequantRowsPerThread = kRowsPerThread / CLUSTER_CTAS;
   static constexpr int kFp8RawBuffers = RAW_BUFFERS;
   static_assert(RAW_BUFFERS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2), "two raw buffers fit only in a cluster");
-  // Dequantized bytes a half tile receives from the peer: its rows' dequantized atoms (the RoPE atom each CTA
-  // copies itself): 4 atoms on each side for V3.2; V4's right half has 3 (dims 256..447).
+  // In a cluster the RoPE dims travel like the dequantized atoms: each CTA loads its rows' RoPE pieces with
+  // their e4m3 bytes (one step ahead, into registers), stores them and sends them to the peer with the
+  // dequantized blocks. Alone, the RoPE atom comes by cp.async once the buffer is free.
+  static constexpr bool kRopeByPeer = kCluster;
+  // Bytes a half tile receives from the peer: its rows' dequantized atoms, plus the RoPE atom on the right:
+  // 4 atoms left and 5 right for V3.2; V4's right half has 3 dequantized (dims 256..447) and the RoPE atom.
   static constexpr int kPeerBytesLeft = kTile / CLUSTER_CTAS * kLeftAtoms * 128;
-  static constexpr int kPeerBytesRight = kTile / CLUSTER_CTAS * (kAtoms - kLeftAtoms - 1) * 128;
+  static constexpr int kPeerBytesRight = kTile / CLUSTER_CTAS * (kAtoms - kLeftAtoms - (kRopeByPeer ? 0 : 1)) * 128;
 
   // Shared memory (offsets from a 1024-byte aligned base; swizzled atoms must be 1024-aligned).
   static constexpr int kQBytes = kAtoms * kAtomBytes;
