@@ -153,7 +153,7 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 // Programmatic dependent launch: the combine kernel may be scheduled (it waits for this grid's results).
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 // Named barriers among the 256 consumer threads (id 0 is __syncthreads).
-enum NamedBarrier : int { kBarMax = 1, kBarPReadyA = 2, kBarPReadyB = 3, kBarProducerStored = 4 };
+enum NamedBarrier : int { kBarMax = 1, kBarPReadyA = 2, kBarPReadyB = 3, kBarProducerStored = 4, kBarPFree = 5 };
 __device__ __forceinline__ void named_sync(int id) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
 }
@@ -288,6 +288,7 @@ struct WorkItem {
   int64_t accum_row = -1;     // >= 0: a split request's partial row; -1: the final output
   bool write_partial = false; // accum_row is inside the accumulators
   __device__ int n_iters() const { return tile_end > tile_begin ? (tile_end - tile_begin + 1) / 2 : 0; }
+  __device__ int n_tiles() const { return tile_end > tile_begin ? tile_end - tile_begin : 0; }
 };
 
 // What the consumers need of a work item, published by the producer with the item's Q (consumers read no
@@ -295,7 +296,7 @@ struct WorkItem {
 struct alignas(16) ItemInfo {
   int64_t token;
   int64_t accum_row;
-  int32_t n_iters;
+  int32_t n_iters;  // tile by tile (Config::kPerTile): the item's tiles
   int32_t write_partial;
   int32_t pad[2];
 };
@@ -386,7 +387,8 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0);
     }
     if (ptid == 0) {
-      s_item[(k - work.first) & 1] = ItemInfo{w.token, w.accum_row, w.n_iters(), w.write_partial ? 1 : 0, {0, 0}};
+      s_item[(k - work.first) & 1] =
+          ItemInfo{w.token, w.accum_row, C::kPerTile ? w.n_tiles() : w.n_iters(), w.write_partial ? 1 : 0, {0, 0}};
       mbar_arrive(sm.bar_q_full());  // publishes the item (release)
     }
     cp_async_arrive(sm.bar_q_full());
@@ -487,6 +489,74 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         }
       }
     };
+    if constexpr (C::kPerTile) {
+      // Tile by tile: tile jj's left half, then its right half, into buffer g & 1 (g counts tiles across work
+      // items). Raw bytes (buffer = half) are loaded one half ahead; indices (idx_cur: tiles jj, jj + 1;
+      // idx_next[0]: jj + 2) two tiles ahead.
+      const int n_tiles = w.n_tiles();
+      if (n_tiles > 0) load_fp8(idx_cur[0], 0, tile_extra(w.tile_begin), raw[0], scale[0], rope[0]);
+      for (int jj = 0; jj < n_tiles; ++jj) {
+        const int tile_no = w.tile_begin + jj;
+        const int g = iter + jj;
+        const int t = g & 1;
+        const uint32_t tile = sm.tile(t);
+        load_indices(tile_no + 2, idx_next[0]);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          if (half == 0) load_fp8(idx_cur[0], 1, tile_extra(tile_no), raw[1], scale[1], rope[1]);
+          else if (jj + 1 < n_tiles) load_fp8(idx_cur[1], 0, tile_extra(tile_no + 1), raw[0], scale[0], rope[0]);
+          if (g >= 2) mbar_wait(sm.bar_empty(t, half), ((g >> 1) - 1) & 1);
+#pragma unroll
+          for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
+            const int row = (rank * C::kDequantRowsPerThread + r) * C::kRowsPerPass + group;
+#pragma unroll
+            for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
+              const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
+              if constexpr (C::kFp8V4) {
+                if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom (stored below)
+              }
+              uint4 lo, hi;
+              fp8::dequant_e4m3x16(raw[half][r][j], j == 0 ? scale[half][r].x : scale[half][r].y, lo, hi);
+              // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks):
+              // the upper four store their odd chunk first, so each store instruction is conflict-free.
+              const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
+              const bool odd_first = (sub & 4) != 0;
+              st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), odd_first ? hi : lo);
+              st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), odd_first ? lo : hi);
+            }
+            if (half == 1)  // RoPE dims (bf16 in the cache): the last atom
+              st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), rope[1][r]);
+          }
+          if (half == 0 && sub == 0) {
+#pragma unroll
+            for (int r = 0; r < C::kRowsPerThread; ++r)
+              s_valid[t * C::kTile + r * C::kRowsPerPass + group] = row_valid(idx_cur[0][r]) ? 1 : 0;
+          }
+          fence_proxy_async();  // the stores, for the tensor cores and the bulk copy
+          producer_sync(kBarProducerStored);
+          if (ptid == 0) {
+            // This CTA's rows of every atom of the half (RoPE included) to the peer's tile.
+            constexpr int kBlockBytes = C::kAtomBytes / C::kClusterCtas;
+            const uint32_t peer_full = sm.peer(sm.bar_full(t, half));
+            for (int a = half == 0 ? 0 : C::kLeftAtoms; a < (half == 0 ? C::kLeftAtoms : C::kAtoms); ++a) {
+              const uint32_t block = tile + a * C::kAtomBytes + rank * kBlockBytes;
+              bulk_copy_to_peer(sm.peer(block), block, kBlockBytes, peer_full);
+            }
+            // ... and the valid flags and stores (release); the peer's rows come as transactions.
+            mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
+          } else {
+            mbar_arrive(sm.bar_full(t, half));
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < C::kRowsPerThread; ++r) {
+          idx_cur[0][r] = idx_cur[1][r];
+          idx_cur[1][r] = idx_next[0][r];
+        }
+      }
+      iter += n_tiles;
+      continue;
+    }
     if constexpr (C::kFp8 && C::kFp8RawBuffers == 2) {
       if (n_iters > 0) load_fp8(idx_cur[0], first_half(0), tile_extra(w.tile_begin), raw[0], scale[0], rope[0]);
     }
@@ -860,6 +930,242 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
   }
 }
 
+// Tile by tile (Config::kPerTile, the FP8 cluster): consumer 0 (W 0) computes S of every tile over all of
+// d_qk, the softmax and O columns 0..255 with P from registers; it publishes P (shared memory) and each row's
+// rescale factor, and consumer 1 (W 1) adds P V over O columns 256..511. No row-max exchange is needed: one
+// warpgroup owns whole rows of S. P has one buffer (P_B's), free again when consumer 1's P V is done: it
+// must not live in a tile's RoPE atom here, because this CTA's rows of that atom are also the source of a
+// bulk copy to the peer whose reads nothing here waits for.
+template <class C, bool SPLIT, int W>
+__device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
+                                                  float* s_alpha, float* s_sum, const ItemInfo* s_item,
+                                                  const WorkList<SPLIT, C::kFp8V4>& work, int head0) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const SparseAttentionParams& p = args.p;
+  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int g = lane >> 2, quad = lane & 3;
+  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+
+  constexpr uint64_t kTileStep = static_cast<uint64_t>(C::kKBytes >> 4);  // descriptor of tile 1 - tile 0
+  const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
+  const uint64_t desc_k0 = make_desc(sm.tile(0), 16, 1024);
+  const uint64_t desc_v0 = make_desc(sm.tile(0) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
+  // A half-tile this warpgroup is done with: every thread arrives (its ordinary reads of the valid flags are
+  // ordered by its own arrival) and one lane per warp on the peer's barrier (the peer's producer writes its rows
+  // into this CTA's tiles, read here only by wgmma).
+  auto release = [&](int buf, int half) {
+    mbar_arrive(sm.bar_empty(buf, half));
+    __syncwarp();
+    if (lane == 0) mbar_arrive_remote(sm.peer(sm.bar_empty(buf, half)));
+  };
+  const uint32_t p_smem = sm.p_of(1);
+
+  int tiles_before = 0;
+  for (int k = work.first; k <= work.last; ++k) {
+    mbar_wait(sm.bar_q_full(), (k - work.first) & 1);
+    const ItemInfo w = s_item[(k - work.first) & 1];
+    const int n_tiles = w.n_iters;
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+    for (int jj = 0; jj < n_tiles; ++jj) {
+      const int gt = tiles_before + jj, buf = gt & 1, phase = (gt >> 1) & 1;
+      const uint64_t desc_v = desc_v0 + buf * kTileStep;
+      float alpha0, alpha1;
+      uint32_t pf[16];
+      if constexpr (W == 0) {
+        // ---- Phase QK: S = Q K^T over the left half, then the right half.
+        float s[32];
+        const uint64_t desc_k = desc_k0 + buf * kTileStep;
+        mbar_wait(sm.bar_full(buf, 0), phase);
+        fence_proxy_async();
+        wgmma_fence();
+        gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
+        mbar_wait(sm.bar_full(buf, 1), phase);
+        fence_proxy_async();
+        gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+
+        // ---- Phase softmax: mask, scale to base 2, row max over the four lanes of a row.
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+        const uint8_t* vf = s_valid + buf * C::kTile + 2 * quad;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t v = *reinterpret_cast<const uint16_t*>(vf + 8 * j);
+          const bool v0 = (v & 0xffu) != 0, v1 = (v >> 8) != 0;
+          s[4 * j + 0] = v0 ? s[4 * j + 0] * args.scale_log2 : -INFINITY;
+          s[4 * j + 1] = v1 ? s[4 * j + 1] * args.scale_log2 : -INFINITY;
+          s[4 * j + 2] = v0 ? s[4 * j + 2] * args.scale_log2 : -INFINITY;
+          s[4 * j + 3] = v1 ? s[4 * j + 3] * args.scale_log2 : -INFINITY;
+          mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+          mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
+        const float mu1 = n1 == -INFINITY ? 0.f : n1;
+        alpha0 = fast_exp2(m0 - mu0);  // m = -inf -> 0
+        alpha1 = fast_exp2(m1 - mu1);
+        m0 = n0;
+        m1 = n1;
+        float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          float e[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) e[i] = fast_exp2(s[8 * kk + i] - ((i & 2) ? mu1 : mu0));
+          sum0 += e[0] + e[1] + e[4] + e[5];
+          sum1 += e[2] + e[3] + e[6] + e[7];
+          pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2 quad
+          pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
+          pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2 quad
+          pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
+        }
+        l0 = l0 * alpha0 + sum0;
+        l1 = l1 * alpha1 + sum1;
+        // P (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)) and the rescale factors for consumer 1,
+        // once consumer 1's P V of the previous tile is done with the buffer.
+        if (gt > 0) named_sync(kBarPFree);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int kk = j >> 1, hi = j & 1;
+          st_shared_u32(p_smem + r0 * 128 + ((j ^ g) << 4) + 4 * quad, pf[4 * kk + 2 * hi]);
+          st_shared_u32(p_smem + r1 * 128 + ((j ^ g) << 4) + 4 * quad, pf[4 * kk + 2 * hi + 1]);
+        }
+        if (quad == 0) {
+          s_alpha[buf * C::kHeads + r0] = alpha0;
+          s_alpha[buf * C::kHeads + r1] = alpha1;
+        }
+        fence_proxy_async();
+        named_arrive(buf == 0 ? kBarPReadyA : kBarPReadyB);
+      } else {
+        named_sync(buf == 0 ? kBarPReadyA : kBarPReadyB);
+        // Its own acquire of the right half (V 256..511, written partly by the peer's bulk copies), not only
+        // through consumer 0's.
+        mbar_wait(sm.bar_full(buf, 1), phase);
+        fence_proxy_async();
+        alpha0 = s_alpha[buf * C::kHeads + r0];
+        alpha1 = s_alpha[buf * C::kHeads + r1];
+      }
+      if (alpha0 != 1.f || alpha1 != 1.f) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j + 0] *= alpha0;
+          o[4 * j + 1] *= alpha0;
+          o[4 * j + 2] *= alpha1;
+          o[4 * j + 3] *= alpha1;
+        }
+      }
+
+      // ---- Phase PV: O_W += P V_W (consumer 0: P from registers; consumer 1: from shared memory).
+      fence_regs(o);
+      wgmma_fence();
+      if constexpr (W == 0) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
+          wgmma_m64n256k16_rs(o, a, desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+        }
+      } else {
+        const uint64_t desc_p = make_desc(p_smem, 16, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_m64n256k16_ss(o, desc_p + static_cast<uint64_t>((kk * 32) >> 4),
+                              desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
+      if constexpr (W == 1) named_arrive(kBarPFree);
+      release(buf, W);  // consumer 0: the left half (V 0..255); consumer 1: the right half
+      if constexpr (W == 0) release(buf, 1);  // S read it
+    }
+    tiles_before += n_tiles;
+    if constexpr (W == 0) mbar_arrive(sm.bar_q_empty());  // Q may be reloaded
+
+    // ---- Phase epilogue: consumer 0 publishes each row's sum and max (buffer by item parity: consumer 1 may
+    // still read the last item's); lse, max_logits; O / (l + sink term), or the partial row.
+    float* sums = s_sum + ((k - work.first) & 1) * 2 * C::kHeads;  // [0][row]: l, [1][row]: m
+    if constexpr (W == 0) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+      if (quad == 0) {
+        sums[r0] = l0;
+        sums[r1] = l1;
+        sums[C::kHeads + r0] = m0;
+        sums[C::kHeads + r1] = m1;
+      }
+    }
+    named_sync(kBarMax);
+    if constexpr (W == 1) {
+      l0 = sums[r0];
+      l1 = sums[r1];
+      m0 = sums[C::kHeads + r0];
+      m1 = sums[C::kHeads + r1];
+    }
+    if (w.accum_row >= 0) {
+      if (w.write_partial == 0) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = h == 0 ? r0 : r1;
+        const int head = head0 + row;
+        if (head >= p.h_q) continue;
+        const float m = h == 0 ? m0 : m1;
+        const float l = h == 0 ? l0 : l1;
+        const bool empty = m == -INFINITY;
+        const float inv = empty ? 0.f : 1.f / l;
+        float* dst = p.o_accum + (w.accum_row * p.h_q + head) * C::kDv + W * C::kHalfDv + 2 * quad;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+          *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        if (W == 0 && quad == 0) p.lse_accum[w.accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
+      }
+      continue;
+    }
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + w.token * p.out_stride_token + W * C::kHalfDv + 2 * quad;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = h == 0 ? r0 : r1;
+      const int head = head0 + row;
+      if (head >= p.h_q) continue;
+      const float m = h == 0 ? m0 : m1;
+      const float l = h == 0 ? l0 : l1;
+      const bool empty = m == -INFINITY;
+      float denom = l;
+      if (p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
+      const float inv = empty ? 0.f : 1.f / denom;
+      if (W == 0 && quad == 0) {
+        if (p.lse != nullptr) {
+          const int64_t lse_token = p.lse_stride_request < 0
+                                        ? w.token * p.lse_stride_token
+                                        : (w.token / p.tokens_per_request) * p.lse_stride_request +
+                                              (w.token % p.tokens_per_request) * p.lse_stride_token;
+          p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
+        }
+        if (p.max_logits != nullptr)
+          p.max_logits[w.token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
+              empty ? -INFINITY : m * kLn2;
+      }
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+    }
+  }
+  if constexpr (W == 0) {
+    if (tiles_before > 0) named_sync(kBarPFree);  // consumer 1's arrival after the last tile
+  }
+}
+
 template <class C, bool SPLIT>
 __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(const __grid_constant__ KernelArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -884,7 +1190,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
 
   if (threadIdx.x == 0) {
     mbar_init(sm.bar_q_full(), C::kProducerThreads + 1);  // cp.async arrivals + the item's publisher
-    mbar_init(sm.bar_q_empty(), C::kConsumerThreads);
+    mbar_init(sm.bar_q_empty(), C::kPerTile ? C::kConsumerThreads / 2 : C::kConsumerThreads);  // Q's readers
     if constexpr (C::kPAInRope) mbar_init(sm.bar_rope_landed(), C::kProducerThreads);
     for (int t = 0; t < 2; ++t)
       for (int half = 0; half < 2; ++half) {
@@ -898,7 +1204,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
         // late half by the other consumer, one lane per warp, and tile A's also by consumer 0, every thread
         // (P_A). In a cluster, each releasing consumer of the peer adds one arrival per warp.
         const int local = half == first_half(t) ? C::kConsumerThreads / 2 : (pa_writer ? C::kConsumerThreads / 2 + 4 : 4);
-        mbar_init(sm.bar_empty(t, half), local + (pa_writer ? 8 : 4) * (C::kClusterCtas - 1));
+        if constexpr (C::kPerTile)  // left: consumer 0; right: both (every thread here, a lane per warp there)
+          mbar_init(sm.bar_empty(t, half), half == 0 ? C::kConsumerThreads / 2 + 4 : C::kConsumerThreads + 8);
+        else
+          mbar_init(sm.bar_empty(t, half), local + (pa_writer ? 8 : 4) * (C::kClusterCtas - 1));
       }
   }
   if constexpr (C::kCluster) {
@@ -913,6 +1222,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
   if (wg == 2) {
     reg_dealloc<C::kProducerRegs>();
     producer<C, SPLIT>(args, sm, s_valid, s_item, work, head0);
+  } else if constexpr (C::kPerTile) {
+    if (wg == 0) {
+      reg_alloc<C::kConsumerRegs>();
+      consumer_per_tile<C, SPLIT, 0>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
+    } else {
+      reg_dealloc<C::kConsumer1Regs>();
+      consumer_per_tile<C, SPLIT, 1>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
+    }
   } else {
     reg_alloc<C::kConsumerRegs>();
     if (wg == 0) consumer<C, SPLIT, 0>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);

@@ -38,15 +38,22 @@ struct Config {
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   // The FP8 producer holds a half tile's raw bytes (8 x 16 B per thread) in registers while it waits for
   // the buffer, so it gets more; with two raw buffers (cluster) more still (ptxas: 120 spills ~140 bytes).
+  // FP8 in a cluster runs tile by tile (FlashMLA's split of the roles): consumer 0 computes S over the whole
+  // tile, the softmax and O columns 0..255 (P from registers); consumer 1 only O columns 256..511, with P and
+  // the row rescale factors from shared memory. A tile's refill then overlaps the next tile's work; with two
+  // tiles per iteration (the other configurations) the late half's refill waited for the iteration's end.
+  static constexpr bool kPerTile = CLUSTER_CTAS > 1;
   static constexpr int kConsumerRegs = !FP8 ? 224 : (RAW_BUFFERS > 1 ? 192 : 200);  // O half (128 f32) + S (32 f32) + P + softmax
-  static constexpr int kProducerRegs = !FP8 ? 56 : (RAW_BUFFERS > 1 ? 120 : 104);
+  static constexpr int kConsumer1Regs = kPerTile ? 160 : kConsumerRegs;  // tile by tile: O half + P address
+  static constexpr int kProducerRegs = !FP8 ? 56 : (kPerTile ? 152 : (RAW_BUFFERS > 1 ? 120 : 104));
   // setmaxnreg moves registers only within the CTA's own allocation: __launch_bounds__(kThreads, 1) gives
   // each thread 65536 / kThreads rounded down to a multiple of 8 (168), and the split may not exceed that.
   static constexpr int kLaunchRegs = 65536 / (kConsumerThreads + kProducerThreads) / 8 * 8;
-  static_assert(kConsumerRegs * kConsumerThreads + kProducerRegs * kProducerThreads <=
+  static_assert((kConsumerRegs + kConsumer1Regs) * (kConsumerThreads / 2) + kProducerRegs * kProducerThreads <=
                     kLaunchRegs * (kConsumerThreads + kProducerThreads),
                 "register split exceeds the CTA's allocation (setmaxnreg.inc would wait forever)");
-  static_assert(kConsumerRegs % 8 == 0 && kProducerRegs % 8 == 0, "setmaxnreg counts are multiples of 8");
+  static_assert(kConsumerRegs % 8 == 0 && kConsumer1Regs % 8 == 0 && kProducerRegs % 8 == 0,
+                "setmaxnreg counts are multiples of 8");
 
   // Gather: 8 producer threads per KV row (one 16-byte chunk of each 128-byte atom row each), 16 rows at
   // once, so a warp's cp.async covers four whole 128-byte lines.
