@@ -78,6 +78,24 @@ struct MoeTactics {
   int64_t gemm1 = -1, gemm2 = -1;
 };
 
+/// The problem shape a call's tactics belong to, besides its token count: what FlashInfer's profiler sizes and
+/// builds the grouped GEMMs from (everything tune() passes it but the tensors' data, the token count and
+/// enable_pdl, a launch attribute). Tactics chosen on one shape are not used for another (they may be slow
+/// there, or not run at all).
+struct MoeProblemShape {
+  int64_t hidden = 0;        ///< H: input.size(1)
+  int64_t intermediate = 0;  ///< I: fc2_weights.size(2)
+  int64_t experts = 0;       ///< E, the experts on this rank: fc2_weights.size(0)
+  int64_t top_k = 0;         ///< K: token_selected_experts.size(1)
+  MoeActivation activation = MoeActivation::swiglu;
+  bool bias = false;  ///< fc1_bias and fc2_bias given
+  int64_t tp_size = 1, tp_rank = 0, ep_size = 1, ep_rank = 0;
+
+  /// The shape of a call (`args` as run() takes them; not validated here).
+  static MoeProblemShape of(const FusedMoeArgs& args);
+  bool operator==(const MoeProblemShape&) const = default;
+};
+
 /// A FlashInfer FusedMoeRunner created once (module `init`) and reused for every call. Thread-safe
 /// (FlashInfer serialises calls per runner). Keeps its module loaded.
 class FusedMoeRunner {
@@ -93,25 +111,47 @@ class FusedMoeRunner {
   /// makes the device current (the runner does not) and launches on `stream`.
   void run(const FusedMoeArgs& args, cudaStream_t stream) const;
 
+  /// Tactics are kept per token-count bucket (the next power of two of the token count), and within a bucket
+  /// per problem shape (MoeProblemShape). A call of T tokens and shape P runs with, in this order:
+  ///   1. the tactics kept for (bucket of T, P): by tune() on a call of that bucket and shape, or by
+  ///      set_tactics(tokens, P, t);
+  ///   2. else those set for the bucket by set_tactics(tokens, t), which apply to every shape without its own;
+  ///   3. else the runner's defaults ({-1, -1}; run_moe gets no profile ids).
+  /// A later tune() or set_tactics() of the same entry replaces it. A runner shared by several models
+  /// (FusedMoeRunner::shared caches one per configuration, not per shape) so keeps each model's tuning.
+
   /// Chooses the tactics for calls shaped like `args` (validated as run() does): FlashInfer's profiler runs
   /// each candidate of gemm1, then of gemm2, on `args`' shapes (routing from its own synthetic data; no
   /// tensor of `args` is written), timed with CUDA events (median of 3 after one warm-up); candidates that
   /// fail to launch are skipped. The fastest pair is kept for the token-count bucket of args.input.size(0)
-  /// (the next power of two) and used by every later run() in that bucket; other buckets keep the default.
+  /// and the shape MoeProblemShape::of(args) (rule 1 above): later run()s of that bucket and shape use it;
+  /// other shapes and buckets are unaffected.
   /// The profiler runs on a stream the runner owns (FlashInfer keeps its profiler workspace, freed on the
   /// stream it came from), after the work queued on `stream`; later work on `stream` waits for it. Blocks
-  /// until done (call it at start-up, for the token counts you serve). Returns the tactics kept. A candidate
-  /// that leaves a sticky CUDA error (e.g. an illegal address) throws cuda_error naming the GEMM, the
-  /// candidate and the token count: the CUDA context is then lost. One tune() at a time per runner; run()
-  /// may run concurrently.
-  /// DeepSeek FP8 block-scale has one fixed configuration in FlashInfer 0.6.3: returns {-1, -1} at once.
+  /// until done (call it at start-up, for the token counts and shapes you serve). Returns the tactics kept.
+  /// A candidate that leaves a sticky CUDA error (e.g. an illegal address) throws cuda_error naming the GEMM,
+  /// the candidate and the token count: the CUDA context is then lost. One tune() at a time per runner;
+  /// run() may run concurrently.
+  /// DeepSeek FP8 block-scale has one fixed configuration in FlashInfer 0.6.3: returns {-1, -1} at once
+  /// (nothing is kept).
   MoeTactics tune(const FusedMoeArgs& args, cudaStream_t stream);
-  /// The tactics run() uses for `tokens` tokens ({-1, -1} where that bucket was not tuned).
+  /// The tactics run() uses for `tokens` tokens of `shape` (rules 1-3 above; {-1, -1}: the defaults).
+  MoeTactics tactics_for(int64_t tokens, const MoeProblemShape& shape) const;
+  /// The tactics set_tactics(tokens, t) set for the bucket of `tokens` ({-1, -1} if none): what run() uses
+  /// for a shape with no tactics of its own in that bucket. tune()'s results are per shape: read them with
+  /// tactics_for(tokens, shape).
   MoeTactics tactics_for(int64_t tokens) const;
-  /// Sets the tactics of the bucket of `tokens` (e.g. tune()'s results from an earlier process, for the same
-  /// module, shapes and GPU). Validated: tokens >= 1; each index -1 or below this runner's candidate count of
-  /// its GEMM; {-1, -1} only for DeepSeek FP8 block-scale. Nothing is launched.
+  /// Sets the tactics of the bucket of `tokens` for every shape that has none of its own there (rule 2: tactics
+  /// tune() kept, or set for a shape, take precedence and are left as they are). E.g. tune()'s results from
+  /// an earlier process for a runner that serves one shape, on the same module and GPU. Validated: tokens >= 1;
+  /// each index -1 or below this runner's candidate count of its GEMM; {-1, -1} only for DeepSeek FP8
+  /// block-scale. Nothing is launched.
   void set_tactics(int64_t tokens, const MoeTactics& tactics);
+  /// Sets the tactics of the bucket of `tokens` for `shape` only (rule 1), as tune() on such a call would keep
+  /// them: e.g. restoring several shapes' tunings from an earlier process. {-1, -1} pins the shape to the
+  /// defaults whatever set_tactics(tokens, t) set. Validated as above, and the shape's sizes >= 1, its
+  /// activation one FlashInfer knows, its tp/ep ranks below their sizes.
+  void set_tactics(int64_t tokens, const MoeProblemShape& shape, const MoeTactics& tactics);
 
   const FusedMoeConfig& config() const;  ///< backend resolved
   const std::string& uri() const;

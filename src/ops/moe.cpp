@@ -231,14 +231,26 @@ struct FusedMoeRunner::State {
   ffi::Function run_moe;
   FusedMoeConfig config;
   std::string uri;
-  // Tactics chosen by tune() or set by set_tactics(), per token-count bucket (log2 of the next power of two),
-  // with the profile_ids Array run_moe takes, built once. An unset bucket passes None: the runner's defaults.
+  // Tactics per token-count bucket (log2 of the next power of two), with the profile_ids Array run_moe takes,
+  // built once. `shapes`: those tune() chose (or set_tactics set) for one problem shape, which only calls of
+  // that shape use (a runner shared by several models keeps each model's); `any`: those set_tactics(tokens, t)
+  // set for every shape that has none of its own in the bucket. Neither: None, the runner's defaults.
   struct Tuned {
     MoeTactics tactics;
     ffi::ObjectRef profile_ids;
   };
+  struct Bucket {
+    std::optional<Tuned> any;
+    std::vector<std::pair<MoeProblemShape, Tuned>> shapes;  // a few shapes at most: searched linearly
+    // What a call of `shape` in this bucket uses: its shape's tactics, else `any`'s, else none.
+    const Tuned* find(const MoeProblemShape& shape) const {
+      for (const auto& [sh, t] : shapes)
+        if (sh == shape) return &t;
+      return any ? &*any : nullptr;
+    }
+  };
   mutable std::mutex tuned_mu;
-  std::array<Tuned, 64> tuned;
+  std::array<Bucket, 64> tuned;
   // One tune() at a time: the profiler's prepared shapes and workspace are the runner's; guards tune_stream.
   std::mutex tune_mu;
 };
@@ -285,10 +297,28 @@ std::string cuda_error_text(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
 }
 
-// Keeps `t` for the bucket of `tokens`, with the profile_ids Array run_moe takes (a gemm2 index below the
-// gemm2 count is read there as relative to gemm2's candidates).
-void keep_tactics(FusedMoeRunner::State& s, int64_t tokens, const MoeTactics& t);
+// Keeps `t` for the bucket of `tokens`, for `shape` only or (nullptr) for every shape without its own, with
+// the profile_ids Array run_moe takes (a gemm2 index below the gemm2 count is read there as relative to
+// gemm2's candidates).
+void keep_tactics(FusedMoeRunner::State& s, int64_t tokens, const MoeProblemShape* shape, const MoeTactics& t);
+// set_tactics' checks of the tactics themselves.
+void validate_tactics(const Validator& v, const FusedMoeRunner::State& s, const MoeTactics& tactics);
 }  // namespace
+
+MoeProblemShape MoeProblemShape::of(const FusedMoeArgs& a) {
+  MoeProblemShape p;
+  p.hidden = a.input.size(1);
+  p.intermediate = a.fc2_weights.size(2);
+  p.experts = a.fc2_weights.size(0);
+  p.top_k = a.token_selected_experts.size(1);
+  p.activation = a.activation;
+  p.bias = a.fc1_bias != nullptr;
+  p.tp_size = a.tp_size;
+  p.tp_rank = a.tp_rank;
+  p.ep_size = a.ep_size;
+  p.ep_rank = a.ep_rank;
+  return p;
+}
 
 FusedMoeRunner::FusedMoeRunner(std::unique_ptr<State> s) : s_(std::move(s)) {}
 FusedMoeRunner::FusedMoeRunner(FusedMoeRunner&&) noexcept = default;
@@ -361,8 +391,9 @@ void FusedMoeRunner::run(const FusedMoeArgs& a, cudaStream_t stream) const {
   }
   ffi::ObjectRef profile_ids;  // None: the runner's default tactics
   {
+    const MoeProblemShape shape = MoeProblemShape::of(a);
     std::lock_guard lock(s.tuned_mu);
-    profile_ids = s.tuned[token_bucket(a.input.size(0))].profile_ids;
+    if (const State::Tuned* t = s.tuned[token_bucket(a.input.size(0))].find(shape)) profile_ids = t->profile_ids;
   }
   ops::CurrentDeviceScope device_scope(s.config.device);  // the runner uses the current device
   ffi::invoke(s.run_moe, ffi::StreamBinding{a.input.device, stream}, nullptr, a.output, a.input,
@@ -376,7 +407,15 @@ void FusedMoeRunner::run(const FusedMoeArgs& a, cudaStream_t stream) const {
 MoeTactics FusedMoeRunner::tactics_for(int64_t tokens) const {
   ops::check_plan_alive(Validator(kTuneOp), s_.get(), "runner");
   std::lock_guard lock(s_->tuned_mu);
-  return s_->tuned[token_bucket(tokens)].tactics;
+  const auto& any = s_->tuned[token_bucket(tokens)].any;
+  return any ? any->tactics : MoeTactics{};
+}
+
+MoeTactics FusedMoeRunner::tactics_for(int64_t tokens, const MoeProblemShape& shape) const {
+  ops::check_plan_alive(Validator(kTuneOp), s_.get(), "runner");
+  std::lock_guard lock(s_->tuned_mu);
+  const State::Tuned* t = s_->tuned[token_bucket(tokens)].find(shape);
+  return t ? t->tactics : MoeTactics{};
 }
 
 MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
@@ -477,15 +516,42 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
     done.record(ts);
     cuda_check(cudaStreamWaitEvent(stream, done.get(), 0), kTuneOp);
   }
-  keep_tactics(s, tokens, chosen);
+  const MoeProblemShape shape = MoeProblemShape::of(a);
+  keep_tactics(s, tokens, &shape, chosen);
   return chosen;
 }
 
 void FusedMoeRunner::set_tactics(int64_t tokens, const MoeTactics& tactics) {
   const Validator v(kSetTacticsOp);
   ops::check_plan_alive(v, s_.get(), "runner");
-  State& s = *s_;
   if (tokens < 1) v.fail("tokens", "must be >= 1; got " + std::to_string(tokens));
+  validate_tactics(v, *s_, tactics);
+  keep_tactics(*s_, tokens, nullptr, tactics);
+}
+
+void FusedMoeRunner::set_tactics(int64_t tokens, const MoeProblemShape& shape, const MoeTactics& tactics) {
+  const Validator v(kSetTacticsOp);
+  ops::check_plan_alive(v, s_.get(), "runner");
+  if (tokens < 1) v.fail("tokens", "must be >= 1; got " + std::to_string(tokens));
+  // The shape's own checks, as run() makes them on a call's tensors (a shape no call can have is refused).
+  auto positive = [&](int64_t n, const char* name) {
+    v.require(n >= 1, name, "must be >= 1; got " + std::to_string(n));
+  };
+  positive(shape.hidden, "shape.hidden");
+  positive(shape.intermediate, "shape.intermediate");
+  positive(shape.experts, "shape.experts");
+  positive(shape.top_k, "shape.top_k");
+  v.one_of(static_cast<int64_t>(shape.activation), "shape.activation", {0, 1, 2, 3, 4, 6, 7});
+  v.in_range(shape.tp_size, "shape.tp_size", 1, 1 << 16);
+  v.in_range(shape.tp_rank, "shape.tp_rank", 0, shape.tp_size - 1);
+  v.in_range(shape.ep_size, "shape.ep_size", 1, 1 << 16);
+  v.in_range(shape.ep_rank, "shape.ep_rank", 0, shape.ep_size - 1);
+  validate_tactics(v, *s_, tactics);
+  keep_tactics(*s_, tokens, &shape, tactics);
+}
+
+namespace {
+void validate_tactics(const Validator& v, const FusedMoeRunner::State& s, const MoeTactics& tactics) {
   if (s.config.quantization == MoeQuantization::deepseek_fp8_block_scale && (tactics.gemm1 != -1 || tactics.gemm2 != -1))
     v.fail("tactics", "must be {-1, -1} for deepseek_fp8_block_scale (FlashInfer 0.6.3 runs one fixed configuration); got {" +
                           std::to_string(tactics.gemm1) + ", " + std::to_string(tactics.gemm2) + "}");
@@ -498,15 +564,23 @@ void FusedMoeRunner::set_tactics(int64_t tokens, const MoeTactics& tactics) {
       v.fail("tactics.gemm2", "must be -1 or in [0, " + std::to_string(gemm2_candidates) + ") (this runner's gemm2 candidates); got " +
                                   std::to_string(tactics.gemm2));
   }
-  keep_tactics(s, tokens, tactics);
 }
 
-namespace {
-void keep_tactics(FusedMoeRunner::State& s, int64_t tokens, const MoeTactics& t) {
+void keep_tactics(FusedMoeRunner::State& s, int64_t tokens, const MoeProblemShape* shape, const MoeTactics& t) {
   const int64_t ids[] = {t.gemm1, t.gemm2};
-  ffi::ObjectRef profile_ids = ffi::Array::from_int64(ids);
+  FusedMoeRunner::State::Tuned tuned{t, ffi::Array::from_int64(ids)};
   std::lock_guard lock(s.tuned_mu);
-  s.tuned[token_bucket(tokens)] = {t, std::move(profile_ids)};
+  auto& bucket = s.tuned[token_bucket(tokens)];
+  if (!shape) {
+    bucket.any = std::move(tuned);
+    return;
+  }
+  for (auto& [sh, kept] : bucket.shapes)
+    if (sh == *shape) {
+      kept = std::move(tuned);
+      return;
+    }
+  bucket.shapes.emplace_back(*shape, std::move(tuned));
 }
 }  // namespace
 

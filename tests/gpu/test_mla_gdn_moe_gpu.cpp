@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -443,16 +445,32 @@ void run_moe(const MoeCase& c) {
   auto runner = FusedMoeRunner::shared(*runtime(), cfg);
   Stream stream(0);
   if (c.tune) {
-    const MoeTactics chosen = runner->tune(a, stream);
+    // Which step a CUDA error belongs to: tune() and run() are each followed by their own synchronize, and
+    // the tactics tune() chose are printed before run() uses them.
+    const std::string case_name = std::string(pt ? "fp8 per-tensor" : ds ? "fp8 block-scale" : "bf16") + " T" +
+                                  std::to_string(T) + " E" + std::to_string(E) + " top" + std::to_string(K) + " H" +
+                                  std::to_string(Hd) + " I" + std::to_string(I);
+    SCOPED_TRACE(case_name);
+    MoeTactics chosen;
+    ASSERT_NO_THROW(chosen = runner->tune(a, stream)) << case_name << ": tune() threw";
+    std::cout << "[ tuned    ] " << case_name << ": tune() chose gemm1 " << chosen.gemm1 << ", gemm2 " << chosen.gemm2
+              << std::endl;
+    SCOPED_TRACE("tactics from tune(): gemm1 " + std::to_string(chosen.gemm1) + ", gemm2 " + std::to_string(chosen.gemm2));
+    ASSERT_NO_THROW(stream.synchronize()) << case_name << ": the stream failed right after tune(), before run()";
     EXPECT_GE(chosen.gemm1, 0) << "no gemm1 candidate ran";
     EXPECT_GE(chosen.gemm2, 0) << "no gemm2 candidate ran";
-    const MoeTactics kept = runner->tactics_for(T);
+    const MoeTactics kept = runner->tactics_for(T, MoeProblemShape::of(a));
     EXPECT_EQ(kept.gemm1, chosen.gemm1);
     EXPECT_EQ(kept.gemm2, chosen.gemm2);
     out.poison();
+    ASSERT_NO_THROW(runner->run(a, stream)) << case_name << ": run() with the tuned tactics threw";
+    ASSERT_NO_THROW(stream.synchronize()) << case_name << ": the stream failed after run() with the tuned tactics "
+                                          << "(gemm1 " << chosen.gemm1 << ", gemm2 " << chosen.gemm2
+                                          << "); tune() and the synchronize after it had succeeded";
+  } else {
+    runner->run(a, stream);
+    stream.synchronize();
   }
-  runner->run(a, stream);
-  stream.synchronize();
   out.download();
 
   // Reference on host views of the same bytes.
@@ -518,6 +536,7 @@ TEST(MlaGdnMoeGpu, MoeTunedTactics) {
   MoeCase bf16{256, 32, 8, 1024, 512, MoeQuantization::none, MoeRouting::distinct, 19};
   bf16.tune = true;
   run_moe(bf16);
+  if (HasFatalFailure()) return;  // a sticky CUDA error leaves the context unusable for the next case
   MoeCase fp8{300, 16, 4, 1024, 512, MoeQuantization::fp8_per_tensor, MoeRouting::repeated, 20};
   fp8.tune = true;
   run_moe(fp8);

@@ -588,6 +588,110 @@ TEST_F(MlaGdnMoeOps, MoeSetTacticsIsValidatedAndPassedByRun) {
   block.set_tactics(4, {-1, -1});
 }
 
+// Tactics are kept per (token bucket, problem shape): a runner shared by two models (FusedMoeRunner::shared is
+// per configuration) must not run one model's tuned tactics on the other's shape. The recording runner offers
+// no candidates, so tune() keeps {-1, -1}: run() then passes the list [-1,-1], and None where nothing applies.
+TEST_F(MlaGdnMoeOps, MoeTacticsAreKeptPerProblemShape) {
+  MoeFixture f;  // 4 tokens (bucket 4), H 256, I 128, E 8, top 2, swiglu
+  auto runner = FusedMoeRunner::create(*rt_, f.cfg);
+  (void)recorded("fused_moe_90");
+  auto profile_ids_of_run = [&](const FusedMoeArgs& args) {
+    runner.run(args, nullptr);
+    auto a = split(recorded("fused_moe_90"));
+    return a.size() == 25u ? a[22] : "unexpected record of " + std::to_string(a.size()) + " fields";
+  };
+  // Shapes that share f's token bucket but differ from it in one thing each.
+  auto with_tokens = [](MoeFixture& m, int64_t T) {
+    m.a.output = cuda_view(0x1000000, DType::bf16, {T, 256});
+    m.a.input = cuda_view(0x2000000, DType::bf16, {T, 256});
+    m.a.token_selected_experts = cuda_view(0x3000000, DType::i32, {T, 2});
+    m.a.token_final_scales = cuda_view(0x4000000, DType::f32, {T, 2});
+  };
+  MoeFixture experts, hidden, inter, top_k, act, bias, tp, ep, rank;
+  experts.a.fc1_weights = cuda_view(0x5000000, DType::bf16, {4, 256, 256});
+  experts.a.fc2_weights = cuda_view(0x6000000, DType::bf16, {4, 256, 128});
+  hidden.a.output = cuda_view(0x1000000, DType::bf16, {4, 128});
+  hidden.a.input = cuda_view(0x2000000, DType::bf16, {4, 128});
+  hidden.a.fc1_weights = cuda_view(0x5000000, DType::bf16, {8, 256, 128});
+  hidden.a.fc2_weights = cuda_view(0x6000000, DType::bf16, {8, 128, 128});
+  inter.a.fc1_weights = cuda_view(0x5000000, DType::bf16, {8, 128, 256});
+  inter.a.fc2_weights = cuda_view(0x6000000, DType::bf16, {8, 256, 64});
+  top_k.a.token_selected_experts = cuda_view(0x3000000, DType::i32, {4, 1});
+  top_k.a.token_final_scales = cuda_view(0x4000000, DType::f32, {4, 1});
+  act.a.activation = MoeActivation::geglu;
+  bias.a.fc1_bias = &bias.b1;
+  bias.a.fc2_bias = &bias.b2;
+  tp.a.tp_size = 2;
+  ep.a.ep_size = 2;
+  rank.a.ep_size = 2;
+  rank.a.ep_rank = 1;
+  const std::pair<const char*, MoeFixture*> others[] = {{"experts", &experts}, {"hidden", &hidden}, {"intermediate", &inter},
+                                                        {"top_k", &top_k},     {"activation", &act}, {"bias", &bias},
+                                                        {"tp_size", &tp},      {"ep_size", &ep},     {"ep_size and rank", &rank}};
+  EXPECT_EQ(profile_ids_of_run(f.a), "None");
+  runner.tune(f.a, nullptr);
+  (void)recorded("fused_moe_90");  // the profiler's preparation
+  EXPECT_EQ(profile_ids_of_run(f.a), "[i:-1,i:-1]");
+  for (const auto& [what, m] : others) {
+    EXPECT_NE(MoeProblemShape::of(m->a), MoeProblemShape::of(f.a)) << what;
+    EXPECT_EQ(profile_ids_of_run(m->a), "None") << "another " << what << " must not use f's tuned tactics";
+  }
+  // The rank alone tells shapes apart too.
+  runner.tune(ep.a, nullptr);
+  (void)recorded("fused_moe_90");
+  EXPECT_EQ(profile_ids_of_run(ep.a), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(rank.a), "None");
+  // Same shape, other token counts: 3 tokens share the bucket, 5 do not.
+  MoeFixture t3, t5;
+  with_tokens(t3, 3);
+  with_tokens(t5, 5);
+  EXPECT_EQ(MoeProblemShape::of(t3.a), MoeProblemShape::of(f.a));
+  EXPECT_EQ(profile_ids_of_run(t3.a), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(t5.a), "None");
+
+  // A second shape tuned in the same bucket: both keep their own.
+  runner.tune(experts.a, nullptr);
+  (void)recorded("fused_moe_90");
+  EXPECT_EQ(profile_ids_of_run(experts.a), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(f.a), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(hidden.a), "None");
+
+  // set_tactics(tokens, t) applies to every shape of the bucket without tactics of its own; tactics_for(tokens)
+  // reads those, tactics_for(tokens, shape) what run() uses.
+  EXPECT_EQ(runner.tactics_for(4).gemm1, -1);
+  runner.set_tactics(4, MoeTactics{});
+  EXPECT_EQ(profile_ids_of_run(hidden.a), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(t5.a), "None");  // bucket 8
+  EXPECT_EQ(runner.tactics_for(4, MoeProblemShape::of(hidden.a)).gemm2, -1);
+
+  // set_tactics(tokens, shape, t): that shape only; validated.
+  MoeFixture t16, inter16;
+  with_tokens(t16, 16);
+  with_tokens(inter16, 16);
+  inter16.a.fc1_weights = inter.a.fc1_weights;
+  inter16.a.fc2_weights = inter.a.fc2_weights;
+  runner.set_tactics(9, MoeProblemShape::of(t16.a), MoeTactics{});  // bucket 16
+  (void)recorded("fused_moe_90");
+  EXPECT_EQ(profile_ids_of_run(t16.a), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(inter16.a), "None");
+  MoeProblemShape bad = MoeProblemShape::of(f.a);
+  bad.hidden = 0;
+  EXPECT_INVALID(runner.set_tactics(4, bad, MoeTactics{}), "'shape.hidden' must be >= 1");
+  bad = MoeProblemShape::of(f.a);
+  bad.top_k = -1;
+  EXPECT_INVALID(runner.set_tactics(4, bad, MoeTactics{}), "shape.top_k");
+  bad = MoeProblemShape::of(f.a);
+  bad.ep_rank = 2;
+  bad.ep_size = 2;
+  EXPECT_INVALID(runner.set_tactics(4, bad, MoeTactics{}), "shape.ep_rank");
+  bad = MoeProblemShape::of(f.a);
+  bad.activation = static_cast<MoeActivation>(5);
+  EXPECT_INVALID(runner.set_tactics(4, bad, MoeTactics{}), "shape.activation");
+  EXPECT_INVALID(runner.set_tactics(0, MoeProblemShape::of(f.a), MoeTactics{}), "'tokens' must be >= 1");
+  EXPECT_INVALID(runner.set_tactics(4, MoeProblemShape::of(f.a), MoeTactics{0, -1}), "'tactics.gemm1' must be -1 or in [0, 0)");
+  EXPECT_EQ(recorded("fused_moe_90"), "");
+}
+
 TEST_F(MlaGdnMoeOps, MoeFp8PerTensorScalesAreTensorObjects) {
   MoeFixture f(MoeQuantization::fp8_per_tensor);
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);

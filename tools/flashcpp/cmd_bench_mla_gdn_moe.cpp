@@ -233,6 +233,17 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
                   double(after.device_allocations - before.device_allocations) / double(iters),
                   (unsigned long long)(reserved_after - reserved_before), tactics_label);
     };
+    // The "default" row runs the runner's defaults. The runner is shared per configuration, and tactics are
+    // kept per (token bucket, problem shape): another shape's tuning never applies here, but an earlier
+    // token count of this shape in the same power-of-two bucket may have been tuned; {-1, -1} for this
+    // shape overrides that (run_moe treats it as no profile ids).
+    const MoeProblemShape problem = MoeProblemShape::of(a);
+    if (tune) runner->set_tactics(T, problem, MoeTactics{});
+    const MoeTactics used = runner->tactics_for(T, problem);
+    if (used.gemm1 != -1 || used.gemm2 != -1)
+      throw Error(ErrorCode::internal, "bench-mla-gdn-moe: the default row of " + std::string(shape.name) +
+                                           " would run tactics (" + std::to_string(used.gemm1) + "," +
+                                           std::to_string(used.gemm2) + ")");
     measure_and_report("default");
     if (tune) {
       const MoeTactics t = runner->tune(a, stream);

@@ -64,14 +64,20 @@ flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config
 flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* runner, const flashcpp_fused_moe_args* args,
                                        void* stream);
 /* Chooses the runner's GEMM tactics for calls shaped like *args (FusedMoeRunner::tune in flashcpp/moe.hpp):
- * times every candidate of both grouped GEMMs on `stream` and synchronizes it; later runs whose token count
- * falls in the same power-of-two bucket use the tactics chosen. *out_gemm1 / *out_gemm2 (each may be NULL)
- * receive them (-1: the runner's default; DeepSeek FP8 block-scale has only that). Since ABI 3.1.0. */
+ * times every candidate of both grouped GEMMs on `stream` and synchronizes it; later runs of the same problem
+ * shape (hidden and intermediate sizes, experts, top_k, activation, biases, tp/ep sizes and ranks:
+ * MoeProblemShape in flashcpp/moe.hpp) whose token count falls in the same power-of-two bucket use the tactics chosen; runs of
+ * other shapes do not. *out_gemm1 / *out_gemm2 (each may be NULL) receive them (-1: the runner's default;
+ * DeepSeek FP8 block-scale has only that). Since ABI 3.1.0. */
 flashcpp_status flashcpp_fused_moe_tune(flashcpp_fused_moe_runner* runner, const flashcpp_fused_moe_args* args,
                                         void* stream, int64_t* out_gemm1, int64_t* out_gemm2);
-/* The tactics runs of `tokens` tokens use (-1: the runner's default), and setting them (e.g. tuned in an
- * earlier process for the same module, shapes and GPU; each index -1 or below the runner's candidate count,
- * tokens >= 1). Since ABI 3.1.0. */
+/* The shape-independent tactics of the bucket of `tokens` (-1: the runner's default), and setting them (each
+ * index -1 or below the runner's candidate count, tokens >= 1): runs of that bucket use them for every shape
+ * that flashcpp_fused_moe_tune has not tuned in that bucket; tuned shapes keep their own tactics, which
+ * flashcpp_fused_moe_tactics does not report (flashcpp_fused_moe_tune returns them). E.g. restoring the
+ * results of flashcpp_fused_moe_tune from an earlier process, for a runner serving one shape on the same
+ * module and GPU. (FusedMoeRunner::tactics_for / set_tactics in flashcpp/moe.hpp; the C++ API also has
+ * per-shape overloads.) Since ABI 3.1.0. */
 flashcpp_status flashcpp_fused_moe_tactics(const flashcpp_fused_moe_runner* runner, int64_t tokens, int64_t* out_gemm1,
                                            int64_t* out_gemm2);
 flashcpp_status flashcpp_fused_moe_set_tactics(flashcpp_fused_moe_runner* runner, int64_t tokens, int64_t gemm1,
