@@ -91,10 +91,10 @@ SparseKernel auto_fp8_kernel(const SparseAttentionParams& p) {
 SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {
   if (force_simple_kernel() || !hopper || !sparse_attention_sm90_handles(p)) return SparseKernel::simple;
   if (p.kv_format == KvFormat::bf16) return SparseKernel::wgmma_sm90;
-  // V4 pages on the wgmma kernel only on request (FLASHCPP_MLA_FP8_KERNEL=wgmma, mla-bench --fp8-kernel wgmma)
-  // until its GPU tests have run; the simple kernel otherwise.
+  // V4 pages: the wgmma kernel (its GPU tests passed on the H200, 2026-12-01); the mma.sync kernel has no V4
+  // path, so forcing it runs the simple kernel.
   if (p.kv_format == KvFormat::fp8_v4)
-    return fp8_decode_kernel() == SparseKernel::wgmma_sm90 ? SparseKernel::wgmma_sm90 : SparseKernel::simple;
+    return fp8_decode_kernel() == SparseKernel::mma_sm90 ? SparseKernel::simple : SparseKernel::wgmma_sm90;
   return fp8_decode_kernel().value_or(auto_fp8_kernel(p));
 }
 

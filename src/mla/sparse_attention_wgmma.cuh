@@ -19,8 +19,10 @@
 //     bulk-copies those rows into the peer's tile (completing transactions on the peer's full barrier); a half-tile is
 //     free only when the consumers of both CTAs released it (they arrive on both CTAs' empty barriers).
 //     The halved register need of the producer holds two raw buffers: the loads of the next half-tile
-//     are in flight while one is dequantized. (docs/MLA.md: measurements and the automatic choice between
-//     this kernel and the mma.sync kernel for FP8 decode.)
+//     are in flight while one is dequantized. The cluster runs tile by tile (Config::kPerTile,
+//     consumer_per_tile): consumer 0 computes S of each whole tile and the softmax, consumer 1 only its half
+//     of P V; the rest of this list describes the two-tile iteration of the other configurations.
+//     (docs/MLA.md: measurements and the automatic choice between this kernel and the mma.sync kernel.)
 //   * Iteration i handles tiles A = 2i and B = 2i + 1. Consumer 0 computes S_A = Q K_A^T and consumer 1
 //     S_B = Q K_B^T (wgmma m64n64k16, both operands in shared memory). They exchange row maxima (one named
 //     barrier), so both use the same running max and their O halves stay consistent. Consumer 0 owns O

@@ -93,10 +93,10 @@ TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeadsAndWorkPerPart) {
   EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
 }
 
-// V4 pages: the wgmma kernel takes them only when it is asked for (until its GPU tests have run), and only
-// shapes it handles: page strides of 16-byte multiples, pool slot counts of whole 64-row tiles, an extra pool
-// present wherever it has slots.
-TEST(MlaKernelSelect, V4PagesRunOnTheWgmmaKernelOnlyOnRequest) {
+// V4 pages: the wgmma kernel takes them (automatic or forced; forcing the mma.sync kernel, which has no V4
+// path, runs the simple one), and only shapes it handles: page strides of 16-byte multiples, pool slot counts
+// of whole 64-row tiles, an extra pool present wherever it has slots.
+TEST(MlaKernelSelect, V4PagesRunOnTheWgmmaKernel) {
   Fp8KernelScope scope;
   kernels::SparseAttentionParams p = decode_params();
   p.kv_format = KvFormat::fp8_v4;
@@ -110,7 +110,7 @@ TEST(MlaKernelSelect, V4PagesRunOnTheWgmmaKernelOnlyOnRequest) {
   p.extra_block_stride_bytes = 256 * 584;
   EXPECT_TRUE(kernels::sparse_attention_sm90_handles(p));
   kernels::set_fp8_decode_kernel(std::nullopt);
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::simple);
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
   kernels::set_fp8_decode_kernel(SparseKernel::mma_sm90);
   EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::simple);
   kernels::set_fp8_decode_kernel(SparseKernel::wgmma_sm90);
