@@ -4,7 +4,7 @@ torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm,
 tensor-core path with fa2), batch prefill over a paged cache (fa2 and fa3) and batch MLA (fa2 and sm90).
 
 Both sides load the same compiled module: FlashInfer takes a module from `<flashinfer package>/data/aot/<uri>/`
-before it would compile one, so scripts/flashinfer-python-check.sh links the modules `flashcpp build` made there;
+before it would compile one, so `scripts/gpu-check.sh flashinfer-python` links the modules `flashcpp build` made there;
 flashcpp finds them through FLASHCPP_MODULE_PATH. The plans are made from the same host arrays with the same
 workspace sizes, so FlashInfer's planner (inside the module) makes the same split decisions on both sides.
 
