@@ -491,6 +491,36 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         }
       }
     };
+    // This CTA's rows of a half tile into `tile`: the dequantized e4m3 chunks and, with the peer (kRopeByPeer),
+    // the right half's RoPE pieces.
+    auto store_rows = [&](uint32_t tile, int half, const uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
+                          const float2 (&b_scale)[C::kDequantRowsPerThread],
+                          const uint4 (&b_rope)[C::kRopeByPeer ? C::kDequantRowsPerThread : 1]) {
+#pragma unroll
+      for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
+        const int row = (rank * C::kDequantRowsPerThread + r) * C::kRowsPerPass + group;
+#pragma unroll
+        for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
+          const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
+          if constexpr (C::kFp8V4) {
+            if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom
+          }
+          uint4 lo, hi;
+          fp8::dequant_e4m3x16(b_raw[r][j], j == 0 ? b_scale[r].x : b_scale[r].y, lo, hi);
+          // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks):
+          // the upper four store their odd chunk first, so each store instruction is conflict-free.
+          const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
+          const bool odd_first = (sub & 4) != 0;
+          const uint32_t a0 = atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0));
+          const uint32_t a1 = atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1));
+          st_shared_v4(a0, odd_first ? hi : lo);
+          st_shared_v4(a1, odd_first ? lo : hi);
+        }
+        if constexpr (C::kRopeByPeer) {  // RoPE dims (bf16 in the cache): the last atom
+          if (half == 1) st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r]);
+        }
+      }
+    };
     if constexpr (C::kPerTile) {
       // Tile by tile: tile jj's left half, then its right half, into buffer g & 1 (g counts tiles across work
       // items). Raw bytes (buffer = half) are loaded one half ahead; indices (idx_cur: tiles jj, jj + 1;
@@ -508,27 +538,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           if (half == 0) load_fp8(idx_cur[0], 1, tile_extra(tile_no), raw[1], scale[1], rope[1]);
           else if (jj + 1 < n_tiles) load_fp8(idx_cur[1], 0, tile_extra(tile_no + 1), raw[0], scale[0], rope[0]);
           if (g >= 2) mbar_wait(sm.bar_empty(t, half), ((g >> 1) - 1) & 1);
-#pragma unroll
-          for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
-            const int row = (rank * C::kDequantRowsPerThread + r) * C::kRowsPerPass + group;
-#pragma unroll
-            for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
-              const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
-              if constexpr (C::kFp8V4) {
-                if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom (stored below)
-              }
-              uint4 lo, hi;
-              fp8::dequant_e4m3x16(raw[half][r][j], j == 0 ? scale[half][r].x : scale[half][r].y, lo, hi);
-              // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks):
-              // the upper four store their odd chunk first, so each store instruction is conflict-free.
-              const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
-              const bool odd_first = (sub & 4) != 0;
-              st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), odd_first ? hi : lo);
-              st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), odd_first ? lo : hi);
-            }
-            if (half == 1)  // RoPE dims (bf16 in the cache): the last atom
-              st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), rope[1][r]);
-          }
+          store_rows(tile, half, raw[half], scale[half], rope[half]);
           if (half == 0 && sub == 0) {
 #pragma unroll
             for (int r = 0; r < C::kRowsPerThread; ++r)
@@ -610,33 +620,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           }
           if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
           const uint32_t peer_full = C::kCluster ? sm.peer(sm.bar_full(t, half)) : 0;
-#pragma unroll
-          for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
-            const int row = (rank * C::kDequantRowsPerThread + r) * C::kRowsPerPass + group;
-#pragma unroll
-            for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
-              const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
-              if constexpr (C::kFp8V4) {
-                if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom (stored below)
-              }
-              uint4 lo, hi;
-              fp8::dequant_e4m3x16(raw[cur][r][j], j == 0 ? scale[cur][r].x : scale[cur][r].y, lo, hi);
-              // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks):
-              // the upper four store their odd chunk first, so each store instruction is conflict-free.
-              const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
-              const bool odd_first = (sub & 4) != 0;
-              const uint32_t a0 = atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0));
-              const uint32_t a1 = atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1));
-              st_shared_v4(a0, odd_first ? hi : lo);
-              st_shared_v4(a1, odd_first ? lo : hi);
-            }
-            if constexpr (C::kRopeByPeer) {  // RoPE dims (bf16 in the cache): the last atom
-              if (half == 1) {
-                const uint32_t a = tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub);
-                st_shared_v4(a, rope[cur][r]);
-              }
-            }
-          }
+          store_rows(tile, half, raw[cur], scale[cur], rope[cur]);
 #pragma unroll
           for (int r = 0; r < C::kRowsPerThread; ++r) {
             const int row = r * C::kRowsPerPass + group;
@@ -707,13 +691,135 @@ __device__ __forceinline__ void gemm_qk(float (&s)[32], uint64_t desc_q, uint64_
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Consumer pieces shared by both schedules (two tiles per iteration, and tile by tile). A thread holds rows
+// r0 = 16 warp + g and r1 = r0 + 8 of the 64, columns 2t, 2t + 1 of each 8-column block (t = lane & 3).
+
+// Masks S (slots whose valid flag is 0 become -inf; `flags` = the tile's flags + 2t), scales it to base 2 and
+// returns the two rows' maxima over the tile (reduced over the four lanes of a row).
+__device__ __forceinline__ void mask_scale_rowmax(float (&s)[32], const uint8_t* flags, float scale_log2, float& mx0,
+                                                  float& mx1) {
+  mx0 = -INFINITY;
+  mx1 = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t v = *reinterpret_cast<const uint16_t*>(flags + 8 * j);
+    const bool v0 = (v & 0xffu) != 0, v1 = (v >> 8) != 0;
+    s[4 * j + 0] = v0 ? s[4 * j + 0] * scale_log2 : -INFINITY;
+    s[4 * j + 1] = v1 ? s[4 * j + 1] * scale_log2 : -INFINITY;
+    s[4 * j + 2] = v0 ? s[4 * j + 2] * scale_log2 : -INFINITY;
+    s[4 * j + 3] = v1 ? s[4 * j + 3] * scale_log2 : -INFINITY;
+    mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+}
+
+// P = exp2(S - mu) (bf16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks 2 kk,
+// 2 kk + 1); adds this thread's part of each row's sum.
+__device__ __forceinline__ void softmax_numerators(const float (&s)[32], float mu0, float mu1, uint32_t (&pf)[16],
+                                                   float& sum0, float& sum1) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    float e[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = fast_exp2(s[8 * kk + i] - ((i & 2) ? mu1 : mu0));
+    sum0 += e[0] + e[1] + e[4] + e[5];
+    sum1 += e[2] + e[3] + e[6] + e[7];
+    pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2t
+    pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
+    pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2t
+    pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
+  }
+}
+
+// P to shared memory for the other consumer (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)).
+__device__ __forceinline__ void store_p(uint32_t p_addr, const uint32_t (&pf)[16], int r0, int r1, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int kk = j >> 1, hi = j & 1;
+    st_shared_u32(p_addr + r0 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi]);
+    st_shared_u32(p_addr + r1 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi + 1]);
+  }
+}
+
+__device__ __forceinline__ void rescale_rows(float (&o)[128], float alpha0, float alpha1) {
+  if (alpha0 != 1.f || alpha1 != 1.f) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j + 0] *= alpha0;
+      o[4 * j + 1] *= alpha0;
+      o[4 * j + 2] *= alpha1;
+      o[4 * j + 3] *= alpha1;
+    }
+  }
+}
+
+// The item's result for this thread's rows of O columns W*256 .. +256: the split's partial row (O / l in f32,
+// lse; -inf when empty), or out = O / (l + sink term) with lse and max_logits. `row_sum(h)`: the full row sum
+// of row r0 (h 0) or r1 (h 1).
+template <class C, int W, class RowSum>
+__device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, const ItemInfo& w, int head0, int r0,
+                                                int r1, int t, const float (&o)[128], float m0, float m1,
+                                                RowSum row_sum) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (w.accum_row >= 0) {
+    if (w.write_partial == 0) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = h == 0 ? r0 : r1;
+      const int head = head0 + row;
+      if (head >= p.h_q) continue;
+      const float m = h == 0 ? m0 : m1;
+      const float l = row_sum(h);
+      const bool empty = m == -INFINITY;
+      const float inv = empty ? 0.f : 1.f / l;
+      float* dst = p.o_accum + (w.accum_row * p.h_q + head) * C::kDv + W * C::kHalfDv + 2 * t;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (W == 0 && t == 0) p.lse_accum[w.accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
+    }
+    return;
+  }
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + w.token * p.out_stride_token + W * C::kHalfDv + 2 * t;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = h == 0 ? r0 : r1;
+    const int head = head0 + row;
+    if (head >= p.h_q) continue;
+    const float m = h == 0 ? m0 : m1;
+    const float l = row_sum(h);
+    const bool empty = m == -INFINITY;
+    float denom = l;
+    if (p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
+    const float inv = empty ? 0.f : 1.f / denom;
+    if (W == 0 && t == 0) {
+      if (p.lse != nullptr) {
+        const int64_t lse_token = p.lse_stride_request < 0
+                                      ? w.token * p.lse_stride_token
+                                      : (w.token / p.tokens_per_request) * p.lse_stride_request +
+                                            (w.token % p.tokens_per_request) * p.lse_stride_token;
+        p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
+      }
+      if (p.max_logits != nullptr)
+        p.max_logits[w.token * p.max_logits_stride_token + head * p.max_logits_stride_head] = empty ? -INFINITY : m * kLn2;
+    }
+    uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Consumer warpgroup W: S of tile W, softmax with the shared running max, O columns W*256 .. +256.
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
                                          float* s_max, float* s_sum, const ItemInfo* s_item,
                                          const WorkList<SPLIT, C::kFp8V4>& work, int head0) {
-  constexpr float kLn2 = 0.6931471805599453f;
-  constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kOther = 1 - W;
   const SparseAttentionParams& p = args.p;
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
@@ -770,25 +876,8 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       fence_regs(s);
 
       // ---- Phase softmax: mask, scale to base 2, row max shared with the other consumer.
-      float mx0 = -INFINITY, mx1 = -INFINITY;
-      {
-        const uint8_t* vf = s_valid + W * C::kTile + 2 * t;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const uint32_t v = *reinterpret_cast<const uint16_t*>(vf + 8 * j);
-          const bool v0 = (v & 0xffu) != 0, v1 = (v >> 8) != 0;
-          s[4 * j + 0] = v0 ? s[4 * j + 0] * args.scale_log2 : -INFINITY;
-          s[4 * j + 1] = v1 ? s[4 * j + 1] * args.scale_log2 : -INFINITY;
-          s[4 * j + 2] = v0 ? s[4 * j + 2] * args.scale_log2 : -INFINITY;
-          s[4 * j + 3] = v1 ? s[4 * j + 3] * args.scale_log2 : -INFINITY;
-          mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
-          mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      }
+      float mx0, mx1;
+      mask_scale_rowmax(s, s_valid + W * C::kTile + 2 * t, args.scale_log2, mx0, mx1);
       if (t == 0) {
         s_max[W * C::kHeads + r0] = mx0;
         s_max[W * C::kHeads + r1] = mx1;
@@ -802,47 +891,21 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       m0 = n0;
       m1 = n1;
 
-      // P (bf16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks 2 kk, 2 kk + 1).
       uint32_t pf[16];
       float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        float e[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) e[i] = fast_exp2(s[8 * kk + i] - ((i & 2) ? mu1 : mu0));
-        sum0 += e[0] + e[1] + e[4] + e[5];
-        sum1 += e[2] + e[3] + e[6] + e[7];
-        pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2t
-        pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
-        pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2t
-        pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
-      }
+      softmax_numerators(s, mu0, mu1, pf, sum0, sum1);
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
       // P_A overwrites tile A's RoPE atom: its copies are confirmed landed (bar_rope_landed; complete by now
       // in practice, S_A and S_B have read them).
       if constexpr (W == 0 && C::kPAInRope) mbar_wait(sm.bar_rope_landed(), phase);
-      // P to shared memory for the other consumer (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)).
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int kk = j >> 1, hi = j & 1;
-        st_shared_u32(p_own + r0 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi]);
-        st_shared_u32(p_own + r1 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi + 1]);
-      }
+      store_p(p_own, pf, r0, r1, g, t);
       fence_proxy_async();
       named_arrive(W == 0 ? kBarPReadyA : kBarPReadyB);
       // P_A in tile A's RoPE block: the producer's next RoPE copy there also waits for these stores.
       if constexpr (W == 0 && C::kPAInRope) release(0, 1, std::true_type{});
 
-      if (alpha0 != 1.f || alpha1 != 1.f) {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          o[4 * j + 0] *= alpha0;
-          o[4 * j + 1] *= alpha0;
-          o[4 * j + 2] *= alpha1;
-          o[4 * j + 3] *= alpha1;
-        }
-      }
+      rescale_rows(o, alpha0, alpha1);
 
       // ---- Phase PV: O_W += P_W V_W (P from registers), then O_W += P_other V_other (P from smem).
       fence_regs(o);
@@ -882,53 +945,10 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       sums[W * C::kHeads + r1] = l1;
     }
     named_sync(kBarMax);
-    if (w.accum_row >= 0) {
-      if (w.write_partial == 0) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = h == 0 ? r0 : r1;
-        const int head = head0 + row;
-        if (head >= p.h_q) continue;
-        const float m = h == 0 ? m0 : m1;
-        const float l = sums[row] + sums[C::kHeads + row];
-        const bool empty = m == -INFINITY;
-        const float inv = empty ? 0.f : 1.f / l;
-        float* dst = p.o_accum + (w.accum_row * p.h_q + head) * C::kDv + W * C::kHalfDv + 2 * t;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-          *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-        if (W == 0 && t == 0) p.lse_accum[w.accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
-      }
-      continue;
-    }
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + w.token * p.out_stride_token + W * C::kHalfDv + 2 * t;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    write_item_rows<C, W>(p, w, head0, r0, r1, t, o, m0, m1, [&](int h) {
       const int row = h == 0 ? r0 : r1;
-      const int head = head0 + row;
-      if (head >= p.h_q) continue;
-      const float m = h == 0 ? m0 : m1;
-      const float l = sums[row] + sums[C::kHeads + row];
-      const bool empty = m == -INFINITY;
-      float denom = l;
-      if (p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
-      const float inv = empty ? 0.f : 1.f / denom;
-      if (W == 0 && t == 0) {
-        if (p.lse != nullptr) {
-          const int64_t lse_token = p.lse_stride_request < 0
-                                        ? w.token * p.lse_stride_token
-                                        : (w.token / p.tokens_per_request) * p.lse_stride_request +
-                                              (w.token % p.tokens_per_request) * p.lse_stride_token;
-          p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
-        }
-        if (p.max_logits != nullptr)
-          p.max_logits[w.token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
-              empty ? -INFINITY : m * kLn2;
-      }
-      uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head);
-#pragma unroll
-      for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-    }
+      return sums[row] + sums[C::kHeads + row];
+    });
   }
 }
 
@@ -942,8 +962,6 @@ template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
                                                   float* s_alpha, float* s_sum, const ItemInfo* s_item,
                                                   const WorkList<SPLIT, C::kFp8V4>& work, int head0) {
-  constexpr float kLn2 = 0.6931471805599453f;
-  constexpr float kLog2e = 1.4426950408889634f;
   const SparseAttentionParams& p = args.p;
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, quad = lane & 3;
@@ -994,23 +1012,8 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
         fence_regs(s);
 
         // ---- Phase softmax: mask, scale to base 2, row max over the four lanes of a row.
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-        const uint8_t* vf = s_valid + buf * C::kTile + 2 * quad;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const uint32_t v = *reinterpret_cast<const uint16_t*>(vf + 8 * j);
-          const bool v0 = (v & 0xffu) != 0, v1 = (v >> 8) != 0;
-          s[4 * j + 0] = v0 ? s[4 * j + 0] * args.scale_log2 : -INFINITY;
-          s[4 * j + 1] = v1 ? s[4 * j + 1] * args.scale_log2 : -INFINITY;
-          s[4 * j + 2] = v0 ? s[4 * j + 2] * args.scale_log2 : -INFINITY;
-          s[4 * j + 3] = v1 ? s[4 * j + 3] * args.scale_log2 : -INFINITY;
-          mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
-          mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float mx0, mx1;
+        mask_scale_rowmax(s, s_valid + buf * C::kTile + 2 * quad, args.scale_log2, mx0, mx1);
         const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
         const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
         const float mu1 = n1 == -INFINITY ? 0.f : n1;
@@ -1019,29 +1022,13 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
         m0 = n0;
         m1 = n1;
         float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          float e[8];
-#pragma unroll
-          for (int i = 0; i < 8; ++i) e[i] = fast_exp2(s[8 * kk + i] - ((i & 2) ? mu1 : mu0));
-          sum0 += e[0] + e[1] + e[4] + e[5];
-          sum1 += e[2] + e[3] + e[6] + e[7];
-          pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2 quad
-          pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
-          pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2 quad
-          pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
-        }
+        softmax_numerators(s, mu0, mu1, pf, sum0, sum1);
         l0 = l0 * alpha0 + sum0;
         l1 = l1 * alpha1 + sum1;
         // P (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)) and the rescale factors for consumer 1,
         // once consumer 1's P V of the previous tile is done with the buffer.
         if (gt > 0) named_sync(kBarPFree);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int kk = j >> 1, hi = j & 1;
-          st_shared_u32(p_smem + r0 * 128 + ((j ^ g) << 4) + 4 * quad, pf[4 * kk + 2 * hi]);
-          st_shared_u32(p_smem + r1 * 128 + ((j ^ g) << 4) + 4 * quad, pf[4 * kk + 2 * hi + 1]);
-        }
+        store_p(p_smem, pf, r0, r1, g, quad);
         if (quad == 0) {
           s_alpha[buf * C::kHeads + r0] = alpha0;
           s_alpha[buf * C::kHeads + r1] = alpha1;
@@ -1057,15 +1044,7 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
         alpha0 = s_alpha[buf * C::kHeads + r0];
         alpha1 = s_alpha[buf * C::kHeads + r1];
       }
-      if (alpha0 != 1.f || alpha1 != 1.f) {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          o[4 * j + 0] *= alpha0;
-          o[4 * j + 1] *= alpha0;
-          o[4 * j + 2] *= alpha1;
-          o[4 * j + 3] *= alpha1;
-        }
-      }
+      rescale_rows(o, alpha0, alpha1);
 
       // ---- Phase PV: O_W += P V_W (consumer 0: P from registers; consumer 1: from shared memory).
       fence_regs(o);
@@ -1115,53 +1094,7 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
       m0 = sums[C::kHeads + r0];
       m1 = sums[C::kHeads + r1];
     }
-    if (w.accum_row >= 0) {
-      if (w.write_partial == 0) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = h == 0 ? r0 : r1;
-        const int head = head0 + row;
-        if (head >= p.h_q) continue;
-        const float m = h == 0 ? m0 : m1;
-        const float l = h == 0 ? l0 : l1;
-        const bool empty = m == -INFINITY;
-        const float inv = empty ? 0.f : 1.f / l;
-        float* dst = p.o_accum + (w.accum_row * p.h_q + head) * C::kDv + W * C::kHalfDv + 2 * quad;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-          *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-        if (W == 0 && quad == 0) p.lse_accum[w.accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
-      }
-      continue;
-    }
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + w.token * p.out_stride_token + W * C::kHalfDv + 2 * quad;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = h == 0 ? r0 : r1;
-      const int head = head0 + row;
-      if (head >= p.h_q) continue;
-      const float m = h == 0 ? m0 : m1;
-      const float l = h == 0 ? l0 : l1;
-      const bool empty = m == -INFINITY;
-      float denom = l;
-      if (p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
-      const float inv = empty ? 0.f : 1.f / denom;
-      if (W == 0 && quad == 0) {
-        if (p.lse != nullptr) {
-          const int64_t lse_token = p.lse_stride_request < 0
-                                        ? w.token * p.lse_stride_token
-                                        : (w.token / p.tokens_per_request) * p.lse_stride_request +
-                                              (w.token % p.tokens_per_request) * p.lse_stride_token;
-          p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
-        }
-        if (p.max_logits != nullptr)
-          p.max_logits[w.token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
-              empty ? -INFINITY : m * kLn2;
-      }
-      uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head);
-#pragma unroll
-      for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-    }
+    write_item_rows<C, W>(p, w, head0, r0, r1, quad, o, m0, m1, [l0, l1](int h) { return h == 0 ? l0 : l1; });
   }
   if constexpr (W == 0) {
     if (tiles_before > 0) named_sync(kBarPFree);  // consumer 1's arrival after the last tile
