@@ -37,7 +37,8 @@ struct Config {
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   // The FP8 producer holds a half tile's raw bytes (8 x 16 B per thread) in registers while it waits for
-  // the buffer, so it gets more; with two raw buffers (cluster) more still (ptxas: 120 spills ~140 bytes).
+  // the buffer, so it gets more; in a cluster (two raw buffers, tile by tile) 152, taken from consumer 1
+  // (ptxas, CUDA 13.0: no spills in the cluster instantiations).
   // FP8 in a cluster runs tile by tile (FlashMLA's split of the roles): consumer 0 computes S over the whole
   // tile, the softmax and O columns 0..255 (P from registers); consumer 1 only O columns 256..511, with P and
   // the row rescale factors from shared memory. A tile's refill then overlaps the next tile's work; with two
