@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
-#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [moe]
-#                             [flashinfer-python] [bench] [sanitize]
+#   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [mla-small]
+#                             [moe] [flashinfer-python] [bench] [sanitize]
 #   (default: all but mla-quick, moe and flashinfer-python: the sparse MLA check, tests and the issues' timing
 #   cases; the fused MoE tests, its benchmark with and without tuned tactics and the PyTorch side, which need
 #   fused_moe_90; FlashInfer's own Python API beside flashcpp, which needs the wheels in .whl/, below)
@@ -129,9 +129,27 @@ if has mla-v4; then
   done
 fi
 
+if has mla-small; then
+  # Small-batch FP8 decode against the number of split-KV parts (the plan takes its part count from the SM
+  # count): both Hopper kernels at b 1, 2, 4 with the plans of 132 down to 44 SMs.
+  log "sparse MLA: small-batch FP8 decode against the split-KV part count"
+  for k in mma wgmma; do
+    for n in 132 110 88 66 44; do
+      timeout 60 $cli mla-bench --decode-only --fp8-kernel "$k" --num-sms "$n" --batch 1 2 4 2>&1 | grep -v MLA_BENCH |
+        sed "s/^/$k num_sms $n: /" | tee -a "$out/mla-small-batch.txt" | grep decode
+    done
+  done
+fi
+
 if has moe; then
   log "fused MoE: GPU tests, bench-mla-gdn-moe --op moe (default and tuned tactics), PyTorch beside it"
-  run_gtests 'test_mla_gdn_moe_gpu' 'MlaGdnMoeGpu.Moe*'
+  # The tuned-tactics test in a process of its own: it prints tune()'s choice, and a failure there leaves the
+  # CUDA context dead for every test after it in the same process.
+  run_gtests 'test_mla_gdn_moe_gpu' 'MlaGdnMoeGpu.Moe*:-MlaGdnMoeGpu.MoeTunedTactics'
+  FLASHCPP_GPU_TESTS=1 timeout 300 build-gpu/tests/gpu/test_mla_gdn_moe_gpu --gtest_filter='MlaGdnMoeGpu.MoeTunedTactics' \
+    > "$out/test_mla_gdn_moe_gpu-tuned.txt" 2>&1
+  echo "MoeTunedTactics: $(grep -E '^\[  (PASSED|FAILED)  \]|^\[ tuned' "$out/test_mla_gdn_moe_gpu-tuned.txt" | tr '\n' ' ')" |
+    tee -a "$out/summary.txt"
   timeout 300 $cli bench-mla-gdn-moe --op moe --moe-tune --iters 20 2>&1 | tee "$out/bench-moe.txt" | grep -v MOE_BENCH
   timeout 300 python3 bench/moe_torch.py --iters 10 2>&1 | tee "$out/moe-torch.txt" | grep -v MOE_TORCH
 fi
