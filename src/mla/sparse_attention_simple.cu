@@ -386,9 +386,14 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const 
   }
 }
 
-// Combine: grid (tokens, ceil(h_q / 8)), one warp per head; lane owns 16 output columns.
-// Launched as a programmatic dependent of the attention kernel: everything before the wait may overlap
-// its tail (nothing here), everything after sees its results.
+// Combine: grid (tokens, ceil(h_q / 8), kCombineChunks), one warp per (head, 128-column chunk); lane owns 4
+// output columns. Launched as a programmatic dependent of the attention kernel: everything after the wait
+// sees its results. A small batch has few tokens and tens of splits per row, so the time is the latency of
+// dependent reads: each warp issues its lse load and its first kCombineBatch split rows together (one round
+// trip where n <= kCombineBatch), and the column chunks spread a token's rows over 4x more CTAs.
+constexpr int kCombineChunks = kDv / 128;
+constexpr int kCombineBatch = 16;
+
 __global__ void __launch_bounds__(256) sparse_attention_combine_kernel(const SparseAttentionParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -397,19 +402,30 @@ __global__ void __launch_bounds__(256) sparse_attention_combine_kernel(const Spa
   const int head = static_cast<int>(blockIdx.y) * 8 + warp;
   if (head >= p.h_q) return;
   const int64_t token = blockIdx.x;
+  const int col = static_cast<int>(blockIdx.z) * 128 + lane * 4;
   const int r = static_cast<int>(token / p.tokens_per_request);
   const int tok_in_req = static_cast<int>(token % p.tokens_per_request);
   const int split0 = p.num_splits[r];
   const int n = p.num_splits[r + 1] - split0;
   if (n <= 1) return;
   auto row_of = [&](int k) { return static_cast<int64_t>(split0 + k) * p.tokens_per_request + tok_in_req; };
+  auto lse_of = [&](int k) { return k < n ? p.lse_accum[row_of(k) * p.h_q + head] : -INFINITY; };
+  auto load_row = [&](int k) {
+    return *reinterpret_cast<const float4*>(p.o_accum + (row_of(k) * p.h_q + head) * kDv + col);
+  };
 
-  float mx = -INFINITY;
-  for (int k = lane; k < n; k += 32) mx = fmaxf(mx, p.lse_accum[row_of(k) * p.h_q + head]);
+  // Issued together: this lane's first lse and the first batch of rows (the weights come later).
+  const float lse_first = lse_of(lane);
+  float4 v[kCombineBatch];
+#pragma unroll
+  for (int u = 0; u < kCombineBatch; ++u) v[u] = load_row(u < n ? u : 0);
+
+  float mx = lse_first;
+  for (int k = lane + 32; k < n; k += 32) mx = fmaxf(mx, lse_of(k));
   mx = warp_max(mx);
-  float sum = 0.f;
+  float sum = mx == -INFINITY ? 0.f : expf(lse_first - mx);
   if (mx != -INFINITY)
-    for (int k = lane; k < n; k += 32) sum += expf(p.lse_accum[row_of(k) * p.h_q + head] - mx);
+    for (int k = lane + 32; k < n; k += 32) sum += expf(lse_of(k) - mx);
   sum = warp_sum(sum);
   const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
   // g: the log-normaliser of the output, including the sink.
@@ -423,49 +439,41 @@ __global__ void __launch_bounds__(256) sparse_attention_combine_kernel(const Spa
       g = hi + logf(expf(lse - hi) + expf(sink - hi));
     }
   }
-  float o[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) o[i] = 0.f;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
   if (g != -INFINITY && g != INFINITY) {
-    // Lane j holds the weight of split k0 + j; rows are read kUnroll at a time (their loads in flight
-    // together: a small batch has tens of splits per row and nothing else to hide the latency behind).
     // An empty split (weight 0) adds nothing, whatever its row holds.
-    constexpr int kUnroll = 4;
-    auto row_data = [&](int k) {
-      return reinterpret_cast<const float4*>(p.o_accum + (row_of(k) * p.h_q + head) * kDv + lane * 16);
+    auto add = [&](float w, const float4& x) {
+      if (w == 0.f) return;
+      o.x = fmaf(w, x.x, o.x);
+      o.y = fmaf(w, x.y, o.y);
+      o.z = fmaf(w, x.z, o.z);
+      o.w = fmaf(w, x.w, o.w);
     };
-    for (int k0 = 0; k0 < n; k0 += 32) {
-      const float lk = k0 + lane < n ? p.lse_accum[row_of(k0 + lane) * p.h_q + head] : -INFINITY;
-      const float wk = lk == -INFINITY ? 0.f : expf(lk - g);
-      const int count = n - k0 < 32 ? n - k0 : 32;
-      for (int j = 0; j < count; j += kUnroll) {
-        float4 v[kUnroll][4];
-        float w[kUnroll];
+    // Lane j holds the weight of split k0 + j (k0 a multiple of 32).
+    float wk = lse_first == -INFINITY ? 0.f : expf(lse_first - g);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          w[u] = __shfl_sync(0xffffffffu, wk, (j + u) & 31);
-          const float4* src = row_data(k0 + (j + u < count ? j + u : j));
+    for (int u = 0; u < kCombineBatch; ++u) {
+      const float w = __shfl_sync(0xffffffffu, wk, u);
+      if (u < n) add(w, v[u]);
+    }
+    for (int k0 = kCombineBatch; k0 < n; k0 += kCombineBatch) {
+      if (k0 % 32 == 0) {
+        const float lk = lse_of(k0 + lane);
+        wk = lk == -INFINITY ? 0.f : expf(lk - g);
+      }
 #pragma unroll
-          for (int i = 0; i < 4; ++i) v[u][i] = src[i];
-        }
+      for (int u = 0; u < kCombineBatch; ++u) v[u] = load_row(k0 + u < n ? k0 + u : k0);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          if (j + u >= count || w[u] == 0.f) continue;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            o[i * 4 + 0] = fmaf(w[u], v[u][i].x, o[i * 4 + 0]);
-            o[i * 4 + 1] = fmaf(w[u], v[u][i].y, o[i * 4 + 1]);
-            o[i * 4 + 2] = fmaf(w[u], v[u][i].z, o[i * 4 + 2]);
-            o[i * 4 + 3] = fmaf(w[u], v[u][i].w, o[i * 4 + 3]);
-          }
-        }
+      for (int u = 0; u < kCombineBatch; ++u) {
+        const float w = __shfl_sync(0xffffffffu, wk, (k0 + u) & 31);
+        if (k0 + u < n) add(w, v[u]);
       }
     }
   }
-  auto* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + lane * 16;
-#pragma unroll
-  for (int i = 0; i < 16; i += 2) store_bf16_pair(out + i, o[i], o[i + 1]);
-  if (lane == 0) p.lse[lse_offset(p, token, head)] = lse == -INFINITY ? INFINITY : lse;
+  auto* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + col;
+  store_bf16_pair(out, o.x, o.y);
+  store_bf16_pair(out + 2, o.z, o.w);
+  if (lane == 0 && blockIdx.z == 0) p.lse[lse_offset(p, token, head)] = lse == -INFINITY ? INFINITY : lse;
 }
 
 __global__ void decode_schedule_kernel(sched::PartMeta* meta, int32_t* num_splits, int batch, int topk,
@@ -580,7 +588,7 @@ void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t
 
 cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.h_q + 7) / 8));
+  config.gridDim = dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.h_q + 7) / 8), kCombineChunks);
   config.blockDim = dim3(256);
   config.stream = stream;
   // Programmatic dependent launch: scheduled while the attention kernel drains (griddepcontrol.wait in the
