@@ -51,7 +51,11 @@ struct FusedMoeConfig {
 struct FusedMoeArgs {
   TensorView output;                  ///< [T, H] output_dtype
   TensorView input;                   ///< [T, H] activation_dtype
-  TensorView token_selected_experts;  ///< [T, K] i32, global expert ids (values are not checked)
+  /// [T, K] i32, global expert ids, distinct within each row (values are not checked). FlashInfer 0.6.3's
+  /// three-kernel routing prologue (used above 256 tokens, for a top_k outside {1, 2, 4, 6, 8} or more than
+  /// 510 experts on the rank) maps an expert repeated in a row once and then reads an unset permutation
+  /// entry for the repeat: wrong output or an illegal address. Its one-kernel prologue counts it twice.
+  TensorView token_selected_experts;
   TensorView token_final_scales;      ///< [T, K] f32 routing weights
   TensorView fc1_weights;             ///< [E, N1, H] weight_dtype (N1 = 2I for gated activations, else I)
   TensorView fc2_weights;             ///< [E, H, I] weight_dtype
