@@ -207,10 +207,9 @@ void set_fp8_decode_kernel(std::optional<SparseKernel> k);
 std::optional<SparseKernel> fp8_decode_kernel();
 
 /// The automatic choice for FP8 decode, from the H200 measurements in docs/MLA.md: wgmma_sm90 (its 2-CTA
-/// cluster) for h_q 65..128, unless the split-KV schedule gives its parts fewer than
-/// kWgmmaMinTilesPerPart KV tiles on average (b 1-2: the wgmma kernel's fixed cost per CTA dominates);
-/// mma_sm90 otherwise (h_q <= 64 or > 128: the wgmma kernel alone measured no faster).
-inline constexpr int kWgmmaMinTilesPerPart = 4;
+/// cluster) for h_q 65..128 at every batch size, split or not (with the 2026-12-01 combine it is the faster
+/// kernel from b 1 up, s_q 1 and 2); mma_sm90 otherwise (h_q <= 64 or > 128: the wgmma kernel alone measured
+/// no faster).
 SparseKernel auto_fp8_kernel(const SparseAttentionParams& p);
 
 /// Whether the Hopper kernels handle the problem (shape, format, alignment). Guarantees from the host: q/kv

@@ -79,13 +79,8 @@ std::optional<SparseKernel> fp8_decode_kernel() {
 }
 
 SparseKernel auto_fp8_kernel(const SparseAttentionParams& p) {
-  constexpr int kGroupHeads = 64, kTileSlots = 64;
-  if (p.h_q <= kGroupHeads || p.h_q > 2 * kGroupHeads) return SparseKernel::mma_sm90;
-  if (p.sched != nullptr) {
-    const int64_t tiles = static_cast<int64_t>(p.num_requests) * ((p.topk + kTileSlots - 1) / kTileSlots);
-    if (tiles < static_cast<int64_t>(kWgmmaMinTilesPerPart) * p.num_parts) return SparseKernel::mma_sm90;
-  }
-  return SparseKernel::wgmma_sm90;
+  constexpr int kGroupHeads = 64;
+  return p.h_q > kGroupHeads && p.h_q <= 2 * kGroupHeads ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90;
 }
 
 SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {

@@ -62,7 +62,7 @@ TEST(MlaKernelSelect, HopperPicksWgmmaForPrefillAndMmaForFp8Decode) {
   EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::wgmma_sm90);
 }
 
-TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeadsAndWorkPerPart) {
+TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeads) {
   Fp8KernelScope scope;
   kernels::set_fp8_decode_kernel(std::nullopt);
   kernels::SparseAttentionParams p = decode_params();
@@ -74,7 +74,7 @@ TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeadsAndWorkPerPart) {
     p.h_q = h;
     EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::mma_sm90) << "h_q " << h;
   }
-  // Split-KV: the parts' average work decides (topk 2048 = 32 tiles per request, 33 parts).
+  // Split-KV: the cluster at any work per part, down to one request over 33 parts (topk 2048 = 32 tiles).
   p.h_q = 128;
   p.topk = 2048;
   p.num_parts = 33;
@@ -82,15 +82,18 @@ TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeadsAndWorkPerPart) {
   p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
   p.o_accum = reinterpret_cast<float*>(g_buffer);
   p.lse_accum = reinterpret_cast<float*>(g_buffer);
-  for (const auto& [requests, kernel] : {std::pair{1, SparseKernel::mma_sm90}, std::pair{4, SparseKernel::mma_sm90},
-                                         std::pair{5, SparseKernel::wgmma_sm90}, std::pair{8, SparseKernel::wgmma_sm90}}) {
+  for (int requests : {1, 2, 4, 5, 8}) {
     p.num_requests = requests;
-    EXPECT_EQ(kernels::auto_fp8_kernel(p), kernel) << requests << " requests";
+    EXPECT_EQ(kernels::auto_fp8_kernel(p), SparseKernel::wgmma_sm90) << requests << " requests";
+    EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90) << requests << " requests";
   }
+  p.h_q = 64;
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::mma_sm90);
   // A forced kernel wins over the automatic choice.
+  p.h_q = 128;
   p.num_requests = 1;
-  kernels::set_fp8_decode_kernel(SparseKernel::wgmma_sm90);
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
+  kernels::set_fp8_decode_kernel(SparseKernel::mma_sm90);
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::mma_sm90);
 }
 
 // V4 pages: the wgmma kernel takes them (automatic or forced; forcing the mma.sync kernel, which has no V4
