@@ -14,11 +14,13 @@ Usage: python3 bench/flashinfer_same_module.py [--lib build-gpu/libflashcpp.so]
 import argparse
 import ctypes as C
 import math
+import os
 import sys
 
 import torch
 
 import flashinfer
+import tvm_ffi  # noqa: F401  (loads FlashInfer's libtvm_ffi now, before flashcpp looks for one)
 
 MAX_RANK = 6
 DTYPE = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2, torch.uint8: 7, torch.int32: 10, torch.int64: 12}
@@ -83,8 +85,22 @@ class BatchMlaCache(C.Structure):  # flashcpp_batch_mla_cache
     _fields_ = [("ckv_cache", P), ("kpe_cache", P), ("kv_indices", P)]
 
 
+def loaded_tvm_ffi():
+    """The libtvm_ffi this process has loaded (FlashInfer's): flashcpp must use that one, since it refuses to load
+    a second TVM-FFI runtime into a process."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if os.path.basename(path) == "libtvm_ffi.so":
+                return path
+    return None
+
+
 class Flashcpp:
     def __init__(self, path):
+        lib = loaded_tvm_ffi()
+        if lib is not None:
+            os.environ["FLASHCPP_TVM_FFI_LIB"] = lib  # read when flashcpp makes its runtime (first call)
         self.lib = C.CDLL(path)
         self.lib.flashcpp_last_error.restype = C.c_char_p
         self.keep = []  # views and structs alive until the next call
