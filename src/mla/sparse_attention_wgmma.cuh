@@ -523,10 +523,14 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     };
     if constexpr (C::kPerTile) {
       // Tile by tile: tile jj's left half, then its right half, into buffer g & 1 (g counts tiles across work
-      // items). Raw bytes (buffer = half) are loaded one half ahead; indices (idx_cur: tiles jj, jj + 1;
-      // idx_next[0]: jj + 2) two tiles ahead.
+      // items). Raw bytes (buffer = half) are loaded a whole tile ahead (a half's buffer refilled with the next
+      // tile's same half once this one is stored) or one half ahead (Config::kRawWholeTileAhead). Indices
+      // (idx_cur: tiles jj, jj + 1; idx_next[0]: jj + 2) two tiles ahead.
       const int n_tiles = w.n_tiles();
-      if (n_tiles > 0) load_fp8(idx_cur[0], 0, tile_extra(w.tile_begin), raw[0], scale[0], rope[0]);
+      if (n_tiles > 0) {
+        load_fp8(idx_cur[0], 0, tile_extra(w.tile_begin), raw[0], scale[0], rope[0]);
+        if constexpr (C::kRawWholeTileAhead) load_fp8(idx_cur[0], 1, tile_extra(w.tile_begin), raw[1], scale[1], rope[1]);
+      }
       for (int jj = 0; jj < n_tiles; ++jj) {
         const int tile_no = w.tile_begin + jj;
         const int g = iter + jj;
@@ -535,10 +539,15 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         load_indices(tile_no + 2, idx_next[0]);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          if (half == 0) load_fp8(idx_cur[0], 1, tile_extra(tile_no), raw[1], scale[1], rope[1]);
-          else if (jj + 1 < n_tiles) load_fp8(idx_cur[1], 0, tile_extra(tile_no + 1), raw[0], scale[0], rope[0]);
+          if constexpr (!C::kRawWholeTileAhead) {
+            if (half == 0) load_fp8(idx_cur[0], 1, tile_extra(tile_no), raw[1], scale[1], rope[1]);
+            else if (jj + 1 < n_tiles) load_fp8(idx_cur[1], 0, tile_extra(tile_no + 1), raw[0], scale[0], rope[0]);
+          }
           if (g >= 2) mbar_wait(sm.bar_empty(t, half), ((g >> 1) - 1) & 1);
           store_rows(tile, half, raw[half], scale[half], rope[half]);
+          if constexpr (C::kRawWholeTileAhead) {
+            if (jj + 1 < n_tiles) load_fp8(idx_cur[1], half, tile_extra(tile_no + 1), raw[half], scale[half], rope[half]);
+          }
           if (half == 0 && sub == 0) {
 #pragma unroll
             for (int r = 0; r < C::kRowsPerThread; ++r)
