@@ -2,10 +2,12 @@
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
 #   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [mla-small]
-#                             [moe] [flashinfer-python] [bench] [sanitize]
-#   (default: all but mla-quick, moe and flashinfer-python: the sparse MLA check, tests and the issues' timing
-#   cases; the fused MoE tests, its benchmark with and without tuned tactics and the PyTorch side, which need
-#   fused_moe_90; FlashInfer's own Python API beside flashcpp, which needs the wheels in .whl/, below)
+#                             [mla-profile] [moe] [flashinfer-python] [bench] [sanitize]
+#   Default: doctor modules tests multigpu mla bench sanitize. Others: mla-quick (the sparse MLA check, tests
+#   and the issues' timing cases), mla-v4, mla-small (small batches against the part count), mla-profile
+#   (Nsight Compute on decode, samples by warpgroup), moe (the fused MoE tests, its benchmark with and without
+#   tuned tactics and the PyTorch side; needs fused_moe_90), flashinfer-python (FlashInfer's own Python API
+#   beside flashcpp; needs the wheels in .whl/, below).
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -126,6 +128,24 @@ if has mla-v4; then
     tee -a "$out/summary.txt"
   for h in 64 128; do
     timeout 300 $cli mla-bench --v4 --h-q "$h" --batch 2 64 128 148 2>&1 | tee "$out/mla-v4-h$h.txt" | grep -v MLA_BENCH
+  done
+fi
+
+if has mla-profile; then
+  # Nsight Compute on one FP8 decode launch each (V3.2 and V4, b 64): the summary sections and the samples per
+  # SASS instruction, split by warpgroup role (scripts/ncu-roles.py). Leave the clocks alone (METHOD.md).
+  log "sparse MLA: Nsight Compute on FP8 decode (V3.2 and V4, b 64), samples by warpgroup"
+  for kind in v32 v4; do
+    extra=(); [[ $kind == v4 ]] && extra=(--v4)
+    rep="$out/ncu-decode-$kind-b64"
+    timeout 200 ncu --clock-control none -k regex:sparse_attention_wgmma --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
+      --section Occupancy -o "$rep" $cli mla-bench --decode-only "${extra[@]}" --batch 64 --iters 1 --warmup 1 \
+      > "$rep-log.txt" 2>&1
+    ncu -i "$rep.ncu-rep" --page details > "$rep-details.txt" 2>&1
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep-source.csv" 2>&1
+    python3 scripts/ncu-roles.py "$rep-source.csv" | tee "$rep-roles.txt"
+    gzip -f "$rep-source.csv"
   done
 fi
 
