@@ -52,7 +52,7 @@ struct Fp8KernelScope {
   ~Fp8KernelScope() { kernels::set_fp8_decode_kernel(saved); }
 };
 
-TEST(MlaKernelSelect, HopperPicksWgmmaForPrefillAndMmaForFp8Decode) {
+TEST(MlaKernelSelect, HopperPicksWgmmaForPrefillAndTheForcedKernelForFp8Decode) {
   Fp8KernelScope scope;
   kernels::set_fp8_decode_kernel(SparseKernel::mma_sm90);
   EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::wgmma_sm90);
