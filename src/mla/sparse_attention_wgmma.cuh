@@ -754,6 +754,18 @@ __device__ __forceinline__ void store_p(uint32_t p_addr, const uint32_t (&pf)[16
   }
 }
 
+// A consumer's start of work item `k_in_work` (its index among the CTA's items): waits for the item's Q and
+// its published ItemInfo, and clears this thread's O accumulators.
+template <class C>
+__device__ __forceinline__ ItemInfo begin_item(const Smem<C>& sm, const ItemInfo* s_item, int k_in_work,
+                                               float (&o)[128]) {
+  mbar_wait(sm.bar_q_full(), k_in_work & 1);
+  const ItemInfo w = s_item[k_in_work & 1];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  return w;
+}
+
 __device__ __forceinline__ void rescale_rows(float (&o)[128], float alpha0, float alpha1) {
   if (alpha0 != 1.f || alpha1 != 1.f) {
 #pragma unroll
@@ -858,12 +870,9 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
 
   int iter = 0;
   for (int k = work.first; k <= work.last; ++k) {
-    mbar_wait(sm.bar_q_full(), (k - work.first) & 1);
-    const ItemInfo w = s_item[(k - work.first) & 1];
-    const int n_iters = w.n_iters;
     float o[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    const ItemInfo w = begin_item(sm, s_item, k - work.first, o);
+    const int n_iters = w.n_iters;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
     for (int it = 0; it < n_iters; ++it) {
@@ -992,12 +1001,9 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
 
   int tiles_before = 0;
   for (int k = work.first; k <= work.last; ++k) {
-    mbar_wait(sm.bar_q_full(), (k - work.first) & 1);
-    const ItemInfo w = s_item[(k - work.first) & 1];
-    const int n_tiles = w.n_iters;
     float o[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    const ItemInfo w = begin_item(sm, s_item, k - work.first, o);
+    const int n_tiles = w.n_iters;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
     for (int jj = 0; jj < n_tiles; ++jj) {
