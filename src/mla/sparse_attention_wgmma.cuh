@@ -48,6 +48,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "mla/decode_schedule.hpp"
 #include "mla/fast_divmod.hpp"
@@ -403,9 +404,9 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       if constexpr (C::kFp8V4) return tile * C::kTile >= p.main_topk;
       else return false;
     };
-    // Index of each of this thread's rows of `tile`, -1 where masked. V4 checks each pool's length and range
-    // here, so a row is valid iff its index is >= 0; the other formats check the range
-    // where they read (row_valid).
+    // Index of each of this thread's rows of `tile` as loaded, -1 where its position is masked (past the
+    // pool's length or the item's tiles). The range is checked where the row is read (row_valid): a check
+    // here would wait for the index load, which is meant to be in flight while the producer works.
     auto load_indices = [&](int tile, int (&idx)[C::kRowsPerThread]) {
 #pragma unroll
       for (int r = 0; r < C::kRowsPerThread; ++r) {
@@ -416,7 +417,6 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           int id = -1;
           if (tile < w.tile_end && local < (extra ? w.extra_len : w.main_len)) {
             id = extra ? __ldg(p.extra_indices + w.token * p.extra_indices_stride_token + local) : __ldg(idx_row + local);
-            if (id < 0 || static_cast<int64_t>(id) >= (extra ? p.extra_num_kv : p.num_kv)) id = -1;
           }
           idx[r] = id;
         } else {
@@ -424,9 +424,9 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         }
       }
     };
-    auto row_valid = [&](int id) {
-      if constexpr (C::kFp8V4) return id >= 0;
-      else return id >= 0 && static_cast<int64_t>(id) < p.num_kv;
+    // Whether a loaded index is a row of its pool (`extra`: V4's extra pool).
+    auto row_valid = [&](int id, bool extra) {
+      return id >= 0 && static_cast<int64_t>(id) < (C::kFp8V4 && extra ? p.extra_num_kv : p.num_kv);
     };
     const int n_iters = w.n_iters();
     int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
@@ -436,19 +436,26 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     }
     // FP8: raw e4m3 chunks of this thread's dequantized rows (chunks sub + 8 (2 half + j), j < 2) and their
     // two scales (tiles 2 half, 2 half + 1), per raw buffer; masked rows read nothing and dequantize to 0.
+    // The scales stay as loaded (V3.2: two floats; V4: the half's word of four e8m0 bytes) until the store:
+    // decoding them at the load would wait for it there, with the next half's loads not yet issued.
+    using Fp8Scales = std::conditional_t<C::kFp8V4, uint32_t, float2>;
+    auto scale_of = [&](const Fp8Scales& s, int j) {  // the scale of chunk j (0, 1) of a row's half
+      if constexpr (C::kFp8V4) return fp8_v4::pow2_of_e8m0(static_cast<uint8_t>(s >> (8 * (2 * j + (sub >> 2)))));
+      else return j == 0 ? s.x : s.y;
+    };
     const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
     uint4 raw[C::kFp8RawBuffers][C::kDequantRowsPerThread][C::kFp8ChunksPerHalf];
-    float2 scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
+    Fp8Scales scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
     // kRopeByPeer: this thread's 16-byte RoPE piece of each of its rows (right halves only), per raw buffer.
     uint4 rope[C::kFp8RawBuffers][C::kRopeByPeer ? C::kDequantRowsPerThread : 1];
     auto load_fp8 = [&](const int (&idx)[C::kRowsPerThread], int half, bool extra,
                         uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
-                        float2 (&b_scale)[C::kDequantRowsPerThread], uint4 (&b_rope)[C::kRopeByPeer ? C::kDequantRowsPerThread : 1]) {
+                        Fp8Scales (&b_scale)[C::kDequantRowsPerThread], uint4 (&b_rope)[C::kRopeByPeer ? C::kDequantRowsPerThread : 1]) {
 #pragma unroll
       for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
         // This CTA's rows: all four (alone), or indices 2 rank, 2 rank + 1 (cluster; no dynamic indexing).
         const int id = C::kCluster ? (rank == 0 ? idx[r] : idx[C::kDequantRowsPerThread + r]) : idx[r];
-        const bool valid = row_valid(id);
+        const bool valid = row_valid(id, extra);
         if constexpr (C::kRopeByPeer) {
           if (half == 1) {
             const uint8_t* rope_src = nullptr;
@@ -474,27 +481,24 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             b_raw[r][j] = c < C::kFp8NopeChunks ? ld_global_nc_v4(pool + token_off + 16 * c) : make_uint4(0, 0, 0, 0);
           }
           const uint2 rec = ld_global_nc_u2(pool + scale_off);
-          const uint32_t word = half == 0 ? rec.x : rec.y;  // scales 4 half .. 4 half + 3
-          const int lane_byte = sub >> 2;
-          b_scale[r] = make_float2(fp8_v4::pow2_of_e8m0(static_cast<uint8_t>(word >> (8 * lane_byte))),
-                                   fp8_v4::pow2_of_e8m0(static_cast<uint8_t>(word >> (8 * (2 + lane_byte)))));
+          if constexpr (C::kFp8V4) b_scale[r] = half == 0 ? rec.x : rec.y;  // scales 4 half .. 4 half + 3
         } else if (valid) {
           const uint8_t* row = cache + fp8_row_offset(args, id);
 #pragma unroll
           for (int j = 0; j < C::kFp8ChunksPerHalf; ++j)
             b_raw[r][j] = ld_global_nc_v4(row + 16 * (sub + 8 * (2 * half + j)));
-          b_scale[r] = ld_global_nc_f2(row + C::kFp8ScaleOffset + 8 * half);
+          if constexpr (!C::kFp8V4) b_scale[r] = ld_global_nc_f2(row + C::kFp8ScaleOffset + 8 * half);
         } else {
 #pragma unroll
           for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) b_raw[r][j] = make_uint4(0, 0, 0, 0);
-          b_scale[r] = make_float2(0.f, 0.f);
+          b_scale[r] = Fp8Scales{};  // zero bytes times any finite scale
         }
       }
     };
     // This CTA's rows of a half tile into `tile`: the dequantized e4m3 chunks and, with the peer (kRopeByPeer),
     // the right half's RoPE pieces.
     auto store_rows = [&](uint32_t tile, int half, const uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
-                          const float2 (&b_scale)[C::kDequantRowsPerThread],
+                          const Fp8Scales (&b_scale)[C::kDequantRowsPerThread],
                           const uint4 (&b_rope)[C::kRopeByPeer ? C::kDequantRowsPerThread : 1]) {
 #pragma unroll
       for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
@@ -506,7 +510,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom
           }
           uint4 lo, hi;
-          fp8::dequant_e4m3x16(b_raw[r][j], j == 0 ? b_scale[r].x : b_scale[r].y, lo, hi);
+          fp8::dequant_e4m3x16(b_raw[r][j], scale_of(b_scale[r], j), lo, hi);
           // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks):
           // the upper four store their odd chunk first, so each store instruction is conflict-free.
           const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
@@ -551,7 +555,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           if (half == 0 && sub == 0) {
 #pragma unroll
             for (int r = 0; r < C::kRowsPerThread; ++r)
-              s_valid[t * C::kTile + r * C::kRowsPerPass + group] = row_valid(idx_cur[0][r]) ? 1 : 0;
+              s_valid[t * C::kTile + r * C::kRowsPerPass + group] = row_valid(idx_cur[0][r], tile_extra(tile_no)) ? 1 : 0;
           }
           fence_proxy_async();  // the stores, for the tensor cores and the bulk copy
           producer_sync(kBarProducerStored);
@@ -634,11 +638,11 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           for (int r = 0; r < C::kRowsPerThread; ++r) {
             const int row = r * C::kRowsPerPass + group;
             const int idx = idx_cur[t][r];
-            const bool valid = row_valid(idx);
+            const bool extra = tile_extra(w.tile_begin + 2 * it + t);
+            const bool valid = row_valid(idx, extra);
             if (!C::kRopeByPeer && half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row
               const uint8_t* rope;
               if constexpr (C::kFp8V4) {
-                const bool extra = tile_extra(w.tile_begin + 2 * it + t);
                 int64_t token_off = 0, scale_off;
                 if (valid) v4_record_offsets(args, extra, idx, token_off, scale_off);
                 rope = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv) + token_off + C::kFp8RopeOffset + 16 * sub;
