@@ -443,6 +443,20 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       if constexpr (C::kFp8V4) return fp8_v4::pow2_of_e8m0(static_cast<uint8_t>(s >> (8 * (2 * j + (sub >> 2)))));
       else return j == 0 ? s.x : s.y;
     };
+    // The fast dequantization's multiplier for chunk j (fp8::e4m3_fast_scale); clears `ok` where that path
+    // cannot take the scale. V4's e8m0 byte e gives it without float arithmetic: 2^(e - 127) * 2^120 is the
+    // bf16 with exponent field e + 120, and the fast path takes e <= 133 (scales below 2^7).
+    auto fast_scale = [&](const Fp8Scales& s, int j, bool& ok) {
+      if constexpr (C::kFp8V4) {
+        const uint32_t e = (s >> (8 * (2 * j + (sub >> 2)))) & 0xffu;
+        ok = ok && e <= 133u;
+        return ((e + 120u) << 7) * 0x10001u;
+      } else {
+        const float scale = scale_of(s, j);
+        ok = ok && fp8::e4m3_fast_scale_ok(scale);
+        return fp8::e4m3_fast_scale(scale);
+      }
+    };
     const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
     uint4 raw[C::kFp8RawBuffers][C::kDequantRowsPerThread][C::kFp8ChunksPerHalf];
     Fp8Scales scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
@@ -500,28 +514,59 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     auto store_rows = [&](uint32_t tile, int half, const uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
                           const Fp8Scales (&b_scale)[C::kDequantRowsPerThread],
                           const uint4 (&b_rope)[C::kRopeByPeer ? C::kDequantRowsPerThread : 1]) {
+      // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks): the upper four
+      // store their odd chunk (dims 8..15 of the 16) first, so each store instruction is conflict-free. Their
+      // selectors put those dims in `first`.
+      const bool odd_first = (sub & 4) != 0;
+      // The chunks of a cluster CTA's two rows are dequantized before any is stored, and their scales are checked once:
+      // the fast path is then straight-line code over independent chunks, which the compiler interleaves.
+      // (The producer alone, four rows, takes one row at a time: more would not fit its registers.)
+      constexpr int kRows = C::kDequantRowsPerThread, kChunks = C::kFp8ChunksPerHalf;
+      constexpr int kBatch = kRows > 2 ? 1 : kRows;
+      static_assert(kRows % kBatch == 0, "rows come in whole batches");
 #pragma unroll
-      for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
-        const int row = (rank * C::kDequantRowsPerThread + r) * C::kRowsPerPass + group;
+      for (int r0 = 0; r0 < kRows; r0 += kBatch) {
+        uint4 first[kBatch][kChunks], second[kBatch][kChunks];
+        uint32_t s2[kBatch][kChunks];
+        bool fast = true;
 #pragma unroll
-        for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
-          const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
-          if constexpr (C::kFp8V4) {
-            if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom
-          }
-          uint4 lo, hi;
-          fp8::dequant_e4m3x16(b_raw[r][j], scale_of(b_scale[r], j), lo, hi);
-          // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks):
-          // the upper four store their odd chunk first, so each store instruction is conflict-free.
-          const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
-          const bool odd_first = (sub & 4) != 0;
-          const uint32_t a0 = atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0));
-          const uint32_t a1 = atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1));
-          st_shared_v4(a0, odd_first ? hi : lo);
-          st_shared_v4(a1, odd_first ? lo : hi);
+        for (int r = 0; r < kBatch; ++r)
+#pragma unroll
+          for (int j = 0; j < kChunks; ++j) s2[r][j] = fast_scale(b_scale[r0 + r], j, fast);
+        if (fast) {
+          const fp8::E4m3Selectors sel = fp8::e4m3_selectors(odd_first);
+#pragma unroll
+          for (int r = 0; r < kBatch; ++r)
+#pragma unroll
+            for (int j = 0; j < kChunks; ++j)
+              fp8::dequant_e4m3x16_fast(b_raw[r0 + r][j], s2[r][j], sel, first[r][j], second[r][j]);
+        } else {
+#pragma unroll
+          for (int r = 0; r < kBatch; ++r)
+#pragma unroll
+            for (int j = 0; j < kChunks; ++j) {
+              uint4 lo, hi;
+              fp8::dequant_e4m3x16(b_raw[r0 + r][j], scale_of(b_scale[r0 + r], j), lo, hi);
+              first[r][j] = odd_first ? hi : lo;
+              second[r][j] = odd_first ? lo : hi;
+            }
         }
-        if constexpr (C::kRopeByPeer) {  // RoPE dims (bf16 in the cache): the last atom
-          if (half == 1) st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r]);
+#pragma unroll
+        for (int r = 0; r < kBatch; ++r) {
+          const int row = (rank * kRows + r0 + r) * C::kRowsPerPass + group;
+#pragma unroll
+          for (int j = 0; j < kChunks; ++j) {
+            const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
+            if constexpr (C::kFp8V4) {
+              if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom
+            }
+            const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
+            st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), first[r][j]);
+            st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), second[r][j]);
+          }
+          if constexpr (C::kRopeByPeer) {  // RoPE dims (bf16 in the cache): the last atom
+            if (half == 1) st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r0 + r]);
+          }
         }
       }
     };
