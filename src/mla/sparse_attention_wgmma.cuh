@@ -190,9 +190,9 @@ __device__ __forceinline__ void reg_dealloc() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
 }
 
-__device__ __forceinline__ uint2 ld_global_nc_u2(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+__device__ __forceinline__ uint32_t ld_global_nc_u32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
   return v;
 }
 __device__ __forceinline__ float2 ld_global_nc_f2(const void* p) {
@@ -462,6 +462,28 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     Fp8Scales scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
     // kRopeByPeer: this thread's 16-byte RoPE piece of each of its rows (right halves only), per raw buffer.
     uint4 rope[C::kFp8RawBuffers][C::kRopeByPeer ? C::kDequantRowsPerThread : 1];
+    // Where a row lives: its token record (V3.2: its 656-byte row) and, for V4, its scale record; null where
+    // masked. Tile by tile (kPerTile) a tile's right half is loaded right after its left half (the next tile's,
+    // a whole tile ahead), so the left half's load keeps its rows' addresses for the right one (row_addr).
+    struct RowAddr {
+      const uint8_t* rec;
+      const uint8_t* scales;  // V4
+    };
+    auto locate = [&](int id, bool extra) {
+      RowAddr a{nullptr, nullptr};
+      if (!row_valid(id, extra)) return a;
+      if constexpr (C::kFp8V4) {
+        int64_t token_off, scale_off;
+        v4_record_offsets(args, extra, id, token_off, scale_off);
+        const uint8_t* pool = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv);
+        a.rec = pool + token_off;
+        a.scales = pool + scale_off;
+      } else {
+        a.rec = cache + fp8_row_offset(args, id);
+      }
+      return a;
+    };
+    RowAddr row_addr[C::kDequantRowsPerThread];
     auto load_fp8 = [&](const int (&idx)[C::kRowsPerThread], int half, bool extra,
                         uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
                         Fp8Scales (&b_scale)[C::kDequantRowsPerThread], uint4 (&b_rope)[C::kRopeByPeer ? C::kDequantRowsPerThread : 1]) {
@@ -469,39 +491,28 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
         // This CTA's rows: all four (alone), or indices 2 rank, 2 rank + 1 (cluster; no dynamic indexing).
         const int id = C::kCluster ? (rank == 0 ? idx[r] : idx[C::kDequantRowsPerThread + r]) : idx[r];
-        const bool valid = row_valid(id, extra);
-        if constexpr (C::kRopeByPeer) {
-          if (half == 1) {
-            const uint8_t* rope_src = nullptr;
-            if (valid && C::kFp8V4) {
-              int64_t token_off, scale_off;
-              v4_record_offsets(args, extra, id, token_off, scale_off);
-              rope_src = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv) + token_off;
-            } else if (valid) {
-              rope_src = cache + fp8_row_offset(args, id);
-            }
-            b_rope[r] = valid ? ld_global_nc_v4(rope_src + C::kFp8RopeOffset + 16 * sub) : make_uint4(0, 0, 0, 0);
-          }
+        RowAddr a;
+        if (C::kPerTile && half == 1) {
+          a = row_addr[r];
+        } else {
+          a = locate(id, extra);
+          if (C::kPerTile) row_addr[r] = a;
         }
-        if (valid && C::kFp8V4) {
-          // Chunk c = sub + 8 (2 half + j) has scale c / 4 = 4 half + 2 j + sub / 4 of the token's 7 (the scale
-          // record's 8 bytes load as one); chunks past the 28 NoPE ones (half 1, j 1, sub >= 4) do not exist.
-          int64_t token_off, scale_off;
-          v4_record_offsets(args, extra, id, token_off, scale_off);
-          const uint8_t* pool = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv);
+        const bool valid = a.rec != nullptr;
+        if constexpr (C::kRopeByPeer) {
+          if (half == 1) b_rope[r] = valid ? ld_global_nc_v4(a.rec + C::kFp8RopeOffset + 16 * sub) : make_uint4(0, 0, 0, 0);
+        }
+        if (valid) {
 #pragma unroll
           for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
+            // V4: chunks past the 28 NoPE ones (half 1, j 1, sub >= 4) do not exist.
             const int c = sub + 8 * (2 * half + j);
-            b_raw[r][j] = c < C::kFp8NopeChunks ? ld_global_nc_v4(pool + token_off + 16 * c) : make_uint4(0, 0, 0, 0);
+            b_raw[r][j] = c < C::kFp8NopeChunks ? ld_global_nc_v4(a.rec + 16 * c) : make_uint4(0, 0, 0, 0);
           }
-          const uint2 rec = ld_global_nc_u2(pool + scale_off);
-          if constexpr (C::kFp8V4) b_scale[r] = half == 0 ? rec.x : rec.y;  // scales 4 half .. 4 half + 3
-        } else if (valid) {
-          const uint8_t* row = cache + fp8_row_offset(args, id);
-#pragma unroll
-          for (int j = 0; j < C::kFp8ChunksPerHalf; ++j)
-            b_raw[r][j] = ld_global_nc_v4(row + 16 * (sub + 8 * (2 * half + j)));
-          if constexpr (!C::kFp8V4) b_scale[r] = ld_global_nc_f2(row + C::kFp8ScaleOffset + 8 * half);
+          // V4: chunk c has scale c / 4 = 4 half + 2 j + sub / 4 of the token's 7, in the half's word of the
+          // scale record (scale_of, fast_scale). V3.2: the half's two f32 scales.
+          if constexpr (C::kFp8V4) b_scale[r] = ld_global_nc_u32(a.scales + 4 * half);
+          else b_scale[r] = ld_global_nc_f2(a.rec + C::kFp8ScaleOffset + 8 * half);
         } else {
 #pragma unroll
           for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) b_raw[r][j] = make_uint4(0, 0, 0, 0);
@@ -572,13 +583,15 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     };
     if constexpr (C::kPerTile) {
       // Tile by tile: tile jj's left half, then its right half, into buffer g & 1 (g counts tiles across work
-      // items). Raw bytes (buffer = half) are loaded a whole tile ahead (a half's buffer refilled with the next
-      // tile's same half once this one is stored) or one half ahead (Config::kRawWholeTileAhead). Indices
-      // (idx_cur: tiles jj, jj + 1; idx_next[0]: jj + 2) two tiles ahead.
+      // items). Raw bytes (buffer = half) are loaded a whole tile ahead: a half's buffer is refilled with the
+      // next tile's same half once this one is stored. (One half ahead, the other half's buffer before this half
+      // is stored, measured slower for both layouts on the H200: V3.2 b 64 / 128 220.5 / 439.1 against 223.1 /
+      // 445.8 us, V4 h_q 128 118.3 / 235.6 against 122.0 / 243.0 us; 2026-12-01.) Indices (idx_cur: tiles jj,
+      // jj + 1; idx_next[0]: jj + 2) two tiles ahead.
       const int n_tiles = w.n_tiles();
       if (n_tiles > 0) {
         load_fp8(idx_cur[0], 0, tile_extra(w.tile_begin), raw[0], scale[0], rope[0]);
-        if constexpr (C::kRawWholeTileAhead) load_fp8(idx_cur[0], 1, tile_extra(w.tile_begin), raw[1], scale[1], rope[1]);
+        load_fp8(idx_cur[0], 1, tile_extra(w.tile_begin), raw[1], scale[1], rope[1]);
       }
       for (int jj = 0; jj < n_tiles; ++jj) {
         const int tile_no = w.tile_begin + jj;
@@ -588,15 +601,9 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         load_indices(tile_no + 2, idx_next[0]);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          if constexpr (!C::kRawWholeTileAhead) {
-            if (half == 0) load_fp8(idx_cur[0], 1, tile_extra(tile_no), raw[1], scale[1], rope[1]);
-            else if (jj + 1 < n_tiles) load_fp8(idx_cur[1], 0, tile_extra(tile_no + 1), raw[0], scale[0], rope[0]);
-          }
           if (g >= 2) mbar_wait(sm.bar_empty(t, half), ((g >> 1) - 1) & 1);
           store_rows(tile, half, raw[half], scale[half], rope[half]);
-          if constexpr (C::kRawWholeTileAhead) {
-            if (jj + 1 < n_tiles) load_fp8(idx_cur[1], half, tile_extra(tile_no + 1), raw[half], scale[half], rope[half]);
-          }
+          if (jj + 1 < n_tiles) load_fp8(idx_cur[1], half, tile_extra(tile_no + 1), raw[half], scale[half], rope[half]);
           if (half == 0 && sub == 0) {
 #pragma unroll
             for (int r = 0; r < C::kRowsPerThread; ++r)

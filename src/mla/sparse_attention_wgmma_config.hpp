@@ -75,13 +75,6 @@ struct Config {
   // half-tile in flight while this one is dequantized.
   static constexpr int kDequantRowsPerThread = kRowsPerThread / CLUSTER_CTAS;
   static constexpr int kFp8RawBuffers = RAW_BUFFERS;
-  // Tile by tile (kPerTile), where a half's raw buffer is refilled: a whole tile ahead (right after that half
-  // is stored) or one half ahead (the other half's buffer, before this half is stored). Measured on the H200
-  // (2026-12-01, docs/gpu-runs/2026-12-01/load-ahead-ab.txt): V3.2 b 1 / 8 / 64 / 128 21.9 / 52.6 / 223.1 /
-  // 445.8 -> 20.8 / 51.2 / 220.5 / 439.1 us a whole tile ahead; V4 b 2 / 64 / 128 24.2 / 213.2 / 455.0 ->
-  // 24.9 / 217.2 / 460.7 us, so V4 keeps one half ahead. (Since V4's loads no longer wait at issue, the two
-  // orders are within 1% for V4: b 64 / 128 151.9 / 301.1 half ahead, 152.8 / 303.0 a whole tile ahead.)
-  static constexpr bool kRawWholeTileAhead = !kFp8V4;
   static_assert(RAW_BUFFERS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2), "two raw buffers fit only in a cluster");
   // In a cluster the RoPE dims travel like the dequantized atoms: each CTA loads its rows' RoPE pieces with
   // their e4m3 bytes (one step ahead, into registers), stores them and sends them to the peer with the
