@@ -48,6 +48,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
 
 #include "mla/decode_schedule.hpp"
@@ -67,7 +68,8 @@ using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::pack_bf16
 struct KernelArgs {
   SparseAttentionParams p;
   float scale_log2;   // sm_scale * log2(e)
-  int groups;         // ceil(h_q / 64)
+  int groups;         // head groups per token: ceil(h_q / group_heads)
+  int group_heads;    // heads per CTA: 64, or 32 (h_q 33..64 as a cluster of two CTAs, each computing 64 rows)
   mla::FastDivmod page;  // FP8 cache: index -> (page, slot) by block_size
   mla::FastDivmod extra_page;  // V4: the extra pool's index -> (page, slot) by extra_block_size
 };
@@ -280,6 +282,11 @@ __host__ __device__ __forceinline__ constexpr bool fill_has_ordinary(int t, int 
   return C::kFp8 || half == first_half(t);
 }
 
+// The heads a CTA computes and writes: [first, end). Its rows past end - first compute on zero-filled Q.
+struct HeadRange {
+  int first, end;
+};
+
 // ---------------------------------------------------------------------------------------------------
 // Work items. Unsplit: one item, the CTA's token over all its tiles. Split-KV (decode): the items of
 // schedule part blockIdx / groups / tokens_per_request, one per request, each over the part's tile range.
@@ -364,7 +371,7 @@ struct WorkList {
 // Producer warpgroup: per work item Q, then per iteration the halves of tiles A and B in release order.
 template <class C, bool SPLIT>
 __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& sm, uint8_t* s_valid,
-                                         ItemInfo* s_item, const WorkList<SPLIT, C::kFp8V4>& work, int head0) {
+                                         ItemInfo* s_item, const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const int ptid = threadIdx.x - C::kConsumerThreads;
   const int group = ptid / C::kThreadsPerRow, sub = ptid % C::kThreadsPerRow;
@@ -381,8 +388,8 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
 #pragma unroll
     for (int r = 0; r < C::kRowsPerThread; ++r) {
       const int row = r * C::kRowsPerPass + group;
-      const int head = head0 + row;
-      const bool ok = head < p.h_q;
+      const int head = heads.first + row;
+      const bool ok = head < heads.end;
       const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + w.token * p.q_stride_token +
                                  static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
 #pragma unroll
@@ -838,7 +845,7 @@ __device__ __forceinline__ void rescale_rows(float (&o)[128], float alpha0, floa
 // lse; -inf when empty), or out = O / (l + sink term) with lse and max_logits. `row_sum(h)`: the full row sum
 // of row r0 (h 0) or r1 (h 1).
 template <class C, int W, class RowSum>
-__device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, const ItemInfo& w, int head0, int r0,
+__device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, const ItemInfo& w, HeadRange heads, int r0,
                                                 int r1, int t, const float (&o)[128], float m0, float m1,
                                                 RowSum row_sum) {
   constexpr float kLn2 = 0.6931471805599453f;
@@ -848,8 +855,8 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = h == 0 ? r0 : r1;
-      const int head = head0 + row;
-      if (head >= p.h_q) continue;
+      const int head = heads.first + row;
+      if (head >= heads.end) continue;
       const float m = h == 0 ? m0 : m1;
       const float l = row_sum(h);
       const bool empty = m == -INFINITY;
@@ -866,8 +873,8 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = h == 0 ? r0 : r1;
-    const int head = head0 + row;
-    if (head >= p.h_q) continue;
+    const int head = heads.first + row;
+    if (head >= heads.end) continue;
     const float m = h == 0 ? m0 : m1;
     const float l = row_sum(h);
     const bool empty = m == -INFINITY;
@@ -896,7 +903,7 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
                                          float* s_max, float* s_sum, const ItemInfo* s_item,
-                                         const WorkList<SPLIT, C::kFp8V4>& work, int head0) {
+                                         const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   constexpr int kOther = 1 - W;
   const SparseAttentionParams& p = args.p;
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
@@ -1019,7 +1026,7 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       sums[W * C::kHeads + r1] = l1;
     }
     named_sync(kBarMax);
-    write_item_rows<C, W>(p, w, head0, r0, r1, t, o, m0, m1, [&](int h) {
+    write_item_rows<C, W>(p, w, heads, r0, r1, t, o, m0, m1, [&](int h) {
       const int row = h == 0 ? r0 : r1;
       return sums[row] + sums[C::kHeads + row];
     });
@@ -1035,7 +1042,7 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
                                                   float* s_alpha, float* s_sum, const ItemInfo* s_item,
-                                                  const WorkList<SPLIT, C::kFp8V4>& work, int head0) {
+                                                  const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, quad = lane & 3;
@@ -1165,7 +1172,7 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
       m0 = sums[C::kHeads + r0];
       m1 = sums[C::kHeads + r1];
     }
-    write_item_rows<C, W>(p, w, head0, r0, r1, quad, o, m0, m1, [l0, l1](int h) { return h == 0 ? l0 : l1; });
+    write_item_rows<C, W>(p, w, heads, r0, r1, quad, o, m0, m1, [l0, l1](int h) { return h == 0 ? l0 : l1; });
   }
   if constexpr (W == 0) {
     if (tiles_before > 0) named_sync(kBarPFree);  // consumer 1's arrival after the last tile
@@ -1191,7 +1198,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
 
   // blockIdx.x = outer * groups + head group: the head groups of one token are adjacent, so they gather
   // the same KV rows through L2 at about the same time.
-  const int head0 = static_cast<int>(blockIdx.x % args.groups) * C::kHeads;
+  const int first_head = static_cast<int>(blockIdx.x % args.groups) * args.group_heads;
+  const HeadRange heads{first_head, min(first_head + args.group_heads, args.p.h_q)};
   const WorkList<SPLIT, C::kFp8V4> work(args.p, blockIdx.x / args.groups);
 
   if (threadIdx.x == 0) {
@@ -1227,19 +1235,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
   const int wg = threadIdx.x / 128;
   if (wg == 2) {
     reg_dealloc<C::kProducerRegs>();
-    producer<C, SPLIT>(args, sm, s_valid, s_item, work, head0);
+    producer<C, SPLIT>(args, sm, s_valid, s_item, work, heads);
   } else if constexpr (C::kPerTile) {
     if (wg == 0) {
       reg_alloc<C::kConsumerRegs>();
-      consumer_per_tile<C, SPLIT, 0>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
+      consumer_per_tile<C, SPLIT, 0>(args, sm, s_valid, s_max, s_sum, s_item, work, heads);
     } else {
       reg_dealloc<C::kConsumer1Regs>();
-      consumer_per_tile<C, SPLIT, 1>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
+      consumer_per_tile<C, SPLIT, 1>(args, sm, s_valid, s_max, s_sum, s_item, work, heads);
     }
   } else {
     reg_alloc<C::kConsumerRegs>();
-    if (wg == 0) consumer<C, SPLIT, 0>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
-    else consumer<C, SPLIT, 1>(args, sm, s_valid, s_max, s_sum, s_item, work, head0);
+    if (wg == 0) consumer<C, SPLIT, 0>(args, sm, s_valid, s_max, s_sum, s_item, work, heads);
+    else consumer<C, SPLIT, 1>(args, sm, s_valid, s_max, s_sum, s_item, work, heads);
   }
   // Neither CTA of a cluster leaves while the other may still store into its tiles or arrive on its barriers.
   if constexpr (C::kCluster) cluster_sync();
@@ -1252,9 +1260,41 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
 // Host side.
 inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
-// Launches one instantiation; false (nothing launched) when the device has no code for it.
+// CTAs of instantiation <C, SPLIT> resident at once on `device` (whole clusters; 0 when the device has no code
+// for it or the runtime cannot tell). Queried once per (instantiation, device).
 template <class C, bool SPLIT>
-bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
+int64_t resident_ctas(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static int64_t ctas[kMaxDevices] = {};
+  if (device < 0 || device >= kMaxDevices) return 0;
+  if (!sm90a_kernel_ready<sparse_attention_wgmma_kernel<C, SPLIT>>(device, C::kSmemBytes)) return 0;
+  std::call_once(once[device], [device] {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(C::kClusterCtas * 64);
+    config.blockDim = dim3(C::kThreads);
+    config.dynamicSmemBytes = C::kSmemBytes;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = C::kClusterCtas;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, sparse_attention_wgmma_kernel<C, SPLIT>, &config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    ctas[device] = static_cast<int64_t>(clusters) * C::kClusterCtas;
+  });
+  return ctas[device];
+}
+
+// Launches one instantiation; false (nothing launched) when the device has no code for it.
+// `group_heads`: heads per CTA (C::kHeads, or fewer: the CTA's other rows compute on zero Q).
+template <class C, bool SPLIT>
+bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads = C::kHeads) {
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -1265,7 +1305,9 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream) {
   KernelArgs args;
   args.p = p;
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
-  args.groups = (p.h_q + C::kHeads - 1) / C::kHeads;
+  if (group_heads < 1 || group_heads > C::kHeads) return false;
+  args.group_heads = group_heads;
+  args.groups = (p.h_q + group_heads - 1) / group_heads;
   if (C::kFp8) {
     if (p.block_size < 1 || p.block_size > INT32_MAX) return false;
     args.page = mla::FastDivmod(static_cast<uint32_t>(p.block_size));

@@ -232,6 +232,20 @@ TEST(MlaValidation, DecodePlanSizesFollowTheShape) {
   // config.num_sms overrides the argument.
   s = mla::decode_plan_sizes({.batch = 1, .s_q = 1, .h_q = 64, .topk = 128, .num_sms = 10}, 132);
   EXPECT_EQ(s.num_sm_parts, 10);
+  // V4 with h_q 33..64 splits for the 32-head cluster (two CTAs per token: 132 / (2 * 2) parts at s_q 2); the
+  // V3.2 cache keeps one CTA of 64 heads (132 / 2).
+  s = mla::decode_plan_sizes({.batch = 2, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
+  EXPECT_TRUE(s.split);
+  EXPECT_EQ(s.num_sm_parts, 33);
+  s = mla::decode_plan_sizes({.batch = 2, .s_q = 2, .h_q = 64, .d_qk = 576, .topk = 2048}, 132);
+  EXPECT_EQ(s.num_sm_parts, 66);
+  // Unsplit where the launcher's grid fills 2/3 of the SMs: 64 tokens run as 64 clusters (128 CTAs); 80 tokens
+  // would run as 80 single CTAs (the cluster would need two rounds), so they split.
+  s = mla::decode_plan_sizes({.batch = 32, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
+  EXPECT_FALSE(s.split);
+  s = mla::decode_plan_sizes({.batch = 40, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
+  EXPECT_TRUE(s.split);
+  EXPECT_EQ(s.num_sm_parts, 33);
 }
 
 struct DecodeArgs {
