@@ -416,18 +416,23 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     // pool's length or the item's tiles). The range is checked where the row is read (row_valid): a check
     // here would wait for the index load, which is meant to be in flight while the producer works.
     auto load_indices = [&](int tile, int (&idx)[C::kRowsPerThread]) {
+      if constexpr (C::kFp8V4) {
+        // The tile's pool is the same for all its rows: its index list, the offset at which a slot of the
+        // token's whole list (main slots, then extra slots) reads it, and the slot bound its length sets.
+        const bool extra = tile_extra(tile);
+        const int32_t* list = extra ? p.extra_indices : p.indices;
+        const int64_t start =
+            extra ? w.token * p.extra_indices_stride_token - p.main_topk : w.token * p.indices_stride_token;
+        const int end = tile < w.tile_end ? (extra ? p.main_topk + w.extra_len : w.main_len) : 0;
 #pragma unroll
-      for (int r = 0; r < C::kRowsPerThread; ++r) {
-        const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
-        if constexpr (C::kFp8V4) {
-          const bool extra = tile_extra(tile);
-          const int local = extra ? slot - p.main_topk : slot;
-          int id = -1;
-          if (tile < w.tile_end && local < (extra ? w.extra_len : w.main_len)) {
-            id = extra ? __ldg(p.extra_indices + w.token * p.extra_indices_stride_token + local) : __ldg(idx_row + local);
-          }
-          idx[r] = id;
-        } else {
+        for (int r = 0; r < C::kRowsPerThread; ++r) {
+          const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
+          idx[r] = slot < end ? __ldg(list + (start + slot)) : -1;
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < C::kRowsPerThread; ++r) {
+          const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
           idx[r] = (tile < w.tile_end && slot < w.eff) ? __ldg(idx_row + slot) : -1;
         }
       }
