@@ -1266,6 +1266,25 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
 // Host side.
 inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
+// The launch configuration of `blocks` CTAs of instantiation C on `stream`: its threads and shared memory, and
+// its cluster shape in `cluster` (the configuration points to it; attached only for cluster instantiations).
+template <class C>
+cudaLaunchConfig_t launch_config(unsigned blocks, cudaStream_t stream, cudaLaunchAttribute& cluster) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
+  config.stream = stream;
+  cluster = cudaLaunchAttribute{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = C::kClusterCtas;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = C::kCluster ? 1 : 0;
+  return config;
+}
+
 // CTAs of instantiation <C, SPLIT> resident at once on `device` (whole clusters; 0 when the device has no code
 // for it or the runtime cannot tell). Queried once per (instantiation, device).
 template <class C, bool SPLIT>
@@ -1276,17 +1295,9 @@ int64_t resident_ctas(int device) {
   if (device < 0 || device >= kMaxDevices) return 0;
   if (!sm90a_kernel_ready<sparse_attention_wgmma_kernel<C, SPLIT>>(device, C::kSmemBytes)) return 0;
   std::call_once(once[device], [device] {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(C::kClusterCtas * 64);
-    config.blockDim = dim3(C::kThreads);
-    config.dynamicSmemBytes = C::kSmemBytes;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = C::kClusterCtas;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    cudaLaunchAttribute cluster;
+    cudaLaunchConfig_t config = launch_config<C>(C::kClusterCtas * 64, nullptr, cluster);
+    config.numAttrs = 1;  // the occupancy query counts clusters, of one CTA where C has none
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, sparse_attention_wgmma_kernel<C, SPLIT>, &config) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -1329,18 +1340,8 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads
   const int64_t outer = SPLIT ? static_cast<int64_t>(p.num_parts) * p.tokens_per_request : p.num_tokens;
   const int64_t blocks = outer * args.groups;
   if (blocks > INT_MAX) return false;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = C::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = C::kClusterCtas;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = C::kCluster ? 1 : 0;
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config = launch_config<C>(static_cast<unsigned>(blocks), stream, cluster);
   return cudaLaunchKernelEx(&config, sparse_attention_wgmma_kernel<C, SPLIT>, args) == cudaSuccess &&
          cudaGetLastError() == cudaSuccess;
 }
