@@ -17,8 +17,9 @@
 //   * FP8 with h_q 65..128 runs as a 2-CTA cluster (the two head groups of a token, which need the same
 //     tiles; V4 with h_q 33..64 also, as two groups of 32 heads: KernelArgs::group_heads, the CTA's other
 //     rows compute on zero Q and are never written): each CTA's producer dequantizes half of every tile's
-//     rows into its own tile, and one thread bulk-copies those rows into the peer's tile (completing transactions on the peer's full barrier); a half-tile is
-//     free only when the consumers of both CTAs released it (they arrive on both CTAs' empty barriers).
+//     rows into its own tile, and one thread bulk-copies those rows into the peer's tile (completing
+//     transactions on the peer's full barrier); a half-tile is free only when the consumers of both CTAs
+//     released it (they arrive on both CTAs' empty barriers).
 //     The halved register need of the producer holds two raw buffers: the loads of the next half-tile
 //     are in flight while one is dequantized. The cluster runs tile by tile (Config::kPerTile,
 //     consumer_per_tile): consumer 0 computes S of each whole tile and the softmax, consumer 1 only its half

@@ -17,17 +17,22 @@ bool launch_sparse_attention_wgmma_fp8(const SparseAttentionParams& p, cudaStrea
     using V4 = wgmma::Config<512, true, 1>;
     using V4Pair = wgmma::Config<512, true, 2, 2>;
     const bool split = p.sched != nullptr;
-    if (split_decode_group_heads(p.kv_format, p.h_q) == V4Pair::kHeads / 2) {
+    constexpr int kHalfHeads = V4Pair::kHeads / 2;
+    if (split_decode_group_heads(p.kv_format, p.h_q) == kHalfHeads) {
       // h_q 33..64: a cluster of two CTAs of 32 heads (each computes 64 rows, half on zero Q, and dequantizes half
       // of every tile) or one CTA of 64 heads; with a schedule always the cluster (b 2: 16.8 against 27.9 us).
       bool pair = split;
       if (!split) {
         int device = -1;
-        if (cudaGetDevice(&device) != cudaSuccess) return false;
+        if (cudaGetDevice(&device) != cudaSuccess) {
+          (void)cudaGetLastError();
+          return false;
+        }
         pair = unsplit_half_heads_cluster(p.num_tokens, wgmma::resident_ctas<V4Pair, false>(device) / 2,
                                           wgmma::resident_ctas<V4, false>(device));
       }
-      if (pair) return split ? wgmma::launch<V4Pair, true>(p, stream, 32) : wgmma::launch<V4Pair, false>(p, stream, 32);
+      if (pair)
+        return split ? wgmma::launch<V4Pair, true>(p, stream, kHalfHeads) : wgmma::launch<V4Pair, false>(p, stream, kHalfHeads);
       return split ? wgmma::launch<V4, true>(p, stream) : wgmma::launch<V4, false>(p, stream);
     }
     const bool pair = p.h_q > V4::kHeads && p.h_q <= 2 * V4::kHeads;
