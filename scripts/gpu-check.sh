@@ -132,19 +132,23 @@ if has mla-v4; then
 fi
 
 if has mla-profile; then
-  # Nsight Compute on one FP8 decode launch each (V3.2 and V4, b 64): the summary sections and the samples per
+  # Nsight Compute on one FP8 decode launch each (V3.2, V4 h_q 128 and 64; b 64): the summary sections and the samples per
   # SASS instruction, split by warpgroup role (scripts/ncu-roles.py). Leave the clocks alone (METHOD.md).
-  log "sparse MLA: Nsight Compute on FP8 decode (V3.2 and V4, b 64), samples by warpgroup"
-  for kind in v32 v4; do
-    extra=(); [[ $kind == v4 ]] && extra=(--v4)
+  log "sparse MLA: Nsight Compute on FP8 decode (V3.2, V4 h_q 128 and 64, b 64), samples by warpgroup"
+  for kind in v32 v4 v4h64; do
+    extra=(); roles=()
+    [[ $kind == v4 ]] && extra=(--v4)
+    # V4 h_q 64 at b 64 runs one CTA of 64 heads (consumers 200 registers each, producer 104).
+    [[ $kind == v4h64 ]] && extra=(--v4 --h-q 64) && roles=(--roles 200=consumers,104=producer)
     rep="$out/ncu-decode-$kind-b64"
     timeout 200 ncu --clock-control none -k regex:sparse_attention_wgmma --launch-skip 2 --launch-count 1 \
-      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --section SourceCounters \
       --section Occupancy -o "$rep" $cli mla-bench --decode-only "${extra[@]}" --batch 64 --iters 1 --warmup 1 \
       > "$rep-log.txt" 2>&1
     ncu -i "$rep.ncu-rep" --page details > "$rep-details.txt" 2>&1
     ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep-source.csv" 2>&1
-    python3 scripts/ncu-roles.py "$rep-source.csv" | tee "$rep-roles.txt"
+    python3 scripts/ncu-roles.py "$rep-source.csv" "${roles[@]}" | tee "$rep-roles.txt"
     gzip -f "$rep-source.csv"
   done
 fi
