@@ -514,7 +514,8 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         }
         const bool valid = a.rec != nullptr;
         if constexpr (C::kRopeByPeer) {
-          if (half == 1) b_rope[r] = valid ? ld_global_nc_v4(a.rec + C::kFp8RopeOffset + 16 * sub) : make_uint4(0, 0, 0, 0);
+          if (half == 1)
+            b_rope[r] = valid ? ld_global_nc_v4(a.rec + C::kFp8RopeOffset + 16 * sub) : make_uint4(0, 0, 0, 0);
         }
         if (valid) {
 #pragma unroll
@@ -590,7 +591,8 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), second[r][j]);
           }
           if constexpr (C::kRopeByPeer) {  // RoPE dims (bf16 in the cache): the last atom
-            if (half == 1) st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r0 + r]);
+            if (half == 1)
+              st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r0 + r]);
           }
         }
       }
@@ -621,7 +623,8 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           if (half == 0 && sub == 0) {
 #pragma unroll
             for (int r = 0; r < C::kRowsPerThread; ++r)
-              s_valid[t * C::kTile + r * C::kRowsPerPass + group] = row_valid(idx_cur[0][r], tile_extra(tile_no)) ? 1 : 0;
+              s_valid[t * C::kTile + r * C::kRowsPerPass + group] =
+                  row_valid(idx_cur[0][r], tile_extra(tile_no)) ? 1 : 0;
           }
           fence_proxy_async();  // the stores, for the tensor cores and the bulk copy
           producer_sync(kBarProducerStored);
@@ -852,8 +855,8 @@ __device__ __forceinline__ void rescale_rows(float (&o)[128], float alpha0, floa
 // lse; -inf when empty), or out = O / (l + sink term) with lse and max_logits. `row_sum(h)`: the full row sum
 // of row r0 (h 0) or r1 (h 1).
 template <class C, int W, class RowSum>
-__device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, const ItemInfo& w, HeadRange heads, int r0,
-                                                int r1, int t, const float (&o)[128], float m0, float m1,
+__device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, const ItemInfo& w, HeadRange heads,
+                                                int r0, int r1, int t, const float (&o)[128], float m0, float m1,
                                                 RowSum row_sum) {
   constexpr float kLn2 = 0.6931471805599453f;
   constexpr float kLog2e = 1.4426950408889634f;

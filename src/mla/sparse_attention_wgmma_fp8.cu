@@ -31,8 +31,8 @@ bool launch_sparse_attention_wgmma_fp8(const SparseAttentionParams& p, cudaStrea
         pair = unsplit_half_heads_cluster(p.num_tokens, wgmma::resident_ctas<V4Pair, false>(device) / 2,
                                           wgmma::resident_ctas<V4, false>(device));
       }
-      if (pair)
-        return split ? wgmma::launch<V4Pair, true>(p, stream, kHalfHeads) : wgmma::launch<V4Pair, false>(p, stream, kHalfHeads);
+      if (pair && split) return wgmma::launch<V4Pair, true>(p, stream, kHalfHeads);
+      if (pair) return wgmma::launch<V4Pair, false>(p, stream, kHalfHeads);
       return split ? wgmma::launch<V4, true>(p, stream) : wgmma::launch<V4, false>(p, stream);
     }
     const bool pair = p.h_q > V4::kHeads && p.h_q <= 2 * V4::kHeads;
