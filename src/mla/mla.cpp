@@ -384,9 +384,11 @@ DecodePlanSizes sizes_for(const DecodeConfig& c, int num_sms) {
   const kernels::KvFormat format = c.d_qk == fp8_v4::kDims ? kernels::KvFormat::fp8_v4 : kernels::KvFormat::fp8_v32;
   const int split_group_heads = kernels::split_decode_group_heads(format, c.h_q);
   const int64_t tokens = static_cast<int64_t>(c.batch) * c.s_q;
-  // The unsplit grid: 64 heads per CTA, or the 32-head cluster where the launcher would pick it (one CTA per SM).
-  const bool half_heads = split_group_heads < 64 && kernels::unsplit_half_heads_cluster(tokens, num_sms / 2, num_sms);
-  const int64_t ctas = tokens * ((c.h_q + 63) / 64) * (half_heads ? 2 : 1);
+  // The unsplit grid, as the split rule below counts it: a CTA per 64 heads of a token, or per 32 heads (two CTAs
+  // per token) where split work runs as the 32-head cluster. Without a schedule those heads run as the cluster where
+  // all of them fit at once and else one CTA per token (unsplit_half_heads_cluster), which never splits: at 2 CTAs
+  // per token the split ends at num_sms / 3 tokens, before the cluster needs a second round.
+  const int64_t ctas = tokens * ((c.h_q + split_group_heads - 1) / split_group_heads);
   const int64_t parts = std::max<int64_t>(num_sms / (c.s_q * ((c.h_q + split_group_heads - 1) / split_group_heads)), 1);
   // Split only while the unsplit grid would leave about a third of the SMs idle. Measured on the H200
   // (132 SMs, topk 2048, Hopper kernel): at 64 CTAs splitting wins (172 vs 200 us), at 128 it loses

@@ -1,5 +1,5 @@
 // Device helpers shared by the Hopper sparse-attention kernels (sparse_attention_mma_sm90.cu and
-// sparse_attention_wgmma.cuh): shared-memory addresses, 16-byte copies and stores, bf16 packing, exp2.
+// sparse_attention_wgmma.cuh): shared-memory addresses, 16-byte copies, loads and stores, bf16 packing, exp2.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -27,6 +27,14 @@ __device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
 __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
 }
 // Sets every element of a (nested) register array of float accumulators to 0.
 __device__ __forceinline__ void zero_fill(float& x) { x = 0.f; }

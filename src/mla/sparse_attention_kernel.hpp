@@ -215,19 +215,17 @@ SparseKernel auto_fp8_kernel(const SparseAttentionParams& p);
 /// Heads one CTA of the wgmma kernel computes in FP8 decode with a split-KV schedule, which the schedule's part
 /// count is planned for: 32 for DeepSeek V4 pages with h_q 33..64 (the heads' two halves as a 2-CTA cluster,
 /// each CTA dequantizing half of every tile), else 64. Without a schedule the launcher chooses between the
-/// 32-head cluster and one CTA of 64 heads by the rounds each needs (launch_sparse_attention_wgmma_fp8).
+/// 32-head cluster and one CTA of 64 heads (unsplit_half_heads_cluster).
 constexpr int split_decode_group_heads(KvFormat format, int h_q) {
   return format == KvFormat::fp8_v4 && h_q > 32 && h_q <= 64 ? 32 : 64;
 }
 
 /// Without a schedule, whether those heads (split_decode_group_heads 32) run as the 32-head cluster rather than
-/// one CTA of 64 heads, given the token count and how many clusters and single CTAs fit on the device at once.
-/// A cluster round took 0.54 of a single CTA's round (H200, 2026-12-01, V4 h_q 64 b 64: 65.4 us in 2 rounds
-/// against 60.2 us in 1), so the cluster runs where it needs fewer than twice the rounds: b 148 158.3 against
-/// 167.9 us; b 64 / 128 stay single (60.2 / 118.6 against 65.4 / 128.2).
-constexpr bool unsplit_half_heads_cluster(int64_t tokens, int64_t cluster_slots, int64_t cta_slots) {
-  if (cluster_slots < 1 || cta_slots < 1) return false;
-  return (tokens + cluster_slots - 1) / cluster_slots < 2 * ((tokens + cta_slots - 1) / cta_slots);
+/// one CTA of 64 heads: where all the tokens' clusters fit on the device at once. A round of clusters took
+/// about 0.65 of a single CTA's round (H200, 2026-12-01, V4 h_q 64: b 24, one round of 48 clusters, 33.1 us;
+/// single CTAs, tile by tile, one round 47-54 us), so two rounds of clusters lose to one of single CTAs.
+constexpr bool unsplit_half_heads_cluster(int64_t tokens, int64_t cluster_slots) {
+  return tokens >= 1 && tokens <= cluster_slots;
 }
 
 /// Whether the Hopper kernels handle the problem (shape, format, alignment). Guarantees from the host: q/kv

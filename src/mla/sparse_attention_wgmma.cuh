@@ -20,10 +20,11 @@
 //     rows into its own tile, and one thread bulk-copies those rows into the peer's tile (completing
 //     transactions on the peer's full barrier); a half-tile is free only when the consumers of both CTAs
 //     released it (they arrive on both CTAs' empty barriers).
-//     The halved register need of the producer holds two raw buffers: the loads of the next half-tile
-//     are in flight while one is dequantized. The cluster runs tile by tile (Config::kPerTile,
-//     consumer_per_tile): consumer 0 computes S of each whole tile and the softmax, consumer 1 only its half
-//     of P V; the rest of this list describes the two-tile iteration of the other configurations.
+//     The cluster runs tile by tile (Config::kPerTile, consumer_per_tile): consumer 0 computes S of each whole
+//     tile and the softmax, consumer 1 only its half of P V, and the producer holds two raw buffers (a tile's
+//     loads are in flight a whole tile ahead). DeepSeek V4 pages run tile by tile alone too (64 heads per CTA;
+//     the RoPE atom by cp.async). The rest of this list describes the two-tile iteration of the other
+//     configurations (V3.2 alone, bf16 prefill).
 //     (docs/MLA.md: measurements and the automatic choice between this kernel and the mma.sync kernel.)
 //   * Iteration i handles tiles A = 2i and B = 2i + 1. Consumer 0 computes S_A = Q K_A^T and consumer 1
 //     S_B = Q K_B^T (wgmma m64n64k16, both operands in shared memory). They exchange row maxima (one named
@@ -44,6 +45,8 @@
 //     reaches the output. Softmax runs in base 2 with sm_scale*log2(e) folded in; lse and max_logits are
 //     converted to natural log. An empty row gives out 0, lse +inf, max_logits -inf; a split's partial row
 //     is O / l in f32 with lse -inf when empty (the combine kernel finishes it).
+//   * Epilogue: the unsplit grid's output goes through Q's buffer, each warp writing its 16 rows as whole
+//     512-byte rows with 16-byte stores (write_item_rows); the sink values are loaded when the consumers start.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -64,8 +67,8 @@
 
 namespace flashcpp::mla::kernels::wgmma {
 
-using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::pack_bf16x2, sm90::smem_addr,
-    sm90::st_shared_u32, sm90::st_shared_v4;
+using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::ld_shared_v4, sm90::pack_bf16x2,
+    sm90::smem_addr, sm90::st_shared_u32, sm90::st_shared_v4;
 
 struct KernelArgs {
   SparseAttentionParams p;
@@ -74,6 +77,7 @@ struct KernelArgs {
   int group_heads;    // heads per CTA: 64, or 32 (h_q 33..64 as a cluster of two CTAs, each computing 64 rows)
   mla::FastDivmod page;  // FP8 cache: index -> (page, slot) by block_size
   mla::FastDivmod extra_page;  // V4: the extra pool's index -> (page, slot) by extra_block_size
+  bool out_rows_16b;     // out and its token and head strides allow 16-byte stores (the staged epilogue)
 };
 
 // V4 (fp8_v4.hpp): the byte offsets of index `idx`'s token record and scale record in pool `extra`.
@@ -277,7 +281,7 @@ __host__ __device__ __forceinline__ constexpr int first_half(int t) { return t; 
 // Whether a fill of (t, half) ends with a cp.async arrival, and with an ordinary one (valid flags, stores).
 template <class C>
 __host__ __device__ __forceinline__ constexpr bool fill_has_cp_async(int t, int half) {
-  return !C::kFp8 || (half == 1 && !C::kRopeByPeer);
+  return !C::kFp8 || (half == 1 && !C::kRopeInRegs);
 }
 template <class C>
 __host__ __device__ __forceinline__ constexpr bool fill_has_ordinary(int t, int half) {
@@ -474,8 +478,8 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
     uint4 raw[C::kFp8RawBuffers][C::kDequantRowsPerThread][C::kFp8ChunksPerHalf];
     Fp8Scales scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
-    // kRopeByPeer: this thread's 16-byte RoPE piece of each of its rows (right halves only), per raw buffer.
-    uint4 rope[C::kFp8RawBuffers][C::kRopeByPeer ? C::kDequantRowsPerThread : 1];
+    // kRopeInRegs: this thread's 16-byte RoPE piece of each of its rows (right halves only), per raw buffer.
+    uint4 rope[C::kFp8RawBuffers][C::kRopeInRegs ? C::kDequantRowsPerThread : 1];
     // Where a row lives: its token record (V3.2: its 656-byte row) and, for V4, its scale record; null where
     // masked. Tile by tile (kPerTile) a tile's right half is loaded right after its left half (the next tile's,
     // a whole tile ahead), so the left half's load keeps its rows' addresses for the right one (row_addr).
@@ -497,23 +501,29 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       }
       return a;
     };
-    RowAddr row_addr[C::kDequantRowsPerThread];
+    // Tile by tile in a cluster the left half's rows' addresses are kept for the right half. Alone the producer holds
+    // a whole tile's raw bytes, and the kept addresses made ptxas spill its registers (152) in the load path, 10-20%
+    // slower (H200, 2026-12-01, V4 h_q 64 b 64 / 128 / 148: 51.6 / 102.3 / 144.3 us recomputing them, 56.5 / 112.7 /
+    // 163.1 keeping them): it locates the rows again.
+    constexpr bool kCacheRowAddr = C::kPerTile && C::kCluster;
+    RowAddr row_addr[kCacheRowAddr ? C::kDequantRowsPerThread : 1];
     auto load_fp8 = [&](const int (&idx)[C::kRowsPerThread], int half, bool extra,
                         uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
-                        Fp8Scales (&b_scale)[C::kDequantRowsPerThread], uint4 (&b_rope)[C::kRopeByPeer ? C::kDequantRowsPerThread : 1]) {
+                        Fp8Scales (&b_scale)[C::kDequantRowsPerThread],
+                        uint4 (&b_rope)[C::kRopeInRegs ? C::kDequantRowsPerThread : 1]) {
 #pragma unroll
       for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
         // This CTA's rows: all four (alone), or indices 2 rank, 2 rank + 1 (cluster; no dynamic indexing).
         const int id = C::kCluster ? (rank == 0 ? idx[r] : idx[C::kDequantRowsPerThread + r]) : idx[r];
         RowAddr a;
-        if (C::kPerTile && half == 1) {
+        if (kCacheRowAddr && half == 1) {
           a = row_addr[r];
         } else {
           a = locate(id, extra);
-          if (C::kPerTile) row_addr[r] = a;
+          if (kCacheRowAddr) row_addr[r] = a;
         }
         const bool valid = a.rec != nullptr;
-        if constexpr (C::kRopeByPeer) {
+        if constexpr (C::kRopeInRegs) {
           if (half == 1)
             b_rope[r] = valid ? ld_global_nc_v4(a.rec + C::kFp8RopeOffset + 16 * sub) : make_uint4(0, 0, 0, 0);
         }
@@ -535,11 +545,11 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         }
       }
     };
-    // This CTA's rows of a half tile into `tile`: the dequantized e4m3 chunks and, with the peer (kRopeByPeer),
+    // This CTA's rows of a half tile into `tile`: the dequantized e4m3 chunks and, with the peer (kRopeInRegs),
     // the right half's RoPE pieces.
     auto store_rows = [&](uint32_t tile, int half, const uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
                           const Fp8Scales (&b_scale)[C::kDequantRowsPerThread],
-                          const uint4 (&b_rope)[C::kRopeByPeer ? C::kDequantRowsPerThread : 1]) {
+                          const uint4 (&b_rope)[C::kRopeInRegs ? C::kDequantRowsPerThread : 1]) {
       // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks): the upper four
       // store their odd chunk (dims 8..15 of the 16) first, so each store instruction is conflict-free. Their
       // selectors put those dims in `first`.
@@ -590,7 +600,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), first[r][j]);
             st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), second[r][j]);
           }
-          if constexpr (C::kRopeByPeer) {  // RoPE dims (bf16 in the cache): the last atom
+          if constexpr (C::kRopeInRegs) {  // RoPE dims (bf16 in the cache): the last atom
             if (half == 1)
               st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r0 + r]);
           }
@@ -618,6 +628,18 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           if (g >= 2) mbar_wait(sm.bar_empty(t, half), ((g >> 1) - 1) & 1);
+          if constexpr (!C::kRopeInRegs) {
+            if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row; lands while rows are stored
+#pragma unroll
+              for (int r = 0; r < C::kRowsPerThread; ++r) {
+                const RowAddr a = locate(idx_cur[0][r], tile_extra(tile_no));
+                const uint8_t* src = a.rec != nullptr ? a.rec + C::kFp8RopeOffset + 16 * sub : cache;
+                const uint32_t rope_atom = tile + (C::kAtoms - 1) * C::kAtomBytes;
+                cp_async_16(rope_atom + chunk_offset(r * C::kRowsPerPass + group, sub), src, a.rec != nullptr ? 16 : 0);
+              }
+              cp_async_arrive(sm.bar_full(t, half));
+            }
+          }
           store_rows(tile, half, raw[half], scale[half], rope[half]);
           if (jj + 1 < n_tiles) load_fp8(idx_cur[1], half, tile_extra(tile_no + 1), raw[half], scale[half], rope[half]);
           if (half == 0 && sub == 0) {
@@ -626,20 +648,28 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
               s_valid[t * C::kTile + r * C::kRowsPerPass + group] =
                   row_valid(idx_cur[0][r], tile_extra(tile_no)) ? 1 : 0;
           }
-          fence_proxy_async();  // the stores, for the tensor cores and the bulk copy
-          producer_sync(kBarProducerStored);
-          if (ptid == 0) {
-            // This CTA's rows of every atom of the half (RoPE included) to the peer's tile.
-            constexpr int kBlockBytes = C::kAtomBytes / C::kClusterCtas;
-            const uint32_t peer_full = sm.peer(sm.bar_full(t, half));
-            for (int a = half == 0 ? 0 : C::kLeftAtoms; a < (half == 0 ? C::kLeftAtoms : C::kAtoms); ++a) {
-              const uint32_t block = tile + a * C::kAtomBytes + rank * kBlockBytes;
-              bulk_copy_to_peer(sm.peer(block), block, kBlockBytes, peer_full);
+          fence_proxy_async();  // the stores, for the tensor cores (and the bulk copy)
+          if constexpr (C::kCluster) {
+            // This CTA's rows of each atom are one contiguous block (rows 32 rank .. +32): once every producer thread
+            // stored its part, one thread sends the blocks to the peer's tile by bulk copies, completing transactions
+            // on the peer's full barrier. (16-byte st.async stores from every thread instead measured 27% slower at
+            // b 128: their issue cost sat on the producer's path.)
+            producer_sync(kBarProducerStored);
+            if (ptid == 0) {
+              // This CTA's rows of every atom of the half (RoPE included) to the peer's tile.
+              constexpr int kBlockBytes = C::kAtomBytes / C::kClusterCtas;
+              const uint32_t peer_full = sm.peer(sm.bar_full(t, half));
+              for (int a = half == 0 ? 0 : C::kLeftAtoms; a < (half == 0 ? C::kLeftAtoms : C::kAtoms); ++a) {
+                const uint32_t block = tile + a * C::kAtomBytes + rank * kBlockBytes;
+                bulk_copy_to_peer(sm.peer(block), block, kBlockBytes, peer_full);
+              }
+              // ... and the valid flags and stores (release); the peer's rows come as transactions.
+              mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
+            } else {
+              mbar_arrive(sm.bar_full(t, half));
             }
-            // ... and the valid flags and stores (release); the peer's rows come as transactions.
-            mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
           } else {
-            mbar_arrive(sm.bar_full(t, half));
+            mbar_arrive(sm.bar_full(t, half));  // publishes the stores and valid flags (release)
           }
         }
 #pragma unroll
@@ -649,113 +679,78 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         }
       }
       iter += n_tiles;
-      continue;
-    }
-    if constexpr (C::kFp8 && C::kFp8RawBuffers == 2) {
-      if (n_iters > 0) load_fp8(idx_cur[0], first_half(0), tile_extra(w.tile_begin), raw[0], scale[0], rope[0]);
-    }
-    for (int it = 0; it < n_iters; ++it) {
-      if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
-        load_indices(w.tile_begin + 2 * it + 2, idx_next[0]);
-        load_indices(w.tile_begin + 2 * it + 3, idx_next[1]);
-      }
-      const int g_it = iter + it;
-#pragma unroll
-      for (int step = 0; step < 4; ++step) {  // A-left, B-right, A-right, B-left
-        const int t = step & 1;
-        const int half = step < 2 ? first_half(t) : 1 - first_half(t);
-        const uint32_t tile = sm.tile(t);
-        if constexpr (!C::kFp8) {
-          if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
-          const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
-          const int a0 = half == 0 ? 0 : C::kLeftAtoms;
-          const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
-#pragma unroll
-          for (int r = 0; r < C::kRowsPerThread; ++r) {
-            const int row = r * C::kRowsPerPass + group;
-            const int idx = idx_cur[t][r];
-            const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
-            const __nv_bfloat16* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
-#pragma unroll
-            for (int a = a0; a < a1; ++a)
-              cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
-            if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
-          }
-          // Publishes the valid flags (release).
-          if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
-          cp_async_arrive(sm.bar_full(t, half));
-        } else {
-          // FP8: the raw bytes of this step were loaded one step ahead (cluster) or just now (alone).
-          constexpr int kBuf = C::kFp8RawBuffers;
-          const int cur = kBuf == 2 ? (step & 1) : 0;
-          if constexpr (kBuf == 2) {
-            if (step < 3) {
-              const int t1 = (step + 1) & 1;
-              load_fp8(idx_cur[t1], step + 1 < 2 ? first_half(t1) : 1 - first_half(t1),
-                       tile_extra(w.tile_begin + 2 * it + t1), raw[cur ^ 1], scale[cur ^ 1], rope[cur ^ 1]);
-            } else if (it + 1 < n_iters) {
-              load_fp8(idx_next[0], first_half(0), tile_extra(w.tile_begin + 2 * it + 2), raw[cur ^ 1], scale[cur ^ 1],
-                       rope[cur ^ 1]);
-            }
-          } else {
-            load_fp8(idx_cur[t], half, tile_extra(w.tile_begin + 2 * it + t), raw[0], scale[0], rope[0]);
-          }
-          if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
-          const uint32_t peer_full = C::kCluster ? sm.peer(sm.bar_full(t, half)) : 0;
-          store_rows(tile, half, raw[cur], scale[cur], rope[cur]);
-#pragma unroll
-          for (int r = 0; r < C::kRowsPerThread; ++r) {
-            const int row = r * C::kRowsPerPass + group;
-            const int idx = idx_cur[t][r];
-            const bool extra = tile_extra(w.tile_begin + 2 * it + t);
-            const bool valid = row_valid(idx, extra);
-            if (!C::kRopeByPeer && half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row
-              const uint8_t* rope;
-              if constexpr (C::kFp8V4) {
-                int64_t token_off = 0, scale_off;
-                if (valid) v4_record_offsets(args, extra, idx, token_off, scale_off);
-                rope = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv) + token_off + C::kFp8RopeOffset + 16 * sub;
-              } else {
-                rope = cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub;
-              }
-              cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), rope, valid ? 16 : 0);
-            }
-            if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
-          }
-          fence_proxy_async();  // the dequantized stores, for the tensor cores (and the bulk copy to the peer)
-          if constexpr (C::kCluster) {
-            // This CTA's rows of each dequantized atom are one contiguous block (rows 32 rank .. +32): once every
-            // producer thread stored its part, one thread sends the blocks to the peer's tile by bulk copies,
-            // completing transactions on the peer's full barrier. (16-byte st.async stores from every thread
-            // instead measured 27% slower at b 128: their issue cost sat on the producer's path.)
-            producer_sync(kBarProducerStored);
-            if (ptid == 0) {
-              constexpr int kBlockBytes = C::kAtomBytes / C::kClusterCtas;
-              const int a0 = half == 0 ? 0 : C::kLeftAtoms;
-              const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms - (C::kRopeByPeer ? 0 : 1);
-              for (int a = a0; a < a1; ++a) {
-                const uint32_t block = tile + a * C::kAtomBytes + rank * kBlockBytes;
-                bulk_copy_to_peer(sm.peer(block), block, kBlockBytes, peer_full);
-              }
-            }
-          }
-          // ... and the valid flags (release); in a cluster the peer's half of the rows comes as transactions.
-          if (C::kCluster && ptid == 0)
-            mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
-          else mbar_arrive(sm.bar_full(t, half));
-          if (fill_has_cp_async<C>(t, half)) cp_async_arrive(sm.bar_full(t, half));
+    } else {
+      for (int it = 0; it < n_iters; ++it) {
+        if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
+          load_indices(w.tile_begin + 2 * it + 2, idx_next[0]);
+          load_indices(w.tile_begin + 2 * it + 3, idx_next[1]);
         }
-      }
-      if constexpr (C::kPAInRope) {  // tile A's RoPE copies of this thread have landed (see bar_rope_landed)
-        cp_async_wait_all();
-        mbar_arrive(sm.bar_rope_landed());
-      }
+        const int g_it = iter + it;
 #pragma unroll
-      for (int t = 0; t < 2; ++t)
+        for (int step = 0; step < 4; ++step) {  // A-left, B-right, A-right, B-left
+          const int t = step & 1;
+          const int half = step < 2 ? first_half(t) : 1 - first_half(t);
+          const uint32_t tile = sm.tile(t);
+          if constexpr (!C::kFp8) {
+            if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
+            const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
+            const int a0 = half == 0 ? 0 : C::kLeftAtoms;
+            const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
 #pragma unroll
-        for (int r = 0; r < C::kRowsPerThread; ++r) idx_cur[t][r] = idx_next[t][r];
+            for (int r = 0; r < C::kRowsPerThread; ++r) {
+              const int row = r * C::kRowsPerPass + group;
+              const int idx = idx_cur[t][r];
+              const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
+              const __nv_bfloat16* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
+#pragma unroll
+              for (int a = a0; a < a1; ++a)
+                cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
+              if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+            }
+            // Publishes the valid flags (release).
+            if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
+            cp_async_arrive(sm.bar_full(t, half));
+          } else {
+            // FP8 (one CTA, one raw buffer): the raw bytes of this step, loaded before the wait for the buffer.
+            load_fp8(idx_cur[t], half, tile_extra(w.tile_begin + 2 * it + t), raw[0], scale[0], rope[0]);
+            if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
+            store_rows(tile, half, raw[0], scale[0], rope[0]);
+#pragma unroll
+            for (int r = 0; r < C::kRowsPerThread; ++r) {
+              const int row = r * C::kRowsPerPass + group;
+              const int idx = idx_cur[t][r];
+              const bool extra = tile_extra(w.tile_begin + 2 * it + t);
+              const bool valid = row_valid(idx, extra);
+              if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row
+                const uint8_t* rope;
+                if constexpr (C::kFp8V4) {
+                  int64_t token_off = 0, scale_off;
+                  if (valid) v4_record_offsets(args, extra, idx, token_off, scale_off);
+                  rope = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv) + token_off + C::kFp8RopeOffset +
+                         16 * sub;
+                } else {
+                  rope = cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub;
+                }
+                cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), rope, valid ? 16 : 0);
+              }
+              if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+            }
+            fence_proxy_async();  // the dequantized stores, for the tensor cores
+            mbar_arrive(sm.bar_full(t, half));  // ... and the valid flags (release)
+            if (fill_has_cp_async<C>(t, half)) cp_async_arrive(sm.bar_full(t, half));
+          }
+        }
+        if constexpr (C::kPAInRope) {  // tile A's RoPE copies of this thread have landed (see bar_rope_landed)
+          cp_async_wait_all();
+          mbar_arrive(sm.bar_rope_landed());
+        }
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int r = 0; r < C::kRowsPerThread; ++r) idx_cur[t][r] = idx_next[t][r];
+      }
+      iter += n_iters;
     }
-    iter += n_iters;
   }
   cp_async_wait_all();  // no copy may land after the CTA is gone
 }
@@ -851,15 +846,31 @@ __device__ __forceinline__ void rescale_rows(float (&o)[128], float alpha0, floa
   }
 }
 
+// The sink term of rows r0 and r1 (heads first + r0, first + r1): attn_sink in base 2, or -inf without one (its
+// exponential adds 0). Loaded once per CTA, at the start, so the epilogue does not wait for it.
+struct RowSinks {
+  float log2_r0 = -INFINITY, log2_r1 = -INFINITY;
+};
+__device__ __forceinline__ RowSinks load_row_sinks(const SparseAttentionParams& p, HeadRange heads, int r0, int r1) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  RowSinks s;
+  if (p.attn_sink != nullptr) {
+    s.log2_r0 = __ldg(p.attn_sink + (heads.first + r0 < heads.end ? heads.first + r0 : heads.first)) * kLog2e;
+    s.log2_r1 = __ldg(p.attn_sink + (heads.first + r1 < heads.end ? heads.first + r1 : heads.first)) * kLog2e;
+  }
+  return s;
+}
+
 // The item's result for this thread's rows of O columns W*256 .. +256: the split's partial row (O / l in f32,
 // lse; -inf when empty), or out = O / (l + sink term) with lse and max_logits. `row_sum(h)`: the full row sum
-// of row r0 (h 0) or r1 (h 1).
+// of row r0 (h 0) or r1 (h 1). `stage` (not 0): 8 KiB of shared memory no one else uses now, through which the
+// warp writes its 16 rows of out as whole 512-byte rows (16-byte stores; written directly, a thread's 4-byte
+// pieces leave every store half a sector).
 template <class C, int W, class RowSum>
 __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, const ItemInfo& w, HeadRange heads,
                                                 int r0, int r1, int t, const float (&o)[128], float m0, float m1,
-                                                RowSum row_sum) {
+                                                RowSum row_sum, RowSinks sinks, uint32_t stage) {
   constexpr float kLn2 = 0.6931471805599453f;
-  constexpr float kLog2e = 1.4426950408889634f;
   if (w.accum_row >= 0) {
     if (w.write_partial == 0) return;
 #pragma unroll
@@ -879,19 +890,18 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
     }
     return;
   }
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + w.token * p.out_stride_token + W * C::kHalfDv + 2 * t;
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + w.token * p.out_stride_token + W * C::kHalfDv;
+  float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = h == 0 ? r0 : r1;
     const int head = heads.first + row;
-    if (head >= heads.end) continue;
     const float m = h == 0 ? m0 : m1;
     const float l = row_sum(h);
     const bool empty = m == -INFINITY;
-    float denom = l;
-    if (p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
-    const float inv = empty ? 0.f : 1.f / denom;
-    if (W == 0 && t == 0) {
+    const float denom = l + fast_exp2((h == 0 ? sinks.log2_r0 : sinks.log2_r1) - m);
+    inv[h] = empty ? 0.f : 1.f / denom;
+    if (W == 0 && t == 0 && head < heads.end) {
       if (p.lse != nullptr) {
         const int64_t lse_token = p.lse_stride_request < 0
                                       ? w.token * p.lse_stride_token
@@ -902,10 +912,48 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
       if (p.max_logits != nullptr)
         p.max_logits[w.token * p.max_logits_stride_token + head * p.max_logits_stride_head] = empty ? -INFINITY : m * kLn2;
     }
-    uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
   }
+  if (stage != 0) {
+    // Row i of the warp's 16 (r0 = 16 warp + g is row g, r1 row g + 8): 512 bytes, 16-byte chunk j at j ^ (i & 7),
+    // so the quads' 4-byte stores and the row reads below are free of bank conflicts.
+    const int g = r0 & 7, lane = 4 * g + t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        st_shared_u32(stage + (g + 8 * h) * 512 + ((j ^ g) << 4) + 4 * t,
+                      pack_bf16x2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
+    __syncwarp();
+    const int first_row = r0 - g;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int head = heads.first + first_row + i;
+      if (head < heads.end)
+        *reinterpret_cast<uint4*>(out + static_cast<int64_t>(head) * p.out_stride_head + 8 * lane) =
+            ld_shared_v4(stage + i * 512 + ((lane ^ (i & 7)) << 4));
+    }
+    __syncwarp();
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int head = heads.first + (h == 0 ? r0 : r1);
+    if (head >= heads.end) continue;
+    uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head + 2 * t);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+  }
+}
+
+// Where warp `warp` of consumer W stages its rows of the output (write_item_rows), or 0: Q's buffer, 8 KiB per warp,
+// in the unsplit grid (one work item: no Q is loaded after it, and every S GEMM, Q's only reader, is done when the
+// consumers meet before the epilogue) where out allows 16-byte stores. (Split work writes directly: both paths in
+// one instantiation spill the consumers' registers.)
+template <class C, bool SPLIT, int W>
+__device__ __forceinline__ uint32_t epilogue_stage(const KernelArgs& args, const Smem<C>& sm, int warp) {
+  static_assert(2 * 4 * 8192 <= C::kQBytes, "the staged output fits Q's buffer");
+  if (SPLIT || !args.out_rows_16b) return 0;
+  return sm.q() + (W * 4 + warp) * 8192;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -933,6 +981,7 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
   // as a race. Otherwise (only the tensor cores read it) one lane per warp arrives: every thread arriving on
   // every release measured 20% slower in prefill. In a cluster one lane per warp also arrives on the peer's
   // barrier (the peer's producer writes its rows into this CTA's tiles, read here only by wgmma).
+  const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
   auto release = [&](int tile, int half, auto generic) {
     if (decltype(generic)::value || lane == 0) mbar_arrive(sm.bar_empty(tile, half));
     if constexpr (C::kCluster) {
@@ -1036,10 +1085,13 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       sums[W * C::kHeads + r1] = l1;
     }
     named_sync(kBarMax);
-    write_item_rows<C, W>(p, w, heads, r0, r1, t, o, m0, m1, [&](int h) {
-      const int row = h == 0 ? r0 : r1;
-      return sums[row] + sums[C::kHeads + row];
-    });
+    write_item_rows<C, W>(
+        p, w, heads, r0, r1, t, o, m0, m1,
+        [&](int h) {
+          const int row = h == 0 ? r0 : r1;
+          return sums[row] + sums[C::kHeads + row];
+        },
+        sinks, epilogue_stage<C, SPLIT, W>(args, sm, warp_in_wg));
   }
 }
 
@@ -1067,10 +1119,13 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
   // into this CTA's tiles, read here only by wgmma).
   auto release = [&](int buf, int half) {
     mbar_arrive(sm.bar_empty(buf, half));
-    __syncwarp();
-    if (lane == 0) mbar_arrive_remote(sm.peer(sm.bar_empty(buf, half)));
+    if constexpr (C::kCluster) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive_remote(sm.peer(sm.bar_empty(buf, half)));
+    }
   };
   const uint32_t p_smem = sm.p_of(1);
+  const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
 
   int tiles_before = 0;
   for (int k = work.first; k <= work.last; ++k) {
@@ -1182,7 +1237,8 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
       m0 = sums[C::kHeads + r0];
       m1 = sums[C::kHeads + r1];
     }
-    write_item_rows<C, W>(p, w, heads, r0, r1, quad, o, m0, m1, [l0, l1](int h) { return h == 0 ? l0 : l1; });
+    write_item_rows<C, W>(p, w, heads, r0, r1, quad, o, m0, m1, [l0, l1](int h) { return h == 0 ? l0 : l1; }, sinks,
+                          epilogue_stage<C, SPLIT, W>(args, sm, warp_in_wg));
   }
   if constexpr (W == 0) {
     if (tiles_before > 0) named_sync(kBarPFree);  // consumer 1's arrival after the last tile
@@ -1229,7 +1285,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
         // (P_A). In a cluster, each releasing consumer of the peer adds one arrival per warp.
         const int local = half == first_half(t) ? C::kConsumerThreads / 2 : (pa_writer ? C::kConsumerThreads / 2 + 4 : 4);
         if constexpr (C::kPerTile)  // left: consumer 0; right: both (every thread here, a lane per warp there)
-          mbar_init(sm.bar_empty(t, half), half == 0 ? C::kConsumerThreads / 2 + 4 : C::kConsumerThreads + 8);
+          mbar_init(sm.bar_empty(t, half), (half == 0 ? C::kConsumerThreads / 2 + 4 * (C::kClusterCtas - 1)
+                                                      : C::kConsumerThreads + 8 * (C::kClusterCtas - 1)));
         else
           mbar_init(sm.bar_empty(t, half), local + (pa_writer ? 8 : 4) * (C::kClusterCtas - 1));
       }
@@ -1328,6 +1385,7 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   if (group_heads < 1 || group_heads > C::kHeads) return false;
   args.group_heads = group_heads;
+  args.out_rows_16b = aligned16(p.out) && p.out_stride_token % 8 == 0 && p.out_stride_head % 8 == 0;
   args.groups = (p.h_q + group_heads - 1) / group_heads;
   if (C::kFp8) {
     if (p.block_size < 1 || p.block_size > INT32_MAX) return false;

@@ -12,8 +12,10 @@ inline constexpr int kSmemOptinLimit = 232448;  // sm_90 opt-in shared memory pe
 template <int D_QK, bool FP8, int CLUSTER_CTAS = 1, int RAW_BUFFERS = 1>
 struct Config {
   static_assert(D_QK == 576 || D_QK == 512, "d_qk is 576 (512 NoPE + 64 RoPE) or 512");
-  static_assert(CLUSTER_CTAS == 1 || (FP8 && CLUSTER_CTAS == 2),
-                "only the FP8 cache is shared across a cluster, of the two head groups of h_q 128");
+  static_assert(CLUSTER_CTAS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2),
+                "only the FP8 cache is shared across a cluster (of the two head groups of a token), tile by tile");
+  static_assert(RAW_BUFFERS == 1 || (FP8 && RAW_BUFFERS == 2),
+                "FP8 runs with one raw buffer, or tile by tile with two");
   static constexpr int kDqk = D_QK;
   static constexpr bool kFp8 = FP8;
   static constexpr bool kFp8V4 = FP8 && D_QK == 512;  // DeepSeek V4 pages (mla/fp8_v4.hpp); else V3.2 rows
@@ -37,16 +39,18 @@ struct Config {
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   // The FP8 producer holds a half tile's raw bytes (8 x 16 B per thread) in registers while it waits for
-  // the buffer, so it gets more; in a cluster (two raw buffers, tile by tile) 152, taken from consumer 1
-  // (ptxas, CUDA 13.0: no spills in the cluster instantiations).
-  // FP8 in a cluster runs tile by tile (FlashMLA's split of the roles): consumer 0 computes S over the whole
-  // tile, the softmax and O columns 0..255 (P from registers); consumer 1 only O columns 256..511, with P and
-  // the row rescale factors from shared memory. A tile's refill then overlaps the next tile's work; with two
-  // tiles per iteration (the other configurations) the late half's refill waited for the iteration's end.
-  static constexpr bool kPerTile = CLUSTER_CTAS > 1;
-  static constexpr int kConsumerRegs = !FP8 ? 224 : (RAW_BUFFERS > 1 ? 192 : 200);  // O half (128 f32) + S (32 f32) + P + softmax
+  // the buffer, so it gets more; tile by tile (two raw buffers) 152, taken from consumer 1 (ptxas, CUDA 13.0: no
+  // spills in those instantiations).
+  // FP8 with two raw buffers (always so in a cluster) runs tile by tile (FlashMLA's split of the roles): consumer 0
+  // computes S over the whole tile, the softmax and O columns 0..255 (P from registers); consumer 1 only O columns
+  // 256..511, with P and the row rescale factors from shared memory. A tile's refill then overlaps the next tile's
+  // work, and its raw bytes are loaded a whole tile ahead; with two tiles per iteration (the other configurations)
+  // the late half's refill waited for the iteration's end.
+  static constexpr bool kPerTile = RAW_BUFFERS > 1;
+  // O half (128 f32) + S (32 f32) + P + softmax
+  static constexpr int kConsumerRegs = !FP8 ? 224 : (kPerTile ? 192 : 200);
   static constexpr int kConsumer1Regs = kPerTile ? 160 : kConsumerRegs;  // tile by tile: O half + P address
-  static constexpr int kProducerRegs = !FP8 ? 56 : (kPerTile ? 152 : (RAW_BUFFERS > 1 ? 120 : 104));
+  static constexpr int kProducerRegs = !FP8 ? 56 : (kPerTile ? 152 : 104);
   // setmaxnreg moves registers only within the CTA's own allocation: __launch_bounds__(kThreads, 1) gives
   // each thread 65536 / kThreads rounded down to a multiple of 8 (168), and the split may not exceed that.
   static constexpr int kLaunchRegs = 65536 / (kConsumerThreads + kProducerThreads) / 8 * 8;
@@ -75,15 +79,15 @@ struct Config {
   // half-tile in flight while this one is dequantized.
   static constexpr int kDequantRowsPerThread = kRowsPerThread / CLUSTER_CTAS;
   static constexpr int kFp8RawBuffers = RAW_BUFFERS;
-  static_assert(RAW_BUFFERS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2), "two raw buffers fit only in a cluster");
-  // In a cluster the RoPE dims travel like the dequantized atoms: each CTA loads its rows' RoPE pieces with
-  // their e4m3 bytes (one step ahead, into registers), stores them and sends them to the peer with the
-  // dequantized blocks. Alone, the RoPE atom comes by cp.async once the buffer is free.
-  static constexpr bool kRopeByPeer = kCluster;
+  // In a cluster the RoPE dims travel like the dequantized atoms: each CTA loads its rows' RoPE pieces with their
+  // e4m3 bytes (a tile ahead, into registers), stores them and sends them to the peer with the dequantized
+  // blocks. Alone, the RoPE atom comes by cp.async once the buffer is free (its registers would not fit a
+  // producer that holds a whole tile's raw bytes).
+  static constexpr bool kRopeInRegs = kCluster;
   // Bytes a half tile receives from the peer: its rows' dequantized atoms, plus the RoPE atom on the right:
   // 4 atoms left and 5 right for V3.2; V4's right half has 3 dequantized (dims 256..447) and the RoPE atom.
   static constexpr int kPeerBytesLeft = kTile / CLUSTER_CTAS * kLeftAtoms * 128;
-  static constexpr int kPeerBytesRight = kTile / CLUSTER_CTAS * (kAtoms - kLeftAtoms - (kRopeByPeer ? 0 : 1)) * 128;
+  static constexpr int kPeerBytesRight = kTile / CLUSTER_CTAS * (kAtoms - kLeftAtoms - (kRopeInRegs ? 0 : 1)) * 128;
 
   // Shared memory (offsets from a 1024-byte aligned base; swizzled atoms must be 1024-aligned).
   static constexpr int kQBytes = kAtoms * kAtomBytes;

@@ -831,7 +831,9 @@ TEST(MlaGpuDecodeV4, RandomPoolsWithInvalidIndicesAndNaNRows) {
   for (const Shape& sh : {Shape{3, 2, 64, 128, 9, 61, 512, 40, 64, true, true},
                           Shape{5, 1, 20, 64, 4, 53, 0, 0, 0, true, false},
                           Shape{16, 2, 128, 128, 300, 64, 1024, 600, 64, false, true},
-                          Shape{2, 2, 128, 256, 20, 256, 128, 500, 2, true, true}}) {
+                          Shape{2, 2, 128, 256, 20, 256, 128, 500, 2, true, true},
+                          // Enough tokens for the unsplit grid (no schedule) with h_q 64.
+                          Shape{70, 2, 64, 64, 40, 64, 128, 30, 61, true, true}}) {
     V4DevicePool main = make_pool(sh.nb, sh.bs, sh.b, sh.s_q, sh.topk, sh.lengths);
     std::optional<V4DevicePool> extra;
     if (sh.extra_topk > 0) extra = make_pool(sh.xnb, sh.xbs, sh.b, sh.s_q, sh.extra_topk, sh.lengths);

@@ -52,8 +52,8 @@ struct Fp8KernelScope {
   ~Fp8KernelScope() { kernels::set_fp8_decode_kernel(saved); }
 };
 
-// V4 with h_q 33..64: the 32-head cluster with a schedule, and without one where it needs fewer than twice the
-// rounds of one CTA per token (132 SMs: 66 clusters or 132 single CTAs at once).
+// V4 with h_q 33..64 runs split work as the 32-head cluster (its schedule counts two head groups per token), and
+// unsplit work too where all the clusters fit at once (132 SMs: 66 clusters).
 TEST(MlaKernelSelect, HalfHeadsClusterForV4WithUpTo64Heads) {
   using kernels::KvFormat;
   EXPECT_EQ(kernels::split_decode_group_heads(KvFormat::fp8_v4, 64), 32);
@@ -61,11 +61,11 @@ TEST(MlaKernelSelect, HalfHeadsClusterForV4WithUpTo64Heads) {
   EXPECT_EQ(kernels::split_decode_group_heads(KvFormat::fp8_v4, 32), 64);
   EXPECT_EQ(kernels::split_decode_group_heads(KvFormat::fp8_v4, 128), 64);
   EXPECT_EQ(kernels::split_decode_group_heads(KvFormat::fp8_v32, 64), 64);
-  EXPECT_TRUE(kernels::unsplit_half_heads_cluster(64, 66, 132));    // b 32: 1 round against 1
-  EXPECT_FALSE(kernels::unsplit_half_heads_cluster(128, 66, 132));  // b 64: 2 against 1
-  EXPECT_FALSE(kernels::unsplit_half_heads_cluster(256, 66, 132));  // b 128: 4 against 2
-  EXPECT_TRUE(kernels::unsplit_half_heads_cluster(296, 66, 132));   // b 148: 5 against 3
-  EXPECT_FALSE(kernels::unsplit_half_heads_cluster(4, 0, 132));     // no cluster fits
+  EXPECT_TRUE(kernels::unsplit_half_heads_cluster(48, 66));   // b 24: one round of clusters
+  EXPECT_TRUE(kernels::unsplit_half_heads_cluster(66, 66));
+  EXPECT_FALSE(kernels::unsplit_half_heads_cluster(67, 66));  // a second round: single CTAs
+  EXPECT_FALSE(kernels::unsplit_half_heads_cluster(296, 66));  // b 148
+  EXPECT_FALSE(kernels::unsplit_half_heads_cluster(4, 0));     // no cluster fits
 }
 
 TEST(MlaKernelSelect, HopperPicksWgmmaForPrefillAndTheForcedKernelForFp8Decode) {
