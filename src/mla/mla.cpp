@@ -386,14 +386,17 @@ DecodePlanSizes sizes_for(const DecodeConfig& c, int num_sms) {
   const int64_t tokens = static_cast<int64_t>(c.batch) * c.s_q;
   // The unsplit grid, as the split rule below counts it: a CTA per 64 heads of a token, or per 32 heads (two CTAs
   // per token) where split work runs as the 32-head cluster. Without a schedule those heads run as the cluster where
-  // all of them fit at once and else one CTA per token (unsplit_half_heads_cluster), which never splits: at 2 CTAs
-  // per token the split ends at num_sms / 3 tokens, before the cluster needs a second round.
+  // all of them fit at once and else one CTA per token (unsplit_half_heads_cluster), which never splits: the split
+  // ends before the cluster needs a second round.
+  const bool half_heads = split_group_heads < 64;
   const int64_t ctas = tokens * ((c.h_q + split_group_heads - 1) / split_group_heads);
   const int64_t parts = std::max<int64_t>(num_sms / (c.s_q * ((c.h_q + split_group_heads - 1) / split_group_heads)), 1);
   // Split only while the unsplit grid would leave about a third of the SMs idle. Measured on the H200
   // (132 SMs, topk 2048, Hopper kernel): at 64 CTAs splitting wins (172 vs 200 us), at 128 it loses
-  // (255 vs 201 us); the two cross near 85 CTAs.
-  if (3 * ctas >= 2 * int64_t{num_sms} || parts <= 1) return s;
+  // (255 vs 201 us); the two cross near 85 CTAs. The 32-head cluster (V4 at its production shapes: 10 tiles per
+  // token) only while it would leave two thirds idle: b 8 splits in 25.8 us, b 16 in 40.0, while b 22 runs
+  // unsplit in one round in 32.6 (H200, 2026-12-01).
+  if (3 * ctas >= (half_heads ? 1 : 2) * int64_t{num_sms} || parts <= 1) return s;
   s.split = true;
   s.num_sm_parts = static_cast<int>(parts);
   s.sched_meta_elems = parts * sched::kMetaInts;

@@ -239,13 +239,13 @@ TEST(MlaValidation, DecodePlanSizesFollowTheShape) {
   EXPECT_EQ(s.num_sm_parts, 33);
   s = mla::decode_plan_sizes({.batch = 2, .s_q = 2, .h_q = 64, .d_qk = 576, .topk = 2048}, 132);
   EXPECT_EQ(s.num_sm_parts, 66);
-  // Unsplit where two CTAs per token fill 2/3 of the SMs: 44 tokens (88 CTAs), not 42; and at every larger count.
-  s = mla::decode_plan_sizes({.batch = 22, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
+  // Unsplit where two CTAs per token fill 1/3 of the SMs: 22 tokens (44 CTAs), not 20; and at every larger count.
+  s = mla::decode_plan_sizes({.batch = 11, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
   EXPECT_FALSE(s.split);
-  s = mla::decode_plan_sizes({.batch = 21, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
+  s = mla::decode_plan_sizes({.batch = 10, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
   EXPECT_TRUE(s.split);
   EXPECT_EQ(s.num_sm_parts, 33);
-  for (int64_t b : {40, 64, 148}) {
+  for (int64_t b : {16, 40, 64, 148}) {
     s = mla::decode_plan_sizes({.batch = b, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
     EXPECT_FALSE(s.split) << "b " << b;
   }
