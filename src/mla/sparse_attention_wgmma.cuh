@@ -554,55 +554,70 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       // store their odd chunk (dims 8..15 of the 16) first, so each store instruction is conflict-free. Their
       // selectors put those dims in `first`.
       const bool odd_first = (sub & 4) != 0;
-      // The chunks of a cluster CTA's two rows are dequantized before any is stored, and their scales are checked once:
-      // the fast path is then straight-line code over independent chunks, which the compiler interleaves.
-      // (The producer alone, four rows, takes one row at a time: more would not fit its registers.)
+      // Rows are dequantized in batches (kBatch) and their scales checked in groups (kCheckRows): a group takes the fast
+      // path or the f32 path (for scales the fast one cannot take) as a whole, each path one straight-line block that
+      // also stores. A cluster CTA's two rows are one batch, dequantized before either is stored: independent chunks,
+      // which the compiler interleaves. The producer alone dequantizes and stores one row at a time (more would not
+      // fit its registers); tile by tile it checks its four rows at once (one branch per half), with one raw buffer
+      // (104 registers) one at a time. (Against one branch per batch followed by shared stores: V4 h_q 64 b 64 / 148
+      // -5%, h_q 128 b 128 -2%, V3.2 b 64 / 128 -3%; H200, 2026-12-01.)
       constexpr int kRows = C::kDequantRowsPerThread, kChunks = C::kFp8ChunksPerHalf;
       constexpr int kBatch = kRows > 2 ? 1 : kRows;
-      static_assert(kRows % kBatch == 0, "rows come in whole batches");
+      constexpr int kCheckRows = C::kPerTile ? kRows : kBatch;
+      static_assert(kRows % kCheckRows == 0 && kCheckRows % kBatch == 0, "rows come in whole groups and batches");
+      // Row r's dequantized chunks (and, with the peer, its RoPE piece) into the tile.
+      auto put_row = [&](int r, const uint4 (&first)[kChunks], const uint4 (&second)[kChunks]) {
+        const int row = (rank * kRows + r) * C::kRowsPerPass + group;
 #pragma unroll
-      for (int r0 = 0; r0 < kRows; r0 += kBatch) {
-        uint4 first[kBatch][kChunks], second[kBatch][kChunks];
-        uint32_t s2[kBatch][kChunks];
+        for (int j = 0; j < kChunks; ++j) {
+          const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
+          if constexpr (C::kFp8V4) {
+            if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom
+          }
+          const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
+          st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), first[j]);
+          st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), second[j]);
+        }
+        if constexpr (C::kRopeInRegs) {  // RoPE dims (bf16 in the cache): the last atom
+          if (half == 1) st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r]);
+        }
+      };
+#pragma unroll
+      for (int g0 = 0; g0 < kRows; g0 += kCheckRows) {
+        uint32_t s2[kCheckRows][kChunks];
         bool fast = true;
 #pragma unroll
-        for (int r = 0; r < kBatch; ++r)
+        for (int r = 0; r < kCheckRows; ++r)
 #pragma unroll
-          for (int j = 0; j < kChunks; ++j) s2[r][j] = fast_scale(b_scale[r0 + r], j, fast);
+          for (int j = 0; j < kChunks; ++j) s2[r][j] = fast_scale(b_scale[g0 + r], j, fast);
         if (fast) {
           const fp8::E4m3Selectors sel = fp8::e4m3_selectors(odd_first);
 #pragma unroll
-          for (int r = 0; r < kBatch; ++r)
+          for (int b0 = 0; b0 < kCheckRows; b0 += kBatch) {
+            uint4 first[kBatch][kChunks], second[kBatch][kChunks];
 #pragma unroll
-            for (int j = 0; j < kChunks; ++j)
-              fp8::dequant_e4m3x16_fast(b_raw[r0 + r][j], s2[r][j], sel, first[r][j], second[r][j]);
+            for (int r = 0; r < kBatch; ++r)
+#pragma unroll
+              for (int j = 0; j < kChunks; ++j)
+                fp8::dequant_e4m3x16_fast(b_raw[g0 + b0 + r][j], s2[b0 + r][j], sel, first[r][j], second[r][j]);
+#pragma unroll
+            for (int r = 0; r < kBatch; ++r) put_row(g0 + b0 + r, first[r], second[r]);
+          }
         } else {
 #pragma unroll
-          for (int r = 0; r < kBatch; ++r)
+          for (int b0 = 0; b0 < kCheckRows; b0 += kBatch) {
+            uint4 first[kBatch][kChunks], second[kBatch][kChunks];
 #pragma unroll
-            for (int j = 0; j < kChunks; ++j) {
-              uint4 lo, hi;
-              fp8::dequant_e4m3x16(b_raw[r0 + r][j], scale_of(b_scale[r0 + r], j), lo, hi);
-              first[r][j] = odd_first ? hi : lo;
-              second[r][j] = odd_first ? lo : hi;
-            }
-        }
+            for (int r = 0; r < kBatch; ++r)
 #pragma unroll
-        for (int r = 0; r < kBatch; ++r) {
-          const int row = (rank * kRows + r0 + r) * C::kRowsPerPass + group;
+              for (int j = 0; j < kChunks; ++j) {
+                uint4 lo, hi;
+                fp8::dequant_e4m3x16(b_raw[g0 + b0 + r][j], scale_of(b_scale[g0 + b0 + r], j), lo, hi);
+                first[r][j] = odd_first ? hi : lo;
+                second[r][j] = odd_first ? lo : hi;
+              }
 #pragma unroll
-          for (int j = 0; j < kChunks; ++j) {
-            const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
-            if constexpr (C::kFp8V4) {
-              if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom
-            }
-            const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
-            st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), first[r][j]);
-            st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), second[r][j]);
-          }
-          if constexpr (C::kRopeInRegs) {  // RoPE dims (bf16 in the cache): the last atom
-            if (half == 1)
-              st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r0 + r]);
+            for (int r = 0; r < kBatch; ++r) put_row(g0 + b0 + r, first[r], second[r]);
           }
         }
       }
