@@ -732,26 +732,18 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
             cp_async_arrive(sm.bar_full(t, half));
           } else {
-            // FP8 (one CTA, one raw buffer): the raw bytes of this step, loaded before the wait for the buffer.
-            load_fp8(idx_cur[t], half, tile_extra(w.tile_begin + 2 * it + t), raw[0], scale[0], rope[0]);
+            // FP8 (V3.2 rows, one CTA, one raw buffer): the raw bytes of this step, loaded before the wait for the buffer.
+            static_assert(!C::kFp8V4, "V4 pages run tile by tile");
+            load_fp8(idx_cur[t], half, false, raw[0], scale[0], rope[0]);
             if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
             store_rows(tile, half, raw[0], scale[0], rope[0]);
 #pragma unroll
             for (int r = 0; r < C::kRowsPerThread; ++r) {
               const int row = r * C::kRowsPerPass + group;
               const int idx = idx_cur[t][r];
-              const bool extra = tile_extra(w.tile_begin + 2 * it + t);
-              const bool valid = row_valid(idx, extra);
+              const bool valid = row_valid(idx, false);
               if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row
-                const uint8_t* rope;
-                if constexpr (C::kFp8V4) {
-                  int64_t token_off = 0, scale_off;
-                  if (valid) v4_record_offsets(args, extra, idx, token_off, scale_off);
-                  rope = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv) + token_off + C::kFp8RopeOffset +
-                         16 * sub;
-                } else {
-                  rope = cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub;
-                }
+                const uint8_t* rope = cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub;
                 cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), rope, valid ? 16 : 0);
               }
               if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;

@@ -40,7 +40,7 @@ struct Config {
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   // The FP8 producer holds a half tile's raw bytes (8 x 16 B per thread) in registers while it waits for
   // the buffer, so it gets more; tile by tile (two raw buffers) 152, taken from consumer 1 (ptxas, CUDA 13.0: no
-  // spills in those instantiations).
+  // spills there, except one of consumer 0's values in the split instantiation of the CTA alone).
   // FP8 with two raw buffers (always so in a cluster) runs tile by tile (FlashMLA's split of the roles): consumer 0
   // computes S over the whole tile, the softmax and O columns 0..255 (P from registers); consumer 1 only O columns
   // 256..511, with P and the row rescale factors from shared memory. A tile's refill then overlaps the next tile's
