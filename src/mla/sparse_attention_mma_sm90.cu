@@ -52,8 +52,8 @@
 namespace flashcpp::mla::kernels {
 namespace {
 
-using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::pack_bf16x2, sm90::smem_addr,
-    sm90::st_shared_u32, sm90::st_shared_v4;
+using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::ld_shared_v4, sm90::pack_bf16x2,
+    sm90::smem_addr, sm90::st_shared_u32, sm90::st_shared_v4;
 
 constexpr int kThreads = 256;
 constexpr int kHeadsPerCta = 64;
@@ -112,14 +112,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
 }
 // Two e4m3 (low byte first) -> bf16x2 of (value * scale), product rounded once from f32.
 __device__ __forceinline__ uint32_t dequant_e4m3x2(uint32_t two, float scale) {
