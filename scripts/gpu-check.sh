@@ -136,10 +136,10 @@ if has mla-profile; then
   # SASS instruction, split by warpgroup role (scripts/ncu-roles.py). Leave the clocks alone (METHOD.md).
   log "sparse MLA: Nsight Compute on FP8 decode (V3.2, V4 h_q 128 and 64, b 64), samples by warpgroup"
   for kind in v32 v4 v4h64; do
-    extra=(); roles=()
+    extra=()
     [[ $kind == v4 ]] && extra=(--v4)
-    # V4 h_q 64 at b 64 runs one CTA of 64 heads (consumers 200 registers each, producer 104).
-    [[ $kind == v4h64 ]] && extra=(--v4 --h-q 64) && roles=(--roles 200=consumers,104=producer)
+    # V4 h_q 64 at b 64 runs one CTA of 64 heads tile by tile (the cluster's roles: 192, 160, 152 registers).
+    [[ $kind == v4h64 ]] && extra=(--v4 --h-q 64)
     rep="$out/ncu-decode-$kind-b64"
     timeout 200 ncu --clock-control none -k regex:sparse_attention_wgmma --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
@@ -148,7 +148,7 @@ if has mla-profile; then
       > "$rep-log.txt" 2>&1
     ncu -i "$rep.ncu-rep" --page details > "$rep-details.txt" 2>&1
     ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep-source.csv" 2>&1
-    python3 scripts/ncu-roles.py "$rep-source.csv" "${roles[@]}" | tee "$rep-roles.txt"
+    python3 scripts/ncu-roles.py "$rep-source.csv" | tee "$rep-roles.txt"
     gzip -f "$rep-source.csv"
   done
 fi
