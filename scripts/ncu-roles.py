@@ -6,7 +6,8 @@ Input: the per-instruction source page of an Nsight Compute report, as
 (the report needs `--section SourceCounters`). A role's code starts at its `USETMAXREG` instruction (the
 register split each warpgroup makes on entry: sparse_attention_wgmma.cuh gives consumer 0 192, consumer 1
 160 and the producer 152 registers), so the samples between two of them belong to one role; the ones before
-the first are the prologue. Prints, per role, its share of all samples, its stall reasons, and the
+the first are the prologue, those after the function's last EXIT the cold blocks every role branches to (the
+retry loops of mbarrier waits). Prints, per role, its share of all samples, its stall reasons, and the
 instructions where it spends the most samples.
 
 Usage: python3 scripts/ncu-roles.py source.csv [--top N] [--roles 192=consumer0,160=consumer1,152=producer]
@@ -42,6 +43,10 @@ def main():
     stalls = [i for i, c in enumerate(header) if c.startswith("stall_") and "Not Issued" not in c]
 
     setmaxnreg = re.compile(r"USETMAXREG\.\S+\s+(?:UP\d+,\s*)?0x([0-9a-f]+)")
+    # ptxas places the retry loops of mbarrier waits (and other cold blocks) after the function's last EXIT, where
+    # every role branches to them: their samples are no role's own.
+    exits = [i for i, row in enumerate(body) if len(row) > src and row[src].strip().startswith("EXIT")]
+    out_of_line = exits[-1] + 1 if exits else len(body)
     role = "prologue"
     per_role = collections.defaultdict(lambda: {"samples": 0.0, "reasons": collections.Counter(), "top": []})
     for index, row in enumerate(body):
@@ -50,6 +55,8 @@ def main():
         m = setmaxnreg.search(row[src])
         if m:
             role = names.get(str(int(m.group(1), 16)), f"regs{int(m.group(1), 16)}")
+        if index == out_of_line:
+            role = "out of line (wait retries of any role)"
         entry = per_role[role]
         n = number(row[samples])
         entry["samples"] += n
