@@ -554,13 +554,13 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       // store their odd chunk (dims 8..15 of the 16) first, so each store instruction is conflict-free. Their
       // selectors put those dims in `first`.
       const bool odd_first = (sub & 4) != 0;
-      // Rows are dequantized in batches (kBatch) and their scales checked in groups (kCheckRows): a group takes the fast
-      // path or the f32 path (for scales the fast one cannot take) as a whole, each path one straight-line block that
-      // also stores. A cluster CTA's two rows are one batch, dequantized before either is stored: independent chunks,
-      // which the compiler interleaves. The producer alone dequantizes and stores one row at a time (more would not
-      // fit its registers); tile by tile it checks its four rows at once (one branch per half), with one raw buffer
-      // (104 registers) one at a time. (Against one branch per batch followed by shared stores: V4 h_q 64 b 64 / 148
-      // -5%, h_q 128 b 128 -2%, V3.2 b 64 / 128 -3%; H200, 2026-12-01.)
+      // Rows are dequantized in batches (kBatch) and their scales checked in groups (kCheckRows): a group takes the
+      // fast path or the f32 path (for scales the fast one cannot take) as a whole, each path one straight-line block
+      // that also stores. A cluster CTA's two rows are one batch, dequantized before either is stored: independent
+      // chunks, which the compiler interleaves. The producer alone dequantizes and stores one row at a time (more
+      // would not fit its registers); tile by tile it checks its four rows at once (one branch per half), with one
+      // raw buffer (104 registers) one at a time. (Against one branch per batch followed by shared stores: V4 h_q 64
+      // b 64 / 148 -5%, h_q 128 b 128 -2%, V3.2 b 64 / 128 -3%; H200, 2026-12-01.)
       constexpr int kRows = C::kDequantRowsPerThread, kChunks = C::kFp8ChunksPerHalf;
       constexpr int kBatch = kRows > 2 ? 1 : kRows;
       constexpr int kCheckRows = C::kPerTile ? kRows : kBatch;
@@ -732,7 +732,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
             if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
             cp_async_arrive(sm.bar_full(t, half));
           } else {
-            // FP8 (V3.2 rows, one CTA, one raw buffer): the raw bytes of this step, loaded before the wait for the buffer.
+            // FP8 (V3.2 rows, one CTA, one raw buffer): this step's raw bytes, loaded before the wait for the buffer.
             static_assert(!C::kFp8V4, "V4 pages run tile by tile");
             load_fp8(idx_cur[t], half, false, raw[0], scale[0], rope[0]);
             if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
