@@ -590,35 +590,32 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         for (int r = 0; r < kCheckRows; ++r)
 #pragma unroll
           for (int j = 0; j < kChunks; ++j) s2[r][j] = fast_scale(b_scale[g0 + r], j, fast);
+        // The group's rows, batch by batch: `dequant(row, j, first, second)` makes chunk j of a row, then the batch
+        // is stored. Each path below gets its own copy of this loop.
+        auto dequant_and_put = [&](auto dequant) {
+#pragma unroll
+          for (int b0 = 0; b0 < kCheckRows; b0 += kBatch) {
+            uint4 first[kBatch][kChunks], second[kBatch][kChunks];
+#pragma unroll
+            for (int r = 0; r < kBatch; ++r)
+#pragma unroll
+              for (int j = 0; j < kChunks; ++j) dequant(g0 + b0 + r, j, first[r][j], second[r][j]);
+#pragma unroll
+            for (int r = 0; r < kBatch; ++r) put_row(g0 + b0 + r, first[r], second[r]);
+          }
+        };
         if (fast) {
           const fp8::E4m3Selectors sel = fp8::e4m3_selectors(odd_first);
-#pragma unroll
-          for (int b0 = 0; b0 < kCheckRows; b0 += kBatch) {
-            uint4 first[kBatch][kChunks], second[kBatch][kChunks];
-#pragma unroll
-            for (int r = 0; r < kBatch; ++r)
-#pragma unroll
-              for (int j = 0; j < kChunks; ++j)
-                fp8::dequant_e4m3x16_fast(b_raw[g0 + b0 + r][j], s2[b0 + r][j], sel, first[r][j], second[r][j]);
-#pragma unroll
-            for (int r = 0; r < kBatch; ++r) put_row(g0 + b0 + r, first[r], second[r]);
-          }
+          dequant_and_put([&](int row, int j, uint4& first, uint4& second) {
+            fp8::dequant_e4m3x16_fast(b_raw[row][j], s2[row - g0][j], sel, first, second);
+          });
         } else {
-#pragma unroll
-          for (int b0 = 0; b0 < kCheckRows; b0 += kBatch) {
-            uint4 first[kBatch][kChunks], second[kBatch][kChunks];
-#pragma unroll
-            for (int r = 0; r < kBatch; ++r)
-#pragma unroll
-              for (int j = 0; j < kChunks; ++j) {
-                uint4 lo, hi;
-                fp8::dequant_e4m3x16(b_raw[g0 + b0 + r][j], scale_of(b_scale[g0 + b0 + r], j), lo, hi);
-                first[r][j] = odd_first ? hi : lo;
-                second[r][j] = odd_first ? lo : hi;
-              }
-#pragma unroll
-            for (int r = 0; r < kBatch; ++r) put_row(g0 + b0 + r, first[r], second[r]);
-          }
+          dequant_and_put([&](int row, int j, uint4& first, uint4& second) {
+            uint4 lo, hi;
+            fp8::dequant_e4m3x16(b_raw[row][j], scale_of(b_scale[row], j), lo, hi);
+            first = odd_first ? hi : lo;
+            second = odd_first ? lo : hi;
+          });
         }
       }
     };
