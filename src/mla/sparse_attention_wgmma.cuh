@@ -77,7 +77,6 @@ struct KernelArgs {
   int group_heads;    // heads per CTA: 64, or 32 (h_q 33..64 as a cluster of two CTAs, each computing 64 rows)
   mla::FastDivmod page;  // FP8 cache: index -> (page, slot) by block_size
   mla::FastDivmod extra_page;  // V4: the extra pool's index -> (page, slot) by extra_block_size
-  bool out_rows_16b;     // out and its token and head strides allow 16-byte stores (the staged epilogue)
 };
 
 // V4 (fp8_v4.hpp): the byte offsets of index `idx`'s token record and scale record in pool `extra`.
@@ -957,12 +956,13 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
 
 // Where warp `warp` of consumer W stages its rows of the output (write_item_rows), or 0: Q's buffer, 8 KiB per warp,
 // in the unsplit grid (one work item: no Q is loaded after it, and every S GEMM, Q's only reader, is done when the
-// consumers meet before the epilogue) where out allows 16-byte stores. (Split work writes directly: both paths in
-// one instantiation spill the consumers' registers.)
+// consumers meet before the epilogue). Out's rows allow the 16-byte stores: sparse_attention_sm90_handles takes only
+// a 16-byte aligned out with strides in multiples of 8 elements. (Split work writes directly: both paths in one
+// instantiation spill the consumers' registers.)
 template <class C, bool SPLIT, int W>
-__device__ __forceinline__ uint32_t epilogue_stage(const KernelArgs& args, const Smem<C>& sm, int warp) {
+__device__ __forceinline__ uint32_t epilogue_stage(const Smem<C>& sm, int warp) {
   static_assert(2 * 4 * 8192 <= C::kQBytes, "the staged output fits Q's buffer");
-  if (SPLIT || !args.out_rows_16b) return 0;
+  if (SPLIT) return 0;
   return sm.q() + (W * 4 + warp) * 8192;
 }
 
@@ -1101,7 +1101,7 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
           const int row = h == 0 ? r0 : r1;
           return sums[row] + sums[C::kHeads + row];
         },
-        sinks, epilogue_stage<C, SPLIT, W>(args, sm, warp_in_wg));
+        sinks, epilogue_stage<C, SPLIT, W>(sm, warp_in_wg));
   }
 }
 
@@ -1248,7 +1248,7 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
       m1 = sums[C::kHeads + r1];
     }
     write_item_rows<C, W>(p, w, heads, r0, r1, quad, o, m0, m1, [l0, l1](int h) { return h == 0 ? l0 : l1; }, sinks,
-                          epilogue_stage<C, SPLIT, W>(args, sm, warp_in_wg));
+                          epilogue_stage<C, SPLIT, W>(sm, warp_in_wg));
   }
   if constexpr (W == 0) {
     if (tiles_before > 0) named_sync(kBarPFree);  // consumer 1's arrival after the last tile
@@ -1395,7 +1395,6 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   if (group_heads < 1 || group_heads > C::kHeads) return false;
   args.group_heads = group_heads;
-  args.out_rows_16b = aligned16(p.out) && p.out_stride_token % 8 == 0 && p.out_stride_head % 8 == 0;
   args.groups = (p.h_q + group_heads - 1) / group_heads;
   if (C::kFp8) {
     if (p.block_size < 1 || p.block_size > INT32_MAX) return false;
