@@ -840,8 +840,12 @@ TEST(MlaGpuDecodeV4, RandomPoolsWithInvalidIndicesAndNaNRows) {
                           Shape{5, 1, 20, 64, 4, 53, 0, 0, 0, true, false},
                           Shape{16, 2, 128, 128, 300, 64, 1024, 600, 64, false, true},
                           Shape{2, 2, 128, 256, 20, 256, 128, 500, 2, true, true},
-                          // Enough tokens for the unsplit grid (no schedule) with h_q 64.
-                          Shape{70, 2, 64, 64, 40, 64, 128, 30, 61, true, true}}) {
+                          // Enough tokens for the unsplit grid (no schedule): h_q 64 as one CTA per token (140
+                          // tokens) and as the 32-head cluster (30 tokens, all clusters at once), h_q 128 as the
+                          // cluster of its two head groups (46 tokens).
+                          Shape{70, 2, 64, 64, 40, 64, 128, 30, 61, true, true},
+                          Shape{15, 2, 64, 128, 30, 64, 64, 20, 37, true, false},
+                          Shape{23, 2, 128, 64, 30, 64, 128, 25, 53, false, true}}) {
     V4DevicePool main = make_pool(sh.nb, sh.bs, sh.b, sh.s_q, sh.topk, sh.lengths);
     std::optional<V4DevicePool> extra;
     if (sh.extra_topk > 0) extra = make_pool(sh.xnb, sh.xbs, sh.b, sh.s_q, sh.extra_topk, sh.lengths);
