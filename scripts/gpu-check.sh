@@ -2,12 +2,13 @@
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
 #   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [mla-small]
-#                             [mla-profile] [moe] [flashinfer-python] [bench] [sanitize]
+#                             [mla-profile] [mla-suite] [moe] [flashinfer-python] [bench] [sanitize]
 #   Default: doctor modules tests multigpu mla bench sanitize. Others: mla-quick (the sparse MLA check, tests
 #   and the issues' timing cases), mla-v4, mla-small (small batches against the part count), mla-profile
 #   (Nsight Compute on decode, samples by warpgroup), moe (the fused MoE tests, its benchmark with and without
 #   tuned tactics and the PyTorch side; needs fused_moe_90), flashinfer-python (FlashInfer's own Python API
-#   beside flashcpp; needs the wheels in .whl/, below).
+#   beside flashcpp; needs the wheels in .whl/, below), mla-suite (FlashMLA's own sparse MLA suites beside
+#   flashcpp: bench/flashmla_side_by_side.py, FlashMLA when its package is importable).
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -207,6 +208,25 @@ if has bench; then
   $cli bench 2>&1 | tee "$out/bench.txt" | tail -60
   $cli bench-mla-gdn-moe 2>&1 | tee "$out/bench-mla-gdn-moe.txt" | tail -30
   build-gpu/bench/bench_ffi --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>&1 | tee "$out/bench-ffi.txt" | grep median
+fi
+
+if has mla-suite; then
+  # FlashMLA's own performance suites: flashcpp through its C ABI beside FlashMLA's Python package, in one process
+  # on the same tensors, when that package is importable (this script never builds it). MLA_SUITE_ARGS passes
+  # options (e.g. "--op decode --filter V4").
+  log "sparse MLA on FlashMLA's suites ($(python3 -c 'import flash_mla' 2>/dev/null && echo 'FlashMLA beside' || echo 'flashcpp alone'))"
+  PYTHONUNBUFFERED=1 timeout 540 python3 bench/flashmla_side_by_side.py --lib build-gpu/libflashcpp.so ${MLA_SUITE_ARGS:-} \
+    2>&1 | tee "$out/mla-suite.txt" | grep -v '^MLA_SUITE'
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("MLA_SUITE "):
+        r = json.loads(line[10:])
+        print("%-8s %-12s %-34s ours %9.1f us  FlashMLA %9s  ratio %5s  host %6.1f / %s us" % (r["op"], r["case"],
+              " ".join("%s %s" % (k, r[k]) for k in ("b", "s_q", "h_q", "s_kv") if k in r), r["flashcpp_us"],
+              "%.1f" % r["flashmla_us"] if "flashmla_us" in r else "-", "%.3f" % r["ratio"] if "ratio" in r else "-",
+              r["host_us"], "%.1f" % r["flashmla_host_us"] if "flashmla_host_us" in r else "-"))' "$out/mla-suite.txt" |
+    tee "$out/mla-suite-table.txt"
 fi
 
 if has sanitize; then

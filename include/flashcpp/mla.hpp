@@ -114,12 +114,16 @@ struct DecodeConfig {
 };
 
 /// Sizes of the plan buffers (elements). `split == false`: the run needs no buffers (all sizes 0) and
-/// launches one kernel; otherwise sched_meta is i32 [num_sm_parts, 8], num_splits i32 [batch + 1],
+/// launches one kernel; otherwise sched_meta is i32 [num_sm_parts, 8], num_splits i32 [split requests + 1],
 /// lse_accum f32 [lse_accum_elems], o_accum f32 [o_accum_elems] (16-byte aligned).
+/// `head_requests` > 0: where the unsplit grid would end on a short last wave, the first head_requests requests
+/// run unsplit (whole waves) and only the remaining batch - head_requests are split over all SMs, so no SM idles
+/// through a last wave of few tokens; the schedule and buffers are those of the split requests.
 struct DecodePlanSizes {
   int num_sm_parts = 0;
   bool split = false;
   int64_t sched_meta_elems = 0, num_splits_elems = 0, lse_accum_elems = 0, o_accum_elems = 0;
+  int head_requests = 0;
 };
 
 /// Validates `config` and returns the buffer sizes. `num_sms` must be > 0 when config.num_sms is 0.
@@ -131,7 +135,7 @@ DecodePlanSizes decode_plan_sizes(const DecodeConfig& config, int num_sms);
 struct DecodeWorkspace {
   DecodeConfig config;
   TensorView sched_meta;  ///< i32 [num_sm_parts, 8] (empty when !split)
-  TensorView num_splits;  ///< i32 [batch + 1]       (empty when !split)
+  TensorView num_splits;  ///< i32 [num_splits_elems] (empty when !split)
   TensorView lse_accum;   ///< f32, >= lse_accum_elems (empty when !split)
   TensorView o_accum;     ///< f32, >= o_accum_elems   (empty when !split)
 };
@@ -149,6 +153,10 @@ struct SparseDecodeOptions {
 };
 
 /// Sparse decode attention over the FP8 V3.2 cache.
+/// Strides: q, indices, out and lse take any non-negative strides with the last dim contiguous (requests need
+/// not be evenly spaced: FlashMLA's padded test tensors and its [batch, h_q, s_q] lse run as they are); q's
+/// data is 16-byte aligned and its strides multiples of 8 elements. out with strides of 8-element multiples and
+/// 16-byte aligned data runs on the Hopper kernels, any other out on the portable one.
 ///  q         bf16 [batch, s_q, h_q, 576]
 ///  kv_cache  u8 / i8 / e4m3 [num_blocks, block_size, 1, 656]; slot stride 656 bytes, block stride any
 ///            multiple of 16 bytes, data 16-byte aligned; block_size >= 1 (any value)
@@ -179,9 +187,9 @@ struct SparseDecodeV4Options {
 ///            pool may use another)
 ///  indices   i32 [batch, s_q, topk]: block * block_size + offset into its own pool; anything outside
 ///            [0, num_blocks * block_size) and every slot at or past its pool's length is masked, never read
-///  out, lse  as sparse_decode
+///  out, lse  as sparse_decode (strides of q, both index lists, out and lse as there)
 ///  ws        planned with d_qk 512, topk and extra_topk (0 without the extra pool) of these tensors
-/// Runs on the portable kernel today (the Hopper kernels take the V3.2 cache only).
+/// Runs on the Hopper wgmma kernel on SM90 (the portable kernel elsewhere or for layouts it does not take).
 void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
                       const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Options& options,
                       cudaStream_t stream);

@@ -379,6 +379,12 @@ void validate_config(const Validator& v, const DecodeConfig& c) {
                           std::to_string(c.num_sms));
 }
 
+// FLASHCPP_MLA_TAIL_SPLIT=off: never split only a short last wave (for benchmarks).
+bool tail_split_enabled() {
+  static const bool on = env::choice("FLASHCPP_MLA_TAIL_SPLIT").value_or("auto") != "off";
+  return on;
+}
+
 DecodePlanSizes sizes_for(const DecodeConfig& c, int num_sms) {
   DecodePlanSizes s;
   const kernels::KvFormat format = c.d_qk == fp8_v4::kDims ? kernels::KvFormat::fp8_v4 : kernels::KvFormat::fp8_v32;
@@ -396,12 +402,32 @@ DecodePlanSizes sizes_for(const DecodeConfig& c, int num_sms) {
   // (255 vs 201 us); the two cross near 85 CTAs. The 32-head cluster (V4 at its production shapes: 10 tiles per
   // token) only while it would leave two thirds idle: b 8 splits in 25.8 us, b 16 in 40.0, while b 22 runs
   // unsplit in one round in 32.6 (H200, 2026-12-01).
-  if (3 * ctas >= (half_heads ? 1 : 2) * int64_t{num_sms} || parts <= 1) return s;
+  if (parts <= 1) return s;
+  int64_t split_requests = c.batch;
+  if (3 * ctas >= (half_heads ? 1 : 2) * int64_t{num_sms}) {
+    // Unsplit. The wgmma kernel (h_q <= 128) runs a token as one CTA per 64 heads (a 2-CTA cluster for 65..128),
+    // one CTA per SM, so a wave holds num_sms / groups tokens. When the last wave is at most two thirds full, the
+    // requests of the full waves run unsplit and only the rest are split over all SMs; the split part costs
+    // about its share of the work plus a request's start and the combine, which pays where a token's work is
+    // long: H200, FlashMLA's suite, 2026-12-01: V3.2 (2048 slots) b 74 266.3 -> 242.5 us, topk 16384 b 148
+    // 2407 -> 2081 (h_q 64) and 3067 -> 2912 (h_q 128); V4 at 640..1152 slots 2-14% slower, so not there.
+    const int64_t groups = (c.h_q + 63) / 64;
+    const int64_t wave = std::max<int64_t>(num_sms / groups, 1);
+    const int64_t waves = (tokens + wave - 1) / wave;
+    const int64_t last = tokens - (waves - 1) * wave;
+    constexpr int kTailSplitMinSlots = 2048;
+    const bool long_tokens = int64_t{c.topk} + c.extra_topk >= kTailSplitMinSlots;
+    if (!tail_split_enabled() || c.h_q > 128 || !long_tokens || waves < 2 || 3 * last > 2 * wave) return s;
+    const int64_t head = (waves - 1) * wave / c.s_q;
+    if (head < 1 || head >= c.batch) return s;
+    s.head_requests = static_cast<int>(head);
+    split_requests = c.batch - head;
+  }
   s.split = true;
   s.num_sm_parts = static_cast<int>(parts);
   s.sched_meta_elems = parts * sched::kMetaInts;
-  s.num_splits_elems = c.batch + 1;
-  s.lse_accum_elems = (c.batch + parts) * c.s_q * c.h_q;
+  s.num_splits_elems = split_requests + 1;
+  s.lse_accum_elems = (split_requests + parts) * c.s_q * c.h_q;
   s.o_accum_elems = s.lse_accum_elems * kDv;
   return s;
 }
@@ -450,8 +476,9 @@ void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream) 
   if (!sizes.split) return;
   DeviceGuard guard(device_id);
   // The schedule splits each request's whole slot list: the main pool's slots, then the extra pool's.
-  kernels::launch_decode_schedule(ws.sched_meta.data, ws.num_splits.data_as<int32_t>(), ws.config.batch,
-                                  ws.config.topk + ws.config.extra_topk, sizes.num_sm_parts, stream);
+  kernels::launch_decode_schedule(ws.sched_meta.data, ws.num_splits.data_as<int32_t>(),
+                                  ws.config.batch - sizes.head_requests, ws.config.topk + ws.config.extra_topk,
+                                  sizes.num_sm_parts, stream);
   check_launch("decode schedule kernel launch");
 }
 
@@ -464,8 +491,6 @@ void validate_decode_indices(const Validator& v, const TensorView& indices, cons
   v.same_device(indices, arg, q, "q").dim(indices, arg, 0, b, "q.size(0)");
   v.dim(indices, arg, 1, s_q, "q.size(1)").last_dim_contiguous(indices, arg).aligned(indices, arg, 4);
   validate_topk(v, indices.size(2), arg);
-  if (indices.stride(0) != indices.stride(1) * s_q && s_q > 1 && b > 1)
-    v.fail(arg, indices, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
 }
 
 // What V3.2 and V4 decode share: the query, indices, outputs and workspace checks, and the launch.
@@ -499,10 +524,6 @@ DecodeProblem validate_decode_tensors(const Validator& v, const std::optional<do
   v.aligned(out, "out", 2);
   cuda_tensor(v, lse, "lse", {DType::f32}, 3);
   v.same_device(lse, "lse", q, "q").shape(lse, "lse", {d.b, d.s_q, d.h_q}).aligned(lse, "lse", 4);
-  if (out.stride(0) != out.stride(1) * d.s_q && d.s_q > 1 && d.b > 1)
-    v.fail("out", out, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
-  if (q.stride(0) != q.stride(1) * d.s_q && d.s_q > 1 && d.b > 1)
-    v.fail("q", q, "must have stride(0) == stride(1) * s_q (tokens of consecutive requests are evenly spaced)");
   return d;
 }
 
@@ -559,16 +580,18 @@ kernels::SparseAttentionParams decode_params(const DecodeProblem& d, const Tenso
                                              double sm_scale, const DecodeWorkspace& ws) {
   kernels::SparseAttentionParams p = attention_params(1, d.b * d.s_q, q, indices, out, lse, attn_sink, sm_scale);
   p.tokens_per_length = static_cast<int>(d.s_q);
-  // With b == 1 or s_q == 1 the token stride is whichever dim varies.
+  // Tokens are (request, position): every per-token tensor keeps both strides, so any view FlashMLA takes
+  // (its padded q and indices, its [batch, h_q, s_q] lse seen as [batch, s_q, h_q]) runs without a copy. With
+  // s_q == 1 a token is a request and its stride is dim 0's (SparseAttentionParams::token_offset).
+  p.q_stride_request = q.stride(0);
+  p.indices_stride_request = indices.stride(0);
+  p.out_stride_request = out.stride(0);
+  p.lse_stride_request = lse.stride(0);
   if (d.s_q == 1) {
     p.q_stride_token = q.stride(0);
     p.indices_stride_token = indices.stride(0);
     p.out_stride_token = out.stride(0);
     p.lse_stride_token = lse.stride(0);
-  }
-  if (d.s_q > 1 && d.b > 1 && lse.stride(0) != lse.stride(1) * d.s_q) {
-    p.lse_stride_request = lse.stride(0);  // e.g. FlashMLA's [batch, h_q, s_q] lse seen as [batch, s_q, h_q]
-    p.lse_stride_token = lse.stride(1);
   }
   p.tokens_per_request = static_cast<int>(d.s_q);
   p.num_requests = static_cast<int>(d.b);
@@ -583,13 +606,43 @@ kernels::SparseAttentionParams decode_params(const DecodeProblem& d, const Tenso
   return p;
 }
 
-void launch_decode(const kernels::SparseAttentionParams& p, bool split, int device_id, cudaStream_t stream) {
+// Launches the attention (and, for split requests, the combine). A plan with head requests runs them first as
+// an unsplit grid, then the split requests through the schedule, their tensors offset past the head.
+void launch_decode(const kernels::SparseAttentionParams& p, const DecodePlanSizes& sizes, int device_id,
+                   cudaStream_t stream) {
   DeviceGuard guard(device_id);
-  run_attention(p, stream, device_id);
-  if (split) {
-    cuda_check(kernels::launch_sparse_attention_combine(p, stream, device_support(device_id).hopper_kernel),
-               "sparse MLA combine kernel launch");
+  if (!sizes.split) {
+    run_attention(p, stream, device_id);
+    return;
   }
+  kernels::SparseAttentionParams split = p;
+  if (sizes.head_requests > 0) {
+    const int64_t head_tokens = static_cast<int64_t>(sizes.head_requests) * p.tokens_per_request;
+    kernels::SparseAttentionParams head = p;
+    head.num_tokens = static_cast<int>(head_tokens);
+    head.num_requests = sizes.head_requests;
+    head.sched = nullptr;
+    head.num_splits = nullptr;
+    head.o_accum = head.lse_accum = nullptr;
+    head.num_parts = 0;
+    head.accum_rows = 0;
+    run_attention(head, stream, device_id);
+    auto past_head = [&](auto* ptr, int64_t stride_token, int64_t stride_request) {
+      return ptr == nullptr ? ptr : ptr + p.token_offset(head_tokens, stride_token, stride_request);
+    };
+    split.q = past_head(static_cast<const uint16_t*>(p.q), p.q_stride_token, p.q_stride_request);
+    split.indices = past_head(p.indices, p.indices_stride_token, p.indices_stride_request);
+    split.extra_indices = past_head(p.extra_indices, p.extra_indices_stride_token, p.extra_indices_stride_request);
+    split.out = past_head(static_cast<uint16_t*>(p.out), p.out_stride_token, p.out_stride_request);
+    split.lse = past_head(p.lse, p.lse_stride_token, p.lse_stride_request);
+    if (p.topk_length != nullptr) split.topk_length = p.topk_length + sizes.head_requests;
+    if (p.extra_topk_length != nullptr) split.extra_topk_length = p.extra_topk_length + sizes.head_requests;
+    split.num_tokens = static_cast<int>(p.num_tokens - head_tokens);
+    split.num_requests = p.num_requests - sizes.head_requests;
+  }
+  run_attention(split, stream, device_id);
+  cuda_check(kernels::launch_sparse_attention_combine(split, stream, device_support(device_id).hopper_kernel),
+             "sparse MLA combine kernel launch");
 }
 
 // A V4 page pool on q's device (v4_page_rules), 16-byte aligned, at most 2^31 - 1 tokens (int32 indices).
@@ -635,7 +688,7 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
   p.block_size = block_size;
   p.kv_block_stride_bytes = kv_cache.stride(0);
   p.kv_slot_stride_bytes = kFp8BytesPerToken;
-  launch_decode(p, d.sizes.split, q.device.id, stream);
+  launch_decode(p, d.sizes, q.device.id, stream);
 }
 
 void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
@@ -684,9 +737,10 @@ void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const Ten
     p.extra_block_stride_bytes = e.stride(0);
     p.extra_indices = options.extra_indices->data_as<const int32_t>();
     p.extra_indices_stride_token = d.s_q == 1 ? options.extra_indices->stride(0) : options.extra_indices->stride(1);
+    p.extra_indices_stride_request = options.extra_indices->stride(0);
     p.extra_topk_length = options.extra_topk_length ? options.extra_topk_length->data_as<const int32_t>() : nullptr;
   }
-  launch_decode(p, d.sizes.split, q.device.id, stream);
+  launch_decode(p, d.sizes, q.device.id, stream);
 }
 
 DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStream_t stream) {

@@ -23,15 +23,18 @@ enum class KvFormat : int {
 /// One sparse attention problem over `num_rows` query tokens, each attending (all h_q heads) to
 /// its own list of `topk` KV rows. Prefill: a token is a q row (s). Decode: a token is (b, s).
 struct SparseAttentionParams {
+  // Decode groups tokens into requests of `tokens_per_request` (s_q) consecutive tokens; each per-token tensor
+  // (q, indices, extra_indices, out, lse) then has a request stride besides its token stride, so views whose
+  // requests are not evenly spaced (FlashMLA's padded tensors) need no copy. token_offset() is the one rule.
   // Queries: bf16 [num_tokens, h_q, d_qk], last dim contiguous; strides in elements.
   const void* q = nullptr;
-  int64_t q_stride_token = 0, q_stride_head = 0;
+  int64_t q_stride_token = 0, q_stride_head = 0, q_stride_request = 0;
   int num_tokens = 0, h_q = 0, d_qk = 576, d_v = 512, topk = 0;
 
   // Indices: int32 [num_tokens, topk] (stride in elements). An index i is valid iff 0 <= i < num_kv
   // and its slot position < the token's topk_length (when given); everything else is masked, never read.
   const int32_t* indices = nullptr;
-  int64_t indices_stride_token = 0;
+  int64_t indices_stride_token = 0, indices_stride_request = 0;
   // Optional int32 lengths; token t uses topk_length[t / tokens_per_length] (prefill: 1; decode: s_q).
   const int32_t* topk_length = nullptr;
   int tokens_per_length = 1;
@@ -55,20 +58,16 @@ struct SparseAttentionParams {
   const void* extra_kv = nullptr;
   int64_t extra_num_kv = 0, extra_block_size = 1, extra_block_stride_bytes = 0;
   const int32_t* extra_indices = nullptr;
-  int64_t extra_indices_stride_token = 0;
+  int64_t extra_indices_stride_token = 0, extra_indices_stride_request = 0;
   const int32_t* extra_topk_length = nullptr;
 
   // Outputs: out bf16 [num_tokens, h_q, d_v] (strides in elements); lse / max_logits f32 [num_tokens, h_q]
   // with element strides (max_logits may be null).
   void* out = nullptr;
-  int64_t out_stride_token = 0, out_stride_head = 0;
+  int64_t out_stride_token = 0, out_stride_head = 0, out_stride_request = 0;
   float* lse = nullptr;
-  int64_t lse_stride_token = 0, lse_stride_head = 1;
-  // Decode only: >= 0 means lse of token t is at (t / tokens_per_request) * lse_stride_request +
-  // (t % tokens_per_request) * lse_stride_token (lse tensors whose requests are not evenly spaced, such as
-  // a view of FlashMLA's [b, h_q, s_q]). The default -1 means t * lse_stride_token.
-  int64_t lse_stride_request = -1;
-  float* max_logits = nullptr;
+  int64_t lse_stride_token = 0, lse_stride_head = 1, lse_stride_request = 0;
+  float* max_logits = nullptr;  // prefill only (tokens_per_request 1)
   int64_t max_logits_stride_token = 0, max_logits_stride_head = 1;
 
   // Split-KV (decode only). The defaults (sched == nullptr) mean "no split": every token attends over
@@ -85,6 +84,14 @@ struct SparseAttentionParams {
   float* o_accum = nullptr;
   float* lse_accum = nullptr;
   int64_t accum_rows = 0;  // rows allocated in lse_accum / o_accum (a guard: rows past it are never written)
+
+  /// Element offset of token `token`'s row in a per-token tensor with these token and request strides: with
+  /// tokens_per_request 1 (prefill, decode with s_q 1) the token stride alone, else request
+  /// token / tokens_per_request, position token % tokens_per_request.
+  FLASHCPP_HD int64_t token_offset(int64_t token, int64_t stride_token, int64_t stride_request) const {
+    if (tokens_per_request <= 1) return token * stride_token;
+    return (token / tokens_per_request) * stride_request + (token % tokens_per_request) * stride_token;
+  }
 };
 
 /// Request `req`'s piece of split-KV part `m`, for token `tok_in_req` of each request: the token, its tiles
@@ -208,8 +215,8 @@ std::optional<SparseKernel> fp8_decode_kernel();
 
 /// The automatic choice for FP8 decode, from the H200 measurements in docs/MLA.md: wgmma_sm90 (its 2-CTA
 /// cluster) for h_q 65..128 at every batch size, split or not (with the 2026-12-01 combine it is the faster
-/// kernel from b 1 up, s_q 1 and 2); mma_sm90 otherwise (h_q <= 64 or > 128: the wgmma kernel alone measured
-/// no faster).
+/// kernel from b 1 up, s_q 1 and 2), and for h_q <= 64 its single CTA tile by tile (FlashMLA's suite, b 148
+/// topk 16384: 2477 against 4495 us on the mma.sync kernel, H200, 2026-12-01); mma_sm90 for h_q > 128.
 SparseKernel auto_fp8_kernel(const SparseAttentionParams& p);
 
 /// Heads one CTA of the wgmma kernel computes in FP8 decode with a split-KV schedule, which the schedule's part

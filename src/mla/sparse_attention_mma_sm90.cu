@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
 
     // Gather role: 4 threads per row, thread `gsub` takes chunks gsub, gsub + 4, ...
     const int grow = tid >> 2, gsub = tid & 3;
-    const int32_t* idx_row = p.indices + token * p.indices_stride_token;
+    const int32_t* idx_row = p.indices + p.token_offset(token, p.indices_stride_token, p.indices_stride_request);
     auto load_index = [&](int tile) -> int {
       const int slot = tile * kTileKv + grow;
       return slot < eff ? __ldg(idx_row + slot) : -1;
@@ -209,7 +209,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
     {
       const int head = head0 + grow;
       const bool ok = head < p.h_q;
-      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + token * p.q_stride_token +
+      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) +
+                                 p.token_offset(token, p.q_stride_token, p.q_stride_request) +
                                  static_cast<int64_t>(ok ? head : 0) * p.q_stride_head;
 #pragma unroll
       for (int i = 0; i < kChunks / 4; ++i) {
@@ -517,10 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
           const float inv = empty ? 0.f : 1.f / denom;
           if (nq == 0 && t == 0 && head < p.h_q) {
             if (p.lse != nullptr) {
-              const int64_t lse_token = p.lse_stride_request < 0
-                                            ? token * p.lse_stride_token
-                                            : (token / p.tokens_per_request) * p.lse_stride_request +
-                                                  (token % p.tokens_per_request) * p.lse_stride_token;
+              const int64_t lse_token = p.token_offset(token, p.lse_stride_token, p.lse_stride_request);
               p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
             }
             if (p.max_logits != nullptr)
@@ -537,7 +535,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
         }
       __syncthreads();
 
-      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token;
+      __nv_bfloat16* out =
+          static_cast<__nv_bfloat16*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request);
 #pragma unroll
       for (int i = 0; i < (kHeadsPerCta * kDv / 8) / kThreads; ++i) {
         const int lin = tid + kThreads * i;

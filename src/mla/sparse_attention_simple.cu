@@ -54,9 +54,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __device__ __forceinline__ int64_t lse_offset(const SparseAttentionParams& p, int64_t token, int head) {
-  const int64_t h = static_cast<int64_t>(head) * p.lse_stride_head;
-  if (p.lse_stride_request < 0) return token * p.lse_stride_token + h;
-  return (token / p.tokens_per_request) * p.lse_stride_request + (token % p.tokens_per_request) * p.lse_stride_token + h;
+  return p.token_offset(token, p.lse_stride_token, p.lse_stride_request) +
+         static_cast<int64_t>(head) * p.lse_stride_head;
 }
 
 // Byte offset of KV row `idx`, or -1 when the index is masked.
@@ -104,8 +103,9 @@ __device__ __forceinline__ void v4_slot(const SparseAttentionParams& p, int64_t 
   row_off = -1;
   scale_off = 0;
   if (local >= len) return;
-  const int32_t idx = extra ? __ldg(p.extra_indices + token * p.extra_indices_stride_token + local)
-                            : __ldg(p.indices + token * p.indices_stride_token + local);
+  const int64_t row = extra ? p.token_offset(token, p.extra_indices_stride_token, p.extra_indices_stride_request)
+                            : p.token_offset(token, p.indices_stride_token, p.indices_stride_request);
+  const int32_t idx = __ldg((extra ? p.extra_indices : p.indices) + row + local);
   const int64_t num_kv = extra ? p.extra_num_kv : p.num_kv;
   if (idx < 0 || static_cast<int64_t>(idx) >= num_kv) return;
   const int64_t bs = extra ? p.extra_block_size : p.block_size;
@@ -182,7 +182,8 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
   __syncthreads();  // the previous user of s (an epilogue) is done
   {
     const int chunks = p.d_qk / 8;
-    const auto* qbase = static_cast<const __nv_bfloat16*>(p.q) + token * p.q_stride_token;
+    const auto* qbase =
+        static_cast<const __nv_bfloat16*>(p.q) + p.token_offset(token, p.q_stride_token, p.q_stride_request);
     for (int i = tid; i < kHeads * chunks; i += kThreads) {
       const int h = i / chunks, c = i % chunks;
       uint4 v = make_uint4(0, 0, 0, 0);
@@ -202,7 +203,7 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
   const bool v4 = p.kv_format == KvFormat::fp8_v4;
   const int len = v4 ? p.topk : effective_topk(p, token);
   const int end = slot_end < len ? slot_end : len;
-  const int32_t* idx_row = p.indices + token * p.indices_stride_token;
+  const int32_t* idx_row = p.indices + p.token_offset(token, p.indices_stride_token, p.indices_stride_request);
   const float scale = p.sm_scale;
 
   for (int tile = slot_begin; tile < end; tile += kTile) {
@@ -334,7 +335,8 @@ __device__ void store_rows(const SparseAttentionParams& p, const Smem& s, int64_
       float2* dst = reinterpret_cast<float2*>(p.o_accum + (row * p.h_q + head) * kDv) + tid;
       *dst = make_float2(acc[h][0] * inv, acc[h][1] * inv);
     } else {
-      auto* out = static_cast<__nv_bfloat16*>(p.out) + row * p.out_stride_token + head * p.out_stride_head;
+      auto* out = static_cast<__nv_bfloat16*>(p.out) + p.token_offset(row, p.out_stride_token, p.out_stride_request) +
+                  head * p.out_stride_head;
       store_bf16_pair(out + 2 * tid, acc[h][0] * inv, acc[h][1] * inv);
     }
   }
@@ -470,7 +472,8 @@ __global__ void __launch_bounds__(256) sparse_attention_combine_kernel(const Spa
       }
     }
   }
-  auto* out = static_cast<__nv_bfloat16*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + col;
+  auto* out = static_cast<__nv_bfloat16*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request) +
+              head * p.out_stride_head + col;
   store_bf16_pair(out, o.x, o.y);
   store_bf16_pair(out + 2, o.z, o.w);
   if (lane == 0 && blockIdx.z == 0) p.lse[lse_offset(p, token, head)] = lse == -INFINITY ? INFINITY : lse;

@@ -23,13 +23,15 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p) {
   if (p.sched != nullptr && (p.num_splits == nullptr || p.o_accum == nullptr || p.lse_accum == nullptr ||
                              p.num_parts < 1 || p.num_requests < 1 || p.tokens_per_request < 1))
     return false;
-  if (p.lse_stride_request >= 0 && p.tokens_per_request < 1) return false;
+  if (p.tokens_per_request < 1) return false;
   if (p.d_v != kDv || p.h_q < 1 || p.num_tokens < 0 || p.topk < 1) return false;
   if (p.topk_length != nullptr && p.tokens_per_length < 1) return false;
   if (p.q == nullptr || p.indices == nullptr || p.out == nullptr || (p.num_kv > 0 && p.kv == nullptr)) return false;
   // 16-byte vector access: Q rows, KV rows and O rows start on 16-byte boundaries.
+  const bool by_request = p.tokens_per_request > 1;
   if (!aligned16(p.q) || p.q_stride_token % 8 != 0 || p.q_stride_head % 8 != 0) return false;
   if (!aligned16(p.out) || p.out_stride_token % 8 != 0 || p.out_stride_head % 8 != 0) return false;
+  if (by_request && (p.q_stride_request % 8 != 0 || p.out_stride_request % 8 != 0)) return false;
   if (!aligned16(p.kv)) return false;
   switch (p.kv_format) {
     case KvFormat::bf16:  // prefill: never split
@@ -80,7 +82,7 @@ std::optional<SparseKernel> fp8_decode_kernel() {
 
 SparseKernel auto_fp8_kernel(const SparseAttentionParams& p) {
   constexpr int kGroupHeads = 64;
-  return p.h_q > kGroupHeads && p.h_q <= 2 * kGroupHeads ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90;
+  return p.h_q <= 2 * kGroupHeads ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90;
 }
 
 SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {

@@ -77,6 +77,9 @@ struct KernelArgs {
   int group_heads;    // heads per CTA: 64, or 32 (h_q 33..64 as a cluster of two CTAs, each computing 64 rows)
   mla::FastDivmod page;  // FP8 cache: index -> (page, slot) by block_size
   mla::FastDivmod extra_page;  // V4: the extra pool's index -> (page, slot) by extra_block_size
+  // Unsplit FP8 grids whose requests' lengths differ and that take more than one round of CTAs: CTA i runs the
+  // request with the i-th most tiles (longest first, ties by index), so the rounds end together.
+  int longest_first = 0;
 };
 
 // V4 (fp8_v4.hpp): the byte offsets of index `idx`'s token record and scale record in pool `extra`.
@@ -302,8 +305,13 @@ struct WorkItem {
   int tile_begin = 0, tile_end = 0;
   int64_t accum_row = -1;     // >= 0: a split request's partial row; -1: the final output
   bool write_partial = false; // accum_row is inside the accumulators
+  // V4 unsplit: the item runs only tiles that hold a valid slot, the main pool's first main_tiles and then the
+  // extra pool's, so item tile t is tile real_tile(t) of the token's list (tile_gap: the main pool's tiles past
+  // its length, skipped). Split items (and V3.2) run their tiles as they are.
+  int main_tiles = INT_MAX, tile_gap = 0;
   __device__ int n_iters() const { return tile_end > tile_begin ? (tile_end - tile_begin + 1) / 2 : 0; }
   __device__ int n_tiles() const { return tile_end > tile_begin ? tile_end - tile_begin : 0; }
+  __device__ int real_tile(int t) const { return t < main_tiles ? t : t + tile_gap; }
 };
 
 // What the consumers need of a work item, published by the producer with the item's Q (consumers read no
@@ -356,21 +364,56 @@ struct WorkList {
       w.accum_row = piece.accum_row;
       w.write_partial = piece.write_partial;
     }
-    int eff;
+    int eff, n_tiles;
     if constexpr (V4) {  // both pools' slots run; each pool's length masks its own (the valid slots are no prefix)
       eff = p->topk;
       w.main_len = v4_pool_length(*p, p->topk_length, p->main_topk, w.token);
       w.extra_len = v4_pool_length(*p, p->extra_topk_length, p->topk - p->main_topk, w.token);
+      n_tiles = sched::blocks_of(eff);  // a schedule block is one KV tile
+      if constexpr (!SPLIT) {  // only the tiles with a valid slot (the schedule of split work counts them all)
+        w.main_tiles = sched::blocks_of(w.main_len);
+        w.tile_gap = p->main_topk / sched::kBlockSlots - w.main_tiles;
+        n_tiles = w.main_tiles + sched::blocks_of(w.extra_len);
+      }
     } else {
       eff = effective_topk(*p, w.token);
+      n_tiles = sched::blocks_of(eff);
     }
-    const int n_tiles = sched::blocks_of(eff);  // a schedule block is one KV tile
     w.eff = eff;
     w.tile_begin = tile_begin;
     w.tile_end = tile_end < n_tiles ? tile_end : n_tiles;
     return w;
   }
 };
+
+// Longest first (KernelArgs::longest_first): the token the CTA of unsplit token slot `outer` runs. Every thread
+// computes the tiles of its requests into `scratch` (int32 [num_requests], shared memory no other phase uses yet),
+// then the request whose rank by tiles (more first, ties by index) is outer / s_q; the same in both CTAs of a
+// cluster. O(num_requests^2 / threads) comparisons: the host enables it for up to kLongestFirstMaxRequests.
+inline constexpr int kLongestFirstMaxRequests = 1024;
+template <class C>
+__device__ int64_t longest_first_token(const SparseAttentionParams& p, int64_t outer, int32_t* scratch,
+                                       int32_t* s_pick) {
+  static_assert((kLongestFirstMaxRequests + 1) * 4 <= C::kQBytes, "the tile counts and the pick fit Q's buffer");
+  const int n = p.num_requests, per = p.tokens_per_request;
+  const int want = static_cast<int>(outer / per);
+  for (int r = threadIdx.x; r < n; r += C::kThreads)
+    scratch[r] = WorkList<false, C::kFp8V4>(p, static_cast<int64_t>(r) * per).item(0).n_tiles();
+  __syncthreads();
+  for (int r = threadIdx.x; r < n; r += C::kThreads) {
+    const int mine = scratch[r];
+    int rank = 0;
+    for (int j = 0; j < n; ++j) {
+      const int other = scratch[j];
+      rank += other > mine || (other == mine && j < r);
+    }
+    if (rank == want) *s_pick = r;
+  }
+  __syncthreads();
+  const int64_t token = static_cast<int64_t>(*s_pick) * per + outer % per;
+  __syncthreads();  // every thread has read the pick before the memory is used again
+  return token;
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Producer warpgroup: per work item Q, then per iteration the halves of tiles A and B in release order.
@@ -387,6 +430,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
   int iter = 0;  // iterations before this work item (barrier phases run on across items)
   for (int k = work.first; k <= work.last; ++k) {
     const WorkItem w = work.item(k);
+    const int64_t q_row = p.token_offset(w.token, p.q_stride_token, p.q_stride_request);
 
     // ---- Phase: load Q (64 heads x d_qk; heads past h_q zero-filled) once the last item's S GEMMs are done.
     if (k > work.first) mbar_wait(sm.bar_q_empty(), (k - work.first - 1) & 1);
@@ -395,7 +439,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       const int row = r * C::kRowsPerPass + group;
       const int head = heads.first + row;
       const bool ok = head < heads.end;
-      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + w.token * p.q_stride_token +
+      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + q_row +
                                  static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
 #pragma unroll
       for (int a = 0; a < C::kAtoms; ++a)
@@ -409,11 +453,14 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     cp_async_arrive(sm.bar_q_full());
 
     // ---- Phase: fill KV tiles.
-    const int32_t* idx_row = p.indices + w.token * p.indices_stride_token;
+    const int64_t idx_start = p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request);
+    const int32_t* idx_row = p.indices + idx_start;
+    const int64_t extra_start =
+        C::kFp8V4 ? p.token_offset(w.token, p.extra_indices_stride_token, p.extra_indices_stride_request) : 0;
     // V4: whether tile `tile` of the token's list is in the extra pool (a pool's slot count is a multiple of
     // the tile, so no tile straddles the two).
     auto tile_extra = [&](int tile) {
-      if constexpr (C::kFp8V4) return tile * C::kTile >= p.main_topk;
+      if constexpr (C::kFp8V4) return w.real_tile(tile) * C::kTile >= p.main_topk;
       else return false;
     };
     // Index of each of this thread's rows of `tile` as loaded, -1 where its position is masked (past the
@@ -425,12 +472,12 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
         // token's whole list (main slots, then extra slots) reads it, and the slot bound its length sets.
         const bool extra = tile_extra(tile);
         const int32_t* list = extra ? p.extra_indices : p.indices;
-        const int64_t start =
-            extra ? w.token * p.extra_indices_stride_token - p.main_topk : w.token * p.indices_stride_token;
+        const int64_t start = extra ? extra_start - p.main_topk : idx_start;
         const int end = tile < w.tile_end ? (extra ? p.main_topk + w.extra_len : w.main_len) : 0;
+        const int first_slot = w.real_tile(tile) * C::kTile;
 #pragma unroll
         for (int r = 0; r < C::kRowsPerThread; ++r) {
-          const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
+          const int slot = first_slot + r * C::kRowsPerPass + group;
           idx[r] = slot < end ? __ldg(list + (start + slot)) : -1;
         }
       } else {
@@ -899,7 +946,8 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
     }
     return;
   }
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + w.token * p.out_stride_token + W * C::kHalfDv;
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) +
+                       p.token_offset(w.token, p.out_stride_token, p.out_stride_request) + W * C::kHalfDv;
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -912,10 +960,7 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
     inv[h] = empty ? 0.f : 1.f / denom;
     if (W == 0 && t == 0 && head < heads.end) {
       if (p.lse != nullptr) {
-        const int64_t lse_token = p.lse_stride_request < 0
-                                      ? w.token * p.lse_stride_token
-                                      : (w.token / p.tokens_per_request) * p.lse_stride_request +
-                                            (w.token % p.tokens_per_request) * p.lse_stride_token;
+        const int64_t lse_token = p.token_offset(w.token, p.lse_stride_token, p.lse_stride_request);
         p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
       }
       if (p.max_logits != nullptr)
@@ -1276,7 +1321,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
   // the same KV rows through L2 at about the same time.
   const int first_head = static_cast<int>(blockIdx.x % args.groups) * args.group_heads;
   const HeadRange heads{first_head, min(first_head + args.group_heads, args.p.h_q)};
-  const WorkList<SPLIT, C::kFp8V4> work(args.p, blockIdx.x / args.groups);
+  int64_t outer = blockIdx.x / args.groups;
+  if constexpr (!SPLIT && C::kFp8) {
+    // Q's buffer holds the requests' tile counts; its first load comes after the barrier initialisation below.
+    if (args.longest_first)
+      outer = longest_first_token<C>(args.p, outer, reinterpret_cast<int32_t*>(smem + C::kOffQ),
+                                     reinterpret_cast<int32_t*>(smem + C::kOffQ) + kLongestFirstMaxRequests);
+  }
+  const WorkList<SPLIT, C::kFp8V4> work(args.p, outer);
 
   if (threadIdx.x == 0) {
     mbar_init(sm.bar_q_full(), C::kProducerThreads + 1);  // cp.async arrivals + the item's publisher
@@ -1411,6 +1463,14 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads
   const int64_t outer = SPLIT ? static_cast<int64_t>(p.num_parts) * p.tokens_per_request : p.num_tokens;
   const int64_t blocks = outer * args.groups;
   if (blocks > INT_MAX) return false;
+  if constexpr (!SPLIT && C::kFp8) {
+    // Lengths that differ per request, and more CTAs than run at once: longest first (LPT), so no round of
+    // CTAs ends long after the others.
+    const bool lengths = p.topk_length != nullptr || (C::kFp8V4 && p.extra_topk_length != nullptr);
+    args.longest_first = lengths && p.num_requests >= 1 && p.num_requests <= kLongestFirstMaxRequests &&
+                         p.num_tokens == static_cast<int64_t>(p.num_requests) * p.tokens_per_request &&
+                         blocks > resident_ctas<C, SPLIT>(device);
+  }
   cudaLaunchAttribute cluster;
   const cudaLaunchConfig_t config = launch_config<C>(static_cast<unsigned>(blocks), stream, cluster);
   return cudaLaunchKernelEx(&config, sparse_attention_wgmma_kernel<C, SPLIT>, args) == cudaSuccess &&

@@ -9,7 +9,8 @@
 namespace flashcpp::mla::kernels {
 
 bool launch_sparse_attention_wgmma_fp8(const SparseAttentionParams& p, cudaStream_t stream) {
-  using Alone = wgmma::Config<576, true, 1>;
+  // h_q <= 64: one CTA tile by tile, raw bytes a whole tile ahead (as V4's).
+  using Alone = wgmma::Config<576, true, 1, 2>;
   // h_q 65..128: the two head groups share the dequantization; two raw buffers (measured on the H200,
   // 2026-12-01, b 128: 599 us against 642 us with one).
   using Pair = wgmma::Config<576, true, 2, 2>;

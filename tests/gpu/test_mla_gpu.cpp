@@ -71,6 +71,52 @@ void partial_shuffle(std::vector<int32_t>& perm, int64_t k, std::mt19937& rng) {
     std::swap(perm[static_cast<size_t>(j)], perm[static_cast<size_t>(std::uniform_int_distribution<int64_t>(j, n - 1)(rng))]);
 }
 
+// FlashMLA's test tensors (kernelkit's non_contiguousify): storage with every dim one longer and the last one 128
+// longer, viewed at the original shape, so requests, tokens and heads are all unevenly spaced.
+struct PaddedLayout {
+  std::vector<int64_t> shape, strides;
+  int64_t storage = 0;  // elements
+  explicit PaddedLayout(std::vector<int64_t> s) : shape(std::move(s)), strides(shape.size(), 1) {
+    const size_t r = shape.size();
+    for (size_t d = r - 1; d-- > 0;) strides[d] = strides[d + 1] * (shape[d + 1] + (d + 1 == r - 1 ? 128 : 1));
+    storage = strides[0] * (shape[0] + 1);
+  }
+  // Storage offset of compact (row-major) element i.
+  int64_t offset(int64_t i) const {
+    int64_t off = 0;
+    for (size_t d = shape.size(); d-- > 0;) {
+      off += (i % shape[d]) * strides[d];
+      i /= shape[d];
+    }
+    return off;
+  }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t v : shape) n *= v;
+    return n;
+  }
+  template <class T>
+  std::vector<T> scatter(const std::vector<T>& compact, T fill) const {
+    std::vector<T> out(static_cast<size_t>(storage), fill);
+    for (int64_t i = 0; i < numel(); ++i) out[static_cast<size_t>(offset(i))] = compact[static_cast<size_t>(i)];
+    return out;
+  }
+  // The view's elements, compact; `outside` counts storage elements outside the view that are not `fill`.
+  template <class T>
+  std::vector<T> gather(const std::vector<T>& padded, T fill, int64_t& outside) const {
+    std::vector<T> out(static_cast<size_t>(numel()));
+    std::vector<char> in_view(static_cast<size_t>(storage), 0);
+    for (int64_t i = 0; i < numel(); ++i) {
+      out[static_cast<size_t>(i)] = padded[static_cast<size_t>(offset(i))];
+      in_view[static_cast<size_t>(offset(i))] = 1;
+    }
+    outside = 0;
+    for (int64_t j = 0; j < storage; ++j) outside += !in_view[static_cast<size_t>(j)] && padded[static_cast<size_t>(j)] != fill;
+    return out;
+  }
+  TensorView view(void* data, DType dtype) const { return TensorView::strided(data, dtype, Device::cuda(0), shape, strides); }
+};
+
 // Reference in parallel over the wanted rows.
 template <class Fn>
 reference::MlaReferenceResult parallel_reference(const std::vector<int64_t>& rows, Fn&& fn) {
@@ -450,13 +496,14 @@ struct DecodeCase {
   int num_sms = 0;  // 0: the device's
   bool sink = false, topk_len = false;
   int64_t max_ref_rows = 8;
+  bool padded = false;  // q, indices and out as FlashMLA's padded views (PaddedLayout)
 };
 
 void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
   SCOPED_TRACE("b " + std::to_string(c.b) + " s_q " + std::to_string(c.s_q) + " h_q " + std::to_string(c.h_q) +
                " topk " + std::to_string(c.topk) + " block " + std::to_string(c.block_size) + " num_sms " +
                std::to_string(c.num_sms) + (c.sink ? " sink" : "") + (c.topk_len ? " topk_length" : "") +
-               (graph ? " graph" : ""));
+               (c.padded ? " padded views" : "") + (graph ? " graph" : ""));
   std::mt19937 rng(seed);
   // Cache: per request about topk * 1.3 tokens in random blocks, plus a block-padded layout (block stride
   // block_size + 1 rows). Every token no valid slot uses is 0xFF (NaN payload and scales).
@@ -502,15 +549,21 @@ void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
   if (c.h_q > 2) sink[0] = INFINITY, sink[1] = -INFINITY;
   const double sm_scale = std::pow(576.0, -0.55);
 
-  Dev<uint16_t> dq(q), dout(static_cast<size_t>(c.b * c.s_q * c.h_q * 512));
+  // Padded views: NaN between q's rows and index 0 (a valid row) between the index rows, so reading either
+  // shows in the output; out's padding stays poisoned.
+  const PaddedLayout q_layout({c.b, c.s_q, c.h_q, 576}), idx_layout({c.b, c.s_q, c.topk}),
+      out_layout({c.b, c.s_q, c.h_q, 512});
+  Dev<uint16_t> dq(c.padded ? q_layout.scatter<uint16_t>(q, 0x7fc0) : q);
+  Dev<uint16_t> dout(static_cast<size_t>(c.padded ? out_layout.storage : c.b * c.s_q * c.h_q * 512));
   Dev<uint8_t> dcache(cache);
-  Dev<int32_t> didx(idx), dlen(len);
+  Dev<int32_t> didx(c.padded ? idx_layout.scatter<int32_t>(idx, 0) : idx), dlen(len);
   Dev<float> dsink(sink), dlse(static_cast<size_t>(c.b * c.s_q * c.h_q));
-  const auto qv = dview(dq.get(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
+  const auto qv = c.padded ? q_layout.view(dq.get(), DType::bf16) : dview(dq.get(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
   const auto cv = TensorView::strided(dcache.get(), DType::u8, Device::cuda(0), {num_blocks, c.block_size, 1, 656},
                                       {block_stride, 656, 656, 1});
-  const auto iv = dview(didx.get(), DType::i32, {c.b, c.s_q, c.topk});
-  const auto ov = dview(dout.get(), DType::bf16, {c.b, c.s_q, c.h_q, 512});
+  const auto iv = c.padded ? idx_layout.view(didx.get(), DType::i32) : dview(didx.get(), DType::i32, {c.b, c.s_q, c.topk});
+  const auto ov =
+      c.padded ? out_layout.view(dout.get(), DType::bf16) : dview(dout.get(), DType::bf16, {c.b, c.s_q, c.h_q, 512});
   // FlashMLA's lse layout [b, h_q, s_q], seen as [b, s_q, h_q].
   const auto lv = TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {c.b, c.s_q, c.h_q},
                                       {c.h_q * c.s_q, 1, c.s_q});
@@ -540,7 +593,12 @@ void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
   const mla::DecodePlan plan = mla::DecodePlan::create(cfg, 0, stream);
   auto check = [&](const char* what) {
     CUDA_OK(cudaStreamSynchronize(stream));
-    const auto out = dout.download();
+    std::vector<uint16_t> out = dout.download();
+    if (c.padded) {
+      int64_t touched = 0;
+      out = out_layout.gather<uint16_t>(out, kPoisonBf16, touched);
+      EXPECT_EQ(touched, 0) << what << ": the kernel wrote into the padding of a padded out";
+    }
     const auto lse = dlse.download();
     // lse of (row = b * s_q + s, head h) lives at b * h_q * s_q + h * s_q + s.
     std::vector<float> lse_rows(static_cast<size_t>(c.b * c.s_q * c.h_q));
@@ -657,6 +715,41 @@ TEST(MlaGpuDecode, Sweep) {
   run_decode_case({5, 3, 20, 128, 64, 0, true, true, 8}, seed++);    // 20 heads
 }
 
+// FlashMLA's own test tensors are padded views (every dim one longer, the last 128 longer): taken as they are on
+// every decode path: the split plan, the unsplit grid, s_q 1 and 3, h_q 64 (mma.sync kernel) and 128 (cluster),
+// and the simple kernel (run_decode_case runs both).
+TEST(MlaGpuDecode, FlashMlaPaddedViews) {
+  FLASHCPP_REQUIRE_GPU();
+  uint32_t seed = 700;
+  for (int64_t h_q : {64, 128}) {
+    run_decode_case({2, 2, h_q, 2048, 64, 0, true, false, 4, true}, seed++);    // split
+    run_decode_case({96, 2, h_q, 512, 64, 0, true, true, 6, true}, seed++);     // unsplit
+    run_decode_case({7, 3, h_q, 576, 61, 5, false, true, 6, true}, seed++);     // forced split, s_q 3
+    run_decode_case({4, 1, h_q, 128, 2, 0, true, false, 4, true}, seed++);      // s_q 1
+  }
+  run_decode_case({3, 2, 128, 1024, 64, 0, true, true, 4, true}, seed++, /*graph=*/true);
+}
+
+// Plans whose unsplit grid would end on a short last wave: the full waves' requests run unsplit, the rest split
+// (DecodePlanSizes::head_requests), with the split requests' tensors offset past the head; s_q 2 and 1, padded
+// views, topk_length (offset too), and a graph.
+TEST(MlaGpuDecode, ShortLastWaveSplitsOnlyTheTail) {
+  FLASHCPP_REQUIRE_GPU();
+  const int sms = mla::device_support(0).sm_count;
+  // h_q 128: a 2-CTA cluster a token, sms / 2 tokens a wave; two waves and a few tokens.
+  const int64_t wave = sms / 2;
+  for (int64_t s_q : {2, 1}) {
+    const int64_t b = (2 * wave + 4) / s_q;
+    const auto sizes = mla::decode_plan_sizes({.batch = int(b), .s_q = int(s_q), .h_q = 128, .topk = 2048}, sms);
+    ASSERT_TRUE(sizes.split) << "b " << b;
+    ASSERT_GT(sizes.head_requests, 0) << "b " << b;
+    run_decode_case({b, s_q, 128, 2048, 64, 0, true, true, 6, s_q == 2}, 800 + static_cast<uint32_t>(s_q));
+  }
+  // h_q 64: one CTA a token, sms tokens a wave.
+  run_decode_case({(sms + 6) / 2, 2, 64, 2048, 64, 0, true, true, 6, true}, 803);
+  run_decode_case({(2 * wave + 4) / 2, 2, 128, 2048, 64, 0, true, false, 4, true}, 804, /*graph=*/true);
+}
+
 TEST(MlaGpuDecode, CudaGraphReplay) {
   FLASHCPP_REQUIRE_GPU();
   run_decode_case({2, 2, 128, 2048, 64, 0, true, true, 4}, 900, /*graph=*/true);  // split plan
@@ -688,12 +781,22 @@ struct V4DevicePool {
 };
 
 // Runs sparse_decode_v4 for the split plans of `num_sms` in {0, 5} and compares out / lse with the reference.
+// `padded`: q, both pools' indices and out as FlashMLA's padded views (PaddedLayout).
 void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64_t h_q, V4DevicePool& main,
                    V4DevicePool* extra, const std::vector<float>& sink, double sm_scale, const std::string& what,
-                   const std::vector<uint16_t>* golden_out = nullptr) {
+                   const std::vector<uint16_t>* golden_out = nullptr, bool padded = false) {
+  const PaddedLayout q_layout({b, s_q, h_q, 512}), out_layout({b, s_q, h_q, 512}), idx_layout({b, s_q, main.topk}),
+      xidx_layout({b, s_q, extra ? extra->topk : 64});
   main.upload();
   if (extra) extra->upload();
-  Dev<uint16_t> dq(q), dout(static_cast<size_t>(b * s_q * h_q * 512));
+  // Padded index storage: 0 (a valid row) between the rows, so reading it shows in the output.
+  std::optional<Dev<int32_t>> pidx, pxidx;
+  if (padded) {
+    pidx.emplace(idx_layout.scatter<int32_t>(main.idx, 0));
+    if (extra) pxidx.emplace(xidx_layout.scatter<int32_t>(extra->idx, 0));
+  }
+  Dev<uint16_t> dq(padded ? q_layout.scatter<uint16_t>(q, 0x7fc0) : q);
+  Dev<uint16_t> dout(static_cast<size_t>(padded ? out_layout.storage : b * s_q * h_q * 512));
   Dev<float> dlse(static_cast<size_t>(b * s_q * h_q));
   std::optional<Dev<float>> dsink;
   TensorView sink_d, sink_h, len_d, len_h, xlen_d, xlen_h, xidx_d, xcache_d;
@@ -713,7 +816,7 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
   }
   if (extra) {
     xcache_d = extra->dcache();
-    xidx_d = dview(extra->didx->get(), DType::i32, {b, s_q, extra->topk});
+    xidx_d = padded ? xidx_layout.view(pxidx->get(), DType::i32) : dview(extra->didx->get(), DType::i32, {b, s_q, extra->topk});
     params.extra_kv_cache = &xcache_d;
     params.extra_indices = &xidx_d;
     hextra = {extra->hcache(), hview(extra->idx.data(), DType::i32, {b, s_q, extra->topk})};
@@ -737,12 +840,21 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
     dout.poison();
     dlse.poison();
     // lse written in FlashMLA's [b, h_q, s_q] layout.
-    plan.run(dview(dq.get(), DType::bf16, {b, s_q, h_q, 512}), main.dcache(),
-             dview(main.didx->get(), DType::i32, {b, s_q, main.topk}), dview(dout.get(), DType::bf16, {b, s_q, h_q, 512}),
+    const TensorView qv = padded ? q_layout.view(dq.get(), DType::bf16) : dview(dq.get(), DType::bf16, {b, s_q, h_q, 512});
+    const TensorView iv =
+        padded ? idx_layout.view(pidx->get(), DType::i32) : dview(main.didx->get(), DType::i32, {b, s_q, main.topk});
+    const TensorView ov =
+        padded ? out_layout.view(dout.get(), DType::bf16) : dview(dout.get(), DType::bf16, {b, s_q, h_q, 512});
+    plan.run(qv, main.dcache(), iv, ov,
              TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {b, s_q, h_q}, {h_q * s_q, 1, s_q}), params,
              nullptr);
     CUDA_OK(cudaDeviceSynchronize());
-    const auto out = dout.download();
+    std::vector<uint16_t> out = dout.download();
+    if (padded) {
+      int64_t touched = 0;
+      out = out_layout.gather<uint16_t>(out, kPoisonBf16, touched);
+      EXPECT_EQ(touched, 0) << what << ": the kernel wrote into the padding of a padded out";
+    }
     const auto lse = dlse.download();
     std::vector<float> lse_rows;
     for (int64_t r = 0; r < b * s_q; ++r)
@@ -845,7 +957,10 @@ TEST(MlaGpuDecodeV4, RandomPoolsWithInvalidIndicesAndNaNRows) {
                           // cluster of its two head groups (46 tokens).
                           Shape{70, 2, 64, 64, 40, 64, 128, 30, 61, true, true},
                           Shape{15, 2, 64, 128, 30, 64, 64, 20, 37, true, false},
-                          Shape{23, 2, 128, 64, 30, 64, 128, 25, 53, false, true}}) {
+                          Shape{23, 2, 128, 64, 30, 64, 128, 25, 53, false, true},
+                          // Long tokens (2048 slots) over a short last wave (140 tokens, 132 a wave on the H200):
+                          // the full wave's requests unsplit, the rest split (DecodePlanSizes::head_requests).
+                          Shape{70, 2, 16, 1024, 40, 64, 1024, 50, 61, true, true}}) {
     V4DevicePool main = make_pool(sh.nb, sh.bs, sh.b, sh.s_q, sh.topk, sh.lengths);
     std::optional<V4DevicePool> extra;
     if (sh.extra_topk > 0) extra = make_pool(sh.xnb, sh.xbs, sh.b, sh.s_q, sh.extra_topk, sh.lengths);
@@ -855,8 +970,12 @@ TEST(MlaGpuDecodeV4, RandomPoolsWithInvalidIndicesAndNaNRows) {
       for (int64_t h = 0; h < sh.h_q; ++h) sink.push_back(h == 0 ? INFINITY : h == 1 ? -INFINITY : nd(rng));
     }
     const auto q = random_bf16(static_cast<size_t>(sh.b * sh.s_q * sh.h_q * 512), rng, 1.0);
-    run_v4_decode(q, sh.b, sh.s_q, sh.h_q, main, extra ? &*extra : nullptr, sink, 0.0442,
-                  "b " + std::to_string(sh.b) + " h_q " + std::to_string(sh.h_q) + " extra " + std::to_string(sh.extra_topk));
+    const std::string what =
+        "b " + std::to_string(sh.b) + " h_q " + std::to_string(sh.h_q) + " extra " + std::to_string(sh.extra_topk);
+    run_v4_decode(q, sh.b, sh.s_q, sh.h_q, main, extra ? &*extra : nullptr, sink, 0.0442, what);
+    // The same problem through FlashMLA's padded views of q, both index lists and out.
+    run_v4_decode(q, sh.b, sh.s_q, sh.h_q, main, extra ? &*extra : nullptr, sink, 0.0442, what + " padded views",
+                  nullptr, /*padded=*/true);
   }
 }
 

@@ -84,9 +84,12 @@ TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeads) {
   kernels::SparseAttentionParams p = decode_params();
   p.h_q = 128;
   EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);  // unsplit, h_q 128: the 2-CTA cluster
-  p.h_q = 65;
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
-  for (int h : {1, 64, 129, 256}) {
+  // h_q <= 64: the single CTA, tile by tile; past 128 the mma.sync kernel.
+  for (int h : {1, 32, 64, 65}) {
+    p.h_q = h;
+    EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90) << "h_q " << h;
+  }
+  for (int h : {129, 256}) {
     p.h_q = h;
     EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::mma_sm90) << "h_q " << h;
   }
@@ -104,7 +107,7 @@ TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeads) {
     EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90) << requests << " requests";
   }
   p.h_q = 64;
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::mma_sm90);
+  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
   // A forced kernel wins over the automatic choice.
   p.h_q = 128;
   p.num_requests = 1;

@@ -184,11 +184,15 @@ TEST(MlaSchedule, PlanSizesCoverTheSchedule) {
             EXPECT_GE(3 * int64_t{batch} * s_q * ((h_q + 63) / 64), 2 * 132);
             continue;
           }
+          // The schedule covers the split requests: all of them, or those after the head (a short last wave).
+          const int split_requests = batch - s.head_requests;
+          ASSERT_GE(split_requests, 1);
+          EXPECT_EQ(s.num_splits_elems, split_requests + 1);
           std::vector<sched::PartMeta> meta(static_cast<size_t>(s.num_sm_parts));
-          std::vector<int32_t> ns(static_cast<size_t>(batch) + 1);
-          sched::build_schedule(batch, nullptr, sched::blocks_of(topk), s.num_sm_parts, meta.data(), ns.data());
+          std::vector<int32_t> ns(static_cast<size_t>(split_requests) + 1);
+          sched::build_schedule(split_requests, nullptr, sched::blocks_of(topk), s.num_sm_parts, meta.data(), ns.data());
           // Rows used: (num_splits[b]) * s_q rows of h_q heads.
-          EXPECT_LE(int64_t{ns[static_cast<size_t>(batch)]} * s_q * h_q, s.lse_accum_elems);
+          EXPECT_LE(int64_t{ns[static_cast<size_t>(split_requests)]} * s_q * h_q, s.lse_accum_elems);
           EXPECT_EQ(s.o_accum_elems, s.lse_accum_elems * 512);
           EXPECT_EQ(s.sched_meta_elems, int64_t{s.num_sm_parts} * sched::kMetaInts);
         }

@@ -245,10 +245,49 @@ TEST(MlaValidation, DecodePlanSizesFollowTheShape) {
   s = mla::decode_plan_sizes({.batch = 10, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
   EXPECT_TRUE(s.split);
   EXPECT_EQ(s.num_sm_parts, 33);
-  for (int64_t b : {16, 40, 64, 148}) {
+  for (int64_t b : {16, 40, 64, 256}) {
     s = mla::decode_plan_sizes({.batch = b, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
     EXPECT_FALSE(s.split) << "b " << b;
+    EXPECT_EQ(s.head_requests, 0) << "b " << b;
   }
+}
+
+// A short last wave of the unsplit grid (at most two thirds full) where a token's work is long (>= 2048 slots): the
+// full waves' requests run unsplit, the rest split.
+TEST(MlaValidation, DecodePlanSplitsOnlyAShortLastWave) {
+  // h_q 64 (one CTA a token, 132 a wave), b 148 = 296 tokens: two waves and 32; V3.2 and V4 pages alike.
+  for (int d_qk : {576, 512}) {
+    const auto s = mla::decode_plan_sizes({.batch = 148, .s_q = 2, .h_q = 64, .d_qk = d_qk, .topk = 16384}, 132);
+    EXPECT_TRUE(s.split) << "d_qk " << d_qk;
+    EXPECT_EQ(s.head_requests, 132) << "d_qk " << d_qk;
+    const int64_t parts = d_qk == 512 ? 33 : 66;  // V4 h_q 64 splits as the 32-head cluster
+    EXPECT_EQ(s.num_sm_parts, parts) << "d_qk " << d_qk;
+    EXPECT_EQ(s.num_splits_elems, 148 - 132 + 1) << "d_qk " << d_qk;
+    EXPECT_EQ(s.lse_accum_elems, (148 - 132 + parts) * 2 * 64) << "d_qk " << d_qk;
+  }
+  // h_q 128 (a 2-CTA cluster a token, 66 a wave): V3.2 b 74 = 148 tokens, two waves and 16; topk 16384 b 148 = 296,
+  // four waves and 32.
+  auto s = mla::decode_plan_sizes({.batch = 74, .s_q = 2, .h_q = 128, .topk = 2048}, 132);
+  EXPECT_TRUE(s.split);
+  EXPECT_EQ(s.head_requests, 66);
+  EXPECT_EQ(s.num_splits_elems, 9);
+  s = mla::decode_plan_sizes({.batch = 148, .s_q = 2, .h_q = 128, .d_qk = 512, .topk = 16384}, 132);
+  EXPECT_TRUE(s.split);
+  EXPECT_EQ(s.head_requests, 132);
+  // A last wave over two thirds full keeps the plain grid: V3.2 h_q 128 b 128 (256 tokens: 3 waves and 58 of 66).
+  s = mla::decode_plan_sizes({.batch = 128, .s_q = 2, .h_q = 128, .topk = 2048}, 132);
+  EXPECT_FALSE(s.split);
+  // Short tokens keep the plain grid: V4's production shapes (128 + 512 or 1024 slots), b 74 and 148.
+  for (int64_t b : {74, 148})
+    for (auto [h_q, extra] : {std::pair{64, 512}, std::pair{128, 1024}}) {
+      s = mla::decode_plan_sizes(
+          {.batch = b, .s_q = 2, .h_q = h_q, .d_qk = 512, .topk = 128, .extra_topk = extra}, 132);
+      EXPECT_FALSE(s.split) << "b " << b << " h_q " << h_q;
+      EXPECT_EQ(s.head_requests, 0);
+    }
+  // h_q past 128 (the mma.sync kernel) keeps the plain grid.
+  s = mla::decode_plan_sizes({.batch = 100, .s_q = 2, .h_q = 192, .topk = 2048}, 132);
+  EXPECT_EQ(s.head_requests, 0);
 }
 
 struct DecodeArgs {
@@ -304,7 +343,6 @@ TEST(MlaValidation, DecodeEveryRuleFails) {
       {"q dtype", "q", [](DecodeArgs& a) { a.q.dtype = DType::e4m3; }},
       {"q rank", "q", [](DecodeArgs& a) { a.q = TensorView::contiguous(fake(1), DType::bf16, kDev, {4, 64, 576}); }},
       {"q d_qk 512", "q", [](DecodeArgs& a) { a.q.shape[3] = 512; }},
-      {"q uneven request stride", "q", [](DecodeArgs& a) { a.q.strides[0] += 8; }},
       {"q misaligned", "q", [](DecodeArgs& a) { a.q.data = static_cast<char*>(a.q.data) + 4; }},
       {"kv dtype bf16", "kv_cache", [](DecodeArgs& a) { a.kv.dtype = DType::bf16; }},
       {"kv bytes 584", "kv_cache", [](DecodeArgs& a) { a.kv.shape[3] = 584; }},
@@ -388,6 +426,29 @@ TEST(MlaValidation, DecodeV4BaselinePassesValidation) {
   a.with_extra = a.with_extra_indices = a.with_extra_len = false;
   a.ws.config.extra_topk = 0;
   expect_passes_validation([&] { a.call(); });
+}
+
+// FlashMLA's test tensors are padded views (kernelkit's non_contiguousify: every dim one longer, the last one 128
+// longer), so their requests are not evenly spaced: q, indices and out are taken as they are, no copy.
+TensorView flashmla_padded(void* data, DType dtype, std::initializer_list<int64_t> shape) {
+  std::vector<int64_t> sh(shape), st(sh.size(), 1);
+  for (size_t d = sh.size() - 1; d-- > 0;) st[d] = st[d + 1] * (sh[d + 1] + (d + 1 == sh.size() - 1 ? 128 : 1));
+  return TensorView::strided(data, dtype, kDev, sh, st);
+}
+
+TEST(MlaValidation, DecodeTakesFlashMlaPaddedViews) {
+  DecodeArgs a;
+  a.q = flashmla_padded(fake(1), DType::bf16, {a.b, a.s_q, a.h_q, 576});
+  a.indices = flashmla_padded(fake(3), DType::i32, {a.b, a.s_q, a.topk});
+  a.out = flashmla_padded(fake(4), DType::bf16, {a.b, a.s_q, a.h_q, 512});
+  ASSERT_NE(a.q.stride(0), a.q.stride(1) * a.s_q);
+  expect_passes_validation([&] { a.call(); });
+  DecodeV4Args v;
+  v.q = flashmla_padded(fake(1), DType::bf16, {v.b, v.s_q, v.h_q, 512});
+  v.indices = flashmla_padded(fake(3), DType::i32, {v.b, v.s_q, v.topk});
+  v.xindices = flashmla_padded(fake(21), DType::i32, {v.b, v.s_q, v.extra_topk});
+  v.out = flashmla_padded(fake(4), DType::bf16, {v.b, v.s_q, v.h_q, 512});
+  expect_passes_validation([&] { v.call(); });
 }
 
 TEST(MlaValidation, DecodeV4EveryRuleFails) {

@@ -72,7 +72,8 @@ typedef struct flashcpp_mla_decode_plan_sizes {
 
 /* Decode plan. With sched_meta == num_splits == NULL: only computes `sizes` (no device work).
  * Otherwise writes the split-KV schedule into the caller's buffers on `stream` (sched_meta i32
- * [num_sm_parts, 8], num_splits i32 [batch + 1], both contiguous on config->device_id) and fills `sizes`.
+ * [num_sm_parts, 8], num_splits i32 [num_splits_elems]: batch + 1, or fewer where only the requests of a short
+ * last wave are split; both contiguous on config->device_id) and fills `sizes`.
  * The schedule depends only on the config, so one plan serves every step of that shape (CUDA-graph safe).
  * `sizes` (may be NULL) is written only on success. */
 flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* config, const flashcpp_tensor* sched_meta,
