@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""FlashMLA's sparse MLA performance suites, timed beside flashcpp in one process on the very same tensors.
+
+The cases are the performance lists of FlashMLA's tests/test_flash_mla_sparse_decoding.py (plus b 1, 8, 16,
+32 and s_q 1 of V3.2) and tests/test_flash_mla_sparse_prefill.py. Inputs are drawn the way FlashMLA's
+tests/lib.py draws them (generate_testcase_for_decode, generate_testcase): per-request cache lengths
+normal(s_k, s_k / 2), a randomly permuted block table, distinct random indices per query inside its request's
+length with -1 padding, NaN in every KV row no index references, attn_sink with +-inf heads, sm_scale
+d_qk^-0.55 (decode) or 0.5 (prefill), and every tensor a padded, non-contiguous view (kernelkit's
+non_contiguousify: each dim one longer, the last 128 longer); FlashMLA's FP8 pages (V3.2: page stride of
+block_size + 1 rows; V4: pages padded to a multiple of 576 bytes). The caches are quantized by flashcpp's
+quantizers, which write FlashMLA's bytes.
+
+flashcpp is called through its C ABI (ctypes, libflashcpp.so), FlashMLA through its Python package when it is
+importable (this script never builds it). Each call is captured in a CUDA graph; a replay is timed between two
+events, after a write of 256 MiB that evicts the L2 (FlashMLA's suite flushes the L2 before each run), median
+of --iters. Host time per call: eager calls back to back, wall time per call. One line per case:
+
+  MLA_SUITE {"op": "decode"|"prefill", <case>, "flashmla_us", "flashcpp_us", "ratio" (FlashMLA time / ours),
+             "tflops" (ours, FlashMLA's FLOP count), "host_us", "flashmla_host_us", "max_abs_diff", ...}
+
+Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|all]
+       [--filter SUBSTR] [--iters N] [--no-flush] [--no-flashmla]
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+# ---------------------------------------------------------------------------------------------------------------
+# flashcpp's C ABI (include/flashcpp/c/common.h, include/flashcpp/c/mla.h)
+
+MAX_RANK = 6
+DTYPES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2, torch.float64: 3, torch.float8_e4m3fn: 4,
+          torch.int8: 6, torch.uint8: 7, torch.int32: 10, torch.int64: 12}
+
+
+class CTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32), ("rank", ctypes.c_int32), ("shape", ctypes.c_int64 * MAX_RANK),
+                ("strides", ctypes.c_int64 * MAX_RANK)]
+
+
+def ctensor(t):
+    """A flashcpp_tensor viewing torch tensor `t` (no copy)."""
+    c = CTensor()
+    c.data = t.data_ptr()
+    c.dtype = DTYPES[t.dtype]
+    c.device_type = 2 if t.is_cuda else 1
+    c.device_id = t.device.index or 0 if t.is_cuda else 0
+    c.rank = t.dim()
+    for i, (n, s) in enumerate(zip(t.shape, t.stride())):
+        c.shape[i] = n
+        c.strides[i] = s
+    return c
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("sm_scale", ctypes.c_float), ("d_v", ctypes.c_int32)]
+
+
+class DecodeConfig(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("batch", ctypes.c_int32), ("s_q", ctypes.c_int32),
+                ("h_q", ctypes.c_int32), ("d_qk", ctypes.c_int32), ("topk", ctypes.c_int32),
+                ("num_sms", ctypes.c_int32), ("device_id", ctypes.c_int32), ("extra_topk", ctypes.c_int32)]
+
+
+class PlanSizes(ctypes.Structure):
+    _fields_ = [("num_sm_parts", ctypes.c_int32), ("split", ctypes.c_int32), ("sched_meta_elems", ctypes.c_int64),
+                ("num_splits_elems", ctypes.c_int64), ("lse_accum_elems", ctypes.c_int64),
+                ("o_accum_elems", ctypes.c_int64)]
+
+
+P = ctypes.POINTER(CTensor)
+
+
+class DecodeTensors(ctypes.Structure):
+    _fields_ = [(n, P) for n in ("q", "kv_cache", "indices", "topk_length", "attn_sink", "out", "lse", "sched_meta",
+                                 "num_splits", "lse_accum", "o_accum", "extra_kv_cache", "extra_indices",
+                                 "extra_topk_length")]
+
+
+class PrefillTensors(ctypes.Structure):
+    _fields_ = [(n, P) for n in ("q", "kv", "indices", "attn_sink", "topk_length", "out", "max_logits", "lse")]
+
+
+class Flashcpp:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.flashcpp_last_error.restype = ctypes.c_char_p
+        self.lib.flashcpp_version.restype = ctypes.c_char_p
+        self._keep = []  # the ctypes structs a prepared call points to
+
+    def check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"flashcpp {what}: {self.lib.flashcpp_last_error().decode()}")
+
+    def ref(self, t):
+        """A pointer to a flashcpp_tensor for `t` (None stays NULL), kept alive with the prepared call."""
+        if t is None:
+            return None
+        c = ctensor(t)
+        self._keep.append(c)
+        return ctypes.pointer(c)
+
+    def prepare_decode(self, case, q, cache, indices, topk_length, sink, out, lse, extra_cache, extra_indices,
+                       extra_topk_length):
+        """Plans once and returns a function that runs one decode on the current stream."""
+        cfg = DecodeConfig(ctypes.sizeof(DecodeConfig), q.shape[0], q.shape[1], q.shape[2], q.shape[3],
+                           indices.shape[-1], 0, q.device.index or 0,
+                           extra_indices.shape[-1] if extra_indices is not None else 0)
+        sizes = PlanSizes()
+        self.check(self.lib.flashcpp_mla_decode_plan(ctypes.byref(cfg), None, None, ctypes.byref(sizes), None), "plan sizes")
+        ws = {}
+        if sizes.split:
+            ws = dict(sched_meta=torch.empty((sizes.num_sm_parts, 8), dtype=torch.int32, device=q.device),
+                      num_splits=torch.empty((sizes.num_splits_elems,), dtype=torch.int32, device=q.device),
+                      lse_accum=torch.empty((sizes.lse_accum_elems,), dtype=torch.float32, device=q.device),
+                      o_accum=torch.empty((sizes.o_accum_elems,), dtype=torch.float32, device=q.device))
+            self.check(self.lib.flashcpp_mla_decode_plan(ctypes.byref(cfg), self.ref(ws["sched_meta"]),
+                                                         self.ref(ws["num_splits"]), ctypes.byref(sizes),
+                                                         ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
+                       "plan")
+        t = DecodeTensors(self.ref(q), self.ref(cache), self.ref(indices), self.ref(topk_length), self.ref(sink),
+                          self.ref(out), self.ref(lse), self.ref(ws.get("sched_meta")), self.ref(ws.get("num_splits")),
+                          self.ref(ws.get("lse_accum")), self.ref(ws.get("o_accum")), self.ref(extra_cache),
+                          self.ref(extra_indices), self.ref(extra_topk_length))
+        opts = Options(ctypes.sizeof(Options), case["sm_scale"], 512)
+        fn = self.lib.flashcpp_mla_sparse_decode_v4 if q.shape[3] == 512 else self.lib.flashcpp_mla_sparse_decode
+        self._keep += [cfg, t, opts, ws]
+        args = (ctypes.byref(cfg), ctypes.byref(t), ctypes.byref(opts))
+
+        def run():
+            self.check(fn(*args, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "decode")
+        return run, bool(sizes.split)
+
+    def prepare_prefill(self, case, q, kv, indices, sink, topk_length, out, max_logits, lse):
+        t = PrefillTensors(self.ref(q), self.ref(kv), self.ref(indices), self.ref(sink), self.ref(topk_length),
+                           self.ref(out), self.ref(max_logits), self.ref(lse))
+        opts = Options(ctypes.sizeof(Options), case["sm_scale"], 512)
+        self._keep += [t, opts]
+
+        def run():
+            self.check(self.lib.flashcpp_mla_sparse_prefill(ctypes.byref(t), ctypes.byref(opts),
+                                                            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
+                       "prefill")
+        return run
+
+    def quantize(self, kv, out, v4):
+        fn = self.lib.flashcpp_mla_quantize_kv_cache_fp8_v4 if v4 else self.lib.flashcpp_mla_quantize_kv_cache_fp8
+        self.check(fn(self.ref(kv), self.ref(out), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "quantize")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inputs, drawn as FlashMLA's tests/lib.py draws them
+
+def padded(t):
+    """kernelkit's non_contiguousify: a copy in storage with every dim one longer and the last 128 longer."""
+    shape = list(t.shape)
+    big = torch.empty([n + (128 if i == len(shape) - 1 else 1) for i, n in enumerate(shape)], dtype=t.dtype,
+                      device=t.device)
+    v = big[tuple(slice(0, n) for n in shape)]
+    v.copy_(t)
+    return v
+
+
+def randperm_batch(perm_range, perm_size, paddings):
+    """Rows of perm_size distinct values in [0, perm_range[i]) in random order; slots past the range take a value
+    of `paddings` (FlashMLA's _randperm_batch)."""
+    batch = perm_range.numel()
+    width = max(int(perm_range.max().item()), perm_size)
+    rand = torch.rand(batch, width, device=perm_range.device)
+    rand[torch.arange(width, device=rand.device).expand(batch, width) >= perm_range.view(batch, 1)] = float("-inf")
+    res = rand.topk(perm_size, dim=-1, sorted=True).indices.to(torch.int32)
+    bad = res >= perm_range.view(batch, 1)
+    if len(paddings) == 1:
+        res[bad] = paddings[0]
+    else:
+        fill = torch.tensor(paddings, dtype=torch.int32, device=res.device)
+        res[bad] = fill[torch.randint(0, len(paddings), (int(bad.sum().item()),), device=res.device)]
+    return res
+
+
+# Experiments (--equal-lengths, --no-permute): FlashMLA's inputs with one of its features turned off.
+EXPERIMENT = dict(equal_lengths=False, no_permute=False)
+
+
+def kv_scope(flashcpp, b, s_q, s_k, block_size, topk, d_qk, have_topk_length, is_varlen=True):
+    """One pool (FlashMLA's generate_one_k_scope): FP8 pages, indices into them and optional per-request lengths."""
+    dev = torch.device("cuda")
+    seqlens = [s_k] * b
+    if is_varlen and not EXPERIMENT["equal_lengths"]:
+        seqlens = [max(int(random.normalvariate(s_k, s_k / 2)), s_q) for _ in range(b)]
+    align = 4 * block_size
+    max_pad = max(-(-max(seqlens) // align), 1) * align
+    blocks_per_req = max_pad // block_size
+    num_blocks = b * blocks_per_req
+    order = torch.arange(num_blocks, device=dev) if EXPERIMENT["no_permute"] else torch.randperm(num_blocks, device=dev)
+    block_table = order.to(torch.int32).view(b, blocks_per_req)
+    lens = torch.tensor(seqlens, dtype=torch.int32, device=dev)
+    abs_idx = randperm_batch(lens.repeat_interleave(s_q), topk, [-1]).view(b, s_q, topk)
+    valid = abs_idx >= 0
+    a = abs_idx.clamp_min(0).long()
+    idx = torch.gather(block_table.long(), 1, (a // block_size).view(b, -1)).view(b, s_q, topk) * block_size + a % block_size
+    idx = torch.where(valid, idx, torch.full_like(idx, -1)).to(torch.int32)
+    topk_length = torch.randint(0, topk + 1, (b,), dtype=torch.int32, device=dev) if have_topk_length else None
+    used_idx = idx
+    if topk_length is not None:
+        used_idx = torch.where(torch.arange(topk, device=dev).view(1, 1, topk) < topk_length.view(b, 1, 1), idx, -1)
+    used = torch.zeros(num_blocks * block_size, dtype=torch.bool, device=dev)
+    flat = used_idx.flatten()
+    used[flat[flat >= 0].long()] = True
+
+    # FP8 pages in FlashMLA's layout; values randn / 10 clamped to [-1, 1], NaN where no index reads.
+    if d_qk == 576:
+        page = (block_size + 1) * 656
+        token_bytes = 656
+    else:
+        page = -(-(block_size * 584) // 576) * 576
+        token_bytes = 584
+    storage = torch.empty(num_blocks * page, dtype=torch.uint8, device=dev)
+    cache = torch.as_strided(storage, (num_blocks, block_size, 1, token_bytes), (page, token_bytes, token_bytes, 1))
+    chunk = max(1, (1 << 27) // (block_size * d_qk))  # blocks per quantized chunk (256 MiB of bf16)
+    for b0 in range(0, num_blocks, chunk):
+        b1 = min(num_blocks, b0 + chunk)
+        src = (torch.randn((b1 - b0, block_size, 1, d_qk), dtype=torch.bfloat16, device=dev) / 10).clamp_(-1, 1)
+        src[~used[b0 * block_size:b1 * block_size].view(b1 - b0, block_size)] = float("nan")
+        flashcpp.quantize(src, cache[b0:b1], v4=(d_qk == 512))
+    return dict(cache=cache, indices=padded(idx), topk_length=topk_length, lens=seqlens)
+
+
+def decode_inputs(flashcpp, c):
+    dev = torch.device("cuda")
+    b, s_q, h_q, d_qk = c["b"], c["s_q"], c["h_q"], c["d_qk"]
+    q = torch.randn((b, s_q, h_q, d_qk), device=dev).clamp_(-1, 1).to(torch.bfloat16)
+    sink = torch.randn((h_q,), dtype=torch.float32, device=dev)
+    mask = torch.randn((h_q,), dtype=torch.float32, device=dev)
+    sink[mask > 0.5] = float("inf")
+    sink[mask < -0.5] = float("-inf")
+    main = kv_scope(flashcpp, b, s_q, c["s_k"], c["block_size"], c["topk"], d_qk, c.get("topk_length", False))
+    extra = None
+    if c.get("extra_topk"):
+        extra = kv_scope(flashcpp, b, s_q, c["extra_s_k"], c["extra_block_size"], c["extra_topk"], d_qk,
+                         c.get("extra_topk_length", False))
+    return dict(q=padded(q), sink=sink, main=main, extra=extra, sm_scale=d_qk ** -0.55)
+
+
+def decode_flop(c, inp):
+    def attended(scope, topk):
+        if scope["topk_length"] is None:
+            return c["b"] * c["s_q"] * topk
+        return int(scope["topk_length"].sum().item()) * c["s_q"]
+    n = attended(inp["main"], c["topk"]) + (attended(inp["extra"], c["extra_topk"]) if inp["extra"] else 0)
+    return 2.0 * c["h_q"] * n * (c["d_qk"] + 512)
+
+
+def prefill_inputs(c):
+    dev = torch.device("cuda")
+    s_q, s_kv, h_q, d_qk, topk = c["s_q"], c["s_kv"], c["h_q"], c["d_qk"], c["topk"]
+    q = (torch.randn((s_q, h_q, d_qk), dtype=torch.bfloat16, device=dev) / 10 + (random.random() - 0.5) / 10).clamp_(-10, 10)
+    kv = (torch.randn((s_kv, 1, d_qk), dtype=torch.bfloat16, device=dev) / 10 + (random.random() - 0.5) / 10).clamp_(-10, 10)
+    invalid = [-2147483648, -123456, -1, s_kv, 114514, 1919810, 2147480000, 2147483647]
+    idx = randperm_batch(torch.full((s_q,), s_kv, dtype=torch.int32, device=dev), topk, invalid).view(s_q, 1, topk)
+    sink = torch.randn((h_q,), dtype=torch.float32, device=dev)
+    mask = torch.randn((h_q,), dtype=torch.float32, device=dev)
+    sink[mask < -0.5] = float("-inf")
+    sink[mask > 0.5] = float("inf")
+    return dict(q=padded(q), kv=padded(kv), indices=padded(idx), sink=sink, sm_scale=0.5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The suites
+
+def decode_cases():
+    cases = []
+    v32 = dict(h_q=128, s_q=2, s_k=32768, topk=2048, d_qk=576, block_size=64)
+    cases += [dict(v32, name="V3.2", b=b) for b in (1, 2, 8, 16, 32, 64, 74, 128)]
+    cases += [dict(v32, name="V3.2 s_q 1", s_q=1, b=b) for b in (1, 128)]
+    v4 = dict(s_q=2, s_k=16384, topk=128, d_qk=512, block_size=256, extra_s_k=16384, extra_block_size=64)
+    configs = [("V4 config 1", dict(v4, h_q=64, extra_topk=512)),
+               ("V4 config 2", dict(v4, h_q=128, extra_topk=1024)),
+               ("V4 config 3", dict(v4, h_q=64, extra_topk=1024, extra_block_size=2, extra_topk_length=True)),
+               ("V4 config 4", dict(v4, h_q=128, extra_topk=1024, extra_block_size=2, extra_topk_length=True))]
+    for name, base in configs:
+        cases += [dict(base, name=name, b=b) for b in (2, 64, 74, 128, 148, 256)]
+    cases += [dict(name="peak", b=148, h_q=h_q, s_q=2, s_k=32768, topk=16384, d_qk=d_qk, block_size=64)
+              for h_q in (64, 128) for d_qk in (512, 576)]
+    return cases
+
+
+def prefill_cases():
+    templates = [("V3.2", 576, 128, 2048, (8192, 32768, 65536, 98304, 131072)),
+                 ("V4 config 1", 512, 64, 512, (8192, 32768, 49152, 65536)),
+                 ("V4 config 2", 512, 128, 1024, (8192, 32768, 49152, 65536))]
+    return [dict(name=n, s_q=4096, s_kv=s_kv, h_q=h_q, d_qk=d, topk=k) for n, d, h_q, k, kvs in templates for s_kv in kvs]
+
+
+class Timer:
+    def __init__(self, iters, flush):
+        self.iters = iters
+        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if flush else None
+
+    def graph_us(self, fn):
+        """Median time of a CUDA-graph replay of fn (L2 evicted before each replay unless --no-flush)."""
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        for _ in range(3):
+            g.replay()
+        torch.cuda.synchronize()
+        times = []
+        start = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        end = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        for i in range(self.iters):
+            if self.flush is not None:
+                self.flush.fill_(i & 0xFF)
+            start[i].record()
+            g.replay()
+            end[i].record()
+        torch.cuda.synchronize()
+        times = [s.elapsed_time(e) * 1e3 for s, e in zip(start, end)]
+        del g
+        return statistics.median(times)
+
+    @staticmethod
+    def host_us(fn, calls=30):
+        """Host time of one eager call: calls back to back, wall time per call."""
+        fn()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+            torch.cuda.synchronize()
+        return best
+
+
+def diff(a, b):
+    a, b = a.float(), b.float()
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    same_inf = (a == b) & ~finite
+    bad = int((~finite & ~same_inf).sum().item())
+    d = (a - b).abs()[finite]
+    return (float(d.max().item()) if d.numel() else 0.0), bad
+
+
+def run_decode(flashcpp, flash_mla, timer, c):
+    inp = decode_inputs(flashcpp, c)
+    b, s_q, h_q = c["b"], c["s_q"], c["h_q"]
+    main, extra = inp["main"], inp["extra"]
+    out = torch.empty((b, s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device="cuda")  # FlashMLA's layout
+    ours, split = flashcpp.prepare_decode(inp, inp["q"], main["cache"], main["indices"], main["topk_length"],
+                                          inp["sink"], out, lse.transpose(1, 2), extra and extra["cache"],
+                                          extra and extra["indices"], extra and extra["topk_length"])
+    rec = dict(op="decode", case=c["name"], b=b, s_q=s_q, h_q=h_q, d_qk=c["d_qk"], topk=c["topk"],
+               extra_topk=c.get("extra_topk", 0), block_size=c["block_size"],
+               extra_block_size=c.get("extra_block_size", 0), topk_length=bool(c.get("topk_length")),
+               extra_topk_length=bool(c.get("extra_topk_length")), split=split)
+    flop = decode_flop(c, inp)
+    rec["flashcpp_us"] = timer.graph_us(ours)
+    rec["host_us"] = timer.host_us(ours)
+    rec["tflops"] = flop / (rec["flashcpp_us"] * 1e-6) / 1e12
+    if flash_mla is not None:
+        meta, _ = flash_mla.get_mla_metadata()
+
+        def theirs():
+            return flash_mla.flash_mla_with_kvcache(
+                inp["q"], main["cache"], None, None, 512, meta, None, inp["sm_scale"], False, True, main["indices"],
+                inp["sink"], extra and extra["cache"], extra and extra["indices"], main["topk_length"],
+                extra and extra["topk_length"])
+        ref_out, ref_lse = theirs()
+        ours()
+        torch.cuda.synchronize()
+        rec["max_abs_diff"], rec["nonfinite_mismatch"] = diff(out, ref_out)
+        rec["lse_max_abs_diff"], _ = diff(lse, ref_lse)
+        rec["flashmla_us"] = timer.graph_us(theirs)
+        rec["flashmla_host_us"] = timer.host_us(theirs)
+        rec["ratio"] = rec["flashmla_us"] / rec["flashcpp_us"]
+    return rec
+
+
+def run_prefill(flashcpp, flash_mla, timer, c):
+    inp = prefill_inputs(c)
+    s_q, h_q = c["s_q"], c["h_q"]
+    out = torch.empty((s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
+    max_logits = torch.empty((s_q, h_q), dtype=torch.float32, device="cuda")
+    lse = torch.empty((s_q, h_q), dtype=torch.float32, device="cuda")
+    ours = flashcpp.prepare_prefill(inp, inp["q"], inp["kv"], inp["indices"], inp["sink"], None, out, max_logits, lse)
+    rec = dict(op="prefill", case=c["name"], s_q=s_q, s_kv=c["s_kv"], h_q=h_q, d_qk=c["d_qk"], topk=c["topk"])
+    flop = 2.0 * s_q * c["topk"] * h_q * (c["d_qk"] + 512)
+    rec["flashcpp_us"] = timer.graph_us(ours)
+    rec["host_us"] = timer.host_us(ours, calls=10)
+    rec["tflops"] = flop / (rec["flashcpp_us"] * 1e-6) / 1e12
+    if flash_mla is not None:
+        def theirs():
+            return flash_mla.flash_mla_sparse_fwd(inp["q"], inp["kv"], inp["indices"], sm_scale=inp["sm_scale"],
+                                                  attn_sink=inp["sink"], topk_length=None)
+        ref_out, ref_ml, ref_lse = theirs()
+        ours()
+        torch.cuda.synchronize()
+        rec["max_abs_diff"], rec["nonfinite_mismatch"] = diff(out, ref_out)
+        rec["lse_max_abs_diff"], _ = diff(lse, ref_lse)
+        rec["flashmla_us"] = timer.graph_us(theirs)
+        rec["flashmla_host_us"] = timer.host_us(theirs, calls=10)
+        rec["flashmla_tflops"] = flop / (rec["flashmla_us"] * 1e-6) / 1e12
+        rec["ratio"] = rec["flashmla_us"] / rec["flashcpp_us"]
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", required=True, help="libflashcpp.so")
+    ap.add_argument("--op", choices=("decode", "prefill", "all"), default="all")
+    ap.add_argument("--filter", nargs="*", default=[],
+                    help="only cases whose label (e.g. 'V4 config 1 b 74 s_q 2 h_q 64 d_qk 512') contains one of these")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--no-flush", action="store_true", help="do not evict the L2 before each timed replay")
+    ap.add_argument("--no-flashmla", action="store_true", help="time flashcpp alone")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--equal-lengths", action="store_true", help="experiment: every request's cache length s_k")
+    ap.add_argument("--no-permute", action="store_true", help="experiment: an identity block table")
+    args = ap.parse_args()
+    EXPERIMENT.update(equal_lengths=args.equal_lengths, no_permute=args.no_permute)
+
+    flashcpp = Flashcpp(args.lib)
+    flash_mla = None
+    if not args.no_flashmla:
+        try:
+            import flash_mla  # noqa: F401  (FlashMLA's package, when installed)
+        except ImportError as e:
+            print(f"FlashMLA not importable ({e}): timing flashcpp alone", file=sys.stderr)
+            flash_mla = None
+    print(f"# {flashcpp.lib.flashcpp_version().decode()}; {torch.cuda.get_device_name()}; "
+          f"FlashMLA {'present' if flash_mla else 'absent'}; L2 flush {'off' if args.no_flush else 'on'}; "
+          f"experiment {EXPERIMENT}", flush=True)
+    timer = Timer(args.iters, not args.no_flush)
+    jobs = []
+    if args.op in ("decode", "all"):
+        jobs += [(run_decode, c) for c in decode_cases()]
+    if args.op in ("prefill", "all"):
+        jobs += [(run_prefill, c) for c in prefill_cases()]
+    ratios = {}
+    with torch.inference_mode():
+        for fn, c in jobs:
+            label = " ".join([c["name"]] + [f"{k} {c[k]}" for k in ("b", "s_q", "h_q", "d_qk", "s_kv") if k in c])
+            if args.filter and not any(f in label for f in args.filter):
+                continue
+            random.seed(args.seed)
+            torch.manual_seed(args.seed)
+            rec = fn(flashcpp, flash_mla, timer, c)
+            print("MLA_SUITE " + json.dumps(rec), flush=True)
+            if "ratio" in rec:
+                ratios.setdefault(rec["op"], []).append(rec["ratio"])
+            torch.cuda.empty_cache()
+    for op, r in ratios.items():
+        gm = math.exp(sum(math.log(x) for x in r) / len(r))
+        print(f"# {op}: {len(r)} cases, geometric mean ratio {gm:.3f}, min {min(r):.3f}, "
+              f"{sum(x >= 1.0 for x in r)} at or above 1.0", flush=True)
+
+
+if __name__ == "__main__":
+    main()
