@@ -14,5 +14,13 @@ cudaError_t launch_empty_kernel(cudaStream_t stream);  // the bare-launch floor 
 cudaError_t fill_uniform_bf16(void* dst, size_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
 /// n random finite e4m3 codes (every byte value but the two NaN codes), asynchronously on `stream`.
 cudaError_t fill_random_e4m3(void* dst, size_t n, uint64_t seed, cudaStream_t stream);
+/// n bf16 values mean + stddev * N(0, 1) (Box-Muller) clamped to [lo, hi], asynchronously on `stream`.
+cudaError_t fill_normal_bf16(void* dst, size_t n, uint64_t seed, float mean, float stddev, float lo, float hi,
+                             cudaStream_t stream);
+/// NaN into every value of the `rows` rows of `row_elems` consecutive bf16 values at `dst` whose byte in `used`
+/// (device memory, one per row) is 0, asynchronously on `stream` (FlashMLA's tests poison the KV rows no index
+/// reads).
+cudaError_t fill_nan_unused_rows_bf16(void* dst, size_t rows, size_t row_elems, const uint8_t* used,
+                                      cudaStream_t stream);
 
 }  // namespace flashcpp::cli

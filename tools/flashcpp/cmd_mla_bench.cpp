@@ -21,6 +21,7 @@
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/error.hpp"
 #include "flashcpp/mla.hpp"
+#include "flashcpp/mla_suite.hpp"
 #include "tools_internal.hpp"
 
 namespace flashcpp::cli {
@@ -35,6 +36,7 @@ struct MlaBenchOptions {
   std::vector<int64_t> batches = {1, 2, 64, 128};
   int64_t prefill_s_q = 4096, h_q = 128, topk = 2048, decode_s_q = 2, decode_s_kv = 32768;
   int num_sms = 0;  // DecodeConfig::num_sms: 0 = the device's (what the split-KV schedule plans for)
+  std::string suite, suite_filter;  // --suite flashmla: FlashMLA's performance cases instead (cmd_mla_suite.cpp)
 };
 
 // n bf16 values uniform in [-scale, scale), made on the device; complete on return.
@@ -213,9 +215,10 @@ void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
     const double flop = 2.0 * static_cast<double>(b * s_q * h_q * topk) * (576 + 512);
     char shape[240];
     std::snprintf(shape, sizeof shape,
-                  "\"b\":%lld,\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":576,\"topk\":%lld,\"s_kv\":%lld,\"split_parts\":%d",
+                  "\"b\":%lld,\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":576,\"topk\":%lld,\"s_kv\":%lld,\"split_parts\":%d,"
+                  "\"head_requests\":%d",
                   (long long)b, (long long)s_q, (long long)h_q, (long long)topk, (long long)s_kv,
-                  plan.sizes().split ? plan.sizes().num_sm_parts : 0);
+                  plan.sizes().split ? plan.sizes().num_sm_parts : 0, plan.sizes().head_requests);
     mla::kernels::SparseAttentionParams p = selector_params(qv, iv, ov);
     add_decode_selector_params(p, qv, plan);
     p.kv_format = mla::kernels::KvFormat::fp8_v32;
@@ -272,9 +275,9 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
     char shape[240];
     std::snprintf(shape, sizeof shape,
                   "\"b\":%lld,\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":512,\"topk\":%lld,\"extra_topk\":%lld,"
-                  "\"block\":%lld,\"extra_block\":%lld,\"split_parts\":%d",
+                  "\"block\":%lld,\"extra_block\":%lld,\"split_parts\":%d,\"head_requests\":%d",
                   (long long)b, (long long)s_q, (long long)h_q, (long long)topk, (long long)extra_topk, (long long)bs,
-                  (long long)xbs, plan.sizes().split ? plan.sizes().num_sm_parts : 0);
+                  (long long)xbs, plan.sizes().split ? plan.sizes().num_sm_parts : 0, plan.sizes().head_requests);
     mla::kernels::SparseAttentionParams p = selector_params(qv, iv, ov);
     add_decode_selector_params(p, qv, plan);
     p.kv_format = mla::kernels::KvFormat::fp8_v4;
@@ -315,6 +318,13 @@ void add_mla_bench_command(CLI::App& app) {
   cmd->add_flag("--prefill-only", only->first, "Only the prefill cases");
   cmd->add_flag("--decode-only", only->second, "Only the decode cases");
   cmd->add_flag("--simple", opts->simple, "Force the portable simple kernel (no Hopper kernel)");
+  auto* suite = cmd->add_option("--suite", opts->suite,
+                                "Run a whole suite instead: flashmla = FlashMLA's decode and prefill performance "
+                                "cases, inputs drawn as its tests draw them (--prefill-only / --decode-only apply)")
+                    ->check(CLI::IsMember({"flashmla"}));
+  cmd->add_option("--suite-filter", opts->suite_filter,
+                  "Only suite cases whose label contains SUBSTR (e.g. \"decode V4 config 1 b 64 \", \"prefill V3.2\")")
+      ->needs(suite);
   cmd->add_flag("--v4", opts->v4, "DeepSeek V4 decode on FlashMLA's production shapes instead (use --batch 2 64 128 148)");
   auto fp8_kernel = std::make_shared<std::string>("");
   cmd->add_option("--fp8-kernel", *fp8_kernel, "Hopper kernel for FP8 decode: auto (default), mma or wgmma")
@@ -340,6 +350,12 @@ void add_mla_bench_command(CLI::App& app) {
     if (!s.sparse_supported) throw Error(ErrorCode::unsupported, "mla-bench: sparse MLA cannot run on this device");
     DeviceGuard guard(o.device);
     Stream stream(o.device);
+    if (!o.suite.empty()) {
+      run_flashmla_suite({.device = o.device, .warmup = o.warmup, .iters = o.iters, .num_sms = o.num_sms,
+                          .decode = o.decode, .prefill = o.prefill, .filter = o.suite_filter},
+                         stream);
+      return;
+    }
     if (o.v4) {
       bench_decode_v4(o, stream);
       return;
