@@ -116,9 +116,10 @@ struct DecodeConfig {
 /// Sizes of the plan buffers (elements). `split == false`: the run needs no buffers (all sizes 0) and
 /// launches one kernel; otherwise sched_meta is i32 [num_sm_parts, 8], num_splits i32 [split requests + 1],
 /// lse_accum f32 [lse_accum_elems], o_accum f32 [o_accum_elems] (16-byte aligned).
-/// `head_requests` > 0: where the unsplit grid would end on a short last wave, the first head_requests requests
-/// run unsplit (whole waves) and only the remaining batch - head_requests are split over all SMs, so no SM idles
-/// through a last wave of few tokens; the schedule and buffers are those of the split requests.
+/// `head_requests` > 0 (split plans only): where the unsplit grid would end on a short last wave, the first
+/// head_requests requests run unsplit (whole waves) and only the remaining batch - head_requests are split over all
+/// SMs, so no SM idles through a long last wave of few tokens; the schedule and buffers are those of the split
+/// requests.
 struct DecodePlanSizes {
   int num_sm_parts = 0;
   bool split = false;

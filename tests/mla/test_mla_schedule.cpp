@@ -173,6 +173,40 @@ TEST(MlaSchedule, SmallBatchIsSpreadOverParts) {
   check_schedule(1, std::vector<int32_t>{32}, 66);
 }
 
+// Requests of one size that fill >= 3/4 of the parts with equal pieces: one piece of one request a part.
+TEST(MlaSchedule, FewEqualRequestsGetOnePieceAPart) {
+  for (auto [batch, parts, pieces] : {std::tuple{16, 33, 2}, std::tuple{8, 33, 4}, std::tuple{4, 33, 8},
+                                      std::tuple{5, 33, 6}}) {
+    SCOPED_TRACE(std::to_string(batch) + " requests over " + std::to_string(parts) + " parts");
+    std::vector<sched::PartMeta> meta(static_cast<size_t>(parts));
+    std::vector<int32_t> ns(static_cast<size_t>(batch) + 1);
+    sched::build_schedule(batch, nullptr, 32, parts, meta.data(), ns.data());
+    for (int p = 0; p < parts; ++p) {
+      const auto& m = meta[static_cast<size_t>(p)];
+      if (p >= batch * pieces) {
+        EXPECT_GT(m.begin_req, m.end_req) << "part " << p << " should be empty";
+        continue;
+      }
+      EXPECT_EQ(m.begin_req, p / pieces);
+      EXPECT_EQ(m.end_req, p / pieces);
+      EXPECT_EQ(m.begin_split, p % pieces);
+      const int len = m.end_block - m.begin_block;
+      EXPECT_TRUE(len == 32 / pieces || len == 32 / pieces + 1) << "part " << p << ": " << len << " blocks";
+    }
+    EXPECT_EQ(ns[static_cast<size_t>(batch)], batch * pieces);
+    check_schedule(batch, std::vector<int32_t>(static_cast<size_t>(batch), 32), parts);
+  }
+  // Below 3/4 of the parts (12 requests x 2 pieces of 33), or pieces under 4 blocks (2 requests of 32 blocks: 8
+  // pieces each at most, 16 of 33 parts): the greedy fill.
+  for (auto [batch, blocks, equal_pieces] : {std::tuple{12, 32, 24}, std::tuple{2, 32, 32}, std::tuple{1, 32, 32}}) {
+    std::vector<sched::PartMeta> meta(33);
+    std::vector<int32_t> ns(static_cast<size_t>(batch) + 1);
+    sched::build_schedule(batch, nullptr, blocks, 33, meta.data(), ns.data());
+    EXPECT_NE(ns[static_cast<size_t>(batch)], equal_pieces) << batch << " requests";
+    check_schedule(batch, std::vector<int32_t>(static_cast<size_t>(batch), blocks), 33);
+  }
+}
+
 TEST(MlaSchedule, PlanSizesCoverTheSchedule) {
   for (int batch : {1, 2, 3, 8, 30})
     for (int s_q : {1, 2, 3})
