@@ -19,7 +19,7 @@ def label(r):
     if r["op"] == "prefill":
         return f"{r['case']} s_kv {r['s_kv'] // 1024}K"
     extra = f"+{r['extra_topk']}" if r.get("extra_topk") else ""
-    return f"{r['case']} b {r['b']} s_q {r['s_q']} h {r['h_q']} k {r['topk']}{extra}"
+    return f"{r['case']} b {r['b']} s_q {r['s_q']} h {r['h_q']} d {r['d_qk']} k {r['topk']}{extra}"
 
 
 def main():
