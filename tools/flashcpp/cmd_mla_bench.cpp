@@ -123,7 +123,8 @@ mla::kernels::SparseAttentionParams selector_params(const TensorView& q, const T
   return p;
 }
 
-// The decode additions: requests, and the plan's split-KV schedule when it splits.
+}  // namespace
+
 void add_decode_selector_params(mla::kernels::SparseAttentionParams& p, const TensorView& q, const mla::DecodePlan& plan) {
   p.tokens_per_length = p.tokens_per_request = static_cast<int>(q.size(1));
   p.num_requests = static_cast<int>(q.size(0));
@@ -136,6 +137,8 @@ void add_decode_selector_params(mla::kernels::SparseAttentionParams& p, const Te
   p.lse_accum = ws.lse_accum.data_as<float>();
   p.accum_rows = plan.sizes().lse_accum_elems / p.h_q;
 }
+
+namespace {
 
 void report(const char* op, const std::string& shape, double ms, double flop, const char* kernel) {
   const double tflops = flop / (ms * 1e-3) / 1e12;

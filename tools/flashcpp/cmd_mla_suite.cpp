@@ -371,17 +371,7 @@ mla::kernels::SparseAttentionParams decode_selector_params(const DecodeCase& c, 
   p.out_stride_token = out.stride(by_token ? 1 : 0);
   p.out_stride_head = out.stride(2);
   p.out_stride_request = out.stride(0);
-  p.tokens_per_length = p.tokens_per_request = static_cast<int>(c.s_q);
-  p.num_requests = static_cast<int>(c.b);
-  if (plan.sizes().split) {
-    const mla::DecodeWorkspace& ws = plan.workspace();
-    p.sched = ws.sched_meta.data;
-    p.num_splits = ws.num_splits.data_as<const int32_t>();
-    p.num_parts = plan.sizes().num_sm_parts;
-    p.o_accum = ws.o_accum.data_as<float>();
-    p.lse_accum = ws.lse_accum.data_as<float>();
-    p.accum_rows = plan.sizes().lse_accum_elems / p.h_q;
-  }
+  add_decode_selector_params(p, q, plan);
   p.kv = main_pool.cache.data;
   p.num_kv = main_pool.tokens;
   p.block_size = main_pool.cache.size(1);

@@ -5,6 +5,10 @@
 
 #include <string>
 
+#include "flashcpp/mla.hpp"
+#include "flashcpp/tensor.hpp"
+#include "mla/sparse_attention_kernel.hpp"
+
 namespace flashcpp::cli {
 
 struct MlaSuiteOptions {
@@ -15,6 +19,11 @@ struct MlaSuiteOptions {
   bool decode = true, prefill = true;
   std::string filter;  ///< only cases whose label ("decode V4 config 1 b 64 s_q 2 h_q 64 d_qk 512") contains it
 };
+
+/// The kernel selector's decode inputs from a plan (cmd_mla_bench.cpp): requests of q [b, s_q, ...] and, when the
+/// plan splits, its schedule and accumulators, as mla.cpp fills them, so a benchmark's kernel label names the kernel
+/// that ran.
+void add_decode_selector_params(mla::kernels::SparseAttentionParams& p, const TensorView& q, const mla::DecodePlan& plan);
 
 /// Runs FlashMLA's decode then prefill performance cases on `stream` (device `options.device` current), one human
 /// line and one "MLA_BENCH {json}" line per case.
