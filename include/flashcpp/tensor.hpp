@@ -15,6 +15,10 @@ namespace flashcpp {
 /// A non-owning view of memory as a strided tensor: data pointer, dtype, device, shape, strides.
 /// Strides are in elements (as in DLPack) and always set. Rank is at most kMaxRank.
 /// A view never frees or copies memory; the caller keeps the memory alive for the call.
+/// Every op refuses (invalid_argument, naming the argument) a view with elements whose data is NULL, whose data
+/// pointer is not aligned to its element size, whose byte extent does not fit in int64, or whose elements'
+/// addresses (data plus the extent, either stride sign) leave the address space; a host-memory argument may span
+/// at most kMaxHostBytes.
 struct TensorView {
   static constexpr int kMaxRank = 6;
 
@@ -53,6 +57,10 @@ struct TensorView {
   /// Messages name the DLTensor field and the value received ("from_dlpack: DLTensor.dtype.lanes is 4; ...").
   /// Everything else (dtype, shape, strides, alignment, device of each argument) is the op's to check.
   static TensorView from_dlpack(const DLTensor& t);
+
+  /// The largest byte extent a host-memory argument may span (1 TiB): validation refuses larger host views, whose
+  /// strides could only reach memory outside any allocation.
+  static constexpr int64_t kMaxHostBytes = int64_t{1} << 40;
 
   bool defined() const { return data != nullptr || numel() == 0; }
   int64_t size(int dim) const { return shape[static_cast<size_t>(dim < 0 ? dim + rank : dim)]; }

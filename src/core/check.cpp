@@ -32,7 +32,23 @@ const Validator& Validator::defined(const TensorView& t, std::string_view arg) c
     fail(arg, "must have rank in [0, " + std::to_string(TensorView::kMaxRank) + "]; got " + std::to_string(t.rank));
   if (!t.extent_fits())
     fail(arg, t, "must have non-negative sizes and an element count and byte extent that fit in int64");
-  if (t.data == nullptr && t.numel() != 0) fail(arg, t, "must not be null");
+  if (t.numel() == 0) return *this;
+  if (t.data == nullptr) fail(arg, t, "must not be null");
+  // Every element's address exists: the lowest (negative strides reach below data) and the highest byte, in
+  // 128 bits, inside the address space; and data aligned to the element size (no kernel or host loop may do a
+  // misaligned access).
+  const size_t elem = dtype_size(t.dtype);
+  if (reinterpret_cast<uintptr_t>(t.data) % elem != 0)
+    fail(arg, t, "must have a data pointer aligned to its element size (" + std::to_string(elem) + " bytes)");
+  __int128 low = 0, high = 0;  // byte offsets of the first and last byte of the elements, from data
+  for (int i = 0; i < t.rank; ++i) {
+    const __int128 span = static_cast<__int128>(t.shape[i] - 1) * t.strides[i] * static_cast<__int128>(elem);
+    (span < 0 ? low : high) += span;
+  }
+  high += static_cast<__int128>(elem) - 1;
+  const __int128 base = static_cast<__int128>(reinterpret_cast<uintptr_t>(t.data));
+  if (base + low < 0 || base + high > static_cast<__int128>(UINTPTR_MAX))
+    fail(arg, t, "must lie inside the address space (its data pointer plus the byte extent of its elements wraps)");
   return *this;
 }
 
@@ -119,7 +135,12 @@ const Validator& Validator::on_cuda(const TensorView& t, std::string_view arg) c
 
 const Validator& Validator::on_host(const TensorView& t, std::string_view arg) const {
   if (!t.device.is_host()) fail(arg, t, "must be in host memory (cpu or cuda_host)");
-  return defined(t, arg);  // host arrays are read right here by the validation that follows
+  defined(t, arg);  // host arrays are read right here by the validation that follows
+  // That the array lies in one allocation cannot be checked; its extent can be bounded (a stride of 2^61 in a
+  // [2, 576] view passes every other rule and would be dereferenced).
+  if (t.nbytes() > TensorView::kMaxHostBytes)
+    fail(arg, t, "must span at most " + std::to_string(TensorView::kMaxHostBytes) + " bytes (2^40) in host memory");
+  return *this;
 }
 
 const Validator& Validator::same_device(const TensorView& t, std::string_view arg, const TensorView& ref,

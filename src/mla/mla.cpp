@@ -74,7 +74,7 @@ void v4_page_rules(const Validator& v, const TensorView& t, const char* arg) {
 bool quantizer_on_host(const Validator& v, const TensorView& kv, const TensorView& out) {
   const bool host = kv.device.is_host();
   if (host) {
-    v.on_host(out, "out");
+    v.on_host(kv, "kv").on_host(out, "out");  // both read or written right here: their extents bounded
   } else {
     v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
   }

@@ -3,6 +3,7 @@
 // exists, so a fully valid call gets past validation and stops at the device lookup: nothing can launch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -245,7 +246,7 @@ TEST(MlaValidation, DecodePlanSizesFollowTheShape) {
   s = mla::decode_plan_sizes({.batch = 10, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
   EXPECT_TRUE(s.split);
   EXPECT_EQ(s.num_sm_parts, 33);
-  for (int64_t b : {16, 40, 64, 256}) {
+  for (int b : {16, 40, 64, 256}) {
     s = mla::decode_plan_sizes({.batch = b, .s_q = 2, .h_q = 64, .d_qk = 512, .topk = 128, .extra_topk = 512}, 132);
     EXPECT_FALSE(s.split) << "b " << b;
     EXPECT_EQ(s.head_requests, 0) << "b " << b;
@@ -278,7 +279,7 @@ TEST(MlaValidation, DecodePlanSplitsOnlyAShortLastWave) {
   s = mla::decode_plan_sizes({.batch = 128, .s_q = 2, .h_q = 128, .topk = 2048}, 132);
   EXPECT_FALSE(s.split);
   // Short tokens keep the plain grid: V4's production shapes (128 + 512 or 1024 slots), b 74 and 148.
-  for (int64_t b : {74, 148})
+  for (int b : {74, 148})
     for (auto [h_q, extra] : {std::pair{64, 512}, std::pair{128, 1024}}) {
       s = mla::decode_plan_sizes(
           {.batch = b, .s_q = 2, .h_q = h_q, .d_qk = 512, .topk = 128, .extra_topk = extra}, 132);
@@ -505,6 +506,25 @@ TEST(MlaValidation, DecodeV4EveryRuleFails) {
 
 // ---------------------------------------------------------------------------------------------------
 // Quantizer: host tensors, so "nothing written on failure" is observable.
+
+// A host quantizer reads and writes its arrays right away: a host view's extent is bounded (a stride of 2^61 in a
+// [2, 576] view passes every other rule and would be dereferenced), and a data pointer near the top of the address
+// space whose extent wraps is refused.
+TEST(MlaValidation, HostQuantizerViewsAreBounded) {
+  std::vector<uint16_t> kv(2 * 576, 0x3c00);
+  std::vector<uint8_t> out(2 * 656, 0);
+  const auto host_out = TensorView::contiguous(out.data(), DType::u8, Device::cpu(), {2, 656});
+  auto wide = TensorView::strided(kv.data(), DType::bf16, Device::cpu(), {2, 576}, {int64_t{1} << 61, 1});
+  const Error e = expect_error([&] { mla::quantize_kv_cache_fp8(wide, host_out, nullptr); });
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(e.message().find("argument 'kv' must span at most"), std::string::npos) << e.what();
+  auto top = TensorView::contiguous(reinterpret_cast<void*>(UINTPTR_MAX - 1023), DType::u8, Device::cpu(), {2, 656});
+  const Error t = expect_error([&] {
+    mla::quantize_kv_cache_fp8(TensorView::contiguous(kv.data(), DType::bf16, Device::cpu(), {2, 576}), top, nullptr);
+  });
+  EXPECT_NE(t.message().find("argument 'out' must lie inside the address space"), std::string::npos) << t.what();
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](uint8_t b) { return b == 0; }));
+}
 
 TEST(MlaValidation, QuantizerRulesAndNothingWrittenOnFailure) {
   std::vector<uint16_t> src(2 * 3 * 576, 0x3f80);  // 1.0

@@ -113,6 +113,16 @@ TEST_F(OpsValidation, Rmsnorm) {
       {[](NormArgs& a) { a.input = dev(DType::bf16, {int64_t{1} << 33, int64_t{1} << 31}); }, "fit in int64"},
       {[](NormArgs& a) { a.out = dev_strided(DType::bf16, {4, 256}, {int64_t{1} << 62, 1}); }, "fit in int64"},
       {[](NormArgs& a) { a.weight.shape[0] = -256; }, "'weight' must have non-negative sizes"},
+      // Addresses: data misaligned for its dtype (an odd bf16 pointer), and data plus the byte extent past the
+      // address space (the top of it, or below 0 through a negative stride).
+      {[](NormArgs& a) { a.weight = shifted(a.weight, 1); },
+       "'weight' must have a data pointer aligned to its element size"},
+      {[](NormArgs& a) { a.weight.data = reinterpret_cast<void*>(UINTPTR_MAX - 255); },
+       "'weight' must lie inside the address space"},
+      {[](NormArgs& a) {
+         a.weight = dev_strided(DType::bf16, {256}, {-1});
+         a.weight.data = reinterpret_cast<void*>(uintptr_t{64});
+       }, "'weight' must lie inside the address space"},
       {[](NormArgs& a) { a.weight.rank = 9; }, "'weight' must have rank in [0, 6]"},
       {[](NormArgs& a) { a.o.eps = kNaN; }, "'eps' must be finite and > 0"},
       {[](NormArgs& a) { a.o.eps = 0; }, "'eps' must be finite and > 0"},
