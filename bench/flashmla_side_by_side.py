@@ -26,7 +26,6 @@ import argparse
 import ctypes
 import json
 import math
-import os
 import random
 import statistics
 import sys
@@ -317,7 +316,6 @@ class Timer:
         for _ in range(3):
             g.replay()
         torch.cuda.synchronize()
-        times = []
         start = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         end = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         for i in range(self.iters):
