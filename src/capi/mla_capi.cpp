@@ -136,6 +136,11 @@ flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* confi
     require_struct(config, op, "config", "FLASHCPP_MLA_DECODE_CONFIG_INIT");
     const mla::DecodeConfig c = to_config(config);
     (void)mla::decode_plan_sizes(c, 1);  // validates the config before anything touches the device
+    // Checked in the size query too, which with config.num_sms > 0 never asks the device.
+    if (config->device_id < 0)
+      throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
+                            std::string(op) + ": argument 'config' has device_id " + std::to_string(config->device_id) +
+                                "; it must be >= 0");
     if ((sched_meta == nullptr) != (num_splits == nullptr))
       throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
                             std::string(op) + ": arguments 'sched_meta' and 'num_splits' must both be NULL (size query) "

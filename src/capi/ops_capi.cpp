@@ -74,7 +74,8 @@ void copy_shared_plan_config(Config& c, const CConfig& cc, const char* op) {
   c.page_size = cc.page_size;
   c.q_dtype = to_enum<DType>(cc.q_dtype, FLASHCPP_BOOL, op, "q_dtype");
   c.kv_dtype = to_enum<DType>(cc.kv_dtype, FLASHCPP_BOOL, op, "kv_dtype");
-  if (cc.o_dtype >= 0) c.o_dtype = to_enum<DType>(cc.o_dtype, FLASHCPP_BOOL, op, "o_dtype");
+  // -1 (documented: as q) or a dtype code; any other negative value is refused like an unknown code.
+  if (cc.o_dtype != -1) c.o_dtype = to_enum<DType>(cc.o_dtype, FLASHCPP_BOOL, op, "o_dtype");
   c.layout = to_enum<KvLayout>(cc.layout, 1, op, "layout");
   c.window_left = cc.window_left;
   c.logits_soft_cap = cc.logits_soft_cap;

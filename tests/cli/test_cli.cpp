@@ -222,6 +222,15 @@ TEST(Cli, EveryBenchCommandWithoutAGpuExitsUnsupported) {
   }
 }
 
+// A size that can never be valid is a usage error (exit 2) before any GPU check, not "unsupported".
+TEST(Cli, MlaBenchRefusesNonPositiveSizesAsUsage) {
+  for (const char* args : {"mla-bench --topk -5", "mla-bench --h-q 0", "mla-bench --decode-s-q -1"}) {
+    const CliRun r = run(args, "FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r, "not in range")) << args << "\n" << r.output;
+  }
+}
+
 TEST(Cli, QuietBuildKeepsTheFailureReason) {
   const CliRun r = run("build -q --uri not_a_flashinfer_module", "FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
   EXPECT_NE(r.exit_code, 0) << r.output;

@@ -317,6 +317,11 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
          return decode_create(&zeroed, &kv_h, &last_h, &idx_h, true);
        }, "argument 'config' has struct_size 0"},
       {"out_plan NULL", [=] { return decode_create(&dc, &kv_h, &last_h, &idx_h, false); }, "'out_plan'"},
+      {"o_dtype -2 (only -1 means as q)", [=] {
+         flashcpp_batch_decode_config odd = dc;
+         odd.o_dtype = -2;
+         return decode_create(&odd, &kv_h, &last_h, &idx_h, true);
+       }, "argument 'o_dtype' has an unknown value -2"},
       {"kv_indptr NULL", [=] { return decode_create(&dc, nullptr, &last_h, &idx_h, true); }, "kv_indptr"},
       {"kv_indptr data NULL", [=] { return decode_create(&dc, &nkv, &last_h, &idx_h, true); }, "'kv_indptr' must not be null"},
       {"kv_last_page_len data NULL", [=] { return decode_create(&dc, &kv_h, &nlast, &idx_h, true); },
@@ -438,6 +443,14 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                     kInvalid, "argument 'config' has struct_size 0"});
   probes.push_back({"mla_decode_plan sizes NULL (allowed)",
                     [=] { return flashcpp_mla_decode_plan(&dc, nullptr, nullptr, nullptr, nullptr); }, FLASHCPP_SUCCESS, ""});
+  probes.push_back({"mla_decode_plan size query with device_id -1",  // num_sms set: the device is never asked
+                    [=] {
+                      flashcpp_mla_decode_config bad = dc;
+                      bad.device_id = -1;
+                      flashcpp_mla_decode_plan_sizes sizes;
+                      return flashcpp_mla_decode_plan(&bad, nullptr, nullptr, &sizes, nullptr);
+                    },
+                    kInvalid, "device_id -1; it must be >= 0"});
   // Decode (V3.2 and V4 share the structs): the structs NULL, then each required tensor NULL in turn.
   flashcpp_mla_decode_config dc4 = dc;
   dc4.d_qk = 512;

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -310,11 +311,13 @@ void add_mla_bench_command(CLI::App& app) {
   add_timing_options(*cmd, opts->warmup, opts->iters);
   cmd->add_option("--s-kv", opts->s_kv, "Prefill KV lengths");
   cmd->add_option("--batch", opts->batches, "Decode batch sizes");
-  cmd->add_option("--topk", opts->topk, "topk (multiple of 64)");
-  cmd->add_option("--h-q", opts->h_q, "Query heads");
-  cmd->add_option("--prefill-s-q", opts->prefill_s_q, "Prefill query tokens");
-  cmd->add_option("--decode-s-q", opts->decode_s_q, "Decode query tokens per request");
-  cmd->add_option("--decode-s-kv", opts->decode_s_kv, "Decode KV tokens per request (multiple of 64)");
+  // Sizes are positive (a usage error otherwise, exit 2); the library checks the rest (multiples of 64, limits).
+  const CLI::Range positive(int64_t{1}, int64_t{INT32_MAX});
+  cmd->add_option("--topk", opts->topk, "topk (multiple of 64)")->check(positive);
+  cmd->add_option("--h-q", opts->h_q, "Query heads")->check(positive);
+  cmd->add_option("--prefill-s-q", opts->prefill_s_q, "Prefill query tokens")->check(positive);
+  cmd->add_option("--decode-s-q", opts->decode_s_q, "Decode query tokens per request")->check(positive);
+  cmd->add_option("--decode-s-kv", opts->decode_s_kv, "Decode KV tokens per request (multiple of 64)")->check(positive);
   cmd->add_option("--num-sms", opts->num_sms, "SM count the decode plan schedules for (0: the device's)")
       ->check(CLI::Range(0, 4096));
   auto only = std::make_shared<std::pair<bool, bool>>(false, false);
