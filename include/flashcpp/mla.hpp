@@ -125,6 +125,11 @@ struct DecodePlanSizes {
   bool split = false;
   int64_t sched_meta_elems = 0, num_splits_elems = 0, lse_accum_elems = 0, o_accum_elems = 0;
   int head_requests = 0;
+  /// Heads per CTA of the split grid (32: V4 h_q 33..64 as a 2-CTA cluster; 64 otherwise); 0 when not split.
+  int split_group_heads = 0;
+  /// A split plan whose run, given topk_length or extra_topk_length, runs unsplit (V4 pages: the split schedule
+  /// counts every tile, the unsplit grid skips the tiles past each pool's length). The buffers stay as planned.
+  bool unsplit_with_lengths = false;
 };
 
 /// Validates `config` and returns the buffer sizes. `num_sms` must be > 0 when config.num_sms is 0.

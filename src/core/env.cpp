@@ -30,6 +30,7 @@ constexpr Rule kRules[] = {
     {"FLASHCPP_MLA_FORCE_SIMPLE", Kind::choice, {"0", "1"}},
     {"FLASHCPP_MLA_FP8_KERNEL", Kind::choice, {"auto", "mma", "wgmma"}},
     {"FLASHCPP_MLA_TAIL_SPLIT", Kind::choice, {"auto", "off"}},
+    {"FLASHCPP_MLA_SPLIT", Kind::choice, {"auto", "always", "off"}},
     {"FLASHCPP_RETRIES", Kind::integer, {}, 0, 100},
     {"FLASHCPP_JIT_JOBS", Kind::integer, {}, 0, 4096},
     {"FLASHCPP_CACHE_SHARED", Kind::choice, {"0", "1"}},

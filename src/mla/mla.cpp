@@ -385,18 +385,45 @@ bool tail_split_enabled() {
   return on;
 }
 
+// FLASHCPP_MLA_SPLIT=auto|always|off: plan split-KV by the rule below, for every shape that has more than one part,
+// or never (for benchmarks).
+enum class SplitMode { automatic, always, off };
+SplitMode split_mode() {
+  static const SplitMode mode = [] {
+    const std::string v = env::choice("FLASHCPP_MLA_SPLIT").value_or("auto");
+    return v == "always" ? SplitMode::always : (v == "off" ? SplitMode::off : SplitMode::automatic);
+  }();
+  return mode;
+}
+
+// Whether the unsplit grid of V4 pages with short tokens (no lengths) wastes a short last round enough that
+// splitting the whole batch pays: at most three rounds, the last at most a quarter full. `wave`: tokens a round
+// holds. H200, FlashMLA's suite, 2026-12-01 (split with the 2026-12-01 combine): h_q 128 b 74 (three rounds of 66
+// clusters, 16 tokens in the last) 153.0 -> 144.8 us; b 148 (five rounds, the last half full) 253.2 -> 266.9.
+bool v4_short_last_round(int64_t tokens, int64_t wave) {
+  const int64_t rounds = (tokens + wave - 1) / wave;
+  const int64_t last = tokens - (rounds - 1) * wave;
+  return rounds >= 2 && rounds <= 3 && 4 * last <= wave;
+}
+
 DecodePlanSizes sizes_for(const DecodeConfig& c, int num_sms) {
   DecodePlanSizes s;
+  if (split_mode() == SplitMode::off) return s;
   const kernels::KvFormat format = c.d_qk == fp8_v4::kDims ? kernels::KvFormat::fp8_v4 : kernels::KvFormat::fp8_v32;
-  const int split_group_heads = kernels::split_decode_group_heads(format, c.h_q);
+  int split_group_heads = kernels::split_decode_group_heads(format, c.h_q);
   const int64_t tokens = static_cast<int64_t>(c.batch) * c.s_q;
+  const int64_t groups = (c.h_q + 63) / 64;  // CTAs of 64 heads per token (a 2-CTA cluster for 65..128)
+  const int64_t wave = std::max<int64_t>(num_sms / groups, 1);  // tokens one round of the unsplit grid holds
+  auto parts_for = [&](int group_heads) {
+    return std::max<int64_t>(num_sms / (c.s_q * ((c.h_q + group_heads - 1) / group_heads)), 1);
+  };
   // The unsplit grid, as the split rule below counts it: a CTA per 64 heads of a token, or per 32 heads (two CTAs
   // per token) where split work runs as the 32-head cluster. Without a schedule those heads run as the cluster where
   // all of them fit at once and else one CTA per token (unsplit_half_heads_cluster), which never splits: the split
   // ends before the cluster needs a second round.
   const bool half_heads = split_group_heads < 64;
   const int64_t ctas = tokens * ((c.h_q + split_group_heads - 1) / split_group_heads);
-  const int64_t parts = std::max<int64_t>(num_sms / (c.s_q * ((c.h_q + split_group_heads - 1) / split_group_heads)), 1);
+  int64_t parts = parts_for(split_group_heads);
   // Split only while the unsplit grid would leave about a third of the SMs idle. Measured on the H200
   // (132 SMs, topk 2048, Hopper kernel): at 64 CTAs splitting wins (172 vs 200 us), at 128 it loses
   // (255 vs 201 us); the two cross near 85 CTAs. The 32-head cluster (V4 at its production shapes: 10 tiles per
@@ -404,31 +431,40 @@ DecodePlanSizes sizes_for(const DecodeConfig& c, int num_sms) {
   // unsplit in one round in 32.6 (H200, 2026-12-01).
   if (parts <= 1) return s;
   int64_t split_requests = c.batch;
-  if (3 * ctas >= (half_heads ? 1 : 2) * int64_t{num_sms}) {
+  if (split_mode() == SplitMode::automatic && 3 * ctas >= (half_heads ? 1 : 2) * int64_t{num_sms}) {
     // Unsplit. The wgmma kernel (h_q <= 128) runs a token as one CTA per 64 heads (a 2-CTA cluster for 65..128),
-    // one CTA per SM, so a wave holds num_sms / groups tokens. When the last wave is at most two thirds full, the
-    // requests of the full waves run unsplit and only the rest are split over all SMs; the split part costs
-    // about its share of the work plus a request's start and the combine, which pays where a token's work is
-    // long: H200, FlashMLA's suite, 2026-12-01: V3.2 (2048 slots) b 74 266.3 -> 242.5 us, topk 16384 b 148
-    // 2407 -> 2081 (h_q 64) and 3067 -> 2912 (h_q 128); V4 at 640..1152 slots 2-14% slower, so not there.
-    const int64_t groups = (c.h_q + 63) / 64;
-    const int64_t wave = std::max<int64_t>(num_sms / groups, 1);
-    const int64_t waves = (tokens + wave - 1) / wave;
-    const int64_t last = tokens - (waves - 1) * wave;
+    // one CTA per SM, so a wave holds num_sms / groups tokens.
     constexpr int kTailSplitMinSlots = 2048;
     const bool long_tokens = int64_t{c.topk} + c.extra_topk >= kTailSplitMinSlots;
-    const int64_t head = (waves - 1) * wave / c.s_q;
-    if (!tail_split_enabled() || c.h_q > 128 || waves < 2 || 3 * last > 2 * wave || head < 1 || head >= c.batch)
-      return s;
-    // Short tokens keep the one grid: there the hardware starts the last wave's CTAs as the first wave's finish.
-    // (Running those requests as a second grid of 32-head clusters after the first measured slower on the H200,
-    // 2026-12-01: V4 h_q 64 b 74 / 148 88.8 / 128.9 -> 99.9 / 142.2 us, and with extra_topk_length 76.0 /
-    // 120.3 -> 138.5 / 169.0.)
-    if (!long_tokens) return s;
-    s.head_requests = static_cast<int>(head);
-    split_requests = c.batch - head;
+    if (format == kernels::KvFormat::fp8_v4 && c.h_q <= 128 && !long_tokens && v4_short_last_round(tokens, wave)) {
+      // V4 pages: the whole batch split, in CTAs of 64 heads (FlashMLA's split). A run given topk_length or
+      // extra_topk_length runs unsplit instead: the split schedule counts every tile, the unsplit grid skips those
+      // past each pool's length.
+      split_group_heads = 64;
+      parts = parts_for(64);
+      s.unsplit_with_lengths = true;
+    } else {
+      // When the last wave is at most two thirds full, the requests of the full waves run unsplit and only the
+      // rest are split over all SMs; the split part costs about its share of the work plus a request's start and
+      // the combine, which pays where a token's work is long: H200, FlashMLA's suite, 2026-12-01: V3.2 (2048
+      // slots) b 74 266.3 -> 242.5 us, topk 16384 b 148 2407 -> 2081 (h_q 64) and 3067 -> 2912 (h_q 128); V4 at
+      // 640..1152 slots 2-14% slower, so not there.
+      const int64_t waves = (tokens + wave - 1) / wave;
+      const int64_t last = tokens - (waves - 1) * wave;
+      const int64_t head = (waves - 1) * wave / c.s_q;
+      if (!tail_split_enabled() || c.h_q > 128 || waves < 2 || 3 * last > 2 * wave || head < 1 || head >= c.batch)
+        return s;
+      // Short tokens keep the one grid: there the hardware starts the last wave's CTAs as the first wave's finish.
+      // (Running those requests as a second grid of 32-head clusters after the first measured slower on the H200,
+      // 2026-12-01: V4 h_q 64 b 74 / 148 88.8 / 128.9 -> 99.9 / 142.2 us, and with extra_topk_length 76.0 /
+      // 120.3 -> 138.5 / 169.0.)
+      if (!long_tokens) return s;
+      s.head_requests = static_cast<int>(head);
+      split_requests = c.batch - head;
+    }
   }
   s.split = true;
+  s.split_group_heads = split_group_heads;
   s.num_sm_parts = static_cast<int>(parts);
   s.sched_meta_elems = parts * sched::kMetaInts;
   s.num_splits_elems = split_requests + 1;
@@ -607,7 +643,19 @@ kernels::SparseAttentionParams decode_params(const DecodeProblem& d, const Tenso
     p.o_accum = ws.o_accum.data_as<float>();
     p.lse_accum = ws.lse_accum.data_as<float>();
     p.accum_rows = d.sizes.lse_accum_elems / d.h_q;
+    p.split_group_heads = d.sizes.split_group_heads;
   }
+  return p;
+}
+
+// `p` as an unsplit grid: no schedule, no accumulators.
+kernels::SparseAttentionParams without_split(kernels::SparseAttentionParams p) {
+  p.sched = nullptr;
+  p.num_splits = nullptr;
+  p.o_accum = p.lse_accum = nullptr;
+  p.num_parts = 0;
+  p.accum_rows = 0;
+  p.split_group_heads = 0;
   return p;
 }
 
@@ -620,17 +668,16 @@ void launch_decode(const kernels::SparseAttentionParams& p, const DecodePlanSize
     run_attention(p, stream, device_id);
     return;
   }
+  if (sizes.unsplit_with_lengths && (p.topk_length != nullptr || p.extra_topk_length != nullptr)) {
+    run_attention(without_split(p), stream, device_id);
+    return;
+  }
   kernels::SparseAttentionParams split = p;
   if (sizes.head_requests > 0) {
     const int64_t head_tokens = static_cast<int64_t>(sizes.head_requests) * p.tokens_per_request;
-    kernels::SparseAttentionParams head = p;
+    kernels::SparseAttentionParams head = without_split(p);
     head.num_tokens = static_cast<int>(head_tokens);
     head.num_requests = sizes.head_requests;
-    head.sched = nullptr;
-    head.num_splits = nullptr;
-    head.o_accum = head.lse_accum = nullptr;
-    head.num_parts = 0;
-    head.accum_rows = 0;
     run_attention(head, stream, device_id);
     auto past_head = [&](auto* ptr, int64_t stride_token, int64_t stride_request) {
       return ptr == nullptr ? ptr : ptr + p.token_offset(head_tokens, stride_token, stride_request);

@@ -83,6 +83,7 @@ struct SparseAttentionParams {
   int num_parts = 0, num_requests = 0, tokens_per_request = 1;
   float* o_accum = nullptr;
   float* lse_accum = nullptr;
+  int split_group_heads = 0;  // split-KV: heads per CTA the schedule was planned for (0: split_decode_group_heads)
   int64_t accum_rows = 0;  // rows allocated in lse_accum / o_accum (a guard: rows past it are never written)
 
   /// Element offset of token `token`'s row in a per-token tensor with these token and request strides: with
@@ -141,6 +142,13 @@ __device__ __forceinline__ int effective_topk(const SparseAttentionParams& p, in
 /// out/lse, attn_sink and h_q/d_v of `p`. `programmatic` (Hopper): launched as a programmatic dependent of
 /// the attention kernel before it, so its launch overlaps that kernel's tail.
 cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic);
+
+/// The combine's launch shape: a warp combines 512 / chunks columns of one (token, head), with `batch` split rows
+/// in flight. `rows`: tokens x heads; the splits a request expects follow from num_parts / num_requests.
+struct CombineShape {
+  int chunks, batch;
+};
+CombineShape combine_shape(int64_t rows, int num_parts, int num_requests);
 
 /// Writes the split-KV schedule for `batch` requests of `topk` slots into device memory (one tiny kernel,
 /// graph-capturable): sched PartMeta[num_parts], num_splits int32[batch + 1].

@@ -388,23 +388,28 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const 
   }
 }
 
-// Combine: grid (tokens, ceil(h_q / 8), kCombineChunks), one warp per (head, 128-column chunk); lane owns 4
-// output columns. Launched as a programmatic dependent of the attention kernel: everything after the wait
-// sees its results. A small batch has few tokens and tens of splits per row, so the time is the latency of
-// dependent reads: each warp issues its lse load and its first kCombineBatch split rows together (one round
-// trip where n <= kCombineBatch), and the column chunks spread a token's rows over 4x more CTAs.
-constexpr int kCombineChunks = kDv / 128;
-constexpr int kCombineBatch = 16;
+// Combine: grid (tokens, ceil(h_q / kCombineHeads), CHUNKS), one warp per (head, 512 / CHUNKS columns); lane owns
+// 16 / CHUNKS columns of each split row, as float4s. Launched as a programmatic dependent of the attention kernel:
+// everything after the wait sees its results. Its time is the latency of dependent reads, so each warp keeps BATCH
+// split rows in flight (issued with its lse loads, and each row consumed is replaced by the one BATCH further on),
+// and only rows that exist are loaded. combine_shape() picks (CHUNKS, BATCH): whole rows and two in flight where
+// tokens x heads alone fill the GPU (few splits each), column chunks and deep batches for few tokens with tens of
+// splits (H200, 2026-12-01, FlashMLA's suite: V3.2 b 16, two splits a row, 23 us with 4 chunks x 16 rows at 122
+// registers, 2 CTAs an SM; FlashMLA's whole-row combine 8 us).
+constexpr int kCombineHeads = 4;  // warps (heads) per CTA
 
-__global__ void __launch_bounds__(256) sparse_attention_combine_kernel(const SparseAttentionParams p) {
+template <int CHUNKS, int BATCH>
+__global__ void __launch_bounds__(kCombineHeads * 32) sparse_attention_combine_kernel(const SparseAttentionParams p) {
+  static_assert(kDv % (CHUNKS * 128) == 0 && 32 % BATCH == 0, "lanes own whole float4s; batches tile 32 splits");
+  constexpr int kVecs = kDv / CHUNKS / 128;  // float4s of one split row per lane
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int head = static_cast<int>(blockIdx.y) * 8 + warp;
+  const int head = static_cast<int>(blockIdx.y) * kCombineHeads + warp;
   if (head >= p.h_q) return;
   const int64_t token = blockIdx.x;
-  const int col = static_cast<int>(blockIdx.z) * 128 + lane * 4;
+  const int col = static_cast<int>(blockIdx.z) * (kDv / CHUNKS) + lane * 4;
   const int r = static_cast<int>(token / p.tokens_per_request);
   const int tok_in_req = static_cast<int>(token % p.tokens_per_request);
   const int split0 = p.num_splits[r];
@@ -412,15 +417,18 @@ __global__ void __launch_bounds__(256) sparse_attention_combine_kernel(const Spa
   if (n <= 1) return;
   auto row_of = [&](int k) { return static_cast<int64_t>(split0 + k) * p.tokens_per_request + tok_in_req; };
   auto lse_of = [&](int k) { return k < n ? p.lse_accum[row_of(k) * p.h_q + head] : -INFINITY; };
-  auto load_row = [&](int k) {
-    return *reinterpret_cast<const float4*>(p.o_accum + (row_of(k) * p.h_q + head) * kDv + col);
+  float4 v[BATCH][kVecs];
+  auto load_row = [&](int k, float4 (&dst)[kVecs]) {
+    const float* row = p.o_accum + (row_of(k) * p.h_q + head) * kDv + col;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) dst[i] = *reinterpret_cast<const float4*>(row + i * 128);
   };
 
   // Issued together: this lane's first lse and the first batch of rows (the weights come later).
   const float lse_first = lse_of(lane);
-  float4 v[kCombineBatch];
 #pragma unroll
-  for (int u = 0; u < kCombineBatch; ++u) v[u] = load_row(u < n ? u : 0);
+  for (int u = 0; u < BATCH; ++u)
+    if (u < n) load_row(u, v[u]);
 
   float mx = lse_first;
   for (int k = lane + 32; k < n; k += 32) mx = fmaxf(mx, lse_of(k));
@@ -441,41 +449,42 @@ __global__ void __launch_bounds__(256) sparse_attention_combine_kernel(const Spa
       g = hi + logf(expf(lse - hi) + expf(sink - hi));
     }
   }
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 o[kVecs];
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   if (g != -INFINITY && g != INFINITY) {
-    // An empty split (weight 0) adds nothing, whatever its row holds.
-    auto add = [&](float w, const float4& x) {
-      if (w == 0.f) return;
-      o.x = fmaf(w, x.x, o.x);
-      o.y = fmaf(w, x.y, o.y);
-      o.z = fmaf(w, x.z, o.z);
-      o.w = fmaf(w, x.w, o.w);
-    };
     // Lane j holds the weight of split k0 + j (k0 a multiple of 32).
     float wk = lse_first == -INFINITY ? 0.f : expf(lse_first - g);
-#pragma unroll
-    for (int u = 0; u < kCombineBatch; ++u) {
-      const float w = __shfl_sync(0xffffffffu, wk, u);
-      if (u < n) add(w, v[u]);
-    }
-    for (int k0 = kCombineBatch; k0 < n; k0 += kCombineBatch) {
-      if (k0 % 32 == 0) {
+    for (int k0 = 0; k0 < n; k0 += BATCH) {
+      if (k0 > 0 && k0 % 32 == 0) {
         const float lk = lse_of(k0 + lane);
         wk = lk == -INFINITY ? 0.f : expf(lk - g);
       }
 #pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u) v[u] = load_row(k0 + u < n ? k0 + u : k0);
+      for (int u = 0; u < BATCH; ++u) {
+        const int k = k0 + u;
+        if (k >= n) break;  // warp-uniform
+        const float w = __shfl_sync(0xffffffffu, wk, k & 31);
+        if (w != 0.f) {  // an empty split (weight 0) adds nothing, whatever its row holds
 #pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u) {
-        const float w = __shfl_sync(0xffffffffu, wk, (k0 + u) & 31);
-        if (k0 + u < n) add(w, v[u]);
+          for (int i = 0; i < kVecs; ++i) {
+            o[i].x = fmaf(w, v[u][i].x, o[i].x);
+            o[i].y = fmaf(w, v[u][i].y, o[i].y);
+            o[i].z = fmaf(w, v[u][i].z, o[i].z);
+            o[i].w = fmaf(w, v[u][i].w, o[i].w);
+          }
+        }
+        if (k + BATCH < n) load_row(k + BATCH, v[u]);
       }
     }
   }
   auto* out = static_cast<__nv_bfloat16*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request) +
               head * p.out_stride_head + col;
-  store_bf16_pair(out, o.x, o.y);
-  store_bf16_pair(out + 2, o.z, o.w);
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    store_bf16_pair(out + i * 128, o[i].x, o[i].y);
+    store_bf16_pair(out + i * 128 + 2, o[i].z, o[i].w);
+  }
   if (lane == 0 && blockIdx.z == 0) p.lse[lse_offset(p, token, head)] = lse == -INFINITY ? INFINITY : lse;
 }
 
@@ -589,10 +598,21 @@ void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t
   }
 }
 
+CombineShape combine_shape(int64_t rows, int num_parts, int num_requests) {
+  // Splits a request expects: its share of the parts, plus one where the greedy fill cuts at a part's edge.
+  const int64_t splits = (num_requests > 0 ? num_parts / num_requests : num_parts) + 1;
+  constexpr int64_t kFullGpuRows = 4096;  // warps of whole rows that fill 132 SMs about once (32 an SM)
+  if (rows >= kFullGpuRows && splits <= 4) return {1, 2};
+  if (rows >= kFullGpuRows / 4 && splits <= 8) return {2, 4};
+  return {4, splits <= 8 ? 8 : 16};
+}
+
 cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
+  const CombineShape shape = combine_shape(static_cast<int64_t>(p.num_tokens) * p.h_q, p.num_parts, p.num_requests);
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.h_q + 7) / 8), kCombineChunks);
-  config.blockDim = dim3(256);
+  config.gridDim = dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.h_q + kCombineHeads - 1) / kCombineHeads),
+                        static_cast<unsigned>(shape.chunks));
+  config.blockDim = dim3(kCombineHeads * 32);
   config.stream = stream;
   // Programmatic dependent launch: scheduled while the attention kernel drains (griddepcontrol.wait in the
   // kernel orders every read after it), which saves the launch gap between the two on small batches.
@@ -601,7 +621,10 @@ cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cuda
   pdl.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &pdl;
   config.numAttrs = programmatic ? 1 : 0;
-  return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel, p);
+  if (shape.chunks == 1) return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<1, 2>, p);
+  if (shape.chunks == 2) return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<2, 4>, p);
+  if (shape.batch == 8) return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<4, 8>, p);
+  return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<4, 16>, p);
 }
 
 void launch_decode_schedule(void* sched, int32_t* num_splits, int batch, int topk, int num_parts,

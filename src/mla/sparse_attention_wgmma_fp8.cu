@@ -21,7 +21,9 @@ bool launch_sparse_attention_wgmma_fp8(const SparseAttentionParams& p, cudaStrea
     using V4Pair = wgmma::Config<512, true, 2, 2>;
     constexpr int kHalfHeads = V4Pair::kHeads / 2;
     const bool split = p.sched != nullptr;
-    if (split_decode_group_heads(p.kv_format, p.h_q) == kHalfHeads) {
+    // Split work runs in the CTAs the schedule was planned for: the 32-head cluster, or CTAs of 64 heads.
+    const int split_heads = p.split_group_heads > 0 ? p.split_group_heads : split_decode_group_heads(p.kv_format, p.h_q);
+    if (split_decode_group_heads(p.kv_format, p.h_q) == kHalfHeads && !(split && split_heads == V4Tile::kHeads)) {
       // h_q 33..64: split work as the 32-head cluster (b 2: 15.5 against 18.2 us alone); without a schedule the
       // cluster where all of its CTAs fit at once.
       if (split) return wgmma::launch<V4Pair, true>(p, stream, kHalfHeads);

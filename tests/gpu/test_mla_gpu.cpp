@@ -960,7 +960,12 @@ TEST(MlaGpuDecodeV4, RandomPoolsWithInvalidIndicesAndNaNRows) {
                           Shape{23, 2, 128, 64, 30, 64, 128, 25, 53, false, true},
                           // Long tokens (2048 slots) over a short last wave (140 tokens, 132 a wave on the H200):
                           // the full wave's requests unsplit, the rest split (DecodePlanSizes::head_requests).
-                          Shape{70, 2, 16, 1024, 40, 64, 1024, 50, 61, true, true}}) {
+                          Shape{70, 2, 16, 1024, 40, 64, 1024, 50, 61, true, true},
+                          // Short tokens over a short last round (140 tokens at h_q 64, 74 at h_q 128, on 132 SMs):
+                          // without lengths the whole batch split in CTAs of 64 heads; with lengths (the h_q 64
+                          // shape above) the same plan runs unsplit (DecodePlanSizes::unsplit_with_lengths).
+                          Shape{70, 2, 64, 64, 40, 64, 128, 30, 61, false, true},
+                          Shape{37, 2, 128, 64, 30, 64, 128, 25, 53, false, false}}) {
     V4DevicePool main = make_pool(sh.nb, sh.bs, sh.b, sh.s_q, sh.topk, sh.lengths);
     std::optional<V4DevicePool> extra;
     if (sh.extra_topk > 0) extra = make_pool(sh.xnb, sh.xbs, sh.b, sh.s_q, sh.extra_topk, sh.lengths);

@@ -9,6 +9,8 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "flashcpp/error.hpp"
@@ -278,14 +280,27 @@ TEST(MlaValidation, DecodePlanSplitsOnlyAShortLastWave) {
   // A last wave over two thirds full keeps the plain grid: V3.2 h_q 128 b 128 (256 tokens: 3 waves and 58 of 66).
   s = mla::decode_plan_sizes({.batch = 128, .s_q = 2, .h_q = 128, .topk = 2048}, 132);
   EXPECT_FALSE(s.split);
-  // Short tokens keep the plain grid: V4's production shapes (128 + 512 or 1024 slots), b 74 and 148.
-  for (int b : {74, 148})
-    for (auto [h_q, extra] : {std::pair{64, 512}, std::pair{128, 1024}}) {
-      s = mla::decode_plan_sizes(
-          {.batch = b, .s_q = 2, .h_q = h_q, .d_qk = 512, .topk = 128, .extra_topk = extra}, 132);
-      EXPECT_FALSE(s.split) << "b " << b << " h_q " << h_q;
-      EXPECT_EQ(s.head_requests, 0);
-    }
+  // Short tokens never split only the tail. V4's production shapes (128 + 512 or 1024 slots) split the whole batch
+  // in CTAs of 64 heads where the unsplit grid's last of at most three rounds is at most a quarter full, and such a
+  // plan runs unsplit when given lengths: h_q 64 b 74 (148 tokens: a round of 132 and 16), b 148 (296: two and 32);
+  // h_q 128 b 74 (148 tokens, 66 a round: two and 16). h_q 128 b 148 (five rounds, the last 32 of 66) stays whole.
+  for (auto [b, h_q, extra, parts] : {std::tuple{74, 64, 512, 66}, std::tuple{148, 64, 512, 66},
+                                      std::tuple{74, 128, 1024, 33}}) {
+    s = mla::decode_plan_sizes({.batch = b, .s_q = 2, .h_q = h_q, .d_qk = 512, .topk = 128, .extra_topk = extra}, 132);
+    EXPECT_TRUE(s.split) << "b " << b << " h_q " << h_q;
+    EXPECT_EQ(s.head_requests, 0) << "b " << b << " h_q " << h_q;
+    EXPECT_EQ(s.split_group_heads, 64) << "b " << b << " h_q " << h_q;
+    EXPECT_EQ(s.num_sm_parts, parts) << "b " << b << " h_q " << h_q;
+    EXPECT_TRUE(s.unsplit_with_lengths) << "b " << b << " h_q " << h_q;
+    EXPECT_EQ(s.lse_accum_elems, (b + parts) * 2 * h_q) << "b " << b << " h_q " << h_q;
+  }
+  s = mla::decode_plan_sizes({.batch = 148, .s_q = 2, .h_q = 128, .d_qk = 512, .topk = 128, .extra_topk = 1024}, 132);
+  EXPECT_FALSE(s.split);
+  EXPECT_EQ(s.head_requests, 0);
+  // The V3.2 cache's tail split keeps its schedule's default CTAs and runs split with lengths too.
+  s = mla::decode_plan_sizes({.batch = 74, .s_q = 2, .h_q = 128, .topk = 2048}, 132);
+  EXPECT_EQ(s.split_group_heads, 64);
+  EXPECT_FALSE(s.unsplit_with_lengths);
   // h_q past 128 (the mma.sync kernel) keeps the plain grid.
   s = mla::decode_plan_sizes({.batch = 100, .s_q = 2, .h_q = 192, .topk = 2048}, 132);
   EXPECT_EQ(s.head_requests, 0);
