@@ -1,11 +1,11 @@
 // Config::from_env (environment and pip configuration) and the pinned manifest (built-in or a user file).
 #include <cstdlib>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "artifacts/internal.hpp"
+#include "core/config_file.hpp"
 #include "core/env.hpp"
+#include "core/json.hpp"
 #include "flashcpp/artifacts_manifest.hpp"
 
 namespace flashcpp::artifacts {
@@ -24,8 +24,17 @@ std::string trim(std::string s) {
 // index-url from a pip configuration file ([global], [download] or [install] section; the last one read wins
 // the way pip merges sections for `pip download`).
 std::optional<std::string> pip_conf_index_url(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return std::nullopt;
+  // A file that is not there is skipped, as pip does; one that is there is read by the rules of every configuration
+  // file (a FIFO or device is refused, not waited on).
+  std::string text;
+  try {
+    text = read_config_file(file, "pip configuration file");
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::not_found) return std::nullopt;
+    if (e.code() == ErrorCode::io_error) return std::nullopt;  // unreadable (permissions): skipped as before
+    throw;
+  }
+  std::istringstream in(text);
   std::string line, section;
   std::optional<std::string> found;
   while (std::getline(in, line)) {
@@ -143,14 +152,8 @@ Manifest Manifest::builtin() {
 }
 
 Manifest Manifest::load(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) throw_error(ErrorCode::not_found, "manifest file '" + file.string() + "' (FLASHCPP_MANIFEST) cannot be read");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw_error(ErrorCode::invalid_argument, "manifest file '" + file.string() + "' is not valid JSON: " + e.what());
-  }
+  // A regular file of at most 16 MiB read within 10 s, JSON nested at most 64 deep (core/json.hpp).
+  const nlohmann::json j = load_json_file(file, "FLASHCPP_MANIFEST file");
   const auto bad = [&](const std::string& what) -> void {
     throw_error(ErrorCode::invalid_argument, "manifest file '" + file.string() + "': " + what);
   };

@@ -1,5 +1,9 @@
 // Resolution order, configuration, manifest, path-safe extraction and cache maintenance.
 #include <stdlib.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
 
 #include "artifacts/fixture.hpp"
 #include "flashcpp/artifacts_manifest.hpp"
@@ -336,6 +340,48 @@ TEST_F(ArtifactsTest, UserManifestIsValidated) {
                                      << R"(", "project": "p", "size": )" << size << "}}";
     EXPECT_THROW_CODE(Manifest::load(tmp / "bad6.json"), invalid_argument, "size' must be a non-negative whole number");
   }
+}
+
+// A pip configuration file that is a FIFO is refused (it used to hang Config::from_env, so every command); a missing
+// one is skipped as pip skips it.
+TEST_F(ArtifactsTest, PipConfigFileThatIsAFifoIsRefusedNotWaitedOn) {
+  EnvGuard env;
+  clear_all(env);
+  env.set("HOME", (tmp / "home").string());
+  const fs::path fifo = tmp / "pip.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  env.set("PIP_CONFIG_FILE", fifo.string());
+  EXPECT_THROW_CODE((void)Config::from_env(), invalid_argument,
+                    "pip configuration file '" + fifo.string() + "' must be a regular file (not a FIFO)");
+  env.set("PIP_CONFIG_FILE", (tmp / "absent.conf").string());
+  EXPECT_NO_THROW((void)Config::from_env());
+}
+
+// FLASHCPP_MANIFEST names a file a user controls: a FIFO (which used to hang every command reading it), a directory,
+// a file above 16 MiB and JSON nested deeper than 64 levels (100,000 deep overflowed the stack) are refused, typed.
+TEST_F(ArtifactsTest, UserManifestMustBeASmallRegularFileOfShallowJson) {
+  const fs::path fifo = tmp / "manifest.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW_CODE(Manifest::load(fifo), invalid_argument, "FLASHCPP_MANIFEST file '" + fifo.string() +
+                                                               "' must be a regular file (not a FIFO)");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_THROW_CODE(Manifest::load(tmp), invalid_argument, "must be a regular file (not a directory)");
+  {
+    std::ofstream big(tmp / "big.json");
+    big << "{\"cuda_tag\": \"" << std::string((16u << 20) + 1, 'x') << "\"}";
+  }
+  EXPECT_THROW_CODE(Manifest::load(tmp / "big.json"), invalid_argument, "must be at most 16777216 bytes");
+  for (const int depth : {65, 100000}) {
+    std::ofstream(tmp / "deep.json") << "{\"a\": " << std::string(depth - 1, '[') << std::string(depth - 1, ']') << "}";
+    EXPECT_THROW_CODE(Manifest::load(tmp / "deep.json"), invalid_argument, "nests arrays and objects more than 64 levels deep");
+  }
+  std::ofstream(tmp / "deep.json") << "{\"a\": " << std::string(63, '[') << std::string(63, ']') << "}";
+  EXPECT_NO_THROW(Manifest::load(tmp / "deep.json"));  // 64 levels: read (the unknown key is ignored)
+  // The same rules through Config::manifest() (what `doctor` and `fetch` call).
+  Config c = cfg;
+  c.manifest_file = fifo;
+  EXPECT_THROW_CODE((void)c.manifest(), invalid_argument, "not a FIFO");
 }
 
 TEST_F(ArtifactsTest, CacheListVerifyPrune) {
