@@ -45,7 +45,8 @@ struct GdnPrefillOptions {
 inline constexpr int64_t kGdnHeadSize = 128;
 inline constexpr const char* kGdnPrefillUri = "gdn_prefill_sm90";
 
-/// SM count × 128 bytes (the SM count is read once per device and cached).
+/// SM count × 128 bytes (the SM count is read once per device and cached). `device` must be a visible CUDA device
+/// (invalid_argument otherwise).
 int64_t gdn_prefill_workspace_bytes(int device);
 
 /// Validates everything (shapes, dtypes, contiguity, devices, head grouping, scalar ranges, the

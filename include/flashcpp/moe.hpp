@@ -139,7 +139,8 @@ class FusedMoeRunner {
   /// DeepSeek FP8 block-scale has one fixed configuration in FlashInfer 0.6.3: returns {-1, -1} at once
   /// (nothing is kept).
   MoeTactics tune(const FusedMoeArgs& args, cudaStream_t stream);
-  /// The tactics run() uses for `tokens` tokens of `shape` (rules 1-3 above; {-1, -1}: the defaults).
+  /// The tactics run() uses for `tokens` tokens of `shape` (rules 1-3 above; {-1, -1}: the defaults). Validated:
+  /// tokens >= 1 (both overloads).
   MoeTactics tactics_for(int64_t tokens, const MoeProblemShape& shape) const;
   /// The tactics set_tactics(tokens, t) set for the bucket of `tokens` ({-1, -1} if none): what run() uses
   /// for a shape with no tactics of its own in that bucket. tune()'s results are per shape: read them with

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <span>
 
+#include "ops/common.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp::capi {
@@ -73,6 +74,21 @@ DType dtype_of(int32_t code, const char* op, const char* name) {
   return static_cast<DType>(code);
 }
 
+bool flag_of(int32_t value, const char* op, const char* name) {
+  if (value != 0 && value != 1)
+    throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' must be 0 or 1; got " +
+                                                 std::to_string(value));
+  return value == 1;
+}
+
+void require_device_id(int64_t device_id, const char* op, const char* name) {
+  const int n = ops::visible_device_count();
+  if (device_id < 0 || device_id >= n)
+    throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' must be a visible CUDA device; " +
+                                                 "device id " + std::to_string(device_id) + " is outside [0, " +
+                                                 std::to_string(n) + ") (visible CUDA devices: " + std::to_string(n) + ")");
+}
+
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name) {
   auto fail = [&](const std::string& rule) {
     throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' " + rule);
@@ -84,6 +100,9 @@ TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name) {
   if (t->device_type != FLASHCPP_CPU && t->device_type != FLASHCPP_CUDA && t->device_type != FLASHCPP_CUDA_HOST)
     fail("has an unknown device type " + std::to_string(t->device_type));
   const auto n = static_cast<size_t>(t->rank);
+  for (size_t i = 0; i < n; ++i)
+    if (t->shape[i] < 0)
+      fail("must have non-negative sizes; got " + std::to_string(t->shape[i]) + " in dim " + std::to_string(i));
   return TensorView::strided(t->data, static_cast<DType>(t->dtype),
                              Device{static_cast<DeviceType>(t->device_type), t->device_id},
                              std::span<const int64_t>(t->shape, n), std::span<const int64_t>(t->strides, n));

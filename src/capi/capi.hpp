@@ -73,5 +73,10 @@ inline const TensorView* optional(const flashcpp_tensor* t, const char* op, cons
 }
 /// A flashcpp_dtype code as DType; invalid_argument naming `name` for an unknown code.
 DType dtype_of(int32_t code, const char* op, const char* name);
+/// An int32_t on/off argument or field (common.h: 0 or 1); invalid_argument naming `name` for any other value.
+bool flag_of(int32_t value, const char* op, const char* name);
+/// A CUDA device id given outside any tensor (the MLA decode plan's config->device_id, its size query included): a
+/// visible device, [0, visible count), as every op checks its tensors' ids; invalid_argument naming `name` otherwise.
+void require_device_id(int64_t device_id, const char* op, const char* name);
 
 }  // namespace flashcpp::capi

@@ -33,8 +33,8 @@ flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* 
     cfg.page_size = c->page_size;
     cfg.q_dtype = dtype_of(c->q_dtype, op, "config.q_dtype");
     cfg.kv_dtype = dtype_of(c->kv_dtype, op, "config.kv_dtype");
-    cfg.causal = c->causal != 0;
-    cfg.return_lse_base_on_e = c->return_lse_base_on_e != 0;
+    cfg.causal = capi::flag_of(c->causal, op, "config.causal");
+    cfg.return_lse_base_on_e = capi::flag_of(c->return_lse_base_on_e, op, "config.return_lse_base_on_e");
     if (c->backend < FLASHCPP_MLA_AUTO || c->backend > FLASHCPP_MLA_SM90)
       throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'config.backend' must be 0, 1 or 2");
     cfg.backend = static_cast<MlaBackend>(c->backend);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "capi/capi.hpp"
+#include "flashcpp/cuda.hpp"
 #include "flashcpp/mla.hpp"
 
 namespace {
@@ -96,7 +97,14 @@ extern "C" {
 
 flashcpp_status flashcpp_mla_get_device_info(int32_t device_id, flashcpp_mla_device_info* info) {
   return flashcpp::capi::guard([&] {
-    require_non_null(info, "flashcpp_mla_get_device_info", "info");
+    constexpr const char* op = "flashcpp_mla_get_device_info";
+    require_non_null(info, op, "info");
+    // The machine's own devices (the facts are read from the device), named as the argument.
+    if (const int n = flashcpp::cuda_device_count(); device_id < 0 || device_id >= n)
+      throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
+                            std::string(op) + ": argument 'device_id' must be a CUDA device; device id " +
+                                std::to_string(device_id) + " is outside [0, " + std::to_string(n) +
+                                ") (visible CUDA devices: " + std::to_string(n) + ")");
     const mla::MlaDeviceSupport s = mla::device_support(device_id);
     flashcpp_mla_device_info r{};
     r.device_id = s.device_id;
@@ -136,11 +144,8 @@ flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* confi
     require_struct(config, op, "config", "FLASHCPP_MLA_DECODE_CONFIG_INIT");
     const mla::DecodeConfig c = to_config(config);
     (void)mla::decode_plan_sizes(c, 1);  // validates the config before anything touches the device
-    // Checked in the size query too, which with config.num_sms > 0 never asks the device.
-    if (config->device_id < 0)
-      throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
-                            std::string(op) + ": argument 'config' has device_id " + std::to_string(config->device_id) +
-                                "; it must be >= 0");
+    // A visible device, checked in the size query too (which with config.num_sms > 0 never asks the device).
+    flashcpp::capi::require_device_id(config->device_id, op, "config.device_id");
     if ((sched_meta == nullptr) != (num_splits == nullptr))
       throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
                             std::string(op) + ": arguments 'sched_meta' and 'num_splits' must both be NULL (size query) "

@@ -40,7 +40,7 @@ FusedMoeArgs moe_args(const flashcpp_fused_moe_args* a, const char* op, TensorVi
   m.tp_rank = a->tp_rank;
   m.ep_size = a->ep_size;
   m.ep_rank = a->ep_rank;
-  m.enable_pdl = a->enable_pdl != 0;
+  m.enable_pdl = capi::flag_of(a->enable_pdl, op, "enable_pdl");
   return m;
 }
 }  // namespace

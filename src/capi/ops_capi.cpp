@@ -22,10 +22,10 @@ namespace {
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
-RmsNormOptions norm_options(double eps, int32_t pdl) {
+RmsNormOptions norm_options(double eps, int32_t pdl, const char* op) {
   RmsNormOptions o;
   if (eps != 0.0) o.eps = eps;
-  o.enable_pdl = pdl != 0;
+  o.enable_pdl = flag_of(pdl, op, "enable_pdl");
   return o;
 }
 
@@ -33,9 +33,17 @@ template <class Fn>
 flashcpp_status norm_call(const char* op, const flashcpp_tensor* a, const char* an, const flashcpp_tensor* b,
                           const char* bn, const flashcpp_tensor* w, double eps, int32_t pdl, void* stream, Fn fn) {
   return guard([&] {
-    fn(*default_runtime(), to_view(a, op, an), to_view(b, op, bn), to_view(w, op, "weight"), norm_options(eps, pdl),
-       as_stream(stream));
+    fn(*default_runtime(), to_view(a, op, an), to_view(b, op, bn), to_view(w, op, "weight"),
+       norm_options(eps, pdl, op), as_stream(stream));
   });
+}
+
+template <class E>
+E to_enum(int32_t v, int32_t max, const char* op, const char* what) {
+  if (v < 0 || v > max)
+    throw Error(ErrorCode::invalid_argument,
+                std::string(op) + ": argument '" + what + "' has an unknown value " + std::to_string(v));
+  return static_cast<E>(v);
 }
 
 PagedKvCache to_cache(const flashcpp_paged_kv_cache* c, const char* op) {
@@ -46,7 +54,7 @@ PagedKvCache to_cache(const flashcpp_paged_kv_cache* c, const char* op) {
   kv.indices = to_view(c->indices, op, "indices");
   kv.indptr = to_view(c->indptr, op, "indptr");
   kv.last_page_len = to_view(c->last_page_len, op, "last_page_len");
-  kv.layout = static_cast<KvLayout>(c->layout);
+  kv.layout = to_enum<KvLayout>(c->layout, 1, op, "cache.layout");
   return kv;
 }
 
@@ -57,13 +65,6 @@ Workspace to_workspace(const flashcpp_workspace* w, const char* op) {
 }
 
 
-template <class E>
-E to_enum(int32_t v, int32_t max, const char* op, const char* what) {
-  if (v < 0 || v > max)
-    throw Error(ErrorCode::invalid_argument,
-                std::string(op) + ": argument '" + what + "' has an unknown value " + std::to_string(v));
-  return static_cast<E>(v);
-}
 
 // The fields batch prefill and decode plan configs share (the same names in the C structs and the C++
 // configs): heads, page size, dtypes (o_dtype -1: as q), layout, window, soft cap, scale, graph and PDL.
@@ -80,14 +81,14 @@ void copy_shared_plan_config(Config& c, const CConfig& cc, const char* op) {
   c.window_left = cc.window_left;
   c.logits_soft_cap = cc.logits_soft_cap;
   c.sm_scale = sm_scale_of(cc.sm_scale);
-  c.enable_cuda_graph = cc.enable_cuda_graph != 0;
-  c.enable_pdl = cc.enable_pdl != 0;
+  c.enable_cuda_graph = flag_of(cc.enable_cuda_graph, op, "enable_cuda_graph");
+  c.enable_pdl = flag_of(cc.enable_pdl, op, "enable_pdl");
 }
 
 // The fields of flashcpp_attention_options only one of the single ops has.
-void fill_own_options(SinglePrefillOptions& o, const flashcpp_attention_options& c, const char*) {
-  o.causal = c.causal != 0;
-  o.use_fp16_qk_reduction = c.use_fp16_qk_reduction != 0;
+void fill_own_options(SinglePrefillOptions& o, const flashcpp_attention_options& c, const char* op) {
+  o.causal = flag_of(c.causal, op, "options.causal");
+  o.use_fp16_qk_reduction = flag_of(c.use_fp16_qk_reduction, op, "options.use_fp16_qk_reduction");
 }
 void fill_own_options(SingleDecodeOptions& o, const flashcpp_attention_options& c, const char* op) {
   o.backend = to_enum<DecodeBackend>(c.decode_backend, 2, op, "decode_backend");
@@ -110,7 +111,10 @@ flashcpp_status single_attention(const char* op, const flashcpp_tensor* q, const
     fill_own_options(o, *options, op);
     TensorView l, t;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
-    to_optional_view(tmp, op, "tmp", t);
+    // NULL is the documented "no scratch"; a given tmp is a tensor like any other (the C++ API would read one
+    // with NULL data as absent).
+    if (to_optional_view(tmp, op, "tmp", t) && t.data == nullptr && t.numel() != 0)
+      throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'tmp' must not be null; got " + t.describe());
     run(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(v, op, "v"), to_view(out, op, "out"),
         has_lse ? &l : nullptr, t, o, as_stream(stream));
   });
@@ -230,10 +234,10 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
     copy_shared_plan_config(c, *config, op);
     c.head_dim_qk = config->head_dim_qk;
     c.head_dim_vo = config->head_dim_vo;
-    c.causal = config->causal != 0;
+    c.causal = flag_of(config->causal, op, "causal");
     c.backend = to_enum<AttentionBackend>(config->backend, 2, op, "backend");
     c.fixed_split_size = config->fixed_split_size;
-    c.disable_split_kv = config->disable_split_kv != 0;
+    c.disable_split_kv = flag_of(config->disable_split_kv, op, "disable_split_kv");
     PrefillIndptrs ip;
     ip.qo_indptr = to_view(qo, op, "qo_indptr_host");
     ip.kv_indptr = to_view(kv, op, "kv_indptr_host");

@@ -104,6 +104,8 @@ void check_dense(const Validator& v, const TensorView& t, const char* name, cons
 }  // namespace
 
 int64_t gdn_prefill_workspace_bytes(int device) {
+  // A visible device, as every op checks its tensors' (a device-facts hook would answer for any id).
+  ops::check_device_id(Validator("gdn_prefill_workspace_bytes"), device, "device");
   return static_cast<int64_t>(ops::device_facts(device).sm_count) * 128;
 }
 

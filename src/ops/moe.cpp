@@ -405,14 +405,18 @@ void FusedMoeRunner::run(const FusedMoeArgs& a, cudaStream_t stream) const {
 }
 
 MoeTactics FusedMoeRunner::tactics_for(int64_t tokens) const {
-  ops::check_plan_alive(Validator(kTuneOp), s_.get(), "runner");
+  const Validator v(kTuneOp);
+  ops::check_plan_alive(v, s_.get(), "runner");
+  if (tokens < 1) v.fail("tokens", "must be >= 1; got " + std::to_string(tokens));
   std::lock_guard lock(s_->tuned_mu);
   const auto& any = s_->tuned[token_bucket(tokens)].any;
   return any ? any->tactics : MoeTactics{};
 }
 
 MoeTactics FusedMoeRunner::tactics_for(int64_t tokens, const MoeProblemShape& shape) const {
-  ops::check_plan_alive(Validator(kTuneOp), s_.get(), "runner");
+  const Validator v(kTuneOp);
+  ops::check_plan_alive(v, s_.get(), "runner");
+  if (tokens < 1) v.fail("tokens", "must be >= 1; got " + std::to_string(tokens));
   std::lock_guard lock(s_->tuned_mu);
   const State::Tuned* t = s_->tuned[token_bucket(tokens)].find(shape);
   return t ? t->tactics : MoeTactics{};

@@ -124,11 +124,16 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   /* A fully valid call on a device that does not exist stops at the device lookup. */
   CHECK_ERROR(flashcpp_mla_sparse_prefill(&pt, &pp, NULL), FLASHCPP_INVALID_ARGUMENT, "device id 1000");
 
-  /* Decode plan: size query without buffers. */
+  /* Decode plan: size query without buffers, on a visible device only (the caller pretends one: device 0). */
   cfg = decode_config(2, 1, 128, 576, 2048, 0);
   memset(&sizes, 0x5A, sizeof sizes);
+  CHECK_ERROR(flashcpp_mla_decode_plan(&cfg, NULL, NULL, &sizes, NULL), FLASHCPP_INVALID_ARGUMENT,
+              "argument 'config.device_id' must be a visible CUDA device; device id 1000 is outside [0, 1)");
+  CHECK(sizes.num_sm_parts == 0x5A5A5A5A, "sizes written on failure");
+  cfg.device_id = 0;
   CHECK(flashcpp_mla_decode_plan(&cfg, NULL, NULL, &sizes, NULL) == FLASHCPP_SUCCESS, "size query: %s",
         flashcpp_last_error());
+  cfg.device_id = 1000;
   CHECK(sizes.split == 1 && sizes.num_sm_parts == 66, "sizes: split %d parts %d", sizes.split, sizes.num_sm_parts);
   CHECK(sizes.sched_meta_elems == 66 * FLASHCPP_MLA_SCHED_META_INTS && sizes.num_splits_elems == 3, "sizes");
   CHECK(sizes.lse_accum_elems == 68 * 128 && sizes.o_accum_elems == 68 * 128 * 512, "accumulator sizes");
@@ -143,9 +148,11 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   {
     static const int64_t meta_shape[2] = {66, 8};
     flashcpp_tensor meta = make_tensor(fake + (5 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 2, meta_shape);
+    cfg.device_id = 0;
     CHECK_ERROR(flashcpp_mla_decode_plan(&cfg, &meta, NULL, &sizes, NULL), FLASHCPP_INVALID_ARGUMENT,
                 "'sched_meta' and 'num_splits' must both be NULL");
     CHECK(sizes.num_sm_parts == 0x5A5A5A5A, "sizes written on failure");
+    cfg.device_id = 1000;
   }
   CHECK_ERROR(flashcpp_mla_decode_plan(NULL, NULL, NULL, &sizes, NULL), FLASHCPP_INVALID_ARGUMENT,
               "argument 'config' must not be NULL");
@@ -184,8 +191,10 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
     flashcpp_tensor xkv = make_tensor(fake + (6 << 24), FLASHCPP_U8, FLASHCPP_CUDA, 1000, 4, kv4_shape);
     flashcpp_tensor xi = make_tensor(fake + (7 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, x4_shape);
     cfg = decode_config(2, 2, 64, 512, 128, 512);
+    cfg.device_id = 0;
     CHECK(flashcpp_mla_decode_plan(&cfg, NULL, NULL, &sizes, NULL) == FLASHCPP_SUCCESS, "V4 size query: %s",
           flashcpp_last_error());
+    cfg.device_id = 1000;
     memset(&vt, 0, sizeof vt);
     vp.sm_scale = 0.04f;
     CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, NULL, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,

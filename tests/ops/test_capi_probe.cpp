@@ -450,7 +450,7 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                       flashcpp_mla_decode_plan_sizes sizes;
                       return flashcpp_mla_decode_plan(&bad, nullptr, nullptr, &sizes, nullptr);
                     },
-                    kInvalid, "device_id -1; it must be >= 0"});
+                    kInvalid, "argument 'config.device_id' must be a visible CUDA device; device id -1 is outside [0, 64)"});
   // Decode (V3.2 and V4 share the structs): the structs NULL, then each required tensor NULL in turn.
   flashcpp_mla_decode_config dc4 = dc;
   dc4.d_qk = 512;

@@ -31,6 +31,7 @@ typedef struct flashcpp_gdn_prefill_args {
   {(uint32_t)sizeof(flashcpp_gdn_prefill_args), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0}
 
 flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* args, void* stream);
+/* The workspace bytes GDN prefill needs on `device`, a visible CUDA device (else FLASHCPP_INVALID_ARGUMENT). */
 flashcpp_status flashcpp_gdn_prefill_workspace_bytes(int32_t device, int64_t* out_bytes);
 
 #ifdef __cplusplus

@@ -58,7 +58,7 @@ typedef struct flashcpp_mla_decode_config {
   uint32_t struct_size;                /* sizeof(flashcpp_mla_decode_config): set by FLASHCPP_MLA_DECODE_CONFIG_INIT */
   int32_t batch, s_q, h_q, d_qk, topk; /* d_qk 576 (V3.2 cache) or 512 (V4); topk a positive multiple of 64 */
   int32_t num_sms;                     /* 0: the SM count of `device_id` */
-  int32_t device_id;
+  int32_t device_id;                   /* a visible CUDA device, in the size query too */
   int32_t extra_topk;                  /* V4 only: the extra pool's topk, 0 (none) or a positive multiple of 64 */
 } flashcpp_mla_decode_config;
 /* d_qk 576 (V3.2), the device's SM count, device 0, no extra pool; set batch, s_q, h_q and topk. */
@@ -70,7 +70,9 @@ typedef struct flashcpp_mla_decode_plan_sizes {
   int64_t sched_meta_elems, num_splits_elems, lse_accum_elems, o_accum_elems; /* i32, i32, f32, f32 */
 } flashcpp_mla_decode_plan_sizes;
 
-/* Decode plan. With sched_meta == num_splits == NULL: only computes `sizes` (no device work).
+/* Decode plan. With sched_meta == num_splits == NULL: only computes `sizes` (no device work; config->device_id
+ * must still name a visible CUDA device, so without a GPU every size query is FLASHCPP_INVALID_ARGUMENT; the C++
+ * mla::decode_plan_sizes takes an SM count and no device).
  * Otherwise writes the split-KV schedule into the caller's buffers on `stream` (sched_meta i32
  * [num_sm_parts, 8], num_splits i32 [num_splits_elems]: batch + 1, or fewer where only the requests of a short
  * last wave are split; both contiguous on config->device_id) and fills `sizes`.

@@ -72,7 +72,7 @@ flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* runner, 
 flashcpp_status flashcpp_fused_moe_tune(flashcpp_fused_moe_runner* runner, const flashcpp_fused_moe_args* args,
                                         void* stream, int64_t* out_gemm1, int64_t* out_gemm2);
 /* The shape-independent tactics of the bucket of `tokens` (-1: the runner's default), and setting them (each
- * index -1 or below the runner's candidate count, tokens >= 1): runs of that bucket use them for every shape
+ * index -1 or below the runner's candidate count; tokens >= 1 for both): runs of that bucket use them for every shape
  * that flashcpp_fused_moe_tune has not tuned in that bucket; tuned shapes keep their own tactics, which
  * flashcpp_fused_moe_tactics does not report (flashcpp_fused_moe_tune returns them). E.g. restoring the
  * results of flashcpp_fused_moe_tune from an earlier process, for a runner serving one shape on the same
