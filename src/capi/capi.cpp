@@ -8,7 +8,9 @@
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp::capi {
-thread_local std::string t_last_error;
+namespace {
+thread_local std::string t_last_error;  // flashcpp_last_error()'s
+}  // namespace
 
 void set_last_error(std::string message) noexcept {
   try {

@@ -12,6 +12,9 @@
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/tensor.hpp"
 
+// Internal to libflashcpp: the C entry points (flashcpp_*) are the ABI, none of this is exported. Everything declared
+// from here to the pop has hidden visibility, and a definition takes its declaration's.
+#pragma GCC visibility push(hidden)
 namespace flashcpp::capi {
 
 void set_last_error(std::string message) noexcept;
@@ -80,3 +83,4 @@ bool flag_of(int32_t value, const char* op, const char* name);
 void require_device_id(int64_t device_id, const char* op, const char* name);
 
 }  // namespace flashcpp::capi
+#pragma GCC visibility pop
