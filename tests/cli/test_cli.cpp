@@ -3,12 +3,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <array>
 #include <chrono>
 #include <fstream>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/jit.hpp"
@@ -227,7 +232,7 @@ TEST(Cli, MlaBenchRefusesNonPositiveSizesAsUsage) {
   for (const char* args : {"mla-bench --topk -5", "mla-bench --h-q 0", "mla-bench --decode-s-q -1"}) {
     const CliRun r = run(args, "FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
-    EXPECT_TRUE(contains(r, "not in range")) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r, "must be an integer in [1, 2147483647]")) << args << "\n" << r.output;
   }
 }
 
@@ -337,7 +342,7 @@ TEST(CliPrepare, BadConfigFieldsAndFilesAreNamed) {
   EXPECT_TRUE(contains(r, "must be 64, 128 or 256")) << r.output;
   r = run("prepare '" + dir + "/absent.json'");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(contains(r, "cannot read")) << r.output;
+  EXPECT_TRUE(contains(r, "absent.json' cannot be read: No such file or directory")) << r.output;
 }
 
 }  // namespace
@@ -354,4 +359,155 @@ TEST(CliPrepare, PrepareStopsAtTheFirstModuleItCannotHave) {
   EXPECT_FALSE(contains(r, "module 2 of 5")) << r.output;
   EXPECT_FALSE(contains(r, "prepared ")) << r.output;
 }
+}  // namespace
+
+// Every option's value goes through one strict, typed path (tools/flashcpp/options.hpp): each bad value below is a
+// usage error (exit 2) naming the option and the rule, before any GPU check. Before it, `demo --head-dim ''` died of
+// SIGSEGV (the empty string skipped the set check: head_dim 0), `prepare --sm ''` planned for "sm0" and exited 0,
+// `demo --seed -5` ran with seed 2^64 - 5, and `mla-bench --device -1` exited 3 (no GPU) instead of 2.
+namespace {
+
+struct BadValue {
+  std::string args;
+  std::string option;  // named in the message
+  std::string rule;    // the rule the message states ("": the value is accepted)
+};
+
+TEST(CliOptions, EveryCommandRefusesBadValuesAsUsageErrors) {
+  const std::string cfg = std::string(FLASHCPP_CLI_DATA) + "/llama3_8b.json";
+  const std::vector<BadValue> cases = {
+      {"demo --cpu --head-dim ''", "--head-dim", "must be one of 64, 128, 256; got ''"},
+      {"demo --cpu --head-dim=", "--head-dim", "1 required"},
+      {"demo --cpu --head-dim 0x80", "--head-dim", "must be one of 64, 128, 256; got '0x80'"},
+      {"demo --cpu --seed -5", "--seed", "must be an integer in [0, 18446744073709551615]; got '-5'"},
+      {"demo --cpu --seed ''", "--seed", "must be an integer in [0, 18446744073709551615]; got ''"},
+      {"demo --cpu --seed 18446744073709551616", "--seed", "must be an integer in [0, 18446744073709551615]"},
+      {"demo --cpu --seed ' 7'", "--seed", "must be an integer in [0, 18446744073709551615]; got ' 7'"},
+      {"demo --cpu --seed +7", "--seed", "must be an integer in [0, 18446744073709551615]; got '+7'"},
+      {"demo --cpu --batch ''", "--batch", "must be an integer in [1, 4096]; got ''"},
+      {"demo --cpu --batch 0", "--batch", "must be an integer in [1, 4096]; got '0'"},
+      {"demo --cpu --batch 99999999999999999999", "--batch", "must be an integer in [1, 4096]"},
+      {"demo --cpu --context -1", "--context", "must be an integer in [1, 1048576]"},
+      {"demo --cpu --qo-heads 1.5", "--qo-heads", "must be an integer in [1, 256]; got '1.5'"},
+      {"demo --cpu --kv-heads ''", "--kv-heads", "must be an integer in [1, 256]"},
+      {"demo --cpu --page-size 4096", "--page-size", "must be an integer in [1, 1024]"},
+      {"demo --cpu --backend ''", "--backend", "must be one of auto, cuda_cores, tensor_cores; got ''"},
+      {"demo --cpu --backend CUDA_CORES", "--backend", "must be one of auto, cuda_cores, tensor_cores"},
+      {"prepare '" + cfg + "' --sm ''", "--sm", "must be one of 80, 86, 89, 90, 100, 103, 120; got ''"},
+      {"prepare '" + cfg + "' --sm 0", "--sm", "must be one of 80, 86, 89, 90, 100, 103, 120; got '0'"},
+      {"prepare '" + cfg + "' --sm 090", "--sm", ""},  // 090 reads as 90 (not octal 72): accepted
+      {"prepare ''", "config", "must not be empty"},
+      {"mla-bench --topk -5", "--topk", "must be an integer in [1, 2147483647]; got '-5'"},
+      {"mla-bench --device -1", "--device", "must be an integer in [0, 1023]; got '-1'"},
+      {"mla-bench --device ''", "--device", "must be an integer in [0, 1023]"},
+      {"mla-bench --batch 1 '' 64", "--batch", "must be an integer in [1, 2147483647]; got ''"},
+      {"mla-bench --s-kv 0", "--s-kv", "must be an integer in [1, 2147483647]"},
+      {"mla-bench --num-sms -1", "--num-sms", "must be an integer in [0, 4096]"},
+      {"mla-bench --warmup -1", "--warmup", "must be an integer in [0, 1000]"},
+      {"mla-bench --iters 0", "--iters", "must be an integer in [1, 1000]"},
+      {"mla-bench --suite ''", "--suite", "must be one of flashmla; got ''"},
+      {"mla-bench --suite flashmla --suite-filter ''", "--suite-filter", "must not be empty"},
+      {"mla-bench --fp8-kernel ''", "--fp8-kernel", "must be one of auto, mma, wgmma; got ''"},
+      {"bench --iters ''", "--iters", "must be an integer in [1, 1000]"},
+      {"bench --op bogus", "--op", "must be one of rmsnorm,"},
+      {"bench --op ''", "--op", "must not be empty"},
+      {"bench-mla-gdn-moe --op ''", "--op", "must be one of mla, gdn, moe, all; got ''"},
+      {"bench-mla-gdn-moe --moe-tokens 0", "--moe-tokens", "must be an integer in [1, 1048576]"},
+      {"bench-mla-gdn-moe --bf16-ceiling inf", "--bf16-ceiling", "must be a finite number in (0, 1e+09]; got 'inf'"},
+      {"bench-mla-gdn-moe --bf16-ceiling nan", "--bf16-ceiling", "must be a finite number in (0, 1e+09]"},
+      {"bench-mla-gdn-moe --bf16-ceiling 0", "--bf16-ceiling", "must be a finite number in (0, 1e+09]; got '0'"},
+      {"bench-mla-gdn-moe --bf16-ceiling ''", "--bf16-ceiling", "must be a finite number in (0, 1e+09]"},
+      {"bench-mla-gdn-moe --iters -3", "--iters", "must be an integer in [1, 100000]"},
+      {"bench-mla-gdn-moe --device -1", "--device", "must be an integer in [0, 1023]"},
+      {"build --uri ''", "--uri", "must not be empty"},
+      {"build --arch ''", "--arch", "must not be empty"},
+      {"build --jobs -1", "--jobs", "must be an integer in [0, 4096]"},
+      {"build --jobs ''", "--jobs", "must be an integer in [0, 4096]"},
+      {"build --cache-dir '' --print-root", "--cache-dir", "must not be empty"},
+      {"fetch --module ''", "--module", "must not be empty"},
+  };
+  // Decimal means decimal: a leading zero is not octal (CLI11's own conversion would read 010 as 8).
+  const CliRun seeded = run("demo --cpu --batch 1 --context 8 --seed 010");
+  EXPECT_EQ(seeded.exit_code, 0) << seeded.output;
+  EXPECT_TRUE(contains(seeded, "seed 10\n")) << seeded.output;
+  for (const BadValue& c : cases) {
+    const CliRun r = run(c.args, "FLASHCPP_OFFLINE=1 FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
+    EXPECT_FALSE(crashed(r)) << c.args << "\n" << r.output;
+    if (c.rule.empty()) {
+      EXPECT_EQ(r.exit_code, 0) << c.args << "\n" << r.output;
+      continue;
+    }
+    EXPECT_EQ(r.exit_code, kUsage) << c.args << "\n" << r.output;
+    EXPECT_TRUE(contains(r, c.option + ": " + c.rule)) << c.args << "\n" << r.output;
+  }
+}
+
+// The same for every option a command's --help lists with a value: an empty value is a usage error naming it (so an
+// option added without the typed path fails here).
+TEST(CliOptions, AnEmptyValueForAnyListedOptionIsAUsageError) {
+  int checked = 0;
+  for (const std::string cmd : {"doctor", "fetch", "build", "prepare", "bench-mla-gdn-moe", "mla-bench", "demo", "bench",
+                                "cache prune"}) {
+    const CliRun help = run(cmd + " --help");
+    ASSERT_EQ(help.exit_code, 0) << cmd << "\n" << help.output;
+    std::istringstream lines(help.output);
+    std::string line;
+    while (std::getline(lines, line)) {
+      // "  --name TYPE ..." or "  -j,--jobs TYPE ...": an option that takes a value (a flag has no TYPE).
+      static const std::regex option(R"(^\s+(?:-[A-Za-z],)?(--[a-z0-9-]+)(?:,-[A-Za-z])?\s([A-Z{][^ ]*))");
+      std::smatch m;
+      if (!std::regex_search(line, m, option) || m[1] == "--help") continue;
+      const std::string name = m[1];
+      const std::string prefix = cmd == "prepare" ? "prepare x.json" : cmd == "mla-bench" && name == "--suite-filter"
+                                                                           ? "mla-bench --suite flashmla"
+                                                                           : cmd;
+      const CliRun r = run(prefix + " " + name + " ''", "FLASHCPP_OFFLINE=1 FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
+      EXPECT_EQ(r.exit_code, kUsage) << cmd << " " << name << " ''\n" << r.output;
+      EXPECT_TRUE(contains(r, name + ": must")) << cmd << " " << name << " ''\n" << r.output;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 35) << "the --help lines were not recognised";
+}
+
+// A run bounded by `timeout` (a hang fails the case instead of the test run) that must return within 20 s.
+CliRun timed(const std::string& args, const std::string& env) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliRun r = run(args, "timeout 60 env " + env);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0) << args;
+  return r;
+}
+
+// A FIFO as a model's config is refused at once (it used to hang `prepare` forever), as are a file above the size
+// limit, a directory and JSON nested 100,000 deep (which overflowed the stack: SIGSEGV).
+TEST(CliFiles, FifoHugeAndDeepConfigsAreRefusedAtOnce) {
+  const std::string dir = temp_cache() + "/files";
+  std::filesystem::create_directories(dir);
+  const std::string fifo = dir + "/config.fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string env = "FLASHCPP_OFFLINE=1 FLASHCPP_CACHE_DIR='" + dir + "/cache'";
+  CliRun r = timed("prepare '" + fifo + "'", env);
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "flashcpp prepare: config '" + fifo + "' must be a regular file (not a FIFO)")) << r.output;
+
+  {
+    std::ofstream deep(dir + "/deep.json");
+    deep << std::string(100000, '[') << std::string(100000, ']');
+  }
+  r = timed("prepare '" + dir + "/deep.json'", env);
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "deep.json' nests arrays and objects more than 64 levels deep")) << r.output;
+  {
+    std::ofstream big(dir + "/big.json");
+    big << "{\"architectures\": [\"LlamaForCausalLM\"], \"pad\": \"" << std::string((16u << 20) + 16, ' ') << "\"}";
+  }
+  r = timed("prepare '" + dir + "/big.json'", env);
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "big.json' must be at most 16777216 bytes")) << r.output;
+  r = timed("prepare '" + dir + "'", env);
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "must be a regular file (not a directory)")) << r.output;
+}
+
 }  // namespace

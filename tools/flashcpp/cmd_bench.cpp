@@ -326,9 +326,10 @@ void add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Time FlashInfer's norm, KV append, prefill and decode through flashcpp "
                                           "(kernel and host time, against the copy ceiling and the launch floor)");
   add_timing_options(*cmd, o->warmup, o->iters);
-  cmd->add_option("--op", o->ops,
-                  "only these ops: rmsnorm gemma_rmsnorm fused_add_rmsnorm fused_qk_rmsnorm batch_decode "
-                  "append_paged_kv_cache single_decode single_prefill batch_prefill_paged batch_prefill_ragged");
+  add_text(*cmd, "--op", o->ops, "only these ops")
+      ->check(word_of({"rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "fused_qk_rmsnorm", "batch_decode",
+                       "append_paged_kv_cache", "single_decode", "single_prefill", "batch_prefill_paged",
+                       "batch_prefill_ragged"}));
   cmd->callback(checked([o] {
     const int rc = run_bench(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

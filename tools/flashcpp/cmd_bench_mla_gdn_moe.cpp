@@ -263,13 +263,13 @@ void add_bench_mla_gdn_moe_command(CLI::App& app) {
   static std::vector<int64_t> moe_tokens{1, 16, 256, 4096};
   static double ceiling = 785;
   static bool moe_tune = false;
-  cmd->add_option("--op", op, "mla, gdn, moe or all")->check(CLI::IsMember({"mla", "gdn", "moe", "all"}));
-  cmd->add_option("--moe-tokens", moe_tokens, "token counts of the MoE shapes")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--bf16-ceiling", ceiling, "the card's bf16 GEMM TFLOP/s the MoE figures are compared with (H200: 785)")
-      ->check(CLI::PositiveNumber);
+  add_word(*cmd, "--op", op, "which ops", {"mla", "gdn", "moe", "all"});
+  add_integer(*cmd, "--moe-tokens", moe_tokens, "token counts of the MoE shapes", int64_t{1}, int64_t{1} << 20);
+  add_real(*cmd, "--bf16-ceiling", ceiling, "the card's bf16 GEMM TFLOP/s the MoE figures are compared with (H200: 785)",
+           0, 1e9, /*lo_open=*/true);
   cmd->add_flag("--moe-tune", moe_tune, "also time each MoE case after FusedMoeRunner::tune chose its GEMM tactics");
-  cmd->add_option("--iters", iters, "timed iterations (median reported)")->check(CLI::Range(1, 100000));
-  cmd->add_option("--device", device, "CUDA device");
+  add_integer(*cmd, "--iters", iters, "timed iterations (median reported)", 1, 100000);
+  add_integer(*cmd, "--device", device, "CUDA device (below the device count)", 0, 1023);
   cmd->callback(checked([] {
     if (cuda_device_count() == 0) throw Error(ErrorCode::unsupported, "bench-mla-gdn-moe needs a CUDA GPU; none was found");
     DeviceGuard guard(device);

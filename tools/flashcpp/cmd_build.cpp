@@ -19,13 +19,14 @@ void add_build_command(CLI::App& app) {
     std::string cache_dir;
   };
   auto args = std::make_shared<Args>();
-  cmd->add_option("--uri", args->uris, "Module URI (FlashInfer's name, e.g. norm, page, batch_decode_with_kv_cache_...)");
+  add_text(*cmd, "--uri", args->uris, "Module URI (FlashInfer's name, e.g. norm, page, batch_decode_with_kv_cache_...)");
   cmd->add_flag("--defaults", args->defaults, "Build the default module set (flashcpp::jit::default_uris())");
   cmd->add_flag("--list", args->list, "Print the default module set and exit");
-  cmd->add_option("--arch", args->archs, "CUDA architectures, FLASHINFER_CUDA_ARCH_LIST style (default 9.0a)")
+  add_text(*cmd, "--arch", args->archs, "CUDA architectures, FLASHINFER_CUDA_ARCH_LIST style (default 9.0a)")
       ->delimiter(',');
-  cmd->add_option("--jobs,-j", args->jobs, "Parallel compiler processes (default: FLASHCPP_JIT_JOBS or all cores)");
-  cmd->add_option("--cache-dir", args->cache_dir, "Cache directory (default: FLASHCPP_CACHE_DIR or ~/.cache/flashcpp)");
+  add_integer(*cmd, "--jobs,-j", args->jobs,
+              "Parallel compiler processes, 0: all cores (default: FLASHCPP_JIT_JOBS or all cores)", 0, 4096);
+  add_text(*cmd, "--cache-dir", args->cache_dir, "Cache directory (default: FLASHCPP_CACHE_DIR or ~/.cache/flashcpp)");
   cmd->add_flag("--quiet,-q", args->quiet, "Print only the summary");
   cmd->add_flag("--print-root", args->print_root,
                 "Print the directory modules of this configuration are published in (<cache>/jit/<key>) and exit");

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -285,15 +286,14 @@ void add_demo_command(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
   auto* cmd = app.add_subcommand("demo", "One decode step (RMSNorm -> paged KV append -> batch decode), checked "
                                          "against the float64 reference; the reference backend alone without a GPU");
-  cmd->add_option("--batch", o->batch, "requests")->check(CLI::Range(1, 4096));
-  cmd->add_option("--context", o->context, "tokens per request, the new one included")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--qo-heads", o->num_qo_heads, "query heads")->check(CLI::Range(1, 256));
-  cmd->add_option("--kv-heads", o->num_kv_heads, "key/value heads")->check(CLI::Range(1, 256));
-  cmd->add_option("--head-dim", o->head_dim, "head dim (64, 128, 256)")->check(CLI::IsMember({64, 128, 256}));
-  cmd->add_option("--page-size", o->page_size, "tokens per KV page")->check(CLI::Range(1, 1024));
-  cmd->add_option("--seed", o->seed, "random seed (0: fresh)");
-  cmd->add_option("--backend", o->backend, "decode path: auto, cuda_cores, tensor_cores")
-      ->check(CLI::IsMember({"auto", "cuda_cores", "tensor_cores"}));
+  add_integer(*cmd, "--batch", o->batch, "requests", int64_t{1}, int64_t{4096});
+  add_integer(*cmd, "--context", o->context, "tokens per request, the new one included", int64_t{1}, int64_t{1} << 20);
+  add_integer(*cmd, "--qo-heads", o->num_qo_heads, "query heads", int64_t{1}, int64_t{256});
+  add_integer(*cmd, "--kv-heads", o->num_kv_heads, "key/value heads", int64_t{1}, int64_t{256});
+  add_integer_of(*cmd, "--head-dim", o->head_dim, "head dim", std::vector<int64_t>{64, 128, 256});
+  add_integer(*cmd, "--page-size", o->page_size, "tokens per KV page", int64_t{1}, int64_t{1024});
+  add_integer(*cmd, "--seed", o->seed, "random seed (0: fresh)", uint64_t{0}, std::numeric_limits<uint64_t>::max());
+  add_word(*cmd, "--backend", o->backend, "decode path", {"auto", "cuda_cores", "tensor_cores"});
   cmd->add_flag("--cpu", o->cpu, "run the float64 reference backend even when a GPU is present");
   cmd->callback([o] {
     validate(*o);

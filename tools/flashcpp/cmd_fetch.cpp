@@ -175,7 +175,7 @@ void run_cache_prune(bool unpinned, bool everything) {
 void add_fetch_command(CLI::App& app) {
   auto opts = std::make_shared<FetchOptions>();
   auto* cmd = app.add_subcommand("fetch", "Download, verify and cache the pinned artifacts (or only the given modules)");
-  cmd->add_option("--module", opts->modules, "Prebuilt module URI to extract (repeatable); nothing else is fetched");
+  add_text(*cmd, "--module", opts->modules, "Prebuilt module URI to extract (repeatable); nothing else is fetched");
   cmd->add_flag("--skip-jit-cache", opts->skip_jit_cache, "Skip the multi-GB flashinfer-jit-cache wheel");
   cmd->add_flag("--offline", opts->offline, "Never download (as FLASHCPP_OFFLINE=1)");
   cmd->callback(checked([opts] { run_fetch(*opts); }));

@@ -307,34 +307,32 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
 void add_mla_bench_command(CLI::App& app) {
   auto opts = std::make_shared<MlaBenchOptions>();
   auto* cmd = app.add_subcommand("mla-bench", "Benchmark sparse MLA prefill and FP8 decode on the GPU");
-  cmd->add_option("--device", opts->device, "CUDA device");
+  add_integer(*cmd, "--device", opts->device, "CUDA device (below the device count)", 0, 1023);
   add_timing_options(*cmd, opts->warmup, opts->iters);
-  cmd->add_option("--s-kv", opts->s_kv, "Prefill KV lengths");
-  cmd->add_option("--batch", opts->batches, "Decode batch sizes");
   // Sizes are positive (a usage error otherwise, exit 2); the library checks the rest (multiples of 64, limits).
-  const CLI::Range positive(int64_t{1}, int64_t{INT32_MAX});
-  cmd->add_option("--topk", opts->topk, "topk (multiple of 64)")->check(positive);
-  cmd->add_option("--h-q", opts->h_q, "Query heads")->check(positive);
-  cmd->add_option("--prefill-s-q", opts->prefill_s_q, "Prefill query tokens")->check(positive);
-  cmd->add_option("--decode-s-q", opts->decode_s_q, "Decode query tokens per request")->check(positive);
-  cmd->add_option("--decode-s-kv", opts->decode_s_kv, "Decode KV tokens per request (multiple of 64)")->check(positive);
-  cmd->add_option("--num-sms", opts->num_sms, "SM count the decode plan schedules for (0: the device's)")
-      ->check(CLI::Range(0, 4096));
+  const int64_t one = 1, most = INT32_MAX;
+  add_integer(*cmd, "--s-kv", opts->s_kv, "Prefill KV lengths", one, most);
+  add_integer(*cmd, "--batch", opts->batches, "Decode batch sizes", one, most);
+  add_integer(*cmd, "--topk", opts->topk, "topk (multiple of 64)", one, most);
+  add_integer(*cmd, "--h-q", opts->h_q, "Query heads", one, most);
+  add_integer(*cmd, "--prefill-s-q", opts->prefill_s_q, "Prefill query tokens", one, most);
+  add_integer(*cmd, "--decode-s-q", opts->decode_s_q, "Decode query tokens per request", one, most);
+  add_integer(*cmd, "--decode-s-kv", opts->decode_s_kv, "Decode KV tokens per request (multiple of 64)", one, most);
+  add_integer(*cmd, "--num-sms", opts->num_sms, "SM count the decode plan schedules for (0: the device's)", 0, 4096);
   auto only = std::make_shared<std::pair<bool, bool>>(false, false);
   cmd->add_flag("--prefill-only", only->first, "Only the prefill cases");
   cmd->add_flag("--decode-only", only->second, "Only the decode cases");
   cmd->add_flag("--simple", opts->simple, "Force the portable simple kernel (no Hopper kernel)");
-  auto* suite = cmd->add_option("--suite", opts->suite,
-                                "Run a whole suite instead: flashmla = FlashMLA's decode and prefill performance "
-                                "cases, inputs drawn as its tests draw them (--prefill-only / --decode-only apply)")
-                    ->check(CLI::IsMember({"flashmla"}));
-  cmd->add_option("--suite-filter", opts->suite_filter,
-                  "Only suite cases whose label contains SUBSTR (e.g. \"decode V4 config 1 b 64 \", \"prefill V3.2\")")
+  auto* suite = add_word(*cmd, "--suite", opts->suite,
+                         "Run a whole suite instead: flashmla = FlashMLA's decode and prefill performance "
+                         "cases, inputs drawn as its tests draw them (--prefill-only / --decode-only apply)",
+                         {"flashmla"});
+  add_text(*cmd, "--suite-filter", opts->suite_filter,
+           "Only suite cases whose label contains SUBSTR (e.g. \"decode V4 config 1 b 64 \", \"prefill V3.2\")")
       ->needs(suite);
   cmd->add_flag("--v4", opts->v4, "DeepSeek V4 decode on FlashMLA's production shapes instead (use --batch 2 64 128 148)");
   auto fp8_kernel = std::make_shared<std::string>("");
-  cmd->add_option("--fp8-kernel", *fp8_kernel, "Hopper kernel for FP8 decode: auto (default), mma or wgmma")
-      ->check(CLI::IsMember({"auto", "mma", "wgmma"}));
+  add_word(*cmd, "--fp8-kernel", *fp8_kernel, "Hopper kernel for FP8 decode (auto: the default)", {"auto", "mma", "wgmma"});
   cmd->callback(checked([opts, only, fp8_kernel] {
     MlaBenchOptions o = *opts;
     if (*fp8_kernel == "auto") mla::kernels::set_fp8_decode_kernel(std::nullopt);

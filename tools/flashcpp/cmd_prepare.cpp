@@ -2,11 +2,10 @@
 // read from its Hugging Face config.json; printed, or with --prepare fetched or built now through
 // Runtime::prepare, with progress.
 #include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "tools_internal.hpp"
 #include "flashcpp/commands.hpp"
 #include "flashcpp/error.hpp"
 #include "flashcpp/jit.hpp"
@@ -148,14 +147,8 @@ void add_moe(Plan& p, const ConfigReader& c, const char* experts_key, int sm) {
 }
 
 Plan plan_for(const std::string& file, int sm) {
-  std::ifstream in(file);
-  if (!in) throw_error(ErrorCode::not_found, "flashcpp prepare: cannot read '" + file + "'");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const std::exception& e) {
-    throw_error(ErrorCode::invalid_argument, "flashcpp prepare: '" + file + "' is not valid JSON: " + e.what());
-  }
+  // A regular file of at most 16 MiB read within 10 s (a FIFO is refused, not waited on), JSON at most 64 deep.
+  const json j = load_json_file(file, "flashcpp prepare: config");
   if (!j.is_object()) throw_error(ErrorCode::invalid_argument, "flashcpp prepare: '" + file + "' must hold a JSON object");
   const ConfigReader c(j, file);
   const std::string arch = c.text("architectures"), type = c.text("model_type");
@@ -242,8 +235,8 @@ void add_prepare_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("prepare", "The FlashInfer modules a model's layers need, from its config.json "
                                             "(DeepSeek V3/V3.2, Llama 3, Qwen 2/3 and their MoE): printed, or "
                                             "fetched/built now with --prepare");
-  cmd->add_option("config", o->config, "the model's Hugging Face config.json")->required();
-  cmd->add_option("--sm", o->sm, "target GPU architecture")->check(CLI::IsMember({80, 86, 89, 90, 100, 103, 120}))
+  add_text(*cmd, "config", o->config, "the model's Hugging Face config.json")->required();
+  add_integer_of(*cmd, "--sm", o->sm, "target GPU architecture", std::vector<int>{80, 86, 89, 90, 100, 103, 120})
       ->capture_default_str();
   cmd->add_flag("--prepare", o->prepare, "Fetch or build and load every listed module now, with progress");
   cmd->add_flag("--verbose,-v", o->verbose, "With --prepare: also download progress and each build step");

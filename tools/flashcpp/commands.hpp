@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "flashcpp/error.hpp"
+#include "flashcpp/options.hpp"
 
 namespace flashcpp::cli {
 
@@ -28,8 +29,8 @@ inline std::function<void()> checked(std::function<void()> fn) {
 
 /// --warmup and --iters of the benchmark commands: calls before timing, then timed calls whose median is reported.
 inline void add_timing_options(CLI::App& cmd, int& warmup, int& iters) {
-  cmd.add_option("--warmup", warmup, "calls before timing (per case)")->check(CLI::Range(0, 1000));
-  cmd.add_option("--iters", iters, "timed calls per case (median reported)")->check(CLI::Range(1, 1000));
+  add_integer(cmd, "--warmup", warmup, "calls before timing (per case)", 0, 1000);
+  add_integer(cmd, "--iters", iters, "timed calls per case (median reported)", 1, 1000);
 }
 
 void add_doctor_command(CLI::App& app);
