@@ -510,4 +510,51 @@ TEST(CliFiles, FifoHugeAndDeepConfigsAreRefusedAtOnce) {
   EXPECT_TRUE(contains(r, "must be a regular file (not a directory)")) << r.output;
 }
 
+
+// FLASHCPP_MANIFEST a FIFO (it used to hang `doctor` and `fetch` forever) or JSON nested 100,000 deep: doctor names
+// the problem and its remedy and exits 1; fetch refuses the setting (exit 2); both at once.
+TEST(CliDoctor, AnUnusableManifestIsAProblemAndFetchRefusesIt) {
+  const std::string dir = temp_cache() + "/manifest";
+  std::filesystem::create_directories(dir);
+  const std::string fifo = dir + "/manifest.fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string env = "FLASHCPP_OFFLINE=1 FLASHCPP_CACHE_DIR='" + dir + "/cache' ";
+  CliRun r = timed("doctor", env + "FLASHCPP_MANIFEST='" + fifo + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r, "FLASHCPP_MANIFEST file '" + fifo + "' must be a regular file (not a FIFO)")) << r.output;
+  EXPECT_TRUE(contains(r, "unset FLASHCPP_MANIFEST")) << r.output;  // the remedy
+  EXPECT_FALSE(contains(r, "no problems found")) << r.output;
+  r = timed("fetch --skip-jit-cache", env + "FLASHCPP_MANIFEST='" + fifo + "'");
+  EXPECT_EQ(r.exit_code, kUsage) << r.output;
+  EXPECT_TRUE(contains(r, "must be a regular file (not a FIFO)")) << r.output;
+  {
+    std::ofstream deep(dir + "/deep.json");
+    deep << std::string(100000, '[') << std::string(100000, ']');
+  }
+  r = timed("doctor", env + "FLASHCPP_MANIFEST='" + dir + "/deep.json'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r, "deep.json' nests arrays and objects more than 64 levels deep")) << r.output;
+}
+
+// `doctor` fails (exit 1) when what it reports is untrusted: a libtvm_ffi in a group-writable directory used to be
+// reported "untrusted" followed by "no problems found" and exit 0.
+TEST(CliDoctor, AnUntrustedLibtvmFfiIsAProblem) {
+  const std::string dir = temp_cache() + "/untrusted-tvm";
+  std::filesystem::create_directories(dir + "/lib");
+  const std::string lib = std::string(FLASHCPP_TVM_FFI_LIB);
+  std::filesystem::copy_file(lib, dir + "/lib/libtvm_ffi.so", std::filesystem::copy_options::overwrite_existing);
+  ::chmod(dir.c_str(), 0775);  // group-writable: anyone in the group could replace the library
+  const std::string env = "FLASHCPP_TVM_FFI='" + dir + "' FLASHCPP_CACHE_DIR='" + temp_cache() + "'";
+  CliRun r = run("doctor", env);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r, "libtvm_ffi is untrusted and will not be loaded")) << r.output;
+  EXPECT_TRUE(contains(r, "chmod go-w")) << r.output;  // the remedy
+  EXPECT_FALSE(contains(r, "no problems found")) << r.output;
+  ::chmod(dir.c_str(), 0755);  // fixed: the same library is trusted
+  r = run("doctor", env);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r, "no problems found")) << r.output;
+}
+
 }  // namespace

@@ -1,6 +1,6 @@
 // `flashcpp doctor`: what this machine offers flashcpp, and what is missing or misconfigured.
-// Exit status 1 when something needed is missing or a setting is invalid (each problem says what to do);
-// a machine without a GPU is not a failure: the reference backend is what runs there.
+// Exit status 1 when something needed is missing, untrusted or unusable, or a setting is invalid (each problem says
+// what to do); a machine without a GPU is not a failure: the reference backend is what runs there.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -44,6 +44,20 @@ int print_cuda() {
   return n;
 }
 
+// The pins: built in, or FLASHCPP_MANIFEST's file, which must be usable (a regular file of valid, shallow JSON).
+bool print_manifest(const artifacts::Config& cfg, Problems& problems) {
+  if (cfg.manifest_file.empty()) return true;
+  try {
+    (void)cfg.manifest();
+    std::printf("manifest:      %s (FLASHCPP_MANIFEST)\n", cfg.manifest_file.c_str());
+    return true;
+  } catch (const Error& e) {
+    std::printf("manifest:      unusable: %s\n", e.what());
+    problems.push_back(e.message() + "; fix the file or unset FLASHCPP_MANIFEST (then the built-in pins apply)");
+    return false;
+  }
+}
+
 void print_tvm_ffi(const artifacts::Config& cfg, bool gpu, Problems& problems) {
   try {
     const auto path = artifacts::resolve_tvm_ffi_library(cfg);
@@ -51,8 +65,14 @@ void print_tvm_ffi(const artifacts::Config& cfg, bool gpu, Problems& problems) {
     std::printf("libtvm_ffi:    %s (version %s)\n", lib.path().c_str(), lib.version_string().c_str());
   } catch (const Error& e) {
     std::printf("libtvm_ffi:    not available: %s\n", e.what());
-    // Only the GPU ops load it: without a GPU the reference backend runs and needs none.
-    if (gpu)
+    // Only the GPU ops load it: without a GPU the reference backend runs and needs none, so a missing one is a problem
+    // only with a GPU. One that is there but refused (untrusted) or cannot be loaded is a problem everywhere.
+    if (e.code() == ErrorCode::untrusted)
+      problems.push_back("libtvm_ffi is untrusted and will not be loaded: " + e.message());
+    else if (e.code() != ErrorCode::not_found)
+      problems.push_back("libtvm_ffi cannot be used: " + e.message() + "; remove it and run `flashcpp fetch "
+                         "--skip-jit-cache`, or set FLASHCPP_TVM_FFI_LIB to a working libtvm_ffi.so");
+    else if (gpu)
       problems.push_back("libtvm_ffi is not available (the FlashInfer ops need it): run `flashcpp fetch "
                          "--skip-jit-cache` with network access, or set FLASHCPP_TVM_FFI_LIB to a libtvm_ffi.so");
   }
@@ -102,7 +122,7 @@ int run_doctor() {
     if (std::find(problems.begin(), problems.end(), e.message()) == problems.end()) problems.push_back(e.message());
   }
   const bool gpu = print_cuda() > 0;
-  if (cfg) {
+  if (cfg && print_manifest(*cfg, problems)) {  // what follows resolves through the manifest's pins
     print_tvm_ffi(*cfg, gpu, problems);
     print_cache(*cfg, problems);
   }
@@ -128,7 +148,7 @@ void check_environment() {
 
 void add_doctor_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("doctor", "Report the TVM-FFI runtime, CUDA driver/runtime, GPUs and the cache; "
-                                           "exit status 1 when something needed is missing or misconfigured");
+                                           "exit status 1 when something needed is missing, untrusted, unusable or misconfigured");
   cmd->callback([] {
     if (const int rc = run_doctor(); rc != kExitOk) throw CLI::RuntimeError(rc);
   });
