@@ -55,7 +55,31 @@ typedef enum flashcpp_device_type { FLASHCPP_CPU = 1, FLASHCPP_CUDA = 2, FLASHCP
 
 #define FLASHCPP_MAX_RANK 6
 
-/* A non-owning tensor: strides in elements (never NULL-equivalent: fill all `rank` entries). */
+/* A non-owning tensor: strides in elements (never NULL-equivalent: fill all `rank` entries).
+ *
+ * Every tensor argument of every function is checked before anything is launched, read or written, and refused
+ * with FLASHCPP_INVALID_ARGUMENT naming the argument and the rule unless:
+ *   codes     rank is in [0, FLASHCPP_MAX_RANK], dtype a flashcpp_dtype, device_type a flashcpp_device_type, and a
+ *             CUDA tensor's device_id a visible CUDA device, [0, device count);
+ *   extent    every size is >= 0; the element count and the byte extent (the bytes from the lowest to the highest
+ *             addressed element: sum over dims of (size - 1) * |stride| elements, plus one element) fit in int64;
+ *   address   when it has elements, data is not NULL and every element's address lies inside the address space:
+ *             data plus the extent, for either stride sign, neither passes 2^64 nor goes below 0 (checked in
+ *             128-bit arithmetic, so no pointer wraps);
+ *   alignment data is aligned to the element size (a bf16 tensor at an odd address is refused); where a kernel's
+ *             vector loads or FlashInfer need more, the message names the requirement: e.g. up to 16 bytes for the
+ *             norms' rows, 16 for GDN's tensors and the sparse MLA caches and plan buffers, 256 for FlashInfer's
+ *             workspaces;
+ *   host      an array the library reads or writes in host memory (indptr and length arrays of plans, GDN's
+ *             cu_seqlens_host, the host quantizers' tensors, the page-locked workspace) spans at most 2^40 bytes.
+ *             That it lies in one allocation of that extent cannot be checked: the caller promises it;
+ *   outputs   an output (caches, workspaces and scratch included) shares no byte with any other argument.
+ * The op's own rules (shapes, dtypes, contiguity, devices matching) follow these.
+ *
+ * Codes and flags outside their documented set are refused likewise: an enum field or argument (layout, backend,
+ * quantization, dtype codes; o_dtype -1 or a flashcpp_dtype) has only the values its header lists, and every int32_t
+ * on/off field or argument (causal, enable_pdl, enable_cuda_graph, ...) is 0 or 1. A device id given outside any
+ * tensor (a config's device_id, a runner's device, a size query's device) must be a visible CUDA device as well. */
 typedef struct flashcpp_tensor {
   void* data;
   int32_t dtype;       /* flashcpp_dtype */
