@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const 
   }
 }
 
-// Combine: grid (tokens, ceil(h_q / kCombineHeads), CHUNKS), one warp per (head, 512 / CHUNKS columns); lane owns
+// Combine: grid (tokens, ceil(h_q / HEADS), CHUNKS), one warp per (head, 512 / CHUNKS columns); lane owns
 // 16 / CHUNKS columns of each split row, as float4s. Launched as a programmatic dependent of the attention kernel:
 // everything after the wait sees its results. Its time is the latency of dependent reads, so each warp keeps BATCH
 // split rows in flight (issued with its lse loads, and each row consumed is replaced by the one BATCH further on),
@@ -396,17 +396,15 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const 
 // tokens x heads alone fill the GPU (few splits each), column chunks and deep batches for few tokens with tens of
 // splits (H200, 2026-12-01, FlashMLA's suite: V3.2 b 16, two splits a row, 23 us with 4 chunks x 16 rows at 122
 // registers, 2 CTAs an SM; FlashMLA's whole-row combine 8 us).
-constexpr int kCombineHeads = 4;  // warps (heads) per CTA
-
-template <int CHUNKS, int BATCH>
-__global__ void __launch_bounds__(kCombineHeads * 32) sparse_attention_combine_kernel(const SparseAttentionParams p) {
+template <int CHUNKS, int BATCH, int HEADS>  // HEADS: warps (heads) per CTA
+__global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(const SparseAttentionParams p) {
   static_assert(kDv % (CHUNKS * 128) == 0 && 32 % BATCH == 0, "lanes own whole float4s; batches tile 32 splits");
   constexpr int kVecs = kDv / CHUNKS / 128;  // float4s of one split row per lane
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int head = static_cast<int>(blockIdx.y) * kCombineHeads + warp;
+  const int head = static_cast<int>(blockIdx.y) * HEADS + warp;
   if (head >= p.h_q) return;
   const int64_t token = blockIdx.x;
   const int col = static_cast<int>(blockIdx.z) * (kDv / CHUNKS) + lane * 4;
@@ -607,12 +605,11 @@ CombineShape combine_shape(int64_t rows, int num_parts, int num_requests) {
   return {4, splits <= 8 ? 8 : 16};
 }
 
-cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
-  const CombineShape shape = combine_shape(static_cast<int64_t>(p.num_tokens) * p.h_q, p.num_parts, p.num_requests);
+template <int CHUNKS, int BATCH, int HEADS>
+cudaError_t launch_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.h_q + kCombineHeads - 1) / kCombineHeads),
-                        static_cast<unsigned>(shape.chunks));
-  config.blockDim = dim3(kCombineHeads * 32);
+  config.gridDim = dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.h_q + HEADS - 1) / HEADS), CHUNKS);
+  config.blockDim = dim3(HEADS * 32);
   config.stream = stream;
   // Programmatic dependent launch: scheduled while the attention kernel drains (griddepcontrol.wait in the
   // kernel orders every read after it), which saves the launch gap between the two on small batches.
@@ -621,10 +618,17 @@ cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cuda
   pdl.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &pdl;
   config.numAttrs = programmatic ? 1 : 0;
-  if (shape.chunks == 1) return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<1, 2>, p);
-  if (shape.chunks == 2) return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<2, 4>, p);
-  if (shape.batch == 8) return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<4, 8>, p);
-  return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<4, 16>, p);
+  return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<CHUNKS, BATCH, HEADS>, p);
+}
+
+cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
+  const CombineShape shape = combine_shape(static_cast<int64_t>(p.num_tokens) * p.h_q, p.num_parts, p.num_requests);
+  // Blocks of 4 heads for the whole-row shapes (more blocks to spread), of 8 for the chunked ones (the 2026-12-01
+  // shape, which a b 1 / 2 combine ran about 1 us faster than blocks of 4).
+  if (shape.chunks == 1) return launch_combine<1, 2, 4>(p, stream, programmatic);
+  if (shape.chunks == 2) return launch_combine<2, 4, 4>(p, stream, programmatic);
+  if (shape.batch == 8) return launch_combine<4, 8, 8>(p, stream, programmatic);
+  return launch_combine<4, 16, 8>(p, stream, programmatic);
 }
 
 void launch_decode_schedule(void* sched, int32_t* num_splits, int batch, int topk, int num_parts,
