@@ -68,6 +68,23 @@ TEST(MlaKernelSelect, HalfHeadsClusterForV4WithUpTo64Heads) {
   EXPECT_FALSE(kernels::unsplit_half_heads_cluster(4, 0));     // no cluster fits
 }
 
+// The combine's shape: whole rows, two in flight, where tokens x heads fill the GPU with few splits each (FlashMLA's
+// suite, V3.2 s_q 2 h_q 128 b 16: 33 parts, two splits a request); column halves at b 8 (four splits); quarter rows
+// and deep batches for a few tokens with tens of splits (b 1: 16 splits; V4 h_q 128 b 2: about 9).
+TEST(MlaKernelSelect, CombineShapeFollowsRowsAndSplits) {
+  auto shape = [](int64_t rows, int parts, int requests) {
+    const kernels::CombineShape s = kernels::combine_shape(rows, parts, requests);
+    return std::pair{s.chunks, s.batch};
+  };
+  EXPECT_EQ(shape(32 * 128, 33, 16), (std::pair{1, 2}));
+  EXPECT_EQ(shape(16 * 128, 33, 8), (std::pair{2, 4}));
+  EXPECT_EQ(shape(2 * 128, 33, 1), (std::pair{4, 16}));
+  EXPECT_EQ(shape(4 * 128, 33, 2), (std::pair{4, 16}));
+  EXPECT_EQ(shape(4 * 128, 12, 2), (std::pair{4, 8}));
+  EXPECT_EQ(shape(148 * 128, 66, 74), (std::pair{1, 2}));  // a whole V4 batch split, about two splits a request
+  EXPECT_EQ(shape(32 * 128, 132, 16), (std::pair{4, 16}));  // many splits keep the deep batch however many rows
+}
+
 TEST(MlaKernelSelect, HopperPicksWgmmaForPrefillAndTheForcedKernelForFp8Decode) {
   Fp8KernelScope scope;
   kernels::set_fp8_decode_kernel(SparseKernel::mma_sm90);
