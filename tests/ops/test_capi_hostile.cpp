@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "flashcpp/attention.hpp"
@@ -48,13 +50,23 @@ struct Outcome {
   std::string message;
 };
 
-// Runs `call` in a child that writes "<status>\n<last error>" into a pipe and leaves with _exit (no atexit
-// handlers, no leak check of the copy of the parent).
-Outcome run_forked(const std::function<flashcpp_status()>& call) {
+// A child running one call: it writes "<status>\n<last error>" into a pipe and leaves with _exit (no atexit handlers,
+// no leak check of its copy of the parent).
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string text;
+};
+
+Child start_child(const std::function<flashcpp_status()>& call) {
   int fds[2];
   if (::pipe(fds) != 0) return {};
   const pid_t pid = ::fork();
-  if (pid < 0) return {};
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return {};
+  }
   if (pid == 0) {
     ::close(fds[0]);
     const int status = call();
@@ -68,22 +80,67 @@ Outcome run_forked(const std::function<flashcpp_status()>& call) {
     ::_exit(0);
   }
   ::close(fds[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
+  return {pid, fds[0], {}};
+}
+
+// Reaps a child whose pipe reached end of file.
+Outcome finish_child(Child& c) {
+  ::close(c.fd);
   int wstatus = 0;
-  ::waitpid(pid, &wstatus, 0);
+  ::waitpid(c.pid, &wstatus, 0);
   Outcome o;
   if (WIFSIGNALED(wstatus)) o.signal = WTERMSIG(wstatus);
   if (WIFEXITED(wstatus)) o.exit_code = WEXITSTATUS(wstatus);
-  const size_t nl = text.find('\n');
+  const size_t nl = c.text.find('\n');
   o.returned = WIFEXITED(wstatus) && o.exit_code == 0 && nl != std::string::npos;
   if (o.returned) {
-    o.status = std::atoi(text.substr(0, nl).c_str());
-    o.message = text.substr(nl + 1);
+    o.status = std::atoi(c.text.substr(0, nl).c_str());
+    o.message = c.text.substr(nl + 1);
   }
   return o;
+}
+
+Outcome run_forked(const std::function<flashcpp_status()>& call) {
+  Child c = start_child(call);
+  if (c.pid < 0) return {};
+  char buf[4096];
+  for (ssize_t n; (n = ::read(c.fd, buf, sizeof buf)) > 0;) c.text.append(buf, static_cast<size_t>(n));
+  return finish_child(c);
+}
+
+// Runs every call in its own child, up to `parallel` at a time (a fork is costly under the sanitizers); the outcomes in
+// the calls' order.
+std::vector<Outcome> run_all_forked(const std::vector<std::function<flashcpp_status()>>& calls, size_t parallel) {
+  std::vector<Outcome> out(calls.size());
+  std::vector<std::pair<size_t, Child>> running;
+  size_t next = 0;
+  while (next < calls.size() || !running.empty()) {
+    while (next < calls.size() && running.size() < parallel) {
+      Child c = start_child(calls[next]);
+      if (c.pid < 0) {
+        out[next++] = Outcome{};  // could not fork: counted as a case that did not return
+        continue;
+      }
+      running.emplace_back(next++, std::move(c));
+    }
+    if (running.empty()) break;
+    std::vector<pollfd> fds;
+    for (const auto& [i, c] : running) fds.push_back({c.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) continue;
+    for (size_t k = running.size(); k-- > 0;) {
+      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Child& c = running[k].second;
+      char buf[4096];
+      const ssize_t n = ::read(c.fd, buf, sizeof buf);
+      if (n > 0) {
+        c.text.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      out[running[k].first] = finish_child(c);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  return out;
 }
 
 // ------------------------------------------------------------------------------------------------ cases
@@ -1440,8 +1497,13 @@ TEST_F(CapiHostile, EveryExportedFunctionRefusesHostileInputWithoutASignal) {
   std::ofstream log;
   if (const char* path = std::getenv("FLASHCPP_HOSTILE_LOG")) log.open(path);
   std::vector<std::string> failures;
-  for (const Case& c : cases) {
-    const Outcome o = run_forked(c.call);
+  std::vector<std::function<flashcpp_status()>> calls;
+  for (const Case& c : cases) calls.push_back(c.call);
+  const size_t parallel = std::max(2u, std::thread::hardware_concurrency());
+  const std::vector<Outcome> outcomes = run_all_forked(calls, parallel);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Case& c = cases[k];
+    const Outcome& o = outcomes[k];
     ++per_fn[c.fn];
     const std::string where = c.fn + " [" + c.what + "]";
     if (!o.returned) {
