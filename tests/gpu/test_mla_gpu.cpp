@@ -16,8 +16,11 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "flashcpp/cuda.hpp"
@@ -730,6 +733,29 @@ TEST(MlaGpuDecode, FlashMlaPaddedViews) {
   run_decode_case({3, 2, 128, 1024, 64, 0, true, true, 4, true}, seed++, /*graph=*/true);
 }
 
+// FlashMLA's correctness and corner-case grids for the V3.2 cache (tests/test_flash_mla_sparse_decoding.py,
+// gen_testcase, d_qk 576), in our own cases: its (topk, block size) pairs, b 4 / 74 / 321, s_q 1 / 3, h_q 64 / 128,
+// attn_sink on (b 321 with topk 64 and 576 only); the corners (topk 64 over blocks of 61, 576 over 53; s_q 3) with per-request lengths (zero-length
+// requests among them) and the sink on and off. Each case also has an all-invalid token and invalid indices of every
+// kind (run_decode_case), runs the dispatched kernel and the simple one, and is checked on 8 sampled rows against
+// the float64 reference.
+TEST(MlaGpuDecode, FlashMlaCorrectnessGrid) {
+  FLASHCPP_REQUIRE_GPU();
+  uint32_t seed = 1000;
+  for (auto [topk, block] : {std::pair<int64_t, int64_t>{64, 2}, {64, 64}, {64, 69}, {576, 2}, {576, 61}, {2048, 2},
+                             {2048, 64}, {2048, 576}})
+    for (int64_t b : {4, 74, 321})
+      for (int64_t s_q : {1, 3})
+        for (int64_t h_q : {64, 128}) {
+          if (b == 321 && topk == 2048) continue;  // a 500M-value host cache per case; b 74 covers topk 2048
+          run_decode_case({b, s_q, h_q, topk, block, 0, true, false, 8}, seed++);
+        }
+  for (auto [topk, block] : {std::pair<int64_t, int64_t>{64, 61}, {576, 53}})
+    for (int64_t b : {4, 74, 321})
+      for (int64_t h_q : {64, 128})
+        for (bool sink : {true, false}) run_decode_case({b, 3, h_q, topk, block, 0, sink, true, 8}, seed++);
+}
+
 // Plans whose unsplit grid would end on a short last wave: the full waves' requests run unsplit, the rest split
 // (DecodePlanSizes::head_requests), with the split requests' tensors offset past the head; s_q 2 and 1, padded
 // views, topk_length (offset too), and a graph.
@@ -906,43 +932,49 @@ TEST(MlaGpuDecodeV4, GoldenCases) {
   }
 }
 
+// A random V4 pool of nb pages of bs tokens: NaN in every unreferenced row, invalid indices of every kind, per-request
+// lengths (0, partial, past topk) when `lengths`.
+V4DevicePool make_v4_pool(int64_t nb, int64_t bs, int64_t b, int64_t s_q, int64_t topk, bool lengths, std::mt19937& rng) {
+  V4DevicePool pool;
+  pool.nb = nb, pool.bs = bs, pool.topk = topk, pool.page = ((bs * 584 + 15) / 16) * 16 + 16;
+  const int64_t n = nb * bs;
+  auto kv = random_bf16(static_cast<size_t>(n * 512), rng, 1.0);
+  std::vector<int32_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  pool.idx.resize(static_cast<size_t>(b * s_q * topk));
+  std::vector<char> used(static_cast<size_t>(n), 0);
+  for (int64_t t = 0; t < b * s_q; ++t) {
+    partial_shuffle(perm, std::min(topk, n), rng);
+    for (int64_t j = 0; j < topk; ++j) {
+      int32_t v = j < n ? perm[static_cast<size_t>(j)] : -1;
+      if (j % 7 == 3) v = kInvalid[(t + j) % 6];
+      if (j % 11 == 5) v = static_cast<int32_t>(n);  // one past the pool
+      pool.idx[static_cast<size_t>(t * topk + j)] = v;
+      if (v >= 0 && v < n) used[static_cast<size_t>(v)] = 1;
+    }
+  }
+  for (int64_t r = 0; r < n; ++r)  // rows no index references hold NaN: they must never reach the output
+    if (!used[static_cast<size_t>(r)])
+      for (int c = 0; c < 512; ++c) kv[static_cast<size_t>(r * 512 + c)] = 0x7fc0;
+  pool.pages.assign(static_cast<size_t>(nb * pool.page), 0xAB);
+  mla::quantize_kv_cache_fp8_v4(hview(kv.data(), DType::bf16, {nb, bs, 1, 512}),
+                                TensorView::strided(pool.pages.data(), DType::u8, Device::cpu(), {nb, bs, 1, 584},
+                                                    {pool.page, 584, 584, 1}),
+                                nullptr);
+  if (lengths) {
+    pool.len.resize(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i) pool.len[static_cast<size_t>(i)] = static_cast<int32_t>((i % 3 == 0) ? 0 : (i % 3 == 1) ? topk / 2 + 1 : topk + 100);
+  }
+  return pool;
+}
+
 // Random pools: NaN in every unreferenced row, invalid indices of every kind in both pools, per-pool lengths
 // (0, partial, past topk), any h_q, odd page sizes.
 TEST(MlaGpuDecodeV4, RandomPoolsWithInvalidIndicesAndNaNRows) {
   FLASHCPP_REQUIRE_GPU();
   std::mt19937 rng(77);
   auto make_pool = [&](int64_t nb, int64_t bs, int64_t b, int64_t s_q, int64_t topk, bool lengths) {
-    V4DevicePool pool;
-    pool.nb = nb, pool.bs = bs, pool.topk = topk, pool.page = ((bs * 584 + 15) / 16) * 16 + 16;
-    const int64_t n = nb * bs;
-    auto kv = random_bf16(static_cast<size_t>(n * 512), rng, 1.0);
-    std::vector<int32_t> perm(static_cast<size_t>(n));
-    std::iota(perm.begin(), perm.end(), 0);
-    pool.idx.resize(static_cast<size_t>(b * s_q * topk));
-    std::vector<char> used(static_cast<size_t>(n), 0);
-    for (int64_t t = 0; t < b * s_q; ++t) {
-      partial_shuffle(perm, std::min(topk, n), rng);
-      for (int64_t j = 0; j < topk; ++j) {
-        int32_t v = j < n ? perm[static_cast<size_t>(j)] : -1;
-        if (j % 7 == 3) v = kInvalid[(t + j) % 6];
-        if (j % 11 == 5) v = static_cast<int32_t>(n);  // one past the pool
-        pool.idx[static_cast<size_t>(t * topk + j)] = v;
-        if (v >= 0 && v < n) used[static_cast<size_t>(v)] = 1;
-      }
-    }
-    for (int64_t r = 0; r < n; ++r)  // rows no index references hold NaN: they must never reach the output
-      if (!used[static_cast<size_t>(r)])
-        for (int c = 0; c < 512; ++c) kv[static_cast<size_t>(r * 512 + c)] = 0x7fc0;
-    pool.pages.assign(static_cast<size_t>(nb * pool.page), 0xAB);
-    mla::quantize_kv_cache_fp8_v4(hview(kv.data(), DType::bf16, {nb, bs, 1, 512}),
-                                  TensorView::strided(pool.pages.data(), DType::u8, Device::cpu(), {nb, bs, 1, 584},
-                                                      {pool.page, 584, 584, 1}),
-                                  nullptr);
-    if (lengths) {
-      pool.len.resize(static_cast<size_t>(b));
-      for (int64_t i = 0; i < b; ++i) pool.len[static_cast<size_t>(i)] = static_cast<int32_t>((i % 3 == 0) ? 0 : (i % 3 == 1) ? topk / 2 + 1 : topk + 100);
-    }
-    return pool;
+    return make_v4_pool(nb, bs, b, s_q, topk, lengths, rng);
   };
   struct Shape {
     int64_t b, s_q, h_q, topk, nb, bs, extra_topk, xnb, xbs;
@@ -982,6 +1014,44 @@ TEST(MlaGpuDecodeV4, RandomPoolsWithInvalidIndicesAndNaNRows) {
     run_v4_decode(q, sh.b, sh.s_q, sh.h_q, main, extra ? &*extra : nullptr, sink, 0.0442, what + " padded views",
                   nullptr, /*padded=*/true);
   }
+}
+
+// FlashMLA's correctness grid for V4 pages (gen_testcase, d_qk 512), in our own cases: main pools of its (topk, page
+// size) pairs, no extra pool or one of its pairs, per-pool lengths off and on (zero-length requests among them),
+// s_q 1 / 3, h_q 64 / 128, attn_sink on with +-inf heads, and an all-invalid token, at b 4 (the whole reference) and
+// at b 74 over short pools (its unsplit, split and 64-head split plans).
+TEST(MlaGpuDecodeV4, FlashMlaCorrectnessGrid) {
+  FLASHCPP_REQUIRE_GPU();
+  std::mt19937 rng(1234);
+  struct Pool {
+    int64_t topk, bs;
+  };
+  auto pages = [](const Pool& p) { return (2 * p.topk + 64 + p.bs - 1) / p.bs; };  // room for distinct indices
+  auto run = [&](int64_t b, int64_t s_q, int64_t h_q, Pool mp, std::optional<Pool> xp, bool lengths) {
+    V4DevicePool main = make_v4_pool(pages(mp), mp.bs, b, s_q, mp.topk, lengths, rng);
+    std::optional<V4DevicePool> extra;
+    if (xp) extra = make_v4_pool(pages(*xp), xp->bs, b, s_q, xp->topk, lengths, rng);
+    if (b * s_q > 2) {  // token 1 attends nothing in either pool
+      std::fill_n(main.idx.begin() + main.topk, main.topk, -1);
+      if (extra) std::fill_n(extra->idx.begin() + extra->topk, extra->topk, -1);
+    }
+    std::vector<float> sink;
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (int64_t h = 0; h < h_q; ++h) sink.push_back(h == 0 ? INFINITY : h == 1 ? -INFINITY : nd(rng));
+    const auto q = random_bf16(static_cast<size_t>(b * s_q * h_q * 512), rng, 1.0);
+    const std::string what = "b " + std::to_string(b) + " s_q " + std::to_string(s_q) + " h_q " + std::to_string(h_q) +
+                             " topk " + std::to_string(mp.topk) + "/" + std::to_string(mp.bs) +
+                             (xp ? " extra " + std::to_string(xp->topk) + "/" + std::to_string(xp->bs) : "") +
+                             (lengths ? " lengths" : "");
+    run_v4_decode(q, b, s_q, h_q, main, extra ? &*extra : nullptr, sink, std::pow(512.0, -0.55), what);
+  };
+  int k = 0;
+  for (Pool mp : {Pool{64, 2}, Pool{576, 61}, Pool{2048, 64}})
+    for (std::optional<Pool> xp : {std::optional<Pool>{}, std::optional<Pool>{Pool{64, 69}}, std::optional<Pool>{Pool{576, 2}}})
+      for (int64_t s_q : {1, 3})
+        for (int64_t h_q : {64, 128}) run(4, s_q, h_q, mp, xp, (k++ % 2) == 1);
+  for (int64_t h_q : {64, 128})
+    for (bool lengths : {false, true}) run(74, 1, h_q, Pool{64, 64}, Pool{64, 69}, lengths);
 }
 
 TEST(MlaGpu, DeviceSupportOnThisGpu) {
