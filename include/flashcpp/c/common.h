@@ -94,7 +94,7 @@ typedef struct flashcpp_tensor {
 const char* flashcpp_last_error(void);
 /* FLASHCPP_C_ABI_VERSION of the loaded library (MAJOR * 10000 + MINOR * 100 + PATCH). */
 uint32_t flashcpp_abi_version(void);
-/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 2.0.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
+/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 3.1.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
  * CUDA 13.0.88)": its version, the C ABI version, the pinned FlashInfer and TVM-FFI, the CUDA it was built with. */
 const char* flashcpp_version(void);
 /* A short, static name for a status ("invalid argument", ...). */
