@@ -19,7 +19,12 @@ of --iters. Host time per call: eager calls back to back, wall time per call. On
   MLA_SUITE {"op": "decode"|"prefill", <case>, "flashmla_us", "flashcpp_us", "ratio" (FlashMLA time / ours),
              "tflops" (ours, FlashMLA's FLOP count), "host_us", "flashmla_host_us", "max_abs_diff", ...}
 
-Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|all]
+Dense decode (--op dense): FlashMLA's dense decoding performance cases (tests/test_flash_mla_dense_decoding.py) with
+its generator, flashcpp on the bf16 cache (ratio: FlashMLA time / ours) and on the V3.2 FP8 rows quantized from it
+(fp8_speedup: our bf16 time / our FP8 time); flashcpp times one layer's run on the step's plan (plan_us apart), as
+FlashMLA's replay reuses its scheduler metadata; copy_fraction: bytes moved / time / the copy bandwidth of this run.
+
+Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|dense|all]
        [--filter SUBSTR] [--iters N] [--no-flush] [--no-flashmla]
 """
 import argparse
@@ -90,6 +95,29 @@ class PrefillTensors(ctypes.Structure):
     _fields_ = [(n, P) for n in ("q", "kv", "indices", "attn_sink", "topk_length", "out", "max_logits", "lse")]
 
 
+class DenseConfig(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [(n, ctypes.c_int32) for n in (
+        "batch", "s_q", "h_q", "block_size", "max_blocks", "causal", "num_sms", "device_id")]
+
+
+class DenseSizes(ctypes.Structure):
+    _fields_ = [("num_sm_parts", ctypes.c_int32), ("reserved", ctypes.c_int32)] + [(n, ctypes.c_int64) for n in (
+        "sched_meta_elems", "num_splits_elems", "lse_accum_elems", "o_accum_elems", "indices_elems",
+        "token_lengths_elems")]
+
+
+class DenseWorkspace(ctypes.Structure):
+    _fields_ = [(n, P) for n in ("sched_meta", "num_splits", "lse_accum", "o_accum", "indices", "token_lengths")]
+
+
+class DenseTensors(ctypes.Structure):
+    _fields_ = [(n, P) for n in ("q", "kv_cache", "attn_sink", "out", "lse")]
+
+
+class DenseOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("sm_scale", ctypes.c_float)]
+
+
 class Flashcpp:
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)
@@ -151,6 +179,37 @@ class Flashcpp:
                                                             ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
                        "prefill")
         return run
+
+    def prepare_dense(self, q, cache, block_table, seqlens, causal, out, lse):
+        """Sizes the workspace; returns (plan, run): plan once per step, run once per layer, on the current stream."""
+        b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
+        cfg = DenseConfig(ctypes.sizeof(DenseConfig), b, s_q, h_q, cache.shape[1], block_table.shape[1], int(causal), 0,
+                          q.device.index or 0)
+        sizes = DenseSizes()
+        self.check(self.lib.flashcpp_mla_dense_decode_sizes_for(ctypes.byref(cfg), ctypes.byref(sizes)), "dense sizes")
+        dev = q.device
+        ws = dict(sched_meta=torch.empty((sizes.num_sm_parts, 8), dtype=torch.int32, device=dev),
+                  num_splits=torch.empty((sizes.num_splits_elems,), dtype=torch.int32, device=dev),
+                  lse_accum=torch.empty((sizes.lse_accum_elems,), dtype=torch.float32, device=dev),
+                  o_accum=torch.empty((sizes.o_accum_elems,), dtype=torch.float32, device=dev),
+                  indices=torch.empty((sizes.indices_elems,), dtype=torch.int32, device=dev),
+                  token_lengths=torch.empty((sizes.token_lengths_elems,), dtype=torch.int32, device=dev))
+        w = DenseWorkspace(*(self.ref(ws[n]) for n, _ in DenseWorkspace._fields_))
+        t = DenseTensors(self.ref(q), self.ref(cache), None, self.ref(out), self.ref(lse))
+        opts = DenseOptions(ctypes.sizeof(DenseOptions), 0.0)
+        table, lens = self.ref(block_table), self.ref(seqlens)
+        self._keep += [cfg, w, t, opts, ws, table, lens]
+
+        def plan():
+            self.check(self.lib.flashcpp_mla_dense_decode_plan(
+                ctypes.byref(cfg), table, lens, ctypes.byref(w), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
+                "dense plan")
+
+        def run():
+            self.check(self.lib.flashcpp_mla_dense_decode(
+                ctypes.byref(cfg), ctypes.byref(t), ctypes.byref(w), ctypes.byref(opts),
+                ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "dense decode")
+        return plan, run
 
     def quantize(self, kv, out, v4):
         fn = self.lib.flashcpp_mla_quantize_kv_cache_fp8_v4 if v4 else self.lib.flashcpp_mla_quantize_kv_cache_fp8
@@ -301,6 +360,92 @@ def prefill_cases():
     return [dict(name=n, s_q=4096, s_kv=s_kv, h_q=h_q, d_qk=d, topk=k) for n, d, h_q, k, kvs in templates for s_kv in kvs]
 
 
+def dense_cases():
+    """FlashMLA's dense decoding performance cases (tests/test_flash_mla_dense_decoding.py: b 128, varlen, causal and
+    not, s_q 1 and 2, s_k 4K..32K), plus tensor-parallel head counts (h_q 16 and 32) at s_q 1."""
+    cases = [dict(name="dense", b=128, s_q=s_q, s_k=s_k, h_q=128, causal=causal)
+             for causal in (False, True) for s_q in (1, 2) for s_k in (4096, 8192, 16384, 32768)]
+    cases += [dict(name="dense tp", b=128, s_q=1, s_k=8192, h_q=h_q, causal=False) for h_q in (16, 32)]
+    return cases
+
+
+def dense_inputs(c, block_size=64, d=576):
+    """FlashMLA's generate_test_data: lengths normal(s_k, s_k / 2) at least s_q, a random permutation of the blocks,
+    NaN past each request's length, block-table entries past its blocks 2147480000; q and K randn / 10 clamped."""
+    b, s_q, h_q, s_k = c["b"], c["s_q"], c["h_q"], c["s_k"]
+    lens = [max(int(random.normalvariate(s_k, s_k / 2)), s_q) for _ in range(b)]
+    max_pad = (max(lens) + 255) // 256 * 256
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    q = (torch.randn(b, s_q, h_q, d, device="cuda") / 10).clamp_(-1, 1).to(torch.bfloat16)
+    nblk = b * max_pad // block_size
+    table = torch.randperm(nblk, dtype=torch.int32, device="cuda").view(b, max_pad // block_size)
+    k = (torch.randn(nblk, block_size, 1, d, device="cuda", dtype=torch.bfloat16) / 10).clamp_(-1, 1)
+    for i, n in enumerate(lens):
+        used = (n + block_size - 1) // block_size
+        k[table[i, used:].long()] = float("nan")
+        if n % block_size:
+            k[table[i, used - 1].long(), n % block_size:] = float("nan")
+        table[i, used:] = 2147480000
+    return dict(q=q, k=k, table=table, seqlens=seqlens, mean_len=sum(lens) / b)
+
+
+def copy_bandwidth(timer):
+    """Device-to-device copy bandwidth in this run (bytes read + written per second), 4 GiB."""
+    src = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    us = timer.graph_us(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * (4 << 30) / (us * 1e-6)
+
+
+def run_dense(flashcpp, flash_mla, timer, c):
+    inp = dense_inputs(c)
+    b, s_q, h_q = c["b"], c["s_q"], c["h_q"]
+    q, k = inp["q"], inp["k"]
+    rec = dict(op="dense_decode", case=c["name"], b=b, s_q=s_q, h_q=h_q, s_k=c["s_k"], causal=c["causal"],
+               mean_len=inp["mean_len"])
+    flop = b * h_q * s_q * (2 * 576 + 2 * 512) * inp["mean_len"]
+    copy_bw = EXPERIMENT.setdefault("copy_bw", None) or copy_bandwidth(timer)
+    EXPERIMENT["copy_bw"] = copy_bw
+    rows = []
+    fp8 = torch.empty((k.shape[0], k.shape[1], 1, 656), dtype=torch.uint8, device="cuda")
+    flashcpp.quantize(k, fp8, False)
+    theirs = ref_out = ref_lse = None
+    if flash_mla is not None:
+        meta, _ = flash_mla.get_mla_metadata()
+
+        def theirs():
+            return flash_mla.flash_mla_with_kvcache(q, k, inp["table"], inp["seqlens"], 512, meta, None,
+                                                    causal=c["causal"])
+        ref_out, ref_lse = theirs()
+        torch.cuda.synchronize()
+        rec["flashmla_us"] = timer.graph_us(theirs)
+    for kind, cache in (("bf16", k), ("fp8", fp8)):
+        out = torch.empty((b, s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device="cuda")
+        plan, run = flashcpp.prepare_dense(q, cache, inp["table"], inp["seqlens"], c["causal"], out, lse.transpose(1, 2))
+        plan()
+        r = dict(rec, kv=kind)
+        r["flashcpp_us"] = timer.graph_us(run)  # per layer, on the step's plan (FlashMLA reuses its metadata so too)
+        r["plan_us"] = timer.graph_us(plan)
+        plan()
+        run()
+        torch.cuda.synchronize()
+        kv_bytes = 576 * 2 if kind == "bf16" else 656
+        moved = b * (inp["mean_len"] * kv_bytes + s_q * h_q * (576 + 512) * 2)
+        r["tflops"] = flop / (r["flashcpp_us"] * 1e-6) / 1e12
+        r["copy_fraction"] = moved / (r["flashcpp_us"] * 1e-6) / copy_bw
+        r["copy_tb_s"] = copy_bw / 1e12
+        if ref_out is not None:
+            r["max_abs_diff"], r["nonfinite_mismatch"] = diff(out, ref_out)
+            r["lse_max_abs_diff"], _ = diff(lse, ref_lse)
+            if kind == "bf16":
+                r["ratio"] = rec["flashmla_us"] / r["flashcpp_us"]
+        rows.append(r)
+    rows[1]["fp8_speedup"] = rows[0]["flashcpp_us"] / rows[1]["flashcpp_us"]
+    return rows
+
+
 class Timer:
     def __init__(self, iters, flush):
         self.iters = iters
@@ -424,7 +569,7 @@ def run_prefill(flashcpp, flash_mla, timer, c):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", required=True, help="libflashcpp.so")
-    ap.add_argument("--op", choices=("decode", "prefill", "all"), default="all")
+    ap.add_argument("--op", choices=("decode", "prefill", "dense", "all"), default="all")
     ap.add_argument("--filter", nargs="*", default=[],
                     help="only cases whose label (e.g. 'V4 config 1 b 74 s_q 2 h_q 64 d_qk 512') contains one of these")
     ap.add_argument("--iters", type=int, default=50)
@@ -454,18 +599,22 @@ def main():
         jobs += [(run_decode, c) for c in decode_cases()]
     if args.op in ("prefill", "all"):
         jobs += [(run_prefill, c) for c in prefill_cases()]
+    if args.op in ("dense", "all"):
+        jobs += [(run_dense, c) for c in dense_cases()]
     ratios = {}
     with torch.inference_mode():
         for fn, c in jobs:
-            label = " ".join([c["name"]] + [f"{k} {c[k]}" for k in ("b", "s_q", "h_q", "d_qk", "s_kv") if k in c])
+            label = " ".join([c["name"]] + [f"{k} {c[k]}" for k in ("b", "s_q", "h_q", "d_qk", "s_kv", "s_k", "causal")
+                                             if k in c])
             if args.filter and not any(f in label for f in args.filter):
                 continue
             random.seed(args.seed)
             torch.manual_seed(args.seed)
-            rec = fn(flashcpp, flash_mla, timer, c)
-            print("MLA_SUITE " + json.dumps(rec), flush=True)
-            if "ratio" in rec:
-                ratios.setdefault(rec["op"], []).append(rec["ratio"])
+            recs = fn(flashcpp, flash_mla, timer, c)
+            for rec in recs if isinstance(recs, list) else [recs]:
+                print("MLA_SUITE " + json.dumps(rec), flush=True)
+                if "ratio" in rec:
+                    ratios.setdefault(rec["op"], []).append(rec["ratio"])
             torch.cuda.empty_cache()
     for op, r in ratios.items():
         gm = math.exp(sum(math.log(x) for x in r) / len(r))

@@ -223,6 +223,99 @@ class DecodePlan {
 };
 
 // ---------------------------------------------------------------------------------------------------
+// Dense decode over a paged cache (DeepSeek V3 / R1, Kimi K2: every cached token attended)
+// ---------------------------------------------------------------------------------------------------
+
+/// The shape a dense decode workspace is sized for. Plan once per decode step (dense_decode_plan: the split-KV
+/// schedule, each request's slot list and its tokens' lengths, built on the device from that step's block table and
+/// lengths), then run every layer of the step on it (dense_decode), as FlashMLA shares its scheduler metadata across
+/// layers. Both are asynchronous and CUDA-graph safe: capture plan and runs, replay with new lengths and block tables
+/// in the same buffers.
+struct DenseDecodeConfig {
+  int batch = 0;        ///< requests, >= 1
+  int s_q = 1;          ///< query tokens per request (MTP), [1, 65535]
+  int h_q = 0;          ///< query heads, [1, 1024]
+  int block_size = 0;   ///< tokens per cache block, >= 1 (kv_cache.size(1))
+  int max_blocks = 0;   ///< blocks a request may hold, >= 1 (block_table.size(1))
+  bool causal = false;  ///< token s of s_q sees length - (s_q - 1 - s) tokens (FlashMLA's causal); s_q 1: no effect
+  int num_sms = 0;      ///< SMs to schedule for, at most 4096; 0 = the device's SM count
+};
+
+/// Sizes of the workspace buffers (elements): sched_meta i32 [num_sm_parts, 8], num_splits i32 [batch + 1],
+/// lse_accum f32 / o_accum f32, indices i32 [batch, capacity] (capacity = max_blocks * block_size rounded up to a
+/// multiple of 64), token_lengths i32 [batch * s_q]; all contiguous, all but num_splits 16-byte aligned.
+struct DenseDecodePlanSizes {
+  int num_sm_parts = 0;
+  int64_t capacity = 0;
+  int64_t sched_meta_elems = 0, num_splits_elems = 0, lse_accum_elems = 0, o_accum_elems = 0;
+  int64_t indices_elems = 0, token_lengths_elems = 0;
+};
+
+/// Validates `config` and returns the buffer sizes. `num_sms` must be > 0 when config.num_sms is 0.
+DenseDecodePlanSizes dense_decode_plan_sizes(const DenseDecodeConfig& config, int num_sms);
+
+/// Caller-owned buffers plus the config they were sized for.
+struct DenseDecodeWorkspace {
+  DenseDecodeConfig config;
+  TensorView sched_meta;     ///< i32 [num_sm_parts, 8]       (written by the plan)
+  TensorView num_splits;     ///< i32 [batch + 1]             (written by the plan)
+  TensorView lse_accum;      ///< f32, >= lse_accum_elems     (written by each run)
+  TensorView o_accum;        ///< f32, >= o_accum_elems       (written by each run)
+  TensorView indices;        ///< i32, >= indices_elems       (written by the plan)
+  TensorView token_lengths;  ///< i32, >= token_lengths_elems (written by the plan)
+};
+
+/// Plans one decode step on `stream` (one small kernel): reads
+///  block_table   i32 [batch, max_blocks], last dim contiguous: request r's token j is in block
+///                block_table[r][j / block_size]; a negative id masks its tokens, as does one past the cache at run
+///  cache_seqlens i32 [batch], contiguous: tokens per request, clamped to [0, max_blocks * block_size]
+/// and writes the workspace's schedule, indices and token lengths. The block table and lengths may change between
+/// steps (a new plan each step); runs of the step read what this plan wrote.
+void dense_decode_plan(const DenseDecodeWorkspace& ws, const TensorView& block_table, const TensorView& cache_seqlens,
+                       cudaStream_t stream);
+
+struct DenseDecodeOptions {
+  std::optional<double> sm_scale;      ///< unset: 1/sqrt(576); set: finite and > 0
+  OptionalTensor attn_sink = nullptr;  ///< f32 [h_q]
+};
+
+/// Dense MLA decode (FlashMLA's flash_mla_with_kvcache semantics) over the step planned in `ws`: each request's query
+/// tokens attend to its first cache_seqlens[r] cached tokens; V is the first 512 dims of each token. A request of
+/// length 0 (or a causal token with none to see) gives out 0 and lse +inf.
+///  q         bf16 [batch, s_q, h_q, 576]; last dim contiguous, data 16-byte aligned, strides multiples of 8
+///  kv_cache  bf16 [num_blocks, block_size, 1, 576]: last dim contiguous, token stride (dim 1) >= 576 and a multiple
+///            of 8, page stride (dim 0) block_size token strides, data 16-byte aligned;
+///            or the V3.2 FP8 layout u8 / i8 / e4m3 [num_blocks, block_size, 1, 656] (quantize_kv_cache_fp8):
+///            stride(1) 656, page stride a multiple of 16 bytes. At most 2^31 - 1 tokens.
+///  out       bf16 [batch, s_q, h_q, 512] (written)
+///  lse       f32  [batch, s_q, h_q] (written; any strides, e.g. a view of FlashMLA's [batch, h_q, s_q])
+///  ws        sized by dense_decode_plan_sizes for this shape on this device, planned by dense_decode_plan on this
+///            stream (or one ordered before it); its accumulators are written, so one run at a time per workspace
+/// Runs the sparse decode kernels (wgmma on SM90, the portable kernel elsewhere) over the planned indices.
+void dense_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& out, const TensorView& lse,
+                  const DenseDecodeWorkspace& ws, const DenseDecodeOptions& options, cudaStream_t stream);
+
+/// Convenience layer: owns the workspace and remembers the shape; plan() and run() refuse another shape.
+class DenseDecodePlan {
+ public:
+  /// Allocates the buffers on `device_id` (nothing is launched).
+  static DenseDecodePlan create(const DenseDecodeConfig& config, int device_id);
+  void plan(const TensorView& block_table, const TensorView& cache_seqlens, cudaStream_t stream) const;
+  void run(const TensorView& q, const TensorView& kv_cache, const TensorView& out, const TensorView& lse,
+           const DenseDecodeOptions& options, cudaStream_t stream) const;
+  const DenseDecodePlanSizes& sizes() const { return sizes_; }
+  const DenseDecodeWorkspace& workspace() const { return ws_; }
+  int device() const { return device_; }
+
+ private:
+  DenseDecodePlan() = default;
+  DenseDecodePlanSizes sizes_;
+  DenseDecodeWorkspace ws_;
+  int device_ = 0;
+  DeviceBuffer sched_meta_, num_splits_, lse_accum_, o_accum_, indices_, token_lengths_;
+};
+
+// ---------------------------------------------------------------------------------------------------
 // Devices
 // ---------------------------------------------------------------------------------------------------
 

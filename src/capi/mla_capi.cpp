@@ -29,6 +29,47 @@ mla::DecodeConfig to_config(const flashcpp_mla_decode_config* c) {
   return d;
 }
 
+// The dense decode config of a C call, checked: its struct size, causal 0 or 1.
+mla::DenseDecodeConfig dense_config(const flashcpp_mla_dense_decode_config* c, const char* op) {
+  require_struct(c, op, "config", "FLASHCPP_MLA_DENSE_DECODE_CONFIG_INIT");
+  if (c->causal != 0 && c->causal != 1)
+    throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
+                          std::string(op) + ": argument 'config.causal' must be 0 or 1; got " + std::to_string(c->causal));
+  mla::DenseDecodeConfig d;
+  d.batch = c->batch;
+  d.s_q = c->s_q;
+  d.h_q = c->h_q;
+  d.block_size = c->block_size;
+  d.max_blocks = c->max_blocks;
+  d.causal = c->causal == 1;
+  d.num_sms = c->num_sms;
+  return d;
+}
+
+// The dense decode config and workspace of a C call.
+mla::DenseDecodeWorkspace dense_workspace(const flashcpp_mla_dense_decode_config* config,
+                                          const flashcpp_mla_dense_decode_workspace* w, const char* op) {
+  mla::DenseDecodeWorkspace ws;
+  ws.config = dense_config(config, op);
+  require_non_null(w, op, "workspace");
+  ws.sched_meta = to_view(w->sched_meta, op, "workspace.sched_meta");
+  ws.num_splits = to_view(w->num_splits, op, "workspace.num_splits");
+  ws.lse_accum = to_view(w->lse_accum, op, "workspace.lse_accum");
+  ws.o_accum = to_view(w->o_accum, op, "workspace.o_accum");
+  ws.indices = to_view(w->indices, op, "workspace.indices");
+  ws.token_lengths = to_view(w->token_lengths, op, "workspace.token_lengths");
+  return ws;
+}
+
+// A tensor of a dense call must be on config->device_id.
+void on_config_device(const TensorView& t, const flashcpp_mla_dense_decode_config* config, const char* op,
+                      const char* arg) {
+  if (t.device.type == flashcpp::DeviceType::cuda && t.device.id != config->device_id)
+    throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
+                          std::string(op) + ": argument '" + arg + "' must be on config->device_id (" +
+                              std::to_string(config->device_id) + "); got " + t.describe());
+}
+
 // What both decode entries take from their C arguments: the required tensors, the workspace (config and plan
 // buffers), with q on config->device_id; `op` (the entry's name, for messages) and the C tensors `t` stay at hand
 // for the entry's own arguments.
@@ -201,6 +242,61 @@ flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* 
     p.extra_indices = optional(c.t.extra_indices, c.op, "tensors.extra_indices", extra_idx);
     p.extra_topk_length = optional(c.t.extra_topk_length, c.op, "tensors.extra_topk_length", extra_len);
     mla::sparse_decode_v4(c.q, c.kv_cache, c.indices, c.out, c.lse, c.ws, p, static_cast<cudaStream_t>(stream));
+  });
+}
+
+flashcpp_status flashcpp_mla_dense_decode_sizes_for(const flashcpp_mla_dense_decode_config* config,
+                                                    flashcpp_mla_dense_decode_sizes* sizes) {
+  return flashcpp::capi::guard([&] {
+    constexpr const char* op = "flashcpp_mla_dense_decode_sizes_for";
+    const mla::DenseDecodeConfig c = dense_config(config, op);
+    require_non_null(sizes, op, "sizes");
+    (void)mla::dense_decode_plan_sizes(c, 1);  // validates the config before anything asks the device
+    flashcpp::capi::require_device_id(config->device_id, op, "config.device_id");
+    const mla::DenseDecodePlanSizes s =
+        mla::dense_decode_plan_sizes(c, c.num_sms > 0 ? c.num_sms : mla::device_support(config->device_id).sm_count);
+    flashcpp_mla_dense_decode_sizes r{};
+    r.num_sm_parts = s.num_sm_parts;
+    r.sched_meta_elems = s.sched_meta_elems;
+    r.num_splits_elems = s.num_splits_elems;
+    r.lse_accum_elems = s.lse_accum_elems;
+    r.o_accum_elems = s.o_accum_elems;
+    r.indices_elems = s.indices_elems;
+    r.token_lengths_elems = s.token_lengths_elems;
+    *sizes = r;
+  });
+}
+
+flashcpp_status flashcpp_mla_dense_decode_plan(const flashcpp_mla_dense_decode_config* config,
+                                               const flashcpp_tensor* block_table, const flashcpp_tensor* cache_seqlens,
+                                               const flashcpp_mla_dense_decode_workspace* workspace, void* stream) {
+  return flashcpp::capi::guard([&] {
+    constexpr const char* op = "flashcpp_mla_dense_decode_plan";
+    const mla::DenseDecodeWorkspace ws = dense_workspace(config, workspace, op);
+    const TensorView table = to_view(block_table, op, "block_table");
+    on_config_device(table, config, op, "block_table");
+    mla::dense_decode_plan(ws, table, to_view(cache_seqlens, op, "cache_seqlens"), static_cast<cudaStream_t>(stream));
+  });
+}
+
+flashcpp_status flashcpp_mla_dense_decode(const flashcpp_mla_dense_decode_config* config,
+                                          const flashcpp_mla_dense_decode_tensors* tensors,
+                                          const flashcpp_mla_dense_decode_workspace* workspace,
+                                          const flashcpp_mla_dense_decode_options* options, void* stream) {
+  return flashcpp::capi::guard([&] {
+    constexpr const char* op = "flashcpp_mla_dense_decode";
+    const mla::DenseDecodeWorkspace ws = dense_workspace(config, workspace, op);
+    require_non_null(tensors, op, "tensors");
+    require_struct(options, op, "options", "FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT");
+    const flashcpp_mla_dense_decode_tensors& t = *tensors;
+    const TensorView q = to_view(t.q, op, "tensors.q");
+    on_config_device(q, config, op, "tensors.q");
+    TensorView sink;
+    mla::DenseDecodeOptions o;
+    o.sm_scale = flashcpp::capi::sm_scale_of(options->sm_scale);
+    o.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
+    mla::dense_decode(q, to_view(t.kv_cache, op, "tensors.kv_cache"), to_view(t.out, op, "tensors.out"),
+                      to_view(t.lse, op, "tensors.lse"), ws, o, static_cast<cudaStream_t>(stream));
   });
 }
 

@@ -35,8 +35,9 @@ static_assert(sizeof(PartMeta) == kMetaInts * 4);
 /// Blocks of one request with `topk` slots.
 FLASHCPP_HD int32_t blocks_of(int32_t topk) { return (topk + kBlockSlots - 1) / kBlockSlots; }
 
-/// Fills `meta[num_parts]` and `num_splits[batch + 1]` for requests of `blocks[r]` blocks each
-/// (`blocks == nullptr`: every request has `uniform_blocks`). Deterministic; O(batch + num_parts).
+/// Fills `meta[num_parts]` and `num_splits[batch + 1]` for requests of `nb(r)` blocks each (`nb`: any callable, e.g.
+/// one reading shared memory on the device; build_schedule below takes an array or one count for all).
+/// Deterministic; O(batch + num_parts).
 /// Requires batch >= 1, num_parts >= 1, every request >= 1 block.
 /// Requests of one size that fill at least 3/4 of the parts as k = min(num_parts / batch, blocks / 4) equal pieces
 /// each are cut so, one piece a part: every part then runs one work item (the greedy fill below cuts requests at
@@ -44,9 +45,9 @@ FLASHCPP_HD int32_t blocks_of(int32_t topk) { return (topk + kBlockSlots - 1) / 
 /// Pieces keep at least kMinPieceBlocks: one-block pieces lost to the greedy fill (H200, 2026-12-01, V3.2 b 1
 /// 22.2 -> 24.4 us, V4 h_q 128 b 2 24.9 -> 25.4) where pieces of 4-16 won (V3.2 b 8 / 16: 51.9 / 85.3 -> 49.6 /
 /// 80.7 us).
-FLASHCPP_HD void build_schedule(int32_t batch, const int32_t* blocks, int32_t uniform_blocks, int32_t num_parts,
-                                PartMeta* meta, int32_t* num_splits) {
-  auto nb = [&](int32_t r) { return blocks ? blocks[r] : uniform_blocks; };
+template <class Blocks>
+FLASHCPP_HD void build_schedule_of(int32_t batch, const Blocks& nb, int32_t num_parts, PartMeta* meta,
+                                   int32_t* num_splits) {
   bool same_size = true;
   for (int32_t r = 1; r < batch && same_size; ++r) same_size = nb(r) == nb(0);
   if (same_size && batch <= num_parts) {
@@ -122,6 +123,18 @@ FLASHCPP_HD void build_schedule(int32_t batch, const int32_t* blocks, int32_t un
     m.first_is_split = (num_splits[m.begin_req + 1] - num_splits[m.begin_req]) > 1;
     m.last_is_split = (num_splits[m.end_req + 1] - num_splits[m.end_req]) > 1;
   }
+}
+
+/// Blocks of each request: an array, or one value for every request.
+struct BlockCounts {
+  const int32_t* blocks;
+  int32_t uniform_blocks;
+  FLASHCPP_HD int32_t operator()(int32_t r) const { return blocks ? blocks[r] : uniform_blocks; }
+};
+
+FLASHCPP_HD void build_schedule(int32_t batch, const int32_t* blocks, int32_t uniform_blocks, int32_t num_parts,
+                                       PartMeta* meta, int32_t* num_splits) {
+  build_schedule_of(batch, BlockCounts{blocks, uniform_blocks}, num_parts, meta, num_splits);
 }
 
 }  // namespace flashcpp::mla::sched

@@ -17,10 +17,12 @@
 #include "mla/decode_schedule.hpp"
 #include "mla/fp8_v32.hpp"
 #include "mla/fp8_v4.hpp"
+#include "mla/mla_host.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla {
-namespace {
+using namespace detail;
+namespace detail {
 
 constexpr int64_t kMaxHeads = 1024;
 constexpr int kMaxSms = 4096;  // DecodeConfig::num_sms cap (the plan's buffers grow with it)
@@ -116,7 +118,7 @@ void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream,
   check_launch("sparse MLA attention kernel launch");
 }
 
-}  // namespace
+}  // namespace detail
 
 namespace kernels {
 void set_force_simple_kernel(bool on) { force_simple_flag().store(on); }
@@ -149,7 +151,7 @@ MlaDeviceSupport device_support(int device_id) {
   return s;
 }
 
-namespace {
+namespace detail {
 // The softmax scale a call uses: the caller's, or 1/sqrt(d_qk) of q (include/flashcpp/mla.hpp).
 double resolved_sm_scale(const std::optional<double>& sm_scale, int64_t d_qk) {
   return sm_scale ? *sm_scale : 1.0 / std::sqrt(static_cast<double>(d_qk));
@@ -182,7 +184,7 @@ kernels::SparseAttentionParams attention_params(int token_dim, int64_t num_token
   p.lse_stride_head = lse.stride(token_dim + 1);
   return p;
 }
-}  // namespace
+}  // namespace detail
 
 // ---------------------------------------------------------------------------------------------------
 // Prefill
@@ -659,6 +661,9 @@ kernels::SparseAttentionParams without_split(kernels::SparseAttentionParams p) {
   return p;
 }
 
+}  // namespace
+
+namespace detail {
 // Launches the attention (and, for split requests, the combine). A plan with head requests runs them first as
 // an unsplit grid, then the split requests through the schedule, their tensors offset past the head.
 void launch_decode(const kernels::SparseAttentionParams& p, const DecodePlanSizes& sizes, int device_id,
@@ -696,6 +701,10 @@ void launch_decode(const kernels::SparseAttentionParams& p, const DecodePlanSize
   cuda_check(kernels::launch_sparse_attention_combine(split, stream, device_support(device_id).hopper_kernel),
              "sparse MLA combine kernel launch");
 }
+
+}  // namespace detail
+
+namespace {
 
 // A V4 page pool on q's device (v4_page_rules), 16-byte aligned, at most 2^31 - 1 tokens (int32 indices).
 void validate_v4_cache(const Validator& v, const TensorView& t, const char* arg, const TensorView& q) {

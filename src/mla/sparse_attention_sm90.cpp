@@ -34,8 +34,8 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p) {
   if (by_request && (p.q_stride_request % 8 != 0 || p.out_stride_request % 8 != 0)) return false;
   if (!aligned16(p.kv)) return false;
   switch (p.kv_format) {
-    case KvFormat::bf16:  // prefill: never split
-      return p.sched == nullptr && (p.d_qk == 576 || p.d_qk == 512) && p.kv_row_stride % 8 == 0;
+    case KvFormat::bf16:  // prefill (d_qk 576 or 512) unsplit; dense decode (576) split
+      return (p.d_qk == 576 || (p.d_qk == 512 && p.sched == nullptr)) && p.kv_row_stride % 8 == 0;
     case KvFormat::fp8_v32:
       return p.d_qk == 576 && p.block_size >= 1 && p.kv_block_stride_bytes % 16 == 0 &&
              p.kv_slot_stride_bytes % 16 == 0 && p.kv_slot_stride_bytes >= kFp8RowBytes;

@@ -265,6 +265,48 @@ MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const Tensor
   return r;
 }
 
+MlaReferenceResult mla_dense_decode_reference(const TensorView& q, const TensorView& kv_cache,
+                                              const TensorView& block_table, const TensorView& cache_seqlens,
+                                              bool causal, OptionalTensor attn_sink, double sm_scale,
+                                              std::span<const int64_t> tokens) {
+  require_host(q, "q");
+  require_host(kv_cache, "kv_cache");
+  require_host(block_table, "block_table");
+  require_host(cache_seqlens, "cache_seqlens");
+  const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2), d_qk = q.size(3);
+  const int64_t num_blocks = kv_cache.size(0), block_size = kv_cache.size(1), max_blocks = block_table.size(1);
+  const bool fp8 = kv_cache.dtype != DType::bf16;
+  const auto rows_wanted = all_or(tokens, b * s_q);
+  const auto sink = sink_values(attn_sink, h_q);
+  constexpr int64_t d_v = 512;
+
+  MlaReferenceResult r = sized_result(static_cast<int64_t>(rows_wanted.size()), h_q, d_v);
+  std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
+  for (int64_t i = 0; i < r.rows; ++i) {
+    const int64_t t = rows_wanted[static_cast<size_t>(i)];
+    const int64_t bi = t / s_q, si = t % s_q;
+    int64_t len = std::clamp<int64_t>(value_at<int32_t>(cache_seqlens, bi * cache_seqlens.stride(0)), 0,
+                                      max_blocks * block_size);
+    if (causal) len = std::max<int64_t>(len - (s_q - 1 - si), 0);
+    std::vector<std::vector<double>> rows;
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t blk = value_at<int32_t>(block_table, bi * block_table.stride(0) + (j / block_size) * block_table.stride(1));
+      if (blk < 0 || blk >= num_blocks) continue;
+      const int64_t off = blk * kv_cache.stride(0) + (j % block_size) * kv_cache.stride(1);
+      if (fp8) {
+        rows.push_back(mla_dequantize_v32_row(static_cast<const uint8_t*>(kv_cache.data) + off));
+      } else {
+        std::vector<double> row(static_cast<size_t>(d_qk));
+        for (int64_t c = 0; c < d_qk; ++c) row[static_cast<size_t>(c)] = bf16_at(kv_cache, off + c * kv_cache.stride(3));
+        rows.push_back(std::move(row));
+      }
+    }
+    load_decode_query(q, bi, si, qv);
+    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, token_outputs(r, i));
+  }
+  return r;
+}
+
 std::vector<uint8_t> mla_quantize_v32_reference(const TensorView& kv) {
   require_host(kv, "kv");
   if (kv.rank < 1 || kv.size(-1) != 576) throw Error(ErrorCode::invalid_argument, "mla reference: kv must be [..., 576]");

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -780,6 +781,235 @@ TEST(MlaGpuDecode, CudaGraphReplay) {
   FLASHCPP_REQUIRE_GPU();
   run_decode_case({2, 2, 128, 2048, 64, 0, true, true, 4}, 900, /*graph=*/true);  // split plan
   run_decode_case({64, 2, 128, 512, 64, 0, true, false, 4}, 901, /*graph=*/true);  // unsplit plan
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Dense decode (every cached token; bf16 cache and the V3.2 FP8 rows)
+
+struct DenseCase {
+  int64_t b, s_q, h_q, s_k;  // s_k: every request's length, or their mean when varlen
+  bool varlen = false, causal = false, zero_lengths = false, fp8 = false;
+  int64_t block_size = 64;
+  bool sink = false;
+  int num_sms = 0;
+  bool padded_pages = false;  // bf16: a page stride of block_size + 1 tokens
+  int64_t max_ref_rows = 6;
+};
+
+// FlashMLA's generator (tests/test_flash_mla_dense_decoding.py): lengths normal(s_k, s_k / 2), at least s_q, some 0
+// when asked; a random permutation of the blocks as the block table, the entries past a request's blocks invalid
+// (2147480000), and every cached token past its request's length NaN (bf16) or 0xFF bytes (FP8), so a read of one
+// shows in the output. `graph`: capture one run, then replay it with new lengths and a new block table.
+void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
+  SCOPED_TRACE("dense b " + std::to_string(c.b) + " s_q " + std::to_string(c.s_q) + " h_q " + std::to_string(c.h_q) +
+               " s_k " + std::to_string(c.s_k) + (c.varlen ? " varlen" : "") + (c.causal ? " causal" : "") +
+               (c.zero_lengths ? " zero lengths" : "") + (c.fp8 ? " fp8" : " bf16") + " block " +
+               std::to_string(c.block_size) + (c.sink ? " sink" : "") + " num_sms " + std::to_string(c.num_sms) +
+               (c.padded_pages ? " padded pages" : "") + (graph ? " graph" : ""));
+  std::mt19937 rng(seed);
+  auto draw_lengths = [&] {
+    std::vector<int32_t> len(static_cast<size_t>(c.b), static_cast<int32_t>(c.s_k));
+    std::normal_distribution<double> nd(static_cast<double>(c.s_k), static_cast<double>(c.s_k) / 2);
+    for (auto& l : len) {
+      if (c.varlen) l = static_cast<int32_t>(std::max<double>(nd(rng), static_cast<double>(c.s_q)));
+      if (c.zero_lengths && std::uniform_int_distribution<int>(0, 1)(rng) == 0) l = 0;
+    }
+    return len;
+  };
+  std::vector<int32_t> len = draw_lengths();
+  const int64_t max_len = *std::max_element(len.begin(), len.end());
+  // FlashMLA's padding of the longest request to 256; a graph case leaves room for the replays' lengths (up to twice
+  // the mean).
+  const int64_t cap_len = std::max<int64_t>((std::max<int64_t>(max_len, graph ? 2 * c.s_k + c.s_q : 1) + 255) / 256 * 256, 256);
+  const int64_t max_blocks = (cap_len + c.block_size - 1) / c.block_size;
+  const int64_t num_blocks = c.b * max_blocks;
+  const int64_t row = c.fp8 ? 656 : 576;  // bytes (FP8) or bf16 elements per token
+  const int64_t page_rows = c.padded_pages ? c.block_size + 1 : c.block_size;
+  const int64_t page = page_rows * row;
+  auto kv_rows = random_bf16(static_cast<size_t>(num_blocks * c.block_size * 576), rng);
+  std::vector<uint8_t> packed;
+  if (c.fp8) {
+    packed.resize(static_cast<size_t>(num_blocks * c.block_size * 656));
+    mla::quantize_kv_cache_fp8(hview(kv_rows.data(), DType::bf16, {num_blocks * c.block_size, 576}),
+                               hview(packed.data(), DType::u8, {num_blocks * c.block_size, 656}), nullptr);
+  }
+  // The cache as bytes: token t of block k at k * page + t * row (elements of its dtype).
+  const size_t elem = c.fp8 ? 1 : 2;
+  std::vector<uint8_t> cache(static_cast<size_t>(num_blocks * page) * elem, 0xFF);
+  std::vector<int32_t> table(static_cast<size_t>(c.b * max_blocks));
+  auto fill = [&](bool nan_past_lengths) {
+    std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::fill(cache.begin(), cache.end(), uint8_t{0xFF});
+    for (int64_t r = 0; r < c.b; ++r) {
+      const int64_t l = len[static_cast<size_t>(r)], used = (l + c.block_size - 1) / c.block_size;
+      for (int64_t k = 0; k < max_blocks; ++k) {
+        const int32_t blk = perm[static_cast<size_t>(r * max_blocks + k)];
+        table[static_cast<size_t>(r * max_blocks + k)] = k < used ? blk : 2147480000;
+        for (int64_t t = 0; t < c.block_size; ++t) {
+          if (nan_past_lengths && k * c.block_size + t >= l) continue;  // stays 0xFF: NaN
+          const int64_t src = static_cast<int64_t>(blk) * c.block_size + t;
+          std::memcpy(&cache[static_cast<size_t>((blk * page + t * row) * static_cast<int64_t>(elem))],
+                      c.fp8 ? static_cast<const void*>(&packed[static_cast<size_t>(src * 656)])
+                            : static_cast<const void*>(&kv_rows[static_cast<size_t>(src * 576)]),
+                      static_cast<size_t>(row) * elem);
+        }
+      }
+    }
+  };
+  // A graph replay gets new lengths over the same cache: every token is valid data there.
+  fill(/*nan_past_lengths=*/!graph);
+  auto q = random_bf16(static_cast<size_t>(c.b * c.s_q * c.h_q * 576), rng, 1.0);
+  std::vector<float> sink(static_cast<size_t>(c.h_q));
+  std::normal_distribution<float> snd;
+  for (auto& x : sink) x = snd(rng);
+  const double sm_scale = std::pow(576.0, -0.5);
+
+  const DType kv_dtype = c.fp8 ? DType::u8 : DType::bf16;
+  Dev<uint16_t> dq(q), dout(static_cast<size_t>(c.b * c.s_q * c.h_q * 512));
+  Dev<uint8_t> dcache(cache);
+  Dev<int32_t> dtable(table), dlen(len);
+  Dev<float> dsink(sink), dlse(static_cast<size_t>(c.b * c.s_q * c.h_q));
+  const auto qv = dview(dq.get(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
+  const auto cv = TensorView::strided(dcache.get(), kv_dtype, Device::cuda(0), {num_blocks, c.block_size, 1, row},
+                                      {page, row, row, 1});
+  const auto tv = dview(dtable.get(), DType::i32, {c.b, max_blocks});
+  const auto lenv = dview(dlen.get(), DType::i32, {c.b});
+  const auto ov = dview(dout.get(), DType::bf16, {c.b, c.s_q, c.h_q, 512});
+  // FlashMLA's lse layout [b, h_q, s_q], seen as [b, s_q, h_q].
+  const auto lv = TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {c.b, c.s_q, c.h_q},
+                                      {c.h_q * c.s_q, 1, c.s_q});
+  const auto sv = dview(dsink.get(), DType::f32, {c.h_q});
+  mla::DenseDecodeOptions opts{.sm_scale = sm_scale};
+  if (c.sink) opts.attn_sink = &sv;
+
+  const auto hq = hview(q.data(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
+  const auto hs = hview(sink.data(), DType::f32, {c.h_q});
+  auto reference_for = [&](const std::vector<int64_t>& rows) {
+    const auto hc = TensorView::strided(cache.data(), kv_dtype, Device::cpu(), {num_blocks, c.block_size, 1, row},
+                                        {page, row, row, 1});
+    const auto ht = hview(table.data(), DType::i32, {c.b, max_blocks});
+    const auto hl = hview(len.data(), DType::i32, {c.b});
+    return parallel_reference(rows, [&](const std::vector<int64_t>& rr) {
+      return reference::mla_dense_decode_reference(hq, hc, ht, hl, c.causal, c.sink ? &hs : nullptr, sm_scale, rr);
+    });
+  };
+  std::vector<int64_t> rows = sample_rows(c.b * c.s_q, c.max_ref_rows, rng);
+  if (c.zero_lengths)  // a token of an empty request is among the checked rows
+    for (int64_t r = 0; r < c.b; ++r)
+      if (len[static_cast<size_t>(r)] == 0) {
+        rows.push_back(r * c.s_q);
+        break;
+      }
+  auto ref = reference_for(rows);
+
+  const mla::DenseDecodePlan plan = mla::DenseDecodePlan::create(
+      {.batch = int(c.b), .s_q = int(c.s_q), .h_q = int(c.h_q), .block_size = int(c.block_size),
+       .max_blocks = int(max_blocks), .causal = c.causal, .num_sms = c.num_sms},
+      0);
+  Stream stream(0);
+  // A decode step: the plan, then a layer (a second layer's run on the same plan, as an engine runs them).
+  auto step = [&] {
+    plan.plan(tv, lenv, stream);
+    plan.run(qv, cv, ov, lv, opts, stream);
+  };
+  auto check = [&](const char* what) {
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const std::vector<uint16_t> out = dout.download();
+    const auto lse = dlse.download();
+    std::vector<float> lse_rows(static_cast<size_t>(c.b * c.s_q * c.h_q));
+    for (int64_t r = 0; r < c.b * c.s_q; ++r)
+      for (int64_t h = 0; h < c.h_q; ++h)
+        lse_rows[static_cast<size_t>(r * c.h_q + h)] = lse[static_cast<size_t>((r / c.s_q) * c.h_q * c.s_q + h * c.s_q + r % c.s_q)];
+    expect_close(out, lse_rows, nullptr, rows, ref, c.h_q, what);
+  };
+  if (!graph) {
+    for (bool simple : {false, true}) {
+      ForceSimple fs(simple);
+      dout.poison();
+      dlse.poison();
+      step();
+      check(simple ? "simple" : "dispatched");
+      dout.poison();  // the step's next layer: the same plan again
+      dlse.poison();
+      plan.run(qv, cv, ov, lv, opts, stream);
+      check(simple ? "simple, second layer" : "dispatched, second layer");
+    }
+    return;
+  }
+  step();  // one-time setup outside the capture
+  CUDA_OK(cudaStreamSynchronize(stream));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  step();
+  CUDA_OK(cudaStreamEndCapture(stream, &g));
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  for (int rep = 0; rep < 3; ++rep) {
+    if (rep > 0) {  // the next step: new lengths (up to twice the mean), a new block table, the same buffers
+      len = draw_lengths();
+      for (auto& l : len) l = static_cast<int32_t>(std::min<int64_t>(l, cap_len));
+      fill(/*nan_past_lengths=*/true);
+      dcache.upload(cache);
+      dtable.upload(table);
+      dlen.upload(len);
+      ref = reference_for(rows);
+    }
+    dout.poison();
+    dlse.poison();
+    CUDA_OK(cudaGraphLaunch(ge, stream));
+    check("graph replay");
+  }
+  CUDA_OK(cudaGraphExecDestroy(ge));
+  CUDA_OK(cudaGraphDestroy(g));
+}
+
+// FlashMLA's dense decoding grid (tests/test_flash_mla_dense_decoding.py, h_kv 1): every h_q of it (1, 3, 9, 63, 64,
+// 126, 128) at every s_q (1, 2, 4) and s_k (20, 140, 4096), with its batch sizes (1, 2, 6, 64) and varlen / causal
+// taken in turn; each case on the bf16 cache and on the FP8 rows, the dispatched kernel and the simple one.
+TEST(MlaGpuDenseDecode, FlashMlaCorrectnessGrid) {
+  FLASHCPP_REQUIRE_GPU();
+  uint32_t seed = 3000;
+  int turn = 0;
+  for (int64_t h_q : {1, 3, 9, 63, 64, 126, 128})
+    for (int64_t s_q : {1, 2, 4})
+      for (int64_t s_k : {20, 140, 4096}) {
+        const int64_t b = std::array<int64_t, 4>{1, 2, 6, 64}[static_cast<size_t>(turn % 4)];
+        const bool varlen = (turn / 4) % 2 == 1, causal = turn % 3 != 0;
+        for (bool fp8 : {false, true})
+          run_dense_case({.b = b, .s_q = s_q, .h_q = h_q, .s_k = s_k, .varlen = varlen, .causal = causal, .fp8 = fp8,
+                          .sink = turn % 5 == 0},
+                         seed++);
+        ++turn;
+      }
+}
+
+// FlashMLA's corner cases: b 128, s_q 2, varlen around 4096 with about half the requests empty; and our own: odd block
+// sizes, padded pages, a tiny SM count that cuts requests into many splits.
+TEST(MlaGpuDenseDecode, CornerCases) {
+  FLASHCPP_REQUIRE_GPU();
+  uint32_t seed = 3500;
+  for (int64_t h_q : {1, 63, 128})
+    for (bool causal : {false, true})
+      for (bool fp8 : {false, true})
+        run_dense_case({.b = 128, .s_q = 2, .h_q = h_q, .s_k = 4096, .varlen = true, .causal = causal,
+                        .zero_lengths = true, .fp8 = fp8},
+                       seed++);
+  run_dense_case({.b = 3, .s_q = 3, .h_q = 20, .s_k = 700, .varlen = true, .causal = true, .block_size = 61, .sink = true},
+                 seed++);
+  run_dense_case({.b = 5, .s_q = 1, .h_q = 128, .s_k = 300, .varlen = true, .fp8 = true, .block_size = 2}, seed++);
+  run_dense_case({.b = 4, .s_q = 2, .h_q = 64, .s_k = 900, .varlen = true, .block_size = 16, .padded_pages = true}, seed++);
+  run_dense_case({.b = 7, .s_q = 2, .h_q = 128, .s_k = 2000, .varlen = true, .causal = true, .fp8 = true, .num_sms = 5},
+                 seed++);
+  run_dense_case({.b = 2, .s_q = 1, .h_q = 256, .s_k = 1000, .varlen = true, .sink = true}, seed++);
+}
+
+// Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe).
+TEST(MlaGpuDenseDecode, CudaGraphReplayWithNewLengths) {
+  FLASHCPP_REQUIRE_GPU();
+  run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true}, 3600, /*graph=*/true);
+  run_dense_case({.b = 9, .s_q = 1, .h_q = 64, .s_k = 1500, .varlen = true, .fp8 = true}, 3601, /*graph=*/true);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -190,11 +190,13 @@ TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
   odd_stride.out_stride_head = 516;  // not a multiple of 8 elements
   EXPECT_EQ(kernels::select_kernel(odd_stride, true), SparseKernel::simple);
   auto split_bf16 = prefill_params();
-  split_bf16.sched = g_buffer;  // split work over bf16 KV: never produced, never taken
+  split_bf16.sched = g_buffer;  // split work over bf16 KV (dense decode): the Hopper kernel with d_qk 576 only
   split_bf16.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
   split_bf16.o_accum = reinterpret_cast<float*>(g_buffer);
   split_bf16.lse_accum = reinterpret_cast<float*>(g_buffer);
   split_bf16.num_parts = split_bf16.num_requests = 1;
+  EXPECT_EQ(kernels::select_kernel(split_bf16, true), split_bf16.d_qk == 576 ? SparseKernel::wgmma_sm90 : SparseKernel::simple);
+  split_bf16.d_qk = 512;
   EXPECT_EQ(kernels::select_kernel(split_bf16, true), SparseKernel::simple);
   auto short_slot = decode_params();
   short_slot.kv_slot_stride_bytes = 640;  // shorter than a 656-byte row

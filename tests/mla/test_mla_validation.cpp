@@ -400,6 +400,144 @@ TEST(MlaValidation, DecodeEveryRuleFails) {
   expect_rule([&] { mla::decode_plan(a.ws, kFakeDevice, nullptr); }, "mla::decode_plan", "num_splits", "plan num_splits");
 }
 
+// Dense decode (bf16 cache or V3.2 FP8 rows, block table, lengths).
+struct DenseArgs {
+  int64_t b = 3, s_q = 2, h_q = 64, nb = 40, bs = 64, mb = 5;
+  mla::DenseDecodeConfig cfg{.batch = 3, .s_q = 2, .h_q = 64, .block_size = 64, .max_blocks = 5, .causal = true,
+                             .num_sms = 132};
+  mla::DenseDecodePlanSizes sizes = mla::dense_decode_plan_sizes(cfg, 132);
+  TensorView q = TensorView::contiguous(fake(1), DType::bf16, kDev, {b, s_q, h_q, 576});
+  TensorView kv = TensorView::contiguous(fake(2), DType::bf16, kDev, {nb, bs, 1, 576});
+  TensorView table = TensorView::contiguous(fake(3), DType::i32, kDev, {b, mb});
+  TensorView lengths = TensorView::contiguous(fake(4), DType::i32, kDev, {b});
+  TensorView out = TensorView::contiguous(fake(5), DType::bf16, kDev, {b, s_q, h_q, 512});
+  TensorView lse = TensorView::strided(fake(6), DType::f32, kDev, {b, s_q, h_q}, {h_q * s_q, 1, s_q});
+  TensorView sink = TensorView::contiguous(fake(7), DType::f32, kDev, {h_q});
+  mla::DenseDecodeWorkspace ws{cfg,
+                               TensorView::contiguous(fake(8), DType::i32, kDev, {sizes.num_sm_parts, 8}),
+                               TensorView::contiguous(fake(9), DType::i32, kDev, {sizes.num_splits_elems}),
+                               TensorView::contiguous(fake(10), DType::f32, kDev, {sizes.lse_accum_elems}),
+                               TensorView::contiguous(fake(11), DType::f32, kDev, {sizes.o_accum_elems}),  // 18 MiB
+                               TensorView::contiguous(fake(14), DType::i32, kDev, {sizes.indices_elems}),
+                               TensorView::contiguous(fake(15), DType::i32, kDev, {sizes.token_lengths_elems})};
+  mla::DenseDecodeOptions options{.sm_scale = 0.04};
+  void call() {
+    mla::DenseDecodeOptions o = options;
+    o.attn_sink = &sink;
+    mla::dense_decode(q, kv, out, lse, ws, o, nullptr);
+  }
+  void plan() { mla::dense_decode_plan(ws, table, lengths, nullptr); }
+};
+
+TEST(MlaValidation, DenseDecodeSizesFollowTheShape) {
+  const auto s = mla::dense_decode_plan_sizes({.batch = 128, .s_q = 2, .h_q = 128, .block_size = 64, .max_blocks = 70}, 132);
+  EXPECT_EQ(s.num_sm_parts, 33);  // FlashMLA's num_sm_parts: 132 / (2 tokens x 2 CTAs of 64 heads)
+  EXPECT_EQ(s.capacity, 70 * 64);
+  EXPECT_EQ(s.sched_meta_elems, 33 * 8);
+  EXPECT_EQ(s.num_splits_elems, 129);
+  EXPECT_EQ(s.lse_accum_elems, (128 + 33) * 2 * 128);
+  EXPECT_EQ(s.o_accum_elems, s.lse_accum_elems * 512);
+  EXPECT_EQ(s.indices_elems, 128 * 70 * 64);
+  EXPECT_EQ(s.token_lengths_elems, 256);
+  // Slots round up to whole 64-slot tiles; one part at least.
+  const auto t = mla::dense_decode_plan_sizes({.batch = 1, .s_q = 4, .h_q = 1024, .block_size = 3, .max_blocks = 7}, 8);
+  EXPECT_EQ(t.capacity, 64);
+  EXPECT_EQ(t.num_sm_parts, 1);
+  for (const auto& [cfg, arg] : std::vector<std::pair<mla::DenseDecodeConfig, const char*>>{
+           {{.batch = 0, .h_q = 1, .block_size = 1, .max_blocks = 1}, "batch"},
+           {{.batch = 1, .s_q = 0, .h_q = 1, .block_size = 1, .max_blocks = 1}, "s_q"},
+           {{.batch = 1, .h_q = 1025, .block_size = 1, .max_blocks = 1}, "h_q"},
+           {{.batch = 1, .h_q = 1, .block_size = 0, .max_blocks = 1}, "block_size"},
+           {{.batch = 1, .h_q = 1, .block_size = 64, .max_blocks = 0}, "max_blocks"},
+           {{.batch = 1, .h_q = 1, .block_size = 64, .max_blocks = 1 << 25}, "max_blocks"},
+           {{.batch = 1, .h_q = 1, .block_size = 1, .max_blocks = 1, .num_sms = -1}, "num_sms"}})
+    expect_rule([&] { (void)mla::dense_decode_plan_sizes(cfg, 132); }, "mla::dense_decode_plan_sizes", arg, arg);
+}
+
+TEST(MlaValidation, DenseDecodeBaselinePassesValidation) {
+  DenseArgs a;
+  expect_passes_validation([&] { a.call(); });
+  expect_passes_validation([&] { a.plan(); });
+  a.options.sm_scale.reset();
+  a.ws.config.causal = false;
+  expect_passes_validation([&] { a.call(); });
+  // Padded tokens (640 elements apart); the V3.2 FP8 rows with a padded block stride.
+  a.kv = TensorView::strided(fake(2), DType::bf16, kDev, {40, 64, 1, 576}, {64 * 640, 640, 640, 1});
+  expect_passes_validation([&] { a.call(); });
+  a.kv = TensorView::strided(fake(2), DType::e4m3, kDev, {40, 64, 1, 656}, {65 * 656, 656, 656, 1});
+  expect_passes_validation([&] { a.call(); });
+  // A block table with padded rows.
+  a.table = TensorView::strided(fake(3), DType::i32, kDev, {3, 5}, {8, 1});
+  expect_passes_validation([&] { a.plan(); });
+}
+
+TEST(MlaValidation, DenseDecodeEveryRuleFails) {
+  const std::string op = "mla::dense_decode";
+  struct Case {
+    const char* name;
+    const char* arg;
+    std::function<void(DenseArgs&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"sm_scale 0", "sm_scale", [](DenseArgs& a) { a.options.sm_scale = 0; }},
+      {"q dtype", "q", [](DenseArgs& a) { a.q.dtype = DType::f16; }},
+      {"q d_qk 512", "q", [](DenseArgs& a) { a.q.shape[3] = 512; }},
+      {"q misaligned", "q", [](DenseArgs& a) { a.q.data = static_cast<char*>(a.q.data) + 4; }},
+      {"kv dtype f16", "kv_cache", [](DenseArgs& a) { a.kv.dtype = DType::f16; }},
+      {"kv bf16 656", "kv_cache", [](DenseArgs& a) { a.kv.shape[3] = 656; }},
+      {"kv fp8 576", "kv_cache", [](DenseArgs& a) { a.kv.dtype = DType::u8; }},
+      {"kv h_kv 2", "kv_cache", [](DenseArgs& a) { a.kv.shape[2] = 2; }},
+      {"kv token stride", "kv_cache", [](DenseArgs& a) { a.kv.strides[1] = 580; }},
+      {"kv page stride padded", "kv_cache", [](DenseArgs& a) { a.kv.strides[0] = 65 * 576; }},
+      {"kv misaligned", "kv_cache", [](DenseArgs& a) { a.kv.data = static_cast<char*>(a.kv.data) + 8; }},
+      {"kv other device", "kv_cache", [](DenseArgs& a) { a.kv.device = Device::cuda(0); }},
+      {"kv fp8 slot stride", "kv_cache",
+       [](DenseArgs& a) { a.kv = TensorView::strided(fake(2), DType::u8, kDev, {40, 64, 1, 656}, {64 * 672, 672, 656, 1}); }},
+      {"kv fp8 block stride", "kv_cache",
+       [](DenseArgs& a) { a.kv = TensorView::strided(fake(2), DType::u8, kDev, {40, 64, 1, 656}, {64 * 656 + 4, 656, 656, 1}); }},
+      {"kv tokens past int32", "kv_cache",
+       [](DenseArgs& a) { a.kv = TensorView::contiguous(fake(2), DType::u8, kDev, {int64_t{1} << 26, 64, 1, 656}); }},
+      {"out shape", "out", [](DenseArgs& a) { a.out.shape[3] = 576; }},
+      {"lse shape", "lse", [](DenseArgs& a) { a.lse.shape[2] = 65; }},
+      {"attn_sink", "attn_sink", [](DenseArgs& a) { a.sink.shape[0] = 65; }},
+      {"ws for another batch", "ws", [](DenseArgs& a) { a.ws.config.batch = 4; }},
+      {"ws for another block size", "ws", [](DenseArgs& a) { a.ws.config.block_size = 32; }},
+      {"sched_meta parts", "sched_meta", [](DenseArgs& a) { a.ws.sched_meta.shape[0] -= 1; }},
+      {"num_splits len", "num_splits", [](DenseArgs& a) { a.ws.num_splits.shape[0] = 3; }},
+      {"lse_accum small", "lse_accum", [](DenseArgs& a) { a.ws.lse_accum.shape[0] -= 1; }},
+      {"o_accum dtype", "o_accum", [](DenseArgs& a) { a.ws.o_accum.dtype = DType::bf16; }},
+      {"indices small", "indices", [](DenseArgs& a) { a.ws.indices.shape[0] -= 1; }},
+      {"indices misaligned", "indices", [](DenseArgs& a) { a.ws.indices.data = static_cast<char*>(a.ws.indices.data) + 4; }},
+      {"token_lengths small", "token_lengths", [](DenseArgs& a) { a.ws.token_lengths.shape[0] = 5; }},
+      {"indices overlaps out", "out", [](DenseArgs& a) { a.ws.indices.data = a.out.data; }},
+      {"out overlaps q", "out", [](DenseArgs& a) { a.out.data = a.q.data; }},
+  };
+  for (const auto& c : cases) {
+    DenseArgs a;
+    c.mutate(a);
+    expect_rule([&] { a.call(); }, op, c.arg, c.name);
+  }
+  // The plan's own rules.
+  const std::vector<Case> plan_cases = {
+      {"block_table batch", "block_table", [](DenseArgs& a) { a.table.shape[0] = 2; }},
+      {"block_table columns", "block_table", [](DenseArgs& a) { a.table.shape[1] = 6; }},
+      {"block_table dtype", "block_table", [](DenseArgs& a) { a.table.dtype = DType::i64; }},
+      {"block_table last dim", "block_table",
+       [](DenseArgs& a) { a.table = TensorView::strided(fake(3), DType::i32, kDev, {3, 5}, {1, 3}); }},
+      {"cache_seqlens len", "cache_seqlens", [](DenseArgs& a) { a.lengths.shape[0] = 4; }},
+      {"cache_seqlens dtype", "cache_seqlens", [](DenseArgs& a) { a.lengths.dtype = DType::u32; }},
+      {"cache_seqlens other device", "cache_seqlens", [](DenseArgs& a) { a.lengths.device = Device::cuda(0); }},
+      {"indices small", "indices", [](DenseArgs& a) { a.ws.indices.shape[0] -= 1; }},
+      {"sched_meta overlaps the block table", "sched_meta", [](DenseArgs& a) { a.ws.sched_meta.data = a.table.data; }},
+      {"ws config", "batch", [](DenseArgs& a) { a.ws.config.batch = 0; }},
+  };
+  for (const auto& c : plan_cases) {
+    DenseArgs a;
+    c.mutate(a);
+    expect_rule([&] { a.plan(); }, "mla::dense_decode_plan", c.arg, c.name);
+  }
+}
+
 // V4 decode (d_qk 512, 584-byte pages, optional extra pool).
 struct DecodeV4Args {
   int64_t b = 2, s_q = 2, h_q = 64, topk = 128, extra_topk = 512, nb = 10, bs = 61, xnb = 40, xbs = 64;

@@ -1284,6 +1284,148 @@ std::vector<Spec> CapiHostile::specs() {
     }
     all.push_back(std::move(s));
   }
+  // Dense decode: the size query and the run.
+  flashcpp_mla_dense_decode_config ddc = FLASHCPP_MLA_DENSE_DECODE_CONFIG_INIT;
+  ddc.batch = 2;
+  ddc.s_q = 2;
+  ddc.h_q = 64;
+  ddc.block_size = 64;
+  ddc.max_blocks = 4;
+  ddc.num_sms = 132;
+  auto dense_config_cases = [&](Spec& s, auto with) {
+    invalid(s, "config NULL", with(ddc, true));
+    for (uint32_t size : bad_sizes<flashcpp_mla_dense_decode_config>()) {
+      auto c = ddc;
+      c.struct_size = size;
+      invalid(s, "config.struct_size " + std::to_string(size), with(c, false));
+    }
+    const int32_t imin = std::numeric_limits<int32_t>::min(), imax = std::numeric_limits<int32_t>::max();
+    for (int32_t x : {0, -1, imin}) {
+      using Field = int32_t flashcpp_mla_dense_decode_config::*;
+      for (const auto& [name, field] : {std::pair<const char*, Field>{"batch", &flashcpp_mla_dense_decode_config::batch},
+                                        {"s_q", &flashcpp_mla_dense_decode_config::s_q},
+                                        {"h_q", &flashcpp_mla_dense_decode_config::h_q},
+                                        {"block_size", &flashcpp_mla_dense_decode_config::block_size},
+                                        {"max_blocks", &flashcpp_mla_dense_decode_config::max_blocks}}) {
+        auto c = ddc;
+        c.*field = x;
+        invalid(s, std::string("config.") + name + " " + std::to_string(x), with(c, false));
+      }
+    }
+    for (int32_t x : {imax, 65536}) {
+      auto c = ddc;
+      c.s_q = x;
+      invalid(s, "config.s_q " + std::to_string(x), with(c, false));
+      c = ddc;
+      c.h_q = x;
+      invalid(s, "config.h_q " + std::to_string(x), with(c, false));
+    }
+    {
+      auto c = ddc;
+      c.max_blocks = imax;  // max_blocks * block_size overflows int32 slots
+      invalid(s, "config.max_blocks 2^31 - 1", with(c, false));
+    }
+    for (int32_t x : {-1, 100000, imin}) {
+      auto c = ddc;
+      c.num_sms = x;
+      invalid(s, "config.num_sms " + std::to_string(x), with(c, false));
+    }
+    for (int32_t x : {2, -1, imin}) {
+      auto c = ddc;
+      c.causal = x;
+      invalid(s, "config.causal " + std::to_string(x), with(c, false));
+    }
+    for (int32_t x : {-1, 64, 1 << 30, imin}) {
+      auto c = ddc;
+      c.device_id = x;
+      invalid(s, "config.device_id " + std::to_string(x), with(c, false));
+    }
+  };
+  flashcpp_mla_dense_decode_sizes dsz{};
+  EXPECT_EQ(flashcpp_mla_dense_decode_sizes_for(&ddc, &dsz), FLASHCPP_SUCCESS) << flashcpp_last_error();
+  {
+    Spec s;
+    s.fn = "flashcpp_mla_dense_decode_sizes_for";
+    auto with = [](flashcpp_mla_dense_decode_config c, bool null_config) {
+      return [=](const Ptrs&) {
+        flashcpp_mla_dense_decode_sizes z;
+        return flashcpp_mla_dense_decode_sizes_for(null_config ? nullptr : &c, &z);
+      };
+    };
+    s.call = with(ddc, false);
+    invalid(s, "sizes NULL", [ddc](const Ptrs&) { return flashcpp_mla_dense_decode_sizes_for(&ddc, nullptr); });
+    dense_config_cases(s, with);
+    all.push_back(std::move(s));
+  }
+  const std::vector<Slot> dense_ws = {
+      {"workspace.sched_meta", to_c(dev(DType::i32, {dsz.num_sm_parts, FLASHCPP_MLA_SCHED_META_INTS})), kOut},
+      {"workspace.num_splits", to_c(dev(DType::i32, {dsz.num_splits_elems})), kOut},
+      {"workspace.lse_accum", to_c(dev(DType::f32, {dsz.lse_accum_elems})), kOut},
+      {"workspace.o_accum", to_c(dev(DType::f32, {dsz.o_accum_elems})), kOut},
+      {"workspace.indices", to_c(dev(DType::i32, {dsz.indices_elems})), kOut},
+      {"workspace.token_lengths", to_c(dev(DType::i32, {dsz.token_lengths_elems})), kOut}};
+  // The workspace struct from the slots at `at` (six of them).
+  auto dense_ws_of = [](const Ptrs& p, size_t at) {
+    return flashcpp_mla_dense_decode_workspace{p[at], p[at + 1], p[at + 2], p[at + 3], p[at + 4], p[at + 5]};
+  };
+  {
+    Spec s;
+    s.fn = "flashcpp_mla_dense_decode_plan";
+    s.baseline = device_lookup;
+    s.baseline_launches = true;
+    s.slots = {{"block_table", cuda(DType::i32, {2, 4}), kIn}, {"cache_seqlens", cuda(DType::i32, {2}), kIn}};
+    s.slots.insert(s.slots.end(), dense_ws.begin(), dense_ws.end());
+    auto with = [dense_ws_of](flashcpp_mla_dense_decode_config c, bool null_config, bool null_ws = false) {
+      return [=](const Ptrs& p) {
+        const flashcpp_mla_dense_decode_workspace w = dense_ws_of(p, 2);
+        return flashcpp_mla_dense_decode_plan(null_config ? nullptr : &c, p[0], p[1], null_ws ? nullptr : &w, nullptr);
+      };
+    };
+    s.call = with(ddc, false);
+    invalid(s, "workspace NULL", with(ddc, false, true));
+    dense_config_cases(s, with);
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_mla_dense_decode";
+    s.baseline = device_lookup;
+    s.baseline_launches = true;
+    const flashcpp_mla_dense_decode_options ddo = FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT;
+    s.slots = {{"tensors.q", cuda(DType::bf16, {2, 2, 64, 576}), kIn},
+               {"tensors.kv_cache", cuda(DType::bf16, {8, 64, 1, 576}), kIn},
+               {"tensors.attn_sink", cuda(DType::f32, {64}), kOptional},
+               {"tensors.out", cuda(DType::bf16, {2, 2, 64, 512}), kOut},
+               {"tensors.lse", cuda(DType::f32, {2, 2, 64}), kOut}};
+    s.slots.insert(s.slots.end(), dense_ws.begin(), dense_ws.end());
+    auto with = [dense_ws_of](flashcpp_mla_dense_decode_config c, flashcpp_mla_dense_decode_options o, bool null_config,
+                              bool null_options, bool null_tensors, bool null_ws = false) {
+      return [=](const Ptrs& p) {
+        const flashcpp_mla_dense_decode_tensors t{p[0], p[1], p[2], p[3], p[4]};
+        const flashcpp_mla_dense_decode_workspace w = dense_ws_of(p, 5);
+        return flashcpp_mla_dense_decode(null_config ? nullptr : &c, null_tensors ? nullptr : &t, null_ws ? nullptr : &w,
+                                         null_options ? nullptr : &o, nullptr);
+      };
+    };
+    s.call = with(ddc, ddo, false, false, false);
+    invalid(s, "tensors NULL", with(ddc, ddo, false, false, true));
+    invalid(s, "workspace NULL", with(ddc, ddo, false, false, false, true));
+    dense_config_cases(s, [=](flashcpp_mla_dense_decode_config c, bool null_config) {
+      return with(c, ddo, null_config, false, false);
+    });
+    invalid(s, "options NULL", with(ddc, ddo, false, true, false));
+    for (uint32_t size : bad_sizes<flashcpp_mla_dense_decode_options>()) {
+      auto o = ddo;
+      o.struct_size = size;
+      invalid(s, "options.struct_size " + std::to_string(size), with(ddc, o, false, false, false));
+    }
+    for (float x : {std::nanf(""), float(INFINITY), -float(INFINITY), -1.0f}) {
+      auto o = ddo;
+      o.sm_scale = x;
+      invalid(s, "options.sm_scale " + std::to_string(x), with(ddc, o, false, false, false));
+    }
+    all.push_back(std::move(s));
+  }
   for (int which = 0; which < 2; ++which) {
     const bool v4 = which == 1;
     Spec s;
@@ -1476,7 +1618,7 @@ TEST_F(CapiHostile, TheHeadersDeclareTheFunctionsThisTestCovers) {
   const std::set<std::string> declared = declared_functions();
   std::set<std::string> covered;
   for (const Spec& s : specs()) covered.insert(s.fn);
-  EXPECT_EQ(declared.size(), 46u);
+  EXPECT_EQ(declared.size(), 49u);
   EXPECT_EQ(declared, covered);
 }
 
@@ -1554,7 +1696,7 @@ TEST_F(CapiHostile, EveryExportedFunctionRefusesHostileInputWithoutASignal) {
   EXPECT_EQ(success_on_invalid, 0);
   EXPECT_EQ(silent, 0);
   EXPECT_EQ(refused, invalid);
-  EXPECT_EQ(fns.size(), 46u);
+  EXPECT_EQ(fns.size(), 49u);
   EXPECT_GT(cases.size(), 1500u);
 }
 

@@ -1,4 +1,4 @@
-/* flashcpp C ABI: sparse MLA (DeepSeek V3.2 attention) with FlashMLA's semantics.
+/* flashcpp C ABI: sparse MLA (DeepSeek V3.2 / V4 attention) and dense MLA decode, with FlashMLA's semantics.
  * See include/flashcpp/mla.hpp for the shapes, dtypes, layouts and the rules each call validates.
  * Every function validates all of its arguments before it launches anything or writes any output; on
  * failure it returns a status and flashcpp_last_error() names the argument and the broken rule.
@@ -112,6 +112,71 @@ flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* con
 flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* config,
                                               const flashcpp_mla_decode_tensors* tensors,
                                               const flashcpp_mla_options* options, void* stream);
+
+/* Dense decode (flashcpp/mla.hpp, dense_decode_plan / dense_decode): every cached token of each request attended,
+ * over a bf16 paged cache or the V3.2 FP8 rows. Plan once per decode step (the schedule, slot lists and token
+ * lengths, built on the device from that step's block table and lengths), then run each layer on it; both
+ * asynchronous and CUDA-graph safe. Since ABI 3.2.0. */
+typedef struct flashcpp_mla_dense_decode_config {
+  uint32_t struct_size;          /* sizeof(flashcpp_mla_dense_decode_config): FLASHCPP_MLA_DENSE_DECODE_CONFIG_INIT */
+  int32_t batch, s_q, h_q;       /* s_q in [1, 65535], h_q in [1, 1024] */
+  int32_t block_size;            /* tokens per cache block (kv_cache dim 1), >= 1 */
+  int32_t max_blocks;            /* block_table dim 1, >= 1 */
+  int32_t causal;                /* 0 or 1: token s of s_q sees cache_seqlens - (s_q - 1 - s) tokens */
+  int32_t num_sms;               /* 0: the SM count of `device_id` */
+  int32_t device_id;             /* a visible CUDA device, in the size query too */
+} flashcpp_mla_dense_decode_config;
+#define FLASHCPP_MLA_DENSE_DECODE_CONFIG_INIT {(uint32_t)sizeof(flashcpp_mla_dense_decode_config), 0, 1, 0, 0, 0, 0, 0, 0}
+
+/* Element counts of the workspace buffers (all contiguous on config->device_id): sched_meta i32 [num_sm_parts, 8],
+ * num_splits i32, lse_accum f32, o_accum f32, indices i32, token_lengths i32 (all but num_splits 16-byte aligned). */
+typedef struct flashcpp_mla_dense_decode_sizes {
+  int32_t num_sm_parts, reserved;
+  int64_t sched_meta_elems, num_splits_elems, lse_accum_elems, o_accum_elems, indices_elems, token_lengths_elems;
+} flashcpp_mla_dense_decode_sizes;
+
+/* Fills `sizes` (not NULL) for `config`; no device work. Since ABI 3.2.0. */
+flashcpp_status flashcpp_mla_dense_decode_sizes_for(const flashcpp_mla_dense_decode_config* config,
+                                                    flashcpp_mla_dense_decode_sizes* sizes);
+
+/* The workspace (all members required): the plan writes sched_meta, num_splits, indices and token_lengths, each run
+ * lse_accum and o_accum. */
+typedef struct flashcpp_mla_dense_decode_workspace {
+  const flashcpp_tensor* sched_meta;
+  const flashcpp_tensor* num_splits;
+  const flashcpp_tensor* lse_accum;
+  const flashcpp_tensor* o_accum;
+  const flashcpp_tensor* indices;
+  const flashcpp_tensor* token_lengths;
+} flashcpp_mla_dense_decode_workspace;
+
+/* Plans one decode step on `stream`: block_table i32 [batch, max_blocks] (last dim contiguous), cache_seqlens i32
+ * [batch] (contiguous). Since ABI 3.2.0. */
+flashcpp_status flashcpp_mla_dense_decode_plan(const flashcpp_mla_dense_decode_config* config,
+                                               const flashcpp_tensor* block_table, const flashcpp_tensor* cache_seqlens,
+                                               const flashcpp_mla_dense_decode_workspace* workspace, void* stream);
+
+/* Per-call scalars of dense decode. */
+typedef struct flashcpp_mla_dense_decode_options {
+  uint32_t struct_size;
+  float sm_scale; /* 0: 1/sqrt(576); else finite and > 0 */
+} flashcpp_mla_dense_decode_options;
+#define FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT {(uint32_t)sizeof(flashcpp_mla_dense_decode_options), 0.0f}
+
+/* The tensors of a dense decode (NULL only for attn_sink). Shapes and rules: flashcpp/mla.hpp, dense_decode. */
+typedef struct flashcpp_mla_dense_decode_tensors {
+  const flashcpp_tensor* q;          /* bf16 [b, s_q, h_q, 576] */
+  const flashcpp_tensor* kv_cache;   /* bf16 [num_blocks, block_size, 1, 576] or u8/i8/e4m3 [.., 1, 656] */
+  const flashcpp_tensor* attn_sink;  /* f32 [h_q] or NULL */
+  const flashcpp_tensor* out;        /* bf16 [b, s_q, h_q, 512] (any strides) */
+  const flashcpp_tensor* lse;        /* f32 [b, s_q, h_q] (any strides) */
+} flashcpp_mla_dense_decode_tensors;
+
+/* Dense decode of one layer on `stream`, over the step planned in `workspace`. Since ABI 3.2.0. */
+flashcpp_status flashcpp_mla_dense_decode(const flashcpp_mla_dense_decode_config* config,
+                                          const flashcpp_mla_dense_decode_tensors* tensors,
+                                          const flashcpp_mla_dense_decode_workspace* workspace,
+                                          const flashcpp_mla_dense_decode_options* options, void* stream);
 
 /* Quantizes bf16 [..., 576] into the V3.2 656-byte layout out u8/i8/e4m3 [..., 656] (FlashMLA's bytes).
  * Both tensors on one CUDA device (asynchronous), or both in host memory (runs on the calling thread). */
