@@ -792,7 +792,7 @@ struct DenseCase {
   int64_t block_size = 64;
   bool sink = false;
   int num_sms = 0;
-  bool padded_pages = false;  // bf16: a page stride of block_size + 1 tokens
+  bool padded_rows = false;  // bf16: tokens 640 elements apart (pages of block_size of them)
   int64_t max_ref_rows = 6;
 };
 
@@ -805,7 +805,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
                " s_k " + std::to_string(c.s_k) + (c.varlen ? " varlen" : "") + (c.causal ? " causal" : "") +
                (c.zero_lengths ? " zero lengths" : "") + (c.fp8 ? " fp8" : " bf16") + " block " +
                std::to_string(c.block_size) + (c.sink ? " sink" : "") + " num_sms " + std::to_string(c.num_sms) +
-               (c.padded_pages ? " padded pages" : "") + (graph ? " graph" : ""));
+               (c.padded_rows ? " padded rows" : "") + (graph ? " graph" : ""));
   std::mt19937 rng(seed);
   auto draw_lengths = [&] {
     std::vector<int32_t> len(static_cast<size_t>(c.b), static_cast<int32_t>(c.s_k));
@@ -823,9 +823,10 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   const int64_t cap_len = std::max<int64_t>((std::max<int64_t>(max_len, graph ? 2 * c.s_k + c.s_q : 1) + 255) / 256 * 256, 256);
   const int64_t max_blocks = (cap_len + c.block_size - 1) / c.block_size;
   const int64_t num_blocks = c.b * max_blocks;
-  const int64_t row = c.fp8 ? 656 : 576;  // bytes (FP8) or bf16 elements per token
-  const int64_t page_rows = c.padded_pages ? c.block_size + 1 : c.block_size;
-  const int64_t page = page_rows * row;
+  const int64_t row = c.fp8 ? 656 : 576;                            // bytes (FP8) or bf16 elements per token
+  const int64_t row_stride = !c.fp8 && c.padded_rows ? 640 : row;   // between tokens
+  // FP8 pages padded by a token (FlashMLA's tests); bf16 pages of block_size rows.
+  const int64_t page = c.fp8 ? (c.block_size + 1) * row : c.block_size * row_stride;
   auto kv_rows = random_bf16(static_cast<size_t>(num_blocks * c.block_size * 576), rng);
   std::vector<uint8_t> packed;
   if (c.fp8) {
@@ -850,7 +851,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
         for (int64_t t = 0; t < c.block_size; ++t) {
           if (nan_past_lengths && k * c.block_size + t >= l) continue;  // stays 0xFF: NaN
           const int64_t src = static_cast<int64_t>(blk) * c.block_size + t;
-          std::memcpy(&cache[static_cast<size_t>((blk * page + t * row) * static_cast<int64_t>(elem))],
+          std::memcpy(&cache[static_cast<size_t>((blk * page + t * row_stride) * static_cast<int64_t>(elem))],
                       c.fp8 ? static_cast<const void*>(&packed[static_cast<size_t>(src * 656)])
                             : static_cast<const void*>(&kv_rows[static_cast<size_t>(src * 576)]),
                       static_cast<size_t>(row) * elem);
@@ -873,7 +874,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   Dev<float> dsink(sink), dlse(static_cast<size_t>(c.b * c.s_q * c.h_q));
   const auto qv = dview(dq.get(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
   const auto cv = TensorView::strided(dcache.get(), kv_dtype, Device::cuda(0), {num_blocks, c.block_size, 1, row},
-                                      {page, row, row, 1});
+                                      {page, row_stride, row_stride, 1});
   const auto tv = dview(dtable.get(), DType::i32, {c.b, max_blocks});
   const auto lenv = dview(dlen.get(), DType::i32, {c.b});
   const auto ov = dview(dout.get(), DType::bf16, {c.b, c.s_q, c.h_q, 512});
@@ -888,7 +889,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   const auto hs = hview(sink.data(), DType::f32, {c.h_q});
   auto reference_for = [&](const std::vector<int64_t>& rows) {
     const auto hc = TensorView::strided(cache.data(), kv_dtype, Device::cpu(), {num_blocks, c.block_size, 1, row},
-                                        {page, row, row, 1});
+                                        {page, row_stride, row_stride, 1});
     const auto ht = hview(table.data(), DType::i32, {c.b, max_blocks});
     const auto hl = hview(len.data(), DType::i32, {c.b});
     return parallel_reference(rows, [&](const std::vector<int64_t>& rr) {
@@ -986,7 +987,7 @@ TEST(MlaGpuDenseDecode, FlashMlaCorrectnessGrid) {
 }
 
 // FlashMLA's corner cases: b 128, s_q 2, varlen around 4096 with about half the requests empty; and our own: odd block
-// sizes, padded pages, a tiny SM count that cuts requests into many splits.
+// sizes, padded bf16 rows, a tiny SM count that cuts requests into many splits, 256 heads.
 TEST(MlaGpuDenseDecode, CornerCases) {
   FLASHCPP_REQUIRE_GPU();
   uint32_t seed = 3500;
@@ -999,7 +1000,7 @@ TEST(MlaGpuDenseDecode, CornerCases) {
   run_dense_case({.b = 3, .s_q = 3, .h_q = 20, .s_k = 700, .varlen = true, .causal = true, .block_size = 61, .sink = true},
                  seed++);
   run_dense_case({.b = 5, .s_q = 1, .h_q = 128, .s_k = 300, .varlen = true, .fp8 = true, .block_size = 2}, seed++);
-  run_dense_case({.b = 4, .s_q = 2, .h_q = 64, .s_k = 900, .varlen = true, .block_size = 16, .padded_pages = true}, seed++);
+  run_dense_case({.b = 4, .s_q = 2, .h_q = 64, .s_k = 900, .varlen = true, .block_size = 16, .padded_rows = true}, seed++);
   run_dense_case({.b = 7, .s_q = 2, .h_q = 128, .s_k = 2000, .varlen = true, .causal = true, .fp8 = true, .num_sms = 5},
                  seed++);
   run_dense_case({.b = 2, .s_q = 1, .h_q = 256, .s_k = 1000, .varlen = true, .sink = true}, seed++);
