@@ -19,8 +19,6 @@ namespace {
 
 using namespace detail;
 
-constexpr int64_t kMaxHeads = 1024;
-constexpr int kMaxSms = 4096;
 constexpr int kDqk = 576;
 
 void validate_config(const Validator& v, const DenseDecodeConfig& c) {

@@ -1,7 +1,7 @@
 // The simple sparse attention kernels: correct for every shape the API accepts, on any SM >= 8.0 this
 // build has code for. CUDA cores only (fp32 FMA), one CTA per (token, 16 heads), KV gathered 64 slots
-// at a time into shared memory. Also: the split-KV decode variant (persistent over a schedule), the
-// combine kernel, the schedule kernel and the FP8 quantizer.
+// at a time into shared memory; and its split-KV decode variant (persistent over a schedule). The combine is in
+// sparse_attention_combine.cu, the schedule kernel in decode_schedule.cu, the quantizers in kv_quantize.cu.
 //
 // NaN safety: a masked slot (index out of range, or past topk_length) is never read from global memory;
 // its shared-memory row is zero-filled and its probability is exactly 0, so nothing from an unused KV
@@ -15,6 +15,7 @@
 #include "mla/decode_schedule.hpp"
 #include "mla/fp8_v32.hpp"
 #include "mla/fp8_v4.hpp"
+#include "mla/simple_device.cuh"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla::kernels {
@@ -41,22 +42,6 @@ struct Smem {
 
 __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ int64_t lse_offset(const SparseAttentionParams& p, int64_t token, int head) {
-  return p.token_offset(token, p.lse_stride_token, p.lse_stride_request) +
-         static_cast<int64_t>(head) * p.lse_stride_head;
-}
 
 // Byte offset of KV row `idx`, or -1 when the index is masked.
 __device__ __forceinline__ int64_t kv_row_offset(const SparseAttentionParams& p, int32_t idx) {
@@ -310,11 +295,6 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
   __syncthreads();  // s.m / s.l final for the epilogue
 }
 
-__device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* dst, float a, float b) {
-  dst[0] = __float2bfloat16_rn(a);
-  dst[1] = __float2bfloat16_rn(b);
-}
-
 // Epilogue of a work item. Final (PARTIAL false), at token `row`: out = acc / (l + exp(sink - m)),
 // lse = m + ln l, max_logits = m; an empty row gives out 0, lse +inf, max_logits -inf. PARTIAL, at
 // accumulator row `row`: o_accum = acc / l (0 if empty), lse_accum = m + ln l (-inf if empty), no sink
@@ -388,176 +368,6 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const 
   }
 }
 
-// Combine: grid (tokens, ceil(h_q / HEADS), CHUNKS), one warp per (head, 512 / CHUNKS columns); lane owns
-// 16 / CHUNKS columns of each split row, as float4s. Launched as a programmatic dependent of the attention kernel:
-// everything after the wait sees its results. Its time is the latency of dependent reads, so each warp keeps BATCH
-// split rows in flight (issued with its lse loads, and each row consumed is replaced by the one BATCH further on),
-// and only rows that exist are loaded. combine_shape() picks (CHUNKS, BATCH): whole rows and two in flight where
-// tokens x heads alone fill the GPU (few splits each), column chunks and deep batches for few tokens with tens of
-// splits (H200, 2026-12-01, FlashMLA's suite: V3.2 b 16, two splits a row, 23 us with 4 chunks x 16 rows at 122
-// registers, 2 CTAs an SM; FlashMLA's whole-row combine 8 us).
-template <int CHUNKS, int BATCH, int HEADS>  // HEADS: warps (heads) per CTA
-__global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(const SparseAttentionParams p) {
-  static_assert(kDv % (CHUNKS * 128) == 0 && 32 % BATCH == 0, "lanes own whole float4s; batches tile 32 splits");
-  constexpr int kVecs = kDv / CHUNKS / 128;  // float4s of one split row per lane
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int head = static_cast<int>(blockIdx.y) * HEADS + warp;
-  if (head >= p.h_q) return;
-  const int64_t token = blockIdx.x;
-  const int col = static_cast<int>(blockIdx.z) * (kDv / CHUNKS) + lane * 4;
-  const int r = static_cast<int>(token / p.tokens_per_request);
-  const int tok_in_req = static_cast<int>(token % p.tokens_per_request);
-  const int split0 = p.num_splits[r];
-  const int n = p.num_splits[r + 1] - split0;
-  if (n <= 1) return;
-  auto row_of = [&](int k) { return static_cast<int64_t>(split0 + k) * p.tokens_per_request + tok_in_req; };
-  auto lse_of = [&](int k) { return k < n ? p.lse_accum[row_of(k) * p.h_q + head] : -INFINITY; };
-  float4 v[BATCH][kVecs];
-  auto load_row = [&](int k, float4 (&dst)[kVecs]) {
-    const float* row = p.o_accum + (row_of(k) * p.h_q + head) * kDv + col;
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i) dst[i] = *reinterpret_cast<const float4*>(row + i * 128);
-  };
-
-  // Issued together: this lane's first lse and the first batch of rows (the weights come later).
-  const float lse_first = lse_of(lane);
-#pragma unroll
-  for (int u = 0; u < BATCH; ++u)
-    if (u < n) load_row(u, v[u]);
-
-  float mx = lse_first;
-  for (int k = lane + 32; k < n; k += 32) mx = fmaxf(mx, lse_of(k));
-  mx = warp_max(mx);
-  float sum = mx == -INFINITY ? 0.f : expf(lse_first - mx);
-  if (mx != -INFINITY)
-    for (int k = lane + 32; k < n; k += 32) sum += expf(lse_of(k) - mx);
-  sum = warp_sum(sum);
-  const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
-  // g: the log-normaliser of the output, including the sink.
-  float g = lse;
-  if (p.attn_sink != nullptr) {
-    const float sink = p.attn_sink[head];
-    if (sink == INFINITY) g = INFINITY;
-    else if (lse == -INFINITY) g = sink;
-    else if (sink != -INFINITY) {
-      const float hi = fmaxf(lse, sink);
-      g = hi + logf(expf(lse - hi) + expf(sink - hi));
-    }
-  }
-  float4 o[kVecs];
-#pragma unroll
-  for (int i = 0; i < kVecs; ++i) o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (g != -INFINITY && g != INFINITY) {
-    // Lane j holds the weight of split k0 + j (k0 a multiple of 32).
-    float wk = lse_first == -INFINITY ? 0.f : expf(lse_first - g);
-    for (int k0 = 0; k0 < n; k0 += BATCH) {
-      if (k0 > 0 && k0 % 32 == 0) {
-        const float lk = lse_of(k0 + lane);
-        wk = lk == -INFINITY ? 0.f : expf(lk - g);
-      }
-#pragma unroll
-      for (int u = 0; u < BATCH; ++u) {
-        const int k = k0 + u;
-        if (k >= n) break;  // warp-uniform
-        const float w = __shfl_sync(0xffffffffu, wk, k & 31);
-        if (w != 0.f) {  // an empty split (weight 0) adds nothing, whatever its row holds
-#pragma unroll
-          for (int i = 0; i < kVecs; ++i) {
-            o[i].x = fmaf(w, v[u][i].x, o[i].x);
-            o[i].y = fmaf(w, v[u][i].y, o[i].y);
-            o[i].z = fmaf(w, v[u][i].z, o[i].z);
-            o[i].w = fmaf(w, v[u][i].w, o[i].w);
-          }
-        }
-        if (k + BATCH < n) load_row(k + BATCH, v[u]);
-      }
-    }
-  }
-  auto* out = static_cast<__nv_bfloat16*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request) +
-              head * p.out_stride_head + col;
-#pragma unroll
-  for (int i = 0; i < kVecs; ++i) {
-    store_bf16_pair(out + i * 128, o[i].x, o[i].y);
-    store_bf16_pair(out + i * 128 + 2, o[i].z, o[i].w);
-  }
-  if (lane == 0 && blockIdx.z == 0) p.lse[lse_offset(p, token, head)] = lse == -INFINITY ? INFINITY : lse;
-}
-
-__global__ void decode_schedule_kernel(sched::PartMeta* meta, int32_t* num_splits, int batch, int topk,
-                                       int num_parts) {
-  if (threadIdx.x == 0 && blockIdx.x == 0)
-    sched::build_schedule(batch, nullptr, sched::blocks_of(topk), num_parts, meta, num_splits);
-}
-
-// Quantizer: one warp per 576-value row; lane owns 4 consecutive values of each 128-value tile.
-__global__ void __launch_bounds__(256) quantize_v32_kernel(const QuantizeParams p) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= p.num_rows) return;
-  int64_t src_off, dst_off;
-  p.row_offsets(row, src_off, dst_off);
-  const auto* src = static_cast<const uint16_t*>(p.src) + src_off;
-  auto* dst = static_cast<unsigned char*>(p.dst) + dst_off;
-#pragma unroll
-  for (int t = 0; t < fp8::kNumScales; ++t) {
-    float x[4];
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      x[i] = fp8::bf16_to_float(src[t * fp8::kTileDims + lane * 4 + i]);
-      amax = fmaxf(amax, fabsf(x[i]));
-    }
-    amax = warp_max(amax);
-    const float scale = fp8::pow2_scale(amax);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dst[t * fp8::kTileDims + lane * 4 + i] = fp8::float_to_e4m3(x[i] / scale);
-    if (lane == 0) {
-      const uint32_t bits = __float_as_uint(scale);
-#pragma unroll
-      for (int b = 0; b < 4; ++b) dst[fp8::kScaleOffset + t * 4 + b] = static_cast<unsigned char>(bits >> (8 * b));
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const uint16_t v = src[fp8::kNopeDims + lane * 2 + i];
-    dst[fp8::kRopeOffset + (lane * 2 + i) * 2] = static_cast<unsigned char>(v & 0xff);
-    dst[fp8::kRopeOffset + (lane * 2 + i) * 2 + 1] = static_cast<unsigned char>(v >> 8);
-  }
-}
-
-// V4 quantizer: one warp per token; lane owns values 2 lane, 2 lane + 1 of each 64-value tile and of the RoPE
-// dims. The same arithmetic as fp8_v4::quantize_token (max is order-free, so the bytes match the host's).
-__global__ void __launch_bounds__(256) quantize_v4_kernel(const QuantizeV4Params p) {
-  namespace v4 = fp8_v4;
-  const int64_t token = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (token >= p.num_blocks * p.block_size) return;
-  const int64_t blk = token / p.block_size, slot = token % p.block_size;
-  const auto* src = static_cast<const uint16_t*>(p.src) + blk * p.src_block_stride + slot * p.src_token_stride;
-  auto* page = static_cast<unsigned char*>(p.dst) + blk * p.dst_page_stride;
-  unsigned char* record = page + v4::token_record_offset(slot);
-  unsigned char* scales = page + v4::scale_record_offset(p.block_size, slot);
-#pragma unroll
-  for (int t = 0; t < v4::kNumScales; ++t) {
-    const float x0 = fp8::bf16_to_float(src[t * v4::kTileDims + lane * 2]);
-    const float x1 = fp8::bf16_to_float(src[t * v4::kTileDims + lane * 2 + 1]);
-    const float scale = fp8::pow2_scale(warp_max(fmaxf(fabsf(x0), fabsf(x1))));
-    record[t * v4::kTileDims + lane * 2] = fp8::float_to_e4m3(x0 / scale);
-    record[t * v4::kTileDims + lane * 2 + 1] = fp8::float_to_e4m3(x1 / scale);
-    if (lane == t) scales[t] = v4::e8m0_of_pow2(scale);
-  }
-  if (lane == v4::kNumScales) scales[v4::kNumScales] = 0;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const uint16_t v = src[v4::kNopeDims + lane * 2 + i];
-    record[v4::kRopeOffset + (lane * 2 + i) * 2] = static_cast<unsigned char>(v & 0xff);
-    record[v4::kRopeOffset + (lane * 2 + i) * 2 + 1] = static_cast<unsigned char>(v >> 8);
-  }
-}
-
 // Opts the kernels into > 48 KB of dynamic shared memory, once per device.
 void prepare_smem() {
   static thread_local int prepared_for = -1;  // cheap fast path; the attribute is per device
@@ -594,57 +404,6 @@ void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t
     dim3 grid(static_cast<unsigned>(p.num_parts), static_cast<unsigned>(p.tokens_per_request), head_groups);
     sparse_attention_split_kernel<<<grid, kThreads, sizeof(Smem), stream>>>(p);
   }
-}
-
-CombineShape combine_shape(int64_t rows, int num_parts, int num_requests) {
-  // Splits a request expects: its share of the parts, plus one where the greedy fill cuts at a part's edge.
-  const int64_t splits = (num_requests > 0 ? num_parts / num_requests : num_parts) + 1;
-  constexpr int64_t kFullGpuRows = 4096;  // warps of whole rows that fill 132 SMs about once (32 an SM)
-  if (rows >= kFullGpuRows && splits <= 4) return {1, 2};
-  if (rows >= kFullGpuRows / 4 && splits <= 8) return {2, 4};
-  return {4, splits <= 8 ? 8 : 16};
-}
-
-template <int CHUNKS, int BATCH, int HEADS>
-cudaError_t launch_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.h_q + HEADS - 1) / HEADS), CHUNKS);
-  config.blockDim = dim3(HEADS * 32);
-  config.stream = stream;
-  // Programmatic dependent launch: scheduled while the attention kernel drains (griddepcontrol.wait in the
-  // kernel orders every read after it), which saves the launch gap between the two on small batches.
-  cudaLaunchAttribute pdl{};
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &pdl;
-  config.numAttrs = programmatic ? 1 : 0;
-  return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<CHUNKS, BATCH, HEADS>, p);
-}
-
-cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
-  const CombineShape shape = combine_shape(static_cast<int64_t>(p.num_tokens) * p.h_q, p.num_parts, p.num_requests);
-  // Blocks of 4 heads for the whole-row shapes (more blocks to spread), of 8 for the chunked ones (the 2026-12-01
-  // shape, which a b 1 / 2 combine ran about 1 us faster than blocks of 4).
-  if (shape.chunks == 1) return launch_combine<1, 2, 4>(p, stream, programmatic);
-  if (shape.chunks == 2) return launch_combine<2, 4, 4>(p, stream, programmatic);
-  if (shape.batch == 8) return launch_combine<4, 8, 8>(p, stream, programmatic);
-  return launch_combine<4, 16, 8>(p, stream, programmatic);
-}
-
-void launch_decode_schedule(void* sched, int32_t* num_splits, int batch, int topk, int num_parts,
-                            cudaStream_t stream) {
-  decode_schedule_kernel<<<1, 1, 0, stream>>>(static_cast<sched::PartMeta*>(sched), num_splits, batch, topk,
-                                               num_parts);
-}
-
-void launch_quantize_v32(const QuantizeParams& p, cudaStream_t stream) {
-  const int64_t blocks = (p.num_rows + 7) / 8;
-  quantize_v32_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
-}
-
-void launch_quantize_v4(const QuantizeV4Params& p, cudaStream_t stream) {
-  const int64_t blocks = (p.num_blocks * p.block_size + 7) / 8;
-  quantize_v4_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
 }
 
 }  // namespace flashcpp::mla::kernels
