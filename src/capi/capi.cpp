@@ -62,13 +62,6 @@ void require_non_null(const void* p, const char* op, const char* name) {
   if (p == nullptr) throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' must not be NULL");
 }
 
-void require_struct_size(uint32_t struct_size, size_t expected, const char* op, const char* name, const char* init) {
-  if (struct_size != expected)
-    throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' has struct_size " +
-                                                 std::to_string(struct_size) + "; it must be " +
-                                                 std::to_string(expected) + " (start from " + init + ")");
-}
-
 DType dtype_of(int32_t code, const char* op, const char* name) {
   if (code < FLASHCPP_F16 || code > FLASHCPP_BOOL)
     throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' has an unknown dtype code " +

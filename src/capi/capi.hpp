@@ -7,7 +7,13 @@
 #include <string>
 #include <utility>
 
+#include "capi/struct_sizes.hpp"
 #include "flashcpp/c/common.h"
+#include "flashcpp/c/gdn.h"
+#include "flashcpp/c/mla.h"
+#include "flashcpp/c/mla_attention.h"
+#include "flashcpp/c/moe.h"
+#include "flashcpp/c/ops.h"
 #include "flashcpp/error.hpp"
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/tensor.hpp"
@@ -56,16 +62,6 @@ inline std::optional<double> sm_scale_of(double c_value) {
   return c_value == 0.0 ? std::nullopt : std::optional<double>(c_value);
 }
 
-/// A size-prefixed struct argument: present, and of exactly the size this library was built with (a caller
-/// built against another header is refused rather than having fields ignored or read past). `init` names
-/// the initializer the message recommends.
-void require_struct_size(uint32_t struct_size, size_t expected, const char* op, const char* name, const char* init);
-template <class T>
-void require_struct(const T* s, const char* op, const char* name, const char* init) {
-  require_non_null(s, op, name);
-  require_struct_size(s->struct_size, sizeof(T), op, name, init);
-}
-
 /// Converts and checks a C tensor (rank, dtype and device codes). `name` is used in messages.
 TensorView to_view(const flashcpp_tensor* t, const char* op, const char* name);
 /// Like to_view, but a null pointer means "absent" and yields nullptr-like empty optional.
@@ -84,3 +80,27 @@ void require_device_id(int64_t device_id, const char* op, const char* name);
 
 }  // namespace flashcpp::capi
 #pragma GCC visibility pop
+
+// Every size-prefixed C struct, with its first published size: the smallest struct_size read_struct accepts
+// (struct_sizes.hpp). Each struct's layout is unchanged since it first began with its size (the FlashInfer ops'
+// in C ABI 3.0.0, 2648276; batch MLA, GDN, MoE and the sparse MLA config and options in 3.0.0 too, 5481221 and
+// 20d1b9e; the dense MLA decode structs in 3.2.0), so each first size is today's sizeof; sparse MLA decode's
+// extra_topk predates the struct's size field (966e687, C ABI 2.x). A field appended in a MINOR release keeps
+// the entry's first size and adds its default to the struct's *_INIT.
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_attention_options, sizeof(flashcpp_attention_options),
+                           FLASHCPP_ATTENTION_OPTIONS_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_prefill_config, sizeof(flashcpp_batch_prefill_config),
+                           FLASHCPP_BATCH_PREFILL_CONFIG_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_decode_config, sizeof(flashcpp_batch_decode_config),
+                           FLASHCPP_BATCH_DECODE_CONFIG_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_mla_config, sizeof(flashcpp_batch_mla_config), FLASHCPP_BATCH_MLA_CONFIG_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_gdn_prefill_args, sizeof(flashcpp_gdn_prefill_args), FLASHCPP_GDN_PREFILL_ARGS_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_fused_moe_config, sizeof(flashcpp_fused_moe_config), FLASHCPP_FUSED_MOE_CONFIG_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_fused_moe_args, sizeof(flashcpp_fused_moe_args), FLASHCPP_FUSED_MOE_ARGS_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_options, sizeof(flashcpp_mla_options), FLASHCPP_MLA_OPTIONS_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_decode_config, sizeof(flashcpp_mla_decode_config),
+                           FLASHCPP_MLA_DECODE_CONFIG_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_dense_decode_config, sizeof(flashcpp_mla_dense_decode_config),
+                           FLASHCPP_MLA_DENSE_DECODE_CONFIG_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_dense_decode_options, sizeof(flashcpp_mla_dense_decode_options),
+                           FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT);

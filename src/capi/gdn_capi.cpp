@@ -14,21 +14,21 @@ extern "C" {
 flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* a, void* stream) {
   return capi::guard([&] {
     const char* op = "flashcpp_gdn_prefill";
-    capi::require_struct(a, op, "args", "FLASHCPP_GDN_PREFILL_ARGS_INIT");
+    const flashcpp_gdn_prefill_args args = capi::read_struct(a, op, "args");
     GdnPrefillArgs g;
-    g.output = capi::to_view(a->output, op, "output");
-    g.output_state = capi::to_view(a->output_state, op, "output_state");
-    g.q = capi::to_view(a->q, op, "q");
-    g.k = capi::to_view(a->k, op, "k");
-    g.v = capi::to_view(a->v, op, "v");
-    g.cu_seqlens = capi::to_view(a->cu_seqlens, op, "cu_seqlens");
+    g.output = capi::to_view(args.output, op, "output");
+    g.output_state = capi::to_view(args.output_state, op, "output_state");
+    g.q = capi::to_view(args.q, op, "q");
+    g.k = capi::to_view(args.k, op, "k");
+    g.v = capi::to_view(args.v, op, "v");
+    g.cu_seqlens = capi::to_view(args.cu_seqlens, op, "cu_seqlens");
     TensorView cu_host, state, alpha, beta, ws;
-    g.cu_seqlens_host = optional(a->cu_seqlens_host, op, "cu_seqlens_host", cu_host);
-    g.input_state = optional(a->input_state, op, "input_state", state);
-    g.alpha = optional(a->alpha, op, "alpha", alpha);
-    g.beta = optional(a->beta, op, "beta", beta);
-    g.workspace = optional(a->workspace, op, "workspace", ws);
-    gdn_prefill(*default_runtime(), g, {.scale = capi::sm_scale_of(a->scale)}, static_cast<cudaStream_t>(stream));
+    g.cu_seqlens_host = optional(args.cu_seqlens_host, op, "cu_seqlens_host", cu_host);
+    g.input_state = optional(args.input_state, op, "input_state", state);
+    g.alpha = optional(args.alpha, op, "alpha", alpha);
+    g.beta = optional(args.beta, op, "beta", beta);
+    g.workspace = optional(args.workspace, op, "workspace", ws);
+    gdn_prefill(*default_runtime(), g, {.scale = capi::sm_scale_of(args.scale)}, static_cast<cudaStream_t>(stream));
   });
 }
 

@@ -25,20 +25,20 @@ flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* 
                                                flashcpp_batch_mla_plan** out) {
   return capi::guard([&] {
     const char* op = "flashcpp_batch_mla_plan_create";
-    capi::require_struct(c, op, "config", "FLASHCPP_BATCH_MLA_CONFIG_INIT");
+    const flashcpp_batch_mla_config config = capi::read_struct(c, op, "config");
     capi::require_non_null(out, op, "out_plan");
     *out = nullptr;
     BatchMlaConfig cfg;
-    cfg.num_heads = c->num_heads;
-    cfg.page_size = c->page_size;
-    cfg.q_dtype = dtype_of(c->q_dtype, op, "config.q_dtype");
-    cfg.kv_dtype = dtype_of(c->kv_dtype, op, "config.kv_dtype");
-    cfg.causal = capi::flag_of(c->causal, op, "config.causal");
-    cfg.return_lse_base_on_e = capi::flag_of(c->return_lse_base_on_e, op, "config.return_lse_base_on_e");
-    if (c->backend < FLASHCPP_MLA_AUTO || c->backend > FLASHCPP_MLA_SM90)
+    cfg.num_heads = config.num_heads;
+    cfg.page_size = config.page_size;
+    cfg.q_dtype = dtype_of(config.q_dtype, op, "config.q_dtype");
+    cfg.kv_dtype = dtype_of(config.kv_dtype, op, "config.kv_dtype");
+    cfg.causal = capi::flag_of(config.causal, op, "config.causal");
+    cfg.return_lse_base_on_e = capi::flag_of(config.return_lse_base_on_e, op, "config.return_lse_base_on_e");
+    if (config.backend < FLASHCPP_MLA_AUTO || config.backend > FLASHCPP_MLA_SM90)
       throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'config.backend' must be 0, 1 or 2");
-    cfg.backend = static_cast<MlaBackend>(c->backend);
-    cfg.sm_scale = capi::sm_scale_of(c->sm_scale);
+    cfg.backend = static_cast<MlaBackend>(config.backend);
+    cfg.sm_scale = capi::sm_scale_of(config.sm_scale);
     Workspace ws{capi::to_view(fw, op, "float_workspace"), capi::to_view(iw, op, "int_workspace"),
                  capi::to_view(pw, op, "pinned_int_workspace")};
     auto plan = BatchMlaPlan::create(*default_runtime(), ws, capi::to_view(qo, op, "qo_indptr_host"),

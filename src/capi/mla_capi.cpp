@@ -13,41 +13,40 @@ namespace {
 using flashcpp::TensorView;
 using flashcpp::capi::optional;
 using flashcpp::capi::require_non_null;
-using flashcpp::capi::require_struct;
+using flashcpp::capi::read_struct;
 using flashcpp::capi::to_view;
 namespace mla = flashcpp::mla;
 
-mla::DecodeConfig to_config(const flashcpp_mla_decode_config* c) {
+mla::DecodeConfig to_config(const flashcpp_mla_decode_config& c) {
   mla::DecodeConfig d;
-  d.batch = c->batch;
-  d.s_q = c->s_q;
-  d.h_q = c->h_q;
-  d.d_qk = c->d_qk;
-  d.topk = c->topk;
-  d.num_sms = c->num_sms;
-  d.extra_topk = c->extra_topk;
+  d.batch = c.batch;
+  d.s_q = c.s_q;
+  d.h_q = c.h_q;
+  d.d_qk = c.d_qk;
+  d.topk = c.topk;
+  d.num_sms = c.num_sms;
+  d.extra_topk = c.extra_topk;
   return d;
 }
 
-// The dense decode config of a C call, checked: its struct size, causal 0 or 1.
-mla::DenseDecodeConfig dense_config(const flashcpp_mla_dense_decode_config* c, const char* op) {
-  require_struct(c, op, "config", "FLASHCPP_MLA_DENSE_DECODE_CONFIG_INIT");
-  if (c->causal != 0 && c->causal != 1)
+// The dense decode config of a C call (read_struct's copy), checked: causal 0 or 1.
+mla::DenseDecodeConfig dense_config(const flashcpp_mla_dense_decode_config& c, const char* op) {
+  if (c.causal != 0 && c.causal != 1)
     throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
-                          std::string(op) + ": argument 'config.causal' must be 0 or 1; got " + std::to_string(c->causal));
+                          std::string(op) + ": argument 'config.causal' must be 0 or 1; got " + std::to_string(c.causal));
   mla::DenseDecodeConfig d;
-  d.batch = c->batch;
-  d.s_q = c->s_q;
-  d.h_q = c->h_q;
-  d.block_size = c->block_size;
-  d.max_blocks = c->max_blocks;
-  d.causal = c->causal == 1;
-  d.num_sms = c->num_sms;
+  d.batch = c.batch;
+  d.s_q = c.s_q;
+  d.h_q = c.h_q;
+  d.block_size = c.block_size;
+  d.max_blocks = c.max_blocks;
+  d.causal = c.causal == 1;
+  d.num_sms = c.num_sms;
   return d;
 }
 
 // The dense decode config and workspace of a C call.
-mla::DenseDecodeWorkspace dense_workspace(const flashcpp_mla_dense_decode_config* config,
+mla::DenseDecodeWorkspace dense_workspace(const flashcpp_mla_dense_decode_config& config,
                                           const flashcpp_mla_dense_decode_workspace* w, const char* op) {
   mla::DenseDecodeWorkspace ws;
   ws.config = dense_config(config, op);
@@ -62,12 +61,12 @@ mla::DenseDecodeWorkspace dense_workspace(const flashcpp_mla_dense_decode_config
 }
 
 // A tensor of a dense call must be on config->device_id.
-void on_config_device(const TensorView& t, const flashcpp_mla_dense_decode_config* config, const char* op,
+void on_config_device(const TensorView& t, const flashcpp_mla_dense_decode_config& config, const char* op,
                       const char* arg) {
-  if (t.device.type == flashcpp::DeviceType::cuda && t.device.id != config->device_id)
+  if (t.device.type == flashcpp::DeviceType::cuda && t.device.id != config.device_id)
     throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
                           std::string(op) + ": argument '" + arg + "' must be on config->device_id (" +
-                              std::to_string(config->device_id) + "); got " + t.describe());
+                              std::to_string(config.device_id) + "); got " + t.describe());
 }
 
 // What both decode entries take from their C arguments: the required tensors, the workspace (config and plan
@@ -75,15 +74,17 @@ void on_config_device(const TensorView& t, const flashcpp_mla_dense_decode_confi
 // for the entry's own arguments.
 struct DecodeCall {
   const char* op;
+  flashcpp_mla_decode_config config;  // read_struct's copies of the size-prefixed arguments
+  flashcpp_mla_options options;
   flashcpp_mla_decode_tensors t{};
   TensorView q, kv_cache, indices, out, lse;
   mla::DecodeWorkspace ws;
-  DecodeCall(const flashcpp_mla_decode_config* config, const flashcpp_mla_decode_tensors* tensors,
-             const flashcpp_mla_options* options, const char* op_name)
+  DecodeCall(const flashcpp_mla_decode_config* c_config, const flashcpp_mla_decode_tensors* tensors,
+             const flashcpp_mla_options* c_options, const char* op_name)
       : op(op_name) {
-    require_struct(config, op, "config", "FLASHCPP_MLA_DECODE_CONFIG_INIT");
+    config = read_struct(c_config, op, "config");
     require_non_null(tensors, op, "tensors");
-    require_struct(options, op, "options", "FLASHCPP_MLA_OPTIONS_INIT");
+    options = read_struct(c_options, op, "options");
     t = *tensors;
     q = to_view(t.q, op, "tensors.q");
     kv_cache = to_view(t.kv_cache, op, "tensors.kv_cache");
@@ -95,10 +96,10 @@ struct DecodeCall {
     flashcpp::capi::to_optional_view(t.num_splits, op, "tensors.num_splits", ws.num_splits);
     flashcpp::capi::to_optional_view(t.lse_accum, op, "tensors.lse_accum", ws.lse_accum);
     flashcpp::capi::to_optional_view(t.o_accum, op, "tensors.o_accum", ws.o_accum);
-    if (q.device.type == flashcpp::DeviceType::cuda && q.device.id != config->device_id)
+    if (q.device.type == flashcpp::DeviceType::cuda && q.device.id != config.device_id)
       throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
                             std::string(op) + ": argument 'tensors.q' must be on config->device_id (" +
-                                std::to_string(config->device_id) + "); got " + q.describe());
+                                std::to_string(config.device_id) + "); got " + q.describe());
   }
 };
 
@@ -163,7 +164,7 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_sparse_prefill";
     require_non_null(tensors, op, "tensors");
-    require_struct(options, op, "options", "FLASHCPP_MLA_OPTIONS_INIT");
+    const flashcpp_mla_options o = read_struct(options, op, "options");
     const flashcpp_mla_prefill_tensors& t = *tensors;
     const TensorView qv = to_view(t.q, op, "tensors.q");
     const TensorView kvv = to_view(t.kv, op, "tensors.kv");
@@ -171,22 +172,22 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
     const TensorView ov = to_view(t.out, op, "tensors.out");
     const TensorView lv = to_view(t.lse, op, "tensors.lse");
     TensorView slots[2], ml;
-    const auto p = shared_options<mla::SparsePrefillOptions>(*options, t, op, slots);
+    const auto p = shared_options<mla::SparsePrefillOptions>(o, t, op, slots);
     mla::sparse_prefill(qv, kvv, iv, ov, optional(t.max_logits, op, "tensors.max_logits", ml), lv, p,
                         static_cast<cudaStream_t>(stream));
   });
 }
 
-flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* config, const flashcpp_tensor* sched_meta,
+flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* c_config, const flashcpp_tensor* sched_meta,
                                          const flashcpp_tensor* num_splits, flashcpp_mla_decode_plan_sizes* sizes,
                                          void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_decode_plan";
-    require_struct(config, op, "config", "FLASHCPP_MLA_DECODE_CONFIG_INIT");
+    const flashcpp_mla_decode_config config = read_struct(c_config, op, "config");
     const mla::DecodeConfig c = to_config(config);
     (void)mla::decode_plan_sizes(c, 1);  // validates the config before anything touches the device
     // A visible device, checked in the size query too (which with config.num_sms > 0 never asks the device).
-    flashcpp::capi::require_device_id(config->device_id, op, "config.device_id");
+    flashcpp::capi::require_device_id(config.device_id, op, "config.device_id");
     if ((sched_meta == nullptr) != (num_splits == nullptr))
       throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
                             std::string(op) + ": arguments 'sched_meta' and 'num_splits' must both be NULL (size query) "
@@ -197,7 +198,7 @@ flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* confi
       if (c.num_sms > 0) {
         s = mla::decode_plan_sizes(c, c.num_sms);
       } else {
-        s = mla::decode_plan_sizes(c, mla::device_support(config->device_id).sm_count);
+        s = mla::decode_plan_sizes(c, mla::device_support(config.device_id).sm_count);
       }
       if (sizes != nullptr) fill_sizes(s, sizes);
       return;
@@ -206,9 +207,9 @@ flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* confi
     ws.config = c;
     ws.sched_meta = flashcpp::capi::to_view(sched_meta, op, "sched_meta");
     ws.num_splits = flashcpp::capi::to_view(num_splits, op, "num_splits");
-    const int n = c.num_sms > 0 ? c.num_sms : mla::device_support(config->device_id).sm_count;
+    const int n = c.num_sms > 0 ? c.num_sms : mla::device_support(config.device_id).sm_count;
     const mla::DecodePlanSizes s = mla::decode_plan_sizes(c, n);
-    mla::decode_plan(ws, config->device_id, static_cast<cudaStream_t>(stream));
+    mla::decode_plan(ws, config.device_id, static_cast<cudaStream_t>(stream));
     if (sizes != nullptr) fill_sizes(s, sizes);
   });
 }
@@ -226,7 +227,7 @@ flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* con
                               std::string(c.op) + ": argument '" + name +
                                   "' must be NULL (the V3.2 cache has no extra pool; see flashcpp_mla_sparse_decode_v4)");
     TensorView slots[2];
-    const auto p = shared_options<mla::SparseDecodeOptions>(*options, c.t, c.op, slots);
+    const auto p = shared_options<mla::SparseDecodeOptions>(c.options, c.t, c.op, slots);
     mla::sparse_decode(c.q, c.kv_cache, c.indices, c.out, c.lse, c.ws, p, static_cast<cudaStream_t>(stream));
   });
 }
@@ -237,7 +238,7 @@ flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* 
   return flashcpp::capi::guard([&] {
     const DecodeCall c(config, tensors, options, "flashcpp_mla_sparse_decode_v4");
     TensorView slots[2], extra_kv, extra_idx, extra_len;
-    auto p = shared_options<mla::SparseDecodeV4Options>(*options, c.t, c.op, slots);
+    auto p = shared_options<mla::SparseDecodeV4Options>(c.options, c.t, c.op, slots);
     p.extra_kv_cache = optional(c.t.extra_kv_cache, c.op, "tensors.extra_kv_cache", extra_kv);
     p.extra_indices = optional(c.t.extra_indices, c.op, "tensors.extra_indices", extra_idx);
     p.extra_topk_length = optional(c.t.extra_topk_length, c.op, "tensors.extra_topk_length", extra_len);
@@ -245,16 +246,17 @@ flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* 
   });
 }
 
-flashcpp_status flashcpp_mla_dense_decode_sizes_for(const flashcpp_mla_dense_decode_config* config,
+flashcpp_status flashcpp_mla_dense_decode_sizes_for(const flashcpp_mla_dense_decode_config* c_config,
                                                     flashcpp_mla_dense_decode_sizes* sizes) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_dense_decode_sizes_for";
+    const flashcpp_mla_dense_decode_config config = read_struct(c_config, op, "config");
     const mla::DenseDecodeConfig c = dense_config(config, op);
     require_non_null(sizes, op, "sizes");
     (void)mla::dense_decode_plan_sizes(c, 1);  // validates the config before anything asks the device
-    flashcpp::capi::require_device_id(config->device_id, op, "config.device_id");
+    flashcpp::capi::require_device_id(config.device_id, op, "config.device_id");
     const mla::DenseDecodePlanSizes s =
-        mla::dense_decode_plan_sizes(c, c.num_sms > 0 ? c.num_sms : mla::device_support(config->device_id).sm_count);
+        mla::dense_decode_plan_sizes(c, c.num_sms > 0 ? c.num_sms : mla::device_support(config.device_id).sm_count);
     flashcpp_mla_dense_decode_sizes r{};
     r.num_sm_parts = s.num_sm_parts;
     r.sched_meta_elems = s.sched_meta_elems;
@@ -267,11 +269,12 @@ flashcpp_status flashcpp_mla_dense_decode_sizes_for(const flashcpp_mla_dense_dec
   });
 }
 
-flashcpp_status flashcpp_mla_dense_decode_plan(const flashcpp_mla_dense_decode_config* config,
+flashcpp_status flashcpp_mla_dense_decode_plan(const flashcpp_mla_dense_decode_config* c_config,
                                                const flashcpp_tensor* block_table, const flashcpp_tensor* cache_seqlens,
                                                const flashcpp_mla_dense_decode_workspace* workspace, void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_dense_decode_plan";
+    const flashcpp_mla_dense_decode_config config = read_struct(c_config, op, "config");
     const mla::DenseDecodeWorkspace ws = dense_workspace(config, workspace, op);
     const TensorView table = to_view(block_table, op, "block_table");
     on_config_device(table, config, op, "block_table");
@@ -279,21 +282,22 @@ flashcpp_status flashcpp_mla_dense_decode_plan(const flashcpp_mla_dense_decode_c
   });
 }
 
-flashcpp_status flashcpp_mla_dense_decode(const flashcpp_mla_dense_decode_config* config,
+flashcpp_status flashcpp_mla_dense_decode(const flashcpp_mla_dense_decode_config* c_config,
                                           const flashcpp_mla_dense_decode_tensors* tensors,
                                           const flashcpp_mla_dense_decode_workspace* workspace,
                                           const flashcpp_mla_dense_decode_options* options, void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_dense_decode";
+    const flashcpp_mla_dense_decode_config config = read_struct(c_config, op, "config");
     const mla::DenseDecodeWorkspace ws = dense_workspace(config, workspace, op);
     require_non_null(tensors, op, "tensors");
-    require_struct(options, op, "options", "FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT");
+    const flashcpp_mla_dense_decode_options o_in = read_struct(options, op, "options");
     const flashcpp_mla_dense_decode_tensors& t = *tensors;
     const TensorView q = to_view(t.q, op, "tensors.q");
     on_config_device(q, config, op, "tensors.q");
     TensorView sink;
     mla::DenseDecodeOptions o;
-    o.sm_scale = flashcpp::capi::sm_scale_of(options->sm_scale);
+    o.sm_scale = flashcpp::capi::sm_scale_of(o_in.sm_scale);
     o.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
     mla::dense_decode(q, to_view(t.kv_cache, op, "tensors.kv_cache"), to_view(t.out, op, "tensors.out"),
                       to_view(t.lse, op, "tensors.lse"), ws, o, static_cast<cudaStream_t>(stream));

@@ -19,28 +19,28 @@ using capi::optional;
 namespace {
 // The C++ arguments of a run or tune call; `s` holds the optional tensors' views for the call.
 FusedMoeArgs moe_args(const flashcpp_fused_moe_args* a, const char* op, TensorView (&s)[8]) {
-  capi::require_struct(a, op, "args", "FLASHCPP_FUSED_MOE_ARGS_INIT");
+  const flashcpp_fused_moe_args args = capi::read_struct(a, op, "args");
   FusedMoeArgs m;
-  m.output = capi::to_view(a->output, op, "output");
-  m.input = capi::to_view(a->input, op, "input");
-  m.token_selected_experts = capi::to_view(a->token_selected_experts, op, "token_selected_experts");
-  m.token_final_scales = capi::to_view(a->token_final_scales, op, "token_final_scales");
-  m.fc1_weights = capi::to_view(a->fc1_weights, op, "fc1_weights");
-  m.fc2_weights = capi::to_view(a->fc2_weights, op, "fc2_weights");
-  m.fc1_bias = optional(a->fc1_bias, op, "fc1_bias", s[0]);
-  m.fc2_bias = optional(a->fc2_bias, op, "fc2_bias", s[1]);
-  m.fc1_dequant = optional(a->fc1_dequant, op, "fc1_dequant", s[2]);
-  m.fc2_quant = optional(a->fc2_quant, op, "fc2_quant", s[3]);
-  m.fc2_dequant = optional(a->fc2_dequant, op, "fc2_dequant", s[4]);
-  m.fc1_input_dequant = optional(a->fc1_input_dequant, op, "fc1_input_dequant", s[5]);
-  m.fc1_block_scales = optional(a->fc1_block_scales, op, "fc1_block_scales", s[6]);
-  m.fc2_block_scales = optional(a->fc2_block_scales, op, "fc2_block_scales", s[7]);
-  m.activation = static_cast<MoeActivation>(a->activation);
-  m.tp_size = a->tp_size;
-  m.tp_rank = a->tp_rank;
-  m.ep_size = a->ep_size;
-  m.ep_rank = a->ep_rank;
-  m.enable_pdl = capi::flag_of(a->enable_pdl, op, "enable_pdl");
+  m.output = capi::to_view(args.output, op, "output");
+  m.input = capi::to_view(args.input, op, "input");
+  m.token_selected_experts = capi::to_view(args.token_selected_experts, op, "token_selected_experts");
+  m.token_final_scales = capi::to_view(args.token_final_scales, op, "token_final_scales");
+  m.fc1_weights = capi::to_view(args.fc1_weights, op, "fc1_weights");
+  m.fc2_weights = capi::to_view(args.fc2_weights, op, "fc2_weights");
+  m.fc1_bias = optional(args.fc1_bias, op, "fc1_bias", s[0]);
+  m.fc2_bias = optional(args.fc2_bias, op, "fc2_bias", s[1]);
+  m.fc1_dequant = optional(args.fc1_dequant, op, "fc1_dequant", s[2]);
+  m.fc2_quant = optional(args.fc2_quant, op, "fc2_quant", s[3]);
+  m.fc2_dequant = optional(args.fc2_dequant, op, "fc2_dequant", s[4]);
+  m.fc1_input_dequant = optional(args.fc1_input_dequant, op, "fc1_input_dequant", s[5]);
+  m.fc1_block_scales = optional(args.fc1_block_scales, op, "fc1_block_scales", s[6]);
+  m.fc2_block_scales = optional(args.fc2_block_scales, op, "fc2_block_scales", s[7]);
+  m.activation = static_cast<MoeActivation>(args.activation);
+  m.tp_size = args.tp_size;
+  m.tp_rank = args.tp_rank;
+  m.ep_size = args.ep_size;
+  m.ep_rank = args.ep_rank;
+  m.enable_pdl = capi::flag_of(args.enable_pdl, op, "enable_pdl");
   return m;
 }
 }  // namespace
@@ -50,20 +50,20 @@ extern "C" {
 flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config* c, flashcpp_fused_moe_runner** out) {
   return capi::guard([&] {
     const char* op = "flashcpp_fused_moe_runner_create";
-    capi::require_struct(c, op, "config", "FLASHCPP_FUSED_MOE_CONFIG_INIT");
+    const flashcpp_fused_moe_config config = capi::read_struct(c, op, "config");
     capi::require_non_null(out, op, "out_runner");
     *out = nullptr;
     FusedMoeConfig cfg;
-    cfg.activation_dtype = dtype_of(c->activation_dtype, op, "config.activation_dtype");
-    cfg.weight_dtype = dtype_of(c->weight_dtype, op, "config.weight_dtype");
-    cfg.output_dtype = dtype_of(c->output_dtype, op, "config.output_dtype");
-    if (c->quantization < 0 || c->quantization > 2)
+    cfg.activation_dtype = dtype_of(config.activation_dtype, op, "config.activation_dtype");
+    cfg.weight_dtype = dtype_of(config.weight_dtype, op, "config.weight_dtype");
+    cfg.output_dtype = dtype_of(config.output_dtype, op, "config.output_dtype");
+    if (config.quantization < 0 || config.quantization > 2)
       throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'config.quantization' must be 0, 1 or 2");
-    if (c->backend < 0 || c->backend > 4)
+    if (config.backend < 0 || config.backend > 4)
       throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'config.backend' must be in [0, 4]");
-    cfg.quantization = static_cast<MoeQuantization>(c->quantization);
-    cfg.backend = static_cast<MoeBackend>(c->backend);
-    cfg.device = c->device;
+    cfg.quantization = static_cast<MoeQuantization>(config.quantization);
+    cfg.backend = static_cast<MoeBackend>(config.backend);
+    cfg.device = config.device;
     *out = new flashcpp_fused_moe_runner{FusedMoeRunner::create(*default_runtime(), cfg)};
   });
 }

@@ -102,13 +102,13 @@ flashcpp_status single_attention(const char* op, const flashcpp_tensor* q, const
                                  const flashcpp_tensor* tmp, const flashcpp_attention_options* options, void* stream,
                                  Run run) {
   return guard([&] {
-    require_struct(options, op, "options", "FLASHCPP_ATTENTION_OPTIONS_INIT");
+    const flashcpp_attention_options opts = read_struct(options, op, "options");
     Options o;
-    o.layout = to_enum<KvLayout>(options->layout, 1, op, "layout");
-    o.window_left = options->window_left;
-    o.logits_soft_cap = options->logits_soft_cap;
-    o.sm_scale = sm_scale_of(options->sm_scale);
-    fill_own_options(o, *options, op);
+    o.layout = to_enum<KvLayout>(opts.layout, 1, op, "layout");
+    o.window_left = opts.window_left;
+    o.logits_soft_cap = opts.logits_soft_cap;
+    o.sm_scale = sm_scale_of(opts.sm_scale);
+    fill_own_options(o, opts, op);
     TensorView l, t;
     const bool has_lse = to_optional_view(lse, op, "lse", l);
     // NULL is the documented "no scratch"; a given tmp is a tensor like any other (the C++ API would read one
@@ -121,15 +121,15 @@ flashcpp_status single_attention(const char* op, const flashcpp_tensor* q, const
 }
 
 
-// What both plan entries do around building their plan: the config struct and out_plan checked, out_plan NULL
-// until `make(op)` has created the plan.
+// What both plan entries do around building their plan: the config struct read (read_struct) and out_plan
+// checked, out_plan NULL until `make(op, config)` has created the plan from the copy.
 template <class CPlan, class CConfig, class Make>
-flashcpp_status plan_create(const char* op, const CConfig* config, const char* init, CPlan** out_plan, Make make) {
+flashcpp_status plan_create(const char* op, const CConfig* c_config, CPlan** out_plan, Make make) {
   return guard([&] {
-    require_struct(config, op, "config", init);
+    const CConfig config = read_struct(c_config, op, "config");
     require_non_null(out_plan, op, "out_plan");
     *out_plan = nullptr;
-    *out_plan = new CPlan{make(op)};
+    *out_plan = new CPlan{make(op, config)};
   });
 }
 
@@ -221,23 +221,23 @@ void flashcpp_batch_prefill_config_init(flashcpp_batch_prefill_config* c) {
   *c = flashcpp_batch_prefill_config FLASHCPP_BATCH_PREFILL_CONFIG_INIT;
 }
 
-flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_config* config,
+flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_config* c_config,
                                                    const flashcpp_workspace* workspace, const flashcpp_tensor* qo,
                                                    const flashcpp_tensor* kv, const flashcpp_tensor* last,
                                                    const flashcpp_tensor* indices, void* stream,
                                                    flashcpp_batch_prefill_plan** out_plan) {
-  const char* init = "FLASHCPP_BATCH_PREFILL_CONFIG_INIT";
-  return plan_create("batch_prefill_plan_create", config, init, out_plan, [&](const char* op) {
+  return plan_create("batch_prefill_plan_create", c_config, out_plan,
+                     [&](const char* op, const flashcpp_batch_prefill_config& config) {
     BatchPrefillConfig c;
-    c.kv_storage = config->kv_storage == FLASHCPP_KV_RAGGED ? KvStorage::ragged : KvStorage::paged;
-    to_enum<KvStorage>(config->kv_storage, 1, op, "kv_storage");
-    copy_shared_plan_config(c, *config, op);
-    c.head_dim_qk = config->head_dim_qk;
-    c.head_dim_vo = config->head_dim_vo;
-    c.causal = flag_of(config->causal, op, "causal");
-    c.backend = to_enum<AttentionBackend>(config->backend, 2, op, "backend");
-    c.fixed_split_size = config->fixed_split_size;
-    c.disable_split_kv = flag_of(config->disable_split_kv, op, "disable_split_kv");
+    c.kv_storage = config.kv_storage == FLASHCPP_KV_RAGGED ? KvStorage::ragged : KvStorage::paged;
+    to_enum<KvStorage>(config.kv_storage, 1, op, "kv_storage");
+    copy_shared_plan_config(c, config, op);
+    c.head_dim_qk = config.head_dim_qk;
+    c.head_dim_vo = config.head_dim_vo;
+    c.causal = flag_of(config.causal, op, "causal");
+    c.backend = to_enum<AttentionBackend>(config.backend, 2, op, "backend");
+    c.fixed_split_size = config.fixed_split_size;
+    c.disable_split_kv = flag_of(config.disable_split_kv, op, "disable_split_kv");
     PrefillIndptrs ip;
     ip.qo_indptr = to_view(qo, op, "qo_indptr_host");
     ip.kv_indptr = to_view(kv, op, "kv_indptr_host");
@@ -275,17 +275,17 @@ void flashcpp_batch_decode_config_init(flashcpp_batch_decode_config* c) {
   *c = flashcpp_batch_decode_config FLASHCPP_BATCH_DECODE_CONFIG_INIT;
 }
 
-flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_config* config,
+flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_config* c_config,
                                                   const flashcpp_workspace* workspace, const flashcpp_tensor* kv,
                                                   const flashcpp_tensor* last, const flashcpp_tensor* indices,
                                                   void* stream, flashcpp_batch_decode_plan** out_plan) {
-  const char* init = "FLASHCPP_BATCH_DECODE_CONFIG_INIT";
-  return plan_create("batch_decode_plan_create", config, init, out_plan, [&](const char* op) {
+  return plan_create("batch_decode_plan_create", c_config, out_plan,
+                     [&](const char* op, const flashcpp_batch_decode_config& config) {
     BatchDecodeConfig c;
-    copy_shared_plan_config(c, *config, op);
-    c.head_dim = config->head_dim;
-    c.backend = to_enum<DecodeBackend>(config->backend, 2, op, "backend");
-    c.prefill_backend = to_enum<AttentionBackend>(config->prefill_backend, 2, op, "prefill_backend");
+    copy_shared_plan_config(c, config, op);
+    c.head_dim = config.head_dim;
+    c.backend = to_enum<DecodeBackend>(config.backend, 2, op, "backend");
+    c.prefill_backend = to_enum<AttentionBackend>(config.prefill_backend, 2, op, "prefill_backend");
     DecodeIndptrs ip;
     ip.kv_indptr = to_view(kv, op, "kv_indptr_host");
     ip.kv_last_page_len = to_view(last, op, "kv_last_page_len_host");

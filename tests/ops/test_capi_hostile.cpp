@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "capi/capi.hpp"
 #include "flashcpp/attention.hpp"
 #include "flashcpp/flashcpp.h"
 #include "flashcpp/gdn.hpp"
@@ -355,12 +356,14 @@ class CapiHostile : public OpsFixture {
   std::vector<std::function<void()>> destroy_;  // of the plans and runners the cases use (children inherit them)
 };
 
-// Flags and enum codes outside their documented sets, and sizes of a size-prefixed struct.
+// Flags and enum codes outside their documented sets, and sizes of a size-prefixed struct outside the range the
+// library accepts, [first published size, sizeof] (the C ABI's table, src/capi/capi.hpp).
 const int32_t kBadFlags[] = {2, -1, std::numeric_limits<int32_t>::min()};
 const int32_t kBadCodes[] = {-1, 3, 99, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()};
 template <class T>
 std::vector<uint32_t> bad_sizes() {
-  return {0u, uint32_t(sizeof(T) - 4), uint32_t(sizeof(T) + 8), UINT32_MAX};
+  using Sizes = flashcpp::capi::struct_sizes<T>;
+  return {0u, uint32_t(Sizes::first - 1), uint32_t(Sizes::current + 1), uint32_t(Sizes::current + 8), UINT32_MAX};
 }
 const double kNonFinite[] = {std::nan(""), INFINITY, -INFINITY};
 

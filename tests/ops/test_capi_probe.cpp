@@ -224,7 +224,8 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
     flashcpp_attention_options small = opt;
     small.struct_size = 8;  // a caller built against another header
     probes.push_back({n + " options struct_size", [=] { return fn(&q, &k, &v, &o, nullptr, nullptr, &small, nullptr); },
-                      kInvalid, "argument 'options' has struct_size 8; it must be " + std::to_string(sizeof opt)});
+                      kInvalid, "argument 'options' has struct_size 8; it is smaller than the struct's first published size: "
+                      "struct_size must be in [" + std::to_string(sizeof opt) + ", " + std::to_string(sizeof opt) + "]"});
     for (int arg = 0; arg < 4; ++arg)
       probes.push_back({n + " tensor " + std::to_string(arg) + " NULL",
                         [=] {
