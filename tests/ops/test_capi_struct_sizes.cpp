@@ -1,0 +1,130 @@
+// Size-prefixed C structs: read_struct (src/capi/struct_sizes.hpp) on a synthetic struct that grew after its
+// first release (no real struct has yet), and the real entry points from C (capi_struct_sizes_c.c).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+
+#include "capi/struct_sizes.hpp"
+#include "flashcpp/error.hpp"
+#include "ops/common.hpp"
+
+extern "C" int capi_struct_sizes_c(char* msg, size_t msg_len);
+
+namespace {
+
+// A struct as its first release published it, and as a later MINOR release grew it (two appended fields).
+struct growing_v1 {
+  uint32_t struct_size;
+  int32_t a;
+  double b;
+};
+struct growing {
+  uint32_t struct_size;
+  int32_t a;
+  double b;
+  int32_t appended;
+  float appended2;
+};
+#define GROWING_INIT {static_cast<uint32_t>(sizeof(growing)), 7, 0.5, 42, 2.5f}
+
+}  // namespace
+
+FLASHCPP_CAPI_STRUCT_SIZES(growing, sizeof(growing_v1), GROWING_INIT);
+
+namespace {
+
+using flashcpp::capi::read_struct;
+static_assert(sizeof(growing_v1) < sizeof(growing), "the synthetic struct grew");
+
+std::string refusal(const growing* g) {
+  try {
+    (void)read_struct(g, "op", "config");
+  } catch (const flashcpp::Error& e) {
+    EXPECT_EQ(e.code(), flashcpp::ErrorCode::invalid_argument);
+    return e.what();
+  }
+  ADD_FAILURE() << "struct_size " << g->struct_size << " was accepted";
+  return "";
+}
+
+TEST(CapiStructSizes, AnOlderCallersStructIsReadAndTheAppendedFieldsDefault) {
+  growing_v1 old{static_cast<uint32_t>(sizeof(growing_v1)), 1, 2.0};
+  const growing g = read_struct(reinterpret_cast<const growing*>(&old), "op", "config");
+  EXPECT_EQ(g.a, 1);
+  EXPECT_EQ(g.b, 2.0);
+  EXPECT_EQ(g.appended, 42);      // GROWING_INIT's, not whatever follows the caller's struct
+  EXPECT_EQ(g.appended2, 2.5f);
+  EXPECT_EQ(g.struct_size, sizeof(growing));
+}
+
+TEST(CapiStructSizes, NothingPastTheCallersStructSizeIsRead) {
+  // The older caller's struct ends where an unreadable page begins: a read past struct_size would fault.
+  const long page = sysconf(_SC_PAGESIZE);
+  void* two = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(two, MAP_FAILED);
+  char* base = static_cast<char*>(two);
+  ASSERT_EQ(mprotect(base + page, page, PROT_NONE), 0);
+  auto* old = reinterpret_cast<growing_v1*>(base + page - sizeof(growing_v1));
+  *old = growing_v1{static_cast<uint32_t>(sizeof(growing_v1)), -3, 8.0};
+  const growing g = read_struct(reinterpret_cast<const growing*>(old), "op", "config");
+  EXPECT_EQ(g.a, -3);
+  EXPECT_EQ(g.b, 8.0);
+  EXPECT_EQ(g.appended, 42);
+  munmap(two, 2 * page);
+}
+
+TEST(CapiStructSizes, EverySizeInTheRangeReadsExactlyThatManyBytes) {
+  growing caller{static_cast<uint32_t>(sizeof(growing)), 5, 6.0, 9, 10.0f};
+  growing g = read_struct(&caller, "op", "config");  // the current size: every field the caller's
+  EXPECT_EQ(g.appended, 9);
+  EXPECT_EQ(g.appended2, 10.0f);
+  caller.struct_size = static_cast<uint32_t>(offsetof(growing, appended2));  // a release between: one field more
+  g = read_struct(&caller, "op", "config");
+  EXPECT_EQ(g.appended, 9);
+  EXPECT_EQ(g.appended2, 2.5f);
+  EXPECT_EQ(g.struct_size, sizeof(growing));
+}
+
+TEST(CapiStructSizes, SizesOutsideTheRangeAreRefusedNamingSizeAndRange) {
+  const std::string range = "struct_size must be in [" + std::to_string(sizeof(growing_v1)) + ", " +
+                            std::to_string(sizeof(growing)) + "]";
+  const std::string abi = "this library (C ABI " + std::to_string(FLASHCPP_C_ABI_VERSION_MAJOR) + "." +
+                          std::to_string(FLASHCPP_C_ABI_VERSION_MINOR) + "." +
+                          std::to_string(FLASHCPP_C_ABI_VERSION_PATCH) + ") knows sizes up to " +
+                          std::to_string(sizeof(growing));
+  growing g = GROWING_INIT;
+  for (uint32_t size : {uint32_t(sizeof(growing) + 1), uint32_t(sizeof(growing) + 8), UINT32_MAX}) {
+    g.struct_size = size;
+    const std::string m = refusal(&g);
+    EXPECT_NE(m.find("op: argument 'config' has struct_size " + std::to_string(size) + "; "), std::string::npos) << m;
+    EXPECT_NE(m.find(abi), std::string::npos) << m;
+    EXPECT_NE(m.find(range), std::string::npos) << m;
+    EXPECT_NE(m.find("(start from GROWING_INIT)"), std::string::npos) << m;
+  }
+  for (uint32_t size : {0u, 4u, uint32_t(sizeof(growing_v1) - 1)}) {
+    g.struct_size = size;
+    const std::string m = refusal(&g);
+    EXPECT_NE(m.find("has struct_size " + std::to_string(size) + "; it is smaller than the struct's first published "
+                     "size: " + range),
+              std::string::npos)
+        << m;
+  }
+  try {
+    (void)read_struct(static_cast<const growing*>(nullptr), "op", "config");
+    ADD_FAILURE() << "NULL accepted";
+  } catch (const flashcpp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("op: argument 'config' must not be NULL"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CapiStructSizes, TheCEntryPointsAcceptTheFirstSizeAndRefuseOutsideTheRange) {
+  flashcpp::ops::set_visible_devices_for_testing(1);  // device 0's size queries answered without a GPU
+  char msg[1024] = {0};
+  EXPECT_EQ(capi_struct_sizes_c(msg, sizeof msg), 0) << msg;
+  flashcpp::ops::set_visible_devices_for_testing(-1);
+}
+
+}  // namespace
