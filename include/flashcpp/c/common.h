@@ -20,8 +20,13 @@ extern "C" {
  * check it is at least the one it was compiled with and of the same MAJOR.
  *
  * Structs of scalars: each begins with `uint32_t struct_size` and has an *_INIT initializer (the FlashInfer
- * ops' also an *_init function) that sets it; a struct_size other than the library's sizeof is refused with
- * FLASHCPP_INVALID_ARGUMENT, never read past or half-used.
+ * ops' also an *_init function) that sets it to the sizeof of the header the caller is compiled with. The library
+ * accepts any struct_size from the struct's first published size (its sizeof in the first release that had it;
+ * for every struct so far, today's sizeof) up to the library's own sizeof: it reads the caller's first
+ * struct_size bytes, never more, and every field past them takes its *_INIT value, so a caller compiled against
+ * an older header keeps working with a newer library. A struct_size above the library's sizeof (a caller
+ * compiled against a newer header than the library's) or below the first published size is refused with
+ * FLASHCPP_INVALID_ARGUMENT naming the argument, the size received and the accepted range.
  * sm_scale (the softmax scale applied to q.k), in every struct that has one: 0 selects the default, 1/sqrt of
  * the op's q.k head dimension (the C++ API's unset std::optional); any other value must be finite and > 0. */
 #define FLASHCPP_C_ABI_VERSION_MAJOR 3u
