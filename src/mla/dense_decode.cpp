@@ -153,11 +153,7 @@ DenseDecodePlanSizes checked_sizes(const Validator& v, const DenseDecodeWorkspac
 DenseDecodePlanSizes dense_decode_plan_sizes(const DenseDecodeConfig& config, int num_sms) {
   const Validator v("mla::dense_decode_plan_sizes");
   validate_config(v, config);
-  const int n = config.num_sms > 0 ? config.num_sms : num_sms;
-  if (n < 1 || n > kMaxSms)
-    v.fail("num_sms", "must be in [1, " + std::to_string(kMaxSms) + "] (config.num_sms or the argument); got " +
-                          std::to_string(n));
-  return sizes_for(config, n);
+  return sizes_for(config, planned_sms(v, config.num_sms, num_sms));
 }
 
 void dense_decode_plan(const DenseDecodeWorkspace& ws, const TensorView& block_table, const TensorView& cache_seqlens,

@@ -82,6 +82,14 @@ bool quantizer_on_host(const Validator& v, const TensorView& kv, const TensorVie
   return host;
 }
 
+int planned_sms(const Validator& v, int config_num_sms, int num_sms) {
+  const int n = config_num_sms > 0 ? config_num_sms : num_sms;
+  if (n < 1 || n > kMaxSms)
+    v.fail("num_sms", "must be in [1, " + std::to_string(kMaxSms) + "] (config.num_sms or the argument); got " +
+                          std::to_string(n));
+  return n;
+}
+
 // Device gate: throws unsupported unless the kernels can run on `device_id`.
 void require_supported(const char* op, int device_id) {
   const MlaDeviceSupport s = device_support(device_id);

@@ -157,11 +157,7 @@ void validate_workspace(const Validator& v, const DecodeWorkspace& ws, const Dec
 DecodePlanSizes decode_plan_sizes(const DecodeConfig& config, int num_sms) {
   const Validator v("mla::decode_plan");
   validate_config(v, config);
-  const int n = config.num_sms > 0 ? config.num_sms : num_sms;
-  if (n < 1 || n > kMaxSms)
-    v.fail("num_sms", "must be in [1, " + std::to_string(kMaxSms) + "] (config.num_sms or the argument); got " +
-                          std::to_string(n));
-  return sizes_for(config, n);
+  return sizes_for(config, planned_sms(v, config.num_sms, num_sms));
 }
 
 void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream) {

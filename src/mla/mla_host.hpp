@@ -30,6 +30,9 @@ void validate_topk(const Validator& v, int64_t topk, const char* arg);
 void v4_page_rules(const Validator& v, const TensorView& t, const char* arg);
 /// Where a quantizer runs: true for host memory (both tensors), false for one CUDA device; out never overlaps kv.
 bool quantizer_on_host(const Validator& v, const TensorView& kv, const TensorView& out);
+/// The SM count a plan-size query schedules for: config_num_sms when > 0, else `num_sms`; either way in
+/// [1, kMaxSms] (argument "num_sms").
+int planned_sms(const Validator& v, int config_num_sms, int num_sms);
 /// Throws unsupported unless the MLA kernels can run on `device_id`.
 void require_supported(const char* op, int device_id);
 /// cuda_check of cudaGetLastError() after a launch.

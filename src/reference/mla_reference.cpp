@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -229,6 +230,31 @@ MlaReferenceResult mla_sparse_prefill_reference(const TensorView& q, const Tenso
   return r;
 }
 
+namespace {
+
+// The decode references' common loop: for each wanted token (b * s_q + s) of q [b, s_q, h_q, d_qk], the rows
+// rows_of(b, s) gathers (the token's valid KV rows, in slot order), attended in float64.
+MlaReferenceResult decode_reference(const TensorView& q, OptionalTensor attn_sink, double sm_scale,
+                                    std::span<const int64_t> tokens,
+                                    const std::function<void(int64_t, int64_t, std::vector<std::vector<double>>&)>& rows_of) {
+  const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2), d_qk = q.size(3);
+  const auto rows_wanted = all_or(tokens, b * s_q);
+  const auto sink = sink_values(attn_sink, h_q);
+  constexpr int64_t d_v = 512;
+  MlaReferenceResult r = sized_result(static_cast<int64_t>(rows_wanted.size()), h_q, d_v);
+  std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
+  for (int64_t i = 0; i < r.rows; ++i) {
+    const int64_t t = rows_wanted[static_cast<size_t>(i)];
+    std::vector<std::vector<double>> rows;
+    rows_of(t / s_q, t % s_q, rows);
+    load_decode_query(q, t / s_q, t % s_q, qv);
+    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, token_outputs(r, i));
+  }
+  return r;
+}
+
+}  // namespace
+
 MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const TensorView& kv_cache,
                                                const TensorView& indices, OptionalTensor attn_sink,
                                                OptionalTensor topk_length, double sm_scale,
@@ -236,22 +262,12 @@ MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const Tensor
   require_host(q, "q");
   require_host(kv_cache, "kv_cache");
   require_host(indices, "indices");
-  const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2), d_qk = q.size(3), topk = indices.size(2);
-  const int64_t num_blocks = kv_cache.size(0), block_size = kv_cache.size(1);
-  const auto rows_wanted = all_or(tokens, b * s_q);
-  const auto sink = sink_values(attn_sink, h_q);
   if (topk_length) require_host(*topk_length, "topk_length");
-  constexpr int64_t d_v = 512;
-
-  MlaReferenceResult r = sized_result(static_cast<int64_t>(rows_wanted.size()), h_q, d_v);
-  std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
+  const int64_t topk = indices.size(2), num_blocks = kv_cache.size(0), block_size = kv_cache.size(1);
   const auto* cache = static_cast<const uint8_t*>(kv_cache.data);
-  for (int64_t i = 0; i < r.rows; ++i) {
-    const int64_t t = rows_wanted[static_cast<size_t>(i)];
-    const int64_t bi = t / s_q, si = t % s_q;
+  return decode_reference(q, attn_sink, sm_scale, tokens, [&](int64_t bi, int64_t si, std::vector<std::vector<double>>& rows) {
     int64_t len = topk;
     if (topk_length) len = std::clamp<int64_t>(value_at<int32_t>(*topk_length, bi * topk_length->stride(0)), 0, topk);
-    std::vector<std::vector<double>> rows;
     for (int64_t j = 0; j < len; ++j) {
       const int64_t idx =
           value_at<int32_t>(indices, bi * indices.stride(0) + si * indices.stride(1) + j * indices.stride(2));
@@ -259,10 +275,7 @@ MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const Tensor
       const int64_t blk = idx / block_size, slot = idx % block_size;
       rows.push_back(mla_dequantize_v32_row(cache + blk * kv_cache.stride(0) + slot * kv_cache.stride(1)));
     }
-    load_decode_query(q, bi, si, qv);
-    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, token_outputs(r, i));
-  }
-  return r;
+  });
 }
 
 MlaReferenceResult mla_dense_decode_reference(const TensorView& q, const TensorView& kv_cache,
@@ -273,22 +286,13 @@ MlaReferenceResult mla_dense_decode_reference(const TensorView& q, const TensorV
   require_host(kv_cache, "kv_cache");
   require_host(block_table, "block_table");
   require_host(cache_seqlens, "cache_seqlens");
-  const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2), d_qk = q.size(3);
+  const int64_t s_q = q.size(1), d_qk = q.size(3);
   const int64_t num_blocks = kv_cache.size(0), block_size = kv_cache.size(1), max_blocks = block_table.size(1);
   const bool fp8 = kv_cache.dtype != DType::bf16;
-  const auto rows_wanted = all_or(tokens, b * s_q);
-  const auto sink = sink_values(attn_sink, h_q);
-  constexpr int64_t d_v = 512;
-
-  MlaReferenceResult r = sized_result(static_cast<int64_t>(rows_wanted.size()), h_q, d_v);
-  std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
-  for (int64_t i = 0; i < r.rows; ++i) {
-    const int64_t t = rows_wanted[static_cast<size_t>(i)];
-    const int64_t bi = t / s_q, si = t % s_q;
+  return decode_reference(q, attn_sink, sm_scale, tokens, [&](int64_t bi, int64_t si, std::vector<std::vector<double>>& rows) {
     int64_t len = std::clamp<int64_t>(value_at<int32_t>(cache_seqlens, bi * cache_seqlens.stride(0)), 0,
                                       max_blocks * block_size);
     if (causal) len = std::max<int64_t>(len - (s_q - 1 - si), 0);
-    std::vector<std::vector<double>> rows;
     for (int64_t j = 0; j < len; ++j) {
       const int64_t blk = value_at<int32_t>(block_table, bi * block_table.stride(0) + (j / block_size) * block_table.stride(1));
       if (blk < 0 || blk >= num_blocks) continue;
@@ -301,10 +305,7 @@ MlaReferenceResult mla_dense_decode_reference(const TensorView& q, const TensorV
         rows.push_back(std::move(row));
       }
     }
-    load_decode_query(q, bi, si, qv);
-    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, token_outputs(r, i));
-  }
-  return r;
+  });
 }
 
 std::vector<uint8_t> mla_quantize_v32_reference(const TensorView& kv) {
@@ -388,8 +389,7 @@ MlaReferenceResult mla_sparse_decode_v4_reference(const TensorView& q, const Mla
                                                   OptionalTensor attn_sink, double sm_scale,
                                                   std::span<const int64_t> tokens) {
   require_host(q, "q");
-  const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2), d_qk = q.size(3);
-  if (d_qk != 512) throw Error(ErrorCode::invalid_argument, "mla reference: V4 q must have d_qk 512");
+  if (q.size(3) != 512) throw Error(ErrorCode::invalid_argument, "mla reference: V4 q must have d_qk 512");
   std::vector<const MlaV4Pool*> pools = {&main};
   if (extra != nullptr) pools.push_back(extra);
   for (const MlaV4Pool* pool : pools) {
@@ -397,16 +397,8 @@ MlaReferenceResult mla_sparse_decode_v4_reference(const TensorView& q, const Mla
     require_host(pool->indices, "indices");
     if (pool->topk_length) require_host(*pool->topk_length, "topk_length");
   }
-  const auto rows_wanted = all_or(tokens, b * s_q);
-  const auto sink = sink_values(attn_sink, h_q);
-  constexpr int64_t d_v = 512;
-
-  MlaReferenceResult r = sized_result(static_cast<int64_t>(rows_wanted.size()), h_q, d_v);
-  std::vector<double> qv(static_cast<size_t>(h_q * d_qk));
-  for (int64_t i = 0; i < r.rows; ++i) {
-    const int64_t t = rows_wanted[static_cast<size_t>(i)];
-    const int64_t bi = t / s_q, si = t % s_q;
-    std::vector<std::vector<double>> rows;  // both pools' valid rows: one softmax over their union
+  // Both pools' valid rows: one softmax over their union.
+  return decode_reference(q, attn_sink, sm_scale, tokens, [&](int64_t bi, int64_t si, std::vector<std::vector<double>>& rows) {
     for (const MlaV4Pool* pool : pools) {
       const TensorView& idx = pool->indices;
       const int64_t topk = idx.size(2), num_blocks = pool->cache.size(0), block_size = pool->cache.size(1);
@@ -421,10 +413,7 @@ MlaReferenceResult mla_sparse_decode_v4_reference(const TensorView& q, const Mla
                                                index % block_size));
       }
     }
-    load_decode_query(q, bi, si, qv);
-    attend(rows, qv, h_q, d_qk, d_v, sink.empty() ? nullptr : sink.data(), sm_scale, token_outputs(r, i));
-  }
-  return r;
+  });
 }
 
 }  // namespace flashcpp::reference

@@ -2,6 +2,7 @@
 // semantic properties of the references that FlashMLA documents.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -251,6 +252,56 @@ TEST(MlaReference, DecodeUsesDequantizedCacheAndMasksOutOfRange) {
     const double x = bf16_bits_to_float(kv[static_cast<size_t>(11 * 576 + c)]);
     EXPECT_NEAR(row[static_cast<size_t>(c)], x, std::fabs(x) / 16 + 1e-3) << c;
   }
+}
+
+// Dense decode is sparse decode over every cached token: the dense reference over the FP8 rows, a block table with an
+// invalid id and lengths (one 0, one past the table's capacity: clamped), causal with s_q 3, equals the sparse
+// reference given each token's slot list by hand (-1 past its causal length); and over the bf16 cache it attends the
+// bf16 rows themselves (a single token: out is that row's V).
+TEST(MlaReference, DenseDecodeIsSparseDecodeOverEveryCachedToken) {
+  std::mt19937 rng(11);
+  const int64_t nb = 9, bs = 7, mb = 4, b = 3, s_q = 3, h_q = 4, topk = 64;  // capacity 28 tokens a request
+  const auto kv = random_bf16(static_cast<size_t>(nb * bs * 576), rng, 1.0);
+  const TensorView kvv = TensorView::contiguous(const_cast<uint16_t*>(kv.data()), DType::bf16, Device::cpu(), {nb, bs, 1, 576});
+  const auto cache = reference::mla_quantize_v32_reference(kvv);
+  const TensorView cv = TensorView::contiguous(const_cast<uint8_t*>(cache.data()), DType::u8, Device::cpu(), {nb, bs, 1, 656});
+  auto q = random_bf16(static_cast<size_t>(b * s_q * h_q * 576), rng, 1.0);
+  const TensorView qv = TensorView::contiguous(q.data(), DType::bf16, Device::cpu(), {b, s_q, h_q, 576});
+  std::vector<int32_t> table = {3, 8, 2147480000, 1, 5, 0, 7, 4, 6, 2, -1, 8};
+  std::vector<int32_t> lens = {26, 0, 1000};  // 1000 is clamped to 28
+  const TensorView tv = TensorView::contiguous(table.data(), DType::i32, Device::cpu(), {b, mb});
+  const TensorView lv = TensorView::contiguous(lens.data(), DType::i32, Device::cpu(), {b});
+  std::vector<float> sink = {0.5f, -1.f, 2.f, -std::numeric_limits<float>::infinity()};
+  const TensorView sv = TensorView::contiguous(sink.data(), DType::f32, Device::cpu(), {h_q});
+  std::vector<int32_t> idx(static_cast<size_t>(b * s_q * topk), -1);
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t s = 0; s < s_q; ++s) {
+      const int64_t len = std::max<int64_t>(std::min<int64_t>(lens[static_cast<size_t>(r)], mb * bs) - (s_q - 1 - s), 0);
+      for (int64_t j = 0; j < len; ++j) {
+        const int32_t blk = table[static_cast<size_t>(r * mb + j / bs)];
+        idx[static_cast<size_t>((r * s_q + s) * topk + j)] = blk >= 0 && blk < nb ? static_cast<int32_t>(blk * bs + j % bs) : -1;
+      }
+    }
+  const TensorView iv = TensorView::contiguous(idx.data(), DType::i32, Device::cpu(), {b, s_q, topk});
+  const auto dense = reference::mla_dense_decode_reference(qv, cv, tv, lv, /*causal=*/true, &sv, 0.04);
+  const auto sparse = reference::mla_sparse_decode_reference(qv, cv, iv, &sv, nullptr, 0.04);
+  ASSERT_EQ(dense.out.size(), sparse.out.size());
+  for (size_t i = 0; i < dense.out.size(); ++i) ASSERT_EQ(dense.out[i], sparse.out[i]) << i;
+  for (size_t i = 0; i < dense.lse.size(); ++i) ASSERT_EQ(dense.lse[i], sparse.lse[i]) << i;
+  // Request 1 (length 0): out 0, lse +inf; request 0's last token saw 26 tokens, its first 24.
+  for (int64_t s = 0; s < s_q; ++s) EXPECT_EQ(dense.lse_at(1 * s_q + s, 0), kInf);
+  // Not causal: every token of request 0 sees all 26, so its three tokens' rows differ only by q.
+  const auto flat = reference::mla_dense_decode_reference(qv, cv, tv, lv, /*causal=*/false, nullptr, 0.04);
+  EXPECT_NE(flat.lse_at(0, 0), dense.lse_at(0, 0));
+  EXPECT_EQ(flat.lse_at(2, 0), reference::mla_dense_decode_reference(qv, cv, tv, lv, true, nullptr, 0.04).lse_at(2, 0));
+  // bf16 cache, one cached token: out is its V exactly.
+  std::vector<int32_t> table1 = {4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0};
+  const TensorView t1 = TensorView::contiguous(table1.data(), DType::i32, Device::cpu(), {b, mb});
+  std::vector<int32_t> lens1 = {1, 1, 1};
+  const TensorView l1 = TensorView::contiguous(lens1.data(), DType::i32, Device::cpu(), {b});
+  const auto single = reference::mla_dense_decode_reference(qv, kvv, t1, l1, false, nullptr, 0.04);
+  for (int64_t c = 0; c < 512; ++c)
+    ASSERT_EQ(single.out_at(5, 3, c), bf16_bits_to_float(kv[static_cast<size_t>(4 * bs * 576 + c)])) << c;
 }
 
 // ---------------------------------------------------------------------------------------------------
