@@ -220,7 +220,7 @@ TEST(Cli, DoctorWithoutAGpuSaysTheReferenceBackendRunsAndSucceeds) {
 
 TEST(Cli, EveryBenchCommandWithoutAGpuExitsUnsupported) {
   if (flashcpp::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present: the benchmarks would run";
-  for (const char* cmd : {"bench", "bench-mla-gdn-moe", "mla-bench"}) {
+  for (const char* cmd : {"bench", "bench-mla-gdn-moe", "mla-bench", "mla-bench --suite flashmla-dense"}) {
     const CliRun r = run(cmd, "FLASHCPP_CACHE_DIR='" + temp_cache() + "'");
     EXPECT_EQ(r.exit_code, kUnsupported) << cmd << "\n" << r.output;
     EXPECT_TRUE(contains(r, "needs a CUDA GPU")) << cmd << "\n" << r.output;
@@ -405,8 +405,10 @@ TEST(CliOptions, EveryCommandRefusesBadValuesAsUsageErrors) {
       {"mla-bench --num-sms -1", "--num-sms", "must be an integer in [0, 4096]"},
       {"mla-bench --warmup -1", "--warmup", "must be an integer in [0, 1000]"},
       {"mla-bench --iters 0", "--iters", "must be an integer in [1, 1000]"},
-      {"mla-bench --suite ''", "--suite", "must be one of flashmla; got ''"},
+      {"mla-bench --suite ''", "--suite", "must be one of flashmla, flashmla-dense; got ''"},
+      {"mla-bench --suite dense", "--suite", "must be one of flashmla, flashmla-dense; got 'dense'"},
       {"mla-bench --suite flashmla --suite-filter ''", "--suite-filter", "must not be empty"},
+      {"mla-bench --suite flashmla-dense --suite-filter ''", "--suite-filter", "must not be empty"},
       {"mla-bench --fp8-kernel ''", "--fp8-kernel", "must be one of auto, mma, wgmma; got ''"},
       {"bench --iters ''", "--iters", "must be an integer in [1, 1000]"},
       {"bench --op bogus", "--op", "must be one of rmsnorm,"},

@@ -306,7 +306,7 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
 
 void add_mla_bench_command(CLI::App& app) {
   auto opts = std::make_shared<MlaBenchOptions>();
-  auto* cmd = app.add_subcommand("mla-bench", "Benchmark sparse MLA prefill and FP8 decode on the GPU");
+  auto* cmd = app.add_subcommand("mla-bench", "Benchmark sparse MLA prefill and FP8 decode, and dense MLA decode, on the GPU");
   add_integer(*cmd, "--device", opts->device, "CUDA device (below the device count)", 0, 1023);
   add_timing_options(*cmd, opts->warmup, opts->iters);
   // Sizes are positive (a usage error otherwise, exit 2); the library checks the rest (multiples of 64, limits).
@@ -325,8 +325,9 @@ void add_mla_bench_command(CLI::App& app) {
   cmd->add_flag("--simple", opts->simple, "Force the portable simple kernel (no Hopper kernel)");
   auto* suite = add_word(*cmd, "--suite", opts->suite,
                          "Run a whole suite instead: flashmla = FlashMLA's decode and prefill performance "
-                         "cases, inputs drawn as its tests draw them (--prefill-only / --decode-only apply)",
-                         {"flashmla"});
+                         "cases, inputs drawn as its tests draw them (--prefill-only / --decode-only apply); "
+                         "flashmla-dense = its dense decoding cases (bf16 cache and FP8 rows)",
+                         {"flashmla", "flashmla-dense"});
   add_text(*cmd, "--suite-filter", opts->suite_filter,
            "Only suite cases whose label contains SUBSTR (e.g. \"decode V4 config 1 b 64 \", \"prefill V3.2\")")
       ->needs(suite);
@@ -342,7 +343,7 @@ void add_mla_bench_command(CLI::App& app) {
     if (only->first) o.decode = false;
     if (only->second) o.prefill = false;
     if (cuda_device_count() == 0)
-      throw Error(ErrorCode::unsupported, "mla-bench needs a CUDA GPU (it times the sparse MLA kernels); none was found");
+      throw Error(ErrorCode::unsupported, "mla-bench needs a CUDA GPU (it times the MLA kernels); none was found");
     if (o.device < 0 || o.device >= cuda_device_count())
       throw CLI::ValidationError("--device", "must be in [0, " + std::to_string(cuda_device_count()) + "); got " +
                                                  std::to_string(o.device));
@@ -356,7 +357,8 @@ void add_mla_bench_command(CLI::App& app) {
     Stream stream(o.device);
     if (!o.suite.empty()) {
       run_flashmla_suite({.device = o.device, .warmup = o.warmup, .iters = o.iters, .num_sms = o.num_sms,
-                          .decode = o.decode, .prefill = o.prefill, .filter = o.suite_filter},
+                          .decode = o.decode, .prefill = o.prefill, .dense = o.suite == "flashmla-dense",
+                          .filter = o.suite_filter},
                          stream);
       return;
     }

@@ -2,6 +2,7 @@
 // (tests/test_flash_mla_sparse_decoding.py gen_testcase's performance_cases, plus V3.2 b 1, 8, 16, 32 and s_q 1;
 // tests/test_flash_mla_sparse_prefill.py performance_case_templates), with inputs drawn as FlashMLA's tests/lib.py
 // draws them, timed on flashcpp alone (bench/flashmla_side_by_side.py times FlashMLA beside it on the same cases).
+// `--suite flashmla-dense`: its dense decoding cases (tests/test_flash_mla_dense_decoding.py), run_dense_case.
 //
 // Inputs (docs/PERFORMANCE.md, "flashcpp mla-bench --suite flashmla"): per pool, per-request cache lengths
 // max(normal(s_k, s_k / 2), s_q), a randomly permuted block table, per query distinct random positions inside its
@@ -516,6 +517,112 @@ void run_prefill_case(const MlaSuiteOptions& o, const PrefillCase& c, const std:
   report_suite("prefill_suite", c.name, label, shape, t, flop, kernel_label(p, o.device));
 }
 
+// FlashMLA's dense decoding performance cases (tests/test_flash_mla_dense_decoding.py: b 128, varlen, causal and not,
+// s_q 1 and 2, s_k 4K..32K), plus tensor-parallel head counts (h_q 16 and 32) at s_q 1.
+struct DenseCase {
+  std::string name;
+  int64_t b, s_q, h_q, s_k;
+  bool causal;
+};
+std::vector<DenseCase> flashmla_dense_cases() {
+  std::vector<DenseCase> cases;
+  for (bool causal : {false, true})
+    for (int64_t s_q : {1, 2})
+      for (int64_t s_k : {4096, 8192, 16384, 32768}) cases.push_back({"dense", 128, s_q, 128, s_k, causal});
+  for (int64_t h_q : {16, 32}) cases.push_back({"dense tp", 128, 1, h_q, 8192, false});
+  return cases;
+}
+
+// Device-to-device copy bandwidth (bytes read + written per second) of a 2 GiB copy, graph-timed like the cases.
+double copy_bandwidth(const MlaSuiteOptions& o, const DeviceBuffer& flush, cudaStream_t stream) {
+  constexpr size_t kBytes = size_t{2} << 30;
+  const DeviceBuffer src(kBytes, o.device), dst(kBytes, o.device);
+  FLASHCPP_CUDA_CHECK(cudaMemsetAsync(src.get(), 1, kBytes, stream));
+  const SuiteTiming t = time_case(o, flush, stream, [&] {
+    FLASHCPP_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), kBytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  return 2.0 * static_cast<double>(kBytes) / (t.median_us * 1e-6);
+}
+
+// Inputs as FlashMLA's generate_test_data draws them: lengths max(normal(s_k, s_k / 2), s_q), a random permutation of
+// the blocks (64 tokens) as the block table, entries past a request's blocks 2147480000, q and K normal / 10 clamped
+// to [-1, 1], NaN in every cached token past its request's length. Timed: one layer's run on the step's plan
+// (FlashMLA reuses its metadata across calls likewise), on the bf16 cache and on the V3.2 FP8 rows quantized from it;
+// the plan apart.
+void run_dense_case(const MlaSuiteOptions& o, const DenseCase& c, const std::string& label, uint64_t seed,
+                    const DeviceBuffer& flush, double copy_bw, cudaStream_t stream) {
+  constexpr int64_t kBlock = 64, kD = 576;
+  const Device dev = Device::cuda(o.device);
+  std::mt19937_64 rng(seed);
+  const int64_t b = c.b, s_q = c.s_q, h_q = c.h_q;
+  std::normal_distribution<double> nd(static_cast<double>(c.s_k), static_cast<double>(c.s_k) / 2);
+  std::vector<int32_t> lens(static_cast<size_t>(b));
+  for (auto& l : lens) l = static_cast<int32_t>(std::max<double>(nd(rng), static_cast<double>(s_q)));
+  const int64_t max_len = *std::max_element(lens.begin(), lens.end());
+  const int64_t max_blocks = (max_len + 255) / 256 * 256 / kBlock, num_blocks = b * max_blocks;
+  std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> table(perm.size());
+  std::vector<uint8_t> used(static_cast<size_t>(num_blocks * kBlock), 0);
+  double mean_len = 0;
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t len = lens[static_cast<size_t>(r)], blocks = (len + kBlock - 1) / kBlock;
+    mean_len += static_cast<double>(len) / static_cast<double>(b);
+    for (int64_t k = 0; k < max_blocks; ++k) {
+      const int32_t blk = perm[static_cast<size_t>(r * max_blocks + k)];
+      table[static_cast<size_t>(r * max_blocks + k)] = k < blocks ? blk : 2147480000;
+      for (int64_t t = 0; t < kBlock && k * kBlock + t < len; ++t) used[static_cast<size_t>(blk * kBlock + t)] = 1;
+    }
+  }
+  const DeviceBuffer table_d = upload(table, o.device, stream), lens_d = upload(lens, o.device, stream);
+  const DeviceBuffer used_d = upload(used, o.device, stream);
+  DeviceBuffer kv(static_cast<size_t>(num_blocks * kBlock * kD * 2), o.device);
+  FLASHCPP_CUDA_CHECK(fill_normal_bf16(kv.get(), static_cast<size_t>(num_blocks * kBlock * kD), rng(), 0.f, 0.1f, -1.f,
+                                       1.f, stream));
+  FLASHCPP_CUDA_CHECK(fill_nan_unused_rows_bf16(kv.get(), static_cast<size_t>(num_blocks * kBlock), kD,
+                                                used_d.as<uint8_t>(), stream));
+  DeviceBuffer q(static_cast<size_t>(b * s_q * h_q * kD * 2), o.device);
+  FLASHCPP_CUDA_CHECK(fill_normal_bf16(q.get(), static_cast<size_t>(b * s_q * h_q * kD), rng(), 0.f, 0.1f, -1.f, 1.f, stream));
+  DeviceBuffer fp8(static_cast<size_t>(num_blocks * kBlock * mla::kFp8BytesPerToken), o.device);
+  const TensorView kvv = TensorView::contiguous(kv.get(), DType::bf16, dev, {num_blocks, kBlock, 1, kD});
+  const TensorView fp8v =
+      TensorView::contiguous(fp8.get(), DType::u8, dev, {num_blocks, kBlock, 1, mla::kFp8BytesPerToken});
+  mla::quantize_kv_cache_fp8(kvv, fp8v, stream);
+  DeviceBuffer out(static_cast<size_t>(b * s_q * h_q * mla::kDv * 2), o.device);
+  DeviceBuffer lse(static_cast<size_t>(b * h_q * s_q * 4), o.device);  // FlashMLA's [b, h_q, s_q]
+  const TensorView qv = TensorView::contiguous(q.get(), DType::bf16, dev, {b, s_q, h_q, kD});
+  const TensorView ov = TensorView::contiguous(out.get(), DType::bf16, dev, {b, s_q, h_q, mla::kDv});
+  const TensorView lv = TensorView::strided(lse.get(), DType::f32, dev, {b, s_q, h_q}, {h_q * s_q, 1, s_q});
+  const TensorView tv = TensorView::contiguous(table_d.get(), DType::i32, dev, {b, max_blocks});
+  const TensorView lenv = TensorView::contiguous(lens_d.get(), DType::i32, dev, {b});
+  const mla::DenseDecodePlan plan = mla::DenseDecodePlan::create(
+      {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .block_size = int(kBlock), .max_blocks = int(max_blocks),
+       .causal = c.causal, .num_sms = o.num_sms},
+      o.device);
+  plan.plan(tv, lenv, stream);
+  const mla::DenseDecodeOptions options{};  // FlashMLA's default scale, 1/sqrt(576)
+  const SuiteTiming plan_t = time_case(o, flush, stream, [&] { plan.plan(tv, lenv, stream); });
+  const double flop = static_cast<double>(b * h_q * s_q) * (2.0 * kD + 2.0 * mla::kDv) * mean_len;
+  double bf16_us = 0;
+  for (const TensorView* cache : {&kvv, &fp8v}) {
+    const bool is_fp8 = cache == &fp8v;
+    const SuiteTiming t = time_case(o, flush, stream, [&] { plan.run(qv, *cache, ov, lv, options, stream); });
+    if (!is_fp8) bf16_us = t.median_us;
+    const double moved = static_cast<double>(b) * (mean_len * (is_fp8 ? mla::kFp8BytesPerToken : kD * 2) +
+                                                   static_cast<double>(s_q * h_q * (kD + mla::kDv) * 2));
+    char shape[400];
+    std::snprintf(shape, sizeof shape,
+                  "\"b\":%lld,\"s_q\":%lld,\"h_q\":%lld,\"s_k\":%lld,\"causal\":%s,\"mean_len\":%.1f,\"kv\":\"%s\","
+                  "\"plan_us\":%.3f,\"copy_fraction\":%.3f,\"copy_tb_s\":%.3f,\"fp8_speedup\":%.3f",
+                  (long long)b, (long long)s_q, (long long)h_q, (long long)c.s_k, c.causal ? "true" : "false", mean_len,
+                  is_fp8 ? "fp8" : "bf16", plan_t.median_us, moved / (t.median_us * 1e-6) / copy_bw, copy_bw / 1e12,
+                  is_fp8 ? bf16_us / t.median_us : 1.0);
+    report_suite("dense_decode_suite", c.name, label + (is_fp8 ? " fp8" : " bf16"), shape, t, flop,
+                 "sparse kernels, split-KV");
+  }
+}
+
 }  // namespace
 
 void run_flashmla_suite(const MlaSuiteOptions& o, cudaStream_t stream) {
@@ -524,7 +631,7 @@ void run_flashmla_suite(const MlaSuiteOptions& o, cudaStream_t stream) {
               kL2FlushBytes >> 20, kHostRounds, kHostCalls, o.filter.empty() ? "" : "; filter ", o.filter.c_str());
   char label[160];
   uint64_t ordinal = 0;
-  if (o.decode)
+  if (o.decode && !o.dense)
     for (const DecodeCase& c : flashmla_decode_cases()) {
       const uint64_t seed = kSuiteSeed + ordinal++;
       std::snprintf(label, sizeof label, "%s b %lld s_q %lld h_q %lld d_qk %lld", c.name.c_str(), (long long)c.b,
@@ -533,7 +640,7 @@ void run_flashmla_suite(const MlaSuiteOptions& o, cudaStream_t stream) {
       run_decode_case(o, c, label, seed, flush, stream);
     }
   ordinal = 1000;  // prefill seeds apart from decode's, whichever of the two runs
-  if (o.prefill)
+  if (o.prefill && !o.dense)
     for (const PrefillCase& c : flashmla_prefill_cases()) {
       const uint64_t seed = kSuiteSeed + ordinal++;
       std::snprintf(label, sizeof label, "%s s_kv %lld s_q %lld h_q %lld d_qk %lld", c.name.c_str(), (long long)c.s_kv,
@@ -541,6 +648,18 @@ void run_flashmla_suite(const MlaSuiteOptions& o, cudaStream_t stream) {
       if (!o.filter.empty() && ("prefill " + std::string(label)).find(o.filter) == std::string::npos) continue;
       run_prefill_case(o, c, label, seed, flush, stream);
     }
+  ordinal = 2000;
+  if (o.dense) {
+    const double copy_bw = copy_bandwidth(o, flush, stream);
+    std::printf("dense: copy bandwidth %.2f TB/s (2 GiB device-to-device, read + written)\n", copy_bw / 1e12);
+    for (const DenseCase& c : flashmla_dense_cases()) {
+      const uint64_t seed = kSuiteSeed + ordinal++;
+      std::snprintf(label, sizeof label, "%s b %lld s_q %lld h_q %lld s_k %lld%s", c.name.c_str(), (long long)c.b,
+                    (long long)c.s_q, (long long)c.h_q, (long long)c.s_k, c.causal ? " causal" : "");
+      if (!o.filter.empty() && std::string(label).find(o.filter) == std::string::npos) continue;
+      run_dense_case(o, c, label, seed, flush, copy_bw, stream);
+    }
+  }
 }
 
 }  // namespace flashcpp::cli

@@ -17,6 +17,7 @@ struct MlaSuiteOptions {
   int iters = 10;   ///< timed replays per case (median reported)
   int num_sms = 0;  ///< DecodeConfig::num_sms (0: the device's)
   bool decode = true, prefill = true;
+  bool dense = false;  ///< the dense decoding cases instead (--suite flashmla-dense)
   std::string filter;  ///< only cases whose label ("decode V4 config 1 b 64 s_q 2 h_q 64 d_qk 512") contains it
 };
 
@@ -25,8 +26,8 @@ struct MlaSuiteOptions {
 /// that ran.
 void add_decode_selector_params(mla::kernels::SparseAttentionParams& p, const TensorView& q, const mla::DecodePlan& plan);
 
-/// Runs FlashMLA's decode then prefill performance cases on `stream` (device `options.device` current), one human
-/// line and one "MLA_BENCH {json}" line per case.
+/// Runs FlashMLA's decode then prefill performance cases (or, with options.dense, its dense decoding cases) on
+/// `stream` (device `options.device` current), one human line and one "MLA_BENCH {json}" line per case.
 void run_flashmla_suite(const MlaSuiteOptions& options, cudaStream_t stream);
 
 }  // namespace flashcpp::cli
