@@ -34,7 +34,7 @@ void validate_config(const Validator& v, const DenseDecodeConfig& c) {
   if (c.num_sms < 0 || c.num_sms > kMaxSms)
     v.fail("num_sms", "must be in [0, " + std::to_string(kMaxSms) + "] (0: the device's SM count); got " +
                           std::to_string(c.num_sms));
-  // The prepare kernel's grid: one block per request and 1024 slots, plus the schedule's.
+  // The plan kernel's grid: one block per request and 1024 slots, plus the schedule's.
   const int64_t capacity = (int64_t{c.max_blocks} * c.block_size + 63) / 64 * 64;
   if (int64_t{c.batch} * ((capacity + 1023) / 1024) >= INT32_MAX)
     v.fail("batch", "must keep batch * ceil(max_blocks * block_size / 1024) < 2^31 - 1");
@@ -176,23 +176,23 @@ void dense_decode_plan(const DenseDecodeWorkspace& ws, const TensorView& block_t
                  {{&block_table, "block_table"}, {&cache_seqlens, "cache_seqlens"}});
   });
 
-  kernels::DensePrepareParams prep;
-  prep.block_table = block_table.data_as<const int32_t>();
-  prep.block_table_stride = block_table.stride(0);
-  prep.cache_seqlens = cache_seqlens.data_as<const int32_t>();
-  prep.batch = c.batch;
-  prep.s_q = c.s_q;
-  prep.max_blocks = c.max_blocks;
-  prep.block_size = c.block_size;
-  prep.causal = c.causal && c.s_q > 1;
-  prep.indices = ws.indices.data_as<int32_t>();
-  prep.capacity = sizes.capacity;
-  prep.token_lengths = ws.token_lengths.data_as<int32_t>();
-  prep.sched = static_cast<sched::PartMeta*>(ws.sched_meta.data);
-  prep.num_splits = ws.num_splits.data_as<int32_t>();
-  prep.num_parts = sizes.num_sm_parts;
+  kernels::DensePlanParams params;
+  params.block_table = block_table.data_as<const int32_t>();
+  params.block_table_stride = block_table.stride(0);
+  params.cache_seqlens = cache_seqlens.data_as<const int32_t>();
+  params.batch = c.batch;
+  params.s_q = c.s_q;
+  params.max_blocks = c.max_blocks;
+  params.block_size = c.block_size;
+  params.causal = c.causal && c.s_q > 1;
+  params.indices = ws.indices.data_as<int32_t>();
+  params.capacity = sizes.capacity;
+  params.token_lengths = ws.token_lengths.data_as<int32_t>();
+  params.sched = static_cast<sched::PartMeta*>(ws.sched_meta.data);
+  params.num_splits = ws.num_splits.data_as<int32_t>();
+  params.num_parts = sizes.num_sm_parts;
   DeviceGuard guard(block_table.device.id);
-  cuda_check(kernels::launch_dense_decode_plan(prep, stream), "dense MLA decode plan kernel launch");
+  cuda_check(kernels::launch_dense_decode_plan(params, stream), "dense MLA decode plan kernel launch");
 }
 
 void dense_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& out, const TensorView& lse,

@@ -15,7 +15,7 @@ namespace flashcpp::mla::kernels {
 /// block_table[r * block_table_stride + j / block_size], slot j % block_size: its index is block * block_size + slot
 /// (the sparse kernels' paged addressing). A negative block id, or one whose index passes 2^31 - 1, gives -1; ids past
 /// the cache are masked by the attention's range check (index < num_blocks * block_size), so none is ever read.
-struct DensePrepareParams {
+struct DensePlanParams {
   const int32_t* block_table = nullptr;  // i32 [batch, max_blocks], last dim contiguous
   int64_t block_table_stride = 0;        // elements between requests
   const int32_t* cache_seqlens = nullptr;  // i32 [batch]: clamped to [0, max_blocks * block_size]
@@ -53,6 +53,6 @@ FLASHCPP_HD int32_t dense_schedule_blocks(int64_t length) {
 }
 
 /// One launch on `stream`: the indices, the token lengths and the schedule. Graph-capturable.
-cudaError_t launch_dense_decode_plan(const DensePrepareParams& p, cudaStream_t stream);
+cudaError_t launch_dense_decode_plan(const DensePlanParams& p, cudaStream_t stream);
 
 }  // namespace flashcpp::mla::kernels

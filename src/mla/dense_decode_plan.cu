@@ -24,13 +24,13 @@ struct StagedBlocks {
   FLASHCPP_HD int32_t operator()(int32_t r) const { return staged[r]; }
 };
 struct GlobalBlocks {
-  const DensePrepareParams* p;
+  const DensePlanParams* p;
   __device__ int32_t operator()(int32_t r) const {
     return dense_schedule_blocks(dense_request_length(__ldg(p->cache_seqlens + r), p->max_blocks, p->block_size));
   }
 };
 
-__global__ void __launch_bounds__(kThreads) dense_decode_plan_kernel(const DensePrepareParams p) {
+__global__ void __launch_bounds__(kThreads) dense_decode_plan_kernel(const DensePlanParams p) {
   if (blockIdx.x == 0) {
     extern __shared__ __align__(16) uint8_t smem[];
     if (staged_bytes(p.batch, p.num_parts) <= kStagedBytes) {
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) dense_decode_plan_kernel(const Dense
 
 }  // namespace
 
-cudaError_t launch_dense_decode_plan(const DensePrepareParams& p, cudaStream_t stream) {
+cudaError_t launch_dense_decode_plan(const DensePlanParams& p, cudaStream_t stream) {
   const int64_t chunks = (p.capacity + kSlotsPerBlock - 1) / kSlotsPerBlock;
   const int64_t blocks = 1 + static_cast<int64_t>(p.batch) * chunks;
   const size_t need = staged_bytes(p.batch, p.num_parts);
