@@ -5,23 +5,7 @@
 #include <string.h>
 
 #include "flashcpp/flashcpp.h"
-
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      snprintf(msg, msg_len, __VA_ARGS__);                 \
-      return __LINE__;                                     \
-    }                                                      \
-  } while (0)
-
-#define CHECK_ERROR(status, want, text)                                                                   \
-  do {                                                                                                    \
-    flashcpp_status s_ = (status);                                                                        \
-    CHECK(s_ == (want), "%s: got status %d (%s), want %d; last error: %s", #status, (int)s_,            \
-          flashcpp_status_name(s_), (int)(want), flashcpp_last_error());                                 \
-    CHECK(strstr(flashcpp_last_error(), (text)) != NULL, "%s: last error \"%s\" lacks \"%s\"", #status,   \
-          flashcpp_last_error(), (text));                                                                 \
-  } while (0)
+#include "support/c_check.h"
 
 static flashcpp_tensor make_tensor(void* data, int32_t dtype, int32_t device_type, int32_t device_id, int32_t rank,
                                    const int64_t* shape) {

@@ -10,23 +10,7 @@
 #include <unistd.h>
 
 #include "flashcpp/flashcpp.h"
-
-#define CHECK(cond, ...)                   \
-  do {                                     \
-    if (!(cond)) {                         \
-      snprintf(msg, msg_len, __VA_ARGS__); \
-      return __LINE__;                     \
-    }                                      \
-  } while (0)
-
-#define CHECK_ERROR(status, want, text)                                                                 \
-  do {                                                                                                  \
-    flashcpp_status s_ = (status);                                                                      \
-    CHECK(s_ == (want), "%s: got status %d (%s), want %d; last error: %s", #status, (int)s_,          \
-          flashcpp_status_name(s_), (int)(want), flashcpp_last_error());                               \
-    CHECK(strstr(flashcpp_last_error(), (text)) != NULL, "%s: last error \"%s\" lacks \"%s\"", #status, \
-          flashcpp_last_error(), (text));                                                               \
-  } while (0)
+#include "support/c_check.h"
 
 /* First published sizes, as a caller compiled against the header of the struct's first release sees them. */
 #define DECODE_CONFIG_FIRST_SIZE ((uint32_t)sizeof(flashcpp_mla_decode_config))             /* C ABI 3.0.0 */
