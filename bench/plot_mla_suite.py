@@ -3,7 +3,8 @@
 
 Usage: python3 bench/plot_mla_suite.py OUT.png FILE [FILE ...]
 Each FILE holds the output of bench/flashmla_side_by_side.py; lines that do not start with "MLA_SUITE " are skipped.
-Cases appear in file order, decode first, then prefill; the line at 1.0 is parity.
+Cases appear in file order, decode first, then prefill and dense decode (its bf16 rows, which carry the ratio); the line
+at 1.0 is parity.
 """
 import json
 import math
@@ -18,6 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 def label(r):
     if r["op"] == "prefill":
         return f"{r['case']} s_kv {r['s_kv'] // 1024}K"
+    if r["op"] == "dense_decode":
+        return f"{r['case']} b {r['b']} s_q {r['s_q']} h {r['h_q']} s_k {r['s_k'] // 1024}K{' causal' if r['causal'] else ''}"
     extra = f"+{r['extra_topk']}" if r.get("extra_topk") else ""
     return f"{r['case']} b {r['b']} s_q {r['s_q']} h {r['h_q']} d {r['d_qk']} k {r['topk']}{extra}"
 
@@ -42,7 +45,7 @@ def main():
     ax.axvline(1.0, color="black", linewidth=0.8)
     for y, r in zip(ys, recs):
         ax.text(r["ratio"] + 0.01, y, f"{r['ratio']:.2f}", va="center", fontsize=6)
-    for op in ("decode", "prefill"):
+    for op in ("decode", "prefill", "dense_decode"):
         rs = [r["ratio"] for r in recs if r["op"] == op]
         if rs:
             gm = math.exp(sum(map(math.log, rs)) / len(rs))
@@ -50,7 +53,7 @@ def main():
     ax.legend(loc="lower right", fontsize=7)
     ax.set_xlabel("FlashMLA time / flashcpp time (same process, same tensors; > 1: flashcpp faster)")
     fig.tight_layout()
-    fig.savefig(sys.argv[1], dpi=110)
+    fig.savefig(sys.argv[1], dpi=110, bbox_inches="tight")
 
 
 if __name__ == "__main__":
