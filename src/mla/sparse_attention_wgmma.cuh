@@ -27,9 +27,11 @@
 //     configurations (V3.2 alone, bf16 prefill).
 //     (docs/MLA.md: measurements and the automatic choice between this kernel and the mma.sync kernel.)
 //   * Iteration i handles tiles A = 2i and B = 2i + 1. Consumer 0 computes S_A = Q K_A^T and consumer 1
-//     S_B = Q K_B^T (wgmma m64n64k16, both operands in shared memory). They exchange row maxima (one named
-//     barrier), so both use the same running max and their O halves stay consistent. Consumer 0 owns O
-//     columns 0..255 and consumer 1 columns 256..511 (128 f32 accumulators per thread each):
+//     S_B = Q K_B^T (wgmma m64n64k16, both operands in shared memory). They run staggered: consumer 0 takes
+//     the running max over tile A and starts its first PV at once, consumer 1 adds tile B's max, and consumer 0
+//     rescales P_A and its O to that iteration max (consumer()), so both O halves stay consistent and one
+//     consumer's softmax overlaps the other's GEMMs. Consumer 0 owns O columns 0..255 and consumer 1 columns
+//     256..511 (128 f32 accumulators per thread each):
 //         consumer 0: O_L += P_A V_A[:, 0:256] (P from registers)  then  O_L += P_B V_B[:, 0:256] (P_B from smem)
 //         consumer 1: O_R += P_B V_B[:, 256:512] (registers)        then  O_R += P_A V_A[:, 256:512] (smem)
 //     (wgmma m64n256k16; V is the same shared-memory tile as K read MN-major, no second copy.)
@@ -166,7 +168,9 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 // Programmatic dependent launch: the combine kernel may be scheduled (it waits for this grid's results).
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 // Named barriers among the 256 consumer threads (id 0 is __syncthreads).
-enum NamedBarrier : int { kBarMax = 1, kBarPReadyA = 2, kBarPReadyB = 3, kBarProducerStored = 4, kBarPFree = 5 };
+enum NamedBarrier : int {
+  kBarMax = 1, kBarPReadyA = 2, kBarPReadyB = 3, kBarProducerStored = 4, kBarPFree = 5, kBarMaxA = 6, kBarMaxB = 7
+};
 __device__ __forceinline__ void named_sync(int id) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
 }
@@ -851,20 +855,34 @@ __device__ __forceinline__ void mask_scale_rowmax(float (&s)[32], const uint8_t*
 }
 
 // P = exp2(S - mu) (bf16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks 2 kk,
-// 2 kk + 1); adds this thread's part of each row's sum.
-__device__ __forceinline__ void softmax_numerators(const float (&s)[32], float mu0, float mu1, uint32_t (&pf)[16],
+// 2 kk + 1); adds this thread's part of each row's sum. KEEP: s keeps the f32 numerators (for scaled_p).
+template <bool KEEP = false>
+__device__ __forceinline__ void softmax_numerators(float (&s)[32], float mu0, float mu1, uint32_t (&pf)[16],
                                                    float& sum0, float& sum1) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     float e[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) e[i] = fast_exp2(s[8 * kk + i] - ((i & 2) ? mu1 : mu0));
+    if constexpr (KEEP) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s[8 * kk + i] = e[i];
+    }
     sum0 += e[0] + e[1] + e[4] + e[5];
     sum1 += e[2] + e[3] + e[6] + e[7];
     pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2t
     pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
     pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2t
     pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
+  }
+}
+
+// The fragments of P = numerators (softmax_numerators<true>'s s) x b0 (row r0) or b1 (row r1), in pf's layout.
+__device__ __forceinline__ void scaled_p(const float (&e)[32], float b0, float b1, uint32_t (&pf)[16]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float b = (j & 1) ? b1 : b0;
+    pf[j] = pack_bf16x2(e[2 * j] * b, e[2 * j + 1] * b);
   }
 }
 
@@ -1012,7 +1030,12 @@ __device__ __forceinline__ uint32_t epilogue_stage(const Smem<C>& sm, int warp) 
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Consumer warpgroup W: S of tile W, softmax with the shared running max, O columns W*256 .. +256.
+// Consumer warpgroup W (two tiles per iteration): S of tile W, its softmax, O columns W*256 .. +256. The two
+// consumers run staggered (FlashMLA's prefill schedule): consumer 0 takes the running max over tile A alone,
+// publishes it and starts P_A V_A-left at once; consumer 1 adds tile B's max and publishes the iteration's max,
+// with which consumer 0 rescales P_A (stored for consumer 1), its O and its row sums. So each softmax runs while
+// the other consumer's GEMMs keep the tensor cores busy, and consumer 0 issues the next S_A while its
+// P_B V_B-left runs. (Both softmaxes after one shared max exchange left the tensor cores idle meanwhile.)
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
                                          float* s_max, float* s_sum, const ItemInfo* s_item,
@@ -1044,6 +1067,36 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       if (lane == 0) mbar_arrive_remote(sm.peer(sm.bar_empty(tile, half)));
     }
   };
+  // S = Q K_W^T over the tile's early half, then its late half, each once it is full. Consumer 0 overlapping its
+  // P_B V_B-left (OVERLAP): that GEMM group is waited for between the halves, and B-left released.
+  auto gemm_s = [&](float (&s)[32], int phase, auto overlap) {
+    mbar_wait(sm.bar_full(W, first_half(W)), phase);
+    fence_proxy_async();
+    wgmma_fence();
+    if constexpr (W == 0) gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
+    else gemm_qk<C, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
+    if constexpr (decltype(overlap)::value) {
+      wgmma_commit();
+      wgmma_wait<1>();
+      release(kOther, 1 - first_half(kOther), std::false_type{});  // B-left: P_B V_B-left is done
+    }
+    mbar_wait(sm.bar_full(W, 1 - first_half(W)), phase);
+    fence_proxy_async();
+    wgmma_fence();
+    if constexpr (W == 0) gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
+    else gemm_qk<C, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
+    wgmma_commit();
+    wgmma_wait<0>();
+  };
+  // s_max holds each row's running max: consumer 0's over tile A (kBarMaxA), then the iteration's (kBarMaxB).
+  auto publish_max = [&](float n0, float n1, int bar) {
+    __syncwarp();  // the row's other lanes have read the previous value
+    if (t == 0) {
+      s_max[r0] = n0;
+      s_max[r1] = n1;
+    }
+    named_arrive(bar);
+  };
 
   int iter = 0;
   for (int k = work.first; k <= work.last; ++k) {
@@ -1051,56 +1104,37 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
     const ItemInfo w = begin_item(sm, s_item, k - work.first, o);
     const int n_iters = w.n_iters;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    float s[32];
+    if constexpr (W == 0)
+      if (n_iters > 0) gemm_s(s, iter & 1, std::false_type{});
 
     for (int it = 0; it < n_iters; ++it) {
       const int phase = (iter + it) & 1;
-
-      // ---- Phase QK: S = Q K_W^T, the early half of the tile first.
-      float s[32];
-      mbar_wait(sm.bar_full(W, first_half(W)), phase);
-      fence_proxy_async();
-      wgmma_fence();
-      if constexpr (W == 0) gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
-      else gemm_qk<C, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
-      mbar_wait(sm.bar_full(W, 1 - first_half(W)), phase);
-      fence_proxy_async();
-      if constexpr (W == 0) gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
-      else gemm_qk<C, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
-      wgmma_commit();
-      wgmma_wait<0>();
+      // ---- Phase QK: S = Q K_W^T (consumer 0's was issued in the previous iteration).
+      if constexpr (W == 1) gemm_s(s, phase, std::false_type{});
       fence_regs(s);
 
-      // ---- Phase softmax: mask, scale to base 2, row max shared with the other consumer.
+      // ---- Phase softmax: mask, scale to base 2; consumer 0 on its own, consumer 1 after consumer 0's max.
       float mx0, mx1;
       mask_scale_rowmax(s, s_valid + W * C::kTile + 2 * t, args.scale_log2, mx0, mx1);
-      if (t == 0) {
-        s_max[W * C::kHeads + r0] = mx0;
-        s_max[W * C::kHeads + r1] = mx1;
+      if constexpr (W == 1) {
+        named_sync(kBarMaxA);
+        mx0 = fmaxf(mx0, s_max[r0]);
+        mx1 = fmaxf(mx1, s_max[r1]);
       }
-      named_sync(kBarMax);
-      const float n0 = fmaxf(fmaxf(m0, mx0), s_max[kOther * C::kHeads + r0]);
-      const float n1 = fmaxf(fmaxf(m1, mx1), s_max[kOther * C::kHeads + r1]);
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
       const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
       const float mu1 = n1 == -INFINITY ? 0.f : n1;
       const float alpha0 = fast_exp2(m0 - mu0), alpha1 = fast_exp2(m1 - mu1);  // m = -inf -> 0
       m0 = n0;
       m1 = n1;
-
       uint32_t pf[16];
       float sum0 = 0.f, sum1 = 0.f;
-      softmax_numerators(s, mu0, mu1, pf, sum0, sum1);
+      softmax_numerators<W == 0>(s, mu0, mu1, pf, sum0, sum1);
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
-      // P_A overwrites tile A's RoPE atom: its copies are confirmed landed (bar_rope_landed; complete by now
-      // in practice, S_A and S_B have read them).
-      if constexpr (W == 0 && C::kPAInRope) mbar_wait(sm.bar_rope_landed(), phase);
-      store_p(p_own, pf, r0, r1, g, t);
-      fence_proxy_async();
-      named_arrive(W == 0 ? kBarPReadyA : kBarPReadyB);
-      // P_A in tile A's RoPE block: the producer's next RoPE copy there also waits for these stores.
-      if constexpr (W == 0 && C::kPAInRope) release(0, 1, std::true_type{});
-
       rescale_rows(o, alpha0, alpha1);
+      publish_max(n0, n1, W == 0 ? kBarMaxA : kBarMaxB);
 
       // ---- Phase PV: O_W += P_W V_W (P from registers), then O_W += P_other V_other (P from smem).
       fence_regs(o);
@@ -1111,17 +1145,61 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
         wgmma_m64n256k16_rs(o, a, desc_v_own + static_cast<uint64_t>((kk * 16 * 128) >> 4));
       }
       wgmma_commit();
-      named_sync(W == 0 ? kBarPReadyB : kBarPReadyA);
+      if constexpr (W == 0) {
+        wgmma_wait<0>();  // P_A's registers are rewritten below
+        fence_regs(o);
+        release(W, first_half(W), std::true_type{});  // A-left: its last reader is done
+        // The iteration's max: P_A, O and the row sums rescaled to it (beta 1 for a row with no valid slot yet,
+        // whose terms are all 0).
+        named_sync(kBarMaxB);
+        const float b0 = n0 == -INFINITY ? 1.f : fast_exp2(n0 - s_max[r0]);
+        const float b1 = n1 == -INFINITY ? 1.f : fast_exp2(n1 - s_max[r1]);
+        m0 = s_max[r0];
+        m1 = s_max[r1];
+        scaled_p(s, b0, b1, pf);
+        // P_A overwrites tile A's RoPE atom: its copies are confirmed landed (bar_rope_landed; complete by now
+        // in practice, S_A has read them).
+        if constexpr (C::kPAInRope) mbar_wait(sm.bar_rope_landed(), phase);
+        store_p(p_own, pf, r0, r1, g, t);
+        fence_proxy_async();
+        named_arrive(kBarPReadyA);
+        // P_A in tile A's RoPE block: the producer's next RoPE copy there also waits for these stores.
+        if constexpr (C::kPAInRope) release(0, 1, std::true_type{});
+        rescale_rows(o, b0, b1);
+        l0 *= b0;
+        l1 *= b1;
+        named_sync(kBarPReadyB);
+        fence_regs(o);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
-                            desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
-      wgmma_commit();
-      wgmma_wait<1>();
-      release(W, first_half(W), std::true_type{});  // own tile's early half: last reader done
-      wgmma_wait<0>();
-      fence_regs(o);
-      release(kOther, 1 - first_half(kOther), std::false_type{});  // other tile's late half
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
+                              desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+        wgmma_commit();
+        if (it + 1 < n_iters) {
+          gemm_s(s, phase ^ 1, std::true_type{});  // the next S_A, overlapping P_B V_B-left
+        } else {
+          wgmma_wait<0>();
+          release(kOther, 1 - first_half(kOther), std::false_type{});  // B-left
+        }
+        fence_regs(o);
+      } else {
+        store_p(p_own, pf, r0, r1, g, t);
+        named_sync(kBarPReadyA);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
+                              desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+        wgmma_commit();
+        fence_proxy_async();
+        named_arrive(kBarPReadyB);
+        wgmma_wait<1>();
+        release(W, first_half(W), std::true_type{});  // B-right: its last reader is done
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(kOther, 1 - first_half(kOther), std::false_type{});  // A-right
+      }
     }
     iter += n_iters;
     // Q may be reloaded. (Arriving right after the last S GEMM would let the reload overlap the last PV,
