@@ -1098,6 +1098,14 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
     named_arrive(bar);
   };
 
+  // O_W += P_other V_other (P from shared memory), uncommitted.
+  auto gemm_pv_other = [&](float (&o)[128]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
+                          desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+  };
+
   int iter = 0;
   for (int k = work.first; k <= work.last; ++k) {
     float o[128];
@@ -1171,10 +1179,7 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
         named_sync(kBarPReadyB);
         fence_regs(o);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
-                              desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+        gemm_pv_other(o);
         wgmma_commit();
         if (it + 1 < n_iters) {
           gemm_s(s, phase ^ 1, std::true_type{});  // the next S_A, overlapping P_B V_B-left
@@ -1187,10 +1192,7 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
         store_p(p_own, pf, r0, r1, g, t);
         named_sync(kBarPReadyA);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
-                              desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+        gemm_pv_other(o);
         wgmma_commit();
         fence_proxy_async();
         named_arrive(kBarPReadyB);
