@@ -26,9 +26,6 @@ template <int CHUNKS, int BATCH, int HEADS>  // HEADS: warps (heads) per CTA
 __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(const SparseAttentionParams p) {
   static_assert(kDv % (CHUNKS * 128) == 0 && 32 % BATCH == 0, "lanes own whole float4s; batches tile 32 splits");
   constexpr int kVecs = kDv / CHUNKS / 128;  // float4s of one split row per lane
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int head = static_cast<int>(blockIdx.y) * HEADS + warp;
   if (head >= p.h_q) return;
@@ -36,9 +33,14 @@ __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(co
   const int col = static_cast<int>(blockIdx.z) * (kDv / CHUNKS) + lane * 4;
   const int r = static_cast<int>(token / p.tokens_per_request);
   const int tok_in_req = static_cast<int>(token % p.tokens_per_request);
+  // The split counts come from the plan, which completed before the attention kernel started: read while that
+  // kernel still runs, so only the loads of its results wait for it.
   const int split0 = p.num_splits[r];
   const int n = p.num_splits[r + 1] - split0;
   if (n <= 1) return;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   auto row_of = [&](int k) { return static_cast<int64_t>(split0 + k) * p.tokens_per_request + tok_in_req; };
   auto lse_of = [&](int k) { return k < n ? p.lse_accum[row_of(k) * p.h_q + head] : -INFINITY; };
   float4 v[BATCH][kVecs];

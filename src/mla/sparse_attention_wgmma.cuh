@@ -159,8 +159,10 @@ __device__ __forceinline__ void bulk_copy_to_peer(uint32_t cluster_dst, uint32_t
                "r"(src), "r"(bytes), "r"(cluster_bar)
                : "memory");
 }
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+// The prologue's cluster barrier: the barriers' initialisation is released by fence_mbarrier_init, so the arrival
+// itself orders nothing (a release arrival would also wait for the schedule loads in flight).
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 __device__ __forceinline__ void fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -449,12 +451,6 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       for (int a = 0; a < C::kAtoms; ++a)
         cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0);
     }
-    if (ptid == 0) {
-      s_item[(k - work.first) & 1] =
-          ItemInfo{w.token, w.accum_row, C::kPerTile ? w.n_tiles() : w.n_iters(), w.write_partial ? 1 : 0, {0, 0}};
-      mbar_arrive(sm.bar_q_full());  // publishes the item (release)
-    }
-    cp_async_arrive(sm.bar_q_full());
 
     // ---- Phase: fill KV tiles.
     const int64_t idx_start = p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request);
@@ -502,6 +498,15 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       load_indices(w.tile_begin, idx_cur[0]);
       load_indices(w.tile_begin + 1, idx_cur[1]);
     }
+    // The item is published after the first index loads are issued: its split row reads num_splits, and its
+    // publisher's warp would otherwise wait for that load before issuing its own index loads (one more global
+    // latency before the first KV rows).
+    if (ptid == 0) {
+      s_item[(k - work.first) & 1] =
+          ItemInfo{w.token, w.accum_row, C::kPerTile ? w.n_tiles() : w.n_iters(), w.write_partial ? 1 : 0, {0, 0}};
+      mbar_arrive(sm.bar_q_full());  // publishes the item (release)
+    }
+    cp_async_arrive(sm.bar_q_full());
     // FP8: raw e4m3 chunks of this thread's dequantized rows (chunks sub + 8 (2 half + j), j < 2) and their
     // two scales (tiles 2 half, 2 half + 1), per raw buffer; masked rows read nothing and dequantize to 0.
     // The scales stay as loaded (V3.2: two floats; V4: the half's word of four e8m0 bytes) until the store:
@@ -810,6 +815,21 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           for (int r = 0; r < C::kRowsPerThread; ++r) idx_cur[t][r] = idx_next[t][r];
       }
       iter += n_iters;
+    }
+  }
+  if constexpr (C::kCluster) {
+    // The cluster's exit: the peer stores into this CTA's tiles (bulk copies, waited for by the consumers here)
+    // and arrives on its empty barriers. Once both CTAs' consumers released the last fill of each buffer, the
+    // peer has nothing more to do here, and its copies from this CTA's tiles have landed (it released them).
+    // This wait replaces a cluster barrier at the exit, whose release had every thread wait for its global
+    // stores (the partial rows) first.
+    static_assert(C::kPerTile, "the cluster runs tile by tile");
+    for (int t = 0; t < 2; ++t) {
+      const int fills = (iter - t + 1) / 2;  // fills g = t, t + 2, ... < iter of buffer t
+      if (fills <= 0) continue;
+      const int last = t + 2 * (fills - 1);
+      mbar_wait(sm.bar_empty(t, 0), (last >> 1) & 1);
+      mbar_wait(sm.bar_empty(t, 1), (last >> 1) & 1);
     }
   }
   cp_async_wait_all();  // no copy may land after the CTA is gone
@@ -1435,7 +1455,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
   }
   if constexpr (C::kCluster) {
     fence_mbarrier_init();
-    cluster_sync();  // the peer's barriers exist before anything arrives on them
+    cluster_sync_relaxed();  // the peer's barriers exist before anything arrives on them
   } else {
     __syncthreads();
   }
@@ -1458,8 +1478,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
     if (wg == 0) consumer<C, SPLIT, 0>(args, sm, s_valid, s_max, s_sum, s_item, work, heads);
     else consumer<C, SPLIT, 1>(args, sm, s_valid, s_max, s_sum, s_item, work, heads);
   }
-  // Neither CTA of a cluster leaves while the other may still store into its tiles or arrive on its barriers.
-  if constexpr (C::kCluster) cluster_sync();
+  // Neither CTA of a cluster leaves while the other may still store into its tiles or arrive on its barriers:
+  // the producer's last waits (producer()) see to that.
 #else
   __trap();  // built for an architecture without wgmma; the launcher never gets here
 #endif
