@@ -25,7 +25,8 @@ its generator, flashcpp on the bf16 cache (ratio: FlashMLA time / ours) and on t
 FlashMLA's replay reuses its scheduler metadata; copy_fraction: bytes moved / time / the copy bandwidth of this run.
 
 Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|dense|all]
-       [--filter SUBSTR] [--iters N] [--no-flush] [--no-flashmla]
+       [--filter SUBSTR] [--iters N] [--no-flush] [--no-flashmla] [--lib-b OTHER/libflashcpp.so]
+--lib-b loads a second flashcpp build beside the first (an A/B of two builds in one process, on the same tensors).
 """
 import argparse
 import ctypes
@@ -248,6 +249,8 @@ def randperm_batch(perm_range, perm_size, paddings):
 
 # Experiments (--equal-lengths, --no-permute): FlashMLA's inputs with one of its features turned off.
 EXPERIMENT = dict(equal_lengths=False, no_permute=False, host_time=True)
+# --lib-b: a second flashcpp build (another libflashcpp.so, loaded beside the first) timed on the same tensors.
+OTHER_BUILD = dict(lib=None)
 
 
 def kv_scope(flashcpp, b, s_q, s_k, block_size, topk, d_qk, have_topk_length, is_varlen=True):
@@ -516,6 +519,16 @@ def run_decode(flashcpp, flash_mla, timer, c):
                extra_topk_length=bool(c.get("extra_topk_length")), split=split)
     flop = decode_flop(c, inp)
     rec["flashcpp_us"] = timer.graph_us(ours)
+    if OTHER_BUILD["lib"] is not None:  # the same tensors through a second build, outputs compared with ours
+        out_b, lse_b = torch.empty_like(out), torch.empty_like(lse)
+        theirs_b, _ = OTHER_BUILD["lib"].prepare_decode(
+            inp, inp["q"], main["cache"], main["indices"], main["topk_length"], inp["sink"], out_b,
+            lse_b.transpose(1, 2), extra and extra["cache"], extra and extra["indices"], extra and extra["topk_length"])
+        rec["flashcpp_b_us"] = timer.graph_us(theirs_b)
+        ours()
+        torch.cuda.synchronize()
+        rec["b_max_abs_diff"], rec["b_nonfinite_mismatch"] = diff(out, out_b)
+        rec["b_speedup"] = rec["flashcpp_b_us"] / rec["flashcpp_us"]
     if EXPERIMENT["host_time"]:
         rec["host_us"] = timer.host_us(ours)
     rec["tflops"] = flop / (rec["flashcpp_us"] * 1e-6) / 1e12
@@ -549,6 +562,15 @@ def run_prefill(flashcpp, flash_mla, timer, c):
     rec = dict(op="prefill", case=c["name"], s_q=s_q, s_kv=c["s_kv"], h_q=h_q, d_qk=c["d_qk"], topk=c["topk"])
     flop = 2.0 * s_q * c["topk"] * h_q * (c["d_qk"] + 512)
     rec["flashcpp_us"] = timer.graph_us(ours)
+    if OTHER_BUILD["lib"] is not None:
+        out_b = torch.empty_like(out)
+        theirs_b = OTHER_BUILD["lib"].prepare_prefill(inp, inp["q"], inp["kv"], inp["indices"], inp["sink"], None, out_b,
+                                                      torch.empty_like(max_logits), torch.empty_like(lse))
+        rec["flashcpp_b_us"] = timer.graph_us(theirs_b)
+        ours()
+        torch.cuda.synchronize()
+        rec["b_max_abs_diff"], rec["b_nonfinite_mismatch"] = diff(out, out_b)
+        rec["b_speedup"] = rec["flashcpp_b_us"] / rec["flashcpp_us"]
     if EXPERIMENT["host_time"]:
         rec["host_us"] = timer.host_us(ours, calls=10)
     rec["tflops"] = flop / (rec["flashcpp_us"] * 1e-6) / 1e12
@@ -580,12 +602,16 @@ def main():
     ap.add_argument("--no-flashmla", action="store_true", help="time flashcpp alone")
     ap.add_argument("--no-host-time", action="store_true", help="skip the eager host-time loops (e.g. under a profiler)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lib-b", help="a second libflashcpp.so timed on the same tensors (flashcpp_b_us, b_speedup: "
+                    "its time / the first's; decode and prefill)")
     ap.add_argument("--equal-lengths", action="store_true", help="experiment: every request's cache length s_k")
     ap.add_argument("--no-permute", action="store_true", help="experiment: an identity block table")
     args = ap.parse_args()
     EXPERIMENT.update(equal_lengths=args.equal_lengths, no_permute=args.no_permute, host_time=not args.no_host_time)
 
     flashcpp = Flashcpp(args.lib)
+    if args.lib_b:
+        OTHER_BUILD["lib"] = Flashcpp(args.lib_b)
     flash_mla = None
     if not args.no_flashmla:
         try:
