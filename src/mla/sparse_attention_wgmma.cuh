@@ -438,20 +438,6 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     const WorkItem w = work.item(k);
     const int64_t q_row = p.token_offset(w.token, p.q_stride_token, p.q_stride_request);
 
-    // ---- Phase: load Q (64 heads x d_qk; heads past h_q zero-filled) once the last item's S GEMMs are done.
-    if (k > work.first) mbar_wait(sm.bar_q_empty(), (k - work.first - 1) & 1);
-#pragma unroll
-    for (int r = 0; r < C::kRowsPerThread; ++r) {
-      const int row = r * C::kRowsPerPass + group;
-      const int head = heads.first + row;
-      const bool ok = head < heads.end;
-      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + q_row +
-                                 static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
-#pragma unroll
-      for (int a = 0; a < C::kAtoms; ++a)
-        cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0);
-    }
-
     // ---- Phase: fill KV tiles.
     const int64_t idx_start = p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request);
     const int32_t* idx_row = p.indices + idx_start;
@@ -494,9 +480,25 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     };
     const int n_iters = w.n_iters();
     int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
+    // The first tiles' indices go out before Q's 64 KiB of copies, which they would otherwise queue behind: the
+    // first KV rows wait for them.
     if (n_iters > 0) {
       load_indices(w.tile_begin, idx_cur[0]);
       load_indices(w.tile_begin + 1, idx_cur[1]);
+    }
+
+    // ---- Phase: load Q (64 heads x d_qk; heads past h_q zero-filled) once the last item's S GEMMs are done.
+    if (k > work.first) mbar_wait(sm.bar_q_empty(), (k - work.first - 1) & 1);
+#pragma unroll
+    for (int r = 0; r < C::kRowsPerThread; ++r) {
+      const int row = r * C::kRowsPerPass + group;
+      const int head = heads.first + row;
+      const bool ok = head < heads.end;
+      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + q_row +
+                                 static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
+#pragma unroll
+      for (int a = 0; a < C::kAtoms; ++a)
+        cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0);
     }
     // The item is published after the first index loads are issued: its split row reads num_splits, and its
     // publisher's warp would otherwise wait for that load before issuing its own index loads (one more global
