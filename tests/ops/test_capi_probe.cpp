@@ -2,9 +2,6 @@
 // tensors with NULL data (host arrays included), NULL out-params and NULL handles. Each case runs in a
 // forked child that reports its status and last error through a pipe, so a crash (or a sanitizer abort)
 // fails that case instead of the test run.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -13,6 +10,7 @@
 #include "flashcpp/flashcpp.h"
 #include "ops/ops_fixture.hpp"
 #include "support/c_tensor.hpp"
+#include "support/forked_call.hpp"
 
 namespace flashcpp::testing {
 namespace {
@@ -22,48 +20,7 @@ flashcpp_tensor null_data(flashcpp_tensor t) {
   return t;
 }
 
-struct Outcome {
-  bool exited = false;  // the child returned from the call and reported
-  int signal = 0;
-  int status = -1;
-  std::string message;
-};
-
-// Runs `call` in a child process: it writes the status and flashcpp_last_error() into a pipe and leaves
-// with _exit (no atexit handlers, no leak check of the child's copy of the parent).
-Outcome run_forked(const std::function<flashcpp_status()>& call) {
-  int fds[2];
-  if (::pipe(fds) != 0) return {};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    const int status = call();
-    const std::string msg = std::to_string(status) + "\n" + flashcpp_last_error();
-    ssize_t off = 0;
-    while (off < static_cast<ssize_t>(msg.size())) {
-      const ssize_t n = ::write(fds[1], msg.data() + off, msg.size() - static_cast<size_t>(off));
-      if (n <= 0) break;
-      off += n;
-    }
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int wstatus = 0;
-  ::waitpid(pid, &wstatus, 0);
-  Outcome o;
-  if (WIFSIGNALED(wstatus)) o.signal = WTERMSIG(wstatus);
-  const size_t nl = text.find('\n');
-  o.exited = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 && nl != std::string::npos;
-  if (o.exited) {
-    o.status = std::atoi(text.substr(0, nl).c_str());
-    o.message = text.substr(nl + 1);
-  }
-  return o;
-}
+using forked::Outcome, forked::run_forked;
 
 struct Probe {
   std::string name;
@@ -83,7 +40,7 @@ class CapiProbe : public OpsFixture {
   static void expect_all(const std::vector<Probe>& probes) {
     for (const Probe& p : probes) {
       const Outcome o = run_forked(p.call);
-      ASSERT_TRUE(o.exited) << p.name << ": the call did not return (signal " << o.signal << ")";
+      ASSERT_TRUE(o.returned) << p.name << ": the call did not return (signal " << o.signal << ")";
       EXPECT_EQ(o.status, p.expected) << p.name << ": " << o.message;
       if (p.expected != FLASHCPP_SUCCESS)
         EXPECT_NE(o.message.find(p.fragment), std::string::npos) << p.name << ": \"" << p.fragment << "\" not in \""
@@ -96,10 +53,10 @@ constexpr flashcpp_status kInvalid = FLASHCPP_INVALID_ARGUMENT;
 
 TEST_F(CapiProbe, TheForkedRunnerReportsACrashAsAFailedCase) {
   const Outcome o = run_forked([]() -> flashcpp_status { std::abort(); });
-  EXPECT_FALSE(o.exited);
+  EXPECT_FALSE(o.returned);
   EXPECT_EQ(o.signal, SIGABRT);
   const Outcome ok = run_forked([] { return FLASHCPP_NOT_FOUND; });
-  EXPECT_TRUE(ok.exited);
+  EXPECT_TRUE(ok.returned);
   EXPECT_EQ(ok.status, FLASHCPP_NOT_FOUND);
 }
 
