@@ -1514,6 +1514,15 @@ TEST_F(CapiHostile, TheForkedRunnerReportsCrashesAndStatuses) {
   const Outcome ok = run_forked([] { return FLASHCPP_NOT_FOUND; });
   EXPECT_TRUE(ok.returned);
   EXPECT_EQ(ok.status, FLASHCPP_NOT_FOUND);
+  // The parallel runner keeps each outcome with its call (tests/support/forked_call.hpp serves the probe test too).
+  const std::vector<Outcome> all = run_all_forked(
+      {[] { return FLASHCPP_SUCCESS; }, []() -> flashcpp_status { std::abort(); }, [] { return FLASHCPP_NOT_FOUND; }}, 2);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_TRUE(all[0].returned);
+  EXPECT_EQ(all[0].status, FLASHCPP_SUCCESS);
+  EXPECT_FALSE(all[1].returned);
+  EXPECT_EQ(all[1].signal, SIGABRT);
+  EXPECT_EQ(all[2].status, FLASHCPP_NOT_FOUND);
 }
 
 TEST_F(CapiHostile, TheHeadersDeclareTheFunctionsThisTestCovers) {
