@@ -75,14 +75,6 @@ inline Outcome finish_child(Child& c) {
   return o;
 }
 
-inline Outcome run_forked(const std::function<flashcpp_status()>& call) {
-  Child c = start_child(call);
-  if (c.pid < 0) return {};
-  char buf[4096];
-  for (ssize_t n; (n = ::read(c.fd, buf, sizeof buf)) > 0;) c.text.append(buf, static_cast<size_t>(n));
-  return finish_child(c);
-}
-
 // Runs every call in its own child, up to `parallel` at a time (a fork is costly under the sanitizers); the outcomes in
 // the calls' order.
 inline std::vector<Outcome> run_all_forked(const std::vector<std::function<flashcpp_status()>>& calls, size_t parallel) {
@@ -117,5 +109,7 @@ inline std::vector<Outcome> run_all_forked(const std::vector<std::function<flash
   }
   return out;
 }
+
+inline Outcome run_forked(const std::function<flashcpp_status()>& call) { return run_all_forked({call}, 1).front(); }
 
 }  // namespace flashcpp::testing::forked
