@@ -130,14 +130,24 @@ enum class Family {
   single_decode,
   batch_decode,
   batch_mla,
+  rope,         ///< apply_rope*, the Llama 3.1 variants, cos/sin cache, rope_quantize (csrc/rope.cu)
+  cascade,      ///< merge_state, merge_state_in_place, merge_states (csrc/cascade.cu)
+  sampling,     ///< softmax, the samplers, renorm and mask helpers (csrc/sampling.cu, renorm.cu)
+  topk,         ///< radix top-k and its page-table / ragged transforms (csrc/topk.cu)
+  act_and_mul,  ///< one gated activation per module: silu/gelu/gelu_tanh_and_mul (jit/activation.py's template)
 };
 std::string_view family_name(Family) noexcept;
+
+/// The activation of an act_and_mul module (its URI is `<name>_and_mul`).
+enum class Activation { silu, gelu, gelu_tanh };
+std::string_view activation_name(Activation) noexcept;
 
 /// A parsed/constructible module: the family plus the spec that applies to it.
 struct ModuleSpec {
   Family family = Family::norm;
   AttentionSpec attention;  ///< single/batch prefill/decode
   MlaSpec mla;              ///< batch_mla
+  Activation activation = Activation::silu;  ///< act_and_mul
   std::string uri() const;
 };
 
@@ -149,14 +159,20 @@ std::string batch_mla_uri(const MlaSpec&);
 inline std::string norm_uri() { return "norm"; }
 inline std::string page_uri() { return "page"; }
 inline std::string gdn_prefill_sm90_uri() { return "gdn_prefill_sm90"; }
+inline std::string rope_uri() { return "rope"; }
+inline std::string cascade_uri() { return "cascade"; }
+inline std::string sampling_uri() { return "sampling"; }
+inline std::string topk_uri() { return "topk"; }
+std::string act_and_mul_uri(Activation);
 
 /// The spec a URI names, or nullopt for a URI this generator does not know. Round-trips:
 /// parse_uri(s)->uri() == s for every URI the constructors above produce.
 std::optional<ModuleSpec> parse_uri(const std::string& uri);
 
-/// What `flashcpp build --defaults` builds: norm, page, gdn_prefill_sm90, and for bf16 and f16 (q = kv = o,
-/// int32 indices, head dim 128, no RoPE/ALiBi, no sliding window, no soft cap): batch prefill fa2 + fa3,
-/// single prefill fa2 + fa3, single and batch decode, and batch MLA fa2 + fa3 (512/64). 19 modules.
+/// What `flashcpp build --defaults` builds: norm, page, gdn_prefill_sm90, the decode-step misc modules (rope,
+/// cascade, sampling, topk, silu/gelu/gelu_tanh_and_mul), and for bf16 and f16 (q = kv = o, int32 indices,
+/// head dim 128, no RoPE/ALiBi, no sliding window, no soft cap): batch prefill fa2 + fa3, single prefill
+/// fa2 + fa3, single and batch decode, and batch MLA fa2 + fa3 (512/64). 26 modules.
 std::vector<std::string> default_uris();
 
 }  // namespace flashcpp::jit

@@ -101,6 +101,12 @@ class Generator {
     plan_.files.push_back({out_name, render_template(templ(template_name), vars, template_name)});
     if (compile) plan_.sources.push_back(gen_ / out_name);
   }
+  // Renders template text that does not live in csrc/ into gen_dir/out_name and compiles it.
+  void render_text(const std::string& text, const std::string& template_name, const std::string& out_name,
+                   const Vars& vars) {
+    plan_.files.push_back({out_name, render_template(text, vars, template_name)});
+    plan_.sources.push_back(gen_ / out_name);
+  }
   // Copies csrc/<name> verbatim into gen_dir (its quoted include of the config must resolve there).
   void copy(const std::string& name) {
     plan_.files.push_back({name, read_file(csrc_ / name)});
@@ -281,6 +287,40 @@ void gen_gdn_prefill_sm90(Generator& g, ModulePlan& plan) {
   plan.extra_cuda_flags.push_back("-std=c++20");
 }
 
+// flashinfer/jit/activation.py keeps its template and the activation functions as Python raw strings; they are
+// read from the pinned wheel's copy of that file (data/../jit/activation.py), never restated here.
+std::string python_raw_string(const std::string& py, const std::string& name, const fs::path& file) {
+  const std::string open = name + " = r\"\"\"";
+  const size_t at = py.find(open);
+  const size_t end = at == std::string::npos ? at : py.find("\"\"\"", at + open.size());
+  if (end == std::string::npos)
+    throw Error(ErrorCode::not_found, "jit: " + file.string() + " has no raw string '" + name +
+                                          "' (is it FlashInfer 0.6.3's jit/activation.py?)");
+  return py.substr(at + open.size(), end - at - open.size());
+}
+
+void gen_act_and_mul(Generator& g, const fs::path& data_dir, Activation act) {
+  const fs::path file = data_dir.parent_path() / "jit" / "activation.py";
+  const std::string py = read_file(file);
+  std::string templ = python_raw_string(py, "activation_templ", file);
+  // The template's one `{% set %}`: the renderer implements no assignments, so its value is passed as a variable.
+  const std::string set_tag = "{% set func_name = act_func_name ~ '_and_mul' %}";
+  const size_t at = templ.find(set_tag);
+  if (at == std::string::npos)
+    throw Error(ErrorCode::invalid_argument, "jit: " + file.string() + ": activation_templ no longer sets func_name "
+                                             "as FlashInfer 0.6.3 does");
+  templ.erase(at, set_tag.size());
+  const std::string name(activation_name(act));
+  // FlashInfer's names for the three definitions (flashinfer/jit/activation.py act_func_def_str).
+  const char* def_var = act == Activation::silu ? "silu_def_cu_str"
+                        : act == Activation::gelu ? "gelu_def_cu_str"
+                                                  : "gelu_def_tanh_cu_str";
+  g.render_text(templ, "activation.py:activation_templ", name + "_and_mul.cu",
+                {{"act_func_name", name},
+                 {"act_func_def", python_raw_string(py, def_var, file)},
+                 {"func_name", name + "_and_mul"}});
+}
+
 }  // namespace
 
 ModulePlan plan_module(const std::string& uri, const fs::path& data_dir, const fs::path& gen_dir) {
@@ -288,7 +328,8 @@ ModulePlan plan_module(const std::string& uri, const fs::path& data_dir, const f
   if (!spec)
     throw Error(ErrorCode::invalid_argument,
                 "jit: unknown module URI '" + uri +
-                    "'. The builder knows norm, page, gdn_prefill_sm90 and FlashInfer 0.6.3's single_prefill / "
+                    "'. The builder knows norm, page, gdn_prefill_sm90, rope, cascade, sampling, topk, "
+                    "{silu,gelu,gelu_tanh}_and_mul and FlashInfer 0.6.3's single_prefill / "
                     "batch_prefill / single_decode / batch_decode / batch_mla URIs (`flashcpp build --list` shows "
                     "the defaults); fused_moe_90 is built by scripts/build-fused-moe.sh");
   ModulePlan plan;
@@ -310,6 +351,26 @@ ModulePlan plan_module(const std::string& uri, const fs::path& data_dir, const f
     case Family::single_decode: gen_decode(g, spec->attention, false); break;
     case Family::batch_decode: gen_decode(g, spec->attention, true); break;
     case Family::batch_mla: gen_batch_mla(g, plan, spec->mla); break;
+    // The decode-step misc modules: FlashInfer's gen_*_module source lists (flashinfer/jit/{rope,cascade,
+    // sampling,topk}.py), compiled in place with the common flags.
+    case Family::rope:
+      g.in_place("rope.cu");
+      g.in_place("flashinfer_rope_binding.cu");
+      break;
+    case Family::cascade:
+      g.in_place("cascade.cu");
+      g.in_place("flashinfer_cascade_binding.cu");
+      break;
+    case Family::sampling:
+      g.in_place("sampling.cu");
+      g.in_place("renorm.cu");
+      g.in_place("flashinfer_sampling_binding.cu");
+      break;
+    case Family::topk:
+      g.in_place("topk.cu");
+      g.in_place("flashinfer_topk_binding.cu");
+      break;
+    case Family::act_and_mul: gen_act_and_mul(g, data_dir, spec->activation); break;
   }
   return plan;
 }

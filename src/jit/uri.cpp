@@ -17,9 +17,25 @@ std::string_view family_name(Family f) noexcept {
     case Family::single_decode: return "single_decode";
     case Family::batch_decode: return "batch_decode";
     case Family::batch_mla: return "batch_mla";
+    case Family::rope: return "rope";
+    case Family::cascade: return "cascade";
+    case Family::sampling: return "sampling";
+    case Family::topk: return "topk";
+    case Family::act_and_mul: return "act_and_mul";
   }
   return "unknown";
 }
+
+std::string_view activation_name(Activation a) noexcept {
+  switch (a) {
+    case Activation::silu: return "silu";
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
+  }
+  return "unknown";
+}
+
+std::string act_and_mul_uri(Activation a) { return std::string(activation_name(a)) + "_and_mul"; }
 
 std::optional<std::string_view> uri_dtype_name(DType t) noexcept {
   switch (t) {
@@ -99,6 +115,11 @@ std::string ModuleSpec::uri() const {
     case Family::single_decode: return single_decode_uri(attention);
     case Family::batch_decode: return batch_decode_uri(attention);
     case Family::batch_mla: return batch_mla_uri(mla);
+    case Family::rope: return rope_uri();
+    case Family::cascade: return cascade_uri();
+    case Family::sampling: return sampling_uri();
+    case Family::topk: return topk_uri();
+    case Family::act_and_mul: return act_and_mul_uri(activation);
   }
   throw Error(ErrorCode::internal, "jit: unknown module family");
 }
@@ -121,6 +142,10 @@ std::optional<ModuleSpec> parse_uri(const std::string& uri) {
   if (uri == "norm") { spec.family = Family::norm; return spec; }
   if (uri == "page") { spec.family = Family::page; return spec; }
   if (uri == "gdn_prefill_sm90") { spec.family = Family::gdn_prefill_sm90; return spec; }
+  for (Family f : {Family::rope, Family::cascade, Family::sampling, Family::topk})
+    if (uri == family_name(f)) { spec.family = f; return spec; }
+  for (Activation a : {Activation::silu, Activation::gelu, Activation::gelu_tanh})
+    if (uri == act_and_mul_uri(a)) { spec.family = Family::act_and_mul; spec.activation = a; return spec; }
 
   // One pattern per family; the dtype names contain no '_', which makes the split unambiguous.
   static const std::string D = "([a-z0-9]+)", N = "([0-9]+)", B = "(True|False)";
@@ -173,7 +198,9 @@ std::optional<ModuleSpec> parse_uri(const std::string& uri) {
 }
 
 std::vector<std::string> default_uris() {
-  std::vector<std::string> uris = {norm_uri(), page_uri(), gdn_prefill_sm90_uri()};
+  std::vector<std::string> uris = {norm_uri(),    page_uri(),     gdn_prefill_sm90_uri(), rope_uri(),
+                                   cascade_uri(), sampling_uri(), topk_uri()};
+  for (Activation a : {Activation::silu, Activation::gelu, Activation::gelu_tanh}) uris.push_back(act_and_mul_uri(a));
   for (DType t : {DType::bf16, DType::f16}) {
     AttentionSpec a;
     a.q = a.kv = a.o = t;

@@ -33,6 +33,11 @@ std::string single_decode_uri(const AttentionVariant& v);
 std::string batch_decode_uri(const AttentionVariant& v, DType idx);
 inline constexpr const char* kNormUri = "norm";
 inline constexpr const char* kPageUri = "page";
+inline constexpr const char* kRopeUri = "rope";
+inline constexpr const char* kCascadeUri = "cascade";
+inline constexpr const char* kSamplingUri = "sampling";
+inline constexpr const char* kTopkUri = "topk";
+// The gated-activation modules are "silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul" (one export each, of that name).
 
 // -------------------------------------------------------------------------------------------------
 // Resolved module functions
@@ -40,7 +45,8 @@ inline constexpr const char* kPageUri = "page";
 /// The FlashInfer module families the per-thread cache serves (part of every ModuleKey).
 enum class ModuleFamily : uint8_t {
   norm = 1, page = 2, single_prefill = 3, batch_prefill_fa2 = 4, batch_prefill_fa3 = 5, single_decode = 6,
-  batch_decode = 7,
+  batch_decode = 7, rope = 8, cascade = 9, sampling = 10, topk = 11,
+  act_and_mul = 12,  ///< the activation goes in ModuleKey's `extra`
 };
 
 /// Identifies a (module, function set) for the per-thread cache; built from the op family and the
@@ -51,7 +57,7 @@ struct ModuleKey {
 };
 ModuleKey module_key(ModuleFamily family, const AttentionVariant& v = {}, uint8_t extra = 0);
 
-inline constexpr size_t kMaxFunctions = 4;
+inline constexpr size_t kMaxFunctions = 12;  // sampling exports 11
 struct ResolvedModule {
   std::shared_ptr<ffi::ModuleLibrary> lib;  ///< keeps the module loaded while its functions are used
   std::array<ffi::abi::SafeCall, kMaxFunctions> fns{};

@@ -222,6 +222,9 @@ TEST(JitUri, DefaultsRoundTripAndCoverTheRequiredFamilies) {
   EXPECT_EQ(per_family["single_decode"], 2);
   EXPECT_EQ(per_family["batch_decode"], 2);
   EXPECT_EQ(per_family["batch_mla"], 4);
+  for (const char* misc : {"rope", "cascade", "sampling", "topk"}) EXPECT_EQ(per_family[misc], 1) << misc;
+  EXPECT_EQ(per_family["act_and_mul"], 3);  // silu, gelu, gelu_tanh
+  EXPECT_EQ(uris.size(), 26u);
   EXPECT_EQ(sm90, 7);  // 6 attention modules + gdn_prefill_sm90
 }
 
