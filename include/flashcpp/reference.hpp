@@ -7,7 +7,9 @@
 #pragma once
 #include <cstdint>
 
+#include "flashcpp/activation.hpp"
 #include "flashcpp/attention.hpp"
+#include "flashcpp/cascade.hpp"
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/tensor.hpp"
@@ -69,5 +71,23 @@ void batch_prefill_paged(const TensorView& q, const PagedKvCache& kv, const Tens
 /// q [batch, H_qo, D]; uses config's layout, window_left, logits_soft_cap and sm_scale.
 void batch_decode(const TensorView& q, const PagedKvCache& kv, const TensorView& out, OptionalTensor lse,
                   const BatchDecodeConfig& config);
+
+// -------------------------------------------------------------------------------------------------
+// Gated activations (flashcpp/activation.hpp): out [..., d] = act(input[..., :d]) * input[..., d:]. Rows may
+// be strided here.
+
+void silu_and_mul(const TensorView& out, const TensorView& input);
+void gelu_and_mul(const TensorView& out, const TensorView& input);
+void gelu_tanh_and_mul(const TensorView& out, const TensorView& input);
+
+// -------------------------------------------------------------------------------------------------
+// Cascade merges (flashcpp/cascade.hpp): states (v, s) with s the base-2 log-sum-exp.
+
+void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b, const TensorView& s_b,
+                 const TensorView& v_merged, const TensorView& s_merged);
+/// Tokens whose mask byte is 0 keep (v, s) unchanged; mask null: every token merges.
+void merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
+                          const TensorView& s_other, const TensorView* mask = nullptr);
+void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_merged, const TensorView& s_merged);
 
 }  // namespace flashcpp::reference

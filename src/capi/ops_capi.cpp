@@ -1,10 +1,12 @@
-// C ABI of the FlashInfer norm, page, prefill and decode ops (include/flashcpp/c/ops.h).
+// C ABI of the FlashInfer norm, page, prefill, decode, activation and cascade ops (include/flashcpp/c/ops.h).
 #include "flashcpp/c/ops.h"
 
 #include <memory>
 
 #include "capi/capi.hpp"
+#include "flashcpp/activation.hpp"
 #include "flashcpp/attention.hpp"
+#include "flashcpp/cascade.hpp"
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/runtime.hpp"
@@ -308,5 +310,50 @@ int32_t flashcpp_batch_decode_uses_tensor_cores(const flashcpp_batch_decode_plan
 }
 
 void flashcpp_batch_decode_plan_destroy(flashcpp_batch_decode_plan* plan) { delete plan; }
+
+// One C entry per gated activation: (out, input, enable_pdl, stream) onto the C++ op of the same name.
+#define FLASHCPP_ACT_ENTRY(NAME)                                                                           \
+  flashcpp_status flashcpp_##NAME(const flashcpp_tensor* out, const flashcpp_tensor* input, int32_t pdl,   \
+                                  void* stream) {                                                          \
+    return guard([&] {                                                                                     \
+      NAME(*default_runtime(), to_view(out, #NAME, "out"), to_view(input, #NAME, "input"),                 \
+           ActivationOptions{.enable_pdl = flag_of(pdl, #NAME, "enable_pdl")}, as_stream(stream));          \
+    });                                                                                                    \
+  }
+FLASHCPP_ACT_ENTRY(silu_and_mul)
+FLASHCPP_ACT_ENTRY(gelu_and_mul)
+FLASHCPP_ACT_ENTRY(gelu_tanh_and_mul)
+#undef FLASHCPP_ACT_ENTRY
+
+flashcpp_status flashcpp_merge_state(const flashcpp_tensor* v_a, const flashcpp_tensor* s_a,
+                                     const flashcpp_tensor* v_b, const flashcpp_tensor* s_b,
+                                     const flashcpp_tensor* v_merged, const flashcpp_tensor* s_merged, void* stream) {
+  constexpr const char* op = "merge_state";
+  return guard([&] {
+    merge_state(*default_runtime(), to_view(v_a, op, "v_a"), to_view(s_a, op, "s_a"), to_view(v_b, op, "v_b"),
+                to_view(s_b, op, "s_b"), to_view(v_merged, op, "v_merged"), to_view(s_merged, op, "s_merged"),
+                as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_merge_state_in_place(const flashcpp_tensor* v, const flashcpp_tensor* s,
+                                              const flashcpp_tensor* v_other, const flashcpp_tensor* s_other,
+                                              const flashcpp_tensor* mask, void* stream) {
+  constexpr const char* op = "merge_state_in_place";
+  return guard([&] {
+    TensorView m;
+    merge_state_in_place(*default_runtime(), to_view(v, op, "v"), to_view(s, op, "s"), to_view(v_other, op, "v_other"),
+                         to_view(s_other, op, "s_other"), optional(mask, op, "mask", m), as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_merge_states(const flashcpp_tensor* v, const flashcpp_tensor* s,
+                                      const flashcpp_tensor* v_merged, const flashcpp_tensor* s_merged, void* stream) {
+  constexpr const char* op = "merge_states";
+  return guard([&] {
+    merge_states(*default_runtime(), to_view(v, op, "v"), to_view(s, op, "s"), to_view(v_merged, op, "v_merged"),
+                 to_view(s_merged, op, "s_merged"), as_stream(stream));
+  });
+}
 
 }  // extern "C"

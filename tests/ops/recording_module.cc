@@ -1,4 +1,4 @@
-// A stand-in for FlashInfer's norm, page, single/batch prefill and single/batch decode modules, built
+// A stand-in for FlashInfer's norm, page, single/batch prefill, single/batch decode, activation and cascade modules, built
 // like them (tvm-ffi headers, libtvm_ffi resolved at load time), exporting the same names. Every call
 // is appended to a log, one line per call: "name|arg0|arg1|...", each argument as it arrived:
 //   None, i:<int>, b:<bool>, f:<double>, T(<code>.<bits>;[shape];[strides];<devtype>:<id>;@<hex ptr>) for a
@@ -113,6 +113,12 @@ RECORDING_EXPORT(append_paged_mla_kv_cache)
 RECORDING_EXPORT(run)
 RECORDING_EXPORT(ragged_run)
 RECORDING_EXPORT(paged_run)
+RECORDING_EXPORT(silu_and_mul)
+RECORDING_EXPORT(gelu_and_mul)
+RECORDING_EXPORT(gelu_tanh_and_mul)
+RECORDING_EXPORT(merge_state)
+RECORDING_EXPORT(merge_state_in_place)
+RECORDING_EXPORT(merge_states)
 
 extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_plan(void*, const TVMFFIAny* args, int32_t n, TVMFFIAny* result) {
   record("plan", args, n);

@@ -1,5 +1,6 @@
-/* flashcpp C ABI: FlashInfer norm, paged KV append, single/batch prefill and single/batch decode.
- * Semantics, shapes and validation as in the C++ headers flashcpp/{norm,page,attention}.hpp.
+/* flashcpp C ABI: FlashInfer norm, paged KV append, single/batch prefill and single/batch decode, gated
+ * activations and cascade merges.
+ * Semantics, shapes and validation as in the C++ headers flashcpp/{norm,page,attention,activation,cascade}.hpp.
  * These entry points use the process-wide runtime of the C ABI (created on first use from the
  * FLASHCPP_* environment: FLASHCPP_TVM_FFI_LIB, FLASHCPP_MODULE_PATH, FLASHCPP_JIT). Streams are
  * cudaStream_t passed as void*. Optional tensors are NULL when absent. Scalars documented "0: default"
@@ -176,6 +177,30 @@ flashcpp_status flashcpp_batch_decode_run(const flashcpp_batch_decode_plan* plan
 /* 1 when the plan runs the tensor-core (prefill-kernel) path, 0 otherwise (also for NULL). */
 int32_t flashcpp_batch_decode_uses_tensor_cores(const flashcpp_batch_decode_plan* plan);
 void flashcpp_batch_decode_plan_destroy(flashcpp_batch_decode_plan* plan);
+
+/* ---------------------------------------------------------------- gated activations (since ABI 3.3.0) */
+/* out [..., d] = act(input[..., :d]) * input[..., d:]; input [..., 2d], f16/bf16, both contiguous, d a multiple
+ * of 8 (flashcpp/activation.hpp). */
+flashcpp_status flashcpp_silu_and_mul(const flashcpp_tensor* out, const flashcpp_tensor* input, int32_t enable_pdl,
+                                      void* stream);
+flashcpp_status flashcpp_gelu_and_mul(const flashcpp_tensor* out, const flashcpp_tensor* input, int32_t enable_pdl,
+                                      void* stream);
+flashcpp_status flashcpp_gelu_tanh_and_mul(const flashcpp_tensor* out, const flashcpp_tensor* input,
+                                           int32_t enable_pdl, void* stream);
+
+/* ---------------------------------------------------------------- cascade merges (since ABI 3.3.0) */
+/* Attention states (v, s), s the base-2 log-sum-exp (f32), v f16/bf16; all contiguous (flashcpp/cascade.hpp).
+ * v_* [tokens, heads, head_dim], s_* [tokens, heads]. */
+flashcpp_status flashcpp_merge_state(const flashcpp_tensor* v_a, const flashcpp_tensor* s_a,
+                                     const flashcpp_tensor* v_b, const flashcpp_tensor* s_b,
+                                     const flashcpp_tensor* v_merged, const flashcpp_tensor* s_merged, void* stream);
+/* In place into (v, s), for the tokens whose mask byte (u8/bool [tokens]; NULL: all) is non-zero. */
+flashcpp_status flashcpp_merge_state_in_place(const flashcpp_tensor* v, const flashcpp_tensor* s,
+                                              const flashcpp_tensor* v_other, const flashcpp_tensor* s_other,
+                                              const flashcpp_tensor* mask, void* stream);
+/* v [tokens, index_sets, heads, head_dim], s [tokens, index_sets, heads] -> v_merged, s_merged. */
+flashcpp_status flashcpp_merge_states(const flashcpp_tensor* v, const flashcpp_tensor* s,
+                                      const flashcpp_tensor* v_merged, const flashcpp_tensor* s_merged, void* stream);
 
 #ifdef __cplusplus
 }
