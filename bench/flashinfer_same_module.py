@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Same module, same inputs: FlashInfer's own Python API and flashcpp's C ABI, called in one process on the same
-torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm, batch decode (CUDA-core path and
+torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm, the gated activations, the cascade
+merges, batch decode (CUDA-core path and
 tensor-core path with fa2), batch prefill over a paged cache (fa2 and fa3) and batch MLA (fa2 and sm90).
 
 Both sides load the same compiled module: FlashInfer takes a module from `<flashinfer package>/data/aot/<uri>/`
@@ -151,6 +152,35 @@ def main():
     fc.call("flashcpp_fused_add_rmsnorm", fc.t(x2), fc.t(r2), fc.t(w), C.c_double(1e-6), C.c_int32(0), stream())
     report("fused_add_rmsnorm.input", x1, x2, failures)
     report("fused_add_rmsnorm.residual", r1, r2, failures)
+
+    # ---- gated activations: 4099 x (2 x 14336) bf16 (FlashInfer's PDL default differs by GPU: both pass False)
+    xa = torch.randn(4099, 2 * 14336, device=dev, dtype=bf16)
+    for act in ("silu", "gelu", "gelu_tanh"):
+        want = getattr(flashinfer, act + "_and_mul")(xa, enable_pdl=False)
+        got = torch.empty_like(want)
+        fc.call(f"flashcpp_{act}_and_mul", fc.t(got), fc.t(xa), C.c_int32(0), stream())
+        report(act + "_and_mul", want, got, failures)
+
+    # ---- cascade merges: 1031 tokens x 32 heads x 128, s (log2 lse) f32
+    va, vb = (torch.randn(1031, 32, 128, device=dev, dtype=bf16) for _ in range(2))
+    sa, sb = (torch.randn(1031, 32, device=dev, dtype=torch.float32) * 4 for _ in range(2))
+    want_v, want_s = flashinfer.merge_state(va, sa, vb, sb)
+    got_v, got_s = torch.empty_like(va), torch.empty_like(sa)
+    fc.call("flashcpp_merge_state", fc.t(va), fc.t(sa), fc.t(vb), fc.t(sb), fc.t(got_v), fc.t(got_s), stream())
+    report("merge_state.v", want_v, got_v, failures)
+    report("merge_state.s", want_s, got_s, failures)
+    mask = (torch.arange(1031, device=dev) % 3 != 0).to(torch.uint8)
+    v1, s1, v2, s2 = va.clone(), sa.clone(), va.clone(), sa.clone()
+    flashinfer.merge_state_in_place(v1, s1, vb, sb, mask=mask.bool())  # the same bytes, as bool
+    fc.call("flashcpp_merge_state_in_place", fc.t(v2), fc.t(s2), fc.t(vb), fc.t(sb), fc.t(mask), stream())
+    report("merge_state_in_place.v", v1, v2, failures)
+    report("merge_state_in_place.s", s1, s2, failures)
+    vs = torch.randn(1031, 5, 32, 128, device=dev, dtype=bf16)
+    ss = torch.randn(1031, 5, 32, device=dev, dtype=torch.float32) * 4
+    want_v, want_s = flashinfer.merge_states(vs, ss)
+    fc.call("flashcpp_merge_states", fc.t(vs), fc.t(ss), fc.t(got_v), fc.t(got_s), stream())
+    report("merge_states.v", want_v, got_v, failures)
+    report("merge_states.s", want_s, got_s, failures)
 
     # Workspaces of FlashInfer's recommended sizes on both sides.
     float_ws_fi = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)

@@ -8,7 +8,8 @@
 // Tolerances (stated per dtype): norm f16 atol 2e-3 rtol 2e-3, bf16 atol 1.5e-2 rtol 1.5e-2 (one output
 // rounding plus float accumulation); attention out f16 atol 1e-2 rtol 1e-2, bf16 atol 2e-2 rtol 2e-2
 // (P is rounded to 16 bits before the PV product); lse (f32, log2) atol 1e-2 rtol 1e-3; KV append is a
-// copy: bit-exact.
+// copy: bit-exact. Gated activations f16 atol/rtol 2e-3, bf16 1e-2 (float math, one output rounding); cascade
+// merges v as the activations, s (f32, log2) atol 1e-4 rtol 1e-5 (the kernels' exp2/log2 approximations).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,9 +17,12 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "flashcpp/activation.hpp"
 #include "flashcpp/attention.hpp"
+#include "flashcpp/cascade.hpp"
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
@@ -206,6 +210,111 @@ TEST_F(OpsGpu, RmsnormFamilyAt8192x4096) {
       expect_close(in, in_want, tol, 2 * tol, gemma ? "gemma_fused_add_rmsnorm output" : "fused_add_rmsnorm output");
     }
   }
+}
+
+/// The bytes of b past its first `used` bytes are all still the poison byte (nothing written outside the output).
+void expect_poison_past(const Buf& b, size_t used, const std::string& what) {
+  const auto first = std::find_if(b.host.begin() + static_cast<std::ptrdiff_t>(used), b.host.end(),
+                                  [](uint8_t x) { return x != kPoisonByte; });
+  EXPECT_TRUE(first == b.host.end()) << what << ": byte " << (first - b.host.begin()) << " past the output written";
+}
+
+TEST_F(OpsGpu, GatedActivationsAgainstTheReference) {
+  using Fn = void (*)(const Runtime&, const TensorView&, const TensorView&, const ActivationOptions&, cudaStream_t);
+  using RefFn = void (*)(const TensorView&, const TensorView&);
+  const struct {
+    const char* name;
+    Fn fn;
+    RefFn ref_fn;
+  } acts[] = {{"silu_and_mul", silu_and_mul, ref::silu_and_mul},
+              {"gelu_and_mul", gelu_and_mul, ref::gelu_and_mul},
+              {"gelu_tanh_and_mul", gelu_tanh_and_mul, ref::gelu_tanh_and_mul}};
+  // (tokens, d): a large MLP shape, an odd token count with d not a multiple of the block's 8 x 1024 elements,
+  // and d = 8 (one vector per row).
+  const std::pair<int64_t, int64_t> shapes[] = {{4099, 14336}, {37, 1544}, {5, 8}};
+  for (DType dt : {DType::bf16, DType::f16})
+    for (auto [tokens, d] : shapes)
+      for (const auto& a : acts) {
+        SCOPED_TRACE(std::string(a.name) + " " + std::string(dtype_name(dt)) + " tokens " + std::to_string(tokens) +
+                     " d " + std::to_string(d) + " seed " + std::to_string(seed_));
+        const double tol = dt == DType::f16 ? 2e-3 : 1e-2;
+        Buf x = make(dt, {tokens, 2 * d}), out = make(dt, {tokens + 1, d}), want = make(DType::f32, {tokens, d}, false);
+        fill_random(x, seed_, -4.0, 4.0);
+        upload(x);
+        poison(out);
+        const TensorView o = TensorView::contiguous(out.dev.get(), dt, Device::cuda(0), {tokens, d});
+        a.fn(runtime(), o, x.dev_view(), {.enable_pdl = tokens == 37}, nullptr);
+        download(out);
+        a.ref_fn(want.host_view(), x.host_view());
+        Buf got = make(dt, {tokens, d}, false);
+        got.host.assign(out.host.begin(), out.host.begin() + static_cast<std::ptrdiff_t>(got.bytes()));
+        expect_close(got, want, tol, tol, a.name);
+        expect_poison_past(out, got.bytes(), a.name);
+      }
+}
+
+TEST_F(OpsGpu, CascadeMergesAgainstTheReference) {
+  for (DType dt : {DType::bf16, DType::f16})
+    for (auto [tokens, heads, d] : {std::tuple<int64_t, int64_t, int64_t>{1031, 32, 128}, {7, 16, 512}, {300, 128, 64}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " tokens " + std::to_string(tokens) + " heads " + std::to_string(heads) +
+                   " head_dim " + std::to_string(d) + " seed " + std::to_string(seed_));
+      const double tol = dt == DType::f16 ? 2e-3 : 1e-2;
+      Buf va = make(dt, {tokens, heads, d}), vb = make(dt, {tokens, heads, d}), sa = make(DType::f32, {tokens, heads});
+      Buf sb = make(DType::f32, {tokens, heads});
+      fill_random(va, seed_, -2, 2);
+      fill_random(vb, seed_ + 1, -2, 2);
+      fill_random(sa, seed_ + 2, -6, 6);
+      fill_random(sb, seed_ + 3, -6, 6);
+      for (Buf* b : {&va, &vb, &sa, &sb}) upload(*b);
+
+      Buf vm = make(dt, {tokens, heads, d}), sm = make(DType::f32, {tokens, heads});
+      Buf vm_want = make(DType::f32, {tokens, heads, d}, false), sm_want = make(DType::f32, {tokens, heads}, false);
+      poison(vm);
+      poison(sm);
+      merge_state(runtime(), va.dev_view(), sa.dev_view(), vb.dev_view(), sb.dev_view(), vm.dev_view(), sm.dev_view());
+      download(vm);
+      download(sm);
+      ref::merge_state(va.host_view(), sa.host_view(), vb.host_view(), sb.host_view(), vm_want.host_view(),
+                       sm_want.host_view());
+      expect_close(vm, vm_want, tol, tol, "merge_state v");
+      expect_close(sm, sm_want, 1e-4, 1e-5, "merge_state s");
+
+      // In place, every other token masked out: those keep their (v, s) bit for bit.
+      std::vector<uint8_t> mask_host(static_cast<size_t>(tokens));
+      for (int64_t t = 0; t < tokens; ++t) mask_host[static_cast<size_t>(t)] = static_cast<uint8_t>(t % 2);
+      Buf mask = make(DType::u8, {tokens});
+      mask.host = mask_host;
+      upload(mask);
+      Buf v_in = host_copy(va), s_in = host_copy(sa), v_ip = host_f32(va), s_ip = host_f32(sa);
+      const TensorView mv = mask.host_view(), mask_dev = mask.dev_view();
+      merge_state_in_place(runtime(), va.dev_view(), sa.dev_view(), vb.dev_view(), sb.dev_view(), &mask_dev);
+      download(va);
+      download(sa);
+      ref::merge_state_in_place(v_ip.host_view(), s_ip.host_view(), vb.host_view(), sb.host_view(), &mv);
+      expect_close(va, v_ip, tol, tol, "merge_state_in_place v");
+      expect_close(sa, s_ip, 1e-4, 1e-5, "merge_state_in_place s");
+      const size_t row = static_cast<size_t>(heads * d * dtype_size(dt));
+      for (int64_t t = 0; t < tokens; t += 2)
+        ASSERT_EQ(std::memcmp(va.host.data() + t * row, v_in.host.data() + t * row, row), 0) << "masked token " << t;
+
+      // merge_states of 3 index sets (fewer than the tokens) and of as many sets as tokens (the other kernel).
+      for (int64_t sets : {int64_t{3}, tokens <= 8 ? tokens : int64_t{0}}) {
+        if (sets == 0) continue;
+        Buf v4 = make(dt, {tokens, sets, heads, d}), s3 = make(DType::f32, {tokens, sets, heads});
+        fill_random(v4, seed_ + 4 + sets, -2, 2);
+        fill_random(s3, seed_ + 5 + sets, -6, 6);
+        upload(v4);
+        upload(s3);
+        poison(vm);
+        poison(sm);
+        merge_states(runtime(), v4.dev_view(), s3.dev_view(), vm.dev_view(), sm.dev_view());
+        download(vm);
+        download(sm);
+        ref::merge_states(v4.host_view(), s3.host_view(), vm_want.host_view(), sm_want.host_view());
+        expect_close(vm, vm_want, tol, tol, "merge_states v, " + std::to_string(sets) + " sets");
+        expect_close(sm, sm_want, 1e-4, 1e-5, "merge_states s, " + std::to_string(sets) + " sets");
+      }
+    }
 }
 
 TEST_F(OpsGpu, FusedQkRmsnormOnAStridedSliceOfQkv) {

@@ -22,6 +22,8 @@
 #include "flashcpp/commands.hpp"
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/norm.hpp"
+#include "flashcpp/activation.hpp"
+#include "flashcpp/cascade.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/bench_data.hpp"
@@ -145,6 +147,37 @@ struct Bench {
       Dev w3(DType::bf16, {128});
       report("fused_qk_rmsnorm", "tokens=8192,heads=32,head_dim=128,dtype=bf16",
              measure([&] { fused_qk_rmsnorm(rt, o3, q3, w3.view, {}, stream); }, stream, o), io, 0);
+    }
+  }
+
+  /// Memory-bound decode-step ops: a Llama-3-70B-sized MLP activation (8192 tokens, d 28672: 1.4 GiB in, 0.5 out)
+  /// and the cascade merges of 8192 tokens x 32 heads x 128 (bytes: every input and output once).
+  void decode_step() {
+    const int64_t tokens = 8192, d = 28672;
+    if (wanted("silu_and_mul") || wanted("gelu_and_mul")) {
+      Dev in(DType::bf16, {tokens, 2 * d}), out(DType::bf16, {tokens, d});
+      const double io = 3.0 * tokens * d * 2;
+      const std::string cfg = "tokens=8192,d=28672,dtype=bf16";
+      if (wanted("silu_and_mul"))
+        report("silu_and_mul", cfg, measure([&] { silu_and_mul(rt, out.view, in.view, {}, stream); }, stream, o), io, 0);
+      if (wanted("gelu_and_mul"))
+        report("gelu_and_mul", cfg, measure([&] { gelu_and_mul(rt, out.view, in.view, {}, stream); }, stream, o), io, 0);
+    }
+    const int64_t t = 8192, h = 32, hd = 128;
+    const std::string cfg = "tokens=8192,heads=32,head_dim=128,dtype=bf16";
+    if (wanted("merge_state")) {
+      Dev va(DType::bf16, {t, h, hd}), vb(DType::bf16, {t, h, hd}), vm(DType::bf16, {t, h, hd});
+      Dev sa(DType::f32, {t, h}), sb(DType::f32, {t, h}), sm(DType::f32, {t, h});
+      report("merge_state", cfg,
+             measure([&] { merge_state(rt, va.view, sa.view, vb.view, sb.view, vm.view, sm.view, stream); }, stream, o),
+             3.0 * t * h * (hd * 2 + 4), 0);
+    }
+    if (wanted("merge_states")) {
+      const int64_t sets = 4;
+      Dev v(DType::bf16, {t, sets, h, hd}), s(DType::f32, {t, sets, h}), vm(DType::bf16, {t, h, hd}), sm(DType::f32, {t, h});
+      report("merge_states", cfg + ",index_sets=4",
+             measure([&] { merge_states(rt, v.view, s.view, vm.view, sm.view, stream); }, stream, o),
+             (sets + 1.0) * t * h * (hd * 2 + 4), 0);
     }
   }
 
@@ -313,6 +346,7 @@ int run_bench(const BenchOptions& o) {
   Bench b{*rt, o};
   b.ceilings();
   b.norms();
+  b.decode_step();
   b.decode();
   b.single();
   b.prefill();
@@ -323,13 +357,13 @@ int run_bench(const BenchOptions& o) {
 
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  auto* cmd = app.add_subcommand("bench", "Time FlashInfer's norm, KV append, prefill and decode through flashcpp "
+  auto* cmd = app.add_subcommand("bench", "Time FlashInfer's norm, activation, cascade merge, KV append, prefill and decode through flashcpp "
                                           "(kernel and host time, against the copy ceiling and the launch floor)");
   add_timing_options(*cmd, o->warmup, o->iters);
   add_text(*cmd, "--op", o->ops, "only these ops")
       ->check(word_of({"rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "fused_qk_rmsnorm", "batch_decode",
                        "append_paged_kv_cache", "single_decode", "single_prefill", "batch_prefill_paged",
-                       "batch_prefill_ragged"}));
+                       "batch_prefill_ragged", "silu_and_mul", "gelu_and_mul", "merge_state", "merge_states"}));
   cmd->callback(checked([o] {
     const int rc = run_bench(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);
