@@ -12,6 +12,7 @@
 #include "flashcpp/cascade.hpp"
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
+#include "flashcpp/rope.hpp"
 #include "flashcpp/tensor.hpp"
 
 namespace flashcpp::reference {
@@ -89,5 +90,18 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
 void merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
                           const TensorView& s_other, const TensorView* mask = nullptr);
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_merged, const TensorView& s_merged);
+
+// -------------------------------------------------------------------------------------------------
+// RoPE (flashcpp/rope.hpp), on host views; pos_ids int32 or int64. q_rope / k_rope may be q / k (in place).
+
+void apply_rope_pos_ids(const TensorView& q, const TensorView& k, const TensorView& q_rope, const TensorView& k_rope,
+                        const TensorView& pos_ids, const RopeOptions& options = {});
+void apply_llama31_rope_pos_ids(const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                                const TensorView& k_rope, const TensorView& pos_ids, const RopeOptions& options,
+                                const Llama31RopeScaling& scaling = {});
+/// Every pos_ids value must be a row of cos_sin_cache (checked here).
+void apply_rope_with_cos_sin_cache(const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                                   const TensorView& k_rope, const TensorView& cos_sin_cache,
+                                   const TensorView& pos_ids, bool interleave = false);
 
 }  // namespace flashcpp::reference

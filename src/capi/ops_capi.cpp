@@ -1,4 +1,5 @@
-// C ABI of the FlashInfer norm, page, prefill, decode, activation and cascade ops (include/flashcpp/c/ops.h).
+// C ABI of the FlashInfer norm, page, prefill, decode, activation, cascade and RoPE ops
+// (include/flashcpp/c/ops.h).
 #include "flashcpp/c/ops.h"
 
 #include <memory>
@@ -9,6 +10,7 @@
 #include "flashcpp/cascade.hpp"
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
+#include "flashcpp/rope.hpp"
 #include "flashcpp/runtime.hpp"
 
 struct flashcpp_batch_prefill_plan {
@@ -144,6 +146,16 @@ flashcpp_status plan_run(const char* op, const CPlan* plan, const flashcpp_tenso
     const OptionalTensor lse_view = optional(lse, op, "lse", l);
     run(plan->plan, lse_view, op);
   });
+}
+
+// The C entries' scalars with their documented "0: default" rule.
+RopeOptions rope_options(int64_t rotary_dim, int32_t interleave, double scale, double theta, const char* op) {
+  RopeOptions o;
+  o.rotary_dim = rotary_dim;
+  o.interleave = flag_of(interleave, op, "interleave");
+  if (scale != 0.0) o.rope_scale = scale;
+  if (theta != 0.0) o.rope_theta = theta;
+  return o;
 }
 
 }  // namespace
@@ -353,6 +365,51 @@ flashcpp_status flashcpp_merge_states(const flashcpp_tensor* v, const flashcpp_t
   return guard([&] {
     merge_states(*default_runtime(), to_view(v, op, "v"), to_view(s, op, "s"), to_view(v_merged, op, "v_merged"),
                  to_view(s_merged, op, "s_merged"), as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_apply_rope_pos_ids(const flashcpp_tensor* q, const flashcpp_tensor* k,
+                                            const flashcpp_tensor* q_rope, const flashcpp_tensor* k_rope,
+                                            const flashcpp_tensor* pos_ids, int64_t rotary_dim, int32_t interleave,
+                                            double rope_scale, double rope_theta, void* stream) {
+  constexpr const char* op = "apply_rope_pos_ids";
+  return guard([&] {
+    apply_rope_pos_ids(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(q_rope, op, "q_rope"),
+                       to_view(k_rope, op, "k_rope"), to_view(pos_ids, op, "pos_ids"),
+                       rope_options(rotary_dim, interleave, rope_scale, rope_theta, op), as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_apply_llama31_rope_pos_ids(const flashcpp_tensor* q, const flashcpp_tensor* k,
+                                                    const flashcpp_tensor* q_rope, const flashcpp_tensor* k_rope,
+                                                    const flashcpp_tensor* pos_ids, int64_t rotary_dim,
+                                                    int32_t interleave, double rope_scale, double rope_theta,
+                                                    double low_freq_factor, double high_freq_factor,
+                                                    double old_context_length, void* stream) {
+  constexpr const char* op = "apply_llama31_rope_pos_ids";
+  return guard([&] {
+    Llama31RopeScaling s;
+    if (low_freq_factor != 0.0) s.low_freq_factor = low_freq_factor;
+    if (high_freq_factor != 0.0) s.high_freq_factor = high_freq_factor;
+    if (old_context_length != 0.0) s.old_context_length = old_context_length;
+    apply_llama31_rope_pos_ids(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"),
+                               to_view(q_rope, op, "q_rope"), to_view(k_rope, op, "k_rope"),
+                               to_view(pos_ids, op, "pos_ids"),
+                               rope_options(rotary_dim, interleave, rope_scale, rope_theta, op), s, as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_apply_rope_with_cos_sin_cache(const flashcpp_tensor* q, const flashcpp_tensor* k,
+                                                       const flashcpp_tensor* q_rope, const flashcpp_tensor* k_rope,
+                                                       const flashcpp_tensor* cos_sin_cache,
+                                                       const flashcpp_tensor* pos_ids, int32_t interleave,
+                                                       void* stream) {
+  constexpr const char* op = "apply_rope_with_cos_sin_cache";
+  return guard([&] {
+    apply_rope_with_cos_sin_cache(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"),
+                                  to_view(q_rope, op, "q_rope"), to_view(k_rope, op, "k_rope"),
+                                  to_view(cos_sin_cache, op, "cos_sin_cache"), to_view(pos_ids, op, "pos_ids"),
+                                  flag_of(interleave, op, "interleave"), as_stream(stream));
   });
 }
 

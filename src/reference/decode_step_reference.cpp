@@ -1,6 +1,8 @@
-// float64 references of the gated activations and the cascade merges (flashcpp/activation.hpp, cascade.hpp).
+// float64 references of the gated activations, the cascade merges and RoPE (flashcpp/activation.hpp, cascade.hpp,
+// rope.hpp).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "reference/reference_util.hpp"
@@ -156,6 +158,123 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
       store(s_merged, offset_of(s_merged, {t, h}), sa);
     }
   });
+}
+
+}  // namespace flashcpp::reference
+
+// ---------------------------------------------------------------------------------------------------------------
+// RoPE
+
+namespace flashcpp::reference {
+namespace {
+
+// cos and sin of frequency index p (< rotary_dim / 2) at position pos.
+using AngleFn = std::function<void(int64_t pos, int64_t p, double& c, double& s)>;
+
+void check_rope(const Validator& v, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                const TensorView& k_rope, const TensorView& pos_ids, int64_t rotary_dim) {
+  detail::check_host_float(v, q, "q");
+  v.rank(q, "q", 3);
+  detail::check_host_float(v, k, "k");
+  v.rank(k, "k", 3).dim(k, "k", 0, q.shape[0], "q.size(0)").dim(k, "k", 2, q.shape[2], "q.size(2)");
+  detail::check_host_float(v, q_rope, "q_rope");
+  v.same_shape(q_rope, "q_rope", q, "q");
+  detail::check_host_float(v, k_rope, "k_rope");
+  v.same_shape(k_rope, "k_rope", k, "k");
+  v.defined(pos_ids, "pos_ids").on_host(pos_ids, "pos_ids").dtype(pos_ids, "pos_ids", {DType::i32, DType::i64});
+  v.rank(pos_ids, "pos_ids", 1).dim(pos_ids, "pos_ids", 0, q.shape[0], "q.size(0)");
+  v.require(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= q.shape[2], "rotary_dim",
+            "must be even and in [2, head_dim]; got " + std::to_string(rotary_dim));
+}
+
+// Rotates every head of x into out (which may be x) by its token's position; dims past rotary_dim are copied.
+void rotate(const TensorView& x, const TensorView& out, const TensorView& pos_ids, int64_t rotary_dim, bool interleave,
+            const AngleFn& angle) {
+  const int64_t tokens = x.shape[0], heads = x.shape[1], d = x.shape[2], half = rotary_dim / 2;
+  detail::parallel_for(tokens, [&](int64_t t) {
+    const auto pos = static_cast<int64_t>(load(pos_ids, t * pos_ids.strides[0]));
+    std::vector<double> row(static_cast<size_t>(d)), c(static_cast<size_t>(half)), s(c);
+    for (int64_t p = 0; p < half; ++p) angle(pos, p, c[p], s[p]);
+    for (int64_t h = 0; h < heads; ++h) {
+      detail::load_row(x, offset_of(x, {t, h, 0}), d, row.data());
+      const int64_t off = offset_of(out, {t, h, 0}), so = out.strides[2];
+      for (int64_t j = 0; j < d; ++j) {
+        double y = row[j];
+        if (j < rotary_dim) {
+          const bool first = interleave ? j % 2 == 0 : j < half;
+          const int64_t p = interleave ? j / 2 : j % half;
+          const int64_t partner = interleave ? (first ? j + 1 : j - 1) : (first ? j + half : j - half);
+          y = row[j] * c[p] + (first ? -row[partner] : row[partner]) * s[p];
+        }
+        store(out, off + j * so, y);
+      }
+    }
+  });
+}
+
+// f_p = theta^(-2p / rotary_dim), blended with f_p / scale by the Llama 3.1 rule (smooth_a = smooth_b = 0: plain
+// division by the scale), as FlashInfer's kernels compute it.
+double frequency(int64_t p, int64_t rotary_dim, const RopeOptions& o, double smooth_a, double smooth_b) {
+  const double f = std::pow(o.rope_theta, -2.0 * static_cast<double>(p) / static_cast<double>(rotary_dim));
+  const double smooth = std::clamp(f * smooth_a + smooth_b, 0.0, 1.0);
+  return (1 - smooth) * (f / o.rope_scale) + smooth * f;
+}
+
+void rope_pos_ids(const char* op, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                  const TensorView& k_rope, const TensorView& pos_ids, const RopeOptions& o, double smooth_a,
+                  double smooth_b) {
+  const Validator v(op);
+  const int64_t rd = o.rotary_dim == 0 ? q.shape[2] : o.rotary_dim;
+  check_rope(v, q, k, q_rope, k_rope, pos_ids, rd);
+  v.positive(o.rope_scale, "rope_scale").positive(o.rope_theta, "rope_theta");
+  const AngleFn angle = [&](int64_t pos, int64_t p, double& c, double& s) {
+    const double a = static_cast<double>(pos) * frequency(p, rd, o, smooth_a, smooth_b);
+    c = std::cos(a);
+    s = std::sin(a);
+  };
+  rotate(q, q_rope, pos_ids, rd, o.interleave, angle);
+  rotate(k, k_rope, pos_ids, rd, o.interleave, angle);
+}
+
+}  // namespace
+
+void apply_rope_pos_ids(const TensorView& q, const TensorView& k, const TensorView& q_rope, const TensorView& k_rope,
+                        const TensorView& pos_ids, const RopeOptions& options) {
+  rope_pos_ids("reference::apply_rope_pos_ids", q, k, q_rope, k_rope, pos_ids, options, 0.0, 0.0);
+}
+
+void apply_llama31_rope_pos_ids(const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                                const TensorView& k_rope, const TensorView& pos_ids, const RopeOptions& options,
+                                const Llama31RopeScaling& s) {
+  const Validator v("reference::apply_llama31_rope_pos_ids");
+  v.require(s.high_freq_factor > s.low_freq_factor && s.low_freq_factor > 0, "high_freq_factor",
+            "must be above low_freq_factor, which must be > 0");
+  // Wavelength 2 pi / f against old_context_length / factor, as a linear blend in f (FlashInfer's smooth_a/b).
+  const double smooth_a = s.old_context_length / (2 * M_PI * s.high_freq_factor - 2 * M_PI * s.low_freq_factor);
+  const double smooth_b = -1.0 / (s.high_freq_factor / s.low_freq_factor - 1.0);
+  rope_pos_ids("reference::apply_llama31_rope_pos_ids", q, k, q_rope, k_rope, pos_ids, options, smooth_a, smooth_b);
+}
+
+void apply_rope_with_cos_sin_cache(const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                                   const TensorView& k_rope, const TensorView& cos_sin_cache, const TensorView& pos_ids,
+                                   bool interleave) {
+  const Validator v("reference::apply_rope_with_cos_sin_cache");
+  detail::check_host_float(v, cos_sin_cache, "cos_sin_cache");
+  v.rank(cos_sin_cache, "cos_sin_cache", 2);
+  const int64_t rd = cos_sin_cache.shape[1], rows = cos_sin_cache.shape[0];
+  check_rope(v, q, k, q_rope, k_rope, pos_ids, rd);
+  for (int64_t t = 0; t < q.shape[0]; ++t) {
+    const double pos = load(pos_ids, t * pos_ids.strides[0]);
+    if (pos < 0 || pos >= static_cast<double>(rows))
+      v.fail("pos_ids", "must hold rows of cos_sin_cache ([0, " + std::to_string(rows) + ")); got " +
+                            std::to_string(static_cast<int64_t>(pos)) + " at " + std::to_string(t));
+  }
+  const AngleFn angle = [&](int64_t pos, int64_t p, double& c, double& s) {
+    c = load(cos_sin_cache, offset_of(cos_sin_cache, {pos, p}));
+    s = load(cos_sin_cache, offset_of(cos_sin_cache, {pos, rd / 2 + p}));
+  };
+  rotate(q, q_rope, pos_ids, rd, interleave, angle);
+  rotate(k, k_rope, pos_ids, rd, interleave, angle);
 }
 
 }  // namespace flashcpp::reference

@@ -1,4 +1,4 @@
-// The decode-step ops without a GPU: gated activations and cascade merges. Argument packing against FlashInfer
+// The decode-step ops without a GPU: gated activations, cascade merges and RoPE. Argument packing against FlashInfer
 // 0.6.3's exports (the recording stand-in logs what each receives), the validation rules (each refusal names the
 // argument and the rule, and nothing reaches the module), the C ABI entries, and the float64 references against
 // values computed independently here.
@@ -11,6 +11,7 @@
 #include "flashcpp/cascade.hpp"
 #include "flashcpp/flashcpp.h"
 #include "flashcpp/reference.hpp"
+#include "flashcpp/rope.hpp"
 #include "ops/ops_fixture.hpp"
 #include "support/c_tensor.hpp"
 
@@ -21,7 +22,7 @@ class DecodeStepOps : public OpsFixture {
  protected:
   void SetUp() override {
     OpsFixture::SetUp();
-    for (const char* uri : {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul", "cascade"}) link(uri);
+    for (const char* uri : {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul", "cascade", "rope"}) link(uri);
     (void)recorded();
   }
   /// The single record of `name`, split into arguments (name first).
@@ -79,6 +80,26 @@ TEST_F(DecodeStepOps, CascadeMergesPassTheirTensorsInFlashInfersOrder) {
   expect_args(one_call("merge_states"), {T(v4), T(s3), T(vo), T(so)});
 }
 
+TEST_F(DecodeStepOps, RopeOpsPassFlashInfersArguments) {
+  // q and k as slices of one fused qkv row [tokens, (32 + 8 + 8) x 128]: dims 0 and 1 strided, disjoint elements.
+  auto qkv = dev(DType::bf16, {5, 48 * 128});
+  const auto base = static_cast<uint16_t*>(qkv.data);
+  const TensorView q = TensorView::strided(base, DType::bf16, qkv.device, {5, 32, 128}, {48 * 128, 128, 1});
+  const TensorView k = TensorView::strided(base + 32 * 128, DType::bf16, qkv.device, {5, 8, 128}, {48 * 128, 128, 1});
+  auto pos = dev(DType::i32, {5});
+  apply_rope_pos_ids(rt(), q, k, q, k, pos, {.rotary_dim = 64, .interleave = true, .rope_scale = 2, .rope_theta = 5e5});
+  expect_args(one_call("apply_rope_pos_ids"), {T(q), T(k), T(q), T(k), T(pos), I(64), B(true), F(2), F(5e5)});
+
+  auto qo = dev(DType::bf16, {5, 32, 128}), ko = dev(DType::bf16, {5, 8, 128}), pos64 = dev(DType::i64, {5});
+  apply_llama31_rope_pos_ids(rt(), q, k, qo, ko, pos64, {.rope_scale = 8, .rope_theta = 5e5}, {});
+  expect_args(one_call("apply_llama31_rope_pos_ids"),
+              {T(q), T(k), T(qo), T(ko), T(pos64), I(128), B(false), F(8), F(5e5), F(1), F(4), F(8192)});
+
+  auto cache = dev(DType::f32, {4096, 128});
+  apply_rope_with_cos_sin_cache(rt(), q, k, qo, ko, cache, pos, false);
+  expect_args(one_call("apply_rope_pos_ids_cos_sin_cache"), {T(q), T(k), T(qo), T(ko), T(cache), T(pos), B(false)});
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Validation: each refusal names the argument and the rule; nothing reaches the module.
 
@@ -133,6 +154,38 @@ TEST_F(DecodeStepOps, CascadeRulesAreCheckedBeforeTheCall) {
   auto many = dev(DType::bf16, {2, 2, 128, 128}), many_s = dev(DType::f32, {2, 2, 128});
   merge_states(rt(), many, many_s, dev(DType::bf16, {2, 128, 128}), dev(DType::f32, {2, 128}));
   EXPECT_EQ(lines(recorded()).size(), 1u);
+  expect_nothing_called();
+}
+
+TEST_F(DecodeStepOps, RopeRulesAreCheckedBeforeTheCall) {
+  auto q = dev(DType::bf16, {5, 32, 128}), k = dev(DType::bf16, {5, 8, 128}), pos = dev(DType::i32, {5});
+  auto qo = dev(DType::bf16, {5, 32, 128}), ko = dev(DType::bf16, {5, 8, 128});
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), q, k, qo, ko, pos, {.rotary_dim = 24}),
+                 "apply_rope_pos_ids: argument 'rotary_dim' must be a multiple of 16");
+  apply_rope_pos_ids(rt(), q, k, qo, ko, pos, {.rotary_dim = 24 + 8, .interleave = false});  // 32: whole halves
+  EXPECT_EQ(lines(recorded()).size(), 1u);
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), q, k, qo, ko, pos, {.rotary_dim = 256}), "'rotary_dim'");
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), dev(DType::bf16, {5, 32, 96}), dev(DType::bf16, {5, 8, 96}),
+                                    dev(DType::bf16, {5, 32, 96}), dev(DType::bf16, {5, 8, 96}), pos),
+                 "argument 'q.size(2) (head_dim)' must be one of [64, 128, 256, 512]; got 96");
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), q, k, qo, ko, dev(DType::i32, {4})), "argument 'pos_ids' must have size 5");
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), q, k, qo, ko, dev(DType::f32, {5})), "argument 'pos_ids'");
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), q, dev(DType::f16, {5, 8, 128}), qo, ko, pos), "argument 'k'");
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), q, k, qo, dev(DType::bf16, {5, 4, 128}), pos), "argument 'k_rope'");
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), q, k, qo, ko, pos, {.rope_theta = 0}), "argument 'rope_theta'");
+  // q_rope overlapping q without being it: half a head off.
+  TensorView shifted = q;
+  shifted.data = static_cast<uint16_t*>(q.data) + 64;
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), q, k, shifted, ko, pos), "'q_rope'");
+  // Strides that break the kernel's 16-byte vectors.
+  EXPECT_INVALID(apply_rope_pos_ids(rt(), dev_strided(DType::bf16, {5, 32, 128}, {4100, 128, 1}), k, qo, ko, pos),
+                 "argument 'q' must have strides in dims 0 and 1 that are multiples of 8 elements");
+  EXPECT_INVALID(apply_llama31_rope_pos_ids(rt(), q, k, qo, ko, pos, {}, {.low_freq_factor = 4, .high_freq_factor = 4}),
+                 "argument 'high_freq_factor' must be above low_freq_factor");
+  EXPECT_INVALID(apply_rope_with_cos_sin_cache(rt(), q, k, qo, ko, dev(DType::bf16, {64, 128}), pos),
+                 "argument 'cos_sin_cache'");
+  EXPECT_INVALID(apply_rope_with_cos_sin_cache(rt(), q, k, qo, ko, dev(DType::f32, {64, 136}), pos),
+                 "argument 'cos_sin_cache.size(1) (rotary_dim)'");
   expect_nothing_called();
 }
 
@@ -245,6 +298,59 @@ TEST(DecodeStepReference, MergingTwoHalvesGivesTheAttentionOverTheWhole) {
   reference::merge_state_in_place(va.view(), sa.view(), vb.view(), sb.view(), &m1);
   for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(va.data[i], vw.data[i], 1e-12);
   EXPECT_NEAR(sa.data[0], sw.data[0], 1e-12);
+}
+
+TEST(DecodeStepReference, RopeRotatesPairsByPositionAndCopiesTheRest) {
+  // One token, one q head and one k head of 8 dims, rotary_dim 4, position 3, theta 100, scale 2.
+  HostF64 q({1, 1, 8}), k({1, 1, 8}), qo({1, 1, 8}), ko({1, 1, 8});
+  for (int i = 0; i < 8; ++i) {
+    q.data[i] = 1.0 + i;
+    k.data[i] = -0.5 * i;
+  }
+  int32_t pos = 3;
+  const TensorView p = TensorView::contiguous(&pos, DType::i32, Device::cpu(), {1});
+  for (bool interleave : {false, true}) {
+    reference::apply_rope_pos_ids(q.view(), k.view(), qo.view(), ko.view(), p,
+                                  {.rotary_dim = 4, .interleave = interleave, .rope_scale = 2, .rope_theta = 100});
+    for (int i = 0; i < 4; ++i) {
+      const int pi = interleave ? i / 2 : i % 2;                         // frequency index
+      const int partner = interleave ? (i ^ 1) : (i < 2 ? i + 2 : i - 2);
+      const bool first = interleave ? i % 2 == 0 : i < 2;
+      const double a = 3.0 * std::pow(100.0, -2.0 * pi / 4) / 2;
+      const double want = q.data[i] * std::cos(a) + (first ? -1 : 1) * q.data[partner] * std::sin(a);
+      EXPECT_NEAR(qo.data[i], want, 1e-12) << interleave << " " << i;
+    }
+    for (int i = 4; i < 8; ++i) EXPECT_EQ(qo.data[i], q.data[i]);  // past rotary_dim: copied
+  }
+  // A rotation keeps each pair's norm, and the cos/sin cache of the same angles gives the same result.
+  reference::apply_rope_pos_ids(q.view(), k.view(), qo.view(), ko.view(), p, {.rotary_dim = 4, .rope_theta = 100});
+  EXPECT_NEAR(std::hypot(qo.data[0], qo.data[2]), std::hypot(q.data[0], q.data[2]), 1e-12);
+  HostF64 cache({4, 4}), qc({1, 1, 8}), kc({1, 1, 8});
+  for (int r = 0; r < 4; ++r)
+    for (int pi = 0; pi < 2; ++pi) {
+      const double a = r * std::pow(100.0, -2.0 * pi / 4);
+      cache.data[r * 4 + pi] = std::cos(a);
+      cache.data[r * 4 + 2 + pi] = std::sin(a);
+    }
+  reference::apply_rope_with_cos_sin_cache(q.view(), k.view(), qc.view(), kc.view(), cache.view(), p);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(qc.data[i], qo.data[i], 1e-12);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(kc.data[i], ko.data[i], 1e-12);
+  int32_t far = 4;
+  const TensorView pf = TensorView::contiguous(&far, DType::i32, Device::cpu(), {1});
+  EXPECT_THROW(reference::apply_rope_with_cos_sin_cache(q.view(), k.view(), qc.view(), kc.view(), cache.view(), pf),
+               Error);
+  // Llama 3.1: a high frequency (short wavelength) is kept, a low one divided by the scale.
+  HostF64 big_q({1, 1, 128}), big_k({1, 1, 128}), big_o({1, 1, 128}), big_ko({1, 1, 128}), plain({1, 1, 128});
+  for (int i = 0; i < 128; ++i) big_q.data[i] = std::sin(0.1 * i);
+  int32_t pos7 = 7;
+  const TensorView p7 = TensorView::contiguous(&pos7, DType::i32, Device::cpu(), {1});
+  reference::apply_llama31_rope_pos_ids(big_q.view(), big_k.view(), big_o.view(), big_ko.view(), p7,
+                                        {.rope_scale = 8, .rope_theta = 5e5});
+  reference::apply_rope_pos_ids(big_q.view(), big_k.view(), plain.view(), big_ko.view(), p7, {.rope_theta = 5e5});
+  EXPECT_NEAR(big_o.data[0], plain.data[0], 1e-12);  // p 0: frequency 1, wavelength 2 pi: unscaled
+  reference::apply_rope_pos_ids(big_q.view(), big_k.view(), plain.view(), big_ko.view(), p7,
+                                {.rope_scale = 8, .rope_theta = 5e5});
+  EXPECT_NEAR(big_o.data[63], plain.data[63], 1e-12);  // p 63: wavelength far above 8192: divided by 8
 }
 
 }  // namespace

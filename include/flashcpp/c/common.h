@@ -16,8 +16,8 @@ extern "C" {
  * six tensors take structs of named tensors, sparse MLA's scalars are flashcpp_mla_options and its sm_scale 0
  * selects the default; 3.1.0: flashcpp_fused_moe_tune, _tactics, _set_tactics; 3.2.0:
  * flashcpp_mla_dense_decode, _dense_decode_sizes_for; 3.3.0: the gated activations flashcpp_silu_and_mul,
- * _gelu_and_mul, _gelu_tanh_and_mul and the cascade merges flashcpp_merge_state, _merge_state_in_place,
- * _merge_states). FLASHCPP_C_ABI_VERSION packs the three as
+ * _gelu_and_mul, _gelu_tanh_and_mul, the cascade merges flashcpp_merge_state, _merge_state_in_place,
+ * _merge_states, and RoPE: flashcpp_apply_rope_pos_ids, _apply_llama31_rope_pos_ids, _apply_rope_with_cos_sin_cache). FLASHCPP_C_ABI_VERSION packs the three as
  * MAJOR * 10000 + MINOR * 100 + PATCH; flashcpp_abi_version() returns the loaded library's, so a caller can
  * check it is at least the one it was compiled with and of the same MAJOR.
  *

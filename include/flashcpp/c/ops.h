@@ -1,6 +1,6 @@
 /* flashcpp C ABI: FlashInfer norm, paged KV append, single/batch prefill and single/batch decode, gated
- * activations and cascade merges.
- * Semantics, shapes and validation as in the C++ headers flashcpp/{norm,page,attention,activation,cascade}.hpp.
+ * activations, cascade merges and RoPE.
+ * Semantics, shapes and validation as in the C++ headers flashcpp/{norm,page,attention,activation,cascade,rope}.hpp.
  * These entry points use the process-wide runtime of the C ABI (created on first use from the
  * FLASHCPP_* environment: FLASHCPP_TVM_FFI_LIB, FLASHCPP_MODULE_PATH, FLASHCPP_JIT). Streams are
  * cudaStream_t passed as void*. Optional tensors are NULL when absent. Scalars documented "0: default"
@@ -201,6 +201,28 @@ flashcpp_status flashcpp_merge_state_in_place(const flashcpp_tensor* v, const fl
 /* v [tokens, index_sets, heads, head_dim], s [tokens, index_sets, heads] -> v_merged, s_merged. */
 flashcpp_status flashcpp_merge_states(const flashcpp_tensor* v, const flashcpp_tensor* s,
                                       const flashcpp_tensor* v_merged, const flashcpp_tensor* s_merged, void* stream);
+
+/* ---------------------------------------------------------------- RoPE (since ABI 3.3.0) */
+/* q [tokens, H_q, head_dim], k [tokens, H_k, head_dim] f16/bf16 (dims 0-1 may be strided), q_rope/k_rope the same
+ * shapes or exactly q/k (in place), pos_ids int32/int64 [tokens] (flashcpp/rope.hpp). rotary_dim 0: head_dim;
+ * interleave 0 NeoX halves, 1 GPT-J pairs; rope_scale 0: 1; rope_theta 0: 1e4. */
+flashcpp_status flashcpp_apply_rope_pos_ids(const flashcpp_tensor* q, const flashcpp_tensor* k,
+                                            const flashcpp_tensor* q_rope, const flashcpp_tensor* k_rope,
+                                            const flashcpp_tensor* pos_ids, int64_t rotary_dim, int32_t interleave,
+                                            double rope_scale, double rope_theta, void* stream);
+/* Llama 3.1 scaling: low_freq_factor 0: 1, high_freq_factor 0: 4, old_context_length 0: 8192. */
+flashcpp_status flashcpp_apply_llama31_rope_pos_ids(const flashcpp_tensor* q, const flashcpp_tensor* k,
+                                                    const flashcpp_tensor* q_rope, const flashcpp_tensor* k_rope,
+                                                    const flashcpp_tensor* pos_ids, int64_t rotary_dim,
+                                                    int32_t interleave, double rope_scale, double rope_theta,
+                                                    double low_freq_factor, double high_freq_factor,
+                                                    double old_context_length, void* stream);
+/* cos_sin_cache f32 [max_position, rotary_dim]: cos then sin per row; every pos_ids value a row of it. */
+flashcpp_status flashcpp_apply_rope_with_cos_sin_cache(const flashcpp_tensor* q, const flashcpp_tensor* k,
+                                                       const flashcpp_tensor* q_rope, const flashcpp_tensor* k_rope,
+                                                       const flashcpp_tensor* cos_sin_cache,
+                                                       const flashcpp_tensor* pos_ids, int32_t interleave,
+                                                       void* stream);
 
 #ifdef __cplusplus
 }
