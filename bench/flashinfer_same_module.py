@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Same module, same inputs: FlashInfer's own Python API and flashcpp's C ABI, called in one process on the same
-torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm, the gated activations, the cascade
-merges, batch decode (CUDA-core path and
+torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm, RoPE, the gated activations, the
+cascade merges, batch decode (CUDA-core path and
 tensor-core path with fa2), batch prefill over a paged cache (fa2 and fa3) and batch MLA (fa2 and sm90).
 
 Both sides load the same compiled module: FlashInfer takes a module from `<flashinfer package>/data/aot/<uri>/`
@@ -160,6 +160,31 @@ def main():
         got = torch.empty_like(want)
         fc.call(f"flashcpp_{act}_and_mul", fc.t(got), fc.t(xa), C.c_int32(0), stream())
         report(act + "_and_mul", want, got, failures)
+
+    # ---- RoPE: 1029 tokens, q 32 / k 8 heads of 128, positions below 4096; out of place, then the cos/sin cache form
+    q = torch.randn(1029, 32, 128, device=dev, dtype=bf16)
+    k = torch.randn(1029, 8, 128, device=dev, dtype=bf16)
+    pos = torch.randint(0, 4096, (1029,), device=dev, dtype=torch.int32)
+    for interleave in (False, True):
+        want_q, want_k = flashinfer.apply_rope_pos_ids(q, k, pos, rotary_dim=64, interleave=interleave)
+        got_q, got_k = torch.empty_like(q), torch.empty_like(k)
+        fc.call("flashcpp_apply_rope_pos_ids", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(pos), C.c_int64(64),
+                C.c_int32(int(interleave)), C.c_double(1.0), C.c_double(1e4), stream())
+        report(f"apply_rope_pos_ids.interleave_{interleave}.q", want_q, got_q, failures)
+        report(f"apply_rope_pos_ids.interleave_{interleave}.k", want_k, got_k, failures)
+    want_q, want_k = flashinfer.apply_llama31_rope_pos_ids(q, k, pos)
+    fc.call("flashcpp_apply_llama31_rope_pos_ids", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(pos), C.c_int64(0),
+            C.c_int32(0), C.c_double(8.0), C.c_double(5e5), C.c_double(1.0), C.c_double(4.0), C.c_double(8192.0),
+            stream())
+    report("apply_llama31_rope_pos_ids.q", want_q, got_q, failures)
+    inv = 1e4 ** (-torch.arange(0, 128, 2, device=dev, dtype=torch.float64) / 128)
+    ang = torch.arange(4096, device=dev, dtype=torch.float64)[:, None] * inv[None, :]
+    cache = torch.cat([ang.cos(), ang.sin()], dim=1).float().contiguous()
+    want_q, want_k = flashinfer.apply_rope_with_cos_sin_cache(pos, q.reshape(1029, -1), k.reshape(1029, -1), 128, cache)
+    fc.call("flashcpp_apply_rope_with_cos_sin_cache", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(cache), fc.t(pos),
+            C.c_int32(0), stream())
+    report("apply_rope_with_cos_sin_cache.q", want_q.view(1029, 32, 128), got_q, failures)
+    report("apply_rope_with_cos_sin_cache.k", want_k.view(1029, 8, 128), got_k, failures)
 
     # ---- cascade merges: 1031 tokens x 32 heads x 128, s (log2 lse) f32
     va, vb = (torch.randn(1031, 32, 128, device=dev, dtype=bf16) for _ in range(2))

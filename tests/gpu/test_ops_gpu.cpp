@@ -9,7 +9,8 @@
 // rounding plus float accumulation); attention out f16 atol 1e-2 rtol 1e-2, bf16 atol 2e-2 rtol 2e-2
 // (P is rounded to 16 bits before the PV product); lse (f32, log2) atol 1e-2 rtol 1e-3; KV append is a
 // copy: bit-exact. Gated activations f16 atol/rtol 2e-3, bf16 1e-2 (float math, one output rounding); cascade
-// merges v as the activations, s (f32, log2) atol 1e-4 rtol 1e-5 (the kernels' exp2/log2 approximations).
+// merges v as the activations, s (f32, log2) atol 1e-4 rtol 1e-5 (the kernels' exp2/log2 approximations); RoPE
+// at positions below 4096 f16 atol/rtol 5e-3, bf16 2e-2 (fast sin/cos of angles up to 4096 rad, one rounding).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +28,7 @@
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/reference.hpp"
+#include "flashcpp/rope.hpp"
 #include "flashcpp/runtime.hpp"
 #include "support/gpu.hpp"
 
@@ -313,6 +315,91 @@ TEST_F(OpsGpu, CascadeMergesAgainstTheReference) {
         ref::merge_states(v4.host_view(), s3.host_view(), vm_want.host_view(), sm_want.host_view());
         expect_close(vm, vm_want, tol, tol, "merge_states v, " + std::to_string(sets) + " sets");
         expect_close(sm, sm_want, 1e-4, 1e-5, "merge_states s, " + std::to_string(sets) + " sets");
+      }
+    }
+}
+
+TEST_F(OpsGpu, RopeAgainstTheReference) {
+  const int64_t tokens = 1029, hq = 32, hk = 8, d = 128, width = (hq + 2 * hk) * d;
+  std::mt19937_64 gen(seed_);
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int variant = 0; variant < 4; ++variant) {  // plain, plain partial + GPT-J, Llama 3.1, cos/sin cache
+      for (bool in_place : {false, true}) {
+        const bool interleave = variant == 1, i64 = variant == 2;
+        const int64_t rd = variant == 1 ? 64 : d;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " variant " + std::to_string(variant) + (in_place ? " in place" : "") +
+                     " seed " + std::to_string(seed_));
+        const double tol = dt == DType::f16 ? 5e-3 : 2e-2;
+        // q and k are slices of a fused qkv row; out of place they go to q_rope / k_rope tensors of their own.
+        Buf qkv = make(dt, {tokens, width}), qo = make(dt, {tokens, hq, d}), ko = make(dt, {tokens, hk, d});
+        fill_random(qkv, seed_ + static_cast<uint64_t>(variant), -1, 1);
+        upload(qkv);
+        poison(qo);
+        poison(ko);
+        std::vector<int64_t> pos64(static_cast<size_t>(tokens));
+        for (auto& x : pos64) x = static_cast<int64_t>(gen() % 4096);
+        Buf pos = make(i64 ? DType::i64 : DType::i32, {tokens});
+        for (int64_t t = 0; t < tokens; ++t) {
+          if (i64) std::memcpy(pos.host.data() + 8 * t, &pos64[static_cast<size_t>(t)], 8);
+          else {
+            const auto v = static_cast<int32_t>(pos64[static_cast<size_t>(t)]);
+            std::memcpy(pos.host.data() + 4 * t, &v, 4);
+          }
+        }
+        upload(pos);
+        auto slices = [&](void* base, Device dev) {
+          auto* b = static_cast<uint16_t*>(base);
+          return std::pair{TensorView::strided(b, dt, dev, {tokens, hq, d}, {width, d, 1}),
+                           TensorView::strided(b + hq * d, dt, dev, {tokens, hk, d}, {width, d, 1})};
+        };
+        const auto [q, k] = slices(qkv.dev.get(), Device::cuda(0));
+        const TensorView q_out = in_place ? q : qo.dev_view(), k_out = in_place ? k : ko.dev_view();
+        Buf qw = make(DType::f32, {tokens, hq, d}, false), kw = make(DType::f32, {tokens, hk, d}, false);
+        const auto [hq_view, hk_view] = slices(qkv.host.data(), Device::cpu());
+        const RopeOptions ro{.rotary_dim = rd, .interleave = interleave, .rope_scale = variant == 2 ? 8.0 : 1.0,
+                             .rope_theta = variant == 2 ? 5e5 : 1e4};
+        Buf cache = make(DType::f32, {4096, rd});
+        if (variant == 3) {
+          const TensorView cv = cache.host_view();
+          for (int64_t r = 0; r < 4096; ++r)
+            for (int64_t p = 0; p < rd / 2; ++p) {
+              const double a = static_cast<double>(r) * std::pow(1e4, -2.0 * static_cast<double>(p) / static_cast<double>(rd));
+              ref::store(cv, r * rd + p, std::cos(a));
+              ref::store(cv, r * rd + rd / 2 + p, std::sin(a));
+            }
+          upload(cache);
+        }
+        if (variant == 2) apply_llama31_rope_pos_ids(runtime(), q, k, q_out, k_out, pos.dev_view(), ro);
+        else if (variant == 3) apply_rope_with_cos_sin_cache(runtime(), q, k, q_out, k_out, cache.dev_view(), pos.dev_view());
+        else apply_rope_pos_ids(runtime(), q, k, q_out, k_out, pos.dev_view(), ro);
+        if (variant == 2) ref::apply_llama31_rope_pos_ids(hq_view, hk_view, qw.host_view(), kw.host_view(), pos.host_view(), ro);
+        else if (variant == 3)
+          ref::apply_rope_with_cos_sin_cache(hq_view, hk_view, qw.host_view(), kw.host_view(), cache.host_view(), pos.host_view());
+        else ref::apply_rope_pos_ids(hq_view, hk_view, qw.host_view(), kw.host_view(), pos.host_view(), ro);
+        Buf before = host_copy(qkv);
+        if (in_place) {
+          download(qkv);
+          const auto [gq, gk] = slices(qkv.host.data(), Device::cpu());
+          for (auto [got, want, name] : {std::tuple{gq, &qw, "q"}, std::tuple{gk, &kw, "k"}}) {
+            Buf g = make(DType::f32, want->shape, false);
+            const TensorView gv = g.host_view();
+            for (int64_t i = 0; i < g.numel(); ++i) {
+              const int64_t t = i / (want->shape[1] * d), h = (i / d) % want->shape[1], j = i % d;
+              ref::store(gv, i, ref::load(got, ref::offset_of(got, {t, h, j})));
+            }
+            expect_close(g, *want, tol, tol, std::string("in place ") + name);
+          }
+          // The v slice of each row is untouched.
+          const size_t row = static_cast<size_t>(width * 2), v_at = static_cast<size_t>((hq + hk) * d * 2);
+          for (int64_t t = 0; t < tokens; ++t)
+            ASSERT_EQ(std::memcmp(qkv.host.data() + t * row + v_at, before.host.data() + t * row + v_at, row - v_at), 0)
+                << "v of token " << t;
+        } else {
+          download(qo);
+          download(ko);
+          expect_close(qo, qw, tol, tol, "q_rope");
+          expect_close(ko, kw, tol, tol, "k_rope");
+        }
       }
     }
 }

@@ -24,6 +24,7 @@
 #include "flashcpp/norm.hpp"
 #include "flashcpp/activation.hpp"
 #include "flashcpp/cascade.hpp"
+#include "flashcpp/rope.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/bench_data.hpp"
@@ -150,7 +151,7 @@ struct Bench {
     }
   }
 
-  /// Memory-bound decode-step ops: a Llama-3-70B-sized MLP activation (8192 tokens, d 28672: 1.4 GiB in, 0.5 out)
+  /// Memory-bound decode-step ops: RoPE in place on 8192 tokens' q and k, a Llama-3-70B-sized MLP activation (8192 tokens, d 28672: 1.4 GiB in, 0.5 out)
   /// and the cascade merges of 8192 tokens x 32 heads x 128 (bytes: every input and output once).
   void decode_step() {
     const int64_t tokens = 8192, d = 28672;
@@ -165,6 +166,16 @@ struct Bench {
     }
     const int64_t t = 8192, h = 32, hd = 128;
     const std::string cfg = "tokens=8192,heads=32,head_dim=128,dtype=bf16";
+    if (wanted("apply_rope_pos_ids")) {  // in place on q and k of a fused qkv row (32 + 8 + 8 heads)
+      const int64_t width = 48 * hd;
+      Dev qkv(DType::bf16, {t, width}), pos(DType::i32, {t}, 0);
+      auto* b = static_cast<uint16_t*>(qkv.buf.get());
+      const auto q = TensorView::strided(b, DType::bf16, Device::cuda(0), {t, h, hd}, {width, hd, 1});
+      const auto k = TensorView::strided(b + h * hd, DType::bf16, Device::cuda(0), {t, 8, hd}, {width, hd, 1});
+      report("apply_rope_pos_ids", "tokens=8192,heads=32/8,head_dim=128,dtype=bf16,in_place",
+             measure([&] { apply_rope_pos_ids(rt, q, k, q, k, pos.view, {}, stream); }, stream, o),
+             2.0 * t * 40 * hd * 2, 0);
+    }
     if (wanted("merge_state")) {
       Dev va(DType::bf16, {t, h, hd}), vb(DType::bf16, {t, h, hd}), vm(DType::bf16, {t, h, hd});
       Dev sa(DType::f32, {t, h}), sb(DType::f32, {t, h}), sm(DType::f32, {t, h});
@@ -363,7 +374,8 @@ void add_bench_command(CLI::App& app) {
   add_text(*cmd, "--op", o->ops, "only these ops")
       ->check(word_of({"rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "fused_qk_rmsnorm", "batch_decode",
                        "append_paged_kv_cache", "single_decode", "single_prefill", "batch_prefill_paged",
-                       "batch_prefill_ragged", "silu_and_mul", "gelu_and_mul", "merge_state", "merge_states"}));
+                       "batch_prefill_ragged", "silu_and_mul", "gelu_and_mul", "merge_state", "merge_states",
+                       "apply_rope_pos_ids"}));
   cmd->callback(checked([o] {
     const int rc = run_bench(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);
