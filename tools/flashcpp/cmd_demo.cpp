@@ -1,5 +1,6 @@
-// `flashcpp demo`: one decode step of a transformer layer's attention, end to end:
-//   fused qkv hidden states -> RMSNorm -> append the new k/v into a paged KV cache -> batch decode.
+// `flashcpp demo`: one decode step of a transformer layer, end to end:
+//   fused qkv hidden states -> RMSNorm -> RoPE on q and k at each request's position -> append the new k/v into
+//   a paged KV cache -> batch decode; and the layer's MLP activation (SiLU-and-mul of the gate/up projection).
 // With a GPU it runs FlashInfer's kernels through flashcpp (timed with CUDA events and host clocks) and
 // checks every result against the float64 reference; without one (or with --cpu) it runs the
 // reference backend and says so. Exit status 1 when a GPU result is outside its tolerance.
@@ -16,12 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "flashcpp/activation.hpp"
 #include "flashcpp/attention.hpp"
 #include "flashcpp/commands.hpp"
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/reference.hpp"
+#include "flashcpp/rope.hpp"
 #include "flashcpp/runtime.hpp"
 
 namespace flashcpp::cli {
@@ -31,6 +34,7 @@ namespace ref = flashcpp::reference;
 
 struct DemoOptions {
   int64_t batch = 8, context = 1024, num_qo_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
+  int64_t ffn = 14336;  // the MLP's intermediate size (gate/up halves of 2 x ffn)
   uint64_t seed = 0;
   bool cpu = false;
   std::string backend = "auto";
@@ -101,6 +105,8 @@ std::string gib(double bytes) {
 // Rules the options must meet together, checked before anything is allocated: a usage error (exit status 2)
 // that names the option and, for sizes, the memory the run would need.
 void validate(const DemoOptions& o) {
+  if (o.ffn % 8 != 0)  // SiLU-and-mul moves 16-byte vectors of the gate and up halves
+    throw CLI::ValidationError("--ffn", "must be a multiple of 8; got " + std::to_string(o.ffn));
   if (o.num_qo_heads % o.num_kv_heads != 0)
     throw CLI::ValidationError("--qo-heads", "must be a multiple of --kv-heads (" + std::to_string(o.num_kv_heads) +
                                                  "); got " + std::to_string(o.num_qo_heads));
@@ -131,7 +137,7 @@ int run_demo(const DemoOptions& o) {
   std::mt19937_64 gen(seed);
   const int64_t B = o.batch, Hq = o.num_qo_heads, Hkv = o.num_kv_heads, D = o.head_dim, ps = o.page_size;
   const int64_t qkv_width = (Hq + 2 * Hkv) * D;
-  std::printf("flashcpp demo: one decode step (RMSNorm -> paged KV append -> batch decode)\n");
+  std::printf("flashcpp demo: one decode step (RMSNorm -> RoPE -> paged KV append -> batch decode; SiLU-and-mul)\n");
   std::printf("  batch %lld, context %lld tokens, heads %lld/%lld, head_dim %lld, page size %lld, bf16, seed %llu\n",
               static_cast<long long>(B), static_cast<long long>(o.context), static_cast<long long>(Hq),
               static_cast<long long>(Hkv), static_cast<long long>(D), static_cast<long long>(ps),
@@ -141,9 +147,10 @@ int run_demo(const DemoOptions& o) {
                 o.cpu ? "--cpu given" : "no GPU found");
 
   // Inputs: the new token's fused qkv hidden states, the norm weight, and each request's cached context.
-  HostDev hidden(DType::bf16, {B, qkv_width}), weight(DType::bf16, {qkv_width});
+  HostDev hidden(DType::bf16, {B, qkv_width}), weight(DType::bf16, {qkv_width}), gate_up(DType::bf16, {B, 2 * o.ffn});
   fill(hidden, gen, -2.0, 2.0);
   fill(weight, gen, 0.5, 1.5);
+  fill(gate_up, gen, -4.0, 4.0);
   const int64_t pages_per_req = (o.context + ps - 1) / ps;
   const int64_t num_pages = B * pages_per_req + 1;
   std::vector<int32_t> ids(static_cast<size_t>(num_pages));
@@ -163,7 +170,9 @@ int run_demo(const DemoOptions& o) {
   HostDev indices = i32(ids), indptr_t = i32(indptr), last_t = i32(last), bi = i32(batch_indices), pos = i32(positions);
 
   // Views of the normalised qkv: q [B, Hq, D], k and v [B, Hkv, D] (strided rows of the fused tensor).
-  HostDev normed(DType::bf16, {B, qkv_width}), out(DType::bf16, {B, Hq, D});
+  HostDev normed(DType::bf16, {B, qkv_width}), out(DType::bf16, {B, Hq, D}), act(DType::bf16, {B, o.ffn});
+  // q and k rotated to each request's position (the new token's: context - 1), out of place.
+  HostDev q_rot(DType::bf16, {B, Hq, D}), k_rot(DType::bf16, {B, Hkv, D});
   auto qkv_views = [&](void* base, Device dev) {
     auto* p = static_cast<uint16_t*>(base);
     struct {
@@ -182,34 +191,47 @@ int run_demo(const DemoOptions& o) {
   cfg.backend = o.backend == "cuda_cores" ? DecodeBackend::cuda_cores
                 : o.backend == "tensor_cores" ? DecodeBackend::tensor_cores : DecodeBackend::automatic;
   const RmsNormOptions norm_opt{.eps = 1e-6, .enable_pdl = false};
+  const RopeOptions rope_opt{.rope_theta = 5e5};
 
   // Reference norm (always: it is the CPU result and the GPU's yardstick). The step continues on the
   // bf16-rounded normalised values, as the GPU does.
-  HostDev normed_ref(DType::f32, {B, qkv_width}), out_ref(DType::f32, {B, Hq, D});
+  HostDev normed_ref(DType::f32, {B, qkv_width}), out_ref(DType::f32, {B, Hq, D}), act_ref(DType::f32, {B, o.ffn});
+  HostDev q_rot_ref(DType::f32, {B, Hq, D}), k_rot_ref(DType::f32, {B, Hkv, D});
   auto t0 = Clock::now();
   ref::rmsnorm(normed_ref.h(), hidden.h(), weight.h(), norm_opt);
   const double ref_norm_ms = ms_since(t0);
   ref::rmsnorm(normed.h(), hidden.h(), weight.h(), norm_opt);
   const TensorView indices_host = indices.h();
   PagedKvCache ref_cache{k_cache.h(), v_cache.h(), indices_host, indptr_t.h(), last_t.h(), KvLayout::nhd};
-  double ref_append_ms = 0, ref_decode_ms = 0;
-  // Reference append + decode on the normalised values in normed.host (updates the host caches).
-  auto reference_tail = [&] {
+  double ref_rope_ms = 0, ref_append_ms = 0, ref_decode_ms = 0, ref_act_ms = 0;
+  // Reference RoPE of the normalised values in normed.host (into q_rot_ref / k_rot_ref, and the bf16 q_rot / k_rot
+  // the rest of the step reads unless `keep_rotated`: the GPU's own), then append + decode (updates the host caches)
+  // and the MLP activation.
+  auto reference_tail = [&](bool keep_rotated) {
     const auto hv = qkv_views(normed.host.data(), Device::cpu());
     auto t = Clock::now();
-    ref::append_paged_kv_cache(hv.k, hv.v, bi.h(), pos.h(), ref_cache);
+    ref::apply_rope_pos_ids(hv.q, hv.k, q_rot_ref.h(), k_rot_ref.h(), pos.h(), rope_opt);
+    ref_rope_ms = ms_since(t);
+    if (!keep_rotated) ref::apply_rope_pos_ids(hv.q, hv.k, q_rot.h(), k_rot.h(), pos.h(), rope_opt);
+    t = Clock::now();
+    ref::append_paged_kv_cache(k_rot.h(), hv.v, bi.h(), pos.h(), ref_cache);
     ref_append_ms = ms_since(t);
     t = Clock::now();
-    ref::batch_decode(hv.q, ref_cache, out_ref.h(), nullptr, cfg);
+    ref::batch_decode(q_rot.h(), ref_cache, out_ref.h(), nullptr, cfg);
     ref_decode_ms = ms_since(t);
+    t = Clock::now();
+    ref::silu_and_mul(act_ref.h(), gate_up.h());
+    ref_act_ms = ms_since(t);
   };
 
   if (!gpu) {
-    reference_tail();
+    reference_tail(false);
     std::printf("\n  step              time (CPU, float64 reference)\n");
     std::printf("  rmsnorm           %10.3f ms\n", ref_norm_ms);
+    std::printf("  rope              %10.3f ms\n", ref_rope_ms);
     std::printf("  append KV         %10.3f ms\n", ref_append_ms);
     std::printf("  batch decode      %10.3f ms\n", ref_decode_ms);
+    std::printf("  silu_and_mul      %10.3f ms\n", ref_act_ms);
     const TensorView ov = out_ref.h();
     std::printf("\n  out[0, 0, 0:4] = %.5f %.5f %.5f %.5f\n", ref::load(ov, 0), ref::load(ov, 1), ref::load(ov, 2),
                 ref::load(ov, 3));
@@ -220,10 +242,13 @@ int run_demo(const DemoOptions& o) {
   const DeviceInfo& info = device_info(0);
   std::printf("  GPU 0: %s (compute capability %d.%d)\n", info.name.c_str(), info.cc_major, info.cc_minor);
   auto rt = Runtime::create();
-  for (HostDev* t : {&hidden, &weight, &k_cache, &v_cache, &indices, &indptr_t, &last_t, &bi, &pos, &normed, &out})
+  for (HostDev* t : {&hidden, &weight, &gate_up, &k_cache, &v_cache, &indices, &indptr_t, &last_t, &bi, &pos, &normed,
+                     &out, &act, &q_rot, &k_rot})
     t->to_device();
-  FLASHCPP_CUDA_CHECK(cudaMemset(normed.dev.get(), 0xFF, normed.bytes()));  // poison the outputs
-  FLASHCPP_CUDA_CHECK(cudaMemset(out.dev.get(), 0xFF, out.bytes()));
+  auto poison_outputs = [&] {
+    for (HostDev* t : {&normed, &out, &act, &q_rot, &k_rot}) FLASHCPP_CUDA_CHECK(cudaMemset(t->dev.get(), 0xFF, t->bytes()));
+  };
+  poison_outputs();
   OwnedWorkspace ws(0);
   Stream stream(0);
   const auto dv = qkv_views(normed.dev.get(), Device::cuda(0));
@@ -233,49 +258,64 @@ int run_demo(const DemoOptions& o) {
   // Warm-up step (loads the modules), then one timed step on fresh caches.
   auto t_first = Clock::now();
   rmsnorm(*rt, normed.d(), hidden.d(), weight.d(), norm_opt, stream);
-  append_paged_kv_cache(*rt, dv.k, dv.v, bi.d(), pos.d(), cache, stream);
-  plan.run(dv.q, cache, out.d(), nullptr, stream);
+  apply_rope_pos_ids(*rt, dv.q, dv.k, q_rot.d(), k_rot.d(), pos.d(), rope_opt, stream);
+  append_paged_kv_cache(*rt, k_rot.d(), dv.v, bi.d(), pos.d(), cache, stream);
+  plan.run(q_rot.d(), cache, out.d(), nullptr, stream);
+  silu_and_mul(*rt, act.d(), gate_up.d(), {}, stream);
   stream.synchronize();
   const double first_ms = ms_since(t_first);
   for (HostDev* t : {&k_cache, &v_cache}) t->to_device();
-  FLASHCPP_CUDA_CHECK(cudaMemset(normed.dev.get(), 0xFF, normed.bytes()));
-  FLASHCPP_CUDA_CHECK(cudaMemset(out.dev.get(), 0xFF, out.bytes()));
+  poison_outputs();
   const PagedKvCache fresh{k_cache.d(), v_cache.d(), indices.d(), indptr_t.d(), last_t.d(), KvLayout::nhd};
-  Event e0, e1, e2, e3;
-  double host_us[3] = {0, 0, 0};
-  e0.record(stream);
-  auto h = Clock::now();
-  rmsnorm(*rt, normed.d(), hidden.d(), weight.d(), norm_opt, stream);
-  host_us[0] = std::chrono::duration<double, std::micro>(Clock::now() - h).count();
-  e1.record(stream);
-  h = Clock::now();
-  append_paged_kv_cache(*rt, dv.k, dv.v, bi.d(), pos.d(), fresh, stream);
-  host_us[1] = std::chrono::duration<double, std::micro>(Clock::now() - h).count();
-  e2.record(stream);
-  h = Clock::now();
-  plan.run(dv.q, fresh, out.d(), nullptr, stream);
-  host_us[2] = std::chrono::duration<double, std::micro>(Clock::now() - h).count();
-  e3.record(stream);
+  // The step once more on fresh caches, each call timed on the device (events) and on the host.
+  constexpr int kSteps = 5;
+  Event ev[kSteps + 1];
+  double host_us[kSteps] = {};
+  auto timed = [&](int i, auto&& call) {
+    const auto h = Clock::now();
+    call();
+    host_us[i] = std::chrono::duration<double, std::micro>(Clock::now() - h).count();
+    ev[i + 1].record(stream);
+  };
+  ev[0].record(stream);
+  timed(0, [&] { rmsnorm(*rt, normed.d(), hidden.d(), weight.d(), norm_opt, stream); });
+  timed(1, [&] { apply_rope_pos_ids(*rt, dv.q, dv.k, q_rot.d(), k_rot.d(), pos.d(), rope_opt, stream); });
+  timed(2, [&] { append_paged_kv_cache(*rt, k_rot.d(), dv.v, bi.d(), pos.d(), fresh, stream); });
+  timed(3, [&] { plan.run(q_rot.d(), fresh, out.d(), nullptr, stream); });
+  timed(4, [&] { silu_and_mul(*rt, act.d(), gate_up.d(), {}, stream); });
   stream.synchronize();
 
-  // Norm against the exact reference; append and decode against the reference run on the GPU's own
-  // normalised values (so the appended cache must match bit for bit).
+  // Norm against the exact reference; each later step against the reference run on the GPU's own inputs to it
+  // (RoPE on the GPU's normalised values, append and decode on its rotated q and k: the appended cache must
+  // match bit for bit).
   normed.host = normed.from_device();
   const Check c_norm = compare(normed.host, DType::bf16, normed_ref, 1.5e-2, 1.5e-2);
-  reference_tail();
+  q_rot.host = q_rot.from_device();
+  k_rot.host = k_rot.from_device();
+  reference_tail(true);
+  Check c_rope = compare(q_rot.host, DType::bf16, q_rot_ref, 2e-2, 2e-2);
+  const Check c_rope_k = compare(k_rot.host, DType::bf16, k_rot_ref, 2e-2, 2e-2);
+  c_rope.ok = c_rope.ok && c_rope_k.ok;
+  c_rope.max_err = std::max(c_rope.max_err, c_rope_k.max_err);
   const bool cache_ok = k_cache.from_device() == k_cache.host && v_cache.from_device() == v_cache.host;
   const Check c_out = compare(out.from_device(), DType::bf16, out_ref, 2e-2, 2e-2);
+  const Check c_act = compare(act.from_device(), DType::bf16, act_ref, 1e-2, 1e-2);
   std::printf("  decode path: %s (%s)\n", plan.uses_tensor_cores() ? "tensor cores" : "CUDA cores",
               plan.module_uri().c_str());
   std::printf("\n  step              GPU kernel    host call    CPU reference   check\n");
-  std::printf("  rmsnorm           %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 1.5e-2)\n",
-              e1.elapsed_ms_since(e0) * 1e3, host_us[0], ref_norm_ms, c_norm.ok ? "PASS" : "FAIL", c_norm.max_err);
-  std::printf("  append KV         %8.1f us   %7.1f us   %10.3f ms   %s (bit-exact cache)\n",
-              e2.elapsed_ms_since(e1) * 1e3, host_us[1], ref_append_ms, cache_ok ? "PASS" : "FAIL");
-  std::printf("  batch decode      %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 2e-2)\n",
-              e3.elapsed_ms_since(e2) * 1e3, host_us[2], ref_decode_ms, c_out.ok ? "PASS" : "FAIL", c_out.max_err);
+  auto kernel_us = [&](int i) { return ev[i + 1].elapsed_ms_since(ev[i]) * 1e3; };
+  std::printf("  rmsnorm           %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 1.5e-2)\n", kernel_us(0),
+              host_us[0], ref_norm_ms, c_norm.ok ? "PASS" : "FAIL", c_norm.max_err);
+  std::printf("  rope              %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 2e-2)\n", kernel_us(1),
+              host_us[1], ref_rope_ms, c_rope.ok ? "PASS" : "FAIL", c_rope.max_err);
+  std::printf("  append KV         %8.1f us   %7.1f us   %10.3f ms   %s (bit-exact cache)\n", kernel_us(2),
+              host_us[2], ref_append_ms, cache_ok ? "PASS" : "FAIL");
+  std::printf("  batch decode      %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 2e-2)\n", kernel_us(3),
+              host_us[3], ref_decode_ms, c_out.ok ? "PASS" : "FAIL", c_out.max_err);
+  std::printf("  silu_and_mul      %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 1e-2)\n", kernel_us(4),
+              host_us[4], ref_act_ms, c_act.ok ? "PASS" : "FAIL", c_act.max_err);
   std::printf("  (first step, module loading included: %.1f ms)\n", first_ms);
-  const bool ok = c_norm.ok && cache_ok && c_out.ok;
+  const bool ok = c_norm.ok && c_rope.ok && cache_ok && c_out.ok && c_act.ok;
   std::printf("\n  %s\n", ok ? "all results match the float64 reference" : "MISMATCH against the reference");
   return ok ? 0 : 1;
 }
@@ -284,7 +324,8 @@ int run_demo(const DemoOptions& o) {
 
 void add_demo_command(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  auto* cmd = app.add_subcommand("demo", "One decode step (RMSNorm -> paged KV append -> batch decode), checked "
+  auto* cmd = app.add_subcommand("demo", "One decode step (RMSNorm -> RoPE -> paged KV append -> batch decode; the "
+                                         "MLP's SiLU-and-mul), checked "
                                          "against the float64 reference; the reference backend alone without a GPU");
   add_integer(*cmd, "--batch", o->batch, "requests", int64_t{1}, int64_t{4096});
   add_integer(*cmd, "--context", o->context, "tokens per request, the new one included", int64_t{1}, int64_t{1} << 20);
@@ -292,6 +333,7 @@ void add_demo_command(CLI::App& app) {
   add_integer(*cmd, "--kv-heads", o->num_kv_heads, "key/value heads", int64_t{1}, int64_t{256});
   add_integer_of(*cmd, "--head-dim", o->head_dim, "head dim", std::vector<int64_t>{64, 128, 256});
   add_integer(*cmd, "--page-size", o->page_size, "tokens per KV page", int64_t{1}, int64_t{1024});
+  add_integer(*cmd, "--ffn", o->ffn, "MLP intermediate size (a multiple of 8)", int64_t{8}, int64_t{1} << 17);
   add_integer(*cmd, "--seed", o->seed, "random seed (0: fresh)", uint64_t{0}, std::numeric_limits<uint64_t>::max());
   add_word(*cmd, "--backend", o->backend, "decode path", {"auto", "cuda_cores", "tensor_cores"});
   cmd->add_flag("--cpu", o->cpu, "run the float64 reference backend even when a GPU is present");
