@@ -10,7 +10,7 @@ flashcpp finds them through FLASHCPP_MODULE_PATH. The plans are made from the sa
 workspace sizes, so FlashInfer's planner (inside the module) makes the same split decisions on both sides.
 
 Prints one line per case: `same_module op=<name> identical=<True|False> max_abs_diff=<x>`; exits 1 if any differs.
-Usage: python3 bench/flashinfer_same_module.py [--lib build-gpu/libflashcpp.so]
+Usage: python3 bench/flashinfer_same_module.py [--lib build-gpu/libflashcpp.so] [--only GROUP ...]
 """
 import argparse
 import ctypes as C
@@ -133,172 +133,183 @@ def report(op, want, got, failures):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", default="libflashcpp.so")
+    ap.add_argument("--only", nargs="*", default=[], choices=("norm", "activation", "rope", "cascade", "attention"),
+                    help="only these op groups (attention: paged decode / prefill and batch MLA)")
     args = ap.parse_args()
+
+    def want(group):
+        return not args.only or group in args.only
+
     fc = Flashcpp(args.lib)
     torch.manual_seed(0)
     dev, bf16 = "cuda", torch.bfloat16
     failures = []
 
-    # ---- norms: 8192 x 4096 bf16
-    x = torch.randn(8192, 4096, device=dev, dtype=bf16)
-    w = torch.randn(4096, device=dev, dtype=bf16)
-    want = flashinfer.rmsnorm(x, w, eps=1e-6)
-    got = torch.empty_like(x)
-    fc.call("flashcpp_rmsnorm", fc.t(got), fc.t(x), fc.t(w), C.c_double(1e-6), C.c_int32(0), stream())
-    report("rmsnorm", want, got, failures)
-    r = torch.randn_like(x)
-    x1, r1, x2, r2 = x.clone(), r.clone(), x.clone(), r.clone()
-    flashinfer.fused_add_rmsnorm(x1, r1, w, eps=1e-6)
-    fc.call("flashcpp_fused_add_rmsnorm", fc.t(x2), fc.t(r2), fc.t(w), C.c_double(1e-6), C.c_int32(0), stream())
-    report("fused_add_rmsnorm.input", x1, x2, failures)
-    report("fused_add_rmsnorm.residual", r1, r2, failures)
+    if want("norm"):
+        # ---- norms: 8192 x 4096 bf16
+        x = torch.randn(8192, 4096, device=dev, dtype=bf16)
+        w = torch.randn(4096, device=dev, dtype=bf16)
+        want = flashinfer.rmsnorm(x, w, eps=1e-6)
+        got = torch.empty_like(x)
+        fc.call("flashcpp_rmsnorm", fc.t(got), fc.t(x), fc.t(w), C.c_double(1e-6), C.c_int32(0), stream())
+        report("rmsnorm", want, got, failures)
+        r = torch.randn_like(x)
+        x1, r1, x2, r2 = x.clone(), r.clone(), x.clone(), r.clone()
+        flashinfer.fused_add_rmsnorm(x1, r1, w, eps=1e-6)
+        fc.call("flashcpp_fused_add_rmsnorm", fc.t(x2), fc.t(r2), fc.t(w), C.c_double(1e-6), C.c_int32(0), stream())
+        report("fused_add_rmsnorm.input", x1, x2, failures)
+        report("fused_add_rmsnorm.residual", r1, r2, failures)
 
-    # ---- gated activations: 4099 x (2 x 14336) bf16 (FlashInfer's PDL default differs by GPU: both pass False)
-    xa = torch.randn(4099, 2 * 14336, device=dev, dtype=bf16)
-    for act in ("silu", "gelu", "gelu_tanh"):
-        want = getattr(flashinfer, act + "_and_mul")(xa, enable_pdl=False)
-        got = torch.empty_like(want)
-        fc.call(f"flashcpp_{act}_and_mul", fc.t(got), fc.t(xa), C.c_int32(0), stream())
-        report(act + "_and_mul", want, got, failures)
+    if want("activation"):
+        # ---- gated activations: 4099 x (2 x 14336) bf16 (FlashInfer's PDL default differs by GPU: both pass False)
+        xa = torch.randn(4099, 2 * 14336, device=dev, dtype=bf16)
+        for act in ("silu", "gelu", "gelu_tanh"):
+            want = getattr(flashinfer, act + "_and_mul")(xa, enable_pdl=False)
+            got = torch.empty_like(want)
+            fc.call(f"flashcpp_{act}_and_mul", fc.t(got), fc.t(xa), C.c_int32(0), stream())
+            report(act + "_and_mul", want, got, failures)
 
-    # ---- RoPE: 1029 tokens, q 32 / k 8 heads of 128, positions below 4096; out of place, then the cos/sin cache form
-    q = torch.randn(1029, 32, 128, device=dev, dtype=bf16)
-    k = torch.randn(1029, 8, 128, device=dev, dtype=bf16)
-    pos = torch.randint(0, 4096, (1029,), device=dev, dtype=torch.int32)
-    for interleave in (False, True):
-        want_q, want_k = flashinfer.apply_rope_pos_ids(q, k, pos, rotary_dim=64, interleave=interleave)
-        got_q, got_k = torch.empty_like(q), torch.empty_like(k)
-        fc.call("flashcpp_apply_rope_pos_ids", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(pos), C.c_int64(64),
-                C.c_int32(int(interleave)), C.c_double(1.0), C.c_double(1e4), stream())
-        report(f"apply_rope_pos_ids.interleave_{interleave}.q", want_q, got_q, failures)
-        report(f"apply_rope_pos_ids.interleave_{interleave}.k", want_k, got_k, failures)
-    want_q, want_k = flashinfer.apply_llama31_rope_pos_ids(q, k, pos)
-    fc.call("flashcpp_apply_llama31_rope_pos_ids", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(pos), C.c_int64(0),
-            C.c_int32(0), C.c_double(8.0), C.c_double(5e5), C.c_double(1.0), C.c_double(4.0), C.c_double(8192.0),
-            stream())
-    report("apply_llama31_rope_pos_ids.q", want_q, got_q, failures)
-    inv = 1e4 ** (-torch.arange(0, 128, 2, device=dev, dtype=torch.float64) / 128)
-    ang = torch.arange(4096, device=dev, dtype=torch.float64)[:, None] * inv[None, :]
-    cache = torch.cat([ang.cos(), ang.sin()], dim=1).float().contiguous()
-    want_q, want_k = flashinfer.apply_rope_with_cos_sin_cache(pos, q.reshape(1029, -1), k.reshape(1029, -1), 128, cache)
-    fc.call("flashcpp_apply_rope_with_cos_sin_cache", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(cache), fc.t(pos),
-            C.c_int32(0), stream())
-    report("apply_rope_with_cos_sin_cache.q", want_q.view(1029, 32, 128), got_q, failures)
-    report("apply_rope_with_cos_sin_cache.k", want_k.view(1029, 8, 128), got_k, failures)
-
-    # ---- cascade merges: 1031 tokens x 32 heads x 128, s (log2 lse) f32
-    va, vb = (torch.randn(1031, 32, 128, device=dev, dtype=bf16) for _ in range(2))
-    sa, sb = (torch.randn(1031, 32, device=dev, dtype=torch.float32) * 4 for _ in range(2))
-    want_v, want_s = flashinfer.merge_state(va, sa, vb, sb)
-    got_v, got_s = torch.empty_like(va), torch.empty_like(sa)
-    fc.call("flashcpp_merge_state", fc.t(va), fc.t(sa), fc.t(vb), fc.t(sb), fc.t(got_v), fc.t(got_s), stream())
-    report("merge_state.v", want_v, got_v, failures)
-    report("merge_state.s", want_s, got_s, failures)
-    mask = (torch.arange(1031, device=dev) % 3 != 0).to(torch.uint8)
-    v1, s1, v2, s2 = va.clone(), sa.clone(), va.clone(), sa.clone()
-    flashinfer.merge_state_in_place(v1, s1, vb, sb, mask=mask.bool())  # the same bytes, as bool
-    fc.call("flashcpp_merge_state_in_place", fc.t(v2), fc.t(s2), fc.t(vb), fc.t(sb), fc.t(mask), stream())
-    report("merge_state_in_place.v", v1, v2, failures)
-    report("merge_state_in_place.s", s1, s2, failures)
-    vs = torch.randn(1031, 5, 32, 128, device=dev, dtype=bf16)
-    ss = torch.randn(1031, 5, 32, device=dev, dtype=torch.float32) * 4
-    want_v, want_s = flashinfer.merge_states(vs, ss)
-    fc.call("flashcpp_merge_states", fc.t(vs), fc.t(ss), fc.t(got_v), fc.t(got_s), stream())
-    report("merge_states.v", want_v, got_v, failures)
-    report("merge_states.s", want_s, got_s, failures)
-
-    # Workspaces of FlashInfer's recommended sizes on both sides.
-    float_ws_fi = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
-    float_ws = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
-    int_ws = torch.zeros(8 << 20, dtype=torch.uint8, device=dev)
-    pinned = torch.zeros(8 << 20, dtype=torch.uint8, pin_memory=True)
-    ws = Workspace(C.pointer(view(float_ws)), C.pointer(view(int_ws)), C.pointer(view(pinned)))
-
-    # ---- paged KV: batch 64 x 4096 (decode) / 8 x 1024 (prefill), 32 q / 8 kv heads, d 128, page 16, NHD
-    def paged(batch, kv_len, page=16, hkv=8, d=128):
-        pages_per = kv_len // page
-        k = torch.randn(batch * pages_per, page, hkv, d, device=dev, dtype=bf16)
-        v = torch.randn_like(k)
-        indices = torch.randperm(batch * pages_per, dtype=torch.int32)
-        indptr = torch.arange(0, batch + 1, dtype=torch.int32) * pages_per
-        last = torch.full((batch,), page, dtype=torch.int32)
-        return k, v, indices, indptr, last
-
-    k, v, indices, indptr, last = paged(64, 4096)
-    q = torch.randn(64, 32, 128, device=dev, dtype=bf16)
-    kd, ind, lastd = indices.to(dev), indptr.to(dev), last.to(dev)
-    for tensor_cores in (False, True):
-        name = "batch_decode." + ("tensor_cores_fa2" if tensor_cores else "cuda_cores")
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(float_ws_fi, "NHD", use_tensor_cores=tensor_cores,
-                                                                backend="fa2")
-        wrapper.plan(ind, kd, lastd, 32, 8, 128, 16, q_data_type=bf16, kv_data_type=bf16)
-        want = wrapper.run(q, (k, v))
-        cfg = BatchDecodeConfig()
-        fc.lib.flashcpp_batch_decode_config_init(C.byref(cfg))
-        cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim, cfg.page_size = 32, 8, 128, 16
-        cfg.backend = 2 if tensor_cores else 1
-        cfg.prefill_backend = 1  # fa2
-        plan = C.c_void_p()
-        fc.call("flashcpp_batch_decode_plan_create", C.byref(cfg), C.byref(ws), fc.t(indptr), fc.t(last),
-                fc.t(indices), stream(), C.byref(plan))
-        cache = PagedKvCache(C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)), C.pointer(view(ind)),
-                             C.pointer(view(lastd)), 0)
-        got = torch.empty_like(q)
-        fc.call("flashcpp_batch_decode_run", plan, fc.t(q), C.byref(cache), fc.t(got), None, stream())
-        fc.lib.flashcpp_batch_decode_plan_destroy(plan)
-        report(name, want, got, failures)
-
-    k, v, indices, indptr, last = paged(8, 1024)
-    q = torch.randn(8 * 1024, 32, 128, device=dev, dtype=bf16)
-    qo = torch.arange(0, 9, dtype=torch.int32) * 1024
-    kd, ind, lastd, qod = indices.to(dev), indptr.to(dev), last.to(dev), qo.to(dev)
-    for backend, code in (("fa2", 1), ("fa3", 2)):
-        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(float_ws_fi, "NHD", backend=backend)
-        wrapper.plan(qod, ind, kd, lastd, 32, 8, 128, 16, causal=True, q_data_type=bf16, kv_data_type=bf16)
-        want = wrapper.run(q, (k, v))
-        cfg = BatchPrefillConfig()
-        fc.lib.flashcpp_batch_prefill_config_init(C.byref(cfg))
-        cfg.kv_storage, cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim_qk, cfg.page_size = 0, 32, 8, 128, 16
-        cfg.causal, cfg.backend = 1, code
-        plan = C.c_void_p()
-        fc.call("flashcpp_batch_prefill_plan_create", C.byref(cfg), C.byref(ws), fc.t(qo), fc.t(indptr), fc.t(last),
-                fc.t(indices), stream(), C.byref(plan))
-        cache = PagedKvCache(C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)), C.pointer(view(ind)),
-                             C.pointer(view(lastd)), 0)
-        got = torch.empty_like(q)
-        fc.call("flashcpp_batch_prefill_run_paged", plan, fc.t(q), C.byref(cache), fc.t(qod), fc.t(got), None,
+    if want("rope"):
+        # ---- RoPE: 1029 tokens, q 32 / k 8 heads of 128, positions below 4096; out of place, then the cos/sin cache form
+        q = torch.randn(1029, 32, 128, device=dev, dtype=bf16)
+        k = torch.randn(1029, 8, 128, device=dev, dtype=bf16)
+        pos = torch.randint(0, 4096, (1029,), device=dev, dtype=torch.int32)
+        for interleave in (False, True):
+            want_q, want_k = flashinfer.apply_rope_pos_ids(q, k, pos, rotary_dim=64, interleave=interleave)
+            got_q, got_k = torch.empty_like(q), torch.empty_like(k)
+            fc.call("flashcpp_apply_rope_pos_ids", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(pos), C.c_int64(64),
+                    C.c_int32(int(interleave)), C.c_double(1.0), C.c_double(1e4), stream())
+            report(f"apply_rope_pos_ids.interleave_{interleave}.q", want_q, got_q, failures)
+            report(f"apply_rope_pos_ids.interleave_{interleave}.k", want_k, got_k, failures)
+        want_q, want_k = flashinfer.apply_llama31_rope_pos_ids(q, k, pos)
+        fc.call("flashcpp_apply_llama31_rope_pos_ids", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(pos), C.c_int64(0),
+                C.c_int32(0), C.c_double(8.0), C.c_double(5e5), C.c_double(1.0), C.c_double(4.0), C.c_double(8192.0),
                 stream())
-        fc.lib.flashcpp_batch_prefill_plan_destroy(plan)
-        report("batch_prefill_paged." + backend, want, got, failures)
+        report("apply_llama31_rope_pos_ids.q", want_q, got_q, failures)
+        inv = 1e4 ** (-torch.arange(0, 128, 2, device=dev, dtype=torch.float64) / 128)
+        ang = torch.arange(4096, device=dev, dtype=torch.float64)[:, None] * inv[None, :]
+        cache = torch.cat([ang.cos(), ang.sin()], dim=1).float().contiguous()
+        want_q, want_k = flashinfer.apply_rope_with_cos_sin_cache(pos, q.reshape(1029, -1), k.reshape(1029, -1), 128, cache)
+        fc.call("flashcpp_apply_rope_with_cos_sin_cache", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(cache), fc.t(pos),
+                C.c_int32(0), stream())
+        report("apply_rope_with_cos_sin_cache.q", want_q.view(1029, 32, 128), got_q, failures)
+        report("apply_rope_with_cos_sin_cache.k", want_k.view(1029, 8, 128), got_k, failures)
 
-    # ---- batch MLA: 32 requests x 2048 KV, one query each, 128 heads, page 64, bf16
-    B, kv_len, H, page = 32, 2048, 128, 64
-    pages = B * kv_len // page
-    q_nope = torch.randn(B, H, 512, device=dev, dtype=bf16)
-    q_pe = torch.randn(B, H, 64, device=dev, dtype=bf16)
-    ckv = torch.randn(pages, page, 512, device=dev, dtype=bf16)
-    kpe = torch.randn(pages, page, 64, device=dev, dtype=bf16)
-    kv_indices = torch.randperm(pages, dtype=torch.int32).to(dev)
-    qo = torch.arange(0, B + 1, dtype=torch.int32)
-    kvp = torch.arange(0, B + 1, dtype=torch.int32) * (kv_len // page)
-    kvl = torch.full((B,), kv_len, dtype=torch.int32)
-    scale = 1.0 / math.sqrt(192.0)
-    for backend, fi_backend, code in (("fa2", "fa2", 1), ("sm90", "fa3", 2)):
-        wrapper = flashinfer.BatchMLAPagedAttentionWrapper(float_ws_fi, backend=fi_backend)
-        wrapper.plan(qo.to(dev), kvp.to(dev), kv_indices, kvl.to(dev), H, 512, 64, page, False, scale, bf16, bf16)
-        want = wrapper.run(q_nope, q_pe, ckv, kpe)
-        cfg = BatchMlaConfig()
-        cfg.struct_size = C.sizeof(BatchMlaConfig)
-        cfg.num_heads, cfg.page_size, cfg.q_dtype, cfg.kv_dtype = H, page, 1, 1
-        cfg.backend, cfg.sm_scale = code, scale
-        plan = C.c_void_p()
-        fc.call("flashcpp_batch_mla_plan_create", C.byref(cfg), fc.t(float_ws), fc.t(int_ws), fc.t(pinned), fc.t(qo),
-                fc.t(kvp), fc.t(kvl), stream(), C.byref(plan))
-        cache = BatchMlaCache(C.pointer(view(ckv)), C.pointer(view(kpe)), C.pointer(view(kv_indices)))
-        got = torch.empty_like(q_nope)
-        fc.call("flashcpp_batch_mla_run", plan, fc.t(q_nope), fc.t(q_pe), C.byref(cache), fc.t(got), None, stream())
-        fc.lib.flashcpp_batch_mla_plan_destroy(plan)
-        report("batch_mla." + backend, want, got, failures)
+    if want("cascade"):
+        # ---- cascade merges: 1031 tokens x 32 heads x 128, s (log2 lse) f32
+        va, vb = (torch.randn(1031, 32, 128, device=dev, dtype=bf16) for _ in range(2))
+        sa, sb = (torch.randn(1031, 32, device=dev, dtype=torch.float32) * 4 for _ in range(2))
+        want_v, want_s = flashinfer.merge_state(va, sa, vb, sb)
+        got_v, got_s = torch.empty_like(va), torch.empty_like(sa)
+        fc.call("flashcpp_merge_state", fc.t(va), fc.t(sa), fc.t(vb), fc.t(sb), fc.t(got_v), fc.t(got_s), stream())
+        report("merge_state.v", want_v, got_v, failures)
+        report("merge_state.s", want_s, got_s, failures)
+        mask = (torch.arange(1031, device=dev) % 3 != 0).to(torch.uint8)
+        v1, s1, v2, s2 = va.clone(), sa.clone(), va.clone(), sa.clone()
+        flashinfer.merge_state_in_place(v1, s1, vb, sb, mask=mask.bool())  # the same bytes, as bool
+        fc.call("flashcpp_merge_state_in_place", fc.t(v2), fc.t(s2), fc.t(vb), fc.t(sb), fc.t(mask), stream())
+        report("merge_state_in_place.v", v1, v2, failures)
+        report("merge_state_in_place.s", s1, s2, failures)
+        vs = torch.randn(1031, 5, 32, 128, device=dev, dtype=bf16)
+        ss = torch.randn(1031, 5, 32, device=dev, dtype=torch.float32) * 4
+        want_v, want_s = flashinfer.merge_states(vs, ss)
+        fc.call("flashcpp_merge_states", fc.t(vs), fc.t(ss), fc.t(got_v), fc.t(got_s), stream())
+        report("merge_states.v", want_v, got_v, failures)
+        report("merge_states.s", want_s, got_s, failures)
+
+    if want("attention"):
+        # Workspaces of FlashInfer's recommended sizes on both sides.
+        float_ws_fi = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
+        float_ws = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
+        int_ws = torch.zeros(8 << 20, dtype=torch.uint8, device=dev)
+        pinned = torch.zeros(8 << 20, dtype=torch.uint8, pin_memory=True)
+        ws = Workspace(C.pointer(view(float_ws)), C.pointer(view(int_ws)), C.pointer(view(pinned)))
+
+        # ---- paged KV: batch 64 x 4096 (decode) / 8 x 1024 (prefill), 32 q / 8 kv heads, d 128, page 16, NHD
+        def paged(batch, kv_len, page=16, hkv=8, d=128):
+            pages_per = kv_len // page
+            k = torch.randn(batch * pages_per, page, hkv, d, device=dev, dtype=bf16)
+            v = torch.randn_like(k)
+            indices = torch.randperm(batch * pages_per, dtype=torch.int32)
+            indptr = torch.arange(0, batch + 1, dtype=torch.int32) * pages_per
+            last = torch.full((batch,), page, dtype=torch.int32)
+            return k, v, indices, indptr, last
+
+        k, v, indices, indptr, last = paged(64, 4096)
+        q = torch.randn(64, 32, 128, device=dev, dtype=bf16)
+        kd, ind, lastd = indices.to(dev), indptr.to(dev), last.to(dev)
+        for tensor_cores in (False, True):
+            name = "batch_decode." + ("tensor_cores_fa2" if tensor_cores else "cuda_cores")
+            wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(float_ws_fi, "NHD", use_tensor_cores=tensor_cores,
+                                                                    backend="fa2")
+            wrapper.plan(ind, kd, lastd, 32, 8, 128, 16, q_data_type=bf16, kv_data_type=bf16)
+            want = wrapper.run(q, (k, v))
+            cfg = BatchDecodeConfig()
+            fc.lib.flashcpp_batch_decode_config_init(C.byref(cfg))
+            cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim, cfg.page_size = 32, 8, 128, 16
+            cfg.backend = 2 if tensor_cores else 1
+            cfg.prefill_backend = 1  # fa2
+            plan = C.c_void_p()
+            fc.call("flashcpp_batch_decode_plan_create", C.byref(cfg), C.byref(ws), fc.t(indptr), fc.t(last),
+                    fc.t(indices), stream(), C.byref(plan))
+            cache = PagedKvCache(C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)), C.pointer(view(ind)),
+                                 C.pointer(view(lastd)), 0)
+            got = torch.empty_like(q)
+            fc.call("flashcpp_batch_decode_run", plan, fc.t(q), C.byref(cache), fc.t(got), None, stream())
+            fc.lib.flashcpp_batch_decode_plan_destroy(plan)
+            report(name, want, got, failures)
+
+        k, v, indices, indptr, last = paged(8, 1024)
+        q = torch.randn(8 * 1024, 32, 128, device=dev, dtype=bf16)
+        qo = torch.arange(0, 9, dtype=torch.int32) * 1024
+        kd, ind, lastd, qod = indices.to(dev), indptr.to(dev), last.to(dev), qo.to(dev)
+        for backend, code in (("fa2", 1), ("fa3", 2)):
+            wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(float_ws_fi, "NHD", backend=backend)
+            wrapper.plan(qod, ind, kd, lastd, 32, 8, 128, 16, causal=True, q_data_type=bf16, kv_data_type=bf16)
+            want = wrapper.run(q, (k, v))
+            cfg = BatchPrefillConfig()
+            fc.lib.flashcpp_batch_prefill_config_init(C.byref(cfg))
+            cfg.kv_storage, cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim_qk, cfg.page_size = 0, 32, 8, 128, 16
+            cfg.causal, cfg.backend = 1, code
+            plan = C.c_void_p()
+            fc.call("flashcpp_batch_prefill_plan_create", C.byref(cfg), C.byref(ws), fc.t(qo), fc.t(indptr), fc.t(last),
+                    fc.t(indices), stream(), C.byref(plan))
+            cache = PagedKvCache(C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)), C.pointer(view(ind)),
+                                 C.pointer(view(lastd)), 0)
+            got = torch.empty_like(q)
+            fc.call("flashcpp_batch_prefill_run_paged", plan, fc.t(q), C.byref(cache), fc.t(qod), fc.t(got), None,
+                    stream())
+            fc.lib.flashcpp_batch_prefill_plan_destroy(plan)
+            report("batch_prefill_paged." + backend, want, got, failures)
+
+        # ---- batch MLA: 32 requests x 2048 KV, one query each, 128 heads, page 64, bf16
+        B, kv_len, H, page = 32, 2048, 128, 64
+        pages = B * kv_len // page
+        q_nope = torch.randn(B, H, 512, device=dev, dtype=bf16)
+        q_pe = torch.randn(B, H, 64, device=dev, dtype=bf16)
+        ckv = torch.randn(pages, page, 512, device=dev, dtype=bf16)
+        kpe = torch.randn(pages, page, 64, device=dev, dtype=bf16)
+        kv_indices = torch.randperm(pages, dtype=torch.int32).to(dev)
+        qo = torch.arange(0, B + 1, dtype=torch.int32)
+        kvp = torch.arange(0, B + 1, dtype=torch.int32) * (kv_len // page)
+        kvl = torch.full((B,), kv_len, dtype=torch.int32)
+        scale = 1.0 / math.sqrt(192.0)
+        for backend, fi_backend, code in (("fa2", "fa2", 1), ("sm90", "fa3", 2)):
+            wrapper = flashinfer.BatchMLAPagedAttentionWrapper(float_ws_fi, backend=fi_backend)
+            wrapper.plan(qo.to(dev), kvp.to(dev), kv_indices, kvl.to(dev), H, 512, 64, page, False, scale, bf16, bf16)
+            want = wrapper.run(q_nope, q_pe, ckv, kpe)
+            cfg = BatchMlaConfig()
+            cfg.struct_size = C.sizeof(BatchMlaConfig)
+            cfg.num_heads, cfg.page_size, cfg.q_dtype, cfg.kv_dtype = H, page, 1, 1
+            cfg.backend, cfg.sm_scale = code, scale
+            plan = C.c_void_p()
+            fc.call("flashcpp_batch_mla_plan_create", C.byref(cfg), fc.t(float_ws), fc.t(int_ws), fc.t(pinned), fc.t(qo),
+                    fc.t(kvp), fc.t(kvl), stream(), C.byref(plan))
+            cache = BatchMlaCache(C.pointer(view(ckv)), C.pointer(view(kpe)), C.pointer(view(kv_indices)))
+            got = torch.empty_like(q_nope)
+            fc.call("flashcpp_batch_mla_run", plan, fc.t(q_nope), fc.t(q_pe), C.byref(cache), fc.t(got), None, stream())
+            fc.lib.flashcpp_batch_mla_plan_destroy(plan)
+            report("batch_mla." + backend, want, got, failures)
 
     torch.cuda.synchronize()
     print(f"same_module summary: {len(failures)} differing: {' '.join(failures) or '-'}")
