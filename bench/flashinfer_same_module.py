@@ -137,7 +137,7 @@ def main():
                     help="only these op groups (attention: paged decode / prefill and batch MLA)")
     args = ap.parse_args()
 
-    def want(group):
+    def selected(group):
         return not args.only or group in args.only
 
     fc = Flashcpp(args.lib)
@@ -145,7 +145,7 @@ def main():
     dev, bf16 = "cuda", torch.bfloat16
     failures = []
 
-    if want("norm"):
+    if selected("norm"):
         # ---- norms: 8192 x 4096 bf16
         x = torch.randn(8192, 4096, device=dev, dtype=bf16)
         w = torch.randn(4096, device=dev, dtype=bf16)
@@ -160,7 +160,7 @@ def main():
         report("fused_add_rmsnorm.input", x1, x2, failures)
         report("fused_add_rmsnorm.residual", r1, r2, failures)
 
-    if want("activation"):
+    if selected("activation"):
         # ---- gated activations: 4099 x (2 x 14336) bf16 (FlashInfer's PDL default differs by GPU: both pass False)
         xa = torch.randn(4099, 2 * 14336, device=dev, dtype=bf16)
         for act in ("silu", "gelu", "gelu_tanh"):
@@ -169,7 +169,7 @@ def main():
             fc.call(f"flashcpp_{act}_and_mul", fc.t(got), fc.t(xa), C.c_int32(0), stream())
             report(act + "_and_mul", want, got, failures)
 
-    if want("rope"):
+    if selected("rope"):
         # ---- RoPE: 1029 tokens, q 32 / k 8 heads of 128, positions below 4096; out of place, then the cos/sin cache form
         q = torch.randn(1029, 32, 128, device=dev, dtype=bf16)
         k = torch.randn(1029, 8, 128, device=dev, dtype=bf16)
@@ -195,7 +195,7 @@ def main():
         report("apply_rope_with_cos_sin_cache.q", want_q.view(1029, 32, 128), got_q, failures)
         report("apply_rope_with_cos_sin_cache.k", want_k.view(1029, 8, 128), got_k, failures)
 
-    if want("cascade"):
+    if selected("cascade"):
         # ---- cascade merges: 1031 tokens x 32 heads x 128, s (log2 lse) f32
         va, vb = (torch.randn(1031, 32, 128, device=dev, dtype=bf16) for _ in range(2))
         sa, sb = (torch.randn(1031, 32, device=dev, dtype=torch.float32) * 4 for _ in range(2))
@@ -217,7 +217,7 @@ def main():
         report("merge_states.v", want_v, got_v, failures)
         report("merge_states.s", want_s, got_s, failures)
 
-    if want("attention"):
+    if selected("attention"):
         # Workspaces of FlashInfer's recommended sizes on both sides.
         float_ws_fi = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
         float_ws = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)

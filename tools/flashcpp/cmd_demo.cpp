@@ -293,8 +293,11 @@ int run_demo(const DemoOptions& o) {
   q_rot.host = q_rot.from_device();
   k_rot.host = k_rot.from_device();
   reference_tail(true);
-  Check c_rope = compare(q_rot.host, DType::bf16, q_rot_ref, 2e-2, 2e-2);
-  const Check c_rope_k = compare(k_rot.host, DType::bf16, k_rot_ref, 2e-2, 2e-2);
+  // FlashInfer's angle is float(position) x frequency with fast sin/cos: its error grows with the position (about
+  // 2^-24 of it in radians), so the bound does too.
+  const double rope_tol = 2e-2 + static_cast<double>(o.context - 1) * std::ldexp(1.0, -21);
+  Check c_rope = compare(q_rot.host, DType::bf16, q_rot_ref, rope_tol, 2e-2);
+  const Check c_rope_k = compare(k_rot.host, DType::bf16, k_rot_ref, rope_tol, 2e-2);
   c_rope.ok = c_rope.ok && c_rope_k.ok;
   c_rope.max_err = std::max(c_rope.max_err, c_rope_k.max_err);
   const bool cache_ok = k_cache.from_device() == k_cache.host && v_cache.from_device() == v_cache.host;
@@ -306,8 +309,8 @@ int run_demo(const DemoOptions& o) {
   auto kernel_us = [&](int i) { return ev[i + 1].elapsed_ms_since(ev[i]) * 1e3; };
   std::printf("  rmsnorm           %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 1.5e-2)\n", kernel_us(0),
               host_us[0], ref_norm_ms, c_norm.ok ? "PASS" : "FAIL", c_norm.max_err);
-  std::printf("  rope              %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 2e-2)\n", kernel_us(1),
-              host_us[1], ref_rope_ms, c_rope.ok ? "PASS" : "FAIL", c_rope.max_err);
+  std::printf("  rope              %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol %.1e)\n", kernel_us(1),
+              host_us[1], ref_rope_ms, c_rope.ok ? "PASS" : "FAIL", c_rope.max_err, rope_tol);
   std::printf("  append KV         %8.1f us   %7.1f us   %10.3f ms   %s (bit-exact cache)\n", kernel_us(2),
               host_us[2], ref_append_ms, cache_ok ? "PASS" : "FAIL");
   std::printf("  batch decode      %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 2e-2)\n", kernel_us(3),
