@@ -205,7 +205,9 @@ class CapiHostile : public OpsFixture {
     OpsFixture::SetUpTestSuite();
     jit::AttentionSpec a;  // bf16, head dim 128, fa2
     for (const std::string& uri : {jit::single_prefill_uri(a), jit::single_decode_uri(a), jit::batch_prefill_uri(a),
-                                   jit::batch_decode_uri(a), std::string("page")})
+                                   jit::batch_decode_uri(a), std::string("page"), std::string("rope"),
+                                   std::string("cascade"), std::string("silu_and_mul"), std::string("gelu_and_mul"),
+                                   std::string("gelu_tanh_and_mul")})
       link(uri);
     for (const std::string& uri : {batch_mla_uri(DType::bf16, DType::bf16, DType::bf16, MlaBackend::fa2),
                                    std::string(kGdnPrefillUri), fused_moe_uri(MoeBackend::sm90)}) {
@@ -298,6 +300,109 @@ std::vector<Spec> CapiHostile::specs() {
       invalid(s, "eps " + std::to_string(eps), [f, eps](const Ptrs& p) { return f(p[0], p[1], p[2], eps, 0, nullptr); });
     for (int32_t pdl : kBadFlags)
       invalid(s, "enable_pdl " + std::to_string(pdl), [f, pdl](const Ptrs& p) { return f(p[0], p[1], p[2], 0, pdl, nullptr); });
+    all.push_back(std::move(s));
+  }
+
+  // ---------------------------------------------------------------------------------------------- activations
+  using ActFn = flashcpp_status (*)(const flashcpp_tensor*, const flashcpp_tensor*, int32_t, void*);
+  for (const auto& [name, f] : {std::pair<const char*, ActFn>{"flashcpp_silu_and_mul", flashcpp_silu_and_mul},
+                                {"flashcpp_gelu_and_mul", flashcpp_gelu_and_mul},
+                                {"flashcpp_gelu_tanh_and_mul", flashcpp_gelu_tanh_and_mul}}) {
+    Spec s;
+    s.fn = name;
+    s.slots = {{"out", cuda(DType::bf16, {4, 128}), kOut}, {"input", cuda(DType::bf16, {4, 256}), kIn}};
+    const ActFn fn = f;
+    s.call = [fn](const Ptrs& p) { return fn(p[0], p[1], 0, nullptr); };
+    for (int32_t pdl : kBadFlags)
+      invalid(s, "enable_pdl " + std::to_string(pdl), [fn, pdl](const Ptrs& p) { return fn(p[0], p[1], pdl, nullptr); });
+    all.push_back(std::move(s));
+  }
+
+  // ---------------------------------------------------------------------------------------------- cascade merges
+  {
+    Spec s;
+    s.fn = "flashcpp_merge_state";
+    s.slots = {{"v_a", cuda(DType::bf16, {3, 8, 128}), kIn},     {"s_a", cuda(DType::f32, {3, 8}), kIn},
+               {"v_b", cuda(DType::bf16, {3, 8, 128}), kIn},     {"s_b", cuda(DType::f32, {3, 8}), kIn},
+               {"v_merged", cuda(DType::bf16, {3, 8, 128}), kOut}, {"s_merged", cuda(DType::f32, {3, 8}), kOut}};
+    s.call = [](const Ptrs& p) { return flashcpp_merge_state(p[0], p[1], p[2], p[3], p[4], p[5], nullptr); };
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_merge_state_in_place";
+    s.slots = {{"v", cuda(DType::bf16, {3, 8, 128}), kOut},       {"s", cuda(DType::f32, {3, 8}), kOut},
+               {"v_other", cuda(DType::bf16, {3, 8, 128}), kIn}, {"s_other", cuda(DType::f32, {3, 8}), kIn},
+               {"mask", cuda(DType::u8, {3}), kIn | kOptional}};
+    s.call = [](const Ptrs& p) { return flashcpp_merge_state_in_place(p[0], p[1], p[2], p[3], p[4], nullptr); };
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_merge_states";
+    s.slots = {{"v", cuda(DType::bf16, {3, 2, 8, 128}), kIn}, {"s", cuda(DType::f32, {3, 2, 8}), kIn},
+               {"v_merged", cuda(DType::bf16, {3, 8, 128}), kOut}, {"s_merged", cuda(DType::f32, {3, 8}), kOut}};
+    s.call = [](const Ptrs& p) { return flashcpp_merge_states(p[0], p[1], p[2], p[3], nullptr); };
+    all.push_back(std::move(s));
+  }
+
+  // ---------------------------------------------------------------------------------------------- RoPE
+  // q and k strided (slices of a fused qkv row), q_rope and k_rope contiguous: an output moved onto its input is a
+  // partial overlap (exactly in place would be valid).
+  auto rope_slots = [](bool cache) {
+    std::vector<Slot> v = {{"q", to_c(dev_strided(DType::bf16, {5, 4, 128}, {1024, 128, 1})), kIn},
+                           {"k", to_c(dev_strided(DType::bf16, {5, 2, 128}, {1024, 128, 1})), kIn},
+                           {"q_rope", cuda(DType::bf16, {5, 4, 128}), kOut},
+                           {"k_rope", cuda(DType::bf16, {5, 2, 128}), kOut}};
+    if (cache) v.push_back({"cos_sin_cache", cuda(DType::f32, {64, 128}), kIn});
+    v.push_back({"pos_ids", cuda(DType::i32, {5}), kIn});
+    return v;
+  };
+  {
+    Spec s;
+    s.fn = "flashcpp_apply_rope_pos_ids";
+    s.slots = rope_slots(false);
+    auto with = [](int64_t rd, int32_t il, double scale, double theta) {
+      return [=](const Ptrs& p) { return flashcpp_apply_rope_pos_ids(p[0], p[1], p[2], p[3], p[4], rd, il, scale, theta, nullptr); };
+    };
+    s.call = with(0, 0, 0, 0);
+    for (int32_t f : kBadFlags) invalid(s, "interleave " + std::to_string(f), with(0, f, 0, 0));
+    for (int64_t rd : {int64_t{-16}, int64_t{24}, int64_t{130}, int64_t{256}, std::numeric_limits<int64_t>::min()})
+      invalid(s, "rotary_dim " + std::to_string(rd), with(rd, 0, 0, 0));
+    for (double x : kNonFinite) {
+      invalid(s, "rope_scale " + std::to_string(x), with(0, 0, x, 0));
+      invalid(s, "rope_theta " + std::to_string(x), with(0, 0, 0, x));
+    }
+    invalid(s, "rope_scale -1", with(0, 0, -1, 0));
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_apply_llama31_rope_pos_ids";
+    s.slots = rope_slots(false);
+    auto with = [](double lo, double hi, double ctx) {
+      return [=](const Ptrs& p) {
+        return flashcpp_apply_llama31_rope_pos_ids(p[0], p[1], p[2], p[3], p[4], 0, 0, 8, 5e5, lo, hi, ctx, nullptr);
+      };
+    };
+    s.call = with(0, 0, 0);
+    invalid(s, "high_freq_factor == low_freq_factor", with(2, 2, 0));
+    invalid(s, "low_freq_factor -1", with(-1, 0, 0));
+    for (double x : kNonFinite) {
+      invalid(s, "high_freq_factor " + std::to_string(x), with(0, x, 0));
+      invalid(s, "old_context_length " + std::to_string(x), with(0, 0, x));
+    }
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_apply_rope_with_cos_sin_cache";
+    s.slots = rope_slots(true);
+    auto with = [](int32_t il) {
+      return [=](const Ptrs& p) { return flashcpp_apply_rope_with_cos_sin_cache(p[0], p[1], p[2], p[3], p[4], p[5], il, nullptr); };
+    };
+    s.call = with(0);
+    for (int32_t f : kBadFlags) invalid(s, "interleave " + std::to_string(f), with(f));
     all.push_back(std::move(s));
   }
 
@@ -1529,7 +1634,7 @@ TEST_F(CapiHostile, TheHeadersDeclareTheFunctionsThisTestCovers) {
   const std::set<std::string> declared = declared_functions();
   std::set<std::string> covered;
   for (const Spec& s : specs()) covered.insert(s.fn);
-  EXPECT_EQ(declared.size(), 49u);
+  EXPECT_EQ(declared.size(), 58u);
   EXPECT_EQ(declared, covered);
 }
 
@@ -1607,7 +1712,7 @@ TEST_F(CapiHostile, EveryExportedFunctionRefusesHostileInputWithoutASignal) {
   EXPECT_EQ(success_on_invalid, 0);
   EXPECT_EQ(silent, 0);
   EXPECT_EQ(refused, invalid);
-  EXPECT_EQ(fns.size(), 49u);
+  EXPECT_EQ(fns.size(), 58u);
   EXPECT_GT(cases.size(), 1500u);
 }
 
