@@ -68,6 +68,21 @@ class OpsFixture : public ::testing::Test {
     ffi::call(lib->function("set_plan_entries"), a, nullptr, nullptr);
   }
   static std::vector<std::string> lines(const std::string& log) { return split(log, '\n'); }
+  /// The single record of `name` since the last read, split into arguments (name first).
+  static std::vector<std::string> one_call(const std::string& name) {
+    const auto ls = lines(recorded());
+    EXPECT_EQ(ls.size(), 1u);
+    if (ls.size() != 1) return {};
+    auto a = split(ls[0]);
+    EXPECT_EQ(a[0], name);
+    return a;
+  }
+  /// Every argument of a record against `want` (an empty entry: not compared).
+  static void expect_args(const std::vector<std::string>& got, const std::vector<std::string>& want) {
+    ASSERT_EQ(got.size(), want.size() + 1) << "argument count of " << (got.empty() ? "?" : got[0]);
+    for (size_t i = 0; i < want.size(); ++i)
+      if (!want[i].empty()) EXPECT_EQ(got[i + 1], want[i]) << got[0] << " argument #" << i;
+  }
   static std::vector<std::string> split(const std::string& s, char sep = '|') {
     std::vector<std::string> out;
     std::stringstream ss(s);

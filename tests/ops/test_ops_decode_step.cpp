@@ -25,19 +25,6 @@ class DecodeStepOps : public OpsFixture {
     for (const char* uri : {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul", "cascade", "rope"}) link(uri);
     (void)recorded();
   }
-  /// The single record of `name`, split into arguments (name first).
-  std::vector<std::string> one_call(const std::string& name) {
-    const auto ls = lines(recorded());
-    EXPECT_EQ(ls.size(), 1u);
-    if (ls.size() != 1) return {};
-    auto a = split(ls[0]);
-    EXPECT_EQ(a[0], name);
-    return a;
-  }
-  static void expect_args(const std::vector<std::string>& got, const std::vector<std::string>& want) {
-    ASSERT_EQ(got.size(), want.size() + 1) << "argument count of " << (got.empty() ? "?" : got[0]);
-    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i + 1], want[i]) << got[0] << " argument #" << i;
-  }
   void expect_nothing_called() { EXPECT_EQ(recorded(), ""); }
 };
 

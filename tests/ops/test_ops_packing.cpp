@@ -10,20 +10,6 @@ namespace {
 
 class OpsPacking : public OpsFixture {
  protected:
-  /// The single record of `name`, split into arguments (name first).
-  std::vector<std::string> one_call(const std::string& name) {
-    const auto ls = lines(recorded());
-    EXPECT_EQ(ls.size(), 1u);
-    if (ls.size() != 1) return {};
-    auto a = split(ls[0]);
-    EXPECT_EQ(a[0], name);
-    return a;
-  }
-  static void expect_args(const std::vector<std::string>& got, const std::vector<std::string>& want) {
-    ASSERT_EQ(got.size(), want.size() + 1) << "argument count of " << (got.empty() ? "?" : got[0]);
-    for (size_t i = 0; i < want.size(); ++i)
-      if (!want[i].empty()) EXPECT_EQ(got[i + 1], want[i]) << got[0] << " argument #" << i;
-  }
   static std::string plan_array(int n) {
     std::string s = "[";
     for (int i = 0; i < n; ++i) s += (i ? ",i:" : "i:") + std::to_string(100 + i);
