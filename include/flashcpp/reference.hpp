@@ -13,6 +13,7 @@
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/rope.hpp"
+#include "flashcpp/sampling.hpp"
 #include "flashcpp/tensor.hpp"
 
 namespace flashcpp::reference {
@@ -90,6 +91,24 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
 void merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
                           const TensorView& s_other, const TensorView* mask = nullptr);
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_merged, const TensorView& s_merged);
+
+// -------------------------------------------------------------------------------------------------
+// Sampling (flashcpp/sampling.hpp), on host views; a per-row parameter is a host 1-D tensor with one value per
+// row. The renorm functions give the distribution each sampler draws from (FlashInfer's pivot rules: token t
+// survives top-k when fewer than k probabilities are strictly greater, top-p when their mass is below top_p,
+// min-p when p_t >= min_p x the row's largest), so sample frequencies can be tested against them.
+
+/// probs = softmax(logits / temperature) per row.
+void softmax(const TensorView& logits, const TensorView& probs, SamplingParam temperature = 1.0);
+void top_k_renorm_probs(const TensorView& probs, const TensorView& renorm, TopKParam top_k);
+void top_p_renorm_probs(const TensorView& probs, const TensorView& renorm, SamplingParam top_p);
+/// What min_p_sampling_from_probs draws from (FlashInfer has no min-p renorm op).
+void min_p_renorm_probs(const TensorView& probs, const TensorView& renorm, SamplingParam min_p);
+/// What top_k_top_p_sampling_from_probs draws from: both filters on the same row.
+void top_k_top_p_renorm_probs(const TensorView& probs, const TensorView& renorm, TopKParam top_k,
+                              SamplingParam top_p);
+/// masked = logits with all but each row's top_k largest set to -inf.
+void top_k_mask_logits(const TensorView& logits, const TensorView& masked, TopKParam top_k);
 
 // -------------------------------------------------------------------------------------------------
 // RoPE (flashcpp/rope.hpp), on host views; pos_ids int32 or int64. q_rope / k_rope may be q / k (in place).

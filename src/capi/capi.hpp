@@ -14,6 +14,7 @@
 #include "flashcpp/c/mla_attention.h"
 #include "flashcpp/c/moe.h"
 #include "flashcpp/c/ops.h"
+#include "flashcpp/c/sampling.h"
 #include "flashcpp/error.hpp"
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/tensor.hpp"
@@ -104,3 +105,5 @@ FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_dense_decode_config, sizeof(flashcpp_mla
                            FLASHCPP_MLA_DENSE_DECODE_CONFIG_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_dense_decode_options, sizeof(flashcpp_mla_dense_decode_options),
                            FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_sampling_options, sizeof(flashcpp_sampling_options),
+                           FLASHCPP_SAMPLING_OPTIONS_INIT);  // C ABI 3.4.0

@@ -1,6 +1,6 @@
-// A stand-in for FlashInfer's norm, page, single/batch prefill, single/batch decode, activation, cascade and rope modules, built
-// like them (tvm-ffi headers, libtvm_ffi resolved at load time), exporting the same names. Every call
-// is appended to a log, one line per call: "name|arg0|arg1|...", each argument as it arrived:
+// A stand-in for FlashInfer's norm, page, single/batch prefill, single/batch decode, activation, cascade, rope and
+// sampling modules, built like them (tvm-ffi headers, libtvm_ffi resolved at load time), exporting the same names.
+// Every call is appended to a log, one line per call: "name|arg0|arg1|...", each argument as it arrived:
 //   None, i:<int>, b:<bool>, f:<double>, T(<code>.<bits>;[shape];[strides];<devtype>:<id>;@<hex ptr>) for a
 //   raw DLTensor*, O(...) for a Tensor object, [a,b,...] for an Array.
 // `recorded()` returns and clears the log. `plan` returns an Array<int64> of 100, 101, ... whose length
@@ -116,6 +116,16 @@ RECORDING_EXPORT(paged_run)
 RECORDING_EXPORT(silu_and_mul)
 RECORDING_EXPORT(gelu_and_mul)
 RECORDING_EXPORT(gelu_tanh_and_mul)
+RECORDING_EXPORT(softmax)
+RECORDING_EXPORT(sampling_from_probs)
+RECORDING_EXPORT(sampling_from_logits)
+RECORDING_EXPORT(top_k_sampling_from_probs)
+RECORDING_EXPORT(top_p_sampling_from_probs)
+RECORDING_EXPORT(min_p_sampling_from_probs)
+RECORDING_EXPORT(top_k_top_p_sampling_from_probs)
+RECORDING_EXPORT(top_p_renorm_probs)
+RECORDING_EXPORT(top_k_renorm_probs)
+RECORDING_EXPORT(top_k_mask_logits)
 RECORDING_EXPORT(merge_state)
 RECORDING_EXPORT(merge_state_in_place)
 RECORDING_EXPORT(merge_states)
