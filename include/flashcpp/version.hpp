@@ -15,7 +15,7 @@ struct VersionInfo {
 
 /// The loaded library's versions (static data).
 const VersionInfo& version() noexcept;
-/// One line: "flashcpp 0.1.0 (C ABI 3.3.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with CUDA 13.0.88)".
+/// One line: "flashcpp 0.1.0 (C ABI 3.4.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with CUDA 13.0.88)".
 const char* version_string() noexcept;
 
 }  // namespace flashcpp

@@ -121,7 +121,8 @@ int64_t seed_bits(uint64_t v) { return static_cast<int64_t>(v); }  // the bindin
 
 int64_t softmax_workspace_bytes(int64_t rows, int64_t vocab) noexcept {
   if (rows <= 0 || vocab <= 0 || rows > kSoftmaxSmallBatch || vocab < kSoftmaxLargeVocab) return 0;
-  return rows * ((vocab + kSoftmaxSlice - 1) / kSoftmaxSlice) * kPartialSoftmaxBytes;
+  const int64_t slices = vocab / kSoftmaxSlice + (vocab % kSoftmaxSlice != 0);  // no overflow near INT64_MAX
+  return rows * slices * kPartialSoftmaxBytes;
 }
 
 OwnedSamplingWorkspace::OwnedSamplingWorkspace(int device_id, cudaStream_t stream)

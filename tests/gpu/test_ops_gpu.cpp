@@ -1,4 +1,5 @@
-// FlashInfer norm, paged KV append, prefill and decode on the GPU against the float64 reference.
+// FlashInfer norm, RoPE, activations, cascade merges, the sampler, paged KV append, prefill and decode on the GPU
+// against the float64 reference.
 // Run with FLASHCPP_GPU_TESTS=1 on a machine whose Runtime finds the modules (FLASHCPP_MODULE_PATH,
 // the jit-cache artifacts, or the module builder).
 //
@@ -30,6 +31,7 @@
 #include "flashcpp/reference.hpp"
 #include "flashcpp/rope.hpp"
 #include "flashcpp/runtime.hpp"
+#include "flashcpp/sampling.hpp"
 #include "support/gpu.hpp"
 
 namespace flashcpp::testing {
@@ -402,6 +404,351 @@ TEST_F(OpsGpu, RopeAgainstTheReference) {
         }
       }
     }
+}
+
+// ------------------------------------------------------------------------------------------------ sampling
+// Softmax f32 atol 1e-6 rtol 1e-4 (__expf, float sums). The renorm ops: the same support as the reference exactly
+// (inputs drawn without ties), values f32 atol 1e-6 rtol 1e-4, bf16 one rounding (rtol 1e-2); mask: kept logits
+// bit-equal, the rest -inf. Samplers: every sample inside the reference distribution's support (exact), and
+// Pearson's chi-square of 2^18 samples of one row against the float64 distribution below the critical value of
+// significance 1e-6 (Wilson-Hilferty; bins of expected count < 5 pooled), Philox seeds fixed per sampler.
+
+void fill_distinct_bf16(Buf& b, uint64_t seed, double lo_abs, double hi_abs, bool signed_values) {
+  // Distinct bf16 bit patterns with |x| in [lo_abs, hi_abs): a shuffled pool, so no two entries tie.
+  std::vector<uint16_t> pool;
+  for (uint32_t bits = 0; bits < 0x8000; ++bits) {
+    const double x = ref::bf16_to_float(static_cast<uint16_t>(bits));
+    if (std::isfinite(x) && x >= lo_abs && x < hi_abs) {
+      pool.push_back(static_cast<uint16_t>(bits));
+      if (signed_values) pool.push_back(static_cast<uint16_t>(bits | 0x8000));
+    }
+  }
+  std::mt19937_64 gen(seed);
+  const int64_t rows = b.shape[0], vocab = b.shape[1];
+  ASSERT_GE(static_cast<int64_t>(pool.size()), vocab);
+  auto* out = reinterpret_cast<uint16_t*>(b.host.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::shuffle(pool.begin(), pool.end(), gen);
+    std::copy(pool.begin(), pool.begin() + vocab, out + r * vocab);
+  }
+}
+
+// A row of `vocab` probabilities from random logits of spread `spread` (softmax in double), f32.
+void fill_probs(Buf& probs, Buf& logits, uint64_t seed, double spread) {
+  fill_random(logits, seed, -spread, spread);
+  ref::softmax(logits.host_view(), probs.host_view());
+}
+
+double chi_square_critical(int64_t df) {
+  const double z = 4.753;  // one-sided normal quantile of 1e-6
+  const double a = 2.0 / (9.0 * static_cast<double>(df));
+  return static_cast<double>(df) * std::pow(1 - a + z * std::sqrt(a), 3);
+}
+
+// Counts of `samples` (int32, drawn from one row) against `dist` (that row, f64): support exact, chi-square.
+void expect_distribution(const std::vector<int32_t>& samples, const std::vector<double>& dist, const std::string& what) {
+  const int64_t vocab = static_cast<int64_t>(dist.size());
+  std::vector<int64_t> counts(dist.size(), 0);
+  int64_t outside = 0, first_outside = -1;
+  for (int32_t s : samples) {
+    if (s < 0 || s >= vocab || dist[static_cast<size_t>(s)] <= 0) {
+      if (first_outside < 0) first_outside = s;
+      ++outside;
+      continue;
+    }
+    ++counts[static_cast<size_t>(s)];
+  }
+  EXPECT_EQ(outside, 0) << what << ": " << outside << " samples outside the support, first " << first_outside;
+  const double n = static_cast<double>(samples.size());
+  double chi2 = 0, pooled_expected = 0, pooled_count = 0;
+  int64_t bins = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double e = dist[static_cast<size_t>(i)] * n;
+    if (e <= 0) continue;
+    if (e < 5) {
+      pooled_expected += e;
+      pooled_count += static_cast<double>(counts[static_cast<size_t>(i)]);
+      continue;
+    }
+    const double d = static_cast<double>(counts[static_cast<size_t>(i)]) - e;
+    chi2 += d * d / e;
+    ++bins;
+  }
+  if (pooled_expected > 0) {
+    chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
+    ++bins;
+  }
+  ASSERT_GE(bins, 2) << what;
+  const double crit = chi_square_critical(bins - 1);
+  EXPECT_LT(chi2, crit) << what << ": chi-square " << chi2 << " over " << bins - 1 << " degrees of freedom";
+}
+
+std::vector<int32_t> download_i32(Buf& b) {
+  download(b);
+  std::vector<int32_t> v(static_cast<size_t>(b.numel()));
+  std::memcpy(v.data(), b.host.data(), v.size() * 4);
+  return v;
+}
+
+TEST_F(OpsGpu, SoftmaxAgainstTheReference) {
+  OwnedSamplingWorkspace ws(0);
+  // (rows, vocab): the vocabulary-split path (small batch, vocab >= 24576), the one-block path, an odd vocabulary.
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{4, 128256}, {200, 32000}, {3, 7}})
+    for (bool per_row : {false, true}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " per_row " +
+                   std::to_string(per_row) + " seed " + std::to_string(seed_));
+      Buf logits = make(DType::f32, {rows, vocab}), probs = make(DType::f32, {rows, vocab});
+      Buf temp = make(DType::f32, {rows}), want = make(DType::f32, {rows, vocab}, false);
+      fill_random(logits, seed_, -12, 12);
+      fill_random(temp, seed_ + 1, 0.3, 2.0);
+      upload(logits);
+      upload(temp);
+      poison(probs);
+      const TensorView t = temp.dev_view(), th = temp.host_view();
+      softmax(runtime(), ws.view().softmax_buffer, logits.dev_view(), probs.dev_view(),
+              per_row ? SamplingParam(t) : SamplingParam(0.7), {.enable_pdl = per_row});
+      download(probs);
+      ref::softmax(logits.host_view(), want.host_view(), per_row ? SamplingParam(th) : SamplingParam(0.7));
+      expect_close(probs, want, 1e-6, 1e-4, "softmax");
+      // In place: probs written over the logits.
+      softmax(runtime(), ws.view().softmax_buffer, logits.dev_view(), logits.dev_view(),
+              per_row ? SamplingParam(t) : SamplingParam(0.7));
+      download(logits);
+      expect_close(logits, want, 1e-6, 1e-4, "softmax in place");
+    }
+}
+
+TEST_F(OpsGpu, RenormAndMaskAgainstTheReference) {
+  OwnedSamplingWorkspace ws(0);
+  // (rows, vocab): the multi-CTA radix path of a large vocabulary, and many rows of a small one.
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{6, 128256}, {300, 4096}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " seed " + std::to_string(seed_));
+    Buf logits = make(DType::f32, {rows, vocab}), probs = make(DType::f32, {rows, vocab});
+    fill_probs(probs, logits, seed_, 6.0);
+    upload(probs);
+    upload(logits);
+    Buf k = make(DType::i32, {rows}), p = make(DType::f32, {rows});
+    std::mt19937 gen(static_cast<uint32_t>(seed_));
+    for (int64_t r = 0; r < rows; ++r) {
+      reinterpret_cast<int32_t*>(k.host.data())[r] = 1 + static_cast<int32_t>(gen() % 2000);
+      reinterpret_cast<float*>(p.host.data())[r] = 0.05f + 0.9f * static_cast<float>(gen() % 1000) / 1000.0f;
+    }
+    upload(k);
+    upload(p);
+    const TensorView kd = k.dev_view(), kh = k.host_view(), pd = p.dev_view(), ph = p.host_view();
+    Buf out = make(DType::f32, {rows, vocab}), want = make(DType::f32, {rows, vocab}, false);
+    auto expect_same_support = [&](const char* what) {
+      int64_t differ = 0;
+      const auto* g = reinterpret_cast<const float*>(out.host.data());
+      const auto* w = reinterpret_cast<const float*>(want.host.data());
+      for (int64_t i = 0; i < out.numel(); ++i) differ += (g[i] > 0) != (w[i] > 0);
+      EXPECT_EQ(differ, 0) << what << ": entries kept by one side only";
+    };
+    for (bool per_row : {false, true}) {
+      poison(out);
+      top_k_renorm_probs(runtime(), probs.dev_view(), out.dev_view(), per_row ? TopKParam(kd) : TopKParam(40),
+                         ws.view().row_states);
+      download(out);
+      ref::top_k_renorm_probs(probs.host_view(), want.host_view(), per_row ? TopKParam(kh) : TopKParam(40));
+      expect_close(out, want, 1e-6, 1e-4, "top_k_renorm_probs");
+      expect_same_support("top_k_renorm_probs");
+
+      poison(out);
+      top_p_renorm_probs(runtime(), probs.dev_view(), out.dev_view(), per_row ? SamplingParam(pd) : SamplingParam(0.6));
+      download(out);
+      ref::top_p_renorm_probs(probs.host_view(), want.host_view(), per_row ? SamplingParam(ph) : SamplingParam(0.6));
+      expect_close(out, want, 1e-6, 1e-4, "top_p_renorm_probs");
+      expect_same_support("top_p_renorm_probs");
+
+      poison(out);
+      top_k_mask_logits(runtime(), logits.dev_view(), out.dev_view(), per_row ? TopKParam(kd) : TopKParam(40),
+                        ws.view().row_states);
+      download(out);
+      ref::top_k_mask_logits(logits.host_view(), want.host_view(), per_row ? TopKParam(kh) : TopKParam(40));
+      expect_close(out, want, 0, 0, "top_k_mask_logits");
+    }
+    // bf16 rows of distinct values: the radix path on 16-bit keys.
+    Buf pb = make(DType::bf16, {rows, std::min<int64_t>(vocab, 4096)}), ob = make(DType::bf16, pb.shape);
+    Buf wb = make(DType::f32, pb.shape, false);
+    fill_distinct_bf16(pb, seed_ + 5, std::ldexp(1.0, -40), 1.0, false);
+    upload(pb);
+    poison(ob);
+    top_k_renorm_probs(runtime(), pb.dev_view(), ob.dev_view(), 100, ws.view().row_states);
+    download(ob);
+    ref::top_k_renorm_probs(pb.host_view(), wb.host_view(), 100);
+    expect_close(ob, wb, 1e-6, 1e-2, "top_k_renorm_probs bf16");
+    fill_distinct_bf16(pb, seed_ + 6, std::ldexp(1.0, -20), 16.0, true);
+    upload(pb);
+    poison(ob);
+    top_k_mask_logits(runtime(), pb.dev_view(), ob.dev_view(), 100, ws.view().row_states);
+    download(ob);
+    ref::top_k_mask_logits(pb.host_view(), wb.host_view(), 100);
+    expect_close(ob, wb, 0, 0, "top_k_mask_logits bf16");
+  }
+}
+
+TEST_F(OpsGpu, SamplersDrawFromTheirDistributions) {
+  OwnedSamplingWorkspace ws(0);
+  const int64_t vocab = 1000, n = int64_t{1} << 18;
+  Buf logits = make(DType::f32, {1, vocab}), probs = make(DType::f32, {1, vocab});
+  fill_probs(probs, logits, seed_, 4.0);
+  upload(logits);
+  upload(probs);
+  Buf idx = make(DType::i32, {n}), samples = make(DType::i32, {n}), scratch = make(DType::f32, {1, vocab});
+  ASSERT_EQ(cudaMemset(idx.dev.get(), 0, idx.bytes()), cudaSuccess);  // every sample from row 0
+  const TensorView iv = idx.dev_view();
+  Buf dist_buf = make(DType::f64, {1, vocab}, false);
+  auto dist = [&]() {
+    return std::vector<double>(reinterpret_cast<const double*>(dist_buf.host.data()),
+                               reinterpret_cast<const double*>(dist_buf.host.data()) + vocab);
+  };
+  auto check = [&](const char* what, auto&& launch) {
+    SCOPED_TRACE(std::string(what) + " seed " + std::to_string(seed_));
+    for (bool deterministic : {true, false}) {
+      poison(samples);
+      launch(SamplingOptions{.deterministic = deterministic, .philox_seed = 20261203, .philox_offset = 0});
+      expect_distribution(download_i32(samples), dist(), std::string(what) + (deterministic ? "" : " nondeterministic"));
+    }
+  };
+  ref::top_k_renorm_probs(probs.host_view(), dist_buf.host_view(), vocab);  // the row itself (normalized)
+  check("sampling_from_probs", [&](SamplingOptions o) { sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), &iv, o); });
+  ref::softmax(logits.host_view(), dist_buf.host_view());
+  check("sampling_from_logits", [&](SamplingOptions o) { sampling_from_logits(runtime(), logits.dev_view(), samples.dev_view(), &iv, o); });
+  ref::top_k_renorm_probs(probs.host_view(), dist_buf.host_view(), 50);
+  check("top_k_sampling_from_probs", [&](SamplingOptions o) {
+    top_k_sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), 50, &iv, o);
+  });
+  ref::top_p_renorm_probs(probs.host_view(), dist_buf.host_view(), 0.8);
+  check("top_p_sampling_from_probs", [&](SamplingOptions o) {
+    top_p_sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), 0.8, &iv, o);
+  });
+  ref::min_p_renorm_probs(probs.host_view(), dist_buf.host_view(), 0.05);
+  check("min_p_sampling_from_probs", [&](SamplingOptions o) {
+    min_p_sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), 0.05, &iv, o);
+  });
+  ref::top_k_top_p_renorm_probs(probs.host_view(), dist_buf.host_view(), 60, 0.7);
+  check("top_k_top_p_sampling_from_probs", [&](SamplingOptions o) {
+    top_k_top_p_sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), 60, 0.7, &iv, o);
+  });
+  check("top_k_top_p_sampling_from_logits joint", [&](SamplingOptions o) {
+    top_k_top_p_sampling_from_logits(runtime(), ws, logits.dev_view(), scratch.dev_view(), samples.dev_view(), 60, 0.7,
+                                     TopKTopPOrder::joint, &iv, o);
+  });
+  // top_k_first: top-p over the renormalized top-k set.
+  Buf topk = make(DType::f64, {1, vocab}, false);
+  ref::top_k_renorm_probs(probs.host_view(), topk.host_view(), 60);
+  ref::top_p_renorm_probs(topk.host_view(), dist_buf.host_view(), 0.7);
+  check("top_k_top_p_sampling_from_logits top_k_first", [&](SamplingOptions o) {
+    top_k_top_p_sampling_from_logits(runtime(), ws, logits.dev_view(), scratch.dev_view(), samples.dev_view(), 60, 0.7,
+                                     TopKTopPOrder::top_k_first, &iv, o);
+  });
+
+  // The same seed and offset give the same samples; another offset other samples.
+  std::vector<int32_t> a, b, c;
+  for (uint64_t offset : {uint64_t{0}, uint64_t{0}, uint64_t{4}}) {
+    top_p_sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), 0.8, &iv,
+                              {.philox_seed = 7, .philox_offset = offset});
+    (a.empty() ? a : b.empty() ? b : c) = download_i32(samples);
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST_F(OpsGpu, PerRowSamplersStayInsideEachRowsSupport) {
+  OwnedSamplingWorkspace ws(0);
+  const int64_t rows = 64, vocab = 32000;
+  Buf logits = make(DType::f32, {rows, vocab}), probs = make(DType::f32, {rows, vocab});
+  fill_probs(probs, logits, seed_, 8.0);
+  upload(logits);
+  upload(probs);
+  Buf k = make(DType::i32, {rows}), p = make(DType::f32, {rows}), samples = make(DType::i32, {rows});
+  std::mt19937 gen(static_cast<uint32_t>(seed_ >> 7));
+  for (int64_t r = 0; r < rows; ++r) {
+    reinterpret_cast<int32_t*>(k.host.data())[r] = r == 0 ? 1 : 1 + static_cast<int32_t>(gen() % 300);
+    reinterpret_cast<float*>(p.host.data())[r] = 0.1f + 0.85f * static_cast<float>(gen() % 1000) / 1000.0f;
+  }
+  upload(k);
+  upload(p);
+  const TensorView kd = k.dev_view(), kh = k.host_view(), pd = p.dev_view(), ph = p.host_view();
+  Buf support = make(DType::f64, {rows, vocab}, false);
+  auto inside = [&](const char* what, auto&& launch) {
+    for (uint64_t round = 0; round < 20; ++round) {
+      poison(samples);
+      launch(SamplingOptions{.philox_seed = 99 + round, .philox_offset = round * 32 * rows});
+      const std::vector<int32_t> got = download_i32(samples);
+      const auto* s = reinterpret_cast<const double*>(support.host.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const int32_t t = got[static_cast<size_t>(r)];
+        ASSERT_TRUE(t >= 0 && t < vocab && s[r * vocab + t] > 0) << what << " row " << r << " sampled " << t;
+      }
+    }
+  };
+  ref::top_k_renorm_probs(probs.host_view(), support.host_view(), kh);
+  inside("top_k_sampling_from_probs", [&](SamplingOptions o) {
+    top_k_sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), kd, nullptr, o);
+  });
+  ref::top_p_renorm_probs(probs.host_view(), support.host_view(), ph);
+  inside("top_p_sampling_from_probs", [&](SamplingOptions o) {
+    top_p_sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), pd, nullptr, o);
+  });
+  ref::top_k_top_p_renorm_probs(probs.host_view(), support.host_view(), kh, ph);
+  inside("top_k_top_p_sampling_from_probs", [&](SamplingOptions o) {
+    top_k_top_p_sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), kd, pd, nullptr, o);
+  });
+  Buf topk = make(DType::f64, {rows, vocab}, false);
+  ref::top_k_renorm_probs(probs.host_view(), topk.host_view(), kh);
+  ref::top_p_renorm_probs(topk.host_view(), support.host_view(), ph);
+  Buf scratch = make(DType::f32, {rows, vocab});
+  inside("top_k_top_p_sampling_from_logits", [&](SamplingOptions o) {
+    top_k_top_p_sampling_from_logits(runtime(), ws, logits.dev_view(), scratch.dev_view(), samples.dev_view(), kd, pd,
+                                     TopKTopPOrder::top_k_first, nullptr, o);
+  });
+  // Greedy: top_k 1 is the argmax of every row.
+  top_k_sampling_from_probs(runtime(), probs.dev_view(), samples.dev_view(), 1);
+  const std::vector<int32_t> greedy = download_i32(samples);
+  const auto* ph32 = reinterpret_cast<const float*>(probs.host.data());
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_EQ(greedy[static_cast<size_t>(r)], std::max_element(ph32 + r * vocab, ph32 + (r + 1) * vocab) - (ph32 + r * vocab))
+        << "row " << r;
+}
+
+TEST_F(OpsGpu, SamplerReplaysInACudaGraphWithNewLogits) {
+  // Capture the decode step's sampler once; each replay samples the logits the buffer holds then (top_k 1: the
+  // argmax, so the expected token is exact).
+  OwnedSamplingWorkspace ws(0);
+  const int64_t rows = 8, vocab = 50000;
+  Buf logits = make(DType::f32, {rows, vocab}), scratch = make(DType::f32, {rows, vocab});
+  Buf samples = make(DType::i32, {rows});
+  fill_random(logits, seed_, -3, 3);
+  upload(logits);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  // The first call resolves the module (host work that must not be captured).
+  top_k_top_p_sampling_from_logits(runtime(), ws, logits.dev_view(), scratch.dev_view(), samples.dev_view(), 1, 0.9,
+                                   TopKTopPOrder::top_k_first, nullptr, {.philox_seed = 1}, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  top_k_top_p_sampling_from_logits(runtime(), ws, logits.dev_view(), scratch.dev_view(), samples.dev_view(), 1, 0.9,
+                                   TopKTopPOrder::top_k_first, nullptr, {.philox_seed = 1}, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    fill_random(logits, seed_ + 10 + replay, -3, 3);
+    upload(logits);
+    poison(samples);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<int32_t> got = download_i32(samples);
+    const auto* l = reinterpret_cast<const float*>(logits.host.data());
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(got[static_cast<size_t>(r)], std::max_element(l + r * vocab, l + (r + 1) * vocab) - (l + r * vocab))
+          << "replay " << replay << " row " << r;
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 TEST_F(OpsGpu, FusedQkRmsnormOnAStridedSliceOfQkv) {

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "capi/capi.hpp"
@@ -207,7 +208,7 @@ class CapiHostile : public OpsFixture {
     for (const std::string& uri : {jit::single_prefill_uri(a), jit::single_decode_uri(a), jit::batch_prefill_uri(a),
                                    jit::batch_decode_uri(a), std::string("page"), std::string("rope"),
                                    std::string("cascade"), std::string("silu_and_mul"), std::string("gelu_and_mul"),
-                                   std::string("gelu_tanh_and_mul")})
+                                   std::string("gelu_tanh_and_mul"), std::string("sampling")})
       link(uri);
     for (const std::string& uri : {batch_mla_uri(DType::bf16, DType::bf16, DType::bf16, MlaBackend::fa2),
                                    std::string(kGdnPrefillUri), fused_moe_uri(MoeBackend::sm90)}) {
@@ -343,6 +344,189 @@ std::vector<Spec> CapiHostile::specs() {
     s.slots = {{"v", cuda(DType::bf16, {3, 2, 8, 128}), kIn}, {"s", cuda(DType::f32, {3, 2, 8}), kIn},
                {"v_merged", cuda(DType::bf16, {3, 8, 128}), kOut}, {"s_merged", cuda(DType::f32, {3, 8}), kOut}};
     s.call = [](const Ptrs& p) { return flashcpp_merge_states(p[0], p[1], p[2], p[3], nullptr); };
+    all.push_back(std::move(s));
+  }
+
+  // ---------------------------------------------------------------------------------------------- sampling
+  // probs / logits f32 [3, 1000], samples int32 [3]; per-row parameters are optional slots (NULL: the scalar, which
+  // is valid in every baseline).
+  const flashcpp_sampling_options sopt = FLASHCPP_SAMPLING_OPTIONS_INIT;
+  auto options_cases = [&](Spec& s, auto with) {
+    invalid(s, "options NULL", with(sopt, true));
+    for (uint32_t size : bad_sizes<flashcpp_sampling_options>()) {
+      auto o = sopt;
+      o.struct_size = size;
+      invalid(s, "options.struct_size " + std::to_string(size), with(o, false));
+    }
+    for (int32_t f : kBadFlags) {
+      auto o = sopt;
+      o.deterministic = f;
+      invalid(s, "options.deterministic " + std::to_string(f), with(o, false));
+    }
+  };
+  using PlainSampler = flashcpp_status (*)(const flashcpp_tensor*, const flashcpp_tensor*, const flashcpp_tensor*,
+                                           const flashcpp_sampling_options*, void*);
+  for (const auto& [fn, f] : {std::pair<const char*, PlainSampler>{"flashcpp_sampling_from_probs", flashcpp_sampling_from_probs},
+                              std::pair<const char*, PlainSampler>{"flashcpp_sampling_from_logits", flashcpp_sampling_from_logits}}) {
+    Spec s;
+    s.fn = fn;
+    s.slots = {{"probs", cuda(DType::f32, {3, 1000}), kIn}, {"samples", cuda(DType::i32, {3}), kOut},
+               {"row_indices", cuda(DType::i32, {3}), kIn | kOptional}};
+    auto with = [f = f](flashcpp_sampling_options o, bool null_options) {
+      return [=](const Ptrs& p) { return f(p[0], p[1], p[2], null_options ? nullptr : &o, nullptr); };
+    };
+    s.call = with(sopt, false);
+    options_cases(s, with);
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_top_k_sampling_from_probs";
+    s.slots = {{"probs", cuda(DType::f32, {3, 1000}), kIn}, {"samples", cuda(DType::i32, {3}), kOut},
+               {"top_k_per_row", cuda(DType::i32, {3}), kIn | kOptional},
+               {"row_indices", cuda(DType::i32, {3}), kIn | kOptional}};
+    auto with = [](int64_t k, flashcpp_sampling_options o, bool null_options, bool scalar) {
+      return [=](const Ptrs& p) {
+        return flashcpp_top_k_sampling_from_probs(p[0], p[1], scalar ? nullptr : p[2], k, p[3],
+                                                  null_options ? nullptr : &o, nullptr);
+      };
+    };
+    s.call = with(10, sopt, false, false);
+    options_cases(s, [&](flashcpp_sampling_options o, bool n) { return with(10, o, n, false); });
+    for (int64_t k : {int64_t{0}, int64_t{-1}, int64_t{1} << 31, std::numeric_limits<int64_t>::max(),
+                      std::numeric_limits<int64_t>::min()})
+      invalid(s, "top_k " + std::to_string(k), with(k, sopt, false, true));
+    all.push_back(std::move(s));
+  }
+  using PSampler = flashcpp_status (*)(const flashcpp_tensor*, const flashcpp_tensor*, const flashcpp_tensor*, double,
+                                       const flashcpp_tensor*, const flashcpp_sampling_options*, void*);
+  struct PSpec {
+    const char* fn;
+    PSampler f;
+    const char* per_row;
+    double good;
+    std::vector<double> bad;
+  };
+  for (const PSpec& ps : {PSpec{"flashcpp_top_p_sampling_from_probs", flashcpp_top_p_sampling_from_probs,
+                                "top_p_per_row", 0.9, {0.0, -0.5, 1.5}},
+                          PSpec{"flashcpp_min_p_sampling_from_probs", flashcpp_min_p_sampling_from_probs,
+                                "min_p_per_row", 0.1, {-0.1, 1.5}}}) {
+    Spec s;
+    s.fn = ps.fn;
+    s.slots = {{"probs", cuda(DType::f32, {3, 1000}), kIn}, {"samples", cuda(DType::i32, {3}), kOut},
+               {ps.per_row, cuda(DType::f32, {3}), kIn | kOptional},
+               {"row_indices", cuda(DType::i32, {3}), kIn | kOptional}};
+    const PSampler f = ps.f;
+    auto with = [f](double x, flashcpp_sampling_options o, bool null_options, bool scalar) {
+      return [=](const Ptrs& p) {
+        return f(p[0], p[1], scalar ? nullptr : p[2], x, p[3], null_options ? nullptr : &o, nullptr);
+      };
+    };
+    const double good = ps.good;
+    s.call = with(good, sopt, false, false);
+    options_cases(s, [&](flashcpp_sampling_options o, bool n) { return with(good, o, n, false); });
+    std::vector<double> bad = ps.bad;
+    bad.insert(bad.end(), std::begin(kNonFinite), std::end(kNonFinite));
+    for (double x : bad) invalid(s, std::string(ps.per_row) + " scalar " + std::to_string(x), with(x, sopt, false, true));
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_top_k_top_p_sampling_from_probs";
+    s.slots = {{"probs", cuda(DType::f32, {3, 1000}), kIn}, {"samples", cuda(DType::i32, {3}), kOut},
+               {"top_k_per_row", cuda(DType::i32, {3}), kIn | kOptional},
+               {"top_p_per_row", cuda(DType::f32, {3}), kIn | kOptional},
+               {"row_indices", cuda(DType::i32, {3}), kIn | kOptional}};
+    auto with = [](int64_t k, double tp, flashcpp_sampling_options o, bool null_options) {
+      return [=](const Ptrs& p) {
+        return flashcpp_top_k_top_p_sampling_from_probs(p[0], p[1], k == 10 ? p[2] : nullptr, k,
+                                                        tp == 0.9 ? p[3] : nullptr, tp, p[4],
+                                                        null_options ? nullptr : &o, nullptr);
+      };
+    };
+    s.call = with(10, 0.9, sopt, false);
+    options_cases(s, [&](flashcpp_sampling_options o, bool n) { return with(10, 0.9, o, n); });
+    for (int64_t k : {int64_t{0}, int64_t{-3}, std::numeric_limits<int64_t>::max()})
+      invalid(s, "top_k " + std::to_string(k), with(k, 0.9, sopt, false));
+    for (double x : {0.0, 2.0, double(NAN), double(INFINITY)})
+      invalid(s, "top_p " + std::to_string(x), with(10, x, sopt, false));
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_top_k_top_p_sampling_from_logits";
+    s.slots = {{"workspace.softmax_buffer", cuda(DType::u8, {1 << 20}), kOut},
+               {"workspace.row_states", cuda(DType::u8, {1 << 20}), kOut},
+               {"logits", cuda(DType::f32, {3, 1000}), kIn},
+               {"probs", cuda(DType::f32, {3, 1000}), kOut},
+               {"samples", cuda(DType::i32, {3}), kOut},
+               {"top_k_per_row", cuda(DType::i32, {3}), kIn | kOptional},
+               {"top_p_per_row", cuda(DType::f32, {3}), kIn | kOptional},
+               {"row_indices", cuda(DType::i32, {3}), kIn | kOptional}};
+    auto with = [](int64_t k, double tp, int32_t order, flashcpp_sampling_options o, bool null_options,
+                   bool null_workspace) {
+      return [=](const Ptrs& p) {
+        const flashcpp_sampling_workspace ws{p[0], p[1]};
+        return flashcpp_top_k_top_p_sampling_from_logits(null_workspace ? nullptr : &ws, p[2], p[3], p[4],
+                                                         k == 10 ? p[5] : nullptr, k, tp == 0.9 ? p[6] : nullptr, tp,
+                                                         order, p[7], null_options ? nullptr : &o, nullptr);
+      };
+    };
+    s.call = with(10, 0.9, FLASHCPP_TOP_K_FIRST, sopt, false, false);
+    options_cases(s, [&](flashcpp_sampling_options o, bool n) { return with(10, 0.9, 0, o, n, false); });
+    invalid(s, "workspace NULL", with(10, 0.9, 0, sopt, false, true));
+    for (int32_t code : kBadCodes)
+      if (code != FLASHCPP_TOP_K_TOP_P_JOINT) invalid(s, "order " + std::to_string(code), with(10, 0.9, code, sopt, false, false));
+    invalid(s, "top_k 0", with(0, 0.9, 0, sopt, false, false));
+    invalid(s, "top_p 0", with(10, 0.0, 1, sopt, false, false));
+    all.push_back(std::move(s));
+  }
+  {
+    // probs may be exactly logits (softmax runs in place), so probs is not mutated into an alias of logits here;
+    // the validation tests cover the partial overlap.
+    Spec s;
+    s.fn = "flashcpp_softmax";
+    s.slots = {{"workspace", cuda(DType::u8, {1 << 20}), kOut}, {"logits", cuda(DType::f32, {4, 32000}), kIn},
+               {"probs", cuda(DType::f32, {4, 32000}), kIn},
+               {"temperature_per_row", cuda(DType::f32, {4}), kIn | kOptional}};
+    auto with = [](double t, int32_t pdl, bool scalar) {
+      return [=](const Ptrs& p) { return flashcpp_softmax(p[0], p[1], p[2], scalar ? nullptr : p[3], t, pdl, nullptr); };
+    };
+    s.call = with(1.0, 0, false);
+    for (double t : {0.0, -1.0, double(NAN), double(INFINITY)})
+      invalid(s, "temperature " + std::to_string(t), with(t, 0, true));
+    for (int32_t f : kBadFlags) invalid(s, "enable_pdl " + std::to_string(f), with(1.0, f, false));
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_top_p_renorm_probs";
+    s.slots = {{"probs", cuda(DType::f32, {3, 1000}), kIn}, {"renorm", cuda(DType::f32, {3, 1000}), kOut},
+               {"top_p_per_row", cuda(DType::f32, {3}), kIn | kOptional}};
+    auto with = [](double tp, bool scalar) {
+      return [=](const Ptrs& p) { return flashcpp_top_p_renorm_probs(p[0], p[1], scalar ? nullptr : p[2], tp, nullptr); };
+    };
+    s.call = with(0.5, false);
+    for (double x : {0.0, 1.01, double(NAN), -double(INFINITY)}) invalid(s, "top_p " + std::to_string(x), with(x, true));
+    all.push_back(std::move(s));
+  }
+  using KFilter = flashcpp_status (*)(const flashcpp_tensor*, const flashcpp_tensor*, const flashcpp_tensor*, int64_t,
+                                      const flashcpp_tensor*, void*);
+  for (const auto& [fn, f, out] : {std::tuple<const char*, KFilter, const char*>{"flashcpp_top_k_renorm_probs",
+                                                                              flashcpp_top_k_renorm_probs, "renorm"},
+                                   std::tuple<const char*, KFilter, const char*>{"flashcpp_top_k_mask_logits",
+                                                                              flashcpp_top_k_mask_logits, "masked"}}) {
+    Spec s;
+    s.fn = fn;
+    s.slots = {{"input", cuda(DType::bf16, {3, 1000}), kIn}, {out, cuda(DType::bf16, {3, 1000}), kOut},
+               {"top_k_per_row", cuda(DType::i32, {3}), kIn | kOptional},
+               {"row_states", cuda(DType::u8, {1 << 20}), kOut}};
+    auto with = [f = f](int64_t k, bool scalar) {
+      return [=](const Ptrs& p) { return f(p[0], p[1], scalar ? nullptr : p[2], k, p[3], nullptr); };
+    };
+    s.call = with(5, false);
+    for (int64_t k : {int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min()})
+      invalid(s, "top_k " + std::to_string(k), with(k, true));
     all.push_back(std::move(s));
   }
 
@@ -1584,6 +1768,15 @@ std::vector<Spec> CapiHostile::specs() {
                flashcpp_recommended_workspace_bytes(&f, nullptr);
                flashcpp_recommended_workspace_bytes(nullptr, &f);
              }}});
+  survivor("flashcpp_softmax_workspace_bytes", {{"any sizes", [] {
+                                                  for (int64_t r : {int64_t{-1}, int64_t{0}, int64_t{128},
+                                                                    std::numeric_limits<int64_t>::max()})
+                                                    for (int64_t v : {int64_t{-1}, int64_t{24576},
+                                                                      std::numeric_limits<int64_t>::max(),
+                                                                      std::numeric_limits<int64_t>::min()})
+                                                      if (flashcpp_softmax_workspace_bytes(r, v) < 0) std::abort();
+                                                }}});
+  survivor("flashcpp_sampling_row_states_bytes", {{"call", [] { (void)flashcpp_sampling_row_states_bytes(); }}});
   survivor("flashcpp_batch_prefill_plan_destroy", {{"NULL", [] { flashcpp_batch_prefill_plan_destroy(nullptr); }}});
   survivor("flashcpp_batch_decode_plan_destroy", {{"NULL", [] { flashcpp_batch_decode_plan_destroy(nullptr); }}});
   survivor("flashcpp_batch_mla_plan_destroy", {{"NULL", [] { flashcpp_batch_mla_plan_destroy(nullptr); }}});
@@ -1634,7 +1827,7 @@ TEST_F(CapiHostile, TheHeadersDeclareTheFunctionsThisTestCovers) {
   const std::set<std::string> declared = declared_functions();
   std::set<std::string> covered;
   for (const Spec& s : specs()) covered.insert(s.fn);
-  EXPECT_EQ(declared.size(), 58u);
+  EXPECT_EQ(declared.size(), 71u);
   EXPECT_EQ(declared, covered);
 }
 
@@ -1712,7 +1905,7 @@ TEST_F(CapiHostile, EveryExportedFunctionRefusesHostileInputWithoutASignal) {
   EXPECT_EQ(success_on_invalid, 0);
   EXPECT_EQ(silent, 0);
   EXPECT_EQ(refused, invalid);
-  EXPECT_EQ(fns.size(), 58u);
+  EXPECT_EQ(fns.size(), 71u);
   EXPECT_GT(cases.size(), 1500u);
 }
 
