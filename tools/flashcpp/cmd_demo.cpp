@@ -1,6 +1,7 @@
 // `flashcpp demo`: one decode step of a transformer layer, end to end:
 //   fused qkv hidden states -> RMSNorm -> RoPE on q and k at each request's position -> append the new k/v into
-//   a paged KV cache -> batch decode; and the layer's MLP activation (SiLU-and-mul of the gate/up projection).
+//   a paged KV cache -> batch decode; the layer's MLP activation (SiLU-and-mul of the gate/up projection); and the
+//   sampler (top-k then top-p over the LM head's logits, here random logits of the vocabulary's size).
 // With a GPU it runs FlashInfer's kernels through flashcpp (timed with CUDA events and host clocks) and
 // checks every result against the float64 reference; without one (or with --cpu) it runs the
 // reference backend and says so. Exit status 1 when a GPU result is outside its tolerance.
@@ -26,6 +27,7 @@
 #include "flashcpp/reference.hpp"
 #include "flashcpp/rope.hpp"
 #include "flashcpp/runtime.hpp"
+#include "flashcpp/sampling.hpp"
 
 namespace flashcpp::cli {
 namespace {
@@ -35,6 +37,8 @@ namespace ref = flashcpp::reference;
 struct DemoOptions {
   int64_t batch = 8, context = 1024, num_qo_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
   int64_t ffn = 14336;  // the MLP's intermediate size (gate/up halves of 2 x ffn)
+  int64_t vocab = 128256, top_k = 50;
+  double top_p = 0.9;
   uint64_t seed = 0;
   bool cpu = false;
   std::string backend = "auto";
@@ -117,7 +121,8 @@ void validate(const DemoOptions& o) {
   // Host: both caches, the step's activations in bf16 and float64-reference f32, and (GPU) one cache read back.
   const bool gpu = !o.cpu && cuda_device_count() > 0;
   const double cache = static_cast<double>(pages) * o.page_size * o.num_kv_heads * o.head_dim * 2;
-  const double acts = static_cast<double>(o.batch) * (o.num_qo_heads + 2 * o.num_kv_heads) * o.head_dim * 2 * 8;
+  const double acts = static_cast<double>(o.batch) * (o.num_qo_heads + 2 * o.num_kv_heads) * o.head_dim * 2 * 8 +
+                      static_cast<double>(o.batch) * static_cast<double>(o.vocab) * 24;  // logits, probs, distribution
   const double host = (gpu ? 3 : 2) * cache + acts;
   const long pages_of_memory = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
   const double host_memory = static_cast<double>(pages_of_memory) * static_cast<double>(page_bytes);
@@ -137,7 +142,8 @@ int run_demo(const DemoOptions& o) {
   std::mt19937_64 gen(seed);
   const int64_t B = o.batch, Hq = o.num_qo_heads, Hkv = o.num_kv_heads, D = o.head_dim, ps = o.page_size;
   const int64_t qkv_width = (Hq + 2 * Hkv) * D;
-  std::printf("flashcpp demo: one decode step (RMSNorm -> RoPE -> paged KV append -> batch decode; SiLU-and-mul)\n");
+  std::printf("flashcpp demo: one decode step (RMSNorm -> RoPE -> paged KV append -> batch decode; SiLU-and-mul; "
+              "top-k/top-p sampler)\n");
   std::printf("  batch %lld, context %lld tokens, heads %lld/%lld, head_dim %lld, page size %lld, bf16, seed %llu\n",
               static_cast<long long>(B), static_cast<long long>(o.context), static_cast<long long>(Hq),
               static_cast<long long>(Hkv), static_cast<long long>(D), static_cast<long long>(ps),
@@ -151,6 +157,10 @@ int run_demo(const DemoOptions& o) {
   fill(hidden, gen, -2.0, 2.0);
   fill(weight, gen, 0.5, 1.5);
   fill(gate_up, gen, -4.0, 4.0);
+  // The LM head's logits of the new token (random here: the demo has no LM head).
+  HostDev logits(DType::f32, {B, o.vocab}), probs(DType::f32, {B, o.vocab}), samples(DType::i32, {B});
+  fill(logits, gen, -8.0, 8.0);
+  const SamplingOptions sample_opt{.philox_seed = seed, .philox_offset = 0};
   const int64_t pages_per_req = (o.context + ps - 1) / ps;
   const int64_t num_pages = B * pages_per_req + 1;
   std::vector<int32_t> ids(static_cast<size_t>(num_pages));
@@ -203,7 +213,9 @@ int run_demo(const DemoOptions& o) {
   ref::rmsnorm(normed.h(), hidden.h(), weight.h(), norm_opt);
   const TensorView indices_host = indices.h();
   PagedKvCache ref_cache{k_cache.h(), v_cache.h(), indices_host, indptr_t.h(), last_t.h(), KvLayout::nhd};
-  double ref_rope_ms = 0, ref_append_ms = 0, ref_decode_ms = 0, ref_act_ms = 0;
+  double ref_rope_ms = 0, ref_append_ms = 0, ref_decode_ms = 0, ref_act_ms = 0, ref_sample_ms = 0;
+  // The sampler's distribution: softmax, the top_k largest renormalized, then their top-p nucleus renormalized.
+  HostDev dist(DType::f64, {B, o.vocab}), dist_k(DType::f64, {B, o.vocab});
   // Reference RoPE of the normalised values in normed.host (into q_rot_ref / k_rot_ref, and the bf16 q_rot / k_rot
   // the rest of the step reads unless `keep_rotated`: the GPU's own), then append + decode (updates the host caches)
   // and the MLP activation.
@@ -222,6 +234,21 @@ int run_demo(const DemoOptions& o) {
     t = Clock::now();
     ref::silu_and_mul(act_ref.h(), gate_up.h());
     ref_act_ms = ms_since(t);
+    t = Clock::now();
+    ref::softmax(logits.h(), dist.h());
+    ref::top_k_renorm_probs(dist.h(), dist_k.h(), o.top_k);
+    ref::top_p_renorm_probs(dist_k.h(), dist.h(), o.top_p);
+    ref_sample_ms = ms_since(t);
+  };
+  // Whether every request's sample lies in its row's top-k/top-p set (where the distribution is non-zero).
+  auto samples_in_support = [&](const std::vector<uint8_t>& got) {
+    const auto* d = reinterpret_cast<const double*>(dist.host.data());
+    for (int64_t r = 0; r < B; ++r) {
+      int32_t t = 0;
+      std::memcpy(&t, got.data() + 4 * r, 4);
+      if (t < 0 || t >= o.vocab || !(d[r * o.vocab + t] > 0)) return false;
+    }
+    return true;
   };
 
   if (!gpu) {
@@ -232,6 +259,21 @@ int run_demo(const DemoOptions& o) {
     std::printf("  append KV         %10.3f ms\n", ref_append_ms);
     std::printf("  batch decode      %10.3f ms\n", ref_decode_ms);
     std::printf("  silu_and_mul      %10.3f ms\n", ref_act_ms);
+    // The reference backend's sampler: one draw per request from the float64 distribution.
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    const auto* d = reinterpret_cast<const double*>(dist.host.data());
+    for (int64_t r = 0; r < B; ++r) {
+      double u = u01(gen), acc = 0;
+      int32_t t = 0;
+      for (int64_t i = 0; i < o.vocab; ++i)
+        if (d[r * o.vocab + i] > 0 && (acc += d[r * o.vocab + i]) >= u) {
+          t = static_cast<int32_t>(i);
+          break;
+        }
+      std::memcpy(samples.host.data() + 4 * r, &t, 4);
+    }
+    std::printf("  sample            %10.3f ms   (top-k %lld, top-p %.2f; tokens %d ...)\n", ref_sample_ms,
+                static_cast<long long>(o.top_k), o.top_p, reinterpret_cast<const int32_t*>(samples.host.data())[0]);
     const TensorView ov = out_ref.h();
     std::printf("\n  out[0, 0, 0:4] = %.5f %.5f %.5f %.5f\n", ref::load(ov, 0), ref::load(ov, 1), ref::load(ov, 2),
                 ref::load(ov, 3));
@@ -243,14 +285,20 @@ int run_demo(const DemoOptions& o) {
   std::printf("  GPU 0: %s (compute capability %d.%d)\n", info.name.c_str(), info.cc_major, info.cc_minor);
   auto rt = Runtime::create();
   for (HostDev* t : {&hidden, &weight, &gate_up, &k_cache, &v_cache, &indices, &indptr_t, &last_t, &bi, &pos, &normed,
-                     &out, &act, &q_rot, &k_rot})
+                     &out, &act, &q_rot, &k_rot, &logits, &probs, &samples})
     t->to_device();
   auto poison_outputs = [&] {
-    for (HostDev* t : {&normed, &out, &act, &q_rot, &k_rot}) FLASHCPP_CUDA_CHECK(cudaMemset(t->dev.get(), 0xFF, t->bytes()));
+    for (HostDev* t : {&normed, &out, &act, &q_rot, &k_rot, &probs, &samples})
+      FLASHCPP_CUDA_CHECK(cudaMemset(t->dev.get(), 0xFF, t->bytes()));
   };
   poison_outputs();
   OwnedWorkspace ws(0);
   Stream stream(0);
+  const OwnedSamplingWorkspace sampling_ws(0, stream);
+  auto sample = [&] {
+    top_k_top_p_sampling_from_logits(*rt, sampling_ws, logits.d(), probs.d(), samples.d(), o.top_k, o.top_p,
+                                     TopKTopPOrder::top_k_first, nullptr, sample_opt, stream);
+  };
   const auto dv = qkv_views(normed.dev.get(), Device::cuda(0));
   const PagedKvCache cache{k_cache.d(), v_cache.d(), indices.d(), indptr_t.d(), last_t.d(), KvLayout::nhd};
   auto plan = BatchDecodePlan::create(*rt, ws, {indptr_t.h(), last_t.h(), &indices_host}, cfg, stream);
@@ -262,13 +310,14 @@ int run_demo(const DemoOptions& o) {
   append_paged_kv_cache(*rt, k_rot.d(), dv.v, bi.d(), pos.d(), cache, stream);
   plan.run(q_rot.d(), cache, out.d(), nullptr, stream);
   silu_and_mul(*rt, act.d(), gate_up.d(), {}, stream);
+  sample();
   stream.synchronize();
   const double first_ms = ms_since(t_first);
   for (HostDev* t : {&k_cache, &v_cache}) t->to_device();
   poison_outputs();
   const PagedKvCache fresh{k_cache.d(), v_cache.d(), indices.d(), indptr_t.d(), last_t.d(), KvLayout::nhd};
   // The step once more on fresh caches, each call timed on the device (events) and on the host.
-  constexpr int kSteps = 5;
+  constexpr int kSteps = 6;
   Event ev[kSteps + 1];
   double host_us[kSteps] = {};
   auto timed = [&](int i, auto&& call) {
@@ -283,6 +332,7 @@ int run_demo(const DemoOptions& o) {
   timed(2, [&] { append_paged_kv_cache(*rt, k_rot.d(), dv.v, bi.d(), pos.d(), fresh, stream); });
   timed(3, [&] { plan.run(q_rot.d(), fresh, out.d(), nullptr, stream); });
   timed(4, [&] { silu_and_mul(*rt, act.d(), gate_up.d(), {}, stream); });
+  timed(5, sample);
   stream.synchronize();
 
   // Norm against the exact reference; each later step against the reference run on the GPU's own inputs to it
@@ -303,6 +353,8 @@ int run_demo(const DemoOptions& o) {
   const bool cache_ok = k_cache.from_device() == k_cache.host && v_cache.from_device() == v_cache.host;
   const Check c_out = compare(out.from_device(), DType::bf16, out_ref, 2e-2, 2e-2);
   const Check c_act = compare(act.from_device(), DType::bf16, act_ref, 1e-2, 1e-2);
+  samples.host = samples.from_device();
+  const bool sample_ok = samples_in_support(samples.host);
   std::printf("  decode path: %s (%s)\n", plan.uses_tensor_cores() ? "tensor cores" : "CUDA cores",
               plan.module_uri().c_str());
   std::printf("\n  step              GPU kernel    host call    CPU reference   check\n");
@@ -317,8 +369,12 @@ int run_demo(const DemoOptions& o) {
               host_us[3], ref_decode_ms, c_out.ok ? "PASS" : "FAIL", c_out.max_err);
   std::printf("  silu_and_mul      %8.1f us   %7.1f us   %10.3f ms   %s (max |err| %.2e, tol 1e-2)\n", kernel_us(4),
               host_us[4], ref_act_ms, c_act.ok ? "PASS" : "FAIL", c_act.max_err);
+  std::printf("  sample            %8.1f us   %7.1f us   %10.3f ms   %s (each token in its top-k %lld / top-p %.2f set;"
+              " tokens %d ...)\n",
+              kernel_us(5), host_us[5], ref_sample_ms, sample_ok ? "PASS" : "FAIL", static_cast<long long>(o.top_k),
+              o.top_p, reinterpret_cast<const int32_t*>(samples.host.data())[0]);
   std::printf("  (first step, module loading included: %.1f ms)\n", first_ms);
-  const bool ok = c_norm.ok && c_rope.ok && cache_ok && c_out.ok && c_act.ok;
+  const bool ok = c_norm.ok && c_rope.ok && cache_ok && c_out.ok && c_act.ok && sample_ok;
   std::printf("\n  %s\n", ok ? "all results match the float64 reference" : "MISMATCH against the reference");
   return ok ? 0 : 1;
 }
@@ -328,7 +384,7 @@ int run_demo(const DemoOptions& o) {
 void add_demo_command(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
   auto* cmd = app.add_subcommand("demo", "One decode step (RMSNorm -> RoPE -> paged KV append -> batch decode; the "
-                                         "MLP's SiLU-and-mul), checked "
+                                         "MLP's SiLU-and-mul; the top-k/top-p sampler), checked "
                                          "against the float64 reference; the reference backend alone without a GPU");
   add_integer(*cmd, "--batch", o->batch, "requests", int64_t{1}, int64_t{4096});
   add_integer(*cmd, "--context", o->context, "tokens per request, the new one included", int64_t{1}, int64_t{1} << 20);
@@ -337,6 +393,9 @@ void add_demo_command(CLI::App& app) {
   add_integer_of(*cmd, "--head-dim", o->head_dim, "head dim", std::vector<int64_t>{64, 128, 256});
   add_integer(*cmd, "--page-size", o->page_size, "tokens per KV page", int64_t{1}, int64_t{1024});
   add_integer(*cmd, "--ffn", o->ffn, "MLP intermediate size (a multiple of 8)", int64_t{8}, int64_t{1} << 17);
+  add_integer(*cmd, "--vocab", o->vocab, "vocabulary size of the sampled logits", int64_t{1}, int64_t{1} << 24);
+  add_integer(*cmd, "--top-k", o->top_k, "the sampler's top_k", int64_t{1}, int64_t{1} << 24);
+  add_real(*cmd, "--top-p", o->top_p, "the sampler's top_p, in (0, 1]", 0.0, 1.0, true);
   add_integer(*cmd, "--seed", o->seed, "random seed (0: fresh)", uint64_t{0}, std::numeric_limits<uint64_t>::max());
   add_word(*cmd, "--backend", o->backend, "decode path", {"auto", "cuda_cores", "tensor_cores"});
   cmd->add_flag("--cpu", o->cpu, "run the float64 reference backend even when a GPU is present");
