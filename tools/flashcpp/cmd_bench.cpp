@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <functional>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "flashcpp/rope.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/runtime.hpp"
+#include "flashcpp/sampling.hpp"
 #include "flashcpp/bench_data.hpp"
 
 namespace flashcpp::cli {
@@ -189,6 +191,66 @@ struct Bench {
       report("merge_states", cfg + ",index_sets=4",
              measure([&] { merge_states(rt, v.view, s.view, vm.view, sm.view, stream); }, stream, o),
              (sets + 1.0) * t * h * (hd * 2 + 4), 0);
+    }
+  }
+
+  /// The sampler over a Llama-3 vocabulary (128256) at 1 request (0.5 MB: L2-resident, the latency of a lone
+  /// request) and 256 (131 MB, above L2), on random logits (uniform in [-8, 8)) and their softmax. Bytes: one read
+  /// of the f32 input (and the renorm/mask/softmax write): the samplers' rejection rounds read it again, so this is
+  /// a lower bound of their traffic.
+  void sampling() {
+    const char* ops[] = {"softmax", "sampling_from_logits", "top_k_sampling_from_probs", "top_p_sampling_from_probs",
+                         "top_k_top_p_sampling_from_logits", "top_k_renorm_probs", "top_k_mask_logits"};
+    if (std::none_of(std::begin(ops), std::end(ops), [&](const char* n) { return wanted(n); })) return;
+    const int64_t vocab = 128256;
+    const OwnedSamplingWorkspace ws(0, stream);
+    for (int64_t rows : {int64_t{1}, int64_t{256}}) {
+      std::vector<float> host(static_cast<size_t>(rows * vocab));
+      std::mt19937 gen(static_cast<uint32_t>(rows));
+      std::uniform_real_distribution<float> u(-8.0f, 8.0f);
+      for (float& x : host) x = u(gen);
+      Dev logits(DType::f32, {rows, vocab}, 0), probs(DType::f32, {rows, vocab}, 0), out(DType::f32, {rows, vocab}, 0);
+      Dev samples(DType::i32, {rows}, 0);
+      FLASHCPP_CUDA_CHECK(cudaMemcpy(logits.buf.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+      softmax(rt, ws.view().softmax_buffer, logits.view, probs.view, 1.0, {}, stream);
+      const double in = 4.0 * rows * vocab;
+      const std::string cfg = "rows=" + std::to_string(rows) + ",vocab=128256";
+      const SamplingOptions so{.philox_seed = 1};
+      if (wanted("softmax"))
+        report("softmax", cfg,
+               measure([&] { softmax(rt, ws.view().softmax_buffer, logits.view, out.view, 1.0, {}, stream); }, stream, o),
+               2 * in, 0);
+      if (wanted("sampling_from_logits"))
+        report("sampling_from_logits", cfg,
+               measure([&] { sampling_from_logits(rt, logits.view, samples.view, nullptr, so, stream); }, stream, o), in,
+               0);
+      if (wanted("top_k_sampling_from_probs"))
+        report("top_k_sampling_from_probs", cfg + ",top_k=50",
+               measure([&] { top_k_sampling_from_probs(rt, probs.view, samples.view, 50, nullptr, so, stream); }, stream,
+                       o),
+               in, 0);
+      if (wanted("top_p_sampling_from_probs"))
+        report("top_p_sampling_from_probs", cfg + ",top_p=0.9",
+               measure([&] { top_p_sampling_from_probs(rt, probs.view, samples.view, 0.9, nullptr, so, stream); },
+                       stream, o),
+               in, 0);
+      if (wanted("top_k_top_p_sampling_from_logits"))
+        report("top_k_top_p_sampling_from_logits", cfg + ",top_k=50,top_p=0.9,top_k_first",
+               measure([&] {
+                 top_k_top_p_sampling_from_logits(rt, ws, logits.view, out.view, samples.view, 50, 0.9,
+                                                  TopKTopPOrder::top_k_first, nullptr, so, stream);
+               }, stream, o),
+               in, 0);
+      if (wanted("top_k_renorm_probs"))
+        report("top_k_renorm_probs", cfg + ",top_k=50",
+               measure([&] { top_k_renorm_probs(rt, probs.view, out.view, 50, ws.view().row_states, stream); }, stream,
+                       o),
+               2 * in, 0);
+      if (wanted("top_k_mask_logits"))
+        report("top_k_mask_logits", cfg + ",top_k=50",
+               measure([&] { top_k_mask_logits(rt, logits.view, out.view, 50, ws.view().row_states, stream); }, stream,
+                       o),
+               2 * in, 0);
     }
   }
 
@@ -358,6 +420,7 @@ int run_bench(const BenchOptions& o) {
   b.ceilings();
   b.norms();
   b.decode_step();
+  b.sampling();
   b.decode();
   b.single();
   b.prefill();
@@ -368,14 +431,17 @@ int run_bench(const BenchOptions& o) {
 
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  auto* cmd = app.add_subcommand("bench", "Time FlashInfer's norm, activation, cascade merge, KV append, prefill and decode through flashcpp "
+  auto* cmd = app.add_subcommand("bench", "Time FlashInfer's norm, activation, RoPE, cascade merge, sampler, KV append, prefill and decode "
+                                          "through flashcpp "
                                           "(kernel and host time, against the copy ceiling and the launch floor)");
   add_timing_options(*cmd, o->warmup, o->iters);
   add_text(*cmd, "--op", o->ops, "only these ops")
       ->check(word_of({"rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "fused_qk_rmsnorm", "batch_decode",
                        "append_paged_kv_cache", "single_decode", "single_prefill", "batch_prefill_paged",
                        "batch_prefill_ragged", "silu_and_mul", "gelu_and_mul", "merge_state", "merge_states",
-                       "apply_rope_pos_ids"}));
+                       "apply_rope_pos_ids", "softmax", "sampling_from_logits", "top_k_sampling_from_probs",
+                       "top_p_sampling_from_probs", "top_k_top_p_sampling_from_logits", "top_k_renorm_probs",
+                       "top_k_mask_logits"}));
   cmd->callback(checked([o] {
     const int rc = run_bench(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);
