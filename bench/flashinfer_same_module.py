@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Same module, same inputs: FlashInfer's own Python API and flashcpp's C ABI, called in one process on the same
 torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm, RoPE, the gated activations, the
-cascade merges, batch decode (CUDA-core path and
+cascade merges, the sampler (softmax, renorm, mask, and every sampler at the same Philox seed and offset), batch decode (CUDA-core path and
 tensor-core path with fa2), batch prefill over a paged cache (fa2 and fa3) and batch MLA (fa2 and sm90).
 
 Both sides load the same compiled module: FlashInfer takes a module from `<flashinfer package>/data/aot/<uri>/`
@@ -82,6 +82,15 @@ class BatchMlaConfig(C.Structure):  # flashcpp_batch_mla_config
                 ("return_lse_base_on_e", C.c_int32), ("backend", C.c_int32), ("sm_scale", C.c_double)]
 
 
+class SamplingOptions(C.Structure):  # flashcpp_sampling_options
+    _fields_ = [("struct_size", C.c_uint32), ("deterministic", C.c_int32), ("philox_seed", C.c_uint64),
+                ("philox_offset", C.c_uint64)]
+
+
+class SamplingWorkspace(C.Structure):  # flashcpp_sampling_workspace
+    _fields_ = [("softmax_buffer", P), ("row_states", P)]
+
+
 class BatchMlaCache(C.Structure):  # flashcpp_batch_mla_cache
     _fields_ = [("ckv_cache", P), ("kpe_cache", P), ("kv_indices", P)]
 
@@ -133,7 +142,7 @@ def report(op, want, got, failures):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", default="libflashcpp.so")
-    ap.add_argument("--only", nargs="*", default=[], choices=("norm", "activation", "rope", "cascade", "attention"),
+    ap.add_argument("--only", nargs="*", default=[], choices=("norm", "activation", "rope", "cascade", "sampling", "attention"),
                     help="only these op groups (attention: paged decode / prefill and batch MLA)")
     args = ap.parse_args()
 
@@ -216,6 +225,72 @@ def main():
         fc.call("flashcpp_merge_states", fc.t(vs), fc.t(ss), fc.t(got_v), fc.t(got_s), stream())
         report("merge_states.v", want_v, got_v, failures)
         report("merge_states.s", want_s, got_s, failures)
+
+    if selected("sampling"):
+        # ---- the sampler: 37 rows (and 300 samples of them through indices) over a 128256-token vocabulary
+        rows, vocab, seed, offset = 37, 128256, 20261203, 64
+        logits = torch.randn(rows, vocab, device=dev, dtype=torch.float32) * 4
+        sm_ws = torch.zeros(1 << 20, dtype=torch.uint8, device=dev)
+        row_states = torch.zeros(1 << 20, dtype=torch.uint8, device=dev)
+        opts = SamplingOptions(C.sizeof(SamplingOptions), 1, seed, offset)
+        want = flashinfer.sampling.softmax(logits, temperature=0.7, enable_pdl=False)
+        probs = torch.empty_like(want)
+        fc.call("flashcpp_softmax", fc.t(sm_ws), fc.t(logits), fc.t(probs), None, C.c_double(0.7), C.c_int32(0),
+                stream())
+        report("softmax", want, probs, failures)
+        want = flashinfer.sampling.top_k_renorm_probs(probs, 50)
+        got = torch.empty_like(want)
+        fc.call("flashcpp_top_k_renorm_probs", fc.t(probs), fc.t(got), None, C.c_int64(50), fc.t(row_states), stream())
+        report("top_k_renorm_probs", want, got, failures)
+        want = flashinfer.sampling.top_p_renorm_probs(probs, 0.9)
+        fc.call("flashcpp_top_p_renorm_probs", fc.t(probs), fc.t(got), None, C.c_double(0.9), stream())
+        report("top_p_renorm_probs", want, got, failures)
+        want = flashinfer.sampling.top_k_mask_logits(logits, 50)
+        fc.call("flashcpp_top_k_mask_logits", fc.t(logits), fc.t(got), None, C.c_int64(50), fc.t(row_states), stream())
+        report("top_k_mask_logits", want, got, failures)
+        idx = torch.randint(0, rows, (300,), device=dev, dtype=torch.int32)
+        kw = dict(indices=idx, deterministic=True, seed=seed, offset=offset)
+        topk_rows = torch.randint(1, 200, (rows,), device=dev, dtype=torch.int32)
+        topp_rows = torch.rand(rows, device=dev, dtype=torch.float32) * 0.9 + 0.05
+        samples = torch.empty(300, device=dev, dtype=torch.int32)
+        cases = [
+            ("sampling_from_probs", flashinfer.sampling.sampling_from_probs(probs, **kw),
+             ("flashcpp_sampling_from_probs", probs)),
+            ("sampling_from_logits", flashinfer.sampling.sampling_from_logits(logits, **kw),
+             ("flashcpp_sampling_from_logits", logits)),
+            ("top_p_sampling_from_probs", flashinfer.sampling.top_p_sampling_from_probs(probs, 0.8, **kw),
+             ("flashcpp_top_p_sampling_from_probs", probs, None, 0.8)),
+            ("top_p_sampling_from_probs.per_row", flashinfer.sampling.top_p_sampling_from_probs(probs, topp_rows, **kw),
+             ("flashcpp_top_p_sampling_from_probs", probs, topp_rows, 0.0)),
+            ("top_k_sampling_from_probs", flashinfer.sampling.top_k_sampling_from_probs(probs, 40, **kw),
+             ("flashcpp_top_k_sampling_from_probs", probs, None, 40)),
+            ("min_p_sampling_from_probs", flashinfer.sampling.min_p_sampling_from_probs(probs, 0.05, **kw),
+             ("flashcpp_min_p_sampling_from_probs", probs, None, 0.05)),
+            ("top_k_top_p_sampling_from_probs",
+             flashinfer.sampling.top_k_top_p_sampling_from_probs(probs, 40, 0.8, **kw),
+             ("flashcpp_top_k_top_p_sampling_from_probs", probs, None, 40, None, 0.8)),
+            ("top_k_top_p_sampling_from_probs.per_row",
+             flashinfer.sampling.top_k_top_p_sampling_from_probs(probs, topk_rows, topp_rows, **kw),
+             ("flashcpp_top_k_top_p_sampling_from_probs", probs, topk_rows, 0, topp_rows, 0.0)),
+        ]
+        for op, want, (fn, src, *params) in cases:
+            samples.fill_(-1)
+            args = [fc.t(src), fc.t(samples)]
+            for i in range(0, len(params), 2):
+                tensor, scalar = params[i], params[i + 1]
+                args.append(fc.t(tensor) if tensor is not None else None)
+                args.append(C.c_int64(scalar) if isinstance(scalar, int) else C.c_double(scalar))
+            fc.call(fn, *args, fc.t(idx), C.byref(opts), stream())
+            report(op, want, samples, failures)
+        # The fused sampler from logits, joint order: FlashInfer's Python softmax is torch's, so its probs (and
+        # samples) may differ in the last bit; compare ours with the module's own kernels run through FlashInfer.
+        scratch = torch.empty_like(logits)
+        ws = SamplingWorkspace(C.pointer(view(sm_ws)), C.pointer(view(row_states)))
+        want = flashinfer.sampling.top_k_top_p_sampling_from_probs(
+            flashinfer.sampling.softmax(logits, enable_pdl=False), 40, 0.8, **kw)
+        fc.call("flashcpp_top_k_top_p_sampling_from_logits", C.byref(ws), fc.t(logits), fc.t(scratch), fc.t(samples),
+                None, C.c_int64(40), None, C.c_double(0.8), C.c_int32(1), fc.t(idx), C.byref(opts), stream())
+        report("top_k_top_p_sampling_from_logits.joint", want, samples, failures)
 
     if selected("attention"):
         # Workspaces of FlashInfer's recommended sizes on both sides.

@@ -18,8 +18,8 @@
 // Randomness is Philox (curand) with an explicit seed and offset: the same inputs, seed and offset give the same
 // samples (with `deterministic`, FlashInfer's deterministic scans; without, faster and run-to-run stable only in
 // distribution). FlashInfer's Python API advances its generator's offset by (n + 3) / 4 * 4 per call, n = batch
-// for sampling_from_probs/logits and min_p, batch * 32 for the top-k/top-p samplers; a caller that wants fresh
-// draws advances `philox_offset` (or the seed) the same way. Seed and offset are kernel arguments, so a CUDA graph
+// for sampling_from_probs and min_p, batch * vocab for sampling_from_logits (Gumbel noise per logit), batch * 32
+// for the top-k/top-p samplers; a caller that wants fresh draws advances `philox_offset` (or the seed) likewise. Seed and offset are kernel arguments, so a CUDA graph
 // replays the ones it was captured with.
 //
 // Validated before anything is launched (Error(invalid_argument) naming the op, the argument and the rule): every
