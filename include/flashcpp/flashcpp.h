@@ -9,4 +9,5 @@
 #include "flashcpp/c/moe.h"
 #include "flashcpp/c/ops.h"
 #include "flashcpp/c/runtime.h"
+#include "flashcpp/c/topk.h"
 #endif
