@@ -44,7 +44,8 @@
 // and dtypes as above; ranks and shapes; every tensor contiguous; input's data aligned to FlashInfer's vector
 // (gcd(16 / element bytes, max_len) elements); max_len >= 1; input and the output below 2^31 elements (FlashInfer
 // indexes rows in 32 bits); without row_to_batch, batch >= rows; the row-states rules above; outputs (the row
-// states included) share no byte with another argument. Zero rows launch nothing.
+// states included) share no byte with another argument. Zero rows launch nothing. Launches run with input's device
+// current and restore the caller's (FlashInfer's topk entry points call cudaSetDevice and leave it set).
 // Read on the device and not validated (the caller's contract): each lengths[r] in [0, max_len] (a larger or
 // negative length reads past the row), each row_to_batch[r] in [0, batch), offsets[r] + lengths[r] - 1 within int32,
 // and the page table's values (copied as they are, -1 included).

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ops/common.hpp"
+#include "ops/device_facts.hpp"
 
 namespace flashcpp {
 namespace {
@@ -30,9 +31,10 @@ int64_t vec_elems(DType t, int64_t max_len) {
 // FlashInfer's vector loads. Returns max_len.
 int64_t check_input(const Validator& v, const TensorView& input) {
   ops::check_cuda_tensor(v, input, "input");
-  v.dtype(input, "input", {DType::f32, DType::f16, DType::bf16}).rank(input, "input", 2).contiguous(input, "input");
+  v.dtype(input, "input", {DType::f32, DType::f16, DType::bf16}).rank(input, "input", 2);
   const int64_t max_len = input.shape[1];
   v.require(max_len >= 1, "input", "must have at least one column (max_len >= 1); got " + input.describe());
+  v.contiguous(input, "input");
   v.require(input.numel() <= kMaxElements, "input",
             "must have fewer than 2^31 elements (FlashInfer indexes rows in 32 bits); got " + input.describe());
   const int64_t vec = vec_elems(input.dtype, max_len);
@@ -43,10 +45,11 @@ int64_t check_input(const Validator& v, const TensorView& input) {
 // An i32 output [rows, k], k >= 1, contiguous, below 2^31 elements, on input's device. Returns k.
 int64_t check_index_output(const Validator& v, const TensorView& out, const char* arg, const TensorView& input) {
   ops::check_same_device(v, out, arg, input, "input");
-  v.dtype(out, arg, {DType::i32}).rank(out, arg, 2).contiguous(out, arg);
+  v.dtype(out, arg, {DType::i32}).rank(out, arg, 2);
   v.dim(out, arg, 0, input.shape[0], "input.size(0)");
   const int64_t k = out.shape[1];
   v.require(k >= 1, arg, "must have k = size(1) >= 1; got " + out.describe());
+  v.contiguous(out, arg);
   v.require(out.numel() <= kMaxElements, arg, "must have fewer than 2^31 elements; got " + out.describe());
   return k;
 }
@@ -81,6 +84,7 @@ void top_k(const Runtime& rt, const TensorView& input, const TensorView& indices
   v.no_overlap({{&indices, "indices"}, {&values, "values"}, {options.row_states, "row_states"}}, {{&input, "input"}});
   if (input.shape[0] == 0) return;
   const auto mod = topk_module(rt);
+  const ops::CurrentDeviceScope device_scope(input.device.id);  // FlashInfer sets it and leaves it set
   ffi::invoke(mod.fns[kRadixTopk], ops::binding_for(input, stream), nullptr, input, indices, values,
               options.row_states, k);
 }
@@ -114,6 +118,7 @@ void top_k_page_table_transform(const Runtime& rt, const TensorView& input, cons
                 {options.row_to_batch, "row_to_batch"}});
   if (rows == 0) return;
   const auto mod = topk_module(rt);
+  const ops::CurrentDeviceScope device_scope(input.device.id);  // FlashInfer sets it and leaves it set
   ffi::invoke(mod.fns[kPageTableTransform], ops::binding_for(input, stream), nullptr, input, output_page_table,
               src_page_table, options.row_to_batch, lengths, options.row_states, k);
 }
@@ -132,6 +137,7 @@ void top_k_ragged_transform(const Runtime& rt, const TensorView& input, const Te
                {{&input, "input"}, {&offsets, "offsets"}, {&lengths, "lengths"}});
   if (rows == 0) return;
   const auto mod = topk_module(rt);
+  const ops::CurrentDeviceScope device_scope(input.device.id);  // FlashInfer sets it and leaves it set
   ffi::invoke(mod.fns[kRaggedTransform], ops::binding_for(input, stream), nullptr, input, output_indices, offsets,
               lengths, options.row_states, k);
 }
