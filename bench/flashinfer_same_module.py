@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Same module, same inputs: FlashInfer's own Python API and flashcpp's C ABI, called in one process on the same
 torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm, RoPE, the gated activations, the
-cascade merges, the sampler (softmax, renorm, mask, and every sampler at the same Philox seed and offset), batch decode (CUDA-core path and
+cascade merges, the sampler (softmax, renorm, mask, and every sampler at the same Philox seed and offset), DSA top-k (its
+unordered sets compared row by row sorted), batch decode (CUDA-core path and
 tensor-core path with fa2), batch prefill over a paged cache (fa2 and fa3) and batch MLA (fa2 and sm90).
 
 Both sides load the same compiled module: FlashInfer takes a module from `<flashinfer package>/data/aot/<uri>/`
@@ -142,7 +143,8 @@ def report(op, want, got, failures):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", default="libflashcpp.so")
-    ap.add_argument("--only", nargs="*", default=[], choices=("norm", "activation", "rope", "cascade", "sampling", "attention"),
+    ap.add_argument("--only", nargs="*", default=[],
+                    choices=("norm", "activation", "rope", "cascade", "sampling", "topk", "attention"),
                     help="only these op groups (attention: paged decode / prefill and batch MLA)")
     args = ap.parse_args()
 
@@ -291,6 +293,42 @@ def main():
         fc.call("flashcpp_top_k_top_p_sampling_from_logits", C.byref(ws), fc.t(logits), fc.t(scratch), fc.t(samples),
                 None, C.c_int64(40), None, C.c_double(0.8), C.c_int32(1), fc.t(idx), C.byref(opts), stream())
         report("top_k_top_p_sampling_from_logits.joint", want, samples, failures)
+
+    if selected("topk"):
+        # ---- DSA top-k: k 2048 of 65536 f32 logits (distinct values: the selected set is unique), 64 rows (FlashInfer's
+        # filtered kernel) and 1 (its multi-CTA radix select). The results are unordered sets whose order changes from
+        # run to run (atomics), so each row is compared sorted.
+        def rows_sorted(x):
+            return torch.sort(x.to(torch.int64), dim=-1).values
+
+        row_states = torch.zeros(1 << 20, dtype=torch.uint8, device=dev)
+        for rows in (64, 1):
+            logits = ((torch.stack([torch.randperm(65536, device=dev) for _ in range(rows)]) + 0.25) / 32768 - 1).float()
+            want_v, want_i = flashinfer.top_k(logits, 2048)
+            got_i = torch.empty(rows, 2048, dtype=torch.int32, device=dev)
+            got_v = torch.empty(rows, 2048, dtype=torch.float32, device=dev)
+            fc.call("flashcpp_top_k", fc.t(logits), fc.t(got_i), fc.t(got_v), fc.t(row_states), stream())
+            report(f"top_k.rows_{rows}.indices", rows_sorted(want_i), rows_sorted(got_i), failures)
+            report(f"top_k.rows_{rows}.values", torch.sort(want_v, dim=-1).values, torch.sort(got_v, dim=-1).values,
+                   failures)
+            # DSA decode: 2 MTP tokens per request (row_to_batch), a token page table wider than max_len, random
+            # lengths (some shorter than k: positions in order, then -1).
+            batch = max(rows // 2, 1)
+            r2b = (torch.arange(rows, device=dev, dtype=torch.int32) // 2).clamp(max=batch - 1).to(torch.int32)
+            table = torch.randperm(batch * 65600, device=dev).to(torch.int32).view(batch, 65600)
+            lengths = torch.randint(1, 65537, (rows,), device=dev, dtype=torch.int32)
+            lengths[: min(rows, 3)] = torch.tensor([1000, 2048, 65536][: min(rows, 3)], dtype=torch.int32)
+            want = flashinfer.top_k_page_table_transform(logits, table, lengths, 2048, row_to_batch=r2b)
+            got = torch.empty_like(want)
+            fc.call("flashcpp_top_k_page_table_transform", fc.t(logits), fc.t(lengths), fc.t(table), fc.t(r2b),
+                    fc.t(got), fc.t(row_states), stream())
+            report(f"top_k_page_table_transform.rows_{rows}", rows_sorted(want), rows_sorted(got), failures)
+            offsets = (torch.cumsum(lengths, 0) - lengths).to(torch.int32)
+            want = flashinfer.top_k_ragged_transform(logits, offsets, lengths, 2048)
+            got = torch.empty_like(want)
+            fc.call("flashcpp_top_k_ragged_transform", fc.t(logits), fc.t(offsets), fc.t(lengths), fc.t(got),
+                    fc.t(row_states), stream())
+            report(f"top_k_ragged_transform.rows_{rows}", rows_sorted(want), rows_sorted(got), failures)
 
     if selected("attention"):
         # Workspaces of FlashInfer's recommended sizes on both sides.

@@ -10,4 +10,5 @@
 #include "flashcpp/c/ops.h"
 #include "flashcpp/c/runtime.h"
 #include "flashcpp/c/sampling.h"
+#include "flashcpp/c/topk.h"
 #endif

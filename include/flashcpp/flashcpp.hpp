@@ -1,7 +1,7 @@
 // flashcpp: everything a C++ program needs, in one include.
 //   Runtime (where FlashInfer modules come from), TensorView, DLPack in and out, errors, CUDA helpers,
-//   FlashInfer ops (norm, RoPE, gated activations, cascade merges, sampling, paged KV append, prefill, decode,
-//   batch MLA, GDN, fused MoE),
+//   FlashInfer ops (norm, RoPE, gated activations, cascade merges, sampling, DSA top-k, paged KV append, prefill,
+//   decode, batch MLA, GDN, fused MoE),
 //   our sparse MLA kernels, and the float64 `reference` backend.
 #pragma once
 #include "flashcpp/activation.hpp"
@@ -24,4 +24,5 @@
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/sampling.hpp"
 #include "flashcpp/tensor.hpp"
+#include "flashcpp/topk.hpp"
 #include "flashcpp/version.hpp"

@@ -123,4 +123,22 @@ void apply_rope_with_cos_sin_cache(const TensorView& q, const TensorView& k, con
                                    const TensorView& k_rope, const TensorView& cos_sin_cache,
                                    const TensorView& pos_ids, bool interleave = false);
 
+// -------------------------------------------------------------------------------------------------
+// DSA top-k (flashcpp/topk.hpp), on host views (any strides; k is the output's width). One exact selection per
+// row, in descending order of FlashInfer's order of values (the IEEE total order of the bits: -0.0 below +0.0),
+// ties to the lower position; a short row (lengths[r] <= k; top_k: k == d) is FlashInfer's: its positions in
+// order, then -1. FlashInfer returns the same set in some order wherever the k-th value of a row is not tied;
+// where it is, its choice among the tied entries may differ (the multiset of selected values is the same).
+// Device-side rules are checked here: lengths in [0, max_len], row_to_batch in [0, batch), offsets + lengths - 1
+// within int32.
+
+/// indices i32 [rows, k], values [rows, k] (any float dtype): the top k = indices.size(1) <= d of input [rows, d].
+void top_k(const TensorView& input, const TensorView& indices, const TensorView& values);
+/// output_page_table i32 [rows, k]: src_page_table[row_to_batch[r] (or r)][p] at the selected positions p.
+void top_k_page_table_transform(const TensorView& input, const TensorView& lengths, const TensorView& src_page_table,
+                                const TensorView& output_page_table, OptionalTensor row_to_batch = nullptr);
+/// output_indices i32 [rows, k]: offsets[r] + p at the selected positions p.
+void top_k_ragged_transform(const TensorView& input, const TensorView& offsets, const TensorView& lengths,
+                            const TensorView& output_indices);
+
 }  // namespace flashcpp::reference

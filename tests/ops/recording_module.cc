@@ -1,6 +1,6 @@
-// A stand-in for FlashInfer's norm, page, single/batch prefill, single/batch decode, activation, cascade, rope and
-// sampling modules, built like them (tvm-ffi headers, libtvm_ffi resolved at load time), exporting the same names.
-// Every call is appended to a log, one line per call: "name|arg0|arg1|...", each argument as it arrived:
+// A stand-in for FlashInfer's norm, page, single/batch prefill, single/batch decode, activation, cascade, rope,
+// sampling and topk modules, built like them (tvm-ffi headers, libtvm_ffi resolved at load time), exporting the same
+// names. Every call is appended to a log, one line per call: "name|arg0|arg1|...", each argument as it arrived:
 //   None, i:<int>, b:<bool>, f:<double>, T(<code>.<bits>;[shape];[strides];<devtype>:<id>;@<hex ptr>) for a
 //   raw DLTensor*, O(...) for a Tensor object, [a,b,...] for an Array.
 // `recorded()` returns and clears the log. `plan` returns an Array<int64> of 100, 101, ... whose length
@@ -132,6 +132,9 @@ RECORDING_EXPORT(merge_states)
 RECORDING_EXPORT(apply_rope_pos_ids)
 RECORDING_EXPORT(apply_llama31_rope_pos_ids)
 RECORDING_EXPORT(apply_rope_pos_ids_cos_sin_cache)
+RECORDING_EXPORT(radix_topk)
+RECORDING_EXPORT(radix_topk_page_table_transform)
+RECORDING_EXPORT(radix_topk_ragged_transform)
 
 extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_plan(void*, const TVMFFIAny* args, int32_t n, TVMFFIAny* result) {
   record("plan", args, n);

@@ -34,6 +34,7 @@
 #include "flashcpp/jit.hpp"
 #include "flashcpp/mla_attention.hpp"
 #include "flashcpp/moe.hpp"
+#include "flashcpp/topk.hpp"
 #include "ops/device_facts.hpp"
 #include "ops/ops_fixture.hpp"
 #include "support/c_tensor.hpp"
@@ -208,7 +209,8 @@ class CapiHostile : public OpsFixture {
     for (const std::string& uri : {jit::single_prefill_uri(a), jit::single_decode_uri(a), jit::batch_prefill_uri(a),
                                    jit::batch_decode_uri(a), std::string("page"), std::string("rope"),
                                    std::string("cascade"), std::string("silu_and_mul"), std::string("gelu_and_mul"),
-                                   std::string("gelu_tanh_and_mul"), std::string("sampling")})
+                                   std::string("gelu_tanh_and_mul"), std::string("sampling"),
+                                   std::string("topk")})
       link(uri);
     for (const std::string& uri : {batch_mla_uri(DType::bf16, DType::bf16, DType::bf16, MlaBackend::fa2),
                                    std::string(kGdnPrefillUri), fused_moe_uri(MoeBackend::sm90)}) {
@@ -527,6 +529,46 @@ std::vector<Spec> CapiHostile::specs() {
     s.call = with(5, false);
     for (int64_t k : {int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min()})
       invalid(s, "top_k " + std::to_string(k), with(k, true));
+    all.push_back(std::move(s));
+  }
+
+  // ---------------------------------------------------------------------------------------------- DSA top-k
+  // f32 rows of 8192 need the row states (more than one CTA's 4096), which are given; 16-bit rows of 1000 do not.
+  {
+    Spec s;
+    s.fn = "flashcpp_top_k";
+    s.slots = {{"input", cuda(DType::f32, {3, 8192}), kIn}, {"indices", cuda(DType::i32, {3, 64}), kOut},
+               {"values", cuda(DType::f32, {3, 64}), kOut},
+               {"row_states", cuda(DType::u8, {kTopKRowStatesBytes}), kOut | kOptional}};
+    s.call = [](const Ptrs& p) { return flashcpp_top_k(p[0], p[1], p[2], p[3], nullptr); };
+    invalid(s, "row_states NULL for 8192-wide f32 rows", [](const Ptrs& p) {
+      return flashcpp_top_k(p[0], p[1], p[2], nullptr, nullptr);
+    });
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_top_k_page_table_transform";
+    s.slots = {{"input", cuda(DType::f32, {4, 2048}), kIn}, {"lengths", cuda(DType::i32, {4}), kIn},
+               {"src_page_table", cuda(DType::i32, {2, 4096}), kIn},
+               {"row_to_batch", cuda(DType::i32, {4}), kIn | kOptional},
+               {"output_page_table", cuda(DType::i32, {4, 64}), kOut},
+               {"row_states", cuda(DType::u8, {kTopKRowStatesBytes}), kOut | kOptional}};
+    s.call = [](const Ptrs& p) {
+      return flashcpp_top_k_page_table_transform(p[0], p[1], p[2], p[3], p[4], p[5], nullptr);
+    };
+    invalid(s, "row_to_batch NULL with fewer table rows than input rows", [](const Ptrs& p) {
+      return flashcpp_top_k_page_table_transform(p[0], p[1], p[2], nullptr, p[4], p[5], nullptr);
+    });
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_top_k_ragged_transform";
+    s.slots = {{"input", cuda(DType::bf16, {3, 1000}), kIn}, {"offsets", cuda(DType::i32, {3}), kIn},
+               {"lengths", cuda(DType::i32, {3}), kIn}, {"output_indices", cuda(DType::i32, {3, 128}), kOut},
+               {"row_states", cuda(DType::u8, {kTopKRowStatesBytes}), kOut | kOptional}};
+    s.call = [](const Ptrs& p) { return flashcpp_top_k_ragged_transform(p[0], p[1], p[2], p[3], p[4], nullptr); };
     all.push_back(std::move(s));
   }
 
@@ -1827,7 +1869,7 @@ TEST_F(CapiHostile, TheHeadersDeclareTheFunctionsThisTestCovers) {
   const std::set<std::string> declared = declared_functions();
   std::set<std::string> covered;
   for (const Spec& s : specs()) covered.insert(s.fn);
-  EXPECT_EQ(declared.size(), 71u);
+  EXPECT_EQ(declared.size(), 74u);
   EXPECT_EQ(declared, covered);
 }
 
@@ -1905,7 +1947,7 @@ TEST_F(CapiHostile, EveryExportedFunctionRefusesHostileInputWithoutASignal) {
   EXPECT_EQ(success_on_invalid, 0);
   EXPECT_EQ(silent, 0);
   EXPECT_EQ(refused, invalid);
-  EXPECT_EQ(fns.size(), 71u);
+  EXPECT_EQ(fns.size(), 74u);
   EXPECT_GT(cases.size(), 1500u);
 }
 

@@ -26,6 +26,7 @@
 #include "flashcpp/activation.hpp"
 #include "flashcpp/cascade.hpp"
 #include "flashcpp/rope.hpp"
+#include "flashcpp/topk.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/sampling.hpp"
@@ -191,6 +192,56 @@ struct Bench {
       report("merge_states", cfg + ",index_sets=4",
              measure([&] { merge_states(rt, v.view, s.view, vm.view, sm.view, stream); }, stream, o),
              (sets + 1.0) * t * h * (hd * 2 + 4), 0);
+    }
+    topk();
+  }
+
+  /// DSA top-k at DeepSeek V3.2's indexer shape: k 2048 of 65536 f32 logits per row, for 64 rows and for 1 (the two
+  /// paths FlashInfer picks there: its filtered kernel, and the multi-CTA radix select). Random distinct-ish logits
+  /// (a constant fill would be one 65536-way tie); full-length rows; bytes: the logits read, the outputs written.
+  void topk() {
+    if (!(wanted("top_k") || wanted("top_k_page_table_transform") || wanted("top_k_ragged_transform"))) return;
+    const int64_t max_len = 65536, k = 2048;
+    DeviceBuffer row_states(static_cast<size_t>(kTopKRowStatesBytes), 0);
+    FLASHCPP_CUDA_CHECK(cudaMemset(row_states.get(), 0, row_states.size()));
+    const auto rs = TensorView::contiguous(row_states.get(), DType::u8, Device::cuda(0), {kTopKRowStatesBytes});
+    for (const int64_t rows : {int64_t{64}, int64_t{1}}) {
+      std::vector<float> host(static_cast<size_t>(rows * max_len));
+      uint64_t x = 0x9e3779b97f4a7c15ull;
+      for (float& f : host) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        f = static_cast<float>(x >> 40) * (2.f / 16777216.f) - 1.f;
+      }
+      Dev logits(DType::f32, {rows, max_len}, 0), idx(DType::i32, {rows, k}, 0), val(DType::f32, {rows, k}, 0);
+      FLASHCPP_CUDA_CHECK(cudaMemcpy(logits.buf.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+      std::vector<int32_t> lens(static_cast<size_t>(rows), static_cast<int32_t>(max_len)), offs(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) offs[static_cast<size_t>(r)] = static_cast<int32_t>(r * max_len);
+      Dev len = upload_i32(lens), off = upload_i32(offs);
+      const std::string cfg = "rows=" + std::to_string(rows) + ",max_len=65536,k=2048,dtype=f32";
+      const double in_bytes = static_cast<double>(rows * max_len * 4);
+      if (wanted("top_k"))
+        report("top_k", cfg,
+               measure([&] { top_k(rt, logits.view, idx.view, val.view, {.row_states = &rs}, stream); }, stream, o),
+               in_bytes + rows * k * 8.0, 0);
+      if (wanted("top_k_page_table_transform")) {
+        std::vector<int32_t> tab(static_cast<size_t>(rows * max_len));
+        std::iota(tab.begin(), tab.end(), 0);
+        Dev table(DType::i32, {rows, max_len}, 0);
+        FLASHCPP_CUDA_CHECK(cudaMemcpy(table.buf.get(), tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
+        report("top_k_page_table_transform", cfg,
+               measure([&] {
+                 top_k_page_table_transform(rt, logits.view, len.view, table.view, idx.view, {.row_states = &rs}, stream);
+               }, stream, o),
+               in_bytes + rows * k * 8.0, 0);  // plus the gathered table entries
+      }
+      if (wanted("top_k_ragged_transform"))
+        report("top_k_ragged_transform", cfg,
+               measure([&] {
+                 top_k_ragged_transform(rt, logits.view, off.view, len.view, idx.view, {.row_states = &rs}, stream);
+               }, stream, o),
+               in_bytes + rows * k * 4.0, 0);
     }
   }
 
@@ -431,8 +482,8 @@ int run_bench(const BenchOptions& o) {
 
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  auto* cmd = app.add_subcommand("bench", "Time FlashInfer's norm, activation, RoPE, cascade merge, sampler, KV append, prefill and decode "
-                                          "through flashcpp "
+  auto* cmd = app.add_subcommand("bench", "Time FlashInfer's norm, activation, RoPE, cascade merge, sampler, DSA top-k, KV "
+                                          "append, prefill and decode through flashcpp "
                                           "(kernel and host time, against the copy ceiling and the launch floor)");
   add_timing_options(*cmd, o->warmup, o->iters);
   add_text(*cmd, "--op", o->ops, "only these ops")
@@ -441,7 +492,7 @@ void add_bench_command(CLI::App& app) {
                        "batch_prefill_ragged", "silu_and_mul", "gelu_and_mul", "merge_state", "merge_states",
                        "apply_rope_pos_ids", "softmax", "sampling_from_logits", "top_k_sampling_from_probs",
                        "top_p_sampling_from_probs", "top_k_top_p_sampling_from_logits", "top_k_renorm_probs",
-                       "top_k_mask_logits"}));
+                       "top_k_mask_logits", "top_k", "top_k_page_table_transform", "top_k_ragged_transform"}));
   cmd->callback(checked([o] {
     const int rc = run_bench(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);
