@@ -53,10 +53,77 @@ def report(name, impl, config, t, nbytes=0.0, flops=0.0):
     print(line + f" host_us={host_us:.2f}", flush=True)
 
 
+def decode_step_ops(m, dev):
+    """The decode-step ops with `flashcpp bench`'s shapes and inputs (tools/flashcpp/cmd_bench.cpp)."""
+    bf16 = torch.bfloat16
+    x = torch.full((8192, 2 * 28672), 0.0115, dtype=bf16, device=dev)
+    out = torch.empty(8192, 28672, dtype=bf16, device=dev)
+    io = 3.0 * 8192 * 28672 * 2
+    for act in ("silu", "gelu"):
+        fn = getattr(flashinfer, act + "_and_mul")
+        report(act + "_and_mul", "flashinfer_python", "tokens=8192,d=28672,dtype=bf16",
+               m(lambda: fn(x, out=out, enable_pdl=False)), io)
+    del x, out
+    qkv = torch.full((8192, 48 * 128), 0.0115, dtype=bf16, device=dev)
+    q, k = qkv[:, : 32 * 128].view(8192, 32, 128), qkv[:, 32 * 128 : 40 * 128].view(8192, 8, 128)
+    pos = torch.zeros(8192, dtype=torch.int32, device=dev)
+    report("apply_rope_pos_ids", "flashinfer_python", "tokens=8192,heads=32/8,head_dim=128,dtype=bf16,in_place",
+           m(lambda: flashinfer.apply_rope_pos_ids_inplace(q, k, pos)), 2.0 * 8192 * 40 * 128 * 2)
+    va, vb = (torch.full((8192, 32, 128), 0.0115, dtype=bf16, device=dev) for _ in range(2))
+    sa, sb = (torch.zeros(8192, 32, dtype=torch.float32, device=dev) for _ in range(2))
+    report("merge_state", "flashinfer_python", "tokens=8192,heads=32,head_dim=128,dtype=bf16",
+           m(lambda: flashinfer.merge_state(va, sa, vb, sb)), 3.0 * 8192 * 32 * (128 * 2 + 4))
+    v4 = torch.full((8192, 4, 32, 128), 0.0115, dtype=bf16, device=dev)
+    s4 = torch.zeros(8192, 4, 32, dtype=torch.float32, device=dev)
+    report("merge_states", "flashinfer_python", "tokens=8192,heads=32,head_dim=128,dtype=bf16,index_sets=4",
+           m(lambda: flashinfer.merge_states(v4, s4)), 5.0 * 8192 * 32 * (128 * 2 + 4))
+    del qkv, va, vb, v4
+
+    # The sampler: random logits uniform in [-8, 8) over 128256 tokens, 1 and 256 rows; FlashInfer's Python samplers
+    # take seed/offset explicitly here, as flashcpp's do (no generator state read per call).
+    smp = flashinfer.sampling
+    for rows in (1, 256):
+        logits = torch.rand(rows, 128256, device=dev) * 16 - 8
+        probs = smp.softmax(logits, temperature=1.0, enable_pdl=False)
+        cfg = f"rows={rows},vocab=128256"
+        nb = 4.0 * rows * 128256
+        kw = dict(seed=1, offset=0)
+        report("softmax", "flashinfer_python", cfg, m(lambda: smp.softmax(logits, temperature=1.0, enable_pdl=False)),
+               2 * nb)
+        report("sampling_from_logits", "flashinfer_python", cfg, m(lambda: smp.sampling_from_logits(logits, **kw)), nb)
+        report("top_k_sampling_from_probs", "flashinfer_python", cfg + ",top_k=50",
+               m(lambda: smp.top_k_sampling_from_probs(probs, 50, **kw)), nb)
+        report("top_p_sampling_from_probs", "flashinfer_python", cfg + ",top_p=0.9",
+               m(lambda: smp.top_p_sampling_from_probs(probs, 0.9, **kw)), nb)
+        # FlashInfer's Python composes this one with torch.softmax (flashcpp with FlashInfer's softmax kernel).
+        report("top_k_top_p_sampling_from_logits", "flashinfer_python", cfg + ",top_k=50,top_p=0.9,top_k_first",
+               m(lambda: smp.top_k_top_p_sampling_from_logits(logits, 50, 0.9, **kw)), nb)
+        report("top_k_renorm_probs", "flashinfer_python", cfg + ",top_k=50", m(lambda: smp.top_k_renorm_probs(probs, 50)),
+               2 * nb)
+        report("top_k_mask_logits", "flashinfer_python", cfg + ",top_k=50", m(lambda: smp.top_k_mask_logits(logits, 50)),
+               2 * nb)
+
+    # DSA top-k: k 2048 of 65536 f32, rows 64 and 1, full-length rows.
+    for rows in (64, 1):
+        logits = torch.rand(rows, 65536, device=dev) * 2 - 1
+        cfg = f"rows={rows},max_len=65536,k=2048,dtype=f32"
+        nb = 4.0 * rows * 65536
+        report("top_k", "flashinfer_python", cfg, m(lambda: flashinfer.top_k(logits, 2048)), nb + rows * 2048 * 8.0)
+        lengths = torch.full((rows,), 65536, dtype=torch.int32, device=dev)
+        table = torch.arange(rows * 65536, dtype=torch.int32, device=dev).view(rows, 65536)
+        report("top_k_page_table_transform", "flashinfer_python", cfg,
+               m(lambda: flashinfer.top_k_page_table_transform(logits, table, lengths, 2048)), nb + rows * 2048 * 8.0)
+        offsets = torch.arange(rows, dtype=torch.int32, device=dev) * 65536
+        report("top_k_ragged_transform", "flashinfer_python", cfg,
+               m(lambda: flashinfer.top_k_ragged_transform(logits, offsets, lengths, 2048)), nb + rows * 2048 * 4.0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--only", nargs="*", default=[], choices=("attention", "decode-step"),
+                    help="decode-step: the activations, RoPE, cascade merges, sampler and DSA top-k of `flashcpp bench`")
     a = ap.parse_args()
     dev = torch.device("cuda:0")
     bf16 = torch.bfloat16
@@ -67,6 +134,11 @@ def main():
     dst = torch.empty_like(src)
     t = m(lambda: dst.copy_(src))
     print(f"ceiling impl=torch copy_gbps={2 * (1 << 30) / (t[0] * 1e3):.1f}", flush=True)
+
+    if not a.only or "decode-step" in a.only:
+        decode_step_ops(m, dev)
+    if a.only and "attention" not in a.only:
+        return
 
     # Norms: 8192 x 4096 bf16.
     x = torch.randn(8192, 4096, dtype=bf16, device=dev)

@@ -2,6 +2,7 @@
 // flashinfer_sampling_binding.cu; include/flashinfer/sampling.cuh, topk.cuh).
 #include "flashcpp/sampling.hpp"
 
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -33,8 +34,8 @@ constexpr int64_t kPartialSoftmaxBytes = 8;  // PartialSoftmaxResult {float max_
 void check_matrix(const Validator& v, const TensorView& t, const char* arg, std::initializer_list<DType> dtypes) {
   ops::check_cuda_tensor(v, t, arg);
   v.dtype(t, arg, dtypes).rank(t, arg, 2).contiguous(t, arg).aligned(t, arg, 16);
-  v.require(t.shape[1] >= 1 && t.shape[1] < (int64_t{1} << 31), arg,
-            "must have a vocabulary (size(1)) in [1, 2^31); got " + std::to_string(t.shape[1]));
+  if (!(t.shape[1] >= 1 && t.shape[1] < (int64_t{1} << 31)))
+    v.fail(arg, "must have a vocabulary (size(1)) in [1, 2^31); got " + std::to_string(t.shape[1]));
   v.require(t.shape[0] < (int64_t{1} << 31), arg, "must have fewer than 2^31 rows (the kernel's grid)");
 }
 
@@ -69,9 +70,9 @@ Samples check_samples(const Validator& v, const TensorView& samples, const Tenso
     v.same_dtype(*row_indices, "row_indices", samples, "samples").rank(*row_indices, "row_indices", 1);
     v.contiguous(*row_indices, "row_indices").dim(*row_indices, "row_indices", 0, batch, "samples.size(0)");
   } else {
-    v.require(batch == probs.shape[0], "samples",
-              std::string("must have one entry per row of ") + probs_arg + " when row_indices is absent (" +
-                  std::to_string(probs.shape[0]) + "); got " + std::to_string(batch));
+    if (batch != probs.shape[0])
+      v.fail("samples", std::string("must have one entry per row of ") + probs_arg + " when row_indices is absent (" +
+                            std::to_string(probs.shape[0]) + "); got " + std::to_string(batch));
   }
   v.no_overlap({{&samples, "samples"}}, {{&probs, probs_arg}, {row_indices, "row_indices"}});
   return {batch};
@@ -95,18 +96,25 @@ void check_param(const Validator& v, const SamplingParam& p, const char* arg, do
     return;
   }
   v.finite(p.value, arg);
-  const bool ok = (lo_open ? p.value > lo : p.value >= lo) && p.value <= hi;
-  v.require(ok, arg, std::string("must be in ") + (lo_open ? "(" : "[") + std::to_string(lo) + ", " +
-                         std::to_string(hi) + "]; got " + std::to_string(p.value));
+  if ((lo_open ? p.value > lo : p.value >= lo) && p.value <= hi) return;
+  const auto num = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return std::string(buf);
+  };
+  const std::string range = hi == std::numeric_limits<double>::max()
+                                ? std::string(lo_open ? "> " : ">= ") + num(lo)
+                                : std::string("in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]";
+  v.fail(arg, "must be " + range + "; got " + num(p.value));
 }
 
 // top_k and min_p samplers read a per-request value by sample index (the others by row): with row_indices the
 // samples must then be as many as the rows (the binding requires one value per row; more samples would read past).
 void check_by_sample(const Validator& v, const TensorView* per_row, const char* arg, int64_t batch, int64_t rows) {
   if (per_row == nullptr) return;
-  v.require(batch == rows, arg,
-            "per request is read by sample index, so samples must have one entry per row (" + std::to_string(rows) +
-                "); got " + std::to_string(batch));
+  if (batch != rows)
+    v.fail(arg, "per request is read by sample index, so samples must have one entry per row (" + std::to_string(rows) +
+                    "); got " + std::to_string(batch));
 }
 
 void check_row_states(const Validator& v, const TensorView& row_states, const TensorView& ref, const char* ref_arg) {

@@ -33,10 +33,10 @@ int64_t check_input(const Validator& v, const TensorView& input) {
   ops::check_cuda_tensor(v, input, "input");
   v.dtype(input, "input", {DType::f32, DType::f16, DType::bf16}).rank(input, "input", 2);
   const int64_t max_len = input.shape[1];
-  v.require(max_len >= 1, "input", "must have at least one column (max_len >= 1); got " + input.describe());
+  if (max_len < 1) v.fail("input", "must have at least one column (max_len >= 1); got " + input.describe());
   v.contiguous(input, "input");
-  v.require(input.numel() <= kMaxElements, "input",
-            "must have fewer than 2^31 elements (FlashInfer indexes rows in 32 bits); got " + input.describe());
+  if (input.numel() > kMaxElements)
+    v.fail("input", "must have fewer than 2^31 elements (FlashInfer indexes rows in 32 bits); got " + input.describe());
   const int64_t vec = vec_elems(input.dtype, max_len);
   v.aligned(input, "input", static_cast<size_t>(vec * dtype_size(input.dtype)));
   return max_len;
@@ -48,9 +48,9 @@ int64_t check_index_output(const Validator& v, const TensorView& out, const char
   v.dtype(out, arg, {DType::i32}).rank(out, arg, 2);
   v.dim(out, arg, 0, input.shape[0], "input.size(0)");
   const int64_t k = out.shape[1];
-  v.require(k >= 1, arg, "must have k = size(1) >= 1; got " + out.describe());
+  if (k < 1) v.fail(arg, "must have k = size(1) >= 1; got " + out.describe());
   v.contiguous(out, arg);
-  v.require(out.numel() <= kMaxElements, arg, "must have fewer than 2^31 elements; got " + out.describe());
+  if (out.numel() > kMaxElements) v.fail(arg, "must have fewer than 2^31 elements; got " + out.describe());
   return k;
 }
 
@@ -62,10 +62,11 @@ void check_row_states(const Validator& v, OptionalTensor row_states, const Tenso
     return;
   }
   const int64_t single_cta = kBlockThreads * vec_elems(input.dtype, max_len);
-  v.require(max_len <= single_cta, "row_states",
-            "must be given for rows longer than " + std::to_string(single_cta) + " elements (max_len " +
-                std::to_string(max_len) + "): FlashInfer's radix path may split such a row over several CTAs, "
-                "which synchronize through it (kTopKRowStatesBytes, zero-filled)");
+  if (max_len > single_cta)
+    v.fail("row_states", "must be given for rows longer than " + std::to_string(single_cta) + " elements (max_len " +
+                             std::to_string(max_len) +
+                             "): FlashInfer's radix path may split such a row over several CTAs, "
+                             "which synchronize through it (kTopKRowStatesBytes, zero-filled)");
 }
 
 }  // namespace
@@ -75,8 +76,9 @@ void top_k(const Runtime& rt, const TensorView& input, const TensorView& indices
   const Validator v("top_k");
   const int64_t d = check_input(v, input);
   const int64_t k = check_index_output(v, indices, "indices", input);
-  v.require(k <= d, "indices",
-            "must have k = size(1) at most input.size(1) = " + std::to_string(d) + "; got " + indices.describe());
+  if (k > d)
+    v.fail("indices",
+           "must have k = size(1) at most input.size(1) = " + std::to_string(d) + "; got " + indices.describe());
   ops::check_same_device(v, values, "values", input, "input");
   v.same_dtype(values, "values", input, "input").same_shape(values, "values", indices, "indices");
   v.contiguous(values, "values");
@@ -100,17 +102,18 @@ void top_k_page_table_transform(const Runtime& rt, const TensorView& input, cons
   ops::check_same_device(v, src_page_table, "src_page_table", input, "input");
   v.dtype(src_page_table, "src_page_table", {DType::i32}).rank(src_page_table, "src_page_table", 2);
   v.contiguous(src_page_table, "src_page_table");
-  v.require(src_page_table.shape[1] >= max_len, "src_page_table",
-            "must have at least max_len = input.size(1) = " + std::to_string(max_len) + " columns; got " +
-                src_page_table.describe());
+  if (src_page_table.shape[1] < max_len)
+    v.fail("src_page_table", "must have at least max_len = input.size(1) = " + std::to_string(max_len) +
+                                 " columns; got " + src_page_table.describe());
   if (options.row_to_batch) {
     ops::check_device_index_array(v, *options.row_to_batch, "row_to_batch", rows, input, "input");
-    v.require(rows == 0 || src_page_table.shape[0] >= 1, "src_page_table",
-              "must have at least one row (row_to_batch names its rows); got " + src_page_table.describe());
+    if (rows != 0 && src_page_table.shape[0] < 1)
+      v.fail("src_page_table",
+             "must have at least one row (row_to_batch names its rows); got " + src_page_table.describe());
   } else {
-    v.require(src_page_table.shape[0] >= rows, "src_page_table",
-              "must have a row per input row (" + std::to_string(rows) +
-                  ") when row_to_batch is absent; got " + src_page_table.describe());
+    if (src_page_table.shape[0] < rows)
+      v.fail("src_page_table", "must have a row per input row (" + std::to_string(rows) +
+                                   ") when row_to_batch is absent; got " + src_page_table.describe());
   }
   check_row_states(v, options.row_states, input, max_len);
   v.no_overlap({{&output_page_table, "output_page_table"}, {options.row_states, "row_states"}},

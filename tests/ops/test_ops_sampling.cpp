@@ -117,7 +117,7 @@ TEST_F(SamplingOps, NothingToSampleLaunchesNothing) {
 
 TEST_F(SamplingOps, SoftmaxRulesAreCheckedBeforeTheCall) {
   auto ws = dev(DType::u8, {1 << 20}), logits = dev(DType::f32, {4, 32000}), probs = dev(DType::f32, {4, 32000});
-  EXPECT_INVALID(softmax(rt(), ws, logits, probs, 0.0), "softmax: argument 'temperature' must be in (0");
+  EXPECT_INVALID(softmax(rt(), ws, logits, probs, 0.0), "softmax: argument 'temperature' must be > 0; got 0");
   EXPECT_INVALID(softmax(rt(), ws, logits, probs, std::numeric_limits<double>::quiet_NaN()), "'temperature'");
   EXPECT_INVALID(softmax(rt(), ws, dev(DType::bf16, {4, 32000}), probs), "argument 'logits'");
   EXPECT_INVALID(softmax(rt(), ws, logits, dev(DType::f32, {4, 31999})), "argument 'probs'");
@@ -153,7 +153,7 @@ TEST_F(SamplingOps, SamplerRulesAreCheckedBeforeTheCall) {
   EXPECT_INVALID(sampling_from_probs(rt(), probs, samples, &idx_short), "argument 'row_indices' must have size 3");
   EXPECT_INVALID(top_k_sampling_from_probs(rt(), probs, samples, 0), "argument 'top_k' must be in [1, 2147483647]");
   EXPECT_INVALID(top_p_sampling_from_probs(rt(), probs, samples, 0.0), "argument 'top_p' must be in (0");
-  EXPECT_INVALID(top_p_sampling_from_probs(rt(), probs, samples, 1.5), "argument 'top_p' must be in (0");
+  EXPECT_INVALID(top_p_sampling_from_probs(rt(), probs, samples, 1.5), "argument 'top_p' must be in (0, 1]; got 1.5");
   EXPECT_INVALID(min_p_sampling_from_probs(rt(), probs, samples, -0.1), "argument 'min_p' must be in [0");
   // The top-k sampler reads a per-request top_k as the sample index type, by sample.
   auto k64 = dev(DType::i64, {3});
