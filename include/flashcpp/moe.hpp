@@ -44,6 +44,16 @@ struct FusedMoeConfig {
   MoeQuantization quantization = MoeQuantization::none;
   MoeBackend backend = MoeBackend::automatic;
   int device = 0;  ///< CUDA device the runner serves
+  /// Fast by default: a run() of a token-count bucket and problem shape that has no tactics (none tuned, set or
+  /// recorded) first tunes them, once per bucket and shape (tune(): every candidate of both GEMMs timed, blocking,
+  /// seconds), and records them in the module cache, `<FLASHCPP_CACHE_DIR>/moe-tactics/`, one JSON file per
+  /// module build (its SHA-256) and GPU model, written atomically under a file lock; a later runner, in this
+  /// process or the next, reads them from there instead of tuning. A file another user could have written, or
+  /// one that does not parse, is not used (and not written). Not during CUDA graph capture (nothing can be timed
+  /// there): a capture of an untuned bucket runs the defaults, so run each served bucket once eagerly, or tune(),
+  /// before capturing. false: untuned calls run the runner's first candidate (5-8x slower at thousands of tokens).
+  /// DeepSeek FP8 block scale has one configuration and nothing to tune.
+  bool auto_tune = true;
 };
 
 /// One MoE call. T tokens, K = top_k, E = experts on this rank, H = hidden, I = intermediate.

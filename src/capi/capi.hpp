@@ -85,7 +85,8 @@ void require_device_id(int64_t device_id, const char* op, const char* name);
 // Every size-prefixed C struct, with its first published size: the smallest struct_size read_struct accepts
 // (struct_sizes.hpp). Each struct's layout is unchanged since it first began with its size (the FlashInfer ops'
 // in C ABI 3.0.0, 2648276; batch MLA, GDN, MoE and the sparse MLA config and options in 3.0.0 too, 5481221 and
-// 20d1b9e; the dense MLA decode structs in 3.2.0), so each first size is today's sizeof; sparse MLA decode's
+// 20d1b9e; the dense MLA decode structs in 3.2.0), so each first size is today's sizeof but for the fused MoE
+// config, which grew auto_tune in 3.4.0 (its first size ends before it); sparse MLA decode's
 // extra_topk predates the struct's size field (966e687, C ABI 2.x). A field appended in a MINOR release keeps
 // the entry's first size and adds its default to the struct's *_INIT.
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_attention_options, sizeof(flashcpp_attention_options),
@@ -96,7 +97,9 @@ FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_decode_config, sizeof(flashcpp_batch_d
                            FLASHCPP_BATCH_DECODE_CONFIG_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_mla_config, sizeof(flashcpp_batch_mla_config), FLASHCPP_BATCH_MLA_CONFIG_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_gdn_prefill_args, sizeof(flashcpp_gdn_prefill_args), FLASHCPP_GDN_PREFILL_ARGS_INIT);
-FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_fused_moe_config, sizeof(flashcpp_fused_moe_config), FLASHCPP_FUSED_MOE_CONFIG_INIT);
+// auto_tune was appended in C ABI 3.4.0: the first published size ends at device.
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_fused_moe_config, offsetof(flashcpp_fused_moe_config, auto_tune),
+                           FLASHCPP_FUSED_MOE_CONFIG_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_fused_moe_args, sizeof(flashcpp_fused_moe_args), FLASHCPP_FUSED_MOE_ARGS_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_options, sizeof(flashcpp_mla_options), FLASHCPP_MLA_OPTIONS_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_decode_config, sizeof(flashcpp_mla_decode_config),

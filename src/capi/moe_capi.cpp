@@ -64,6 +64,7 @@ flashcpp_status flashcpp_fused_moe_runner_create(const flashcpp_fused_moe_config
     cfg.quantization = static_cast<MoeQuantization>(config.quantization);
     cfg.backend = static_cast<MoeBackend>(config.backend);
     cfg.device = config.device;
+    cfg.auto_tune = capi::flag_of(config.auto_tune, op, "config.auto_tune");
     *out = new flashcpp_fused_moe_runner{FusedMoeRunner::create(*default_runtime(), cfg)};
   });
 }

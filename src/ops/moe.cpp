@@ -3,6 +3,7 @@
 #include "flashcpp/moe.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <cstdlib>
 #include <filesystem>
@@ -14,8 +15,13 @@
 #include <tuple>
 #include <vector>
 
+#include "artifacts/internal.hpp"
 #include "core/check.hpp"
+#include "core/config_file.hpp"
+#include "core/file_lock.hpp"
+#include "core/json.hpp"
 #include "ffi/ffi.hpp"
+#include "ffi/trust.hpp"
 #include "flashcpp/cuda.hpp"
 #include "ops/common.hpp"
 #include "ops/device_facts.hpp"
@@ -253,6 +259,10 @@ struct FusedMoeRunner::State {
   std::array<Bucket, 64> tuned;
   // One tune() at a time: the profiler's prepared shapes and workspace are the runner's; guards tune_stream.
   std::mutex tune_mu;
+  // auto_tune's record of tactics (moe-tactics/<file>.json in the cache; empty: kept in memory only), decided on
+  // the first untuned call (it hashes the module). Guarded by tune_mu.
+  std::optional<std::filesystem::path> tactics_file;
+  std::string module_sha256;
 };
 
 namespace {
@@ -303,6 +313,13 @@ std::string cuda_error_text(cudaError_t e) {
 void keep_tactics(FusedMoeRunner::State& s, int64_t tokens, const MoeProblemShape* shape, const MoeTactics& t);
 // set_tactics' checks of the tactics themselves.
 void validate_tactics(const Validator& v, const FusedMoeRunner::State& s, const MoeTactics& tactics);
+// tune()'s work, with tune_mu held by the caller.
+MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeArgs& a, cudaStream_t stream);
+// Whether `stream` is capturing a CUDA graph (then nothing may be tuned: it would synchronize).
+bool stream_capturing(cudaStream_t stream);
+// run()'s first call of an untuned bucket and shape (FusedMoeConfig::auto_tune): the recorded tactics, else tune()
+// and record them.
+void auto_tune(FusedMoeRunner::State& s, const FusedMoeArgs& a, const MoeProblemShape& shape, cudaStream_t stream);
 }  // namespace
 
 MoeProblemShape MoeProblemShape::of(const FusedMoeArgs& a) {
@@ -359,12 +376,12 @@ FusedMoeRunner FusedMoeRunner::create(const Runtime& rt, const FusedMoeConfig& c
 }
 
 std::shared_ptr<FusedMoeRunner> FusedMoeRunner::shared(const Runtime& rt, const FusedMoeConfig& config) {
-  using Key = std::tuple<const Runtime*, int, int, int, int, int, int>;
+  using Key = std::tuple<const Runtime*, int, int, int, int, int, int, bool>;
   static std::mutex mu;
   static auto* cache = new std::map<Key, std::shared_ptr<FusedMoeRunner>>();  // lives for the process
   const Key key{&rt, static_cast<int>(config.activation_dtype), static_cast<int>(config.weight_dtype),
                 static_cast<int>(config.output_dtype), static_cast<int>(config.quantization),
-                static_cast<int>(config.backend), config.device};
+                static_cast<int>(config.backend), config.device, config.auto_tune};
   std::lock_guard lock(mu);
   if (auto it = cache->find(key); it != cache->end()) return it->second;
   auto runner = std::make_shared<FusedMoeRunner>(create(rt, config));
@@ -374,8 +391,17 @@ std::shared_ptr<FusedMoeRunner> FusedMoeRunner::shared(const Runtime& rt, const 
 
 void FusedMoeRunner::run(const FusedMoeArgs& a, cudaStream_t stream) const {
   ops::check_plan_alive(Validator(kRunOp), s_.get(), "runner");
-  const State& s = *s_;
+  State& s = *s_;
   validate_fused_moe(s.config, a);
+  if (s.config.auto_tune && s.config.quantization != MoeQuantization::deepseek_fp8_block_scale) {
+    const MoeProblemShape shape = MoeProblemShape::of(a);
+    bool known = false;
+    {
+      std::lock_guard lock(s.tuned_mu);
+      known = s.tuned[token_bucket(a.input.size(0))].find(shape) != nullptr;
+    }
+    if (!known && !stream_capturing(stream)) auto_tune(s, a, shape, stream);
+  }
 
   // quant_scales: an Array of Tensor objects (borrowing the caller's memory for this call).
   ffi::ObjectRef quant_scales;
@@ -427,11 +453,16 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
   State& s = *s_;
   validate_fused_moe(s.config, a);
   if (s.config.quantization == MoeQuantization::deepseek_fp8_block_scale) return {};
+  std::lock_guard tune_lock(s.tune_mu);
+  return tune_locked(s, a, stream);
+}
+
+namespace {
+MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeArgs& a, cudaStream_t stream) {
   const int64_t tokens = a.input.size(0), top_k = a.token_selected_experts.size(1);
   // The profiler entries, resolved here: a runner that is never tuned does not depend on them.
   const ffi::Function run_gemm_profile = s.runner.method("run_gemm_profile");
   const auto [gemm1_candidates, gemm2_candidates] = tactic_counts(s.runner);
-  std::lock_guard tune_lock(s.tune_mu);
   ops::CurrentDeviceScope device_scope(s.config.device);
   // The profiler runs on the runner's own stream: FlashInfer keeps the workspace it allocates for the profiler
   // until the next preparation or the runner's death and frees it on the stream it came from, which the
@@ -524,6 +555,129 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
   keep_tactics(s, tokens, &shape, chosen);
   return chosen;
 }
+
+// ----------------------------------------------------------------------------- auto_tune's record
+
+bool stream_capturing(cudaStream_t stream) {
+  if (cuda_device_count() == 0) return false;  // CPU tests: recording modules, nothing is captured
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;  // unknown: do not risk a synchronizing tune inside a capture
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The record's key of a (shape, bucket): every field of MoeProblemShape, and the bucket's log2.
+std::string record_key(const MoeProblemShape& p, size_t bucket) {
+  return "h" + std::to_string(p.hidden) + "_i" + std::to_string(p.intermediate) + "_e" + std::to_string(p.experts) +
+         "_k" + std::to_string(p.top_k) + "_act" + std::to_string(static_cast<int>(p.activation)) + "_bias" +
+         std::to_string(p.bias ? 1 : 0) + "_tp" + std::to_string(p.tp_size) + "." + std::to_string(p.tp_rank) +
+         "_ep" + std::to_string(p.ep_size) + "." + std::to_string(p.ep_rank) + "_tokens2^" + std::to_string(bucket);
+}
+
+std::string file_safe(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
+  return s;
+}
+
+// Where this runner's tactics are recorded: <cache>/moe-tactics/<uri>-<module sha256 prefix>-<GPU>.json, or
+// nothing when there is no cache directory or the module cannot be hashed. Decided once per runner.
+const std::filesystem::path& tactics_file(FusedMoeRunner::State& s) {
+  if (s.tactics_file) return *s.tactics_file;
+  s.tactics_file.emplace();
+  try {
+    const artifacts::Config cfg = artifacts::Config::from_env();
+    if (cfg.cache_dir.empty()) return *s.tactics_file;
+    s.module_sha256 = ffi::file_sha256(s.lib->path());
+    const ops::DeviceFacts facts = ops::device_facts(s.config.device);
+    std::string gpu = "cc" + std::to_string(facts.cc_major) + std::to_string(facts.cc_minor) + "-" +
+                      std::to_string(facts.sm_count) + "sm";
+    if (cuda_device_count() > 0) gpu = device_info(s.config.device).name + "-" + gpu;
+    *s.tactics_file = cfg.cache_dir / "moe-tactics" /
+                      file_safe(s.uri + "-" + s.module_sha256.substr(0, 16) + "-" + gpu + ".json");
+  } catch (const Error&) {
+    s.tactics_file.emplace();  // no usable cache: the tactics stay in memory
+  }
+  return *s.tactics_file;
+}
+
+// The record's entries, or an empty object when the file is missing, not trusted (another user could have
+// written it) or not the record of this module.
+nlohmann::json read_record(const std::filesystem::path& file, const std::string& module_sha256) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return nlohmann::json::object();
+  try {
+    ffi::require_trusted_file(file, "MoE tactics record");
+    nlohmann::json j = parse_json(read_config_file(file, "MoE tactics record"), "MoE tactics record", 4);
+    if (!j.is_object() || j.value("module_sha256", std::string()) != module_sha256 || !j.contains("tactics") ||
+        !j["tactics"].is_object())
+      return nlohmann::json::object();
+    return j["tactics"];
+  } catch (const Error&) {
+    return nlohmann::json::object();
+  }
+}
+
+std::optional<MoeTactics> recorded_tactics(FusedMoeRunner::State& s, const std::filesystem::path& file,
+                                           const std::string& key) {
+  const nlohmann::json t = read_record(file, s.module_sha256);
+  const auto it = t.find(key);
+  if (it == t.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_number_integer() ||
+      !(*it)[1].is_number_integer())
+    return std::nullopt;
+  const MoeTactics tactics{(*it)[0].get<int64_t>(), (*it)[1].get<int64_t>()};
+  try {
+    validate_tactics(Validator(kTuneOp), s, tactics);  // a record of another candidate list is not used
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return tactics;
+}
+
+// Adds (key -> tactics) to the record: under the record's lock, merged with what other processes wrote, written
+// atomically. A record that cannot be written leaves the tactics in memory (the run itself is not at stake).
+void record_tactics(FusedMoeRunner::State& s, const std::filesystem::path& file, const std::string& key,
+                    const MoeTactics& t) {
+  try {
+    const artifacts::Config cfg = artifacts::Config::from_env();
+    artifacts::detail::make_cache_dir(cfg, file.parent_path());
+    const FileLock lock =
+        FileLock::acquire(file.string() + ".lock", "recording MoE tactics", artifacts::detail::lock_wait(cfg));
+    std::error_code ec;
+    if (std::filesystem::exists(file, ec)) ffi::require_trusted_file(file, "MoE tactics record");
+    nlohmann::json tactics = read_record(file, s.module_sha256);
+    tactics[key] = {t.gemm1, t.gemm2};
+    const nlohmann::json j = {{"module", s.uri},
+                              {"module_sha256", s.module_sha256},
+                              {"note",
+                               "FusedMoeRunner auto_tune: [gemm1, gemm2] tactics per problem shape and "
+                               "token-count bucket, chosen by tune() on this GPU model"},
+                              {"tactics", tactics}};
+    artifacts::detail::write_file_atomic(file, j.dump(1) + "\n");
+  } catch (const Error&) {
+  }
+}
+
+void auto_tune(FusedMoeRunner::State& s, const FusedMoeArgs& a, const MoeProblemShape& shape, cudaStream_t stream) {
+  const size_t bucket = token_bucket(a.input.size(0));
+  std::lock_guard tune_lock(s.tune_mu);
+  {
+    std::lock_guard lock(s.tuned_mu);
+    if (s.tuned[bucket].find(shape)) return;  // another thread's call got there first
+  }
+  const std::filesystem::path& file = tactics_file(s);
+  const std::string key = record_key(shape, bucket);
+  if (!file.empty())
+    if (const auto t = recorded_tactics(s, file, key)) {
+      keep_tactics(s, a.input.size(0), &shape, *t);
+      return;
+    }
+  const MoeTactics t = tune_locked(s, a, stream);
+  if (!file.empty()) record_tactics(s, file, key, t);
+}
+}  // namespace
 
 void FusedMoeRunner::set_tactics(int64_t tokens, const MoeTactics& tactics) {
   const Validator v(kSetTacticsOp);

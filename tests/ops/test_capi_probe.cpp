@@ -577,11 +577,12 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
   probes.push_back({"fused_moe_runner_create config struct_size",
                     [=] {
                       flashcpp_fused_moe_config c = moe;
-                      c.struct_size = sizeof moe - 4;
+                      c.struct_size = offsetof(flashcpp_fused_moe_config, auto_tune) - 4;  // below the first size
                       flashcpp_fused_moe_runner* r = nullptr;
                       return flashcpp_fused_moe_runner_create(&c, &r);
                     },
-                    kInvalid, "argument 'config' has struct_size " + std::to_string(sizeof moe - 4)});
+                    kInvalid, "argument 'config' has struct_size " +
+                                  std::to_string(offsetof(flashcpp_fused_moe_config, auto_tune) - 4)});
   probes.push_back({"fused_moe_runner_create config NULL",
                     [] {
                       flashcpp_fused_moe_runner* r = nullptr;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ class MlaGdnMoeOps : public ::testing::Test {
     o.use_artifacts = false;
     o.jit = JitPolicy::off;
     rt_ = Runtime::create(o);
+    // Where auto_tune records MoE tactics (the module cache): this suite's own directory.
+    ::setenv("FLASHCPP_CACHE_DIR", (dir_ / "cache").c_str(), 1);
   }
   static void TearDownTestSuite() {
     rt_.reset();
@@ -431,6 +434,7 @@ struct MoeFixture {
   TensorView fc1_dq, fc2_q, fc2_dq, in_dq, bs1, bs2, b1, b2;
   explicit MoeFixture(MoeQuantization q = MoeQuantization::none) {
     cfg.quantization = q;
+    cfg.auto_tune = false;  // the packing tests count the module's calls; MoeAutoTune* turn it on
     const DType act = q == MoeQuantization::fp8_per_tensor ? DType::e4m3 : DType::bf16;
     const DType w = q == MoeQuantization::none ? DType::bf16 : DType::e4m3;
     cfg.activation_dtype = act;
@@ -591,6 +595,103 @@ TEST_F(MlaGdnMoeOps, MoeSetTacticsIsValidatedAndPassedByRun) {
 // Tactics are kept per (token bucket, problem shape): a runner shared by two models (FusedMoeRunner::shared is
 // per configuration) must not run one model's tuned tactics on the other's shape. The recording runner offers
 // no candidates, so tune() keeps {-1, -1}: run() then passes the list [-1,-1], and None where nothing applies.
+// auto_tune (FusedMoeConfig): the first run() of an untuned bucket and shape tunes and records the tactics in the
+// module cache; later runs and later runners use the record; a record that does not parse, belongs to another
+// module or could have been written by another user is not used. The recording runner offers no candidates, so
+// tune() keeps {-1, -1}: the profiler's two preparation calls show a tune, run_moe then passes [-1,-1].
+TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
+  const fs::path records = dir_ / "cache" / "moe-tactics";
+  std::error_code ec;
+  fs::remove_all(records, ec);
+  MoeFixture f;
+  f.cfg.auto_tune = true;
+  auto calls = [&] {
+    std::vector<std::string> names;
+    for (const auto& line : split(recorded("fused_moe_90"), '\n')) names.push_back(split(line)[0]);
+    return names;
+  };
+  using V = std::vector<std::string>;
+  const V tuned_then_run = {"run_gemm_profile", "run_gemm_profile", "run_moe"}, run_only = {"run_moe"};
+  auto runner = FusedMoeRunner::create(*rt_, f.cfg);
+  (void)recorded("fused_moe_90");
+  runner.run(f.a, nullptr);
+  EXPECT_EQ(calls(), tuned_then_run);
+  runner.run(f.a, nullptr);
+  EXPECT_EQ(calls(), run_only);
+  ASSERT_TRUE(fs::is_directory(records));
+  fs::path file;
+  for (const auto& e : fs::directory_iterator(records))
+    if (e.path().extension() == ".json") file = e.path();
+  ASSERT_FALSE(file.empty());
+  std::stringstream text;
+  text << std::ifstream(file).rdbuf();
+  EXPECT_NE(text.str().find("\"h256_i128_e8_k2_act3_bias0_tp1.0_ep1.0_tokens2^2\""), std::string::npos) << text.str();
+  EXPECT_EQ(fs::status(file).permissions() & (fs::perms::group_write | fs::perms::others_write), fs::perms::none);
+
+  // A new runner (as in the next process) reads the record: no tuning.
+  auto second = FusedMoeRunner::create(*rt_, f.cfg);
+  (void)recorded("fused_moe_90");
+  second.run(f.a, nullptr);
+  EXPECT_EQ(calls(), run_only);
+  // Another bucket of the same shape is tuned and added to the same record.
+  MoeFixture g;
+  g.cfg.auto_tune = true;
+  g.a.output = cuda_view(0x1000000, DType::bf16, {16, 256});
+  g.a.input = cuda_view(0x2000000, DType::bf16, {16, 256});
+  g.a.token_selected_experts = cuda_view(0x3000000, DType::i32, {16, 2});
+  g.a.token_final_scales = cuda_view(0x4000000, DType::f32, {16, 2});
+  second.run(g.a, nullptr);
+  EXPECT_EQ(calls(), tuned_then_run);
+  std::stringstream both;
+  both << std::ifstream(file).rdbuf();
+  EXPECT_NE(both.str().find("tokens2^2"), std::string::npos);
+  EXPECT_NE(both.str().find("tokens2^4"), std::string::npos);
+
+  // A record that does not parse is not used: the next runner tunes and rewrites it.
+  { std::ofstream(file) << "{ not json"; }
+  auto third = FusedMoeRunner::create(*rt_, f.cfg);
+  (void)recorded("fused_moe_90");
+  third.run(f.a, nullptr);
+  EXPECT_EQ(calls(), tuned_then_run);
+  std::stringstream rewritten;
+  rewritten << std::ifstream(file).rdbuf();
+  EXPECT_NE(rewritten.str().find("\"module_sha256\""), std::string::npos) << rewritten.str();
+  // The record of another module build (another SHA-256) is not used either.
+  {
+    std::string t = rewritten.str();
+    const size_t at = t.find("\"module_sha256\": \"") + 18;
+    t[at] = t[at] == '0' ? '1' : '0';
+    std::ofstream(file) << t;
+  }
+  auto fourth = FusedMoeRunner::create(*rt_, f.cfg);
+  (void)recorded("fused_moe_90");
+  fourth.run(f.a, nullptr);
+  EXPECT_EQ(calls(), tuned_then_run);
+  // One another user could have written (group-writable) is neither used nor written.
+  fs::permissions(file, fs::perms::group_write, fs::perm_options::add);
+  std::stringstream before;
+  before << std::ifstream(file).rdbuf();
+  auto fifth = FusedMoeRunner::create(*rt_, f.cfg);
+  (void)recorded("fused_moe_90");
+  fifth.run(f.a, nullptr);
+  EXPECT_EQ(calls(), tuned_then_run);
+  std::stringstream after;
+  after << std::ifstream(file).rdbuf();
+  EXPECT_EQ(after.str(), before.str());
+  fs::remove_all(records, ec);
+
+  // auto_tune off: no tuning, the defaults (None).
+  MoeFixture off;
+  auto plain = FusedMoeRunner::create(*rt_, off.cfg);
+  (void)recorded("fused_moe_90");
+  plain.run(off.a, nullptr);
+  auto a = split(recorded("fused_moe_90"));
+  ASSERT_EQ(a.size(), 25u);
+  EXPECT_EQ(a[0], "run_moe");
+  EXPECT_EQ(a[22], "None");
+  EXPECT_FALSE(fs::exists(records));
+}
+
 TEST_F(MlaGdnMoeOps, MoeTacticsAreKeptPerProblemShape) {
   MoeFixture f;  // 4 tokens (bucket 4), H 256, I 128, E 8, top 2, swiglu
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);

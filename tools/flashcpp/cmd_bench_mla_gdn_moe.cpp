@@ -166,7 +166,12 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
   cfg.device = device;
   cfg.quantization = quant;
   cfg.weight_dtype = wt;
-  auto runner = FusedMoeRunner::shared(rt, cfg);
+  // Two runners of the shape: the default configuration (auto_tune: an untuned bucket is tuned on its first call)
+  // and one without auto_tune (the runner's first candidate unless tuned explicitly).
+  auto auto_runner = FusedMoeRunner::shared(rt, cfg);
+  FusedMoeConfig plain_cfg = cfg;
+  plain_cfg.auto_tune = false;
+  auto runner = FusedMoeRunner::shared(rt, plain_cfg);
   Stream stream(device);
   cudaMemPool_t pool = nullptr;
   FLASHCPP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -204,7 +209,7 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
     }
     // Warm-up first (it fills the pool), then the steady state is measured: allocations per call and
     // whether the pool had to reserve more memory from the driver (a miss) during the timed calls.
-    auto measure_and_report = [&](const char* tactics_label) {
+    auto measure_and_report = [&](const char* tactics_label, const std::shared_ptr<FusedMoeRunner>& runner) {
       const int warmup = 5;
       for (int i = 0; i < warmup; ++i) runner->run(a, stream);
       FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -233,7 +238,7 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
                   double(after.device_allocations - before.device_allocations) / double(iters),
                   (unsigned long long)(reserved_after - reserved_before), tactics_label);
     };
-    // The "default" row runs the runner's defaults. The runner is shared per configuration, and tactics are
+    // The "default" row: the runner without auto_tune, on its defaults. The runner is shared per configuration, and tactics are
     // kept per (token bucket, problem shape): another shape's tuning never applies here, but an earlier
     // token count of this shape in the same power-of-two bucket may have been tuned; {-1, -1} for this
     // shape overrides that (run_moe treats it as no profile ids).
@@ -244,12 +249,26 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
       throw Error(ErrorCode::internal, "bench-mla-gdn-moe: the default row of " + std::string(shape.name) +
                                            " would run tactics (" + std::to_string(used.gemm1) + "," +
                                            std::to_string(used.gemm2) + ")");
-    measure_and_report("default");
+    measure_and_report("default", runner);
+    // auto_tune: the first call of this bucket tunes (or reads the module cache's record), timed here whole.
+    if (!ds) {
+      FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const auto t0 = std::chrono::steady_clock::now();
+      auto_runner->run(a, stream);
+      FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const double first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const MoeTactics at = auto_runner->tactics_for(T, problem);
+      char label[64];
+      std::snprintf(label, sizeof label, "auto(%lld,%lld)", (long long)at.gemm1, (long long)at.gemm2);
+      std::printf("fused_moe %s bf16 T%lld auto_tune first call %.1f ms (tuning or the record included)\n", shape.name,
+                  (long long)T, first_ms);
+      measure_and_report(label, auto_runner);
+    }
     if (tune) {
       const MoeTactics t = runner->tune(a, stream);
       char label[48];
       std::snprintf(label, sizeof label, "tuned(%lld,%lld)", (long long)t.gemm1, (long long)t.gemm2);
-      measure_and_report(label);
+      measure_and_report(label, runner);
     }
   }
 }

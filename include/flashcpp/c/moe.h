@@ -28,10 +28,11 @@ typedef struct flashcpp_fused_moe_config {
   int32_t quantization;     /* flashcpp_moe_quantization */
   int32_t backend;          /* flashcpp_moe_backend */
   int32_t device;
+  int32_t auto_tune; /* 0 or 1 (since ABI 3.4.0; a caller's older struct reads 1): flashcpp::FusedMoeConfig */
 } flashcpp_fused_moe_config;
-/* bf16 activations, weights and output, no quantization, automatic backend, device 0. */
+/* bf16 activations, weights and output, no quantization, automatic backend, device 0, auto-tuned tactics. */
 #define FLASHCPP_FUSED_MOE_CONFIG_INIT \
-  {(uint32_t)sizeof(flashcpp_fused_moe_config), FLASHCPP_BF16, FLASHCPP_BF16, FLASHCPP_BF16, 0, 0, 0}
+  {(uint32_t)sizeof(flashcpp_fused_moe_config), FLASHCPP_BF16, FLASHCPP_BF16, FLASHCPP_BF16, 0, 0, 0, 1}
 
 typedef struct flashcpp_fused_moe_args {
   uint32_t struct_size; /* sizeof(flashcpp_fused_moe_args): set by FLASHCPP_FUSED_MOE_ARGS_INIT */
