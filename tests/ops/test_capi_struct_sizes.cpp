@@ -1,12 +1,16 @@
 // Size-prefixed C structs: read_struct (src/capi/struct_sizes.hpp) on a synthetic struct that grew after its
-// first release (no real struct has yet), and the real entry points from C (capi_struct_sizes_c.c).
+// first release, on the first real one that grew (the fused MoE config: auto_tune, C ABI 3.4.0), and the real
+// entry points from C (capi_struct_sizes_c.c).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
+#include "capi/capi.hpp"
 #include "capi/struct_sizes.hpp"
 #include "flashcpp/error.hpp"
 #include "ops/common.hpp"
@@ -58,6 +62,28 @@ TEST(CapiStructSizes, AnOlderCallersStructIsReadAndTheAppendedFieldsDefault) {
   EXPECT_EQ(g.appended, 42);      // GROWING_INIT's, not whatever follows the caller's struct
   EXPECT_EQ(g.appended2, 2.5f);
   EXPECT_EQ(g.struct_size, sizeof(growing));
+}
+
+TEST(CapiStructSizes, AFusedMoeConfigOfC_ABI_3_3ReadsAutoTuneAsOn) {
+  // A caller compiled against the 3.3 header: seven int32 fields, no auto_tune. Its bytes end where auto_tune begins.
+  struct moe_config_v33 {
+    uint32_t struct_size;
+    int32_t activation_dtype, weight_dtype, output_dtype, quantization, backend, device;
+  };
+  static_assert(sizeof(moe_config_v33) == offsetof(flashcpp_fused_moe_config, auto_tune));
+  alignas(flashcpp_fused_moe_config) unsigned char bytes[sizeof(flashcpp_fused_moe_config)];
+  std::memset(bytes, 0xAB, sizeof bytes);  // past the caller's struct: garbage that must not be read
+  const moe_config_v33 old{static_cast<uint32_t>(sizeof(moe_config_v33)), FLASHCPP_F16, FLASHCPP_F16, FLASHCPP_F16,
+                           0, 1, 3};
+  std::memcpy(bytes, &old, sizeof old);
+  const auto c = read_struct(reinterpret_cast<const flashcpp_fused_moe_config*>(bytes), "op", "config");
+  EXPECT_EQ(c.activation_dtype, FLASHCPP_F16);
+  EXPECT_EQ(c.backend, 1);
+  EXPECT_EQ(c.device, 3);
+  EXPECT_EQ(c.auto_tune, 1);  // FLASHCPP_FUSED_MOE_CONFIG_INIT's
+  flashcpp_fused_moe_config now = FLASHCPP_FUSED_MOE_CONFIG_INIT;
+  now.auto_tune = 0;
+  EXPECT_EQ(read_struct(&now, "op", "config").auto_tune, 0);
 }
 
 TEST(CapiStructSizes, NothingPastTheCallersStructSizeIsRead) {
