@@ -25,9 +25,17 @@ float half_to_float(uint16_t h) noexcept;
 uint16_t float_to_half(float f) noexcept;
 float bf16_to_float(uint16_t b) noexcept;
 uint16_t float_to_bf16(float f) noexcept;
-/// Element at `offset` elements from t.data (f16, bf16, f32, f64, integer types) as double.
+/// FP8 codes (e4m3fn: bias 7, no inf, S.1111.111 NaN; e5m2: bias 15, IEEE-like). The encoders round v once to
+/// nearest even and saturate (a magnitude beyond the largest finite, inf included, becomes +-448 / +-57344), as
+/// CUDA's __nv_cvt_float_to_fp8(..., __NV_SATFINITE, ...) does; NaN gives 0x7f.
+float e4m3_to_float(uint8_t b) noexcept;
+uint8_t float_to_e4m3(double v) noexcept;
+float e5m2_to_float(uint8_t b) noexcept;
+uint8_t float_to_e5m2(double v) noexcept;
+/// Element at `offset` elements from t.data (f16, bf16, f32, f64, e4m3, e5m2, integer types) as double.
 double load(const TensorView& t, int64_t offset);
-/// Stores v (rounded to t's dtype) at `offset` elements from t.data.
+/// Stores v (rounded to t's dtype: f16, bf16, f32, f64, or e4m3 / e5m2 as the encoders above) at `offset` elements
+/// from t.data.
 void store(const TensorView& t, int64_t offset, double v);
 /// Element offset of an index (uses the view's strides).
 int64_t offset_of(const TensorView& t, std::initializer_list<int64_t> index);
