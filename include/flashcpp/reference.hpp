@@ -130,6 +130,19 @@ void apply_llama31_rope_pos_ids(const TensorView& q, const TensorView& k, const 
 void apply_rope_with_cos_sin_cache(const TensorView& q, const TensorView& k, const TensorView& q_rope,
                                    const TensorView& k_rope, const TensorView& cos_sin_cache,
                                    const TensorView& pos_ids, bool interleave = false);
+/// Ragged batch: request b's tokens [indptr[b], indptr[b+1]) at positions offsets[b] + 0, 1, ... (indptr and offsets
+/// host int32 or int64; indptr checked here: from 0 or above, never decreasing, at most q.size(0)). Rows outside
+/// [indptr[0], indptr[batch]) of q_rope and k_rope are left as they are, as FlashInfer's kernel leaves them.
+void apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_rope, const TensorView& k_rope,
+                const TensorView& indptr, const TensorView& offsets, const RopeOptions& options = {});
+void apply_llama31_rope(const TensorView& q, const TensorView& k, const TensorView& q_rope, const TensorView& k_rope,
+                        const TensorView& indptr, const TensorView& offsets, const RopeOptions& options,
+                        const Llama31RopeScaling& scaling = {});
+/// RoPE on the rotary parts from the cos/sin cache, every part times its scale, rounded once on store: outputs e4m3
+/// or e5m2 (float_to_e4m3 / float_to_e5m2: nearest even, saturating, as FlashInfer's kernel) or any float dtype (f64:
+/// the exact value, before FP8 rounding). k parts rank 3 or 2 (MLA); nope parts all four or none; every pos_ids value
+/// must be a row of the cache (checked here).
+void rope_quantize_fp8(const RopeQuantizeArgs& args, const RopeQuantizeOptions& options = {});
 
 // -------------------------------------------------------------------------------------------------
 // DSA top-k (flashcpp/topk.hpp), on host views (any strides; k is the output's width). One exact selection per
