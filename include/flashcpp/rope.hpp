@@ -66,7 +66,8 @@ void apply_llama31_rope_pos_ids(const Runtime& rt, const TensorView& q, const Te
 
 /// vLLM's interface: cos_sin_cache f32 [max_position, rotary_dim] (contiguous, 16-byte aligned), row pos holding
 /// cos(pos f_p) for p < rotary_dim/2, then sin(pos f_p); rotary_dim is its width (a multiple of 4 and of the rules
-/// above). interleave false is vLLM's is_neox.
+/// above). interleave false is vLLM's is_neox. NOTE: with interleave, FlashInfer's kernel also reads v/2 floats after
+/// row pos (16 bytes; 32 at head_dim 512), values it does not use: past the cache's end for its last row.
 void apply_rope_with_cos_sin_cache(const Runtime& rt, const TensorView& q, const TensorView& k,
                                    const TensorView& q_rope, const TensorView& k_rope,
                                    const TensorView& cos_sin_cache, const TensorView& pos_ids, bool interleave = false,
