@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Same module, same inputs: FlashInfer's own Python API and flashcpp's C ABI, called in one process on the same
-torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm, RoPE, the gated activations, the
+torch tensors, must give bit-identical outputs. Ops: rmsnorm, fused-add rmsnorm, RoPE (pos_ids, ragged, cos/sin cache, and
+RoPE + FP8 quantization at GQA and DeepSeek MLA shapes), the gated activations, the
 cascade merges, the sampler (softmax, renorm, mask, and every sampler at the same Philox seed and offset), DSA top-k (its
 unordered sets compared row by row sorted), batch decode (CUDA-core path and
 tensor-core path with fa2), batch prefill over a paged cache (fa2 and fa3) and batch MLA (fa2 and sm90).
@@ -28,7 +29,9 @@ import flashinfer
 import tvm_ffi  # noqa: F401  (loads FlashInfer's libtvm_ffi now, before flashcpp looks for one)
 
 MAX_RANK = 6
-DTYPE = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2, torch.uint8: 7, torch.int32: 10, torch.int64: 12}
+DTYPE = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2, torch.float8_e4m3fn: 4, torch.float8_e5m2: 5,
+         torch.uint8: 7, torch.int32: 10, torch.int64: 12}
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 class Tensor(C.Structure):  # flashcpp_tensor (flashcpp/c/common.h)
@@ -95,6 +98,13 @@ class SamplingWorkspace(C.Structure):  # flashcpp_sampling_workspace
     _fields_ = [("softmax_buffer", P), ("row_states", P)]
 
 
+class RopeQuantizeArgs(C.Structure):  # flashcpp_rope_quantize_args
+    _fields_ = [("struct_size", C.c_uint32), ("q_rope", P), ("k_rope", P), ("q_rope_out", P), ("k_rope_out", P),
+                ("q_nope", P), ("k_nope", P), ("q_nope_out", P), ("k_nope_out", P), ("cos_sin_cache", P),
+                ("pos_ids", P), ("interleave", C.c_int32), ("enable_pdl", C.c_int32), ("quant_scale_q", C.c_double),
+                ("quant_scale_kv", C.c_double)]
+
+
 class BatchMlaCache(C.Structure):  # flashcpp_batch_mla_cache
     _fields_ = [("ckv_cache", P), ("kpe_cache", P), ("kv_indices", P)]
 
@@ -136,7 +146,10 @@ def stream():
 
 
 def report(op, want, got, failures):
-    same = want.shape == got.shape and torch.equal(want, got)
+    if want.dtype in FP8 and got.dtype == want.dtype:  # FP8 codes compared as bytes
+        same = want.shape == got.shape and torch.equal(want.view(torch.uint8), got.view(torch.uint8))
+    else:
+        same = want.shape == got.shape and torch.equal(want, got)
     diff = (want.float() - got.float()).abs().max().item() if want.shape == got.shape else math.inf
     print(f"same_module op={op} identical={same} max_abs_diff={diff:.3e}", flush=True)
     if not same:
@@ -238,6 +251,61 @@ def main():
                 C.c_int32(0), stream())
         report("apply_rope_with_cos_sin_cache.q", want_q.view(1029, 32, 128), got_q, failures)
         report("apply_rope_with_cos_sin_cache.k", want_k.view(1029, 8, 128), got_k, failures)
+        # The ragged batch: 5 requests covering all 1029 tokens (FlashInfer's Python leaves uncovered rows as empty_like
+        # left them), each from its own first position; int32 and int64 indices.
+        for idt in (torch.int32, torch.int64):
+            indptr = torch.tensor([0, 1, 300, 301, 777, 1029], device=dev, dtype=idt)
+            offsets = torch.tensor([5, 0, 3000, 17, 2000], device=dev, dtype=idt)
+            want_q, want_k = flashinfer.apply_rope(q, k, indptr, offsets, rotary_dim=64, interleave=idt == torch.int64)
+            got_q, got_k = torch.empty_like(q), torch.empty_like(k)
+            fc.call("flashcpp_apply_rope", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(indptr), fc.t(offsets),
+                    C.c_int64(64), C.c_int32(int(idt == torch.int64)), C.c_double(1.0), C.c_double(1e4), stream())
+            report(f"apply_rope.{idt}.q", want_q, got_q, failures)
+            report(f"apply_rope.{idt}.k", want_k, got_k, failures)
+            want_q, want_k = flashinfer.apply_llama31_rope(q, k, indptr, offsets)
+            fc.call("flashcpp_apply_llama31_rope", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k), fc.t(indptr),
+                    fc.t(offsets), C.c_int64(0), C.c_int32(0), C.c_double(8.0), C.c_double(5e5), C.c_double(1.0),
+                    C.c_double(4.0), C.c_double(8192.0), stream())
+            report(f"apply_llama31_rope.{idt}.q", want_q, got_q, failures)
+            report(f"apply_llama31_rope.{idt}.k", want_k, got_k, failures)
+
+        # ---- RoPE + FP8 quantization (FlashInfer's rope_quantize_fp8 / mla_rope_quantize_fp8): GQA (k rank 3) to e4m3
+        # and e5m2, then DeepSeek MLA (q 128 heads of 64 rope + 512 nope sliced from one [n, 128, 576] tensor, k one
+        # latent [n, 64 + 512] row), NeoX and GPT-J, the scales, and no nope part (None on FlashInfer's side).
+        def rope_quantize(name, q_rope, k_rope, q_nope, k_nope, cache, pos, qdt, is_neox, sq, skv):
+            want = flashinfer.rope.rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, cache, pos, is_neox=is_neox,
+                                                     quantize_dtype=qdt, quant_scale_q=sq, quant_scale_kv=skv)
+            outs = [torch.empty_like(q_rope, dtype=qdt), torch.empty_like(k_rope, dtype=qdt)]
+            if q_nope is not None:
+                outs += [torch.empty_like(q_nope, dtype=qdt), torch.empty_like(k_nope, dtype=qdt)]
+            a = RopeQuantizeArgs()
+            a.struct_size = C.sizeof(RopeQuantizeArgs)
+            ptr = lambda t: C.pointer(view(t))  # noqa: E731  (the struct keeps the views alive)
+            a.q_rope, a.k_rope, a.q_rope_out, a.k_rope_out = ptr(q_rope), ptr(k_rope), ptr(outs[0]), ptr(outs[1])
+            if q_nope is not None:
+                a.q_nope, a.k_nope, a.q_nope_out, a.k_nope_out = ptr(q_nope), ptr(k_nope), ptr(outs[2]), ptr(outs[3])
+            a.cos_sin_cache, a.pos_ids = ptr(cache), ptr(pos)
+            a.interleave, a.enable_pdl, a.quant_scale_q, a.quant_scale_kv = int(not is_neox), 0, sq, skv
+            fc.call("flashcpp_rope_quantize_fp8", C.byref(a), stream())
+            for part, w, g in zip(("q_rope", "k_rope", "q_nope", "k_nope"), want, outs):
+                report(f"rope_quantize_fp8.{name}.{part}", w, g, failures)
+
+        inv64 = 1e4 ** (-torch.arange(0, 64, 2, device=dev, dtype=torch.float64) / 64)
+        ang64 = torch.arange(4096, device=dev, dtype=torch.float64)[:, None] * inv64[None, :]
+        cache64 = torch.cat([ang64.cos(), ang64.sin()], dim=1).float().contiguous()
+        qg = torch.randn(1029, 32, 128, device=dev, dtype=bf16)
+        kg = torch.randn(1029, 8, 128, device=dev, dtype=bf16)
+        for qdt, is_neox in ((torch.float8_e4m3fn, True), (torch.float8_e5m2, False)):
+            rope_quantize(f"gqa.{qdt}.neox_{is_neox}", qg[..., 64:], kg[..., 64:], qg[..., :64], kg[..., :64], cache64,
+                          pos, qdt, is_neox, 1.0, 1.0)
+        rope_quantize("gqa.no_nope", qg[..., :64], kg[..., :64], None, None, cache64, pos, torch.float8_e4m3fn, True,
+                      1.0, 1.0)
+        qm = torch.randn(1029, 128, 576, device=dev, dtype=bf16)
+        km = torch.randn(1029, 576, device=dev, dtype=bf16)
+        pos64 = torch.randint(0, 4096, (1029,), device=dev, dtype=torch.int64)
+        for is_neox, sq, skv in ((True, 1.0, 1.0), (False, 0.5, 4.0)):
+            rope_quantize(f"mla.neox_{is_neox}.scales_{sq}_{skv}", qm[..., 512:], km[:, 512:], qm[..., :512], km[:, :512],
+                          cache64, pos64, torch.float8_e4m3fn, is_neox, sq, skv)
 
     if selected("cascade"):
         # ---- cascade merges: 1031 tokens x 32 heads x 128, s (log2 lse) f32

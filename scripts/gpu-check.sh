@@ -81,6 +81,7 @@ run_gtests() {  # name pattern [gtest filter]
 if has tests; then
   log "GPU tests"
   run_gtests 'test_mla_gpu'; run_gtests 'test_ops_gpu'; run_gtests 'test_mla_gdn_moe_gpu'; run_gtests 'test_topk_gpu'
+  run_gtests 'test_rope_gpu'
   timeout 60 $cli demo 2>&1 | tee "$out/demo.txt" | tail -8
 fi
 

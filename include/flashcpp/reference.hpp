@@ -25,9 +25,17 @@ float half_to_float(uint16_t h) noexcept;
 uint16_t float_to_half(float f) noexcept;
 float bf16_to_float(uint16_t b) noexcept;
 uint16_t float_to_bf16(float f) noexcept;
-/// Element at `offset` elements from t.data (f16, bf16, f32, f64, integer types) as double.
+/// FP8 codes (e4m3fn: bias 7, no inf, S.1111.111 NaN; e5m2: bias 15, IEEE-like). The encoders round v once to
+/// nearest even and saturate (a magnitude beyond the largest finite, inf included, becomes +-448 / +-57344), as
+/// CUDA's __nv_cvt_float_to_fp8(..., __NV_SATFINITE, ...) does; NaN gives 0x7f.
+float e4m3_to_float(uint8_t b) noexcept;
+uint8_t float_to_e4m3(double v) noexcept;
+float e5m2_to_float(uint8_t b) noexcept;
+uint8_t float_to_e5m2(double v) noexcept;
+/// Element at `offset` elements from t.data (f16, bf16, f32, f64, e4m3, e5m2, integer types) as double.
 double load(const TensorView& t, int64_t offset);
-/// Stores v (rounded to t's dtype) at `offset` elements from t.data.
+/// Stores v (rounded to t's dtype: f16, bf16, f32, f64, or e4m3 / e5m2 as the encoders above) at `offset` elements
+/// from t.data.
 void store(const TensorView& t, int64_t offset, double v);
 /// Element offset of an index (uses the view's strides).
 int64_t offset_of(const TensorView& t, std::initializer_list<int64_t> index);
@@ -122,6 +130,19 @@ void apply_llama31_rope_pos_ids(const TensorView& q, const TensorView& k, const 
 void apply_rope_with_cos_sin_cache(const TensorView& q, const TensorView& k, const TensorView& q_rope,
                                    const TensorView& k_rope, const TensorView& cos_sin_cache,
                                    const TensorView& pos_ids, bool interleave = false);
+/// Ragged batch: request b's tokens [indptr[b], indptr[b+1]) at positions offsets[b] + 0, 1, ... (indptr and offsets
+/// host int32 or int64; indptr checked here: from 0 or above, never decreasing, at most q.size(0)). Rows outside
+/// [indptr[0], indptr[batch]) of q_rope and k_rope are left as they are, as FlashInfer's kernel leaves them.
+void apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_rope, const TensorView& k_rope,
+                const TensorView& indptr, const TensorView& offsets, const RopeOptions& options = {});
+void apply_llama31_rope(const TensorView& q, const TensorView& k, const TensorView& q_rope, const TensorView& k_rope,
+                        const TensorView& indptr, const TensorView& offsets, const RopeOptions& options,
+                        const Llama31RopeScaling& scaling = {});
+/// RoPE on the rotary parts from the cos/sin cache, every part times its scale, rounded once on store: outputs e4m3
+/// or e5m2 (float_to_e4m3 / float_to_e5m2: nearest even, saturating, as FlashInfer's kernel) or any float dtype (f64:
+/// the exact value, before FP8 rounding). k parts rank 3 or 2 (MLA); nope parts all four or none; every pos_ids value
+/// must be a row of the cache (checked here).
+void rope_quantize_fp8(const RopeQuantizeArgs& args, const RopeQuantizeOptions& options = {});
 
 // -------------------------------------------------------------------------------------------------
 // DSA top-k (flashcpp/topk.hpp), on host views (any strides; k is the output's width). One exact selection per

@@ -10,13 +10,23 @@
 //
 // Tensors: q [tokens, H_q, head_dim], k [tokens, H_k, head_dim], f16 or bf16 (both the same), dims 0 and 1 may be
 // strided (slices of a fused qkv tensor), last dim contiguous; q_rope and k_rope the same shapes and dtype (strides
-// their own), or exactly q and k (in place); pos_ids int32 or int64 [tokens], contiguous.
+// their own), or exactly q and k (in place). A token's position comes from pos_ids (int32 or int64 [tokens],
+// contiguous) or, for the ragged ops, from indptr and offsets: request b owns tokens [indptr[b], indptr[b+1]) at
+// positions offsets[b], offsets[b] + 1, ... (indptr [batch + 1] and offsets [batch] on the device, contiguous, both
+// int32 or both int64).
 // Validated before anything is launched (Error(invalid_argument) naming the op, the argument and the rule): one
 // CUDA device; head_dim 64, 128, 256 or 512; rotary_dim even, at most head_dim, a multiple of the kernel's vector
 // (v = max(8, head_dim / 32) elements; NeoX: of 2v, so each vector lies in one half); rows and strides on 16-byte
-// boundaries; H_q + H_k <= 65535; tokens < 2^31; rope_scale and rope_theta finite and > 0; outputs share no byte
-// with an input or each other unless exactly in place. The positions themselves live on the device and are not
-// read here: with a cos/sin cache every pos_ids value must be a row of it ([0, cache rows)).
+// boundaries; tokens < 2^31; pos_ids ops: H_q + H_k <= 65535; ragged ops: batch x (H_q + H_k) < 2^31 (one block per
+// request and head); rope_scale and rope_theta finite and > 0; outputs share no byte with an input or each other
+// unless exactly in place. The positions themselves live on the device and are not read here: with a cos/sin cache
+// every pos_ids value must be a row of it ([0, cache rows)); for the ragged ops indptr must start at 0 or above,
+// never decrease and end at most at tokens, and offsets[b] + (tokens of b) must fit in int32. The ragged ops write
+// only the rows [indptr[0], indptr[batch]) of q_rope and k_rope; other rows keep what they held.
+//
+// rope_quantize_fp8 (FlashInfer's rope_quantize, the input step of DeepSeek MLA and of FP8 attention) takes q and k
+// already split into their rotary part (rope_dim wide) and the rest (nope, no_rope_dim wide), rotates the rotary parts
+// with a cos/sin cache and writes every part as FP8 in one pass (see RopeQuantizeArgs).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -56,10 +66,65 @@ void apply_llama31_rope_pos_ids(const Runtime& rt, const TensorView& q, const Te
 
 /// vLLM's interface: cos_sin_cache f32 [max_position, rotary_dim] (contiguous, 16-byte aligned), row pos holding
 /// cos(pos f_p) for p < rotary_dim/2, then sin(pos f_p); rotary_dim is its width (a multiple of 4 and of the rules
-/// above). interleave false is vLLM's is_neox.
+/// above). interleave false is vLLM's is_neox. NOTE: with interleave, FlashInfer's kernel also reads v/2 floats after
+/// row pos (16 bytes; 32 at head_dim 512), values it does not use: past the cache's end for its last row.
 void apply_rope_with_cos_sin_cache(const Runtime& rt, const TensorView& q, const TensorView& k,
                                    const TensorView& q_rope, const TensorView& k_rope,
                                    const TensorView& cos_sin_cache, const TensorView& pos_ids, bool interleave = false,
                                    cudaStream_t stream = nullptr);
+
+/// q_rope, k_rope = RoPE(q, k) over a ragged batch: request b's tokens [indptr[b], indptr[b+1]) at positions
+/// offsets[b] + 0, 1, ... (FlashInfer's apply_rope).
+void apply_rope(const Runtime& rt, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                const TensorView& k_rope, const TensorView& indptr, const TensorView& offsets,
+                const RopeOptions& options = {}, cudaStream_t stream = nullptr);
+
+/// The same with Llama 3.1's scaled frequencies (FlashInfer's apply_llama31_rope).
+void apply_llama31_rope(const Runtime& rt, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                        const TensorView& k_rope, const TensorView& indptr, const TensorView& offsets,
+                        const RopeOptions& options, const Llama31RopeScaling& scaling = {},
+                        cudaStream_t stream = nullptr);
+
+/// Tensors of one rope_quantize_fp8 call. Inputs f16 or bf16 (all the same), outputs e4m3 or e5m2 (all the same), each
+/// output the shape of its input. GQA/MHA: k parts rank 3 [tokens, H_k, d]; MLA (one latent head shared by every q
+/// head; DeepSeek: H_q 128, rope_dim 64, no_rope_dim 512): k parts rank 2 [tokens, d].
+struct RopeQuantizeArgs {
+  TensorView q_rope;      ///< [tokens, H_q, rope_dim]
+  TensorView k_rope;      ///< [tokens, H_k, rope_dim] or MLA [tokens, rope_dim]
+  TensorView q_rope_out;  ///< fp8, q_rope's shape
+  TensorView k_rope_out;  ///< fp8, k_rope's shape
+  /// The parts past the rotary dims (no_rope_dim wide, any width >= 0): all four given, or all four absent (no nope
+  /// part, as FlashInfer's Python API's None).
+  OptionalTensor q_nope = nullptr;      ///< [tokens, H_q, no_rope_dim]
+  OptionalTensor k_nope = nullptr;      ///< [tokens, H_k, no_rope_dim] or MLA [tokens, no_rope_dim]
+  OptionalTensor q_nope_out = nullptr;  ///< fp8, q_nope's shape
+  OptionalTensor k_nope_out = nullptr;  ///< fp8, k_nope's shape
+  TensorView cos_sin_cache;  ///< f32 [max_position, rope_dim]: cos(pos f_p) for p < rope_dim/2, then sin(pos f_p)
+  TensorView pos_ids;        ///< int32 or int64 [tokens], each a row of cos_sin_cache (read on the device only)
+};
+
+struct RopeQuantizeOptions {
+  bool interleave = false;      ///< true: GPT-J pairs; false: NeoX halves (FlashInfer's Python default, is_neox true)
+  double quant_scale_q = 1.0;   ///< q parts are stored as fp8(value x quant_scale_q)
+  double quant_scale_kv = 1.0;  ///< k parts as fp8(value x quant_scale_kv)
+  bool enable_pdl = false;      ///< programmatic dependent launch (Hopper and newer)
+};
+
+/// RoPE on the rotary parts with the cos/sin cache, then every part multiplied by its scale and rounded to FP8 (round
+/// to nearest even, saturating: a value beyond the format's largest finite becomes it, +-448 for e4m3, +-57344 for
+/// e5m2; NaN stays NaN), in one kernel (FlashInfer's rope_quantize):
+///   q_rope_out = fp8(RoPE(q_rope) x quant_scale_q)   q_nope_out = fp8(q_nope x quant_scale_q)
+///   k_rope_out = fp8(RoPE(k_rope) x quant_scale_kv)  k_nope_out = fp8(k_nope x quant_scale_kv)
+/// Validated before anything is launched, besides the rules above: rope_dim a multiple of 16 (the kernel's 16-element
+/// vectors; NeoX: of 32, so each vector lies in one half) in [16, 16384]; at least one head each;
+/// (H_q + H_k) x (1 + ceil(no_rope_dim / rope_dim)) <= 65535 (the kernel's grid y); last dims contiguous, rows
+/// 16-byte aligned, inputs' strides before the last dim multiples of 8 elements and outputs' of 16 (16-byte vectors),
+/// every such stride below 2^32 (FlashInfer's binding keeps strides in 32 bits); cos_sin_cache contiguous, 16-byte
+/// aligned, at most 2^32 elements with int32 pos_ids; quant scales finite, > 0 and at most FLT_MAX (the kernel takes
+/// floats); no output shares a byte with any argument. NOTE: with interleave, FlashInfer's kernel also reads the 32
+/// bytes after row pos of the cache (values it does not use), past the cache's end for its last row; keep 32 bytes
+/// readable after the cache.
+void rope_quantize_fp8(const Runtime& rt, const RopeQuantizeArgs& args, const RopeQuantizeOptions& options = {},
+                       cudaStream_t stream = nullptr);
 
 }  // namespace flashcpp

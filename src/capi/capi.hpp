@@ -110,3 +110,5 @@ FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_dense_decode_options, sizeof(flashcpp_ml
                            FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_sampling_options, sizeof(flashcpp_sampling_options),
                            FLASHCPP_SAMPLING_OPTIONS_INIT);  // C ABI 3.4.0
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_rope_quantize_args, sizeof(flashcpp_rope_quantize_args),
+                           FLASHCPP_ROPE_QUANTIZE_ARGS_INIT);  // C ABI 3.4.0

@@ -158,6 +158,14 @@ RopeOptions rope_options(int64_t rotary_dim, int32_t interleave, double scale, d
   return o;
 }
 
+Llama31RopeScaling llama31_scaling(double low_freq_factor, double high_freq_factor, double old_context_length) {
+  Llama31RopeScaling s;
+  if (low_freq_factor != 0.0) s.low_freq_factor = low_freq_factor;
+  if (high_freq_factor != 0.0) s.high_freq_factor = high_freq_factor;
+  if (old_context_length != 0.0) s.old_context_length = old_context_length;
+  return s;
+}
+
 }  // namespace
 }  // namespace flashcpp::capi
 
@@ -388,14 +396,12 @@ flashcpp_status flashcpp_apply_llama31_rope_pos_ids(const flashcpp_tensor* q, co
                                                     double old_context_length, void* stream) {
   constexpr const char* op = "apply_llama31_rope_pos_ids";
   return guard([&] {
-    Llama31RopeScaling s;
-    if (low_freq_factor != 0.0) s.low_freq_factor = low_freq_factor;
-    if (high_freq_factor != 0.0) s.high_freq_factor = high_freq_factor;
-    if (old_context_length != 0.0) s.old_context_length = old_context_length;
     apply_llama31_rope_pos_ids(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"),
                                to_view(q_rope, op, "q_rope"), to_view(k_rope, op, "k_rope"),
                                to_view(pos_ids, op, "pos_ids"),
-                               rope_options(rotary_dim, interleave, rope_scale, rope_theta, op), s, as_stream(stream));
+                               rope_options(rotary_dim, interleave, rope_scale, rope_theta, op),
+                               llama31_scaling(low_freq_factor, high_freq_factor, old_context_length),
+                               as_stream(stream));
   });
 }
 
@@ -410,6 +416,58 @@ flashcpp_status flashcpp_apply_rope_with_cos_sin_cache(const flashcpp_tensor* q,
                                   to_view(q_rope, op, "q_rope"), to_view(k_rope, op, "k_rope"),
                                   to_view(cos_sin_cache, op, "cos_sin_cache"), to_view(pos_ids, op, "pos_ids"),
                                   flag_of(interleave, op, "interleave"), as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_apply_rope(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* q_rope,
+                                    const flashcpp_tensor* k_rope, const flashcpp_tensor* indptr,
+                                    const flashcpp_tensor* offsets, int64_t rotary_dim, int32_t interleave,
+                                    double rope_scale, double rope_theta, void* stream) {
+  constexpr const char* op = "apply_rope";
+  return guard([&] {
+    apply_rope(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(q_rope, op, "q_rope"),
+               to_view(k_rope, op, "k_rope"), to_view(indptr, op, "indptr"), to_view(offsets, op, "offsets"),
+               rope_options(rotary_dim, interleave, rope_scale, rope_theta, op), as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_apply_llama31_rope(const flashcpp_tensor* q, const flashcpp_tensor* k,
+                                            const flashcpp_tensor* q_rope, const flashcpp_tensor* k_rope,
+                                            const flashcpp_tensor* indptr, const flashcpp_tensor* offsets,
+                                            int64_t rotary_dim, int32_t interleave, double rope_scale,
+                                            double rope_theta, double low_freq_factor, double high_freq_factor,
+                                            double old_context_length, void* stream) {
+  constexpr const char* op = "apply_llama31_rope";
+  return guard([&] {
+    apply_llama31_rope(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(q_rope, op, "q_rope"),
+                       to_view(k_rope, op, "k_rope"), to_view(indptr, op, "indptr"), to_view(offsets, op, "offsets"),
+                       rope_options(rotary_dim, interleave, rope_scale, rope_theta, op),
+                       llama31_scaling(low_freq_factor, high_freq_factor, old_context_length), as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_rope_quantize_fp8(const flashcpp_rope_quantize_args* args, void* stream) {
+  constexpr const char* op = "rope_quantize_fp8";
+  return guard([&] {
+    const flashcpp_rope_quantize_args c = read_struct(args, op, "args");
+    RopeQuantizeArgs a;
+    a.q_rope = to_view(c.q_rope, op, "q_rope");
+    a.k_rope = to_view(c.k_rope, op, "k_rope");
+    a.q_rope_out = to_view(c.q_rope_out, op, "q_rope_out");
+    a.k_rope_out = to_view(c.k_rope_out, op, "k_rope_out");
+    TensorView qn, kn, qno, kno;
+    a.q_nope = optional(c.q_nope, op, "q_nope", qn);
+    a.k_nope = optional(c.k_nope, op, "k_nope", kn);
+    a.q_nope_out = optional(c.q_nope_out, op, "q_nope_out", qno);
+    a.k_nope_out = optional(c.k_nope_out, op, "k_nope_out", kno);
+    a.cos_sin_cache = to_view(c.cos_sin_cache, op, "cos_sin_cache");
+    a.pos_ids = to_view(c.pos_ids, op, "pos_ids");
+    RopeQuantizeOptions o;
+    o.interleave = flag_of(c.interleave, op, "interleave");
+    o.enable_pdl = flag_of(c.enable_pdl, op, "enable_pdl");
+    o.quant_scale_q = c.quant_scale_q;
+    o.quant_scale_kv = c.quant_scale_kv;
+    rope_quantize_fp8(*default_runtime(), a, o, as_stream(stream));
   });
 }
 

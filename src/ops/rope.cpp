@@ -1,8 +1,10 @@
 // RoPE: validation and argument packing for FlashInfer's `rope` module (apply_rope_pos_ids,
-// apply_llama31_rope_pos_ids, apply_rope_pos_ids_cos_sin_cache; csrc/rope.cu, include/flashinfer/pos_enc.cuh).
+// apply_llama31_rope_pos_ids, apply_rope_pos_ids_cos_sin_cache, apply_rope, apply_llama31_rope, rope_quantize;
+// csrc/rope.cu, include/flashinfer/pos_enc.cuh).
 #include "flashcpp/rope.hpp"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <tuple>
 
@@ -11,12 +13,13 @@
 namespace flashcpp {
 namespace {
 
-enum RopeFn { kPosIds = 0, kLlama31PosIds = 1, kCosSinCache = 2 };
+enum RopeFn { kPosIds = 0, kLlama31PosIds = 1, kCosSinCache = 2, kRagged = 3, kLlama31Ragged = 4, kQuantize = 5 };
 
 ops::ResolvedModule rope_module(const Runtime& rt) {
   static const ops::ModuleKey key = ops::module_key(ops::ModuleFamily::rope);
   return ops::resolve_module(rt, key, [] { return std::string(ops::kRopeUri); },
-                             {"apply_rope_pos_ids", "apply_llama31_rope_pos_ids", "apply_rope_pos_ids_cos_sin_cache"});
+                             {"apply_rope_pos_ids", "apply_llama31_rope_pos_ids", "apply_rope_pos_ids_cos_sin_cache",
+                              "apply_rope", "apply_llama31_rope", "rope_quantize"});
 }
 
 // One of q, k, q_rope, k_rope: rank 3, last dim contiguous, rows and head strides on 16-byte boundaries (the
@@ -28,9 +31,9 @@ void check_heads_tensor(const Validator& v, const TensorView& t, const char* arg
     if (t.strides[d] % 8 != 0) v.fail(arg, t, "must have strides in dims 0 and 1 that are multiples of 8 elements");
 }
 
-// The rules every RoPE op shares; returns head_dim.
-int64_t check_rope_io(const Validator& v, const TensorView& q, const TensorView& k, const TensorView& q_rope,
-                      const TensorView& k_rope, const TensorView& pos_ids) {
+// The rules every RoPE op on whole heads shares (q, k and their outputs); returns head_dim.
+int64_t check_rope_tensors(const Validator& v, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                           const TensorView& k_rope) {
   check_heads_tensor(v, q, "q");
   v.dtype(q, "q", {DType::f16, DType::bf16});
   check_heads_tensor(v, k, "k");
@@ -42,29 +45,57 @@ int64_t check_rope_io(const Validator& v, const TensorView& q, const TensorView&
     ops::check_same_device(v, *out, out_arg, q, "q");
     v.same_dtype(*out, out_arg, q, "q").same_shape(*out, out_arg, *in, in_arg);
   }
-  ops::check_same_device(v, pos_ids, "pos_ids", q, "q");
-  v.dtype(pos_ids, "pos_ids", {DType::i32, DType::i64}).rank(pos_ids, "pos_ids", 1).contiguous(pos_ids, "pos_ids");
-  v.dim(pos_ids, "pos_ids", 0, q.shape[0], "q.size(0)");
   const int64_t head_dim = q.shape[2];
   v.one_of(head_dim, "q.size(2) (head_dim)", {64, 128, 256, 512});
-  v.require(q.shape[1] >= 1 && k.shape[1] >= 1 && q.shape[1] + k.shape[1] <= 65535, "k",
-            "must have at least one head, and H_q + H_k at most 65535 (the kernel's grid y)");
+  v.require(q.shape[1] >= 1 && k.shape[1] >= 1, "k", "must have at least one head, as must q");
   v.require(q.shape[0] <= int64_t{0x7fffffff}, "q", "must have fewer than 2^31 tokens");
   // Each output may be exactly its input (in place), never a partial overlap; no other sharing.
   v.disjoint(q_rope, "q_rope", q, "q", Validator::InPlace::allowed);
   v.disjoint(k_rope, "k_rope", k, "k", Validator::InPlace::allowed);
-  v.no_overlap({{&q_rope, "q_rope"}, {&k_rope, "k_rope"}}, {{&pos_ids, "pos_ids"}});
   v.disjoint(q_rope, "q_rope", k, "k").disjoint(k_rope, "k_rope", q, "q");
+  v.no_overlap({{&q_rope, "q_rope"}, {&k_rope, "k_rope"}}, {});
+  return head_dim;
+}
+
+// The pos_ids ops' rules; returns head_dim.
+int64_t check_rope_io(const Validator& v, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                      const TensorView& k_rope, const TensorView& pos_ids) {
+  const int64_t head_dim = check_rope_tensors(v, q, k, q_rope, k_rope);
+  ops::check_same_device(v, pos_ids, "pos_ids", q, "q");
+  v.dtype(pos_ids, "pos_ids", {DType::i32, DType::i64}).rank(pos_ids, "pos_ids", 1).contiguous(pos_ids, "pos_ids");
+  v.dim(pos_ids, "pos_ids", 0, q.shape[0], "q.size(0)");
+  v.require(q.shape[1] + k.shape[1] <= 65535, "k", "must have at least one head, and H_q + H_k at most 65535 (the "
+            "kernel's grid y)");
+  v.no_overlap({{&q_rope, "q_rope"}, {&k_rope, "k_rope"}}, {{&pos_ids, "pos_ids"}});
+  return head_dim;
+}
+
+// The ragged ops' rules (indptr [batch + 1] and offsets [batch], on the device, both int32 or both int64); returns
+// head_dim. The kernel launches one block per (request, head): batch x (H_q + H_k) blocks in grid x.
+int64_t check_ragged_rope_io(const Validator& v, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                             const TensorView& k_rope, const TensorView& indptr, const TensorView& offsets) {
+  const int64_t head_dim = check_rope_tensors(v, q, k, q_rope, k_rope);
+  ops::check_same_device(v, indptr, "indptr", q, "q");
+  v.dtype(indptr, "indptr", {DType::i32, DType::i64}).rank(indptr, "indptr", 1).contiguous(indptr, "indptr");
+  ops::check_same_device(v, offsets, "offsets", q, "q");
+  v.same_dtype(offsets, "offsets", indptr, "indptr").rank(offsets, "offsets", 1).contiguous(offsets, "offsets");
+  const int64_t batch = offsets.shape[0];
+  v.dim(indptr, "indptr", 0, batch + 1, "offsets.size(0) + 1");
+  if (batch > int64_t{0x7fffffff} / (q.shape[1] + k.shape[1]))
+    v.fail("offsets", offsets, "must have fewer than 2^31 / (H_q + H_k) = " +
+                                   std::to_string(int64_t{0x7fffffff} / (q.shape[1] + k.shape[1])) +
+                                   " requests (one block per request and head in the kernel's grid x)");
+  v.no_overlap({{&q_rope, "q_rope"}, {&k_rope, "k_rope"}}, {{&indptr, "indptr"}, {&offsets, "offsets"}});
   return head_dim;
 }
 
 // rotary_dim: even, <= head_dim, whole kernel vectors (NeoX: whole vectors in each half).
 void check_rotary_dim(const Validator& v, int64_t rotary_dim, int64_t head_dim, bool interleave, const char* arg) {
   const int64_t vec = std::max<int64_t>(8, head_dim / 32), step = interleave ? vec : 2 * vec;
-  v.require(rotary_dim >= step && rotary_dim <= head_dim && rotary_dim % step == 0, arg,
-            "must be a multiple of " + std::to_string(step) + " (the kernel's " + std::to_string(vec) +
-                "-element vectors" + (interleave ? "" : ", in each half") + ") in [" + std::to_string(step) + ", " +
-                std::to_string(head_dim) + "] (head_dim); got " + std::to_string(rotary_dim));
+  if (!(rotary_dim >= step && rotary_dim <= head_dim && rotary_dim % step == 0))
+    v.fail(arg, "must be a multiple of " + std::to_string(step) + " (the kernel's " + std::to_string(vec) +
+                    "-element vectors" + (interleave ? "" : ", in each half") + ") in [" + std::to_string(step) + ", " +
+                    std::to_string(head_dim) + "] (head_dim); got " + std::to_string(rotary_dim));
 }
 
 int64_t resolved_rotary_dim(const Validator& v, const RopeOptions& o, int64_t head_dim) {
@@ -72,6 +103,36 @@ int64_t resolved_rotary_dim(const Validator& v, const RopeOptions& o, int64_t he
   check_rotary_dim(v, rd, head_dim, o.interleave, "rotary_dim");
   v.positive(o.rope_scale, "rope_scale").positive(o.rope_theta, "rope_theta");
   return rd;
+}
+
+void check_llama31_scaling(const Validator& v, const Llama31RopeScaling& s) {
+  v.positive(s.low_freq_factor, "low_freq_factor").positive(s.old_context_length, "old_context_length");
+  v.finite(s.high_freq_factor, "high_freq_factor");
+  if (!(s.high_freq_factor > s.low_freq_factor))
+    v.fail("high_freq_factor", "must be above low_freq_factor (" + std::to_string(s.low_freq_factor) +
+                                   "): the blend divides by their difference; got " +
+                                   std::to_string(s.high_freq_factor));
+}
+
+// ------------------------------------------------------------------------------------------- rope_quantize
+
+// One part of rope_quantize (an input or an output): rank `rank`, on q_rope's device, last dim contiguous, 16-byte
+// aligned rows (the kernel moves 16-element vectors: 32 bytes of f16/bf16, 16 of fp8), strides of the dims before the
+// last multiples of `stride_elems` (dims of size 1 excepted) and below 2^32. A part without elements is not read.
+void check_part(const Validator& v, const TensorView& t, const char* arg, int rank, int64_t stride_elems,
+                const TensorView& ref) {
+  ops::check_same_device(v, t, arg, ref, "q_rope");
+  v.rank(t, arg, rank).last_dim_contiguous(t, arg);
+  if (t.numel() == 0) return;
+  v.aligned(t, arg, 16);
+  for (int d = 0; d + 1 < rank; ++d) {
+    if (t.shape[d] <= 1) continue;
+    if (t.strides[d] % stride_elems != 0)
+      v.fail(arg, t, "must have strides before the last dim that are multiples of " + std::to_string(stride_elems) +
+                         " elements (16-byte vectors)");
+    if (t.strides[d] >= (int64_t{1} << 32))
+      v.fail(arg, t, "must have strides below 2^32 elements (FlashInfer's binding keeps them in 32 bits)");
+  }
 }
 
 }  // namespace
@@ -93,11 +154,7 @@ void apply_llama31_rope_pos_ids(const Runtime& rt, const TensorView& q, const Te
   const Validator v("apply_llama31_rope_pos_ids");
   const int64_t head_dim = check_rope_io(v, q, k, q_rope, k_rope, pos_ids);
   const int64_t rd = resolved_rotary_dim(v, o, head_dim);
-  v.positive(s.low_freq_factor, "low_freq_factor").positive(s.old_context_length, "old_context_length");
-  v.finite(s.high_freq_factor, "high_freq_factor");
-  v.require(s.high_freq_factor > s.low_freq_factor, "high_freq_factor",
-            "must be above low_freq_factor (" + std::to_string(s.low_freq_factor) + "): the blend divides by their "
-            "difference; got " + std::to_string(s.high_freq_factor));
+  check_llama31_scaling(v, s);
   if (q.shape[0] == 0) return;
   const auto mod = rope_module(rt);
   ffi::invoke(mod.fns[kLlama31PosIds], ops::binding_for(q, stream), nullptr, q, k, q_rope, k_rope, pos_ids, rd,
@@ -119,6 +176,122 @@ void apply_rope_with_cos_sin_cache(const Runtime& rt, const TensorView& q, const
   const auto mod = rope_module(rt);
   ffi::invoke(mod.fns[kCosSinCache], ops::binding_for(q, stream), nullptr, q, k, q_rope, k_rope, cos_sin_cache,
               pos_ids, interleave);
+}
+
+void apply_rope(const Runtime& rt, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                const TensorView& k_rope, const TensorView& indptr, const TensorView& offsets, const RopeOptions& o,
+                cudaStream_t stream) {
+  const Validator v("apply_rope");
+  const int64_t head_dim = check_ragged_rope_io(v, q, k, q_rope, k_rope, indptr, offsets);
+  const int64_t rd = resolved_rotary_dim(v, o, head_dim);
+  if (q.shape[0] == 0 || offsets.shape[0] == 0) return;  // no row to write (an empty grid would not launch)
+  const auto mod = rope_module(rt);
+  ffi::invoke(mod.fns[kRagged], ops::binding_for(q, stream), nullptr, q, k, q_rope, k_rope, indptr, offsets, rd,
+              o.interleave, o.rope_scale, o.rope_theta);
+}
+
+void apply_llama31_rope(const Runtime& rt, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                        const TensorView& k_rope, const TensorView& indptr, const TensorView& offsets,
+                        const RopeOptions& o, const Llama31RopeScaling& s, cudaStream_t stream) {
+  const Validator v("apply_llama31_rope");
+  const int64_t head_dim = check_ragged_rope_io(v, q, k, q_rope, k_rope, indptr, offsets);
+  const int64_t rd = resolved_rotary_dim(v, o, head_dim);
+  check_llama31_scaling(v, s);
+  if (q.shape[0] == 0 || offsets.shape[0] == 0) return;
+  const auto mod = rope_module(rt);
+  ffi::invoke(mod.fns[kLlama31Ragged], ops::binding_for(q, stream), nullptr, q, k, q_rope, k_rope, indptr, offsets,
+              rd, o.interleave, o.rope_scale, o.rope_theta, s.low_freq_factor, s.high_freq_factor,
+              s.old_context_length);
+}
+
+void rope_quantize_fp8(const Runtime& rt, const RopeQuantizeArgs& a, const RopeQuantizeOptions& o,
+                       cudaStream_t stream) {
+  const Validator v("rope_quantize_fp8");
+  const TensorView &q_rope = a.q_rope, &k_rope = a.k_rope, &q_rope_out = a.q_rope_out, &k_rope_out = a.k_rope_out;
+  const TensorView &cos_sin_cache = a.cos_sin_cache, &pos_ids = a.pos_ids;
+  ops::check_cuda_tensor(v, q_rope, "q_rope");
+  v.rank(q_rope, "q_rope", 3).dtype(q_rope, "q_rope", {DType::f16, DType::bf16});
+  ops::check_cuda_tensor(v, k_rope, "k_rope");
+  if (k_rope.rank != 2 && k_rope.rank != 3)
+    v.fail("k_rope", k_rope, "must have rank 3 ([tokens, H_k, rope_dim]) or 2 (MLA: [tokens, rope_dim])");
+  const int k_rank = k_rope.rank;
+  const int64_t tokens = q_rope.shape[0], h_q = q_rope.shape[1], rope_dim = q_rope.shape[2];
+  const int64_t h_k = k_rank == 3 ? k_rope.shape[1] : 1;
+  // No nope part: views of last dim 0 (never read nor written), as FlashInfer's Python API makes for None.
+  const int given = (a.q_nope != nullptr) + (a.k_nope != nullptr) + (a.q_nope_out != nullptr) + (a.k_nope_out != nullptr);
+  if (given != 0 && given != 4)
+    v.fail("q_nope", "must be given with k_nope, q_nope_out and k_nope_out, or all four absent (no nope part)");
+  TensorView none_q = TensorView::contiguous(nullptr, q_rope.dtype, q_rope.device, {tokens, h_q, 0});
+  TensorView none_k = k_rank == 3 ? TensorView::contiguous(nullptr, q_rope.dtype, q_rope.device, {tokens, h_k, 0})
+                                  : TensorView::contiguous(nullptr, q_rope.dtype, q_rope.device, {tokens, 0});
+  TensorView none_qo = none_q, none_ko = none_k;
+  none_qo.dtype = none_ko.dtype = q_rope_out.dtype;
+  const TensorView& q_nope = given ? *a.q_nope : none_q;
+  const TensorView& k_nope = given ? *a.k_nope : none_k;
+  const TensorView& q_nope_out = given ? *a.q_nope_out : none_qo;
+  const TensorView& k_nope_out = given ? *a.k_nope_out : none_ko;
+  // Inputs: f16/bf16 like q_rope, strides multiples of 8 elements (16 bytes); outputs: e4m3/e5m2 like q_rope_out,
+  // strides multiples of 16 elements. Each output has its input's shape.
+  check_part(v, q_rope, "q_rope", 3, 8, q_rope);
+  check_part(v, k_rope, "k_rope", k_rank, 8, q_rope);
+  check_part(v, q_nope, "q_nope", 3, 8, q_rope);
+  check_part(v, k_nope, "k_nope", k_rank, 8, q_rope);
+  v.same_dtype(k_rope, "k_rope", q_rope, "q_rope").same_dtype(q_nope, "q_nope", q_rope, "q_rope");
+  v.same_dtype(k_nope, "k_nope", q_rope, "q_rope");
+  v.dim(k_rope, "k_rope", 0, tokens, "q_rope.size(0)").dim(k_rope, "k_rope", k_rank - 1, rope_dim, "q_rope.size(2)");
+  v.dim(q_nope, "q_nope", 0, tokens, "q_rope.size(0)").dim(q_nope, "q_nope", 1, h_q, "q_rope.size(1)");
+  const int64_t no_rope_dim = q_nope.shape[2];
+  v.dim(k_nope, "k_nope", 0, tokens, "q_rope.size(0)");
+  if (k_rank == 3) v.dim(k_nope, "k_nope", 1, h_k, "k_rope.size(1)");
+  v.dim(k_nope, "k_nope", k_rank - 1, no_rope_dim, "q_nope.size(2)");
+  check_part(v, q_rope_out, "q_rope_out", 3, 16, q_rope);
+  v.dtype(q_rope_out, "q_rope_out", {DType::e4m3, DType::e5m2}).same_shape(q_rope_out, "q_rope_out", q_rope, "q_rope");
+  for (const auto& [out, out_arg, in, in_arg, rank] :
+       {std::tuple{&k_rope_out, "k_rope_out", &k_rope, "k_rope", k_rank},
+        std::tuple{&q_nope_out, "q_nope_out", &q_nope, "q_nope", 3},
+        std::tuple{&k_nope_out, "k_nope_out", &k_nope, "k_nope", k_rank}}) {
+    check_part(v, *out, out_arg, rank, 16, q_rope);
+    v.same_dtype(*out, out_arg, q_rope_out, "q_rope_out").same_shape(*out, out_arg, *in, in_arg);
+  }
+  // The kernel: 16-element vectors (NeoX: whole vectors in each half), bdx = rope_dim / 16 threads <= 1024.
+  const int64_t step = o.interleave ? 16 : 32;
+  if (!(rope_dim >= step && rope_dim <= 16384 && rope_dim % step == 0))
+    v.fail("q_rope.size(2) (rope_dim)", "must be a multiple of " + std::to_string(step) +
+                                            " (the kernel's 16-element vectors" + (o.interleave ? "" : ", in each half") +
+                                            ") in [" + std::to_string(step) + ", 16384]; got " +
+                                            std::to_string(rope_dim));
+  v.require(h_q >= 1 && h_k >= 1, "k_rope", "must have at least one head, as must q_rope");
+  v.require(tokens <= int64_t{0x7fffffff}, "q_rope", "must have fewer than 2^31 tokens");
+  const int64_t nope_chunks = (no_rope_dim + rope_dim - 1) / rope_dim;
+  if (h_q + h_k > 65535 || (h_q + h_k) * (1 + nope_chunks) > 65535)
+    v.fail("q_nope", q_nope, "must give (H_q + H_k) x (1 + ceil(no_rope_dim / rope_dim)) <= 65535 blocks (the "
+                             "kernel's grid y); got H_q " + std::to_string(h_q) + ", H_k " + std::to_string(h_k) +
+                             ", no_rope_dim " + std::to_string(no_rope_dim));
+  ops::check_same_device(v, cos_sin_cache, "cos_sin_cache", q_rope, "q_rope");
+  v.dtype(cos_sin_cache, "cos_sin_cache", {DType::f32}).rank(cos_sin_cache, "cos_sin_cache", 2);
+  v.contiguous(cos_sin_cache, "cos_sin_cache").aligned(cos_sin_cache, "cos_sin_cache", 16);
+  v.require(cos_sin_cache.shape[0] >= 1, "cos_sin_cache", "must have at least one position row");
+  v.dim(cos_sin_cache, "cos_sin_cache", 1, rope_dim, "q_rope.size(2) (rope_dim)");
+  ops::check_same_device(v, pos_ids, "pos_ids", q_rope, "q_rope");
+  v.dtype(pos_ids, "pos_ids", {DType::i32, DType::i64}).rank(pos_ids, "pos_ids", 1).contiguous(pos_ids, "pos_ids");
+  v.dim(pos_ids, "pos_ids", 0, tokens, "q_rope.size(0)");
+  // With int32 positions the kernel computes pos x rope_dim in 32-bit unsigned arithmetic.
+  v.require(pos_ids.dtype == DType::i64 || cos_sin_cache.numel() <= (int64_t{1} << 32), "cos_sin_cache",
+            "must have at most 2^32 elements with int32 pos_ids (the kernel's row offset is 32-bit)");
+  for (const auto& [x, arg] : {std::pair{o.quant_scale_q, "quant_scale_q"}, std::pair{o.quant_scale_kv, "quant_scale_kv"}}) {
+    v.positive(x, arg);
+    if (x > FLT_MAX) v.fail(arg, "must be at most FLT_MAX (the kernel takes a float); got " + std::to_string(x));
+  }
+  // FP8 outputs never alias their f16/bf16 inputs: no output may share a byte with any argument.
+  v.no_overlap({{&q_rope_out, "q_rope_out"}, {&k_rope_out, "k_rope_out"}, {&q_nope_out, "q_nope_out"},
+                {&k_nope_out, "k_nope_out"}},
+               {{&q_rope, "q_rope"}, {&k_rope, "k_rope"}, {&q_nope, "q_nope"}, {&k_nope, "k_nope"},
+                {&cos_sin_cache, "cos_sin_cache"}, {&pos_ids, "pos_ids"}});
+  if (tokens == 0) return;  // an empty grid would not launch
+  const auto mod = rope_module(rt);
+  ffi::invoke(mod.fns[kQuantize], ops::binding_for(q_rope, stream), nullptr, q_rope, k_rope, q_nope, k_nope, q_rope_out,
+              k_rope_out, q_nope_out, k_nope_out, cos_sin_cache, pos_ids, o.quant_scale_q, o.quant_scale_kv,
+              o.interleave, o.enable_pdl);
 }
 
 }  // namespace flashcpp

@@ -1,5 +1,5 @@
 // float64 references of the gated activations, the cascade merges and RoPE (flashcpp/activation.hpp, cascade.hpp,
-// rope.hpp).
+// rope.hpp), RoPE + FP8 quantization included.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -187,27 +187,43 @@ void check_rope(const Validator& v, const TensorView& q, const TensorView& k, co
             "must be even and in [2, head_dim]; got " + std::to_string(rotary_dim));
 }
 
+// Token t's position: false when t is not rotated (a ragged batch's uncovered row: left as it is).
+using PositionFn = std::function<bool(int64_t t, int64_t& pos)>;
+
+PositionFn positions_of(const TensorView& pos_ids) {
+  return [&pos_ids](int64_t t, int64_t& pos) {
+    pos = static_cast<int64_t>(load(pos_ids, t * pos_ids.strides[0]));
+    return true;
+  };
+}
+
+// One head's row x (d values) rotated in place over its first rotary_dim dims by the angles c, s (index p < half).
+void rotate_row(std::vector<double>& row, int64_t rotary_dim, bool interleave, const std::vector<double>& c,
+                const std::vector<double>& s) {
+  const int64_t half = rotary_dim / 2;
+  const std::vector<double> x(row.begin(), row.begin() + rotary_dim);
+  for (int64_t j = 0; j < rotary_dim; ++j) {
+    const bool first = interleave ? j % 2 == 0 : j < half;
+    const int64_t p = interleave ? j / 2 : j % half;
+    const int64_t partner = interleave ? (first ? j + 1 : j - 1) : (first ? j + half : j - half);
+    row[j] = x[j] * c[p] + (first ? -x[partner] : x[partner]) * s[p];
+  }
+}
+
 // Rotates every head of x into out (which may be x) by its token's position; dims past rotary_dim are copied.
-void rotate(const TensorView& x, const TensorView& out, const TensorView& pos_ids, int64_t rotary_dim, bool interleave,
-            const AngleFn& angle) {
+void rotate(const TensorView& x, const TensorView& out, const PositionFn& position, int64_t rotary_dim,
+            bool interleave, const AngleFn& angle) {
   const int64_t tokens = x.shape[0], heads = x.shape[1], d = x.shape[2], half = rotary_dim / 2;
   detail::parallel_for(tokens, [&](int64_t t) {
-    const auto pos = static_cast<int64_t>(load(pos_ids, t * pos_ids.strides[0]));
+    int64_t pos = 0;
+    if (!position(t, pos)) return;
     std::vector<double> row(static_cast<size_t>(d)), c(static_cast<size_t>(half)), s(c);
     for (int64_t p = 0; p < half; ++p) angle(pos, p, c[p], s[p]);
     for (int64_t h = 0; h < heads; ++h) {
       detail::load_row(x, offset_of(x, {t, h, 0}), d, row.data());
+      rotate_row(row, rotary_dim, interleave, c, s);
       const int64_t off = offset_of(out, {t, h, 0}), so = out.strides[2];
-      for (int64_t j = 0; j < d; ++j) {
-        double y = row[j];
-        if (j < rotary_dim) {
-          const bool first = interleave ? j % 2 == 0 : j < half;
-          const int64_t p = interleave ? j / 2 : j % half;
-          const int64_t partner = interleave ? (first ? j + 1 : j - 1) : (first ? j + half : j - half);
-          y = row[j] * c[p] + (first ? -row[partner] : row[partner]) * s[p];
-        }
-        store(out, off + j * so, y);
-      }
+      for (int64_t j = 0; j < d; ++j) store(out, off + j * so, row[j]);
     }
   });
 }
@@ -220,6 +236,15 @@ double frequency(int64_t p, int64_t rotary_dim, const RopeOptions& o, double smo
   return (1 - smooth) * (f / o.rope_scale) + smooth * f;
 }
 
+// The angle function of the computed frequencies (Llama 3.1's blend when smooth_a or smooth_b is not 0).
+AngleFn computed_angles(int64_t rd, const RopeOptions& o, double smooth_a, double smooth_b) {
+  return [rd, o, smooth_a, smooth_b](int64_t pos, int64_t p, double& c, double& s) {
+    const double a = static_cast<double>(pos) * frequency(p, rd, o, smooth_a, smooth_b);
+    c = std::cos(a);
+    s = std::sin(a);
+  };
+}
+
 void rope_pos_ids(const char* op, const TensorView& q, const TensorView& k, const TensorView& q_rope,
                   const TensorView& k_rope, const TensorView& pos_ids, const RopeOptions& o, double smooth_a,
                   double smooth_b) {
@@ -227,13 +252,67 @@ void rope_pos_ids(const char* op, const TensorView& q, const TensorView& k, cons
   const int64_t rd = o.rotary_dim == 0 ? q.shape[2] : o.rotary_dim;
   check_rope(v, q, k, q_rope, k_rope, pos_ids, rd);
   v.positive(o.rope_scale, "rope_scale").positive(o.rope_theta, "rope_theta");
-  const AngleFn angle = [&](int64_t pos, int64_t p, double& c, double& s) {
-    const double a = static_cast<double>(pos) * frequency(p, rd, o, smooth_a, smooth_b);
-    c = std::cos(a);
-    s = std::sin(a);
+  const AngleFn angle = computed_angles(rd, o, smooth_a, smooth_b);
+  rotate(q, q_rope, positions_of(pos_ids), rd, o.interleave, angle);
+  rotate(k, k_rope, positions_of(pos_ids), rd, o.interleave, angle);
+}
+
+// Host index array of int32 or int64, rank 1, `len` entries.
+void check_host_index(const Validator& v, const TensorView& t, const char* arg, int64_t len) {
+  v.defined(t, arg).on_host(t, arg).dtype(t, arg, {DType::i32, DType::i64}).rank(t, arg, 1).dim(t, arg, 0, len);
+}
+
+void rope_ragged(const char* op, const TensorView& q, const TensorView& k, const TensorView& q_rope,
+                 const TensorView& k_rope, const TensorView& indptr, const TensorView& offsets, const RopeOptions& o,
+                 double smooth_a, double smooth_b) {
+  const Validator v(op);
+  const int64_t rd = o.rotary_dim == 0 ? (q.rank == 3 ? q.shape[2] : 0) : o.rotary_dim;
+  v.defined(offsets, "offsets").on_host(offsets, "offsets").rank(offsets, "offsets", 1);
+  const int64_t batch = offsets.shape[0];
+  check_host_index(v, offsets, "offsets", batch);
+  check_host_index(v, indptr, "indptr", batch + 1);
+  // check_rope's pos_ids rules do not apply: give it a stand-in of q.size(0) positions.
+  detail::check_host_float(v, q, "q");
+  v.rank(q, "q", 3);
+  const int64_t tokens = q.shape[0];
+  int64_t zero = 0;
+  TensorView stand_in = TensorView::strided(&zero, DType::i64, Device::cpu(), {tokens}, {0});
+  check_rope(v, q, k, q_rope, k_rope, stand_in, rd);
+  v.positive(o.rope_scale, "rope_scale").positive(o.rope_theta, "rope_theta");
+  // Each token's position (-1: not covered), from the request whose range holds it.
+  std::vector<int64_t> pos(static_cast<size_t>(tokens), -1);
+  std::vector<char> covered(static_cast<size_t>(tokens), 0);
+  int64_t prev = 0;
+  for (int64_t b = 0; b <= batch; ++b) {
+    const auto at = static_cast<int64_t>(load(indptr, b * indptr.strides[0]));
+    if (at < prev || at > tokens)
+      v.fail("indptr", "must start at 0 or above, never decrease and end at most at q.size(0) (" +
+                           std::to_string(tokens) + "); got " + std::to_string(at) + " at " + std::to_string(b));
+    if (b > 0) {
+      const auto first = static_cast<int64_t>(load(offsets, (b - 1) * offsets.strides[0]));
+      for (int64_t t = prev; t < at; ++t) {
+        pos[static_cast<size_t>(t)] = first + (t - prev);
+        covered[static_cast<size_t>(t)] = 1;
+      }
+    }
+    prev = at;
+  }
+  const PositionFn position = [&](int64_t t, int64_t& p) {
+    p = pos[static_cast<size_t>(t)];
+    return covered[static_cast<size_t>(t)] != 0;
   };
-  rotate(q, q_rope, pos_ids, rd, o.interleave, angle);
-  rotate(k, k_rope, pos_ids, rd, o.interleave, angle);
+  const AngleFn angle = computed_angles(rd, o, smooth_a, smooth_b);
+  rotate(q, q_rope, position, rd, o.interleave, angle);
+  rotate(k, k_rope, position, rd, o.interleave, angle);
+}
+
+// Llama 3.1's blend coefficients: wavelength 2 pi / f against old_context_length / factor, as a linear blend in f
+// (FlashInfer's smooth_a/b).
+void llama31_blend(const Validator& v, const Llama31RopeScaling& s, double& smooth_a, double& smooth_b) {
+  v.require(s.high_freq_factor > s.low_freq_factor && s.low_freq_factor > 0, "high_freq_factor",
+            "must be above low_freq_factor, which must be > 0");
+  smooth_a = s.old_context_length / (2 * M_PI * s.high_freq_factor - 2 * M_PI * s.low_freq_factor);
+  smooth_b = -1.0 / (s.high_freq_factor / s.low_freq_factor - 1.0);
 }
 
 }  // namespace
@@ -247,11 +326,8 @@ void apply_llama31_rope_pos_ids(const TensorView& q, const TensorView& k, const 
                                 const TensorView& k_rope, const TensorView& pos_ids, const RopeOptions& options,
                                 const Llama31RopeScaling& s) {
   const Validator v("reference::apply_llama31_rope_pos_ids");
-  v.require(s.high_freq_factor > s.low_freq_factor && s.low_freq_factor > 0, "high_freq_factor",
-            "must be above low_freq_factor, which must be > 0");
-  // Wavelength 2 pi / f against old_context_length / factor, as a linear blend in f (FlashInfer's smooth_a/b).
-  const double smooth_a = s.old_context_length / (2 * M_PI * s.high_freq_factor - 2 * M_PI * s.low_freq_factor);
-  const double smooth_b = -1.0 / (s.high_freq_factor / s.low_freq_factor - 1.0);
+  double smooth_a = 0, smooth_b = 0;
+  llama31_blend(v, s, smooth_a, smooth_b);
   rope_pos_ids("reference::apply_llama31_rope_pos_ids", q, k, q_rope, k_rope, pos_ids, options, smooth_a, smooth_b);
 }
 
@@ -273,8 +349,106 @@ void apply_rope_with_cos_sin_cache(const TensorView& q, const TensorView& k, con
     c = load(cos_sin_cache, offset_of(cos_sin_cache, {pos, p}));
     s = load(cos_sin_cache, offset_of(cos_sin_cache, {pos, rd / 2 + p}));
   };
-  rotate(q, q_rope, pos_ids, rd, interleave, angle);
-  rotate(k, k_rope, pos_ids, rd, interleave, angle);
+  rotate(q, q_rope, positions_of(pos_ids), rd, interleave, angle);
+  rotate(k, k_rope, positions_of(pos_ids), rd, interleave, angle);
+}
+
+void apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_rope, const TensorView& k_rope,
+                const TensorView& indptr, const TensorView& offsets, const RopeOptions& options) {
+  rope_ragged("reference::apply_rope", q, k, q_rope, k_rope, indptr, offsets, options, 0.0, 0.0);
+}
+
+void apply_llama31_rope(const TensorView& q, const TensorView& k, const TensorView& q_rope, const TensorView& k_rope,
+                        const TensorView& indptr, const TensorView& offsets, const RopeOptions& options,
+                        const Llama31RopeScaling& s) {
+  const Validator v("reference::apply_llama31_rope");
+  double smooth_a = 0, smooth_b = 0;
+  llama31_blend(v, s, smooth_a, smooth_b);
+  rope_ragged("reference::apply_llama31_rope", q, k, q_rope, k_rope, indptr, offsets, options, smooth_a, smooth_b);
+}
+
+namespace {
+
+// Element (t, h, j) of a rope_quantize part: rank 3 [tokens, heads, d], or rank 2 [tokens, d] (MLA's one head).
+int64_t part_offset(const TensorView& x, int64_t t, int64_t h, int64_t j) {
+  return x.rank == 3 ? t * x.strides[0] + h * x.strides[1] + j * x.strides[2] : t * x.strides[0] + j * x.strides[1];
+}
+
+void check_host_out(const Validator& v, const TensorView& t, const char* arg, const TensorView& in,
+                    const char* in_arg) {
+  v.defined(t, arg).on_host(t, arg);
+  v.dtype(t, arg, {DType::e4m3, DType::e5m2, DType::f16, DType::bf16, DType::f32, DType::f64});
+  v.no_negative_strides(t, arg).same_shape(t, arg, in, in_arg);
+}
+
+}  // namespace
+
+void rope_quantize_fp8(const RopeQuantizeArgs& a, const RopeQuantizeOptions& o) {
+  const Validator v("reference::rope_quantize_fp8");
+  const TensorView &q_rope = a.q_rope, &k_rope = a.k_rope, &q_rope_out = a.q_rope_out, &k_rope_out = a.k_rope_out;
+  const TensorView &cos_sin_cache = a.cos_sin_cache, &pos_ids = a.pos_ids;
+  detail::check_host_float(v, q_rope, "q_rope");
+  v.rank(q_rope, "q_rope", 3);
+  const int64_t tokens = q_rope.shape[0], h_q = q_rope.shape[1], rope_dim = q_rope.shape[2];
+  detail::check_host_float(v, k_rope, "k_rope");
+  v.require(k_rope.rank == 2 || k_rope.rank == 3, "k_rope", "must have rank 3 or 2 (MLA)");
+  const int k_rank = k_rope.rank;
+  const int64_t h_k = k_rank == 3 ? k_rope.shape[1] : 1;
+  const int given = (a.q_nope != nullptr) + (a.k_nope != nullptr) + (a.q_nope_out != nullptr) + (a.k_nope_out != nullptr);
+  v.require(given == 0 || given == 4, "q_nope", "must be given with k_nope, q_nope_out and k_nope_out, or none");
+  double unused = 0;
+  const TensorView none_q = TensorView::contiguous(&unused, DType::f64, Device::cpu(), {tokens, h_q, 0});
+  const TensorView none_k = k_rank == 3 ? TensorView::contiguous(&unused, DType::f64, Device::cpu(), {tokens, h_k, 0})
+                                        : TensorView::contiguous(&unused, DType::f64, Device::cpu(), {tokens, 0});
+  const TensorView& q_nope = given ? *a.q_nope : none_q;
+  const TensorView& k_nope = given ? *a.k_nope : none_k;
+  const TensorView& q_nope_out = given ? *a.q_nope_out : none_q;
+  const TensorView& k_nope_out = given ? *a.k_nope_out : none_k;
+  v.dim(k_rope, "k_rope", 0, tokens, "q_rope.size(0)").dim(k_rope, "k_rope", k_rank - 1, rope_dim, "q_rope.size(2)");
+  detail::check_host_float(v, q_nope, "q_nope");
+  v.rank(q_nope, "q_nope", 3).dim(q_nope, "q_nope", 0, tokens, "q_rope.size(0)").dim(q_nope, "q_nope", 1, h_q, "H_q");
+  const int64_t no_rope_dim = q_nope.shape[2];
+  detail::check_host_float(v, k_nope, "k_nope");
+  v.rank(k_nope, "k_nope", k_rank).dim(k_nope, "k_nope", 0, tokens, "q_rope.size(0)");
+  if (k_rank == 3) v.dim(k_nope, "k_nope", 1, h_k, "k_rope.size(1)");
+  v.dim(k_nope, "k_nope", k_rank - 1, no_rope_dim, "q_nope.size(2)");
+  check_host_out(v, q_rope_out, "q_rope_out", q_rope, "q_rope");
+  check_host_out(v, k_rope_out, "k_rope_out", k_rope, "k_rope");
+  check_host_out(v, q_nope_out, "q_nope_out", q_nope, "q_nope");
+  check_host_out(v, k_nope_out, "k_nope_out", k_nope, "k_nope");
+  v.require(rope_dim >= 2 && rope_dim % 2 == 0, "q_rope", "must have an even rope_dim (size(2)) of at least 2");
+  detail::check_host_float(v, cos_sin_cache, "cos_sin_cache");
+  v.rank(cos_sin_cache, "cos_sin_cache", 2).dim(cos_sin_cache, "cos_sin_cache", 1, rope_dim, "rope_dim");
+  v.defined(pos_ids, "pos_ids").on_host(pos_ids, "pos_ids").dtype(pos_ids, "pos_ids", {DType::i32, DType::i64});
+  v.rank(pos_ids, "pos_ids", 1).dim(pos_ids, "pos_ids", 0, tokens, "q_rope.size(0)");
+  v.finite(o.quant_scale_q, "quant_scale_q").finite(o.quant_scale_kv, "quant_scale_kv");
+  const int64_t rows = cos_sin_cache.shape[0], half = rope_dim / 2;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const double pos = load(pos_ids, t * pos_ids.strides[0]);
+    if (pos < 0 || pos >= static_cast<double>(rows))
+      v.fail("pos_ids", "must hold rows of cos_sin_cache ([0, " + std::to_string(rows) + ")); got " +
+                            std::to_string(static_cast<int64_t>(pos)) + " at " + std::to_string(t));
+  }
+  detail::parallel_for(tokens, [&](int64_t t) {
+    const auto pos = static_cast<int64_t>(load(pos_ids, t * pos_ids.strides[0]));
+    std::vector<double> c(static_cast<size_t>(half)), s(c), row(static_cast<size_t>(rope_dim));
+    for (int64_t p = 0; p < half; ++p) {
+      c[p] = load(cos_sin_cache, offset_of(cos_sin_cache, {pos, p}));
+      s[p] = load(cos_sin_cache, offset_of(cos_sin_cache, {pos, half + p}));
+    }
+    // [rope in, rope out, nope in, nope out, heads, scale] for q, then k.
+    for (const auto& [ri, ro, ni, no, heads, scale] :
+         {std::tuple{&q_rope, &q_rope_out, &q_nope, &q_nope_out, h_q, o.quant_scale_q},
+          std::tuple{&k_rope, &k_rope_out, &k_nope, &k_nope_out, h_k, o.quant_scale_kv}}) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t j = 0; j < rope_dim; ++j) row[j] = load(*ri, part_offset(*ri, t, h, j));
+        rotate_row(row, rope_dim, o.interleave, c, s);
+        for (int64_t j = 0; j < rope_dim; ++j) store(*ro, part_offset(*ro, t, h, j), row[j] * scale);
+        for (int64_t j = 0; j < no_rope_dim; ++j)
+          store(*no, part_offset(*no, t, h, j), load(*ni, part_offset(*ni, t, h, j)) * scale);
+      }
+    }
+  });
 }
 
 }  // namespace flashcpp::reference

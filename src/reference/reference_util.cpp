@@ -59,6 +59,53 @@ uint16_t float_to_bf16(float f) noexcept {
   return static_cast<uint16_t>(rounded >> 16);
 }
 
+namespace {
+
+// An FP8 format: `man` mantissa bits, exponent bias, largest finite value, and whether its all-ones exponent is
+// inf/NaN (e5m2, IEEE-like) or holds finite values with S.1111.111 the only NaN (e4m3fn).
+struct Fp8Format {
+  int man, bias;
+  double max;
+  bool ieee;
+};
+constexpr Fp8Format kE4m3{3, 7, 448.0, false};
+constexpr Fp8Format kE5m2{2, 15, 57344.0, true};
+
+// Round to nearest even onto the format, saturating to +-max (inf included: __NV_SATFINITE); NaN -> 0x7f.
+uint8_t to_fp8(double v, const Fp8Format& f) noexcept {
+  if (std::isnan(v)) return 0x7f;
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const double a = std::isinf(v) ? f.max : std::fabs(v);
+  const int emin = 1 - f.bias;  // smallest normal exponent
+  int e;
+  std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1)
+  const int exp = std::max(e - 1, emin);
+  const double quantum = std::ldexp(1.0, exp - f.man);
+  const double r = std::min(std::nearbyint(a / quantum) * quantum, f.max);  // default rounding: nearest even
+  if (r == 0) return sign;
+  std::frexp(r, &e);
+  if (e - 1 < emin) return sign | static_cast<uint8_t>(std::lround(r / std::ldexp(1.0, emin - f.man)));
+  const auto man = static_cast<uint8_t>(std::lround((std::ldexp(r, 1 - e) - 1.0) * (1 << f.man)));
+  return sign | static_cast<uint8_t>((e - 1 + f.bias) << f.man) | man;
+}
+
+double from_fp8(uint8_t b, const Fp8Format& f) noexcept {
+  const int exp = (b & 0x7f) >> f.man, man = b & ((1 << f.man) - 1), top = (1 << (7 - f.man)) - 1;
+  double r;
+  if (f.ieee && exp == top) r = man == 0 ? HUGE_VAL : std::nan("");
+  else if (!f.ieee && exp == top && man == (1 << f.man) - 1) r = std::nan("");
+  else if (exp == 0) r = std::ldexp(static_cast<double>(man), 1 - f.bias - f.man);
+  else r = std::ldexp(static_cast<double>(man | (1 << f.man)), exp - f.bias - f.man);
+  return (b & 0x80) ? -r : r;
+}
+
+}  // namespace
+
+float e4m3_to_float(uint8_t b) noexcept { return static_cast<float>(from_fp8(b, kE4m3)); }
+uint8_t float_to_e4m3(double v) noexcept { return to_fp8(v, kE4m3); }
+float e5m2_to_float(uint8_t b) noexcept { return static_cast<float>(from_fp8(b, kE5m2)); }
+uint8_t float_to_e5m2(double v) noexcept { return to_fp8(v, kE5m2); }
+
 double load(const TensorView& t, int64_t offset) {
   const char* p = static_cast<const char*>(t.data) + offset * dtype_size(t.dtype);
   switch (t.dtype) {
@@ -71,6 +118,8 @@ double load(const TensorView& t, int64_t offset) {
     case DType::i64: { int64_t i; std::memcpy(&i, p, 8); return static_cast<double>(i); }
     case DType::i8: return static_cast<double>(*reinterpret_cast<const int8_t*>(p));
     case DType::u8: return static_cast<double>(*reinterpret_cast<const uint8_t*>(p));
+    case DType::e4m3: return e4m3_to_float(*reinterpret_cast<const uint8_t*>(p));
+    case DType::e5m2: return e5m2_to_float(*reinterpret_cast<const uint8_t*>(p));
     default: break;
   }
   throw Error(ErrorCode::invalid_argument,
@@ -84,6 +133,8 @@ void store(const TensorView& t, int64_t offset, double v) {
     case DType::bf16: { const uint16_t h = float_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); return; }
     case DType::f32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); return; }
     case DType::f64: std::memcpy(p, &v, 8); return;
+    case DType::e4m3: *reinterpret_cast<uint8_t*>(p) = float_to_e4m3(v); return;
+    case DType::e5m2: *reinterpret_cast<uint8_t*>(p) = float_to_e5m2(v); return;
     default: break;
   }
   throw Error(ErrorCode::invalid_argument,

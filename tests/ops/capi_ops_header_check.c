@@ -16,6 +16,7 @@ int flashcpp_ops_header_is_c(void) {
   flashcpp_fused_moe_args ai = FLASHCPP_FUSED_MOE_ARGS_INIT;
   flashcpp_mla_decode_config xi = FLASHCPP_MLA_DECODE_CONFIG_INIT;
   flashcpp_mla_options pp = FLASHCPP_MLA_OPTIONS_INIT;
+  flashcpp_rope_quantize_args ri = FLASHCPP_ROPE_QUANTIZE_ARGS_INIT;
   flashcpp_attention_options_init(&o);
   flashcpp_batch_prefill_config_init(&p);
   flashcpp_batch_decode_config_init(&d);
@@ -27,6 +28,9 @@ int flashcpp_ops_header_is_c(void) {
       ci.output_dtype != FLASHCPP_BF16 || ai.enable_pdl != 0 || ai.activation != 3 || ai.tp_size != 1 ||
       ai.ep_size != 1 || xi.d_qk != 576 || xi.extra_topk != 0 || pp.d_v != 512)
     return 7;
+  if (ri.struct_size != sizeof ri || ri.q_rope != NULL || ri.k_nope_out != NULL || ri.pos_ids != NULL ||
+      ri.interleave != 0 || ri.enable_pdl != 0 || ri.quant_scale_q != 1.0 || ri.quant_scale_kv != 1.0)
+    return 8;
   if (o.struct_size != sizeof o || p.struct_size != sizeof p || d.struct_size != sizeof d) return 2;
   if (oi.causal != 0 || oi.window_left != -1 || oi.sm_scale != 0.0 || oi.use_fp16_qk_reduction != 0) return 3;
   if (pi.kv_storage != FLASHCPP_KV_PAGED || pi.q_dtype != FLASHCPP_BF16 || pi.kv_dtype != FLASHCPP_BF16 ||

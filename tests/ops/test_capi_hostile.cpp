@@ -631,6 +631,87 @@ std::vector<Spec> CapiHostile::specs() {
     for (int32_t f : kBadFlags) invalid(s, "interleave " + std::to_string(f), with(f));
     all.push_back(std::move(s));
   }
+  // The ragged batch: indptr [3] and offsets [2] on the device (int32).
+  auto ragged_slots = [&] {
+    std::vector<Slot> v = rope_slots(false);
+    v.pop_back();  // pos_ids
+    v.push_back({"indptr", cuda(DType::i32, {3}), kIn});
+    v.push_back({"offsets", cuda(DType::i32, {2}), kIn});
+    return v;
+  };
+  {
+    Spec s;
+    s.fn = "flashcpp_apply_rope";
+    s.slots = ragged_slots();
+    auto with = [](int64_t rd, int32_t il, double scale, double theta) {
+      return [=](const Ptrs& p) { return flashcpp_apply_rope(p[0], p[1], p[2], p[3], p[4], p[5], rd, il, scale, theta, nullptr); };
+    };
+    s.call = with(0, 0, 0, 0);
+    for (int32_t f : kBadFlags) invalid(s, "interleave " + std::to_string(f), with(0, f, 0, 0));
+    for (int64_t rd : {int64_t{-16}, int64_t{24}, int64_t{130}, int64_t{256}, std::numeric_limits<int64_t>::min()})
+      invalid(s, "rotary_dim " + std::to_string(rd), with(rd, 0, 0, 0));
+    for (double x : kNonFinite) {
+      invalid(s, "rope_scale " + std::to_string(x), with(0, 0, x, 0));
+      invalid(s, "rope_theta " + std::to_string(x), with(0, 0, 0, x));
+    }
+    invalid(s, "rope_theta -1", with(0, 0, 0, -1));
+    all.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.fn = "flashcpp_apply_llama31_rope";
+    s.slots = ragged_slots();
+    auto with = [](double lo, double hi, double ctx) {
+      return [=](const Ptrs& p) {
+        return flashcpp_apply_llama31_rope(p[0], p[1], p[2], p[3], p[4], p[5], 0, 0, 8, 5e5, lo, hi, ctx, nullptr);
+      };
+    };
+    s.call = with(0, 0, 0);
+    invalid(s, "high_freq_factor == low_freq_factor", with(2, 2, 0));
+    invalid(s, "low_freq_factor -1", with(-1, 0, 0));
+    invalid(s, "old_context_length -1", with(0, 0, -1));
+    for (double x : kNonFinite) {
+      invalid(s, "high_freq_factor " + std::to_string(x), with(0, x, 0));
+      invalid(s, "old_context_length " + std::to_string(x), with(0, 0, x));
+    }
+    all.push_back(std::move(s));
+  }
+  {
+    // DeepSeek MLA's layout at a small size: q [5, 4, 64 + 128], k one latent head [5, 64 + 128], e4m3 out.
+    Spec s;
+    s.fn = "flashcpp_rope_quantize_fp8";
+    s.slots = {{"q_rope", cuda(DType::bf16, {5, 4, 64}), kIn},          {"k_rope", cuda(DType::bf16, {5, 64}), kIn},
+               {"q_rope_out", cuda(DType::e4m3, {5, 4, 64}), kOut},     {"k_rope_out", cuda(DType::e4m3, {5, 64}), kOut},
+               {"q_nope", cuda(DType::bf16, {5, 4, 128}), kIn},         {"k_nope", cuda(DType::bf16, {5, 128}), kIn},
+               {"q_nope_out", cuda(DType::e4m3, {5, 4, 128}), kOut},    {"k_nope_out", cuda(DType::e4m3, {5, 128}), kOut},
+               {"cos_sin_cache", cuda(DType::f32, {64, 64}), kIn},      {"pos_ids", cuda(DType::i32, {5}), kIn}};
+    const flashcpp_rope_quantize_args init = FLASHCPP_ROPE_QUANTIZE_ARGS_INIT;
+    auto with = [init](auto edit, bool null_args = false, bool no_nope = false) {
+      return [=](const Ptrs& p) {
+        flashcpp_rope_quantize_args a = init;
+        a.q_rope = p[0], a.k_rope = p[1], a.q_rope_out = p[2], a.k_rope_out = p[3];
+        if (!no_nope) a.q_nope = p[4], a.k_nope = p[5], a.q_nope_out = p[6], a.k_nope_out = p[7];
+        a.cos_sin_cache = p[8], a.pos_ids = p[9];
+        edit(a);
+        return flashcpp_rope_quantize_fp8(null_args ? nullptr : &a, nullptr);
+      };
+    };
+    auto same = [](flashcpp_rope_quantize_args&) {};
+    s.call = with(same);
+    invalid(s, "args NULL", with(same, true));
+    for (uint32_t size : bad_sizes<flashcpp_rope_quantize_args>())
+      invalid(s, "args.struct_size " + std::to_string(size), with([size](auto& a) { a.struct_size = size; }));
+    for (int32_t f : kBadFlags) {
+      invalid(s, "args.interleave " + std::to_string(f), with([f](auto& a) { a.interleave = f; }));
+      invalid(s, "args.enable_pdl " + std::to_string(f), with([f](auto& a) { a.enable_pdl = f; }));
+    }
+    for (double x : {std::nan(""), double(INFINITY), -double(INFINITY), 0.0, -1.0, 1e39}) {
+      invalid(s, "args.quant_scale_q " + std::to_string(x), with([x](auto& a) { a.quant_scale_q = x; }));
+      invalid(s, "args.quant_scale_kv " + std::to_string(x), with([x](auto& a) { a.quant_scale_kv = x; }));
+    }
+    s.survive.emplace_back("no nope part (all four NULL)", with(same, false, true));
+    all.push_back(std::move(s));
+  }
 
   // ---------------------------------------------------------------------------------------------- paged KV append
   {
@@ -1869,7 +1950,7 @@ TEST_F(CapiHostile, TheHeadersDeclareTheFunctionsThisTestCovers) {
   const std::set<std::string> declared = declared_functions();
   std::set<std::string> covered;
   for (const Spec& s : specs()) covered.insert(s.fn);
-  EXPECT_EQ(declared.size(), 74u);
+  EXPECT_EQ(declared.size(), 77u);
   EXPECT_EQ(declared, covered);
 }
 
@@ -1947,7 +2028,7 @@ TEST_F(CapiHostile, EveryExportedFunctionRefusesHostileInputWithoutASignal) {
   EXPECT_EQ(success_on_invalid, 0);
   EXPECT_EQ(silent, 0);
   EXPECT_EQ(refused, invalid);
-  EXPECT_EQ(fns.size(), 74u);
+  EXPECT_EQ(fns.size(), 77u);
   EXPECT_GT(cases.size(), 1500u);
 }
 

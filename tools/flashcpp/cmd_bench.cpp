@@ -154,8 +154,9 @@ struct Bench {
     }
   }
 
-  /// Memory-bound decode-step ops: RoPE in place on 8192 tokens' q and k, a Llama-3-70B-sized MLP activation (8192 tokens, d 28672: 1.4 GiB in, 0.5 out)
-  /// and the cascade merges of 8192 tokens x 32 heads x 128 (bytes: every input and output once).
+  /// Memory-bound decode-step ops: RoPE in place on 8192 tokens' q and k, RoPE + FP8 quantization at DeepSeek MLA's
+  /// shape (8192 tokens: 1.2 GiB bf16 in, 0.6 GiB e4m3 out), a Llama-3-70B-sized MLP activation (8192 tokens, d 28672:
+  /// 1.4 GiB in, 0.5 out) and the cascade merges of 8192 tokens x 32 heads x 128 (bytes: every input and output once).
   void decode_step() {
     const int64_t tokens = 8192, d = 28672;
     if (wanted("silu_and_mul") || wanted("gelu_and_mul")) {
@@ -178,6 +179,23 @@ struct Bench {
       report("apply_rope_pos_ids", "tokens=8192,heads=32/8,head_dim=128,dtype=bf16,in_place",
              measure([&] { apply_rope_pos_ids(rt, q, k, q, k, pos.view, {}, stream); }, stream, o),
              2.0 * t * 40 * hd * 2, 0);
+    }
+    if (wanted("rope_quantize_fp8")) {  // DeepSeek MLA: q 128 heads of 512 nope + 64 rope, one latent k row, e4m3 out
+      const int64_t hq = 128, nope = 512, rope = 64, head = nope + rope;
+      Dev q(DType::bf16, {t, hq, head}), kv(DType::bf16, {t, head}), cache(DType::f32, {4096, rope});
+      Dev pos(DType::i32, {t}, 0), qro(DType::e4m3, {t, hq, rope}), qno(DType::e4m3, {t, hq, nope});
+      Dev kro(DType::e4m3, {t, rope}), kno(DType::e4m3, {t, nope});
+      auto* qb = static_cast<uint16_t*>(q.buf.get());
+      auto* kb = static_cast<uint16_t*>(kv.buf.get());
+      const auto q_nope = TensorView::strided(qb, DType::bf16, Device::cuda(0), {t, hq, nope}, {hq * head, head, 1});
+      const auto q_rope = TensorView::strided(qb + nope, DType::bf16, Device::cuda(0), {t, hq, rope}, {hq * head, head, 1});
+      const auto k_nope = TensorView::strided(kb, DType::bf16, Device::cuda(0), {t, nope}, {head, 1});
+      const auto k_rope = TensorView::strided(kb + nope, DType::bf16, Device::cuda(0), {t, rope}, {head, 1});
+      const RopeQuantizeArgs a{.q_rope = q_rope, .k_rope = k_rope, .q_rope_out = qro.view, .k_rope_out = kro.view,
+                               .q_nope = &q_nope, .k_nope = &k_nope, .q_nope_out = &qno.view, .k_nope_out = &kno.view,
+                               .cos_sin_cache = cache.view, .pos_ids = pos.view};
+      report("rope_quantize_fp8", "tokens=8192,mla,heads=128,rope=64,nope=512,dtype=bf16->e4m3",
+             measure([&] { rope_quantize_fp8(rt, a, {}, stream); }, stream, o), 3.0 * t * (hq + 1) * head, 0);
     }
     if (wanted("merge_state")) {
       Dev va(DType::bf16, {t, h, hd}), vb(DType::bf16, {t, h, hd}), vm(DType::bf16, {t, h, hd});
@@ -490,9 +508,9 @@ void add_bench_command(CLI::App& app) {
       ->check(word_of({"rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "fused_qk_rmsnorm", "batch_decode",
                        "append_paged_kv_cache", "single_decode", "single_prefill", "batch_prefill_paged",
                        "batch_prefill_ragged", "silu_and_mul", "gelu_and_mul", "merge_state", "merge_states",
-                       "apply_rope_pos_ids", "softmax", "sampling_from_logits", "top_k_sampling_from_probs",
-                       "top_p_sampling_from_probs", "top_k_top_p_sampling_from_logits", "top_k_renorm_probs",
-                       "top_k_mask_logits", "top_k", "top_k_page_table_transform", "top_k_ragged_transform"}));
+                       "apply_rope_pos_ids", "rope_quantize_fp8", "softmax", "sampling_from_logits",
+                       "top_k_sampling_from_probs", "top_p_sampling_from_probs", "top_k_top_p_sampling_from_logits",
+                       "top_k_renorm_probs", "top_k_mask_logits", "top_k", "top_k_page_table_transform", "top_k_ragged_transform"}));
   cmd->callback(checked([o] {
     const int rc = run_bench(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -20,9 +20,10 @@ extern "C" {
  * _merge_states, and RoPE: flashcpp_apply_rope_pos_ids, _apply_llama31_rope_pos_ids, _apply_rope_with_cos_sin_cache;
  * 3.4.0: the sampler, flashcpp/c/sampling.h: flashcpp_softmax, the samplers from probs and logits, top-k, top-p,
  * min-p and fused top-k + top-p, the renorm and mask helpers, flashcpp_sampling_options; and DSA top-k,
- * flashcpp/c/topk.h: flashcpp_top_k, _top_k_page_table_transform, _top_k_ragged_transform). FLASHCPP_C_ABI_VERSION
- * packs the three as MAJOR * 10000 + MINOR * 100 + PATCH; flashcpp_abi_version() returns the loaded library's, so a caller can
- * check it is at least the one it was compiled with and of the same MAJOR.
+ * flashcpp/c/topk.h: flashcpp_top_k, _top_k_page_table_transform, _top_k_ragged_transform; and RoPE's ragged batch
+ * and FP8 quantization: flashcpp_apply_rope, _apply_llama31_rope, _rope_quantize_fp8, flashcpp_rope_quantize_args).
+ * FLASHCPP_C_ABI_VERSION packs the three as MAJOR * 10000 + MINOR * 100 + PATCH; flashcpp_abi_version() returns the
+ * loaded library's, so a caller can check it is at least the one it was compiled with and of the same MAJOR.
  *
  * Structs of scalars: each begins with `uint32_t struct_size` and has an *_INIT initializer (the FlashInfer
  * ops' also an *_init function) that sets it to the sizeof of the header the caller is compiled with. The library

@@ -223,6 +223,50 @@ flashcpp_status flashcpp_apply_rope_with_cos_sin_cache(const flashcpp_tensor* q,
                                                        const flashcpp_tensor* cos_sin_cache,
                                                        const flashcpp_tensor* pos_ids, int32_t interleave,
                                                        void* stream);
+/* since ABI 3.4.0: the ragged batch. Request b's tokens [indptr[b], indptr[b+1]) at positions offsets[b] + 0, 1, ...;
+ * indptr [batch + 1] and offsets [batch] on the device, contiguous, both int32 or both int64, their values read on the
+ * device only (indptr from 0 or above, never decreasing, at most tokens); rows outside [indptr[0], indptr[batch]) of
+ * q_rope/k_rope are not written. Scalars as flashcpp_apply_rope_pos_ids (0: the default). */
+flashcpp_status flashcpp_apply_rope(const flashcpp_tensor* q, const flashcpp_tensor* k, const flashcpp_tensor* q_rope,
+                                    const flashcpp_tensor* k_rope, const flashcpp_tensor* indptr,
+                                    const flashcpp_tensor* offsets, int64_t rotary_dim, int32_t interleave,
+                                    double rope_scale, double rope_theta, void* stream);
+/* since ABI 3.4.0: scalars as flashcpp_apply_llama31_rope_pos_ids. */
+flashcpp_status flashcpp_apply_llama31_rope(const flashcpp_tensor* q, const flashcpp_tensor* k,
+                                            const flashcpp_tensor* q_rope, const flashcpp_tensor* k_rope,
+                                            const flashcpp_tensor* indptr, const flashcpp_tensor* offsets,
+                                            int64_t rotary_dim, int32_t interleave, double rope_scale,
+                                            double rope_theta, double low_freq_factor, double high_freq_factor,
+                                            double old_context_length, void* stream);
+
+/* since ABI 3.4.0: RoPE + FP8 quantization (flashcpp::rope_quantize_fp8, flashcpp/rope.hpp). q_rope [tokens, H_q,
+ * rope_dim], q_nope [tokens, H_q, no_rope_dim]; k_rope [tokens, H_k, rope_dim] and k_nope [tokens, H_k, no_rope_dim], or
+ * MLA's k_rope [tokens, rope_dim] and k_nope [tokens, no_rope_dim]; f16/bf16 in, e4m3/e5m2 out (each output the shape
+ * of its input, sharing no byte with any argument); cos_sin_cache f32 [max_position, rope_dim] (cos then sin per row);
+ * pos_ids int32/int64 [tokens], each a row of the cache (read on the device only). No nope part: q_nope, k_nope,
+ * q_nope_out and k_nope_out all NULL; some NULL and some not is refused. */
+typedef struct flashcpp_rope_quantize_args {
+  uint32_t struct_size; /* sizeof(flashcpp_rope_quantize_args): set by FLASHCPP_ROPE_QUANTIZE_ARGS_INIT */
+  const flashcpp_tensor* q_rope;
+  const flashcpp_tensor* k_rope;
+  const flashcpp_tensor* q_rope_out;
+  const flashcpp_tensor* k_rope_out;
+  const flashcpp_tensor* q_nope; /* optional, with the other three nope tensors */
+  const flashcpp_tensor* k_nope;
+  const flashcpp_tensor* q_nope_out;
+  const flashcpp_tensor* k_nope_out;
+  const flashcpp_tensor* cos_sin_cache;
+  const flashcpp_tensor* pos_ids;
+  int32_t interleave;    /* 0 NeoX halves (FlashInfer's is_neox), 1 GPT-J pairs */
+  int32_t enable_pdl;    /* 0 or 1 */
+  double quant_scale_q;  /* q parts are stored as fp8(value x quant_scale_q); finite, > 0, at most FLT_MAX */
+  double quant_scale_kv; /* k parts as fp8(value x quant_scale_kv) */
+} flashcpp_rope_quantize_args;
+/* No tensors yet, NeoX, no PDL, scales 1. */
+#define FLASHCPP_ROPE_QUANTIZE_ARGS_INIT                                                                      \
+  {(uint32_t)sizeof(flashcpp_rope_quantize_args), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, \
+   1.0, 1.0}
+flashcpp_status flashcpp_rope_quantize_fp8(const flashcpp_rope_quantize_args* args, void* stream);
 
 #ifdef __cplusplus
 }
