@@ -33,6 +33,7 @@
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/sampling.hpp"
 #include "support/gpu.hpp"
+#include "support/gpu_buffers.hpp"
 
 namespace flashcpp::testing {
 namespace {
@@ -41,46 +42,6 @@ namespace ref = flashcpp::reference;
 
 // ------------------------------------------------------------------------------------------------ helpers
 
-const Runtime& runtime() {
-  static const std::shared_ptr<Runtime> rt = Runtime::create();
-  return *rt;
-}
-
-uint64_t fresh_seed() { return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}(); }
-
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/// Host tensor of 16-bit floats (or f32/i32) with its device twin.
-struct Buf {
-  DType dtype = DType::bf16;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> host;
-  DeviceBuffer dev;
-  int64_t numel() const {
-    return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-  }
-  TensorView host_view() {
-    return TensorView::contiguous(host.data(), dtype, Device::cpu(), std::span<const int64_t>(shape));
-  }
-  TensorView dev_view() const {
-    return TensorView::contiguous(dev.get(), dtype, Device::cuda(0), std::span<const int64_t>(shape));
-  }
-  size_t bytes() const { return static_cast<size_t>(numel() * dtype_size(dtype)); }
-};
-
-Buf make(DType t, std::vector<int64_t> shape, bool on_device = true) {
-  Buf b;
-  b.dtype = t;
-  b.shape = std::move(shape);
-  b.host.assign(b.bytes(), 0);
-  if (on_device) b.dev = DeviceBuffer(std::max<size_t>(b.bytes(), 16), 0);
-  return b;
-}
 /// A host-only copy (values and shape) of b.
 Buf host_copy(const Buf& b) {
   Buf c = make(b.dtype, b.shape, false);
@@ -95,38 +56,10 @@ Buf host_f32(Buf& b) {
   return c;
 }
 
-/// Uniform values in [lo, hi) rounded to the dtype, generated in parallel.
-void fill_random(Buf& b, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  const int64_t n = b.numel();
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  const TensorView hv = b.host_view();
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int64_t i = t; i < n; i += threads) {
-        const double u = static_cast<double>(splitmix(seed ^ (static_cast<uint64_t>(i) * 0x100000001b3ull)) >> 11) /
-                         9007199254740992.0;
-        ref::store(hv, i, lo + (hi - lo) * u);
-      }
-    });
-  for (auto& th : pool) th.join();
-}
-
 Buf make_i32(const std::vector<int32_t>& v) {
   Buf b = make(DType::i32, {static_cast<int64_t>(v.size())});
   if (!v.empty()) std::memcpy(b.host.data(), v.data(), v.size() * 4);
   return b;
-}
-
-void upload(Buf& b) {
-  if (b.bytes() > 0) ASSERT_EQ(cudaMemcpy(b.dev.get(), b.host.data(), b.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-}
-void poison(Buf& b) {
-  ASSERT_EQ(cudaMemset(b.dev.get(), kPoisonByte, std::max<size_t>(b.bytes(), 16)), cudaSuccess);
-}
-void download(Buf& b) {
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  if (b.bytes() > 0) ASSERT_EQ(cudaMemcpy(b.host.data(), b.dev.get(), b.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
 }
 
 /// got (any float dtype) vs ref (same shape, any float dtype): |got - ref| <= atol + rtol |ref|.

@@ -23,78 +23,12 @@
 #include "flashcpp/rope.hpp"
 #include "flashcpp/runtime.hpp"
 #include "support/gpu.hpp"
+#include "support/gpu_buffers.hpp"
 
 namespace flashcpp::testing {
 namespace {
 
 namespace ref = flashcpp::reference;
-
-const Runtime& runtime() {
-  static const std::shared_ptr<Runtime> rt = Runtime::create();
-  return *rt;
-}
-
-uint64_t fresh_seed() { return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}(); }
-
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/// A host buffer with its device twin (`slack` extra device bytes after it, poisoned with the rest).
-struct Buf {
-  DType dtype = DType::bf16;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> host;
-  DeviceBuffer dev;
-  size_t slack = 0;
-  int64_t numel() const { return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()); }
-  size_t bytes() const { return static_cast<size_t>(numel() * dtype_size(dtype)); }
-  TensorView host_view() { return TensorView::contiguous(host.data(), dtype, Device::cpu(), std::span<const int64_t>(shape)); }
-  TensorView dev_view() const {
-    return TensorView::contiguous(dev.get(), dtype, Device::cuda(0), std::span<const int64_t>(shape));
-  }
-};
-
-Buf make(DType t, std::vector<int64_t> shape, bool on_device = true, size_t slack = 0) {
-  Buf b;
-  b.dtype = t;
-  b.shape = std::move(shape);
-  b.slack = slack;
-  b.host.assign(b.bytes(), 0);
-  if (on_device) b.dev = DeviceBuffer(std::max<size_t>(b.bytes() + slack, 16), 0);
-  return b;
-}
-
-/// Uniform values in [lo, hi) rounded to the dtype; a value that rounds to zero is replaced by lo / 2 (never zeros).
-void fill_random(Buf& b, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  const int64_t n = b.numel();
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  const TensorView hv = b.host_view();
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int64_t i = t; i < n; i += threads) {
-        const double u = static_cast<double>(splitmix(seed ^ (static_cast<uint64_t>(i) * 0x100000001b3ull)) >> 11) /
-                         9007199254740992.0;
-        ref::store(hv, i, lo + (hi - lo) * u);
-        if (ref::load(hv, i) == 0.0) ref::store(hv, i, lo / 2);
-      }
-    });
-  for (auto& th : pool) th.join();
-}
-
-void upload(Buf& b) {
-  if (b.bytes() > 0) CUDA_OK(cudaMemcpy(b.dev.get(), b.host.data(), b.bytes(), cudaMemcpyHostToDevice));
-}
-void poison(Buf& b) { CUDA_OK(cudaMemset(b.dev.get(), kPoisonByte, std::max<size_t>(b.bytes() + b.slack, 16))); }
-void download(Buf& b) {
-  CUDA_OK(cudaDeviceSynchronize());
-  CUDA_OK(cudaGetLastError());
-  if (b.bytes() > 0) CUDA_OK(cudaMemcpy(b.host.data(), b.dev.get(), b.bytes(), cudaMemcpyDeviceToHost));
-}
 
 /// Integers in [lo, hi) into an int32 or int64 buffer (host and device).
 Buf make_index(DType t, const std::vector<int64_t>& v) {
