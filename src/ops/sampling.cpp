@@ -200,35 +200,46 @@ void top_k_sampling_from_probs(const Runtime& rt, const TensorView& probs, const
               seed_bits(options.philox_seed), seed_bits(options.philox_offset));
 }
 
+namespace {
+// The samplers of one floating parameter (top_p, min_p): validation, then the module's export of that name.
+struct PSampler {
+  const char* op;
+  SamplingFn fn;
+  const char* arg;
+  double lo;
+  bool lo_open;
+  bool by_sample;  // the kernel reads a per-request value by sample index
+};
+
+void p_sampler(const PSampler& k, const Runtime& rt, const TensorView& probs, const TensorView& samples,
+               const SamplingParam& p, const TensorView* row_indices, const SamplingOptions& options,
+               cudaStream_t stream) {
+  const Validator v(k.op);
+  check_matrix(v, probs, "probs", {DType::f32});
+  const int64_t batch = check_samples(v, samples, row_indices, probs, "probs").batch;
+  check_param(v, p, k.arg, k.lo, k.lo_open, 1.0, probs.shape[0], probs, "probs");
+  if (k.by_sample) check_by_sample(v, p.per_row, k.arg, batch, probs.shape[0]);
+  v.no_overlap({{&samples, "samples"}}, {{p.per_row, k.arg}});
+  if (batch == 0) return;
+  const auto mod = sampling_module(rt);
+  ffi::invoke(mod.fns[k.fn], ops::binding_for(probs, stream), nullptr, probs, samples, per_row(row_indices),
+              per_row(p.per_row), p.value, options.deterministic, seed_bits(options.philox_seed),
+              seed_bits(options.philox_offset));
+}
+}  // namespace
+
 void top_p_sampling_from_probs(const Runtime& rt, const TensorView& probs, const TensorView& samples,
                                SamplingParam top_p, const TensorView* row_indices, const SamplingOptions& options,
                                cudaStream_t stream) {
-  const Validator v("top_p_sampling_from_probs");
-  check_matrix(v, probs, "probs", {DType::f32});
-  const int64_t batch = check_samples(v, samples, row_indices, probs, "probs").batch;
-  check_param(v, top_p, "top_p", 0.0, true, 1.0, probs.shape[0], probs, "probs");
-  v.no_overlap({{&samples, "samples"}}, {{top_p.per_row, "top_p"}});
-  if (batch == 0) return;
-  const auto mod = sampling_module(rt);
-  ffi::invoke(mod.fns[kTopPSamplingFromProbs], ops::binding_for(probs, stream), nullptr, probs, samples,
-              per_row(row_indices), per_row(top_p.per_row), top_p.value, options.deterministic,
-              seed_bits(options.philox_seed), seed_bits(options.philox_offset));
+  p_sampler({"top_p_sampling_from_probs", kTopPSamplingFromProbs, "top_p", 0.0, true, false}, rt, probs, samples,
+            top_p, row_indices, options, stream);
 }
 
 void min_p_sampling_from_probs(const Runtime& rt, const TensorView& probs, const TensorView& samples,
                                SamplingParam min_p, const TensorView* row_indices, const SamplingOptions& options,
                                cudaStream_t stream) {
-  const Validator v("min_p_sampling_from_probs");
-  check_matrix(v, probs, "probs", {DType::f32});
-  const int64_t batch = check_samples(v, samples, row_indices, probs, "probs").batch;
-  check_param(v, min_p, "min_p", 0.0, false, 1.0, probs.shape[0], probs, "probs");
-  check_by_sample(v, min_p.per_row, "min_p", batch, probs.shape[0]);
-  v.no_overlap({{&samples, "samples"}}, {{min_p.per_row, "min_p"}});
-  if (batch == 0) return;
-  const auto mod = sampling_module(rt);
-  ffi::invoke(mod.fns[kMinPSamplingFromProbs], ops::binding_for(probs, stream), nullptr, probs, samples,
-              per_row(row_indices), per_row(min_p.per_row), min_p.value, options.deterministic,
-              seed_bits(options.philox_seed), seed_bits(options.philox_offset));
+  p_sampler({"min_p_sampling_from_probs", kMinPSamplingFromProbs, "min_p", 0.0, false, true}, rt, probs, samples,
+            min_p, row_indices, options, stream);
 }
 
 void top_k_top_p_sampling_from_probs(const Runtime& rt, const TensorView& probs, const TensorView& samples,
