@@ -615,7 +615,7 @@ nlohmann::json read_record(const std::filesystem::path& file, const std::string&
         !j["tactics"].is_object())
       return nlohmann::json::object();
     return j["tactics"];
-  } catch (const Error&) {
+  } catch (const std::exception&) {  // flashcpp's Error (untrusted, unreadable, not JSON) or a JSON type error
     return nlohmann::json::object();
   }
 }
@@ -656,7 +656,7 @@ void record_tactics(FusedMoeRunner::State& s, const std::filesystem::path& file,
                                "token-count bucket, chosen by tune() on this GPU model"},
                               {"tactics", tactics}};
     artifacts::detail::write_file_atomic(file, j.dump(1) + "\n");
-  } catch (const Error&) {
+  } catch (const std::exception&) {
   }
 }
 

@@ -656,6 +656,14 @@ TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
   std::stringstream rewritten;
   rewritten << std::ifstream(file).rdbuf();
   EXPECT_NE(rewritten.str().find("\"module_sha256\""), std::string::npos) << rewritten.str();
+  // Nor one whose fields have other JSON types (a type error inside the reader must not escape run()).
+  { std::ofstream(file) << "{\"module_sha256\": 5, \"tactics\": [1, 2]}"; }
+  auto typed = FusedMoeRunner::create(*rt_, f.cfg);
+  (void)recorded("fused_moe_90");
+  typed.run(f.a, nullptr);
+  EXPECT_EQ(calls(), tuned_then_run);
+  rewritten.str("");
+  rewritten << std::ifstream(file).rdbuf();
   // The record of another module build (another SHA-256) is not used either.
   {
     std::string t = rewritten.str();
