@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -166,5 +167,17 @@ class OpsFixture : public ::testing::Test {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();                   \
     }                                                                                                   \
   } while (0)
+
+/// A host f64 tensor of `shape`, zero-filled, for the float64 references' tests.
+struct HostF64 {
+  std::vector<double> data;
+  std::vector<int64_t> shape;
+  explicit HostF64(std::vector<int64_t> s) : shape(std::move(s)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    data.assign(static_cast<size_t>(n), 0.0);
+  }
+  TensorView view() { return TensorView::contiguous(data.data(), DType::f64, Device::cpu(), std::span<const int64_t>(shape)); }
+};
 
 }  // namespace flashcpp::testing

@@ -204,17 +204,6 @@ TEST_F(DecodeStepOps, CAbiEntriesReachTheModulesAndReportErrors) {
 // ---------------------------------------------------------------------------------------------------------------
 // The float64 references against values computed here
 
-struct HostF64 {
-  std::vector<double> data;
-  std::vector<int64_t> shape;
-  explicit HostF64(std::vector<int64_t> s) : shape(std::move(s)) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    data.assign(static_cast<size_t>(n), 0.0);
-  }
-  TensorView view() { return TensorView::contiguous(data.data(), DType::f64, Device::cpu(), std::span<const int64_t>(shape)); }
-};
-
 TEST(DecodeStepReference, ActivationsMatchTheirFormulas) {
   std::mt19937 gen(11);
   std::uniform_real_distribution<double> u(-4, 4);

@@ -373,21 +373,10 @@ TEST(RopeReference, Fp8CodecsRoundToNearestEvenAndSaturate) {
 // ---------------------------------------------------------------------------------------------------------------
 // The float64 references against values computed here
 
-struct Host {
-  std::vector<double> data;
-  std::vector<int64_t> shape;
-  explicit Host(std::vector<int64_t> s) : shape(std::move(s)) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    data.assign(static_cast<size_t>(n), 0.0);
-  }
-  TensorView view() { return TensorView::contiguous(data.data(), DType::f64, Device::cpu(), std::span<const int64_t>(shape)); }
-};
-
 TEST(RopeReference, RaggedRopeRotatesEachRequestFromItsOffsetAndLeavesOtherRows) {
   // 6 tokens, 2 q heads and 1 k head of 64; requests [1, 3) from position 10 and [3, 5) from 0: tokens 0 and 5 are
   // outside every request.
-  Host q({6, 2, 64}), k({6, 1, 64}), qo({6, 2, 64}), ko({6, 1, 64});
+  HostF64 q({6, 2, 64}), k({6, 1, 64}), qo({6, 2, 64}), ko({6, 1, 64});
   for (size_t i = 0; i < q.data.size(); ++i) q.data[i] = std::sin(0.37 * static_cast<double>(i) + 0.1);
   for (size_t i = 0; i < k.data.size(); ++i) k.data[i] = std::cos(0.21 * static_cast<double>(i));
   for (bool llama : {false, true})
@@ -405,7 +394,7 @@ TEST(RopeReference, RaggedRopeRotatesEachRequestFromItsOffsetAndLeavesOtherRows)
       else reference::apply_rope(q.view(), k.view(), qo.view(), ko.view(), indptr, offsets, o);
       // The same rotation through pos_ids {_, 10, 11, 0, 1, _}.
       const int32_t pos[6] = {0, 10, 11, 0, 1, 0};
-      Host qp({6, 2, 64}), kp({6, 1, 64});
+      HostF64 qp({6, 2, 64}), kp({6, 1, 64});
       const TensorView p = TensorView::contiguous(const_cast<int32_t*>(pos), DType::i32, Device::cpu(), {6});
       if (llama) reference::apply_llama31_rope_pos_ids(q.view(), k.view(), qp.view(), kp.view(), p, o);
       else reference::apply_rope_pos_ids(q.view(), k.view(), qp.view(), kp.view(), p, o);
@@ -419,7 +408,7 @@ TEST(RopeReference, RaggedRopeRotatesEachRequestFromItsOffsetAndLeavesOtherRows)
       EXPECT_GT(std::fabs(qo.data[128] - q.data[128]), 1e-6);
     }
   // By hand: request 0 from position 3 (one token, one head of 64 dims, NeoX over all 64, theta 100).
-  Host q1({1, 1, 64}), o1({1, 1, 64});
+  HostF64 q1({1, 1, 64}), o1({1, 1, 64});
   for (int i = 0; i < 64; ++i) q1.data[i] = 1.0 + 0.01 * i;
   const int32_t ip[2] = {0, 1}, of[1] = {3};
   reference::apply_rope(q1.view(), q1.view(), o1.view(), o1.view(),
@@ -441,7 +430,7 @@ TEST(RopeReference, RaggedRopeRotatesEachRequestFromItsOffsetAndLeavesOtherRows)
 TEST(RopeReference, RopeQuantizeRotatesScalesAndRoundsOnce) {
   // 3 tokens, H_q 2, rope_dim 8, no_rope_dim 5; k with one head as rank 3 (GQA) and as rank 2 (MLA) must agree.
   const int64_t n = 3, hq = 2, rd = 8, nd = 5, rows = 4;
-  Host qr({n, hq, rd}), qn({n, hq, nd}), kr({n, 1, rd}), kn({n, 1, nd}), cache({rows, rd});
+  HostF64 qr({n, hq, rd}), qn({n, hq, nd}), kr({n, 1, rd}), kn({n, 1, nd}), cache({rows, rd});
   for (size_t i = 0; i < qr.data.size(); ++i) qr.data[i] = std::sin(0.7 * static_cast<double>(i) + 0.3);
   for (size_t i = 0; i < qn.data.size(); ++i) qn.data[i] = std::cos(0.9 * static_cast<double>(i));
   for (size_t i = 0; i < kr.data.size(); ++i) kr.data[i] = std::sin(1.3 * static_cast<double>(i) - 0.2);
@@ -465,7 +454,7 @@ TEST(RopeReference, RopeQuantizeRotatesScalesAndRoundsOnce) {
   };
   for (bool interleave : {false, true}) {
     const RopeQuantizeOptions o{.interleave = interleave, .quant_scale_q = 0.5, .quant_scale_kv = 4};
-    Host qro({n, hq, rd}), qno({n, hq, nd}), kro({n, 1, rd}), kno({n, 1, nd});
+    HostF64 qro({n, hq, rd}), qno({n, hq, nd}), kro({n, 1, rd}), kno({n, 1, nd});
     TensorView vqn = qn.view(), vkn = kn.view(), vqno = qno.view(), vkno = kno.view();
     reference::rope_quantize_fp8({qr.view(), kr.view(), qro.view(), kro.view(), &vqn, &vkn, &vqno, &vkno, cache.view(), pv},
                                  o);

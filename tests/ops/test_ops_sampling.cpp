@@ -267,10 +267,10 @@ TEST_F(SamplingOps, CAbiEntriesReachTheModuleAndReportErrors) {
 // ---------------------------------------------------------------------------------------------------------------
 // References
 
-struct HostF64 {
+struct HostMatrix {
   std::vector<double> data;
   int64_t rows, cols;
-  HostF64(int64_t r, int64_t c, std::vector<double> v = {}) : data(std::move(v)), rows(r), cols(c) {
+  HostMatrix(int64_t r, int64_t c, std::vector<double> v = {}) : data(std::move(v)), rows(r), cols(c) {
     data.resize(static_cast<size_t>(r * c), 0.0);
   }
   TensorView view() { return TensorView::contiguous(data.data(), DType::f64, Device::cpu(), {rows, cols}); }
@@ -278,7 +278,7 @@ struct HostF64 {
 };
 
 TEST(SamplingReference, SoftmaxMatchesItsFormulaPerRowTemperature) {
-  HostF64 logits(2, 3, {1.0, 2.0, 3.0, -1.0, 0.0, 4.0}), probs(2, 3);
+  HostMatrix logits(2, 3, {1.0, 2.0, 3.0, -1.0, 0.0, 4.0}), probs(2, 3);
   float temps[2] = {2.0f, 0.5f};
   const TensorView t = TensorView::contiguous(temps, DType::f32, Device::cpu(), {2});
   reference::softmax(logits.view(), probs.view(), t);
@@ -291,7 +291,7 @@ TEST(SamplingReference, SoftmaxMatchesItsFormulaPerRowTemperature) {
 
 TEST(SamplingReference, FiltersKeepWhatFlashInfersPivotsKeep) {
   // One row, sorted order 3 (0.4), 0 (0.3), 4 (0.15), 1 (0.1), 2 (0.05).
-  HostF64 probs(1, 5, {0.3, 0.1, 0.05, 0.4, 0.15}), out(1, 5);
+  HostMatrix probs(1, 5, {0.3, 0.1, 0.05, 0.4, 0.15}), out(1, 5);
   reference::top_k_renorm_probs(probs.view(), out.view(), 2);
   EXPECT_NEAR(out.at(0, 3), 0.4 / 0.7, 1e-15);
   EXPECT_NEAR(out.at(0, 0), 0.3 / 0.7, 1e-15);
@@ -311,10 +311,10 @@ TEST(SamplingReference, FiltersKeepWhatFlashInfersPivotsKeep) {
   EXPECT_NEAR(out.at(0, 0), 0.3 / 0.7, 1e-15);
   EXPECT_EQ(out.at(0, 4), 0.0);
   // Ties at the boundary: every tied value has the same count above it, so all survive top_k 2.
-  HostF64 tied(1, 4, {0.4, 0.2, 0.2, 0.2}), tout(1, 4);
+  HostMatrix tied(1, 4, {0.4, 0.2, 0.2, 0.2}), tout(1, 4);
   reference::top_k_renorm_probs(tied.view(), tout.view(), 2);
   EXPECT_NEAR(tout.at(0, 1), 0.2, 1e-15);
-  HostF64 logits(1, 4, {2.0, -1.0, 5.0, 0.5}), masked(1, 4);
+  HostMatrix logits(1, 4, {2.0, -1.0, 5.0, 0.5}), masked(1, 4);
   int32_t k = 2;
   reference::top_k_mask_logits(logits.view(), masked.view(),
                                TensorView::contiguous(&k, DType::i32, Device::cpu(), {1}));
@@ -322,7 +322,7 @@ TEST(SamplingReference, FiltersKeepWhatFlashInfersPivotsKeep) {
   EXPECT_EQ(masked.at(0, 2), 5.0);
   EXPECT_EQ(masked.at(0, 1), -std::numeric_limits<double>::infinity());
   EXPECT_EQ(masked.at(0, 3), -std::numeric_limits<double>::infinity());
-  HostF64 wrong(1, 3);
+  HostMatrix wrong(1, 3);
   EXPECT_THROW(reference::top_k_renorm_probs(probs.view(), wrong.view(), 2), Error);
 }
 
