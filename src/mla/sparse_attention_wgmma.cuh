@@ -392,31 +392,91 @@ struct WorkList {
   }
 };
 
-// Longest first (KernelArgs::longest_first): the token the CTA of unsplit token slot `outer` runs. Every thread
-// computes the tiles of its requests into `scratch` (int32 [num_requests], shared memory no other phase uses yet),
-// then the request whose rank by tiles (more first, ties by index) is outer / s_q; the same in both CTAs of a
-// cluster. O(num_requests^2 / threads) comparisons: the host enables it for up to kLongestFirstMaxRequests.
+// Longest first (KernelArgs::longest_first): the token the CTA of unsplit token slot `outer` runs: the request whose
+// rank by tiles (more first, ties by index) is outer / s_q; the same in both CTAs of a cluster. A counting rank, in
+// `scratch` (Q's buffer, which no other phase uses yet): every thread adds its requests' tile counts to a histogram;
+// warp 0 finds the bin holding the wanted rank (requests in bins above it rank first) and the rank within the bin; then
+// a block-wide scan finds that request among the bin's by index. About five barriers whatever the batch; the pairwise
+// rank this replaces cost each CTA O(num_requests^2 / threads) shared-memory reads before its first Q load (about
+// 1.5 us at 256 requests, paid once per round of CTAs). The host enables it for up to kLongestFirstMaxRequests
+// requests of at most kLongestFirstMaxTiles - 1 tiles.
 inline constexpr int kLongestFirstMaxRequests = 1024;
+inline constexpr int kLongestFirstMaxTiles = 1024;  // histogram bins: tile counts 0 .. kLongestFirstMaxTiles - 1
 template <class C>
-__device__ int64_t longest_first_token(const SparseAttentionParams& p, int64_t outer, int32_t* scratch,
-                                       int32_t* s_pick) {
-  static_assert((kLongestFirstMaxRequests + 1) * 4 <= C::kQBytes, "the tile counts and the pick fit Q's buffer");
+__device__ int64_t longest_first_token(const SparseAttentionParams& p, int64_t outer, int32_t* scratch) {
+  constexpr int kWarps = C::kThreads / 32;
+  static_assert((kLongestFirstMaxRequests + kLongestFirstMaxTiles + kWarps + 3) * 4 <= C::kQBytes,
+                "the tile counts, the histogram and the scan fit Q's buffer");
+  int32_t* tiles = scratch;                                   // [num_requests]
+  int32_t* hist = scratch + kLongestFirstMaxRequests;         // [bins]
+  int32_t* warp_total = hist + kLongestFirstMaxTiles;         // [kWarps]
+  int32_t* s_pick = warp_total + kWarps;                      // the bin, then its rank within the bin; then the request
   const int n = p.num_requests, per = p.tokens_per_request;
+  const int bins = sched::blocks_of(p.topk) + 1;
   const int want = static_cast<int>(outer / per);
-  for (int r = threadIdx.x; r < n; r += C::kThreads)
-    scratch[r] = WorkList<false, C::kFp8V4>(p, static_cast<int64_t>(r) * per).item(0).n_tiles();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int b = tid; b < bins; b += C::kThreads) hist[b] = 0;
   __syncthreads();
-  for (int r = threadIdx.x; r < n; r += C::kThreads) {
-    const int mine = scratch[r];
-    int rank = 0;
-    for (int j = 0; j < n; ++j) {
-      const int other = scratch[j];
-      rank += other > mine || (other == mine && j < r);
-    }
-    if (rank == want) *s_pick = r;
+  for (int r = tid; r < n; r += C::kThreads) {
+    const int t = WorkList<false, C::kFp8V4>(p, static_cast<int64_t>(r) * per).item(0).n_tiles();
+    tiles[r] = t;
+    atomicAdd(&hist[t], 1);
   }
   __syncthreads();
-  const int64_t token = static_cast<int64_t>(*s_pick) * per + outer % per;
+  if (warp == 0) {
+    // Lane l sums bins [hi - (l + 1) c, hi - l c) from the top (hi = bins), so lower lanes hold more tiles.
+    const int c = (bins + 31) / 32;
+    const int top = bins - lane * c, bottom = max(top - c, 0);
+    int sum = 0;
+    for (int b = top - 1; b >= bottom; --b) sum += hist[b];
+    int above = sum;  // inclusive scan over lanes, then exclusive
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, above, o);
+      if (lane >= o) above += v;
+    }
+    above -= sum;
+    if (want >= above && want < above + sum) {
+      for (int b = top - 1; b >= bottom; --b) {
+        if (want < above + hist[b]) {
+          s_pick[0] = b;
+          s_pick[1] = want - above;
+          break;
+        }
+        above += hist[b];
+      }
+    }
+  }
+  __syncthreads();
+  const int bin = s_pick[0], k = s_pick[1];
+  // Thread i looks at requests [i chunk, (i + 1) chunk): its matches, scanned across the block.
+  const int chunk = (n + C::kThreads - 1) / C::kThreads;
+  const int first = min(tid * chunk, n), last = min(first + chunk, n);
+  int mine = 0;
+  for (int r = first; r < last; ++r) mine += tiles[r] == bin;
+  int incl = mine;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  int before = incl - mine;
+  for (int w = 0; w < warp; ++w) before += warp_total[w];
+  if (k >= before && k < before + mine) {
+    int seen = before;
+    for (int r = first; r < last; ++r) {
+      if (tiles[r] != bin) continue;
+      if (seen == k) {
+        s_pick[2] = r;
+        break;
+      }
+      ++seen;
+    }
+  }
+  __syncthreads();
+  const int64_t token = static_cast<int64_t>(s_pick[2]) * per + outer % per;
   __syncthreads();  // every thread has read the pick before the memory is used again
   return token;
 }
@@ -1427,8 +1487,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
   if constexpr (!SPLIT && C::kFp8) {
     // Q's buffer holds the requests' tile counts; its first load comes after the barrier initialisation below.
     if (args.longest_first)
-      outer = longest_first_token<C>(args.p, outer, reinterpret_cast<int32_t*>(smem + C::kOffQ),
-                                     reinterpret_cast<int32_t*>(smem + C::kOffQ) + kLongestFirstMaxRequests);
+      outer = longest_first_token<C>(args.p, outer, reinterpret_cast<int32_t*>(smem + C::kOffQ));
   }
   const WorkList<SPLIT, C::kFp8V4> work(args.p, outer);
 
@@ -1570,6 +1629,7 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads
     // CTAs ends long after the others.
     const bool lengths = p.topk_length != nullptr || (C::kFp8V4 && p.extra_topk_length != nullptr);
     args.longest_first = lengths && p.num_requests >= 1 && p.num_requests <= kLongestFirstMaxRequests &&
+                         sched::blocks_of(p.topk) < kLongestFirstMaxTiles &&
                          p.num_tokens == static_cast<int64_t>(p.num_requests) * p.tokens_per_request &&
                          blocks > resident_ctas<C, SPLIT>(device);
   }
