@@ -139,10 +139,10 @@ class Flashcpp:
         return ctypes.pointer(c)
 
     def prepare_decode(self, case, q, cache, indices, topk_length, sink, out, lse, extra_cache, extra_indices,
-                       extra_topk_length):
-        """Plans once and returns a function that runs one decode on the current stream."""
+                       extra_topk_length, num_sms=0):
+        """Plans once and returns a function that runs one decode on the current stream (num_sms 0: the device's)."""
         cfg = DecodeConfig(ctypes.sizeof(DecodeConfig), q.shape[0], q.shape[1], q.shape[2], q.shape[3],
-                           indices.shape[-1], 0, q.device.index or 0,
+                           indices.shape[-1], num_sms, q.device.index or 0,
                            extra_indices.shape[-1] if extra_indices is not None else 0)
         sizes = PlanSizes()
         self.check(self.lib.flashcpp_mla_decode_plan(ctypes.byref(cfg), None, None, ctypes.byref(sizes), None), "plan sizes")
@@ -152,10 +152,18 @@ class Flashcpp:
                       num_splits=torch.empty((sizes.num_splits_elems,), dtype=torch.int32, device=q.device),
                       lse_accum=torch.empty((sizes.lse_accum_elems,), dtype=torch.float32, device=q.device),
                       o_accum=torch.empty((sizes.o_accum_elems,), dtype=torch.float32, device=q.device))
-            self.check(self.lib.flashcpp_mla_decode_plan(ctypes.byref(cfg), self.ref(ws["sched_meta"]),
-                                                         self.ref(ws["num_splits"]), ctypes.byref(sizes),
-                                                         ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
-                       "plan")
+            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+            # The step's lengths balance the schedule (C ABI 3.5.0; an older build plans by the shape alone).
+            by_lengths = (topk_length is not None or extra_topk_length is not None) and \
+                EXPERIMENT["plan_by_lengths"] and hasattr(self.lib, "flashcpp_mla_decode_plan_by_lengths")
+            if by_lengths:
+                self.check(self.lib.flashcpp_mla_decode_plan_by_lengths(
+                    ctypes.byref(cfg), self.ref(ws["sched_meta"]), self.ref(ws["num_splits"]), self.ref(topk_length),
+                    self.ref(extra_topk_length), ctypes.byref(sizes), stream), "plan by lengths")
+            else:
+                self.check(self.lib.flashcpp_mla_decode_plan(ctypes.byref(cfg), self.ref(ws["sched_meta"]),
+                                                             self.ref(ws["num_splits"]), ctypes.byref(sizes), stream),
+                           "plan")
         t = DecodeTensors(self.ref(q), self.ref(cache), self.ref(indices), self.ref(topk_length), self.ref(sink),
                           self.ref(out), self.ref(lse), self.ref(ws.get("sched_meta")), self.ref(ws.get("num_splits")),
                           self.ref(ws.get("lse_accum")), self.ref(ws.get("o_accum")), self.ref(extra_cache),
@@ -248,7 +256,7 @@ def randperm_batch(perm_range, perm_size, paddings):
 
 
 # Experiments (--equal-lengths, --no-permute): FlashMLA's inputs with one of its features turned off.
-EXPERIMENT = dict(equal_lengths=False, no_permute=False, host_time=True)
+EXPERIMENT = dict(equal_lengths=False, no_permute=False, host_time=True, num_sms=[], plan_by_lengths=True)
 # --lib-b: a second flashcpp build (another libflashcpp.so, loaded beside the first) timed on the same tensors.
 OTHER_BUILD = dict(lib=None)
 
@@ -525,7 +533,8 @@ def run_decode(flashcpp, flash_mla, timer, c):
     rec = dict(op="decode", case=c["name"], b=b, s_q=s_q, h_q=h_q, d_qk=c["d_qk"], topk=c["topk"],
                extra_topk=c.get("extra_topk", 0), block_size=c["block_size"],
                extra_block_size=c.get("extra_block_size", 0), topk_length=bool(c.get("topk_length")),
-               extra_topk_length=bool(c.get("extra_topk_length")), split=split)
+               extra_topk_length=bool(c.get("extra_topk_length")), split=split,
+               plan_by_lengths=bool(split and EXPERIMENT["plan_by_lengths"] and (c.get("topk_length") or c.get("extra_topk_length"))))
     flop = decode_flop(c, inp)
     rec["flashcpp_us"] = timer.graph_us(ours)
     if OTHER_BUILD["lib"] is not None:  # the same tensors through a second build, outputs compared with ours
@@ -534,6 +543,13 @@ def run_decode(flashcpp, flash_mla, timer, c):
             inp, inp["q"], main["cache"], main["indices"], main["topk_length"], inp["sink"], out_b,
             lse_b.transpose(1, 2), extra and extra["cache"], extra and extra["indices"], extra and extra["topk_length"])
         time_other_build(rec, timer, ours, out, theirs_b, out_b)
+    for n in EXPERIMENT["num_sms"]:  # the same tensors planned for n SMs (the split schedule's parts)
+        out_n = torch.empty_like(out)
+        ours_n, split_n = flashcpp.prepare_decode(
+            inp, inp["q"], main["cache"], main["indices"], main["topk_length"], inp["sink"], out_n,
+            torch.empty_like(lse).transpose(1, 2), extra and extra["cache"], extra and extra["indices"],
+            extra and extra["topk_length"], num_sms=n)
+        rec.setdefault("num_sms_us", {})[str(n)] = [round(timer.graph_us(ours_n), 2), split_n]
     if EXPERIMENT["host_time"]:
         rec["host_us"] = timer.host_us(ours)
     rec["tflops"] = flop / (rec["flashcpp_us"] * 1e-6) / 1e12
@@ -607,8 +623,13 @@ def main():
                     "its time / the first's; decode and prefill)")
     ap.add_argument("--equal-lengths", action="store_true", help="experiment: every request's cache length s_k")
     ap.add_argument("--no-permute", action="store_true", help="experiment: an identity block table")
+    ap.add_argument("--plan-without-lengths", action="store_true",
+                    help="experiment: plan decode by the shape alone where the case has lengths")
+    ap.add_argument("--num-sms", type=int, nargs="*", default=[],
+                    help="experiment: decode also planned for each of these SM counts (num_sms_us: {n: [us, split]})")
     args = ap.parse_args()
-    EXPERIMENT.update(equal_lengths=args.equal_lengths, no_permute=args.no_permute, host_time=not args.no_host_time)
+    EXPERIMENT.update(equal_lengths=args.equal_lengths, no_permute=args.no_permute, host_time=not args.no_host_time,
+                      num_sms=args.num_sms, plan_by_lengths=not args.plan_without_lengths)
 
     flashcpp = Flashcpp(args.lib)
     if args.lib_b:

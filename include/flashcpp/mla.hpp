@@ -133,8 +133,9 @@ struct DecodePlanSizes {
 };
 
 /// Validates `config` and returns the buffer sizes. `num_sms` must be > 0 when config.num_sms is 0.
-/// The schedule depends only on the shape, never on index or topk_length values, so one plan serves
-/// every decode step of that shape (CUDA-graph safe: plan once, capture run, replay).
+/// The sizes depend only on the shape. A schedule planned without lengths depends only on the shape too, never on
+/// index or topk_length values, so one plan serves every decode step of that shape (CUDA-graph safe: plan once,
+/// capture run, replay); one planned with a step's lengths (DecodePlanLengths) balances the split parts by them.
 DecodePlanSizes decode_plan_sizes(const DecodeConfig& config, int num_sms);
 
 /// Caller-owned plan buffers plus the config they were planned for.
@@ -146,10 +147,22 @@ struct DecodeWorkspace {
   TensorView o_accum;     ///< f32, >= o_accum_elems   (empty when !split)
 };
 
-/// Writes the schedule into ws.sched_meta / ws.num_splits on `stream` (one tiny kernel, no host copy).
-/// When the plan is not split this validates and does nothing. The device is that of the buffers (or
-/// `device_id` when not split).
-void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream);
+/// The per-request lengths a decode plan may balance its split schedule by: the tensors the step's runs pass as
+/// topk_length / extra_topk_length. A split request runs only the 64-slot tiles of its valid slots (the main pool's
+/// up to its length, then, V4, the extra pool's), and a schedule planned without lengths gives every part the same
+/// share of all tiles; one planned with them gives every part the same share of the tiles that run (FlashMLA's
+/// scheduler does so too). Results never depend on it: a run whose lengths differ from the planned ones (a
+/// step's new lengths before re-planning) is exact, only less balanced, since each request's last piece runs to
+/// its end. Planning reads the lengths on the device (batches up to 12288 requests; larger ones plan as without).
+struct DecodePlanLengths {
+  OptionalTensor topk_length = nullptr;        ///< i32 [batch], contiguous, on the plan's device
+  OptionalTensor extra_topk_length = nullptr;  ///< i32 [batch], contiguous; V4 plans with an extra pool only
+};
+
+/// Writes the schedule into ws.sched_meta / ws.num_splits on `stream` (one tiny kernel, no host copy), balanced by
+/// `lengths` where given. When the plan is not split this validates and does nothing. The device is that of the
+/// buffers (or `device_id` when not split).
+void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream, const DecodePlanLengths& lengths = {});
 
 struct SparseDecodeOptions {
   std::optional<double> sm_scale;        ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
@@ -203,8 +216,11 @@ void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const Ten
 /// Convenience layer: owns the plan buffers and remembers the shape; run() refuses another shape.
 class DecodePlan {
  public:
-  /// Allocates the buffers on `device_id` and plans on `stream` (asynchronously).
-  static DecodePlan create(const DecodeConfig& config, int device_id, cudaStream_t stream);
+  /// Allocates the buffers on `device_id` and plans on `stream` (asynchronously), balanced by `lengths` where given.
+  static DecodePlan create(const DecodeConfig& config, int device_id, cudaStream_t stream,
+                           const DecodePlanLengths& lengths = {});
+  /// Plans the same buffers again on `stream`, e.g. by a new step's lengths (decode_plan).
+  void replan(const DecodePlanLengths& lengths, cudaStream_t stream) const;
   void run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
            const TensorView& lse, const SparseDecodeOptions& options, cudaStream_t stream) const;
   /// V4 cache (plan made with d_qk 512).

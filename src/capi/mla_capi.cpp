@@ -133,6 +133,47 @@ flashcpp_status quantize_entry(void (*quantize)(const TensorView&, const TensorV
       [&] { quantize(to_view(kv, op, "kv"), to_view(out, op, "out"), static_cast<cudaStream_t>(stream)); });
 }
 
+// flashcpp_mla_decode_plan and _decode_plan_by_lengths: the size query (both buffers NULL) or the plan.
+flashcpp_status decode_plan_entry(const char* op, const flashcpp_mla_decode_config* c_config,
+                                  const flashcpp_tensor* sched_meta, const flashcpp_tensor* num_splits,
+                                  const flashcpp_tensor* topk_length, const flashcpp_tensor* extra_topk_length,
+                                  flashcpp_mla_decode_plan_sizes* sizes, void* stream) {
+  return flashcpp::capi::guard([&] {
+    const flashcpp_mla_decode_config config = read_struct(c_config, op, "config");
+    const mla::DecodeConfig c = to_config(config);
+    (void)mla::decode_plan_sizes(c, 1);  // validates the config before anything touches the device
+    // A visible device, checked in the size query too (which with config.num_sms > 0 never asks the device).
+    flashcpp::capi::require_device_id(config.device_id, op, "config.device_id");
+    if ((sched_meta == nullptr) != (num_splits == nullptr))
+      throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
+                            std::string(op) + ": arguments 'sched_meta' and 'num_splits' must both be NULL (size query) "
+                                              "or both be given");
+    if (sched_meta == nullptr) {
+      // Size query: no device work. num_sms comes from the config, or the device when it is 0.
+      mla::DecodePlanSizes s;
+      if (c.num_sms > 0) {
+        s = mla::decode_plan_sizes(c, c.num_sms);
+      } else {
+        s = mla::decode_plan_sizes(c, mla::device_support(config.device_id).sm_count);
+      }
+      if (sizes != nullptr) fill_sizes(s, sizes);
+      return;
+    }
+    mla::DecodeWorkspace ws;
+    ws.config = c;
+    ws.sched_meta = flashcpp::capi::to_view(sched_meta, op, "sched_meta");
+    ws.num_splits = flashcpp::capi::to_view(num_splits, op, "num_splits");
+    TensorView slots[2];
+    mla::DecodePlanLengths lengths;
+    lengths.topk_length = optional(topk_length, op, "topk_length", slots[0]);
+    lengths.extra_topk_length = optional(extra_topk_length, op, "extra_topk_length", slots[1]);
+    const int n = c.num_sms > 0 ? c.num_sms : mla::device_support(config.device_id).sm_count;
+    const mla::DecodePlanSizes s = mla::decode_plan_sizes(c, n);
+    mla::decode_plan(ws, config.device_id, static_cast<cudaStream_t>(stream), lengths);
+    if (sizes != nullptr) fill_sizes(s, sizes);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -178,40 +219,20 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
   });
 }
 
-flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* c_config, const flashcpp_tensor* sched_meta,
+
+flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* config, const flashcpp_tensor* sched_meta,
                                          const flashcpp_tensor* num_splits, flashcpp_mla_decode_plan_sizes* sizes,
                                          void* stream) {
-  return flashcpp::capi::guard([&] {
-    constexpr const char* op = "flashcpp_mla_decode_plan";
-    const flashcpp_mla_decode_config config = read_struct(c_config, op, "config");
-    const mla::DecodeConfig c = to_config(config);
-    (void)mla::decode_plan_sizes(c, 1);  // validates the config before anything touches the device
-    // A visible device, checked in the size query too (which with config.num_sms > 0 never asks the device).
-    flashcpp::capi::require_device_id(config.device_id, op, "config.device_id");
-    if ((sched_meta == nullptr) != (num_splits == nullptr))
-      throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
-                            std::string(op) + ": arguments 'sched_meta' and 'num_splits' must both be NULL (size query) "
-                                              "or both be given");
-    if (sched_meta == nullptr) {
-      // Size query: no device work. num_sms comes from the config, or the device when it is 0.
-      mla::DecodePlanSizes s;
-      if (c.num_sms > 0) {
-        s = mla::decode_plan_sizes(c, c.num_sms);
-      } else {
-        s = mla::decode_plan_sizes(c, mla::device_support(config.device_id).sm_count);
-      }
-      if (sizes != nullptr) fill_sizes(s, sizes);
-      return;
-    }
-    mla::DecodeWorkspace ws;
-    ws.config = c;
-    ws.sched_meta = flashcpp::capi::to_view(sched_meta, op, "sched_meta");
-    ws.num_splits = flashcpp::capi::to_view(num_splits, op, "num_splits");
-    const int n = c.num_sms > 0 ? c.num_sms : mla::device_support(config.device_id).sm_count;
-    const mla::DecodePlanSizes s = mla::decode_plan_sizes(c, n);
-    mla::decode_plan(ws, config.device_id, static_cast<cudaStream_t>(stream));
-    if (sizes != nullptr) fill_sizes(s, sizes);
-  });
+  return decode_plan_entry("flashcpp_mla_decode_plan", config, sched_meta, num_splits, nullptr, nullptr, sizes, stream);
+}
+
+flashcpp_status flashcpp_mla_decode_plan_by_lengths(const flashcpp_mla_decode_config* config,
+                                                    const flashcpp_tensor* sched_meta, const flashcpp_tensor* num_splits,
+                                                    const flashcpp_tensor* topk_length,
+                                                    const flashcpp_tensor* extra_topk_length,
+                                                    flashcpp_mla_decode_plan_sizes* sizes, void* stream) {
+  return decode_plan_entry("flashcpp_mla_decode_plan_by_lengths", config, sched_meta, num_splits, topk_length,
+                           extra_topk_length, sizes, stream);
 }
 
 flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* config,

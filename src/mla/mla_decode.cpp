@@ -3,6 +3,7 @@
 #include <climits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include "core/check.hpp"
 #include "core/env.hpp"
 #include "flashcpp/mla.hpp"
@@ -160,11 +161,28 @@ DecodePlanSizes decode_plan_sizes(const DecodeConfig& config, int num_sms) {
   return sizes_for(config, planned_sms(v, config.num_sms, num_sms));
 }
 
-void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream) {
+void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream, const DecodePlanLengths& lengths) {
   const Validator v("mla::decode_plan");
   validate_config(v, ws.config);
-  const int n = ws.config.num_sms > 0 ? ws.config.num_sms : device_support(device_id).sm_count;
-  const DecodePlanSizes sizes = sizes_for(ws.config, n);
+  const DecodeConfig& c = ws.config;
+  // Lengths: i32 [batch] vectors on the plan's device; the extra pool's only for a V4 plan that has one.
+  for (const auto& [t, name] : {std::pair{lengths.topk_length, "topk_length"},
+                                std::pair{lengths.extra_topk_length, "extra_topk_length"}}) {
+    if (t == nullptr) continue;
+    v.defined(*t, name).dtype(*t, name, {DType::i32}).rank(*t, name, 1).dim(*t, name, 0, c.batch, "config.batch");
+    v.on_cuda(*t, name).contiguous(*t, name).aligned(*t, name, 4);
+    if (t->device.id != device_id) v.fail(name, *t, "must be on device " + std::to_string(device_id) + " (device_id)");
+  }
+  if (lengths.extra_topk_length != nullptr && (c.d_qk != fp8_v4::kDims || c.extra_topk == 0))
+    v.fail("extra_topk_length", "needs a V4 plan with an extra pool (d_qk 512, extra_topk > 0); the config has d_qk " +
+                                    std::to_string(c.d_qk) + ", extra_topk " + std::to_string(c.extra_topk));
+  // The plan writes sched_meta and num_splits; the lengths it reads share no byte with them.
+  for (const auto& [buffer, name] : {std::pair{&ws.sched_meta, "sched_meta"}, std::pair{&ws.num_splits, "num_splits"}})
+    for (const auto& [t, length_name] : {std::pair{lengths.topk_length, "topk_length"},
+                                         std::pair{lengths.extra_topk_length, "extra_topk_length"}})
+      if (buffer->data != nullptr && t != nullptr) v.disjoint(*buffer, name, *t, length_name);
+  const int n = c.num_sms > 0 ? c.num_sms : device_support(device_id).sm_count;
+  const DecodePlanSizes sizes = sizes_for(c, n);
   validate_workspace(v, ws, sizes, /*with_accumulators=*/false);  // the plan writes only the schedule
   if (sizes.split) v.disjoint(ws.num_splits, "num_splits", ws.sched_meta, "sched_meta");
   if (sizes.split && ws.sched_meta.device.id != device_id)
@@ -172,10 +190,24 @@ void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream) 
   require_supported("mla::decode_plan", device_id);
   if (!sizes.split) return;
   DeviceGuard guard(device_id);
-  // The schedule splits each request's whole slot list: the main pool's slots, then the extra pool's.
-  kernels::launch_decode_schedule(ws.sched_meta.data, ws.num_splits.data_as<int32_t>(),
-                                  ws.config.batch - sizes.head_requests, ws.config.topk + ws.config.extra_topk,
-                                  sizes.num_sm_parts, stream);
+  const int requests = c.batch - sizes.head_requests;
+  auto* sched_meta = ws.sched_meta.data;
+  auto* num_splits = ws.num_splits.data_as<int32_t>();
+  if ((lengths.topk_length != nullptr || lengths.extra_topk_length != nullptr) &&
+      requests <= kernels::kScheduleLengthsMaxRequests) {
+    // The split requests (past the head ones) by the tiles their lengths leave.
+    kernels::ScheduleLengths l;
+    l.topk_length = lengths.topk_length ? lengths.topk_length->data_as<const int32_t>() : nullptr;
+    l.extra_topk_length = lengths.extra_topk_length ? lengths.extra_topk_length->data_as<const int32_t>() : nullptr;
+    l.main_topk = c.topk;
+    l.extra_topk = c.extra_topk;
+    l.first_request = sizes.head_requests;
+    kernels::launch_decode_schedule_by_lengths(sched_meta, num_splits, requests, l, sizes.num_sm_parts, stream);
+  } else {
+    // Each request's whole slot list: the main pool's slots, then the extra pool's.
+    kernels::launch_decode_schedule(sched_meta, num_splits, requests, c.topk + c.extra_topk, sizes.num_sm_parts,
+                                    stream);
+  }
   check_launch("decode schedule kernel launch");
 }
 
@@ -458,7 +490,8 @@ void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const Ten
   launch_decode(p, d.sizes, q.device.id, stream);
 }
 
-DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStream_t stream) {
+DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStream_t stream,
+                              const DecodePlanLengths& lengths) {
   DecodePlan plan;
   const Validator v("mla::DecodePlan::create");
   validate_config(v, config);
@@ -480,8 +513,12 @@ DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStr
     plan.ws_.lse_accum = TensorView::contiguous(plan.lse_accum_.get(), DType::f32, dev, {plan.sizes_.lse_accum_elems});
     plan.ws_.o_accum = TensorView::contiguous(plan.o_accum_.get(), DType::f32, dev, {plan.sizes_.o_accum_elems});
   }
-  decode_plan(plan.ws_, device_id, stream);
+  decode_plan(plan.ws_, device_id, stream, lengths);
   return plan;
+}
+
+void DecodePlan::replan(const DecodePlanLengths& lengths, cudaStream_t stream) const {
+  decode_plan(ws_, device_, stream, lengths);
 }
 
 void DecodePlan::run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,

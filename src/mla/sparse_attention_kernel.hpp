@@ -109,8 +109,13 @@ struct SplitPiece {
 FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::PartMeta& m, int req, int nb,
                                    int tok_in_req) {
   SplitPiece s;
+  const int local = req == m.begin_req ? m.begin_split : 0;
+  const int split0 = p.num_splits[req];
+  const int nsplit = p.num_splits[req + 1] - split0;
+  // A request's last piece runs to its end: a schedule planned from lengths (decode_plan with lengths) cut the
+  // requests at the tiles those lengths gave, and a run with longer ones must still cover every tile.
   int b0 = req == m.begin_req ? m.begin_block : 0;
-  int b1 = req == m.end_req ? m.end_block : nb;
+  int b1 = req == m.end_req && local < nsplit - 1 ? m.end_block : nb;
   b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
   b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
   s.tile_begin = b0;
@@ -118,9 +123,6 @@ FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::
   s.token = static_cast<int64_t>(req) * p.tokens_per_request + tok_in_req;
   s.accum_row = -1;
   s.write_partial = false;
-  const int local = req == m.begin_req ? m.begin_split : 0;
-  const int split0 = p.num_splits[req];
-  const int nsplit = p.num_splits[req + 1] - split0;
   if (nsplit > 1) {
     s.accum_row = static_cast<int64_t>(split0 + local) * p.tokens_per_request + tok_in_req;
     s.write_partial = s.accum_row >= 0 && s.accum_row < p.accum_rows && local < nsplit;
@@ -154,6 +156,28 @@ CombineShape combine_shape(int64_t rows, int num_parts, int num_requests);
 /// graph-capturable): sched PartMeta[num_parts], num_splits int32[batch + 1].
 void launch_decode_schedule(void* sched, int32_t* num_splits, int batch, int topk, int num_parts,
                             cudaStream_t stream);
+
+/// The lengths a decode schedule is balanced by: request r of the schedule (request first_request + r of the batch)
+/// runs the tiles of its valid slots: blocks_of(min(topk_length[.], main_topk)) (the whole main pool when null), plus
+/// for V4 blocks_of(min(extra_topk_length[.], extra_topk)) (the whole extra pool when null), at least one.
+struct ScheduleLengths {
+  const int32_t* topk_length = nullptr;
+  const int32_t* extra_topk_length = nullptr;
+  int main_topk = 0, extra_topk = 0;
+  int first_request = 0;
+};
+/// Requests a schedule by lengths takes (their block counts in shared memory); larger batches use every tile.
+inline constexpr int kScheduleLengthsMaxRequests = 12288;
+/// Block count of schedule request r by `l` (host and device: the tests' reference uses it too).
+FLASHCPP_HD int32_t schedule_request_blocks(const ScheduleLengths& l, int32_t main_len, int32_t extra_len) {
+  main_len = main_len < 0 ? 0 : (main_len > l.main_topk ? l.main_topk : main_len);
+  extra_len = extra_len < 0 ? 0 : (extra_len > l.extra_topk ? l.extra_topk : extra_len);
+  const int32_t b = sched::blocks_of(main_len) + sched::blocks_of(extra_len);
+  return b < 1 ? 1 : b;
+}
+/// launch_decode_schedule for `batch` requests balanced by `lengths` (batch <= kScheduleLengthsMaxRequests).
+void launch_decode_schedule_by_lengths(void* sched, int32_t* num_splits, int batch, const ScheduleLengths& lengths,
+                                       int num_parts, cudaStream_t stream);
 
 /// Dynamic shared memory the simple kernel needs (bytes); the host checks the device offers it.
 int sparse_attention_simple_smem_bytes();

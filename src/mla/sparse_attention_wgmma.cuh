@@ -311,9 +311,9 @@ struct WorkItem {
   int tile_begin = 0, tile_end = 0;
   int64_t accum_row = -1;     // >= 0: a split request's partial row; -1: the final output
   bool write_partial = false; // accum_row is inside the accumulators
-  // V4 unsplit: the item runs only tiles that hold a valid slot, the main pool's first main_tiles and then the
-  // extra pool's, so item tile t is tile real_tile(t) of the token's list (tile_gap: the main pool's tiles past
-  // its length, skipped). Split items (and V3.2) run their tiles as they are.
+  // V4: the item runs only tiles that hold a valid slot, the main pool's first main_tiles and then the extra
+  // pool's, so item tile t is tile real_tile(t) of the token's list (tile_gap: the main pool's tiles past its
+  // length, skipped). V3.2's valid slots are a prefix: its tiles run as they are.
   int main_tiles = INT_MAX, tile_gap = 0;
   __device__ int n_iters() const { return tile_end > tile_begin ? (tile_end - tile_begin + 1) / 2 : 0; }
   __device__ int n_tiles() const { return tile_end > tile_begin ? tile_end - tile_begin : 0; }
@@ -375,12 +375,12 @@ struct WorkList {
       eff = p->topk;
       w.main_len = v4_pool_length(*p, p->topk_length, p->main_topk, w.token);
       w.extra_len = v4_pool_length(*p, p->extra_topk_length, p->topk - p->main_topk, w.token);
-      n_tiles = sched::blocks_of(eff);  // a schedule block is one KV tile
-      if constexpr (!SPLIT) {  // only the tiles with a valid slot (the schedule of split work counts them all)
-        w.main_tiles = sched::blocks_of(w.main_len);
-        w.tile_gap = p->main_topk / sched::kBlockSlots - w.main_tiles;
-        n_tiles = w.main_tiles + sched::blocks_of(w.extra_len);
-      }
+      // Only the tiles with a valid slot: the main pool's first main_tiles, then the extra pool's (a schedule block
+      // is one of these tiles; a schedule planned without lengths counts every tile, and its pieces past the valid
+      // ones run empty).
+      w.main_tiles = sched::blocks_of(w.main_len);
+      w.tile_gap = p->main_topk / sched::kBlockSlots - w.main_tiles;
+      n_tiles = w.main_tiles + sched::blocks_of(w.extra_len);
     } else {
       eff = effective_topk(*p, w.token);
       n_tiles = sched::blocks_of(eff);

@@ -594,7 +594,11 @@ void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
   const mla::DecodeConfig cfg{.batch = static_cast<int>(c.b), .s_q = static_cast<int>(c.s_q),
                               .h_q = static_cast<int>(c.h_q), .d_qk = 576, .topk = static_cast<int>(c.topk),
                               .num_sms = c.num_sms};
-  const mla::DecodePlan plan = mla::DecodePlan::create(cfg, 0, stream);
+  // Every other case with lengths is planned by them (DecodePlanLengths), the rest by the shape alone.
+  const bool by_lengths = c.topk_len && seed % 4 == 0;
+  const mla::DecodePlan plan = mla::DecodePlan::create(
+      cfg, 0, stream, by_lengths ? mla::DecodePlanLengths{&lenv, nullptr} : mla::DecodePlanLengths{});
+  SCOPED_TRACE(by_lengths ? "planned by its lengths" : "planned by the shape");
   auto check = [&](const char* what) {
     CUDA_OK(cudaStreamSynchronize(stream));
     std::vector<uint16_t> out = dout.download();
@@ -1037,7 +1041,8 @@ struct V4DevicePool {
   }
 };
 
-// Runs sparse_decode_v4 for the split plans of `num_sms` in {0, 5} and compares out / lse with the reference.
+// Runs sparse_decode_v4 for the split plans of `num_sms` in {0, 5} and compares out / lse with the reference; with
+// lengths, also on plans made by the run's lengths and by other lengths (DecodePlanLengths).
 // `padded`: q, both pools' indices and out as FlashMLA's padded views (PaddedLayout).
 void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64_t h_q, V4DevicePool& main,
                    V4DevicePool* extra, const std::vector<float>& sink, double sm_scale, const std::string& what,
@@ -1089,11 +1094,41 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
                                                              sm_scale);
   std::vector<int64_t> rows(static_cast<size_t>(b * s_q));
   std::iota(rows.begin(), rows.end(), 0);
-  for (int num_sms : {0, 5}) {
+  // With lengths the plans are also made by them: the run's own, and stale ones (each request planned with another
+  // request's lengths, as a step that runs before it plans again), which must give the same results.
+  const bool lengths = params.topk_length != nullptr || params.extra_topk_length != nullptr;
+  std::vector<int32_t> stale_main(main.len.rbegin(), main.len.rend());
+  std::vector<int32_t> stale_extra;
+  if (extra) stale_extra.assign(extra->len.rbegin(), extra->len.rend());
+  std::optional<Dev<int32_t>> dstale_main, dstale_extra;
+  TensorView stale_main_d, stale_extra_d;
+  if (!stale_main.empty()) {
+    dstale_main.emplace(stale_main);
+    stale_main_d = dview(dstale_main->get(), DType::i32, {b});
+  }
+  if (!stale_extra.empty()) {
+    dstale_extra.emplace(stale_extra);
+    stale_extra_d = dview(dstale_extra->get(), DType::i32, {b});
+  }
+  enum class Planned { by_shape, by_lengths, by_stale_lengths };
+  struct PlanCase {
+    Planned planned;
+    int num_sms;
+  };
+  for (const PlanCase pc : {PlanCase{Planned::by_shape, 0}, PlanCase{Planned::by_shape, 5},
+                            PlanCase{Planned::by_lengths, 0}, PlanCase{Planned::by_lengths, 5},
+                            PlanCase{Planned::by_stale_lengths, 0}, PlanCase{Planned::by_stale_lengths, 5}}) {
+    const Planned planned = pc.planned;
+    const int num_sms = pc.num_sms;
+    if (planned != Planned::by_shape && !lengths) continue;
+    mla::DecodePlanLengths plan_lengths;
+    if (planned == Planned::by_lengths) plan_lengths = {params.topk_length, params.extra_topk_length};
+    if (planned == Planned::by_stale_lengths)
+      plan_lengths = {params.topk_length ? &stale_main_d : nullptr, params.extra_topk_length ? &stale_extra_d : nullptr};
     const mla::DecodePlan plan = mla::DecodePlan::create({.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 512,
                                                           .topk = int(main.topk), .extra_topk = extra ? int(extra->topk) : 0,
                                                           .num_sms = num_sms},
-                                                         0, nullptr);
+                                                         0, nullptr, plan_lengths);
     dout.poison();
     dlse.poison();
     // lse written in FlashMLA's [b, h_q, s_q] layout.
@@ -1116,7 +1151,10 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
     std::vector<float> lse_rows;
     for (int64_t r = 0; r < b * s_q; ++r)
       for (int64_t h = 0; h < h_q; ++h) lse_rows.push_back(lse[static_cast<size_t>((r / s_q) * h_q * s_q + h * s_q + r % s_q)]);
-    const std::string tag = what + ", num_sms " + std::to_string(num_sms) + (plan.sizes().split ? " (split)" : "");
+    const std::string tag = what + ", num_sms " + std::to_string(num_sms) + (plan.sizes().split ? " (split)" : "") +
+                            (planned == Planned::by_lengths         ? ", planned by its lengths"
+                             : planned == Planned::by_stale_lengths ? ", planned by other lengths"
+                                                                    : "");
     expect_close(out, lse_rows, nullptr, rows, ref, h_q, tag);
     if (golden_out != nullptr) {
       std::vector<double> got, want;

@@ -60,7 +60,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   CHECK(strcmp(flashcpp_status_name(FLASHCPP_UNSUPPORTED), "unsupported") == 0, "status name");
   CHECK(strcmp(flashcpp_status_name(FLASHCPP_UNTRUSTED), "untrusted file") == 0, "status name");
   CHECK(strcmp(flashcpp_status_name((flashcpp_status)11), "unknown status") == 0, "status name");
-  CHECK(flashcpp_abi_version() == FLASHCPP_C_ABI_VERSION && FLASHCPP_C_ABI_VERSION == 30400u, "ABI version");
+  CHECK(flashcpp_abi_version() == FLASHCPP_C_ABI_VERSION && FLASHCPP_C_ABI_VERSION == 30500u, "ABI version");
 
   CHECK_ERROR(flashcpp_mla_get_device_info(0, NULL), FLASHCPP_INVALID_ARGUMENT, "argument 'info' must not be NULL");
   CHECK_ERROR(flashcpp_mla_get_device_info(1000, &info), FLASHCPP_INVALID_ARGUMENT, "device id 1000");
@@ -140,6 +140,33 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   }
   CHECK_ERROR(flashcpp_mla_decode_plan(NULL, NULL, NULL, &sizes, NULL), FLASHCPP_INVALID_ARGUMENT,
               "argument 'config' must not be NULL");
+  {
+    /* Planned by lengths (ABI 3.5.0): the lengths are checked before anything touches the device. */
+    static const int64_t meta_shape[2] = {66, 8}, splits_shape[1] = {3}, len_shape[1] = {2}, long_shape[1] = {3};
+    flashcpp_tensor meta = make_tensor(fake + (5 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 0, 2, meta_shape);
+    flashcpp_tensor splits = make_tensor(fake + (6 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 0, 1, splits_shape);
+    flashcpp_tensor len = make_tensor(fake + (7 << 24), FLASHCPP_F32, FLASHCPP_CUDA, 0, 1, len_shape);
+    cfg.device_id = 0;
+    cfg.num_sms = 132;
+    CHECK(flashcpp_mla_decode_plan_by_lengths(&cfg, NULL, NULL, NULL, NULL, &sizes, NULL) == FLASHCPP_SUCCESS,
+          "size query by lengths: %s", flashcpp_last_error());
+    CHECK(sizes.split == 1 && sizes.num_sm_parts == 66, "sizes by lengths: split %d parts %d", sizes.split,
+          sizes.num_sm_parts);
+    CHECK_ERROR(flashcpp_mla_decode_plan_by_lengths(&cfg, &meta, &splits, &len, NULL, &sizes, NULL),
+                FLASHCPP_INVALID_ARGUMENT, "argument 'topk_length'");
+    len.dtype = FLASHCPP_I32;
+    len.shape[0] = long_shape[0];
+    CHECK_ERROR(flashcpp_mla_decode_plan_by_lengths(&cfg, &meta, &splits, &len, NULL, &sizes, NULL),
+                FLASHCPP_INVALID_ARGUMENT, "argument 'topk_length'");
+    len.shape[0] = len_shape[0];
+    CHECK_ERROR(flashcpp_mla_decode_plan_by_lengths(&cfg, &meta, &splits, NULL, &len, &sizes, NULL),
+                FLASHCPP_INVALID_ARGUMENT, "argument 'extra_topk_length' needs a V4 plan with an extra pool");
+    len.device_id = 1;
+    CHECK_ERROR(flashcpp_mla_decode_plan_by_lengths(&cfg, &meta, &splits, &len, NULL, &sizes, NULL),
+                FLASHCPP_INVALID_ARGUMENT, "argument 'topk_length' must be on device 0");
+    cfg.device_id = 1000;
+    cfg.num_sms = 0;
+  }
   {
     flashcpp_mla_decode_tensors dt;
     flashcpp_mla_options dp = FLASHCPP_MLA_OPTIONS_INIT;

@@ -1524,6 +1524,34 @@ std::vector<Spec> CapiHostile::specs() {
     decode_config_cases(s, mdc, with);
     all.push_back(std::move(s));
   }
+  {
+    // The plan by lengths (V4, both lengths optional): its buffers and lengths mutated one at a time.
+    Spec s;
+    s.fn = "flashcpp_mla_decode_plan_by_lengths";
+    s.baseline = device_lookup;
+    s.baseline_launches = true;
+    s.slots = {{"sched_meta", to_c(dev(DType::i32, {sizes4.num_sm_parts, FLASHCPP_MLA_SCHED_META_INTS})), kOut},
+               {"num_splits", to_c(dev(DType::i32, {sizes4.num_splits_elems})), kOut},
+               {"topk_length", to_c(dev(DType::i32, {mdc4.batch})), kIn | kOptional},
+               {"extra_topk_length", to_c(dev(DType::i32, {mdc4.batch})), kIn | kOptional}};
+    auto with = [](flashcpp_mla_decode_config c, bool null_config) {
+      return [=](const Ptrs& p) {
+        flashcpp_mla_decode_plan_sizes z;
+        return flashcpp_mla_decode_plan_by_lengths(null_config ? nullptr : &c, p[0], p[1], p[2], p[3], &z, nullptr);
+      };
+    };
+    s.call = with(mdc4, false);
+    decode_config_cases(s, mdc4, with);
+    // The extra pool's lengths need a V4 plan with an extra pool.
+    flashcpp_mla_decode_config no_extra = mdc4;
+    no_extra.extra_topk = 0;
+    for (const auto& [what, c] : {std::pair{"a V3.2 config", mdc}, std::pair{"no extra pool", no_extra}})
+      invalid(s, std::string("extra_topk_length with ") + what, [c](const Ptrs& p) {
+        flashcpp_mla_decode_plan_sizes z;
+        return flashcpp_mla_decode_plan_by_lengths(&c, p[0], p[1], nullptr, p[3], &z, nullptr);
+      });
+    all.push_back(std::move(s));
+  }
   for (int which = 0; which < 2; ++which) {
     const bool v4 = which == 1;
     const flashcpp_mla_decode_config base = v4 ? mdc4 : mdc;
@@ -1950,7 +1978,7 @@ TEST_F(CapiHostile, TheHeadersDeclareTheFunctionsThisTestCovers) {
   const std::set<std::string> declared = declared_functions();
   std::set<std::string> covered;
   for (const Spec& s : specs()) covered.insert(s.fn);
-  EXPECT_EQ(declared.size(), 77u);
+  EXPECT_EQ(declared.size(), 78u);
   EXPECT_EQ(declared, covered);
 }
 
@@ -2028,7 +2056,7 @@ TEST_F(CapiHostile, EveryExportedFunctionRefusesHostileInputWithoutASignal) {
   EXPECT_EQ(success_on_invalid, 0);
   EXPECT_EQ(silent, 0);
   EXPECT_EQ(refused, invalid);
-  EXPECT_EQ(fns.size(), 77u);
+  EXPECT_EQ(fns.size(), 78u);
   EXPECT_GT(cases.size(), 1500u);
 }
 

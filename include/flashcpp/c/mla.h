@@ -76,11 +76,22 @@ typedef struct flashcpp_mla_decode_plan_sizes {
  * Otherwise writes the split-KV schedule into the caller's buffers on `stream` (sched_meta i32
  * [num_sm_parts, 8], num_splits i32 [num_splits_elems]: batch + 1, or fewer where only the requests of a short
  * last wave are split; both contiguous on config->device_id) and fills `sizes`.
- * The schedule depends only on the config, so one plan serves every step of that shape (CUDA-graph safe).
+ * This schedule depends only on the config, so one plan serves every step of that shape (CUDA-graph safe).
  * `sizes` (may be NULL) is written only on success. */
 flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* config, const flashcpp_tensor* sched_meta,
                                          const flashcpp_tensor* num_splits, flashcpp_mla_decode_plan_sizes* sizes,
                                          void* stream);
+
+/* flashcpp_mla_decode_plan with the step's lengths (since ABI 3.5.0): the split schedule balanced by the tiles each
+ * request runs (flashcpp/mla.hpp, DecodePlanLengths). topk_length and extra_topk_length: the i32 [batch] tensors the
+ * step's runs pass (contiguous, on config->device_id; either may be NULL; extra_topk_length only for a V4 config
+ * with an extra pool). Results never depend on them: a run with other lengths is exact, only less balanced. Plan
+ * again when a step's lengths change. Both buffers NULL: the size query, as flashcpp_mla_decode_plan. */
+flashcpp_status flashcpp_mla_decode_plan_by_lengths(const flashcpp_mla_decode_config* config,
+                                                    const flashcpp_tensor* sched_meta, const flashcpp_tensor* num_splits,
+                                                    const flashcpp_tensor* topk_length,
+                                                    const flashcpp_tensor* extra_topk_length,
+                                                    flashcpp_mla_decode_plan_sizes* sizes, void* stream);
 
 /* The tensors of a sparse decode (NULL for an absent optional one). Shapes and rules: flashcpp/mla.hpp,
  * sparse_decode (the V3.2 cache) and sparse_decode_v4 (the V4 cache, with its extra pool). */
