@@ -219,7 +219,6 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
   });
 }
 
-
 flashcpp_status flashcpp_mla_decode_plan(const flashcpp_mla_decode_config* config, const flashcpp_tensor* sched_meta,
                                          const flashcpp_tensor* num_splits, flashcpp_mla_decode_plan_sizes* sizes,
                                          void* stream) {

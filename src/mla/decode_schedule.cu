@@ -17,7 +17,7 @@ __global__ void decode_schedule_kernel(sched::PartMeta* meta, int32_t* num_split
     sched::build_schedule(batch, nullptr, sched::blocks_of(topk), num_parts, meta, num_splits);
 }
 
-static_assert(kScheduleLengthsMaxRequests * sizeof(int32_t) <= 48 * 1024, "the block counts fit static shared memory");
+static_assert(kScheduleLengthsMaxRequests * sizeof(int32_t) <= 48 * 1024, "the block counts fit the dynamic shared memory a launch gets without opt-in");
 
 // Every thread puts block counts of requests into shared memory, then one thread runs the schedule over them.
 __global__ void __launch_bounds__(1024) decode_schedule_by_lengths_kernel(sched::PartMeta* meta, int32_t* num_splits,
