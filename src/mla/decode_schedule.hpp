@@ -28,7 +28,7 @@ struct PartMeta {
   int32_t begin_split;      ///< split index (within begin_req) of this part's piece of begin_req
   int32_t first_is_split;   ///< 1 if begin_req is cut over several parts
   int32_t last_is_split;    ///< 1 if end_req is cut over several parts
-  int32_t pad;
+  int32_t end_is_last;      ///< 1 if this part's piece of end_req is that request's last (it runs to the end)
 };
 static_assert(sizeof(PartMeta) == kMetaInts * 4);
 
@@ -65,6 +65,7 @@ FLASHCPP_HD void build_schedule_of(int32_t batch, const Blocks& nb, int32_t num_
           m.end_block = static_cast<int32_t>(int64_t{j + 1} * n / k);
           m.begin_split = j;
           m.first_is_split = m.last_is_split = k > 1;
+          m.end_is_last = j == k - 1;
         } else {
           m.begin_req = batch;  // empty
           m.end_req = batch - 1;
@@ -100,6 +101,7 @@ FLASHCPP_HD void build_schedule_of(int32_t batch, const Blocks& nb, int32_t num_
         budget -= cost;
         m.end_req = req;
         m.end_block = nb(req);
+        m.end_is_last = 1;
         ++req;
         block = 0;
         if (req >= batch || (budget <= kFixedOverheadBlocks && p != num_parts - 1)) break;
@@ -109,6 +111,7 @@ FLASHCPP_HD void build_schedule_of(int32_t batch, const Blocks& nb, int32_t num_
         if (take < 1) take = 1;
         m.end_req = req;
         m.end_block = block + static_cast<int32_t>(take);
+        m.end_is_last = 0;
         block = m.end_block;
         break;
       }

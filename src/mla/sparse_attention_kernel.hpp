@@ -109,13 +109,15 @@ struct SplitPiece {
 FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::PartMeta& m, int req, int nb,
                                    int tok_in_req) {
   SplitPiece s;
+  // A request's last piece runs to its end: a schedule planned from lengths (decode_plan with lengths) cut the
+  // requests at the tiles those lengths gave, and a run with longer ones must still cover every tile. The piece's
+  // range comes from the part's metadata alone (end_is_last): the kernels' first index loads wait for it, and
+  // num_splits, a second dependent global load, is needed only by the partial row's address.
+  int b0 = req == m.begin_req ? m.begin_block : 0;
+  int b1 = req == m.end_req && m.end_is_last == 0 ? m.end_block : nb;
   const int local = req == m.begin_req ? m.begin_split : 0;
   const int split0 = p.num_splits[req];
   const int nsplit = p.num_splits[req + 1] - split0;
-  // A request's last piece runs to its end: a schedule planned from lengths (decode_plan with lengths) cut the
-  // requests at the tiles those lengths gave, and a run with longer ones must still cover every tile.
-  int b0 = req == m.begin_req ? m.begin_block : 0;
-  int b1 = req == m.end_req && local < nsplit - 1 ? m.end_block : nb;
   b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
   b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
   s.tile_begin = b0;

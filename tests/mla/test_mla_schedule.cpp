@@ -83,6 +83,12 @@ void check_schedule(int batch, const std::vector<int32_t>& blocks, int parts) {
     const int ne = num_splits[static_cast<size_t>(m.end_req) + 1] - num_splits[static_cast<size_t>(m.end_req)];
     EXPECT_EQ(m.first_is_split, nb > 1 ? 1 : 0);
     EXPECT_EQ(m.last_is_split, ne > 1 ? 1 : 0);
+    // The part holds end_req's last piece exactly when that piece ends the request.
+    const auto& pe = pieces[static_cast<size_t>(m.end_req)];
+    const int end_blocks = blocks[static_cast<size_t>(m.end_req)];
+    const bool last =
+        std::any_of(pe.begin(), pe.end(), [&](const Piece& x) { return x.part == p && x.end == end_blocks; });
+    EXPECT_EQ(m.end_is_last, last ? 1 : 0) << "part " << p;
   }
 }
 
