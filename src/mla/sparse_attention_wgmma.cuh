@@ -1170,12 +1170,16 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
     wgmma_commit();
     wgmma_wait<0>();
   };
-  // s_max holds each row's running max: consumer 0's over tile A (kBarMaxA), then the iteration's (kBarMaxB).
+  // Each consumer publishes its rows' running max in its own slot of s_max ([2][64]): consumer 0's over tile A
+  // (kBarMaxA), read by consumer 1; consumer 1's, the iteration's (kBarMaxB), read by consumer 0. (One slot the
+  // two wrote in turn was ordered by the barrier chain, but racecheck reported the reuse as a hazard.)
+  float* const max_own = s_max + W * C::kHeads;
+  const float* const max_other = s_max + kOther * C::kHeads;
   auto publish_max = [&](float n0, float n1, int bar) {
     __syncwarp();  // the row's other lanes have read the previous value
     if (t == 0) {
-      s_max[r0] = n0;
-      s_max[r1] = n1;
+      max_own[r0] = n0;
+      max_own[r1] = n1;
     }
     named_arrive(bar);
   };
@@ -1209,8 +1213,8 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       mask_scale_rowmax(s, s_valid + W * C::kTile + 2 * t, args.scale_log2, mx0, mx1);
       if constexpr (W == 1) {
         named_sync(kBarMaxA);
-        mx0 = fmaxf(mx0, s_max[r0]);
-        mx1 = fmaxf(mx1, s_max[r1]);
+        mx0 = fmaxf(mx0, max_other[r0]);
+        mx1 = fmaxf(mx1, max_other[r1]);
       }
       const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
       const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
@@ -1242,10 +1246,10 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
         // The iteration's max: P_A, O and the row sums rescaled to it (beta 1 for a row with no valid slot yet,
         // whose terms are all 0).
         named_sync(kBarMaxB);
-        const float b0 = n0 == -INFINITY ? 1.f : fast_exp2(n0 - s_max[r0]);
-        const float b1 = n1 == -INFINITY ? 1.f : fast_exp2(n1 - s_max[r1]);
-        m0 = s_max[r0];
-        m1 = s_max[r1];
+        const float b0 = n0 == -INFINITY ? 1.f : fast_exp2(n0 - max_other[r0]);
+        const float b1 = n1 == -INFINITY ? 1.f : fast_exp2(n1 - max_other[r1]);
+        m0 = max_other[r0];
+        m1 = max_other[r1];
         scaled_p(s, b0, b1, pf);
         // P_A overwrites tile A's RoPE atom: its copies are confirmed landed (bar_rope_landed; complete by now
         // in practice, S_A has read them).
