@@ -1176,7 +1176,7 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
   float* const max_own = s_max + W * C::kHeads;
   const float* const max_other = s_max + kOther * C::kHeads;
   auto publish_max = [&](float n0, float n1, int bar) {
-    __syncwarp();  // the row's other lanes have read the previous value
+    __syncwarp();  // the warp meets before its t == 0 lanes publish (the one-slot layout needed it; kept as verified)
     if (t == 0) {
       max_own[r0] = n0;
       max_own[r1] = n1;
