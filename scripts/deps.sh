@@ -9,7 +9,7 @@ deps="${FLASHCPP_DEPS_DIR:-$root/build/_deps}"
 
 apt_packages=(cmake ninja-build g++ pkg-config unzip zip python3 python3-pip
   libcurl4-openssl-dev libssl-dev libzip-dev nlohmann-json3-dev libcli11-dev
-  libgtest-dev libgmock-dev libbenchmark-dev curl clang libclang-rt-dev)
+  libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev curl clang libclang-rt-dev)
 
 missing=()
 for p in "${apt_packages[@]}"; do
