@@ -1,0 +1,85 @@
+// The flashcpp-llm engine: runs a Model (model.hpp) over a paged KV cache for several sequences at once.
+//
+// A forward step takes any mix of sequences, each with one or more new tokens (a prompt, a chunk of one, or the
+// token a decode step sampled): their keys and values are appended to the sequences' pages and the step returns
+// logits for each sequence's last new token (or for all of them). A step whose sequences all bring one token runs
+// FlashInfer's batch decode; any other runs its batch prefill (causal, paged). Both are planned once per step
+// (plan/run) and shared by every layer.
+//
+// Backends: gpu runs every op through flashcpp (RMSNorm, RoPE, paged KV append, batch prefill / decode, SiLU-and-mul,
+// the sampler) and the GEMMs through cuBLASLt, in bf16 with f32 accumulation, asynchronously on the engine's stream;
+// with cuda_graphs a decode step of a batch size it has seen is replayed as one CUDA graph. reference runs the same
+// step on the CPU with flashcpp's float64 reference ops and f32 activations (GEMMs in f32): slow, and independent of
+// the GPU.
+//
+// KV pages come from a fixed pool (EngineOptions::max_pages); close_sequence returns a sequence's pages.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model.hpp"
+
+namespace flashcpp::llm {
+
+enum class Backend { gpu, reference };
+
+struct EngineOptions {
+  Backend backend = Backend::gpu;
+  int device = 0;
+  int64_t page_size = 16;
+  int64_t max_pages = 8192;        ///< KV pool, pages of page_size tokens
+  int64_t max_batch = 64;          ///< sequences in one step
+  int64_t max_step_tokens = 4096;  ///< new tokens in one step
+  int64_t max_logit_rows = 1024;   ///< logit rows one step may return (all_logits)
+  bool cuda_graphs = true;         ///< gpu: replay decode steps as CUDA graphs
+};
+
+/// One sequence's part of a step.
+struct StepInput {
+  int sequence = -1;
+  std::span<const int32_t> tokens;  ///< >= 1 new tokens, each in [0, vocab)
+  bool all_logits = false;          ///< logits of every new token, else of the last only
+};
+
+/// How a step picks each sequence's next token (on the backend, from the last row's logits).
+struct SamplerOptions {
+  bool greedy = true;
+  int64_t top_k = 50;
+  double top_p = 0.9;
+  uint64_t seed = 0;
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, const EngineOptions& options);
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+  ~Engine();
+
+  /// A new empty sequence; invalid_argument when all max_batch * 4 slots are open.
+  int open_sequence();
+  /// Returns its pages to the pool; invalid_argument for a sequence that is not open.
+  void close_sequence(int sequence);
+  int64_t length(int sequence) const;
+  int64_t free_pages() const;
+
+  /// One step; returns f32 logits [rows][vocab], rows in the order of `batch` (each entry's last token, or all of its
+  /// tokens when all_logits). Validated first (sequences open and distinct, tokens in range, sizes within the
+  /// options, enough free pages): on error nothing is appended.
+  std::vector<float> forward(std::span<const StepInput> batch);
+  /// One step that returns only each entry's next token (sampled from its last token's logits on the backend).
+  std::vector<int32_t> forward_sample(std::span<const StepInput> batch, const SamplerOptions& sampler);
+
+  /// Kernel launches of the last step (gpu; 0 for reference) and whether it was a graph replay.
+  int64_t last_step_launches() const;
+  bool last_step_replayed() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flashcpp::llm

