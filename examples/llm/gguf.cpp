@@ -343,7 +343,8 @@ void GgufFile::Impl::parse_header() {
     }
     const uint32_t type = reader.read<uint32_t>([&] { return field() + ": type"; });
     if (!supported_type(type))
-      fail(field() + ": ggml type " + std::to_string(type) + " is not supported (f32, f16, bf16, q4_0, q4_1, q8_0 are)");
+      fail(field() + ": ggml type " + std::to_string(type) +
+           " is not supported (f32, f16, bf16, q4_0, q4_1, q8_0 are)");
     info.type = static_cast<GgmlType>(type);
     const BlockLayout layout = block_layout(info.type);
     if (info.ne[0] % layout.values != 0)
