@@ -38,8 +38,15 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
+  /// The ids of `text`. parse_special: control tokens are matched whole (tokenizers' special tokens); off, they
+  /// are ordinary text (tokenizers' encode_special_tokens). User-defined tokens are matched whole either way, as
+  /// in tokenizers and llama.cpp. Any bytes are taken: a run of bytes that are not UTF-8 matches no regex class and
+  /// is a piece of its own, each byte spelled through the byte alphabet (tokenizers only takes valid strings). A
+  /// byte the vocabulary has no token for is dropped, as tokenizers' BPE does without an unk_token. Thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
   /// The UTF-8 bytes of the ids (control tokens spelled as their text); invalid_argument for an id out of range.
+  /// The bytes are returned as they are: a piece of a character is not replaced by U+FFFD (tokenizers' decode
+  /// does replace), so a stream of tokens can be decoded piece by piece.
   std::string decode(std::span<const int32_t> ids) const;
   /// The bytes of one token (a piece of a UTF-8 character possibly).
   std::string token_bytes(int32_t id) const;
