@@ -147,8 +147,10 @@ int main(int argc, char** argv) {
       const Tokenizer tok = Tokenizer::from_gguf(file);
       const std::vector<int32_t> ids = tok.encode(chat ? tok.chat_prompt(prompt) : prompt);
       g.eos_id = chat ? tok.find_token("<|im_end|>") : tok.eos_id();
-      const GenerateResult r = generate(engine, {ids}, g);
-      std::cout << tok.decode(r.tokens[0]) << "\n";
+      GenerateResult r = generate(engine, {ids}, g);
+      std::vector<int32_t>& out = r.tokens[0];
+      if (!out.empty() && out.back() == g.eos_id) out.pop_back();  // the end token is not part of the answer
+      std::cout << tok.decode(out) << "\n";
       std::fprintf(stderr, "flashcpp-llm: %zu prompt tokens, %zu generated in %.3f s\n", ids.size(), r.tokens[0].size(),
                    r.seconds);
       return 0;
