@@ -394,7 +394,8 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
   const TensorView batch_indices = g.i32(s.index_dev, s.off.batch_indices, t);
   const TensorView qo_indptr = g.i32(s.index_dev, s.off.qo_indptr, p.batch + 1);
   const int64_t page_elems = s.opt.page_size * c.kv_heads * d;
-  const RmsNormOptions norm{c.rms_eps, false};
+  const bool pdl = s.opt.pdl && device_info(s.opt.device).cc_major >= 9;
+  const RmsNormOptions norm{c.rms_eps, pdl};
   RopeOptions rope;
   rope.interleave = true;  // llama.cpp's permuted q/k rows (model.hpp)
   rope.rope_theta = c.rope_theta;
@@ -435,7 +436,7 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
     s.gemm->run(s.attn.get(), w.wo, s.h.get(), t, c.hidden, c.heads * d, false, st);
     fused_add_rmsnorm(rt, h, residual, bf16(w.ffn_norm, {c.hidden}), norm, st);
     s.gemm->run(s.h.get(), w.w_gate_up, s.gu.get(), t, 2 * c.ffn, c.hidden, false, st);
-    silu_and_mul(rt, act, gu, {}, st);
+    silu_and_mul(rt, act, gu, ActivationOptions{pdl}, st);
     s.gemm->run(s.act.get(), w.w_down, s.h.get(), t, c.hidden, c.ffn, false, st);
     const uint16_t* next_norm = layer + 1 < c.layers ? s.layer_w[static_cast<size_t>(layer + 1)].attn_norm : s.out_norm_w;
     fused_add_rmsnorm(rt, h, residual, bf16(next_norm, {c.hidden}), norm, st);
@@ -453,7 +454,7 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
     so.philox_seed = sample->seed;
     if (sample->greedy) {
       // Greedy: the top-1 of the distribution (top-k sampling with k = 1 draws the largest probability).
-      softmax(rt, s.sampling_ws->view().softmax_buffer, logits, probs, 1.0, {}, st);
+      softmax(rt, s.sampling_ws->view().softmax_buffer, logits, probs, 1.0, SoftmaxOptions{pdl}, st);
       top_k_sampling_from_probs(rt, probs, samples, 1, nullptr, so, st);
       launches += 2;
     } else {
@@ -497,6 +498,7 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
     dc.head_dim = c.head_dim;
     dc.page_size = s.opt.page_size;
     dc.enable_cuda_graph = graphs;
+    dc.enable_pdl = s.opt.pdl && device_info(s.opt.device).cc_major >= 9;
     const DecodeIndptrs ip{host_i32(p.kv_indptr), host_i32(p.last_page_len)};
     decode.emplace(BatchDecodePlan::create(*s.rt, *s.ws, ip, dc, st));
   } else {
@@ -507,6 +509,7 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
     pc.head_dim_qk = c.head_dim;
     pc.page_size = s.opt.page_size;
     pc.causal = true;
+    pc.enable_pdl = s.opt.pdl && device_info(s.opt.device).cc_major >= 9;
     const PrefillIndptrs ip{host_i32(p.qo_indptr), host_i32(p.kv_indptr), host_i32(p.last_page_len)};
     prefill.emplace(BatchPrefillPlan::create(*s.rt, *s.ws, ip, pc, st));
   }

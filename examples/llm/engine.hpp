@@ -34,6 +34,9 @@ struct EngineOptions {
   int64_t max_step_tokens = 4096;  ///< new tokens in one step
   int64_t max_logit_rows = 1024;   ///< logit rows one step may return (all_logits)
   bool cuda_graphs = true;         ///< gpu: replay decode steps as CUDA graphs
+  /// gpu: programmatic dependent launch for the FlashInfer kernels that take it (norms, activation, attention): each
+  /// may start while the previous kernel drains (Hopper and newer).
+  bool pdl = true;
 };
 
 /// One sequence's part of a step.

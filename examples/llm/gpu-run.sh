@@ -9,7 +9,8 @@
 #   device call 2:   bash examples/llm/gpu-run.sh place b                 # carry .llm-part-b: .llm/model.gguf checked
 #   device call 3:   bash examples/llm/gpu-run.sh run OUT_DIR             # carry build-gpu and .gpu (libs, modules, wheels)
 #
-# `run` expects build-gpu/bin/flashcpp-llm, build-gpu/tests/llm/test_llm_gpu, .gpu/lib (the libraries they load),
+# `run` expects build-gpu/bin/flashcpp-llm, build-gpu/tests/llm/test_llm_gpu, .gpu/lib (the libraries they load and
+# libtvm_ffi.so),
 # .gpu/modules (the FlashInfer modules the model needs, from `flashcpp build`) and .gpu/wheels (the gguf package for
 # transformers' GGUF loader).
 set -euo pipefail
@@ -40,7 +41,10 @@ case "${1:-}" in
     out=${2:?usage: run OUT_DIR}
     mkdir -p "$out"
     test -f .llm/model.gguf || { echo "no .llm/model.gguf: run the two place calls first" >&2; exit 1; }
-    export LD_LIBRARY_PATH="$PWD/build-gpu:$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # The carried library's links may not travel; the CUDA toolkit's lib64 has cuBLASLt.
+    (cd build-gpu && ln -sf libflashcpp.so.0.1.0 libflashcpp.so.0.1 && ln -sf libflashcpp.so.0.1 libflashcpp.so)
+    export LD_LIBRARY_PATH="$PWD/build-gpu:$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export FLASHCPP_TVM_FFI_LIB="$PWD/.gpu/lib/libtvm_ffi.so" FLASHCPP_OFFLINE=1
     export FLASHCPP_MODULE_PATH="$PWD/.gpu/modules" FLASHCPP_JIT=off FLASHCPP_LLM_MODEL="$PWD/.llm/model.gguf"
     export FLASHCPP_GPU_TESTS=1
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"

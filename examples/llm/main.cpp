@@ -56,8 +56,12 @@ std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
   return out;
 }
 
+bool no_pdl = false, no_graphs = false;
+
 EngineOptions engine_options(const std::string& backend) {
   EngineOptions o;
+  o.pdl = !no_pdl;
+  o.cuda_graphs = !no_graphs;
   o.backend = backend == "reference" ? Backend::reference : Backend::gpu;
   if (o.backend == Backend::reference) o.max_pages = 512;  // 8192 tokens of f32 KV on the host
   return o;
@@ -72,6 +76,8 @@ int main(int argc, char** argv) {
   auto common = [&](CLI::App* c) {
     c->add_option("--model", model_path, "the GGUF file")->required();
     c->add_option("--backend", backend, "gpu or reference (the CPU reference)")->check(CLI::IsMember({"gpu", "reference"}));
+    c->add_flag("--no-pdl", no_pdl, "gpu: no programmatic dependent launch");
+    c->add_flag("--no-graphs", no_graphs, "gpu: no CUDA-graph replay of decode steps");
   };
 
   CLI::App* gen = app.add_subcommand("generate", "generate text (greedy unless --sample)");
