@@ -52,7 +52,7 @@ def rope(x, pos, base, layout):
     return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
 
 
-def attention_layer0(r, ids, layout):
+def attention_layer0(r, ids, layout, qk=None):
     n_head = field(r, "llama.attention.head_count")
     n_kv = field(r, "llama.attention.head_count_kv")
     base = field(r, "llama.rope.freq_base")
@@ -61,8 +61,9 @@ def attention_layer0(r, ids, layout):
     h = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * tensor(r, "blk.0.attn_norm.weight")
     T, D = h.shape
     hd = D // n_head
-    q = (h @ tensor(r, "blk.0.attn_q.weight").T).reshape(T, n_head, hd)
-    k = (h @ tensor(r, "blk.0.attn_k.weight").T).reshape(T, n_kv, hd)
+    wq, wk = qk if qk is not None else (tensor(r, "blk.0.attn_q.weight"), tensor(r, "blk.0.attn_k.weight"))
+    q = (h @ wq.T).reshape(T, n_head, hd)
+    k = (h @ wk.T).reshape(T, n_kv, hd)
     v = (h @ tensor(r, "blk.0.attn_v.weight").T).reshape(T, n_kv, hd)
     pos = np.arange(T, dtype=np.float64)
     q, k = rope(q, pos, base, layout), rope(k, pos, base, layout)
@@ -94,6 +95,12 @@ def main():
     for layout in ("interleaved", "half"):
         errs[layout] = float(np.abs(attention_layer0(r, IDS, layout) - ref).max())
         print(f"{layout:12s} max|numpy - transformers| = {errs[layout]:.3e}  (output max |x| {scale:.3f})")
+    # Control: transformers' own (un-permuted) q/k weights need rotate-half.
+    attn = model.model.layers[0].self_attn
+    qk = (attn.q_proj.weight.detach().double().numpy(), attn.k_proj.weight.detach().double().numpy())
+    for layout in ("interleaved", "half"):
+        e = float(np.abs(attention_layer0(r, IDS, layout, qk) - ref).max())
+        print(f"control, transformers' q/k weights, {layout:12s}: {e:.3e}")
     # Position 0 has no rotation, so the layouts can only differ from position 1 on.
     best = min(errs, key=errs.get)
     ok = errs[best] < 1e-3 * scale and errs[best] * 100 < max(errs.values())
