@@ -10,6 +10,7 @@
 #include <string>
 
 #include "flashcpp/error.hpp"
+#include "flashcpp/reference.hpp"
 
 namespace flashcpp::llm {
 namespace {
@@ -148,15 +149,21 @@ void dequantize(GgmlType type, std::span<const uint8_t> src, std::span<float> ds
                });
 }
 
-void dequantize_bf16(GgmlType type, std::span<const uint8_t> src, std::span<uint16_t> dst, std::string_view what) {
+void dequantize(GgmlType type, std::span<const uint8_t> src, std::span<uint16_t> dst, DType out, std::string_view what) {
+  if (out != DType::f16 && out != DType::bf16)
+    throw_error(ErrorCode::invalid_argument, std::string(what) + ": the 16-bit output must be f16 or bf16");
   check_size(type, src, dst.size(), what);
-  if (type == GgmlType::bf16) {  // already bf16: the bits as they are (a NaN's payload included)
+  const GgmlType same = out == DType::f16 ? GgmlType::f16 : GgmlType::bf16;
+  if (type == same) {  // already in the output type: the bits as they are (a NaN's payload included)
     if (!dst.empty()) std::memcpy(dst.data(), src.data(), src.size());
     return;
   }
+  uint16_t (*const round)(float) = out == DType::f16 ? +[](float x) { return reference::float_to_half(x); } : &f32_to_bf16;
   for_each_run(type, src, dst.size(), [&](size_t first, const float* values, size_t count) {
-    for (size_t j = 0; j < count; ++j) dst[first + j] = f32_to_bf16(values[j]);
+    for (size_t j = 0; j < count; ++j) dst[first + j] = round(values[j]);
   });
 }
+
+float half_bits_to_f32(DType type, uint16_t bits) { return type == DType::f16 ? f16_to_f32(bits) : bf16_to_f32(bits); }
 
 }  // namespace flashcpp::llm

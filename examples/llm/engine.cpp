@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -59,11 +60,12 @@ void blas_check(cublasStatus_t s, const char* what) {
                                            std::to_string(static_cast<int>(s)) + ")");
 }
 
-// y [t, n] = x [t, k] . w [n, k]^T: bf16 inputs, f32 accumulation, bf16 or f32 output. In cuBLAS's column-major
-// terms that is y^T = w . x^T with w read transposed.
+// y [t, n] = x [t, k] . w [n, k]^T: 16-bit inputs (f16 or bf16), f32 accumulation, output in the input type or f32.
+// In cuBLAS's column-major terms that is y^T = w . x^T with w read transposed.
 class Gemm {
  public:
-  Gemm(int device, size_t workspace_bytes) : workspace_(workspace_bytes, device) {
+  Gemm(int device, DType dtype, size_t workspace_bytes)
+      : type_(dtype == DType::f16 ? CUDA_R_16F : CUDA_R_16BF), workspace_(workspace_bytes, device) {
     blas_check(cublasLtCreate(&handle_), "cublasLtCreate");
   }
   ~Gemm() {
@@ -100,9 +102,9 @@ class Gemm {
     const cublasOperation_t trans = CUBLAS_OP_T;
     blas_check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)),
                "cublasLtMatmulDescSetAttribute");
-    blas_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "cublasLtMatrixLayoutCreate");
-    blas_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, t, k), "cublasLtMatrixLayoutCreate");
-    blas_check(cublasLtMatrixLayoutCreate(&p.c, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, t, n),
+    blas_check(cublasLtMatrixLayoutCreate(&p.a, type_, k, n, k), "cublasLtMatrixLayoutCreate");
+    blas_check(cublasLtMatrixLayoutCreate(&p.b, type_, k, t, k), "cublasLtMatrixLayoutCreate");
+    blas_check(cublasLtMatrixLayoutCreate(&p.c, f32_out ? CUDA_R_32F : type_, n, t, n),
                "cublasLtMatrixLayoutCreate");
     cublasLtMatmulPreference_t pref = nullptr;
     blas_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
@@ -121,6 +123,7 @@ class Gemm {
     return plans_.emplace(key, p).first->second;
   }
 
+  cudaDataType_t type_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Plan> plans_;
@@ -153,6 +156,7 @@ struct Engine::Impl {
   std::vector<int32_t> free_pages;  // a stack
   int64_t last_launches = 0;
   bool last_replayed = false;
+  Engine::StepTiming last_timing;
 
   // gpu
   std::shared_ptr<Runtime> rt;
@@ -160,13 +164,13 @@ struct Engine::Impl {
   std::optional<Gemm> gemm;
   std::optional<OwnedWorkspace> ws;
   std::optional<OwnedSamplingWorkspace> sampling_ws;
-  DeviceBuffer weights;  // every bf16 weight, 256-byte aligned pieces
+  DeviceBuffer weights;  // every weight (16-bit, the model's dtype), 256-byte aligned pieces
   struct LayerPtrs {
     const uint16_t *attn_norm, *wqkv, *wo, *ffn_norm, *w_gate_up, *w_down;
   };
   std::vector<LayerPtrs> layer_w;
   const uint16_t *embedding_w = nullptr, *head_w = nullptr, *out_norm_w = nullptr;
-  DeviceBuffer k_cache, v_cache;  // [layers][max_pages, page_size, kv_heads, head_dim] bf16
+  DeviceBuffer k_cache, v_cache;  // [layers][max_pages, page_size, kv_heads, head_dim], the model's dtype
   DeviceBuffer residual, h, qkv, attn, gu, act, hl, logits, probs;
   // Index arrays at fixed offsets (so a captured graph reads this step's values): see Offsets.
   struct Offsets {
@@ -176,6 +180,7 @@ struct Engine::Impl {
   DeviceBuffer index_dev;
   PinnedBuffer index_host, logits_host;
   std::map<int64_t, std::unique_ptr<Graph>> graphs;  // decode batch size -> graph
+  std::optional<Event> step_begin, step_end;          // time_steps
 
   // reference
   std::vector<float> r_k, r_v;  // [layers][max_pages, page_size, kv_heads, head_dim] f32
@@ -214,7 +219,7 @@ void setup_gpu(Impl& s) {
   DeviceGuard guard(dev);
   s.rt = Runtime::create();
   s.stream.emplace(dev);
-  s.gemm.emplace(dev, size_t{32} << 20);
+  s.gemm.emplace(dev, s.model->dtype, size_t{32} << 20);
   s.ws.emplace(dev);
   s.sampling_ws.emplace(dev, s.stream->get());
 
@@ -260,9 +265,10 @@ void setup_gpu(Impl& s) {
   s.hl = DeviceBuffer(static_cast<size_t>(s.opt.max_logit_rows * c.hidden * 2), dev);
   s.logits = DeviceBuffer(static_cast<size_t>(s.opt.max_logit_rows * c.vocab * 4), dev);
   s.probs = DeviceBuffer(static_cast<size_t>(s.opt.max_batch * c.vocab * 4), dev);
-  // Poisoned: activations with NaN (bf16 and f32 0xff..), so a value read before any op wrote it shows in the logits;
-  // the KV pages with 3.0 (bf16 0x4040), finite like the stale rows of a reused page, so attention that read slots
-  // past a sequence's length would give wrong (not NaN) results, which the tests against the reference catch.
+  // Poisoned: activations with NaN (0xffff is NaN in f16 and bf16, 0xffffffff in f32), so a value read before any op
+  // wrote it shows in the logits; the KV pages with 0x4040 (2.125 in f16, 3.0 in bf16), finite like the stale rows of
+  // a reused page, so attention that read slots past a sequence's length would give wrong (not NaN) results, which
+  // the tests against the reference catch.
   for (DeviceBuffer* b : {&s.residual, &s.h, &s.qkv, &s.attn, &s.gu, &s.act, &s.hl, &s.logits, &s.probs})
     FLASHCPP_CUDA_CHECK(cudaMemset(b->get(), 0xff, b->size()));
   for (DeviceBuffer* b : {&s.k_cache, &s.v_cache}) FLASHCPP_CUDA_CHECK(cudaMemset(b->get(), 0x40, b->size()));
@@ -270,6 +276,10 @@ void setup_gpu(Impl& s) {
   s.index_dev = DeviceBuffer(static_cast<size_t>(s.off.total * 4), dev);
   s.index_host = PinnedBuffer(static_cast<size_t>(s.off.total * 4));
   s.logits_host = PinnedBuffer(static_cast<size_t>(s.opt.max_logit_rows * c.vocab * 4));
+  if (s.opt.time_steps) {
+    s.step_begin.emplace();
+    s.step_end.emplace();
+  }
 }
 
 void setup_reference(Impl& s) {
@@ -277,9 +287,9 @@ void setup_reference(Impl& s) {
   const size_t cache = static_cast<size_t>(c.layers * s.opt.max_pages * s.opt.page_size * c.kv_heads * c.head_dim);
   s.r_k.assign(cache, 0.f);
   s.r_v.assign(cache, 0.f);
-  auto to_f32 = [](const std::vector<uint16_t>& b) {
+  auto to_f32 = [&](const std::vector<uint16_t>& b) {
     std::vector<float> f(b.size());
-    for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
+    for (size_t i = 0; i < b.size(); ++i) f[i] = half_bits_to_f32(s.model->dtype, b[i]);
     return f;
   };
   for (const LayerWeights& l : s.model->layers) {
@@ -386,8 +396,9 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
   const Runtime& rt = *s.rt;
   const int64_t t = p.tokens, d = c.head_dim, qkv_rows = c.qkv_rows();
   int64_t launches = 0;
-  auto bf16 = [&](const void* ptr, std::initializer_list<int64_t> shape) {
-    return TensorView::contiguous(const_cast<void*>(ptr), DType::bf16, dev, shape);
+  const DType dt = s.model->dtype;
+  auto half = [&](const void* ptr, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(const_cast<void*>(ptr), dt, dev, shape);
   };
   const auto* idx = static_cast<const int32_t*>(s.index_dev.get());
   const TensorView positions = g.i32(s.index_dev, s.off.positions, t);
@@ -400,21 +411,21 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
   rope.interleave = true;  // llama.cpp's permuted q/k rows (model.hpp)
   rope.rope_theta = c.rope_theta;
 
-  const TensorView residual = bf16(s.residual.get(), {t, c.hidden});
-  const TensorView h = bf16(s.h.get(), {t, c.hidden});
+  const TensorView residual = half(s.residual.get(), {t, c.hidden});
+  const TensorView h = half(s.h.get(), {t, c.hidden});
   FLASHCPP_CUDA_CHECK(launch_gather_rows(s.embedding_w, idx + s.off.tokens, t, c.hidden,
                                          static_cast<uint16_t*>(s.residual.get()), st));
   ++launches;
-  rmsnorm(rt, h, residual, bf16(s.layer_w[0].attn_norm, {c.hidden}), norm, st);
+  rmsnorm(rt, h, residual, half(s.layer_w[0].attn_norm, {c.hidden}), norm, st);
   ++launches;
   auto* qkv = static_cast<uint16_t*>(s.qkv.get());
-  const TensorView q = TensorView::strided(qkv, DType::bf16, dev, {t, c.heads, d}, {qkv_rows, d, 1});
-  const TensorView k = TensorView::strided(qkv + c.heads * d, DType::bf16, dev, {t, c.kv_heads, d}, {qkv_rows, d, 1});
+  const TensorView q = TensorView::strided(qkv, dt, dev, {t, c.heads, d}, {qkv_rows, d, 1});
+  const TensorView k = TensorView::strided(qkv + c.heads * d, dt, dev, {t, c.kv_heads, d}, {qkv_rows, d, 1});
   const TensorView v =
-      TensorView::strided(qkv + (c.heads + c.kv_heads) * d, DType::bf16, dev, {t, c.kv_heads, d}, {qkv_rows, d, 1});
-  const TensorView attn = bf16(s.attn.get(), {t, c.heads, d});
-  const TensorView gu = bf16(s.gu.get(), {t, 2 * c.ffn});
-  const TensorView act = bf16(s.act.get(), {t, c.ffn});
+      TensorView::strided(qkv + (c.heads + c.kv_heads) * d, dt, dev, {t, c.kv_heads, d}, {qkv_rows, d, 1});
+  const TensorView attn = half(s.attn.get(), {t, c.heads, d});
+  const TensorView gu = half(s.gu.get(), {t, 2 * c.ffn});
+  const TensorView act = half(s.act.get(), {t, c.ffn});
 
   for (int64_t layer = 0; layer < c.layers; ++layer) {
     const Impl::LayerPtrs& w = s.layer_w[static_cast<size_t>(layer)];
@@ -422,8 +433,8 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
     apply_rope_pos_ids(rt, q, k, q, k, positions, rope, st);
     PagedKvCache kv;
     const int64_t layer_off = layer * s.opt.max_pages * page_elems;
-    kv.k_cache = bf16(static_cast<uint16_t*>(s.k_cache.get()) + layer_off, {s.opt.max_pages, s.opt.page_size, c.kv_heads, d});
-    kv.v_cache = bf16(static_cast<uint16_t*>(s.v_cache.get()) + layer_off, {s.opt.max_pages, s.opt.page_size, c.kv_heads, d});
+    kv.k_cache = half(static_cast<uint16_t*>(s.k_cache.get()) + layer_off, {s.opt.max_pages, s.opt.page_size, c.kv_heads, d});
+    kv.v_cache = half(static_cast<uint16_t*>(s.v_cache.get()) + layer_off, {s.opt.max_pages, s.opt.page_size, c.kv_heads, d});
     // The whole page-id array: its extent stays the same from step to step (a captured graph's does too).
     kv.indices = g.i32(s.index_dev, s.off.kv_indices, s.opt.max_pages);
     kv.indptr = g.i32(s.index_dev, s.off.kv_indptr, p.batch + 1);
@@ -434,12 +445,12 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
     else
       prefill->run_paged(q, kv, qo_indptr, attn, nullptr, st);
     s.gemm->run(s.attn.get(), w.wo, s.h.get(), t, c.hidden, c.heads * d, false, st);
-    fused_add_rmsnorm(rt, h, residual, bf16(w.ffn_norm, {c.hidden}), norm, st);
+    fused_add_rmsnorm(rt, h, residual, half(w.ffn_norm, {c.hidden}), norm, st);
     s.gemm->run(s.h.get(), w.w_gate_up, s.gu.get(), t, 2 * c.ffn, c.hidden, false, st);
     silu_and_mul(rt, act, gu, ActivationOptions{pdl}, st);
     s.gemm->run(s.act.get(), w.w_down, s.h.get(), t, c.hidden, c.ffn, false, st);
     const uint16_t* next_norm = layer + 1 < c.layers ? s.layer_w[static_cast<size_t>(layer + 1)].attn_norm : s.out_norm_w;
-    fused_add_rmsnorm(rt, h, residual, bf16(next_norm, {c.hidden}), norm, st);
+    fused_add_rmsnorm(rt, h, residual, half(next_norm, {c.hidden}), norm, st);
     launches += 10;
   }
   FLASHCPP_CUDA_CHECK(launch_gather_rows(static_cast<const uint16_t*>(s.h.get()), idx + s.off.logit_rows, p.rows,
@@ -487,9 +498,11 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
   const ModelConfig& c = s.cfg;
   DeviceGuard guard(s.opt.device);
   const cudaStream_t st = s.stream->get();
+  if (s.step_begin) s.step_begin->record(st);
   upload_indices(s, p);
   std::optional<BatchPrefillPlan> prefill;
   std::optional<BatchDecodePlan> decode;
+  const auto plan_start = std::chrono::steady_clock::now();
   const bool graphs = s.opt.cuda_graphs && p.decode && sample != nullptr;
   if (p.decode) {
     BatchDecodeConfig dc;
@@ -497,6 +510,7 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
     dc.num_kv_heads = c.kv_heads;
     dc.head_dim = c.head_dim;
     dc.page_size = s.opt.page_size;
+    dc.q_dtype = dc.kv_dtype = s.model->dtype;
     dc.enable_cuda_graph = graphs;
     dc.enable_pdl = s.opt.pdl && device_info(s.opt.device).cc_major >= 9;
     const DecodeIndptrs ip{host_i32(p.kv_indptr), host_i32(p.last_page_len)};
@@ -508,11 +522,13 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
     pc.num_kv_heads = c.kv_heads;
     pc.head_dim_qk = c.head_dim;
     pc.page_size = s.opt.page_size;
+    pc.q_dtype = pc.kv_dtype = s.model->dtype;
     pc.causal = true;
     pc.enable_pdl = s.opt.pdl && device_info(s.opt.device).cc_major >= 9;
     const PrefillIndptrs ip{host_i32(p.qo_indptr), host_i32(p.kv_indptr), host_i32(p.last_page_len)};
     prefill.emplace(BatchPrefillPlan::create(*s.rt, *s.ws, ip, pc, st));
   }
+  const double plan_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - plan_start).count();
   s.last_replayed = false;
   if (graphs) {
     // A decode step of this batch size replays its graph when the plan matches the captured one (FlashInfer's
@@ -542,6 +558,7 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
   } else {
     s.last_launches = enqueue_gpu_step(s, p, prefill ? &*prefill : nullptr, decode ? &*decode : nullptr, sample);
   }
+  if (s.step_end) s.step_end->record(st);
   if (sample) {
     FLASHCPP_CUDA_CHECK(cudaMemcpyAsync(samples_out, static_cast<int32_t*>(s.index_dev.get()) + s.off.samples,
                                         static_cast<size_t>(p.rows * 4), cudaMemcpyDeviceToHost, st));
@@ -550,16 +567,17 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
                                         cudaMemcpyDeviceToHost, st));
   }
   s.stream->synchronize();
+  if (s.step_end) s.last_timing = {plan_us, 1e3 * s.step_end->elapsed_ms_since(*s.step_begin)};
   if (!sample) std::memcpy(logits_out, s.logits_host.get(), static_cast<size_t>(p.rows * c.vocab * 4));
 }
 
 // ------------------------------------------------------------------------------------------------ reference step
 
-// y [t, n] = x [t, k] . w [n, k]^T, w bf16, f32 accumulation.
-void ref_gemm(const float* x, const uint16_t* w, float* y, int64_t t, int64_t n, int64_t k) {
+// y [t, n] = x [t, k] . w [n, k]^T, w 16-bit of `wt`, f32 accumulation.
+void ref_gemm(DType wt, const float* x, const uint16_t* w, float* y, int64_t t, int64_t n, int64_t k) {
   std::vector<float> row(static_cast<size_t>(k));
   for (int64_t j = 0; j < n; ++j) {
-    for (int64_t i = 0; i < k; ++i) row[static_cast<size_t>(i)] = bf16_to_f32(w[j * k + i]);
+    for (int64_t i = 0; i < k; ++i) row[static_cast<size_t>(i)] = half_bits_to_f32(wt, w[j * k + i]);
     for (int64_t r = 0; r < t; ++r) {
       const float* xr = x + r * k;
       float acc = 0.f;
@@ -582,7 +600,7 @@ void reference_step(Impl& s, const StepPlan& p, float* logits_out) {
   for (int64_t r = 0; r < t; ++r)
     for (int64_t i = 0; i < c.hidden; ++i)
       residual[static_cast<size_t>(r * c.hidden + i)] =
-          bf16_to_f32(s.model->embedding[static_cast<size_t>(p.token_ids[static_cast<size_t>(r)] * c.hidden + i)]);
+          half_bits_to_f32(s.model->dtype, s.model->embedding[static_cast<size_t>(p.token_ids[static_cast<size_t>(r)] * c.hidden + i)]);
   const TensorView res_v = f32(residual.data(), {t, c.hidden}), h_v = f32(h.data(), {t, c.hidden});
   auto norm_w = [&](size_t i) { return f32(s.r_norms[i].data(), {c.hidden}); };
   reference::rmsnorm(h_v, res_v, norm_w(0), RmsNormOptions{c.rms_eps, false});
@@ -606,7 +624,7 @@ void reference_step(Impl& s, const StepPlan& p, float* logits_out) {
   const int64_t page_elems = s.opt.page_size * c.kv_heads * d;
   for (int64_t layer = 0; layer < c.layers; ++layer) {
     const LayerWeights& w = s.model->layers[static_cast<size_t>(layer)];
-    ref_gemm(h.data(), w.wqkv.data(), qkv.data(), t, qkv_rows, c.hidden);
+    ref_gemm(s.model->dtype, h.data(), w.wqkv.data(), qkv.data(), t, qkv_rows, c.hidden);
     reference::apply_rope_pos_ids(q, k, qr, kr, positions, rope);
     PagedKvCache kv;
     float* kc = s.r_k.data() + layer * s.opt.max_pages * page_elems;
@@ -618,18 +636,18 @@ void reference_step(Impl& s, const StepPlan& p, float* logits_out) {
     kv.last_page_len = host_i32(p.last_page_len);
     reference::append_paged_kv_cache(kr, v, batch_indices, positions, kv);
     reference::batch_prefill_paged(qr, kv, host_i32(p.qo_indptr), f32(attn.data(), {t, c.heads, d}), nullptr, pc);
-    ref_gemm(attn.data(), w.wo.data(), h.data(), t, c.hidden, c.heads * d);
+    ref_gemm(s.model->dtype, attn.data(), w.wo.data(), h.data(), t, c.hidden, c.heads * d);
     reference::fused_add_rmsnorm(h_v, res_v, norm_w(static_cast<size_t>(2 * layer + 1)), RmsNormOptions{c.rms_eps, false});
-    ref_gemm(h.data(), w.w_gate_up.data(), gu.data(), t, 2 * c.ffn, c.hidden);
+    ref_gemm(s.model->dtype, h.data(), w.w_gate_up.data(), gu.data(), t, 2 * c.ffn, c.hidden);
     reference::silu_and_mul(f32(act.data(), {t, c.ffn}), f32(gu.data(), {t, 2 * c.ffn}));
-    ref_gemm(act.data(), w.w_down.data(), h.data(), t, c.hidden, c.ffn);
+    ref_gemm(s.model->dtype, act.data(), w.w_down.data(), h.data(), t, c.hidden, c.ffn);
     reference::fused_add_rmsnorm(h_v, res_v, norm_w(static_cast<size_t>(2 * layer + 2)), RmsNormOptions{c.rms_eps, false});
   }
   std::vector<float> hl(static_cast<size_t>(p.rows * c.hidden));
   for (int64_t r = 0; r < p.rows; ++r)
     std::memcpy(&hl[static_cast<size_t>(r * c.hidden)], &h[static_cast<size_t>(p.logit_rows[static_cast<size_t>(r)] * c.hidden)],
                 static_cast<size_t>(c.hidden) * 4);
-  ref_gemm(hl.data(), s.model->head().data(), logits_out, p.rows, c.vocab, c.hidden);
+  ref_gemm(s.model->dtype, hl.data(), s.model->head().data(), logits_out, p.rows, c.vocab, c.hidden);
 }
 
 }  // namespace
@@ -726,5 +744,6 @@ std::vector<int32_t> Engine::forward_sample(std::span<const StepInput> batch, co
 
 int64_t Engine::last_step_launches() const { return impl_->last_launches; }
 bool Engine::last_step_replayed() const { return impl_->last_replayed; }
+Engine::StepTiming Engine::last_step_timing() const { return impl_->last_timing; }
 
 }  // namespace flashcpp::llm

@@ -7,8 +7,9 @@
 // (plan/run) and shared by every layer.
 //
 // Backends: gpu runs every op through flashcpp (RMSNorm, RoPE, paged KV append, batch prefill / decode, SiLU-and-mul,
-// the sampler) and the GEMMs through cuBLASLt, in bf16 with f32 accumulation, asynchronously on the engine's stream;
-// with cuda_graphs a decode step of a batch size it has seen is replayed as one CUDA graph. reference runs the same
+// the sampler) and the GEMMs through cuBLASLt, in the model's 16-bit type (f16 or bf16) with f32 accumulation,
+// asynchronously on the engine's stream; with cuda_graphs a decode step of a batch size it has seen is replayed as
+// one CUDA graph. reference runs the same
 // step on the CPU with flashcpp's float64 reference ops and f32 activations (GEMMs in f32): slow, and independent of
 // the GPU.
 //
@@ -37,6 +38,8 @@ struct EngineOptions {
   /// gpu: programmatic dependent launch for the FlashInfer kernels that take it (norms, activation, attention): each
   /// may start while the previous kernel drains (Hopper and newer).
   bool pdl = true;
+  /// gpu: time each step's device work (index upload to the last kernel) with CUDA events: last_step_gpu_us.
+  bool time_steps = false;
 };
 
 /// One sequence's part of a step.
@@ -78,6 +81,13 @@ class Engine {
   /// Kernel launches of the last step (gpu; 0 for reference) and whether it was a graph replay.
   int64_t last_step_launches() const;
   bool last_step_replayed() const;
+  /// Where the last step's time went (gpu with time_steps; else zeros): plan_us, the host's attention planning
+  /// (FlashInfer's plan, its workspace upload included); gpu_us, the device's span from the index upload to the last
+  /// kernel (host planning inside it shows as idle time).
+  struct StepTiming {
+    double plan_us = 0, gpu_us = 0;
+  };
+  StepTiming last_step_timing() const;
 
   struct Impl;
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <deque>
 #include <random>
+#include <span>
 #include <string>
 
 #include "flashcpp/cuda.hpp"
@@ -120,7 +121,7 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937& rng) 
 
 }  // namespace
 
-int run_bench(Engine& engine, const Model& model) {
+int run_bench(Engine& engine, const Model& model, const BenchOptions& o) {
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "flashcpp-llm bench: no GPU\n");
     return 3;
@@ -130,8 +131,9 @@ int run_bench(Engine& engine, const Model& model) {
   const double bw = copy_bandwidth(0);
   const SamplerOptions greedy;
   // Prefill: prompts of 512 tokens, timed from the host (planning, upload, every layer, the sampler, the copy back).
-  for (int64_t batch : {1, 8}) {
-    std::vector<double> secs;
+  for (int64_t batch : {int64_t{1}, int64_t{8}}) {
+    if (!o.prefill) break;
+    std::vector<double> secs, gpu, plan;
     for (int rep = 0; rep < 6; ++rep) {
       std::vector<std::vector<int32_t>> prompts;
       std::vector<StepInput> in;
@@ -140,24 +142,38 @@ int run_bench(Engine& engine, const Model& model) {
       const auto t0 = Clock::now();
       (void)engine.forward_sample(in, greedy);
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (rep > 0) secs.push_back(s);
+      if (rep > 0) {
+        secs.push_back(s);
+        gpu.push_back(engine.last_step_timing().gpu_us);
+        plan.push_back(engine.last_step_timing().plan_us);
+      }
       for (const StepInput& e : in) engine.close_sequence(e.sequence);
     }
     const double s = median(secs);
-    std::printf("LLM_BENCH {\"op\":\"prefill\",\"batch\":%lld,\"prompt\":512,\"step_us\":%.1f,\"tokens_per_s\":%.0f}\n",
-                static_cast<long long>(batch), s * 1e6, static_cast<double>(batch * 512) / s);
+    std::printf("LLM_BENCH {\"op\":\"prefill\",\"batch\":%lld,\"prompt\":512,\"step_us\":%.1f,\"gpu_us\":%.1f,"
+                "\"plan_us\":%.1f,\"tokens_per_s\":%.0f,\"dtype\":\"%s\"}\n",
+                static_cast<long long>(batch), s * 1e6, median(gpu), median(plan), static_cast<double>(batch * 512) / s,
+                std::string(dtype_name(model.dtype)).c_str());
   }
-  // Decode: batch sequences of 128 prompt tokens, then 40 steps of one token each (graph replays after the first).
-  for (int64_t batch : {1, 8, 64}) {
+  // Decode: batch sequences of 128 prompt tokens (prefilled in steps of at most max_step_tokens), then decode_steps
+  // steps of one token each (graph replays after the first).
+  const int64_t prompt = 128;
+  for (int64_t batch : o.decode_batches) {
     std::vector<std::vector<int32_t>> prompts;
     std::vector<StepInput> in;
-    for (int64_t i = 0; i < batch; ++i) prompts.push_back(random_tokens(128, c.vocab, rng));
+    for (int64_t i = 0; i < batch; ++i) prompts.push_back(random_tokens(prompt, c.vocab, rng));
     for (int64_t i = 0; i < batch; ++i) in.push_back({engine.open_sequence(), prompts[static_cast<size_t>(i)], false});
-    std::vector<int32_t> next = engine.forward_sample(in, greedy);
+    std::vector<int32_t> next;
+    const size_t per_step = static_cast<size_t>(std::max<int64_t>(1, o.max_step_tokens / prompt));
+    for (size_t first = 0; first < in.size(); first += per_step) {
+      const size_t n = std::min(per_step, in.size() - first);
+      const std::vector<int32_t> part = engine.forward_sample(std::span(in).subspan(first, n), greedy);
+      next.insert(next.end(), part.begin(), part.end());
+    }
     std::vector<std::vector<int32_t>> one(static_cast<size_t>(batch));
-    std::vector<double> secs;
+    std::vector<double> secs, gpu, plan;
     bool replayed = true;
-    for (int step = 0; step < 40; ++step) {
+    for (int64_t step = 0; step < o.decode_steps; ++step) {
       for (int64_t i = 0; i < batch; ++i) {
         one[static_cast<size_t>(i)] = {next[static_cast<size_t>(i)]};
         in[static_cast<size_t>(i)].tokens = one[static_cast<size_t>(i)];
@@ -167,18 +183,24 @@ int run_bench(Engine& engine, const Model& model) {
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (step >= 5) {
         secs.push_back(s);
+        gpu.push_back(engine.last_step_timing().gpu_us);
+        plan.push_back(engine.last_step_timing().plan_us);
         replayed = replayed && engine.last_step_replayed();
       }
     }
-    const double s = median(secs);
+    const double s = secs.empty() ? 0 : median(secs);
     const int64_t launches = engine.last_step_launches();
     const double weights_us = static_cast<double>(model.weight_bytes_per_step()) / bw * 1e6;
     const double floor_us = std::max(weights_us, static_cast<double>(launches) * 0.59);
-    std::printf("LLM_BENCH {\"op\":\"decode\",\"batch\":%lld,\"context\":%d,\"step_us\":%.1f,\"tokens_per_s\":%.0f,"
-                "\"floor_us\":%.1f,\"weights_floor_us\":%.1f,\"kernels\":%lld,\"graph_replay\":%s,"
-                "\"copy_gb_s\":%.0f,\"step_over_floor\":%.2f}\n",
-                static_cast<long long>(batch), 128 + 40, s * 1e6, static_cast<double>(batch) / s, floor_us, weights_us,
-                static_cast<long long>(launches), replayed ? "true" : "false", bw / 1e9, s * 1e6 / floor_us);
+    std::printf("LLM_BENCH {\"op\":\"decode\",\"batch\":%lld,\"context\":%lld,\"step_us\":%.1f,\"gpu_us\":%.1f,"
+                "\"plan_us\":%.1f,\"tokens_per_s\":%.0f,\"floor_us\":%.1f,\"weights_floor_us\":%.1f,\"kernels\":%lld,"
+                "\"graph_replay\":%s,\"copy_gb_s\":%.0f,\"step_over_floor\":%.2f,\"dtype\":\"%s\"}\n",
+                static_cast<long long>(batch), static_cast<long long>(prompt + o.decode_steps), s * 1e6,
+                gpu.empty() ? 0.0 : median(gpu), plan.empty() ? 0.0 : median(plan),
+                s > 0 ? static_cast<double>(batch) / s : 0.0, floor_us, weights_us,
+                static_cast<long long>(launches), replayed ? "true" : "false", bw / 1e9, s * 1e6 / floor_us,
+                std::string(dtype_name(model.dtype)).c_str());
+    std::fflush(stdout);
     for (const StepInput& e : in) engine.close_sequence(e.sequence);
   }
   return 0;

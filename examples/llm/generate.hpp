@@ -30,10 +30,17 @@ struct GenerateResult {
 
 GenerateResult generate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options);
 
-/// Prefill (1 x 512 and 8 x 512 tokens) and decode (batch 1, 8, 64 after 128-token prompts) throughput, one
-/// `LLM_BENCH {json}` line per case on stdout; decode lines carry step_us and floor_us (the larger of the weights'
-/// bytes over the copy bandwidth measured in the same run, and the step's kernel count x 0.59 us). Returns the exit
-/// status (3: no GPU backend).
-int run_bench(Engine& engine, const Model& model);
+struct BenchOptions {
+  bool prefill = true;                          ///< 1 x 512 and 8 x 512 prompt tokens
+  std::vector<int64_t> decode_batches{1, 8, 64};  ///< after 128-token prompts
+  int64_t decode_steps = 40;                    ///< timed from the 6th
+  int64_t max_step_tokens = 4096;               ///< the engine's: the decode prompts are prefilled in steps of this
+};
+
+/// Prefill and decode throughput, one `LLM_BENCH {json}` line per case on stdout. step_us is a step's host time
+/// (planning, upload, the kernels or the graph replay, the copy back); gpu_us and plan_us are Engine::StepTiming's
+/// (the engine must have time_steps); decode lines also carry floor_us, the larger of the weights' bytes over the copy
+/// bandwidth measured in the same run and the step's kernel count x 0.59 us. Returns the exit status (3: no GPU backend).
+int run_bench(Engine& engine, const Model& model, const BenchOptions& options);
 
 }  // namespace flashcpp::llm

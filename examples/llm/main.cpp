@@ -4,8 +4,8 @@
 //   flashcpp-llm generate --model M.gguf --prompt "..." [--chat] [--max-tokens N] [--sample --top-k K --top-p P]
 //   flashcpp-llm generate --model M.gguf --ids PROMPTS.json --out GEN.json --max-tokens N      (several at once)
 //   flashcpp-llm score --model M.gguf --ids IDS.json --logits OUT.f32
-//   flashcpp-llm bench --model M.gguf
-// --backend reference runs the CPU reference instead of the GPU.
+//   flashcpp-llm bench --model M.gguf [--no-prefill] [--decode-batch B ...] [--steps N]
+// --backend reference runs the CPU reference instead of the GPU; --dtype bf16 computes in bf16 instead of f16.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -56,10 +56,11 @@ std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
   return out;
 }
 
-bool no_pdl = false, no_graphs = false;
+bool no_pdl = false, no_graphs = false, time_steps = false;
 
 EngineOptions engine_options(const std::string& backend) {
   EngineOptions o;
+  o.time_steps = time_steps;
   o.pdl = !no_pdl;
   o.cuda_graphs = !no_graphs;
   o.backend = backend == "reference" ? Backend::reference : Backend::gpu;
@@ -72,12 +73,13 @@ EngineOptions engine_options(const std::string& backend) {
 int main(int argc, char** argv) {
   CLI::App app{"flashcpp-llm: a small engine running a GGUF Llama-family model on flashcpp"};
   app.require_subcommand(1);
-  std::string model_path, backend = "gpu";
+  std::string model_path, backend = "gpu", dtype = "f16";
   auto common = [&](CLI::App* c) {
     c->add_option("--model", model_path, "the GGUF file")->required();
     c->add_option("--backend", backend, "gpu or reference (the CPU reference)")->check(CLI::IsMember({"gpu", "reference"}));
     c->add_flag("--no-pdl", no_pdl, "gpu: no programmatic dependent launch");
     c->add_flag("--no-graphs", no_graphs, "gpu: no CUDA-graph replay of decode steps");
+    c->add_option("--dtype", dtype, "weights and activations: f16 (default) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
   };
 
   CLI::App* gen = app.add_subcommand("generate", "generate text (greedy unless --sample)");
@@ -107,12 +109,21 @@ int main(int argc, char** argv) {
 
   CLI::App* bench = app.add_subcommand("bench", "prefill and decode throughput (LLM_BENCH json lines)");
   common(bench);
+  BenchOptions bench_opt;
+  bool no_prefill = false;
+  std::vector<int64_t> decode_batches;
+  bench->add_flag("--no-prefill", no_prefill, "only the decode cases");
+  bench->add_option("--decode-batch", decode_batches, "decode batch sizes (default 1 8 64)")->check(CLI::Range(1, 64));
+  bench->add_option("--steps", bench_opt.decode_steps, "decode steps per batch size (timed from the 6th)")
+      ->check(CLI::Range(6, 100000));
 
   CLI11_PARSE(app, argc, argv);
   try {
     const GgufFile file = GgufFile::open(model_path);
-    const Model model = Model::load(file);
-    Engine engine(model, engine_options(backend));
+    const Model model = Model::load(file, dtype == "bf16" ? DType::bf16 : DType::f16);
+    time_steps = bench->parsed();
+    const EngineOptions engine_opt = engine_options(backend);
+    Engine engine(model, engine_opt);
     if (*score) {
       const auto seqs = read_sequences(ids_path);
       std::ofstream out(logits_path, std::ios::binary | std::ios::trunc);
@@ -161,7 +172,12 @@ int main(int argc, char** argv) {
                    r.seconds);
       return 0;
     }
-    if (*bench) return run_bench(engine, model);
+    if (*bench) {
+      bench_opt.prefill = !no_prefill;
+      if (!decode_batches.empty()) bench_opt.decode_batches = decode_batches;
+      bench_opt.max_step_tokens = engine_opt.max_step_tokens;
+      return run_bench(engine, model, bench_opt);
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "flashcpp-llm: %s\n", e.what());
     return e.code() == ErrorCode::invalid_argument ? 2 : 1;

@@ -17,15 +17,20 @@ int64_t positive(const GgufFile& f, const std::string& key, int64_t most) {
   return static_cast<int64_t>(v);
 }
 
-// The tensor `name` as bf16, checked to have exactly `ne` (ne[0] contiguous).
-std::vector<uint16_t> weight(const GgufFile& f, const std::string& name, std::initializer_list<int64_t> ne) {
+// The tensor `name` as 16-bit floats of `dtype`, checked to have exactly `ne` (ne[0] contiguous) and to be finite.
+std::vector<uint16_t> weight(const GgufFile& f, DType dtype, const std::string& name, std::initializer_list<int64_t> ne) {
   const GgufTensorInfo& t = f.tensor(name);
   std::string want, got;
   for (int64_t n : ne) want += (want.empty() ? "" : ", ") + std::to_string(n);
   for (uint64_t n : t.ne) got += (got.empty() ? "" : ", ") + std::to_string(n);
   if (t.ne.size() != ne.size() || want != got) bad("tensor '" + name + "' must have ne {" + want + "}; got {" + got + "}");
   std::vector<uint16_t> out(t.elements());
-  dequantize_bf16(t.type, f.tensor_data(t), out, name);
+  dequantize(t.type, f.tensor_data(t), out, dtype, name);
+  // Exponent all ones: infinity or NaN (f16: bits 10-14, bf16: bits 7-14), e.g. a value beyond f16's 65504.
+  const uint16_t exponent = dtype == DType::f16 ? 0x7c00 : 0x7f80;
+  for (size_t i = 0; i < out.size(); ++i)
+    if ((out[i] & exponent) == exponent)
+      bad("tensor '" + name + "' element " + std::to_string(i) + " is not finite in " + std::string(dtype_name(dtype)));
   return out;
 }
 
@@ -81,27 +86,30 @@ int64_t Model::weight_bytes_per_step() const {
   return elems * 2;
 }
 
-Model Model::load(const GgufFile& f) {
+Model Model::load(const GgufFile& f, DType dtype) {
+  if (dtype != DType::f16 && dtype != DType::bf16)
+    bad(std::string("the weight type must be f16 or bf16; got ") + std::string(dtype_name(dtype)));
   Model m;
+  m.dtype = dtype;
   m.config = ModelConfig::from_gguf(f);
   const ModelConfig& c = m.config;
   const int64_t h = c.hidden, d = c.head_dim;
-  m.embedding = weight(f, "token_embd.weight", {h, c.vocab});
-  if (!c.tied_embeddings) m.lm_head = weight(f, "output.weight", {h, c.vocab});
-  m.output_norm = weight(f, "output_norm.weight", {h});
+  m.embedding = weight(f, dtype, "token_embd.weight", {h, c.vocab});
+  if (!c.tied_embeddings) m.lm_head = weight(f, dtype, "output.weight", {h, c.vocab});
+  m.output_norm = weight(f, dtype, "output_norm.weight", {h});
   m.layers.resize(static_cast<size_t>(c.layers));
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& l = m.layers[static_cast<size_t>(i)];
-    l.attn_norm = weight(f, p + "attn_norm.weight", {h});
-    l.wqkv = weight(f, p + "attn_q.weight", {h, c.heads * d});
-    append(l.wqkv, weight(f, p + "attn_k.weight", {h, c.kv_heads * d}));
-    append(l.wqkv, weight(f, p + "attn_v.weight", {h, c.kv_heads * d}));
-    l.wo = weight(f, p + "attn_output.weight", {c.heads * d, h});
-    l.ffn_norm = weight(f, p + "ffn_norm.weight", {h});
-    l.w_gate_up = weight(f, p + "ffn_gate.weight", {h, c.ffn});
-    append(l.w_gate_up, weight(f, p + "ffn_up.weight", {h, c.ffn}));
-    l.w_down = weight(f, p + "ffn_down.weight", {c.ffn, h});
+    l.attn_norm = weight(f, dtype, p + "attn_norm.weight", {h});
+    l.wqkv = weight(f, dtype, p + "attn_q.weight", {h, c.heads * d});
+    append(l.wqkv, weight(f, dtype, p + "attn_k.weight", {h, c.kv_heads * d}));
+    append(l.wqkv, weight(f, dtype, p + "attn_v.weight", {h, c.kv_heads * d}));
+    l.wo = weight(f, dtype, p + "attn_output.weight", {c.heads * d, h});
+    l.ffn_norm = weight(f, dtype, p + "ffn_norm.weight", {h});
+    l.w_gate_up = weight(f, dtype, p + "ffn_gate.weight", {h, c.ffn});
+    append(l.w_gate_up, weight(f, dtype, p + "ffn_up.weight", {h, c.ffn}));
+    l.w_down = weight(f, dtype, p + "ffn_down.weight", {c.ffn, h});
   }
   return m;
 }

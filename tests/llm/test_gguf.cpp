@@ -684,6 +684,39 @@ TEST(LlmDequant, Q4_1ToBf16RoundsTiesToEven) {
   for (size_t i = 2; i < 16; ++i) EXPECT_EQ(out[i], 0x3f80) << i;
 }
 
+TEST(LlmDequant, ToF16RoundsTiesToEvenAndOverflowsToInfinity) {
+  using flashcpp::DType;
+  // Q4_1 with d = 2^-11, m = 1: q = 1 gives 1 + 2^-11, a tie between f16's 1 and 1 + 2^-10 (even: 1); q = 3 gives
+  // 1 + 3 * 2^-11, a tie between 1 + 2^-10 (odd) and 1 + 2^-9 (even: up); q = 2 is exactly 1 + 2^-10.
+  Bytes block;
+  put_half(block, 0x1000);
+  put_half(block, 0x3c00);
+  block.push_back(0x01);
+  block.push_back(0x23);
+  block.insert(block.end(), 14, 0x00);
+  std::vector<uint16_t> out(32);
+  flashcpp::llm::dequantize(GgmlType::q4_1, block, out, DType::f16, "rounding");
+  EXPECT_EQ(out[0], 0x3c00);
+  EXPECT_EQ(out[1], 0x3c02);
+  EXPECT_EQ(out[16], 0x3c00);
+  EXPECT_EQ(out[17], 0x3c01);
+  // f32 beyond f16's range becomes infinity (which Model::load refuses); f16 passes through bit for bit.
+  Bytes f32;
+  for (float x : {70000.0f, -0.1f, 1e-6f}) put(f32, x);  // 1e-6: an f16 subnormal
+  std::vector<uint16_t> three(3);
+  flashcpp::llm::dequantize(GgmlType::f32, f32, three, DType::f16, "f32");
+  EXPECT_EQ(three, (std::vector<uint16_t>{0x7c00, 0xae66, 0x0011}));
+  Bytes f16;
+  put_half(f16, 0x7e01);
+  std::vector<uint16_t> one(1);
+  flashcpp::llm::dequantize(GgmlType::f16, f16, one, DType::f16, "f16");
+  EXPECT_EQ(one[0], 0x7e01);
+  EXPECT_EQ(flashcpp::llm::half_bits_to_f32(DType::f16, 0x3c01), 1.0f + 0x1p-10f);
+  EXPECT_EQ(flashcpp::llm::half_bits_to_f32(DType::bf16, 0x3f81), 1.0f + 0x1p-7f);
+  expect_error([&] { flashcpp::llm::dequantize(GgmlType::f32, f32, three, DType::f32, "w"); },
+               ErrorCode::invalid_argument, {"w", "f16 or bf16"});
+}
+
 TEST(LlmDequant, Q8_0WithANegativeScale) {
   // d = -0.125, q = -128, -120, ..., 104, then 127 and 0.
   Bytes block;

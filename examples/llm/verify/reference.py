@@ -83,16 +83,33 @@ def stats(row):
     return {"l2": float(r.norm()), "mean": float(r.mean()), "max": float(r.max())}
 
 
-def bf16_copy(model):
-    """Matrices (embedding/lm_head, projections) rounded to bf16 and back:
-    what a forward with bf16 weights and float32 activations sees. Norm
-    weights stay float32, as a bf16-weight engine would keep them."""
+def rounded_copy(model, dtype):
+    """Matrices (embedding/lm_head, projections) rounded to `dtype` (bf16 or
+    f16) and back: what a forward with 16-bit weights and float32 activations
+    sees. Norm weights stay float32 (the engine rounds them too; their effect
+    is far below the matrices')."""
     m = copy.deepcopy(model)
     with torch.no_grad():
         for p in m.parameters():
             if p.dim() == 2:
-                p.copy_(p.to(torch.bfloat16).to(torch.float32))
+                p.copy_(p.to(dtype).to(torch.float32))
     return m
+
+
+def sensitivity(name, lb, full):
+    """How far the logits `lb` of a rounded-weight model are from `full`."""
+    d = (lb - full).abs()
+    # Difference on the reference's top-8 ids: what a top-8 check compares.
+    top8_diff = [max(abs(float(lb[t, i]) - v) for i, v in hf_model.topk(full[t], 8)) for t in range(8)]
+    return {
+        "name": name,
+        "max_abs_first4": float(d[:4].max()),
+        "max_abs_first8": float(d[:8].max()),
+        "max_abs_all128": float(d.max()),
+        "max_abs_top8_first4": max(top8_diff[:4]),
+        "max_abs_top8_first8": max(top8_diff),
+        "top1_agreement_all128": float((lb.argmax(-1) == full.argmax(-1)).double().mean()),
+    }
 
 
 def main():
@@ -109,9 +126,10 @@ def main():
     tok = hf_model.load_tokenizer(args.model)
     prompts = build_prompts(tok, args.prompts, args.write_prompts)
     model = hf_model.load_model(args.model, device)
-    model_bf = bf16_copy(model)
+    model_bf = rounded_copy(model, torch.bfloat16)
+    model_h = rounded_copy(model, torch.float16)
 
-    out_prompts, bf = [], []
+    out_prompts, bf, h = [], [], []
     for p in prompts:
         P = len(p["ids"])
         cont = hf_model.greedy(model, p["ids"], SEQ_LEN - P)
@@ -135,21 +153,11 @@ def main():
             "top2": [hf_model.topk(full[t], 2) for t in range(SEQ_LEN)],
         })
 
-        lb = hf_model.logits(model_bf, seq)
-        d = (lb - full).abs()
-        # Difference on the reference's top-8 ids: what a top-8 check compares.
-        top8_diff = [max(abs(float(lb[t, i]) - v) for i, v in hf_model.topk(full[t], 8)) for t in range(8)]
-        bf.append({
-            "name": p["name"],
-            "max_abs_first4": float(d[:4].max()),
-            "max_abs_first8": float(d[:8].max()),
-            "max_abs_all128": float(d.max()),
-            "max_abs_top8_first4": max(top8_diff[:4]),
-            "max_abs_top8_first8": max(top8_diff),
-            "top1_agreement_all128": float((lb.argmax(-1) == full.argmax(-1)).double().mean()),
-        })
+        bf.append(sensitivity(p["name"], hf_model.logits(model_bf, seq), full))
+        h.append(sensitivity(p["name"], hf_model.logits(model_h, seq), full))
         print(p["name"], "P", P, "greedy", repr(tok.decode(greedy_ids)), flush=True)
         print("  bf16-weights vs f32:", json.dumps(bf[-1]), flush=True)
+        print("  f16-weights vs f32:", json.dumps(h[-1]), flush=True)
 
     doc = {
         "format_version": FORMAT_VERSION,
@@ -162,6 +170,7 @@ def main():
         "vocab": model.config.vocab_size,
         "eos_token_id": tok.eos_token_id,
         "bf16_weights_vs_f32": bf,
+        "f16_weights_vs_f32": h,
         "prompts": out_prompts,
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -23,6 +23,7 @@ only at a near tie. Needs no network (the GGUF is loaded offline).
 """
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -69,10 +70,10 @@ def engine_outputs(args, seqs, prompts, vocab):
     json.dump({"sequences": seqs}, open(ids_path, "w"))
     json.dump({"sequences": prompts}, open(prompts_path, "w"))
     timing = {}
-    timing["score_s"] = run_engine([args.engine, "score", "--model", args.model, "--ids", ids_path,
-                                    "--logits", logits_path], os.path.join(d, "engine_score.log"))
-    timing["generate_s"] = run_engine([args.engine, "generate", "--model", args.model, "--ids", prompts_path,
-                                       "--max-tokens", str(GREEDY), "--greedy", "--out", gen_path],
+    timing["score_s"] = run_engine([args.engine, "score", "--model", args.model, "--dtype", args.dtype,
+                                    "--ids", ids_path, "--logits", logits_path], os.path.join(d, "engine_score.log"))
+    timing["generate_s"] = run_engine([args.engine, "generate", "--model", args.model, "--dtype", args.dtype,
+                                       "--ids", prompts_path, "--max-tokens", str(GREEDY), "--greedy", "--out", gen_path],
                                       os.path.join(d, "engine_generate.log"))
     n = sum(len(s) for s in seqs)
     flat = np.fromfile(logits_path, dtype="<f4")
@@ -94,6 +95,7 @@ def main():
     ap.add_argument("--model", required=True, help="SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--engine", required=True, help="the flashcpp-llm binary")
     ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"], help="the engine's --dtype")
     ap.add_argument("--reference", default=os.path.join(REPO, "tests", "llm", "data", "smollm2_reference.json"))
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
@@ -123,12 +125,24 @@ def main():
                                   for r, p in zip(ref_logits, ref_doc["prompts"]) for t in range(len(r))),
         "greedy_identical": sum(g == p["greedy_ids"] for g, p in zip(ref_greedy, ref_doc["prompts"])),
     }
+    # Control: transformers itself in 16-bit floats against its float32 run, on the same positions (what rounding
+    # the activations costs any implementation of that type).
+    control = {}
+    for name, dt in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        m16 = copy.deepcopy(model).to(dt)
+        low = [hf_model.logits(m16, s) for s in seqs]
+        del m16
+        cos = torch.cat([torch.nn.functional.cosine_similarity(r.double(), x.double(), dim=-1)
+                         for r, x in zip(ref_logits, low)])
+        agree = torch.cat([r.argmax(-1) == x.argmax(-1) for r, x in zip(ref_logits, low)])
+        control["transformers_" + name] = {"min_cosine": float(cos.min()), "mean_cosine": float(cos.mean()),
+                                           "top1_agreement": float(agree.double().mean())}
 
     versions = dict(hf_model.versions(), python=platform.python_version(),
                     device=torch.cuda.get_device_name() if device == "cuda" else "cpu")
     result = {"top1_agreement": None, "min_cosine": None, "mean_cosine": None, "greedy_identical": None,
               "greedy_total": len(prompts), "near_ties": [], "positions": sum(len(s) for s in seqs),
-              "versions": versions, "pass": False}
+              "dtype": args.dtype, "control": control, "versions": versions, "pass": False}
     try:
         ours_logits, ours_greedy, timing = engine_outputs(args, seqs, prompts, vocab)
     except (RuntimeError, OSError, ValueError, KeyError) as e:
