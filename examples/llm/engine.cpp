@@ -23,6 +23,7 @@
 #include "flashcpp/rope.hpp"
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/sampling.hpp"
+#include "decode_linear.hpp"
 #include "gather_rows.hpp"
 
 namespace flashcpp::llm {
@@ -385,6 +386,113 @@ TensorView host_i32(const std::vector<int32_t>& v) {
                                 {static_cast<int64_t>(v.size())});
 }
 
+bool fused_decode_applies(const Impl& s, int64_t tokens) {
+  const ModelConfig& c = s.cfg;
+  return s.opt.fused_decode && decode_linear_supports(tokens, c.hidden) &&
+         decode_linear_supports(tokens, c.heads * c.head_dim) && decode_linear_supports(tokens, c.ffn);
+}
+
+int64_t enqueue_sampler(Impl& s, const StepPlan& p, const SamplerOptions& sample, bool pdl);
+
+// A decode step of at most kDecodeLinearMaxTokens tokens in 5 kernels a layer (decode_linear.hpp): the q/k/v projection
+// with the attention norm before it and RoPE and the KV append after it; attention; the o projection adding into the
+// residual; the gate/up projection with the FFN norm before it and SiLU-and-mul after it; the down projection adding
+// into the residual. Then the LM head with the output norm, and the sampler. Returns the launches after the embedding.
+int64_t enqueue_fused_decode(Impl& s, const StepPlan& p, const BatchDecodePlan& decode, const SamplerOptions* sample,
+                             bool pdl) {
+  const ModelConfig& c = s.cfg;
+  const cudaStream_t st = s.stream->get();
+  const Device dev = Device::cuda(s.opt.device);
+  const GpuViews g{dev};
+  const DType dt = s.model->dtype;
+  const int64_t t = p.tokens, d = c.head_dim, qkv_rows = c.qkv_rows();
+  const int64_t page_elems = s.opt.page_size * c.kv_heads * d;
+  const auto* idx = static_cast<const int32_t*>(s.index_dev.get());
+  auto* residual = static_cast<uint16_t*>(s.residual.get());
+  auto* qkv = static_cast<uint16_t*>(s.qkv.get());
+  DecodeLinearParams base;
+  base.f16 = dt == DType::f16;
+  base.tokens = t;
+  base.eps = static_cast<float>(c.rms_eps);
+  base.pdl = pdl;
+  auto run = [&](const DecodeLinearParams& lp) { FLASHCPP_CUDA_CHECK(launch_decode_linear(lp, st)); };
+  const TensorView q = TensorView::strided(qkv, dt, dev, {t, c.heads, d}, {qkv_rows, d, 1});
+  const TensorView attn = TensorView::contiguous(s.attn.get(), dt, dev, {t, c.heads, d});
+  int64_t launches = 0;
+  for (int64_t layer = 0; layer < c.layers; ++layer) {
+    const Impl::LayerPtrs& w = s.layer_w[static_cast<size_t>(layer)];
+    auto* k_cache = static_cast<uint16_t*>(s.k_cache.get()) + layer * s.opt.max_pages * page_elems;
+    auto* v_cache = static_cast<uint16_t*>(s.v_cache.get()) + layer * s.opt.max_pages * page_elems;
+    DecodeLinearParams qkv_p = base;
+    qkv_p.epilogue = DecodeEpilogue::rope_append;
+    qkv_p.rows = qkv_rows;
+    qkv_p.k = c.hidden;
+    qkv_p.w = w.wqkv;
+    qkv_p.x = residual;
+    qkv_p.norm_w = w.attn_norm;
+    qkv_p.q_out = qkv;
+    qkv_p.q_stride = qkv_rows;
+    qkv_p.k_cache = k_cache;
+    qkv_p.v_cache = v_cache;
+    qkv_p.positions = idx + s.off.positions;
+    qkv_p.batch_indices = idx + s.off.batch_indices;
+    qkv_p.kv_indptr = idx + s.off.kv_indptr;
+    qkv_p.kv_indices = idx + s.off.kv_indices;
+    qkv_p.heads = c.heads;
+    qkv_p.kv_heads = c.kv_heads;
+    qkv_p.head_dim = d;
+    qkv_p.page_size = s.opt.page_size;
+    qkv_p.rope_theta = static_cast<float>(c.rope_theta);
+    run(qkv_p);
+    PagedKvCache kv;
+    kv.k_cache = TensorView::contiguous(k_cache, dt, dev, {s.opt.max_pages, s.opt.page_size, c.kv_heads, d});
+    kv.v_cache = TensorView::contiguous(v_cache, dt, dev, {s.opt.max_pages, s.opt.page_size, c.kv_heads, d});
+    kv.indices = g.i32(s.index_dev, s.off.kv_indices, s.opt.max_pages);
+    kv.indptr = g.i32(s.index_dev, s.off.kv_indptr, p.batch + 1);
+    kv.last_page_len = g.i32(s.index_dev, s.off.last_page_len, p.batch);
+    decode.run(q, kv, attn, nullptr, st);
+    DecodeLinearParams o_p = base;
+    o_p.epilogue = DecodeEpilogue::add_residual;
+    o_p.rows = c.hidden;
+    o_p.k = c.heads * d;
+    o_p.w = w.wo;
+    o_p.x = static_cast<const uint16_t*>(s.attn.get());
+    o_p.residual = residual;
+    run(o_p);
+    DecodeLinearParams gu_p = base;
+    gu_p.epilogue = DecodeEpilogue::silu_and_mul;
+    gu_p.rows = 2 * c.ffn;
+    gu_p.k = c.hidden;
+    gu_p.w = w.w_gate_up;
+    gu_p.x = residual;
+    gu_p.norm_w = w.ffn_norm;
+    gu_p.act = static_cast<uint16_t*>(s.act.get());
+    run(gu_p);
+    DecodeLinearParams down_p = base;
+    down_p.epilogue = DecodeEpilogue::add_residual;
+    down_p.rows = c.hidden;
+    down_p.k = c.ffn;
+    down_p.w = w.w_down;
+    down_p.x = static_cast<const uint16_t*>(s.act.get());
+    down_p.residual = residual;
+    run(down_p);
+    launches += 5;
+  }
+  // Every entry of a decode step brings one token: the logit rows are the tokens, in order.
+  DecodeLinearParams head_p = base;
+  head_p.epilogue = DecodeEpilogue::store_f32;
+  head_p.rows = c.vocab;
+  head_p.k = c.hidden;
+  head_p.w = s.head_w;
+  head_p.x = residual;
+  head_p.norm_w = s.out_norm_w;
+  head_p.out_f32 = static_cast<float*>(s.logits.get());
+  run(head_p);
+  ++launches;
+  if (sample) launches += enqueue_sampler(s, p, *sample, pdl);
+  return launches;
+}
+
 // Enqueues the whole step (after the index upload) on the engine's stream: every layer, then the logits of the
 // planned rows into s.logits. With `sample`, also the next token of each entry into the index buffer's samples.
 int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* prefill, const BatchDecodePlan* decode,
@@ -416,6 +524,7 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
   FLASHCPP_CUDA_CHECK(launch_gather_rows(s.embedding_w, idx + s.off.tokens, t, c.hidden,
                                          static_cast<uint16_t*>(s.residual.get()), st));
   ++launches;
+  if (decode && fused_decode_applies(s, t)) return launches + enqueue_fused_decode(s, p, *decode, sample, pdl);
   rmsnorm(rt, h, residual, half(s.layer_w[0].attn_norm, {c.hidden}), norm, st);
   ++launches;
   auto* qkv = static_cast<uint16_t*>(s.qkv.get());
@@ -457,24 +566,30 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
                                          c.hidden, static_cast<uint16_t*>(s.hl.get()), st));
   s.gemm->run(s.hl.get(), s.head_w, s.logits.get(), p.rows, c.vocab, c.hidden, true, st);
   launches += 2;
-  if (sample) {
-    const TensorView logits = TensorView::contiguous(s.logits.get(), DType::f32, dev, {p.rows, c.vocab});
-    const TensorView probs = TensorView::contiguous(s.probs.get(), DType::f32, dev, {p.rows, c.vocab});
-    const TensorView samples = g.i32(s.index_dev, s.off.samples, p.rows);
-    SamplingOptions so;
-    so.philox_seed = sample->seed;
-    if (sample->greedy) {
-      // Greedy: the top-1 of the distribution (top-k sampling with k = 1 draws the largest probability).
-      softmax(rt, s.sampling_ws->view().softmax_buffer, logits, probs, 1.0, SoftmaxOptions{pdl}, st);
-      top_k_sampling_from_probs(rt, probs, samples, 1, nullptr, so, st);
-      launches += 2;
-    } else {
-      top_k_top_p_sampling_from_logits(rt, *s.sampling_ws, logits, probs, samples, sample->top_k, sample->top_p,
-                                       TopKTopPOrder::top_k_first, nullptr, so, st);
-      launches += 3;
-    }
-  }
+  if (sample) launches += enqueue_sampler(s, p, *sample, pdl);
   return launches;
+}
+
+// Each entry's next token from its logit row, into the index buffer's samples. Returns the launches.
+int64_t enqueue_sampler(Impl& s, const StepPlan& p, const SamplerOptions& sample, bool pdl) {
+  const ModelConfig& c = s.cfg;
+  const cudaStream_t st = s.stream->get();
+  const Device dev = Device::cuda(s.opt.device);
+  const Runtime& rt = *s.rt;
+  const TensorView logits = TensorView::contiguous(s.logits.get(), DType::f32, dev, {p.rows, c.vocab});
+  const TensorView probs = TensorView::contiguous(s.probs.get(), DType::f32, dev, {p.rows, c.vocab});
+  const TensorView samples = GpuViews{dev}.i32(s.index_dev, s.off.samples, p.rows);
+  SamplingOptions so;
+  so.philox_seed = sample.seed;
+  if (sample.greedy) {
+    // Greedy: the top-1 of the distribution (top-k sampling with k = 1 draws the largest probability).
+    softmax(rt, s.sampling_ws->view().softmax_buffer, logits, probs, 1.0, SoftmaxOptions{pdl}, st);
+    top_k_sampling_from_probs(rt, probs, samples, 1, nullptr, so, st);
+    return 2;
+  }
+  top_k_top_p_sampling_from_logits(rt, *s.sampling_ws, logits, probs, samples, sample.top_k, sample.top_p,
+                                   TopKTopPOrder::top_k_first, nullptr, so, st);
+  return 3;
 }
 
 void upload_indices(Impl& s, const StepPlan& p) {

@@ -38,6 +38,10 @@ struct EngineOptions {
   /// gpu: programmatic dependent launch for the FlashInfer kernels that take it (norms, activation, attention): each
   /// may start while the previous kernel drains (Hopper and newer).
   bool pdl = true;
+  /// gpu: decode steps of at most 8 tokens run their linear layers as fused kernels (decode_linear.hpp: 5 kernels a
+  /// layer instead of 10); false runs them as the prefill does (cuBLASLt GEMMs and FlashInfer's norm/RoPE/append/
+  /// activation kernels), for comparison.
+  bool fused_decode = true;
   /// gpu: time each step's device work (index upload to the last kernel) with CUDA events: last_step_gpu_us.
   bool time_steps = false;
 };

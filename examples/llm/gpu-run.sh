@@ -8,7 +8,7 @@
 #   device call 1:   bash examples/llm/gpu-run.sh place a                 # carry .llm-part-a
 #   device call 2:   bash examples/llm/gpu-run.sh place b                 # carry .llm-part-b: .llm/model.gguf checked
 #   device call 3:   bash examples/llm/gpu-run.sh run OUT_DIR             # carry build-gpu and .gpu (libs, modules, wheels)
-#   (or)             bash examples/llm/gpu-run.sh profile OUT_DIR [DTYPE] # only the decode step's kernel profile (ncu)
+#   (or)             bash examples/llm/gpu-run.sh profile OUT_DIR [OPTIONS] # only a decode step's kernel profile (ncu)
 #
 # `run` expects build-gpu/bin/flashcpp-llm, build-gpu/tests/llm/test_llm_gpu, .gpu/lib (the libraries they load and
 # libtvm_ffi.so),
@@ -73,19 +73,22 @@ case "${1:-}" in
     "${llm[@]}" 2>&1 | tee "$out/bench.txt" || failed=1
     { "${llm[@]}" --no-prefill --dtype bf16
       "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-pdl
-      "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-graphs; } 2>&1 | tee "$out/bench_variants.txt" || failed=1
+      "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-graphs
+      "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-fused; } 2>&1 | tee "$out/bench_variants.txt" || failed=1
     bash "$0" profile "$out" || failed=1
+    bash "$0" profile "$out/unfused" --no-fused || failed=1
     exit "$failed"
     ;;
   profile)
     # One decode step's kernels, each timed alone by Nsight Compute (the prefill step and the first decode steps
     # skipped; step_profile.py cuts one whole step out of the profile). Expects the environment `run` sets.
-    out=${2:?usage: profile OUT_DIR [DTYPE]}
+    out=${2:?usage: profile OUT_DIR [BENCH OPTIONS...]}
+    shift 2
     mkdir -p "$out"
     use_carried
     ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --launch-skip 900 \
       --launch-count 700 build-gpu/bin/flashcpp-llm bench --model .llm/model.gguf --no-prefill --decode-batch 1 \
-      --steps 6 --no-graphs ${3:+--dtype "$3"} > "$out/profile.csv" 2> "$out/ncu.txt"
+      --steps 10 --no-graphs "$@" > "$out/profile.csv" 2> "$out/ncu.txt"
     python3 examples/llm/step_profile.py "$out/profile.csv" | tee "$out/profile.txt"
     ;;
   *) sed -n 2,17p "$0" >&2; exit 2 ;;

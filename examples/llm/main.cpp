@@ -56,13 +56,14 @@ std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
   return out;
 }
 
-bool no_pdl = false, no_graphs = false, time_steps = false;
+bool no_pdl = false, no_graphs = false, no_fused = false, time_steps = false;
 
 EngineOptions engine_options(const std::string& backend) {
   EngineOptions o;
   o.time_steps = time_steps;
   o.pdl = !no_pdl;
   o.cuda_graphs = !no_graphs;
+  o.fused_decode = !no_fused;
   o.backend = backend == "reference" ? Backend::reference : Backend::gpu;
   if (o.backend == Backend::reference) o.max_pages = 512;  // 8192 tokens of f32 KV on the host
   return o;
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
     c->add_option("--backend", backend, "gpu or reference (the CPU reference)")->check(CLI::IsMember({"gpu", "reference"}));
     c->add_flag("--no-pdl", no_pdl, "gpu: no programmatic dependent launch");
     c->add_flag("--no-graphs", no_graphs, "gpu: no CUDA-graph replay of decode steps");
+    c->add_flag("--no-fused", no_fused, "gpu: decode steps without the fused linear-layer kernels");
     c->add_option("--dtype", dtype, "weights and activations: f16 (default) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
   };
 
