@@ -1,6 +1,6 @@
-// Standalone check + benchmark of the Hopper sparse MLA kernels (launch_sparse_attention_sm90: the kernel the
-// selector picks on sm_90a, the wgmma kernel for prefill and, for FP8 decode, the mma.sync kernel or, with
-// FLASHCPP_MLA_FP8_KERNEL=wgmma, the wgmma kernel).
+// Standalone check + benchmark of the Hopper sparse MLA kernels (launch_hopper: the launch plan choose() makes on
+// device 0 when that is not the simple kernel: the wgmma kernel for prefill and, for FP8 decode, the automatic choice
+// or the kernel FLASHCPP_MLA_FP8_KERNEL=mma|wgmma forces).
 //
 //   bench_sparse_attention_sm90            correctness cases, then timings
 //   bench_sparse_attention_sm90 --check    correctness only
@@ -37,10 +37,17 @@
 #include <vector>
 
 #include "mla/fp8_v32.hpp"
+#include "mla/launch_plan.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace k = flashcpp::mla::kernels;
 namespace fp8 = flashcpp::mla::fp8;
+
+// The plan the library would run `p` with on device 0; false (nothing launched) when that is the simple kernel.
+bool launch_hopper(const k::SparseAttentionParams& p, cudaStream_t stream) {
+  const k::LaunchPlan plan = k::choose(p, k::device_facts(0));
+  return plan.kernel != k::SparseKernel::simple && k::launch(plan, p, stream);
+}
 
 #define CK(x)                                                                                       \
   do {                                                                                              \
@@ -390,7 +397,7 @@ bool run_case(const Case& c, uint64_t seed) {
   fast.poison();
   simple.poison();
   const k::SparseAttentionParams pf = params(P, fast), ps = params(P, simple);
-  const bool taken = k::launch_sparse_attention_sm90(pf, nullptr);
+  const bool taken = launch_hopper(pf, nullptr);
   CK(cudaGetLastError());
   k::launch_sparse_attention_simple(ps, nullptr);
   CK(cudaGetLastError());
@@ -527,13 +534,13 @@ void bench_case(const Case& c, bool with_simple) {
   Outputs o(P.tokens, c.h_q);
   o.poison();
   const k::SparseAttentionParams p = params(P, o);
-  if (!k::launch_sparse_attention_sm90(p, nullptr)) {
+  if (!launch_hopper(p, nullptr)) {
     std::printf("%-52s declined by the sm90 kernel\n", c.name.c_str());
     return;
   }
   CK(cudaDeviceSynchronize());
   const double flop = 2.0 * (c.d_qk + 512) * c.h_q * static_cast<double>(c.topk) * P.tokens;
-  const double ms = median_ms([&] { k::launch_sparse_attention_sm90(p, nullptr); });
+  const double ms = median_ms([&] { launch_hopper(p, nullptr); });
   std::printf("%-52s sm90 %9.1f us %7.1f TFLOP/s", c.name.c_str(), ms * 1e3, flop / (ms * 1e-3) / 1e12);
   if (with_simple) {
     const double ms2 = median_ms([&] { k::launch_sparse_attention_simple(p, nullptr); }, 1, 5);

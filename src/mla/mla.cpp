@@ -10,7 +10,6 @@
 #include <mutex>
 #include <string>
 #include <tuple>
-#include <vector>
 #include <cmath>
 
 #include "core/check.hpp"
@@ -18,6 +17,7 @@
 #include "mla/decode_schedule.hpp"
 #include "mla/fp8_v32.hpp"
 #include "mla/fp8_v4.hpp"
+#include "mla/launch_plan.hpp"
 #include "mla/mla_host.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
@@ -92,7 +92,7 @@ int planned_sms(const Validator& v, int config_num_sms, int num_sms) {
 
 // Device gate: throws unsupported unless the kernels can run on `device_id`.
 void require_supported(const char* op, int device_id) {
-  const MlaDeviceSupport s = device_support(device_id);
+  const kernels::DeviceFacts& s = device_facts(device_id);
   if (!s.sparse_supported)
     throw Error(ErrorCode::unsupported,
                 std::string(op) + ": device " + std::to_string(device_id) + " (compute capability " +
@@ -111,13 +111,13 @@ std::atomic<bool>& force_simple_flag() {
 
 void check_launch(const char* what) { cuda_check(cudaGetLastError(), what); }
 
-// Runs the attention, split-KV or not, on the kernel the selector picks. A kernel that cannot launch is an
-// error, never a silent switch to another kernel.
+// Runs the attention, split-KV or not, as the launch plan says. A plan that cannot launch is an error, never a
+// silent switch to another kernel.
 void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream, int device_id) {
-  const kernels::SparseKernel k = kernels::select_kernel(p, device_support(device_id).hopper_kernel);
-  if (!kernels::launch_kernel(k, p, stream)) {
+  const kernels::LaunchPlan plan = kernels::choose(p, device_facts(device_id));
+  if (!kernels::launch(plan, p, stream)) {
     (void)cudaGetLastError();
-    throw Error(ErrorCode::unsupported, std::string("sparse MLA: the ") + kernels::kernel_name(k) +
+    throw Error(ErrorCode::unsupported, std::string("sparse MLA: the ") + kernels::plan_label(plan) +
                                             " kernel has no code for device " + std::to_string(device_id) +
                                             " or too little shared memory there");
   }
@@ -127,33 +127,44 @@ void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream,
 }  // namespace detail
 
 namespace kernels {
+const DeviceFacts& device_facts(int device_id) {
+  const DeviceInfo& info = device_info(device_id);  // throws invalid_argument for an unknown id
+  // Read once per device, thread-safe, lock-free afterwards: every call of every op asks.
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static DeviceFacts facts[kMaxDevices];
+  if (device_id >= kMaxDevices)
+    throw Error(ErrorCode::unsupported, "sparse MLA: device " + std::to_string(device_id) + " is past the " +
+                                            std::to_string(kMaxDevices) + " devices it keeps facts for");
+  std::call_once(once[device_id], [&info, device_id] {
+    DeviceFacts& f = facts[device_id];
+    f.device_id = device_id;
+    f.cc_major = info.cc_major;
+    f.cc_minor = info.cc_minor;
+    f.sm_count = info.sm_count;
+    DeviceGuard guard(device_id);
+    const bool has_code = sparse_attention_simple_available();
+    f.sparse_supported = info.cc_major >= 8 && has_code &&
+                         info.max_smem_per_block_optin >= sparse_attention_simple_smem_bytes();
+    f.hopper = f.sparse_supported && info.cc_major == 9 && info.cc_minor == 0;
+    if (f.hopper) f.v4_half_heads_cluster_slots = wgmma_v4_pair_cluster_slots(device_id);
+  });
+  return facts[device_id];
+}
+
 void set_force_simple_kernel(bool on) { force_simple_flag().store(on); }
 bool force_simple_kernel() { return force_simple_flag().load(std::memory_order_relaxed); }
 }  // namespace kernels
 
 MlaDeviceSupport device_support(int device_id) {
-  const DeviceInfo& info = device_info(device_id);  // throws invalid_argument for an unknown id
-  static std::mutex mu;
-  static std::vector<int> available;  // -1 unknown, 0 no, 1 yes (per device)
+  const kernels::DeviceFacts& f = kernels::device_facts(device_id);
   MlaDeviceSupport s;
   s.device_id = device_id;
-  s.cc_major = info.cc_major;
-  s.cc_minor = info.cc_minor;
-  s.sm_count = info.sm_count;
-  bool has_code = false;
-  {
-    std::lock_guard lock(mu);
-    if (available.size() <= static_cast<size_t>(device_id)) available.resize(static_cast<size_t>(device_id) + 1, -1);
-    int& a = available[static_cast<size_t>(device_id)];
-    if (a < 0) {
-      DeviceGuard guard(device_id);
-      a = kernels::sparse_attention_simple_available() ? 1 : 0;
-    }
-    has_code = a == 1;
-  }
-  s.sparse_supported = info.cc_major >= 8 && has_code &&
-                       info.max_smem_per_block_optin >= kernels::sparse_attention_simple_smem_bytes();
-  s.hopper_kernel = s.sparse_supported && info.cc_major == 9 && info.cc_minor == 0;
+  s.cc_major = f.cc_major;
+  s.cc_minor = f.cc_minor;
+  s.sm_count = f.sm_count;
+  s.sparse_supported = f.sparse_supported;
+  s.hopper_kernel = f.hopper;
   return s;
 }
 

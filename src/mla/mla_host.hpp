@@ -10,9 +10,12 @@
 
 #include "core/check.hpp"
 #include "flashcpp/mla.hpp"
+#include "mla/launch_plan.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla::detail {
+
+using kernels::device_facts;
 
 inline constexpr int64_t kMaxHeads = 1024;  ///< h_q limit of every MLA entry point
 inline constexpr int kMaxSms = 4096;        ///< num_sms limit of the decode configs (the plan buffers grow with it)
@@ -37,7 +40,7 @@ int planned_sms(const Validator& v, int config_num_sms, int num_sms);
 void require_supported(const char* op, int device_id);
 /// cuda_check of cudaGetLastError() after a launch.
 void check_launch(const char* what);
-/// Runs the attention, split-KV or not, on the kernel select_kernel picks (unsupported if it cannot launch).
+/// Runs the attention, split-KV or not, as choose() plans it (unsupported if the plan cannot launch).
 void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream, int device_id);
 /// The softmax scale a call uses: the caller's, or 1/sqrt(d_qk).
 double resolved_sm_scale(const std::optional<double>& sm_scale, int64_t d_qk);

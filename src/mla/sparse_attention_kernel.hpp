@@ -233,8 +233,7 @@ bool force_simple_kernel();
 /// Straightforward kernel, correct for every shape the API accepts (any SM >= 8.0). The yardstick.
 void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t stream);
 
-/// The kernels, and the one selector that picks among them: dispatch (mla.cpp), the benchmarks and the tests
-/// all go through select_kernel, so they can never disagree.
+/// The kernels. Which one runs a problem, and how, is decided by one chooser (launch_plan.hpp: choose / launch).
 enum class SparseKernel : int {
   simple = 0,      ///< sparse_attention_simple.cu: any SM >= 8.0, every shape the API accepts
   mma_sm90 = 1,    ///< sparse_attention_mma_sm90.cu: Hopper FP8 decode on mma.sync
@@ -255,8 +254,9 @@ SparseKernel auto_fp8_kernel(const SparseAttentionParams& p);
 
 /// Heads one CTA of the wgmma kernel computes in FP8 decode with a split-KV schedule, which the schedule's part
 /// count is planned for: 32 for DeepSeek V4 pages with h_q 33..64 (the heads' two halves as a 2-CTA cluster,
-/// each CTA dequantizing half of every tile), else 64. Without a schedule the launcher chooses between the
-/// 32-head cluster and one CTA of 64 heads (unsplit_half_heads_cluster).
+/// each CTA dequantizing half of every tile), else 64. The decode planner and choose() (launch_plan.hpp) both
+/// follow it; without a schedule choose() picks between the 32-head cluster and one CTA of 64 heads
+/// (unsplit_half_heads_cluster).
 constexpr int split_decode_group_heads(KvFormat format, int h_q) {
   return format == KvFormat::fp8_v4 && h_q > 32 && h_q <= 64 ? 32 : 64;
 }
@@ -274,23 +274,5 @@ constexpr bool unsplit_half_heads_cluster(int64_t tokens, int64_t cluster_slots)
 /// block stride a multiple of 16 bytes, slot stride 656; h_q >= 1 (heads are padded to groups of 64); topk
 /// a multiple of 64; num_tokens >= 1.
 bool sparse_attention_sm90_handles(const SparseAttentionParams& p);
-
-/// The kernel for `p` on a device where `hopper` says the sm_90a kernels can run (compute capability 9.0):
-/// simple when forced (set_force_simple_kernel) or when the Hopper kernels do not handle the problem;
-/// otherwise wgmma_sm90 for bf16 KV and, for the FP8 cache, fp8_decode_kernel() or else auto_fp8_kernel(p).
-SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper);
-
-/// Launches kernel `k` on the current device. False, launching nothing, when the device has no code for it
-/// (a Hopper kernel on another GPU, or not enough shared memory); launch errors are left in cudaGetLastError.
-bool launch_kernel(SparseKernel k, const SparseAttentionParams& p, cudaStream_t stream);
-
-/// The selected Hopper kernel for `p` (select_kernel with hopper = true); false when that is the simple
-/// kernel or the launch did not happen. For the kernel benchmark, which compares it with the simple kernel.
-bool launch_sparse_attention_sm90(const SparseAttentionParams& p, cudaStream_t stream);
-
-/// Kernel entry points, called only through launch_kernel (false: the device has no code for them).
-bool launch_sparse_attention_wgmma_bf16(const SparseAttentionParams& p, cudaStream_t stream);
-bool launch_sparse_attention_wgmma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
-bool launch_sparse_attention_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
 
 }  // namespace flashcpp::mla::kernels

@@ -1,5 +1,5 @@
-// The kernel selector (one choice for dispatch, benchmarks and tests) and the page/slot divider the FP8
-// producers use, on the CPU: no kernel is launched here.
+// The launch plan (one choice for dispatch, benchmarks and tests: kernel, wgmma variant, heads per CTA, cluster) and
+// the page/slot divider the FP8 producers use, on the CPU: no kernel is launched here.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -9,13 +9,16 @@
 #include <random>
 
 #include "mla/fast_divmod.hpp"
+#include "mla/launch_plan.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace {
 
 using namespace flashcpp::mla;
 using kernels::KvFormat;
+using kernels::LaunchPlan;
 using kernels::SparseKernel;
+using kernels::WgmmaVariant;
 
 alignas(16) uint8_t g_buffer[4096];
 
@@ -45,6 +48,22 @@ kernels::SparseAttentionParams decode_params() {
   p.kv_block_stride_bytes = 64 * 656;
   p.kv_slot_stride_bytes = 656;
   return p;
+}
+
+// An H200 (132 SMs, 66 whole clusters of the unsplit V4 32-head instantiation), or a GPU without the Hopper kernels.
+kernels::DeviceFacts facts(bool hopper, int64_t cluster_slots = 66) {
+  kernels::DeviceFacts f;
+  f.device_id = 0;
+  f.cc_major = hopper ? 9 : 8;
+  f.sm_count = 132;
+  f.sparse_supported = true;
+  f.hopper = hopper;
+  f.v4_half_heads_cluster_slots = hopper ? cluster_slots : 0;
+  return f;
+}
+
+SparseKernel kernel_of(const kernels::SparseAttentionParams& p, bool hopper) {
+  return kernels::choose(p, facts(hopper)).kernel;
 }
 
 struct Fp8KernelScope {
@@ -88,11 +107,11 @@ TEST(MlaKernelSelect, CombineShapeFollowsRowsAndSplits) {
 TEST(MlaKernelSelect, HopperPicksWgmmaForPrefillAndTheForcedKernelForFp8Decode) {
   Fp8KernelScope scope;
   kernels::set_fp8_decode_kernel(SparseKernel::mma_sm90);
-  EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::wgmma_sm90);
-  EXPECT_EQ(kernels::select_kernel(decode_params(), true), SparseKernel::mma_sm90);
+  EXPECT_EQ(kernel_of(prefill_params(), true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernel_of(decode_params(), true), SparseKernel::mma_sm90);
   kernels::set_fp8_decode_kernel(SparseKernel::wgmma_sm90);
-  EXPECT_EQ(kernels::select_kernel(decode_params(), true), SparseKernel::wgmma_sm90);
-  EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernel_of(decode_params(), true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernel_of(prefill_params(), true), SparseKernel::wgmma_sm90);
 }
 
 TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeads) {
@@ -100,15 +119,15 @@ TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeads) {
   kernels::set_fp8_decode_kernel(std::nullopt);
   kernels::SparseAttentionParams p = decode_params();
   p.h_q = 128;
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);  // unsplit, h_q 128: the 2-CTA cluster
+  EXPECT_EQ(kernel_of(p, true), SparseKernel::wgmma_sm90);  // unsplit, h_q 128: the 2-CTA cluster
   // h_q <= 64: the single CTA, tile by tile; past 128 the mma.sync kernel.
   for (int h : {1, 32, 64, 65}) {
     p.h_q = h;
-    EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90) << "h_q " << h;
+    EXPECT_EQ(kernel_of(p, true), SparseKernel::wgmma_sm90) << "h_q " << h;
   }
   for (int h : {129, 256}) {
     p.h_q = h;
-    EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::mma_sm90) << "h_q " << h;
+    EXPECT_EQ(kernel_of(p, true), SparseKernel::mma_sm90) << "h_q " << h;
   }
   // Split-KV: the cluster at any work per part, down to one request over 33 parts (topk 2048 = 32 tiles).
   p.h_q = 128;
@@ -121,15 +140,15 @@ TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeads) {
   for (int requests : {1, 2, 4, 5, 8}) {
     p.num_requests = requests;
     EXPECT_EQ(kernels::auto_fp8_kernel(p), SparseKernel::wgmma_sm90) << requests << " requests";
-    EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90) << requests << " requests";
+    EXPECT_EQ(kernel_of(p, true), SparseKernel::wgmma_sm90) << requests << " requests";
   }
   p.h_q = 64;
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernel_of(p, true), SparseKernel::wgmma_sm90);
   // A forced kernel wins over the automatic choice.
   p.h_q = 128;
   p.num_requests = 1;
   kernels::set_fp8_decode_kernel(SparseKernel::mma_sm90);
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::mma_sm90);
+  EXPECT_EQ(kernel_of(p, true), SparseKernel::mma_sm90);
 }
 
 // V4 pages: the wgmma kernel takes them (automatic or forced; forcing the mma.sync kernel, which has no V4
@@ -149,17 +168,17 @@ TEST(MlaKernelSelect, V4PagesRunOnTheWgmmaKernel) {
   p.extra_block_stride_bytes = 256 * 584;
   EXPECT_TRUE(kernels::sparse_attention_sm90_handles(p));
   kernels::set_fp8_decode_kernel(std::nullopt);
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernel_of(p, true), SparseKernel::wgmma_sm90);
   kernels::set_fp8_decode_kernel(SparseKernel::mma_sm90);
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(p, true), SparseKernel::simple);
   kernels::set_fp8_decode_kernel(SparseKernel::wgmma_sm90);
-  EXPECT_EQ(kernels::select_kernel(p, true), SparseKernel::wgmma_sm90);
-  EXPECT_EQ(kernels::select_kernel(p, false), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(p, true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernel_of(p, false), SparseKernel::simple);
   auto unhandled = [&](auto change, const char* what) {
     kernels::SparseAttentionParams q = p;
     change(q);
     EXPECT_FALSE(kernels::sparse_attention_sm90_handles(q)) << what;
-    EXPECT_EQ(kernels::select_kernel(q, true), SparseKernel::simple) << what;
+    EXPECT_EQ(kernel_of(q, true), SparseKernel::simple) << what;
   };
   unhandled([](auto& q) { q.main_topk = 96; }, "main pool not whole tiles");
   unhandled([](auto& q) { q.main_topk = 1024; }, "main_topk past topk");
@@ -172,38 +191,129 @@ TEST(MlaKernelSelect, V4PagesRunOnTheWgmmaKernel) {
   main_only.topk = main_only.main_topk = 128;
   main_only.extra_kv = nullptr;
   main_only.extra_indices = nullptr;
-  EXPECT_EQ(kernels::select_kernel(main_only, true), SparseKernel::wgmma_sm90);
+  EXPECT_EQ(kernel_of(main_only, true), SparseKernel::wgmma_sm90);
 }
 
 TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
-  EXPECT_EQ(kernels::select_kernel(prefill_params(), false), SparseKernel::simple);
-  EXPECT_EQ(kernels::select_kernel(decode_params(), false), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(prefill_params(), false), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(decode_params(), false), SparseKernel::simple);
 
   kernels::set_force_simple_kernel(true);
-  EXPECT_EQ(kernels::select_kernel(prefill_params(), true), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(prefill_params(), true), SparseKernel::simple);
   kernels::set_force_simple_kernel(false);
 
   auto misaligned = prefill_params();
   misaligned.q = g_buffer + 8;  // rows not 16-byte aligned
-  EXPECT_EQ(kernels::select_kernel(misaligned, true), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(misaligned, true), SparseKernel::simple);
   auto odd_stride = prefill_params();
   odd_stride.out_stride_head = 516;  // not a multiple of 8 elements
-  EXPECT_EQ(kernels::select_kernel(odd_stride, true), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(odd_stride, true), SparseKernel::simple);
   auto split_bf16 = prefill_params();
   split_bf16.sched = g_buffer;  // split work over bf16 KV (dense decode): the Hopper kernel with d_qk 576 only
   split_bf16.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
   split_bf16.o_accum = reinterpret_cast<float*>(g_buffer);
   split_bf16.lse_accum = reinterpret_cast<float*>(g_buffer);
   split_bf16.num_parts = split_bf16.num_requests = 1;
-  EXPECT_EQ(kernels::select_kernel(split_bf16, true), split_bf16.d_qk == 576 ? SparseKernel::wgmma_sm90 : SparseKernel::simple);
+  EXPECT_EQ(kernel_of(split_bf16, true), split_bf16.d_qk == 576 ? SparseKernel::wgmma_sm90 : SparseKernel::simple);
   split_bf16.d_qk = 512;
-  EXPECT_EQ(kernels::select_kernel(split_bf16, true), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(split_bf16, true), SparseKernel::simple);
   auto short_slot = decode_params();
   short_slot.kv_slot_stride_bytes = 640;  // shorter than a 656-byte row
-  EXPECT_EQ(kernels::select_kernel(short_slot, true), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(short_slot, true), SparseKernel::simple);
   auto d512_fp8 = decode_params();
   d512_fp8.d_qk = 512;
-  EXPECT_EQ(kernels::select_kernel(d512_fp8, true), SparseKernel::simple);
+  EXPECT_EQ(kernel_of(d512_fp8, true), SparseKernel::simple);
+}
+
+// The whole plan of every documented case (docs/MLA.md, "Kernels"): the wgmma instantiation, heads per CTA, cluster
+// and split, and the label the benchmarks print.
+TEST(MlaLaunchPlan, EveryDocumentedCase) {
+  Fp8KernelScope scope;
+  kernels::set_fp8_decode_kernel(std::nullopt);
+  auto split = [](kernels::SparseAttentionParams p, int group_heads = 0) {
+    p.sched = g_buffer;
+    p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
+    p.o_accum = reinterpret_cast<float*>(g_buffer);
+    p.lse_accum = reinterpret_cast<float*>(g_buffer);
+    p.num_parts = 33;
+    p.num_requests = 2;
+    p.split_group_heads = group_heads;
+    return p;
+  };
+  auto heads = [](kernels::SparseAttentionParams p, int h_q, int tokens = 4) {
+    p.h_q = h_q;
+    p.num_tokens = tokens;
+    return p;
+  };
+  kernels::SparseAttentionParams v4 = decode_params();
+  v4.kv_format = KvFormat::fp8_v4;
+  v4.d_qk = 512;
+  v4.topk = v4.main_topk = 128;
+  v4.kv_block_stride_bytes = 64 * 584;
+  kernels::SparseAttentionParams prefill512 = prefill_params();
+  prefill512.d_qk = 512;
+  struct Row {
+    const char* what;
+    kernels::SparseAttentionParams p;
+    LaunchPlan plan;
+    const char* label;
+    int64_t cluster_slots = 66;
+  };
+  using enum WgmmaVariant;
+  const SparseKernel wg = SparseKernel::wgmma_sm90;
+  const Row rows[] = {
+      {"prefill d_qk 576", prefill_params(), {wg, bf16_576, false, 64, 1}, "wgmma_sm90/bf16_576/64h"},
+      {"prefill d_qk 512", prefill512, {wg, bf16_512, false, 64, 1}, "wgmma_sm90/bf16_512/64h"},
+      {"dense decode (split bf16)", split(prefill_params()), {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
+      {"V3.2 h_q 128", decode_params(), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
+      {"V3.2 h_q 128 split", split(decode_params()), {wg, v32_pair, true, 64, 2}, "wgmma_sm90/v32_pair/64h"},
+      {"V3.2 h_q 65", heads(decode_params(), 65), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
+      {"V3.2 h_q 64", heads(decode_params(), 64), {wg, v32_alone, false, 64, 1}, "wgmma_sm90/v32_alone/64h"},
+      {"V3.2 h_q 1 split", split(heads(decode_params(), 1)), {wg, v32_alone, true, 64, 1}, "wgmma_sm90/v32_alone/64h"},
+      {"V3.2 h_q 129", heads(decode_params(), 129), {SparseKernel::mma_sm90, none, false, 0, 1}, "mma_sm90"},
+      {"V4 h_q 128", v4, {wg, v4_pair, false, 64, 2}, "wgmma_sm90/v4_pair/64h"},
+      {"V4 h_q 128 split", split(v4), {wg, v4_pair, true, 64, 2}, "wgmma_sm90/v4_pair/64h"},
+      {"V4 h_q 64 split", split(heads(v4, 64)), {wg, v4_pair, true, 32, 2}, "wgmma_sm90/v4_pair/32h"},
+      {"V4 h_q 33 split, planned 32", split(heads(v4, 33), 32), {wg, v4_pair, true, 32, 2}, "wgmma_sm90/v4_pair/32h"},
+      {"V4 h_q 64 split, planned 64", split(heads(v4, 64), 64), {wg, v4_alone, true, 64, 1}, "wgmma_sm90/v4_alone/64h"},
+      {"V4 h_q 64, 48 tokens", heads(v4, 64, 48), {wg, v4_pair, false, 32, 2}, "wgmma_sm90/v4_pair/32h"},
+      {"V4 h_q 64, 66 tokens", heads(v4, 64, 66), {wg, v4_pair, false, 32, 2}, "wgmma_sm90/v4_pair/32h"},
+      {"V4 h_q 64, 67 tokens", heads(v4, 64, 67), {wg, v4_alone, false, 64, 1}, "wgmma_sm90/v4_alone/64h"},
+      {"V4 h_q 64, no cluster fits", heads(v4, 64, 4), {wg, v4_alone, false, 64, 1}, "wgmma_sm90/v4_alone/64h", 0},
+      {"V4 h_q 32", heads(v4, 32), {wg, v4_alone, false, 64, 1}, "wgmma_sm90/v4_alone/64h"},
+      {"V4 h_q 32 split", split(heads(v4, 32)), {wg, v4_alone, true, 64, 1}, "wgmma_sm90/v4_alone/64h"},
+  };
+  for (const Row& r : rows) {
+    const LaunchPlan plan = kernels::choose(r.p, facts(true, r.cluster_slots));
+    EXPECT_EQ(plan, r.plan) << r.what << ": got " << kernels::plan_label(plan) << " split " << plan.split << " heads "
+                            << plan.group_heads << " cluster " << plan.cluster_ctas;
+    EXPECT_STREQ(kernels::plan_label(plan), r.label) << r.what;
+    // Off Hopper every case runs on the simple kernel, with no wgmma decision attached.
+    const LaunchPlan off = kernels::choose(r.p, facts(false));
+    EXPECT_EQ(off, (LaunchPlan{SparseKernel::simple, none, r.plan.split, 0, 1})) << r.what;
+    EXPECT_STREQ(kernels::plan_label(off), "simple") << r.what;
+  }
+}
+
+// launch() runs exactly its plan: a plan that does not fit the problem launches nothing (no CUDA call is made on these
+// paths, so this runs without a GPU).
+TEST(MlaLaunchPlan, LaunchRefusesAPlanThatDoesNotFitTheProblem) {
+  const kernels::SparseAttentionParams v32 = decode_params();
+  LaunchPlan plan = kernels::choose(v32, facts(true));
+  ASSERT_EQ(plan.variant, WgmmaVariant::v32_pair);
+  LaunchPlan split_plan = plan;
+  split_plan.split = true;  // the problem has no schedule
+  EXPECT_FALSE(kernels::launch(split_plan, v32, nullptr));
+  LaunchPlan v4_plan = plan;
+  v4_plan.variant = WgmmaVariant::v4_pair;  // V4 pages' instantiation for a V3.2 cache
+  EXPECT_FALSE(kernels::launch(v4_plan, v32, nullptr));
+  LaunchPlan bf16_plan = plan;
+  bf16_plan.variant = WgmmaVariant::bf16_512;  // a bf16 instantiation for the FP8 cache
+  EXPECT_FALSE(kernels::launch(bf16_plan, v32, nullptr));
+  kernels::SparseAttentionParams prefill = prefill_params();
+  LaunchPlan d512 = kernels::choose(prefill, facts(true));
+  d512.variant = WgmmaVariant::bf16_512;  // d_qk 576 problem, d_qk 512 instantiation
+  EXPECT_FALSE(kernels::launch(d512, prefill, nullptr));
 }
 
 TEST(MlaKernelSelect, NamesEveryKernel) {

@@ -98,11 +98,11 @@ double graph_replay_ms(const MlaBenchOptions& o, cudaStream_t stream, Run&& run)
   return ms;
 }
 
-// The name of the kernel that runs `p` on `device`: the one selector mla's dispatch asks
-// (mla::kernels::select_kernel). The benchmarks fill `p` as the library fills it for their contiguous
+// The launch plan that runs `p` on `device` (kernel, wgmma variant, heads per CTA): the one chooser mla's dispatch
+// asks (mla::kernels::choose). The benchmarks fill `p` as the library fills it for their contiguous
 // tensors (selector_params and the lines after it), so the label names the kernel that was timed.
 const char* selected_kernel(const mla::kernels::SparseAttentionParams& p, int device) {
-  return mla::kernels::kernel_name(mla::kernels::select_kernel(p, mla::device_support(device).hopper_kernel));
+  return mla::kernels::plan_label(mla::kernels::choose(p, mla::kernels::device_facts(device)));
 }
 
 // The selector's inputs common to prefill (q [s_q, h_q, d_qk]) and decode (q [b, s_q, h_q, d_qk]): sizes,

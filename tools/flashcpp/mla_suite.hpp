@@ -7,6 +7,7 @@
 
 #include "flashcpp/mla.hpp"
 #include "flashcpp/tensor.hpp"
+#include "mla/launch_plan.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::cli {

@@ -1,5 +1,5 @@
-// The kernel selector of sparse MLA (sparse_attention_kernel.hpp): which kernel runs a problem, and the
-// one launch switch over the kernels.
+// The launch plan of sparse MLA (launch_plan.hpp): which kernel, instantiation, head grouping and cluster run a
+// problem, and the one launch switch over them.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/env.hpp"
+#include "mla/launch_plan.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla::kernels {
@@ -16,6 +17,7 @@ constexpr int kDv = 512;
 constexpr int kFp8RowBytes = 656;
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+constexpr int kGroupHeads = 64;  // heads per CTA of every wgmma instantiation (the wgmma M)
 
 }  // namespace
 
@@ -81,9 +83,10 @@ std::optional<SparseKernel> fp8_decode_kernel() {
 }
 
 SparseKernel auto_fp8_kernel(const SparseAttentionParams& p) {
-  constexpr int kGroupHeads = 64;
   return p.h_q <= 2 * kGroupHeads ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90;
 }
+
+namespace {
 
 SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {
   if (force_simple_kernel() || !hopper || !sparse_attention_sm90_handles(p)) return SparseKernel::simple;
@@ -95,23 +98,90 @@ SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {
   return fp8_decode_kernel().value_or(auto_fp8_kernel(p));
 }
 
-bool launch_kernel(SparseKernel k, const SparseAttentionParams& p, cudaStream_t stream) {
-  switch (k) {
+// The wgmma instantiation and head grouping for a problem the wgmma kernel takes.
+void choose_wgmma(const SparseAttentionParams& p, const DeviceFacts& f, LaunchPlan& plan) {
+  plan.group_heads = kGroupHeads;
+  // A cluster holds the head groups of one token: h_q 65..128 is two groups of 64.
+  const bool pair = p.h_q > kGroupHeads && p.h_q <= 2 * kGroupHeads;
+  switch (p.kv_format) {
+    case KvFormat::bf16:
+      plan.variant = p.d_qk == 576 ? WgmmaVariant::bf16_576 : WgmmaVariant::bf16_512;
+      break;
+    case KvFormat::fp8_v32:
+      plan.variant = pair ? WgmmaVariant::v32_pair : WgmmaVariant::v32_alone;
+      break;
+    case KvFormat::fp8_v4: {
+      plan.variant = pair ? WgmmaVariant::v4_pair : WgmmaVariant::v4_alone;
+      constexpr int kHalfHeads = kGroupHeads / 2;
+      if (split_decode_group_heads(p.kv_format, p.h_q) != kHalfHeads) break;
+      // h_q 33..64: split work runs in the CTAs its schedule was planned for (the 32-head cluster unless the plan
+      // said 64: the whole-batch split of a short last round); unsplit work as the cluster where all of the tokens'
+      // clusters fit at once, else one CTA of 64 heads per token (unsplit_half_heads_cluster).
+      const int split_heads = p.split_group_heads > 0 ? p.split_group_heads : kHalfHeads;
+      const bool half = plan.split ? split_heads == kHalfHeads
+                                   : unsplit_half_heads_cluster(p.num_tokens, f.v4_half_heads_cluster_slots);
+      if (half) {
+        plan.variant = WgmmaVariant::v4_pair;
+        plan.group_heads = kHalfHeads;
+      }
+      break;
+    }
+  }
+  plan.cluster_ctas = plan.variant == WgmmaVariant::v32_pair || plan.variant == WgmmaVariant::v4_pair ? 2 : 1;
+}
+
+}  // namespace
+
+const char* variant_name(WgmmaVariant v) {
+  switch (v) {
+    case WgmmaVariant::none: return "none";
+    case WgmmaVariant::bf16_576: return "bf16_576";
+    case WgmmaVariant::bf16_512: return "bf16_512";
+    case WgmmaVariant::v32_alone: return "v32_alone";
+    case WgmmaVariant::v32_pair: return "v32_pair";
+    case WgmmaVariant::v4_alone: return "v4_alone";
+    case WgmmaVariant::v4_pair: return "v4_pair";
+  }
+  return "unknown";
+}
+
+LaunchPlan choose(const SparseAttentionParams& p, const DeviceFacts& f) {
+  LaunchPlan plan;
+  plan.split = p.sched != nullptr;
+  plan.kernel = select_kernel(p, f.hopper);
+  if (plan.kernel == SparseKernel::wgmma_sm90) choose_wgmma(p, f, plan);
+  return plan;
+}
+
+const char* plan_label(const LaunchPlan& plan) {
+  if (plan.kernel != SparseKernel::wgmma_sm90) return kernel_name(plan.kernel);
+  switch (plan.variant) {
+    case WgmmaVariant::bf16_576: return "wgmma_sm90/bf16_576/64h";
+    case WgmmaVariant::bf16_512: return "wgmma_sm90/bf16_512/64h";
+    case WgmmaVariant::v32_alone: return "wgmma_sm90/v32_alone/64h";
+    case WgmmaVariant::v32_pair: return "wgmma_sm90/v32_pair/64h";
+    case WgmmaVariant::v4_alone: return "wgmma_sm90/v4_alone/64h";
+    case WgmmaVariant::v4_pair: return plan.group_heads == 32 ? "wgmma_sm90/v4_pair/32h" : "wgmma_sm90/v4_pair/64h";
+    case WgmmaVariant::none: break;
+  }
+  return kernel_name(plan.kernel);
+}
+
+bool launch(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream) {
+  if (plan.split != (p.sched != nullptr)) return false;
+  switch (plan.kernel) {
     case SparseKernel::simple:
       launch_sparse_attention_simple(p, stream);
       return true;
     case SparseKernel::mma_sm90:
       return launch_sparse_attention_mma_fp8(p, stream);
-    case SparseKernel::wgmma_sm90:
-      return p.kv_format == KvFormat::bf16 ? launch_sparse_attention_wgmma_bf16(p, stream)
-                                           : launch_sparse_attention_wgmma_fp8(p, stream);
+    case SparseKernel::wgmma_sm90: {
+      const bool bf16 = plan.variant == WgmmaVariant::bf16_576 || plan.variant == WgmmaVariant::bf16_512;
+      return bf16 ? launch_sparse_attention_wgmma_bf16(plan, p, stream)
+                  : launch_sparse_attention_wgmma_fp8(plan, p, stream);
+    }
   }
   return false;
-}
-
-bool launch_sparse_attention_sm90(const SparseAttentionParams& p, cudaStream_t stream) {
-  const SparseKernel k = select_kernel(p, /*hopper=*/true);
-  return k != SparseKernel::simple && launch_kernel(k, p, stream);
 }
 
 }  // namespace flashcpp::mla::kernels
