@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <mutex>
+
 namespace flashcpp::llm {
 namespace {
 
@@ -179,13 +181,32 @@ __global__ void __launch_bounds__(kWarps * 32) decode_linear_kernel(const Decode
   }
 }
 
+// x' of the largest step (kDecodeLinearMaxTokens x kDecodeLinearMaxK f32) is 48 KiB, which with the kernel's own
+// static shared memory passes the 48 KiB a launch gets without opting in: each kernel opts in to that much dynamic
+// shared memory once per device (H200, 2026-12-04: 8-token steps failed with cudaErrorInvalidValue without it).
+constexpr int kMaxDynamicSmem = static_cast<int>(kDecodeLinearMaxTokens * kDecodeLinearMaxK * sizeof(float));
+
 template <class T, DecodeEpilogue E>
 cudaError_t launch_typed(const DecodeLinearParams& p, cudaStream_t stream) {
   using Kernel = void (*)(DecodeLinearParams);
-  constexpr Kernel kernels[] = {decode_linear_kernel<T, E, 1>, decode_linear_kernel<T, E, 2>,
-                                decode_linear_kernel<T, E, 3>, decode_linear_kernel<T, E, 4>,
-                                decode_linear_kernel<T, E, 5>, decode_linear_kernel<T, E, 6>};
-  static_assert(sizeof(kernels) / sizeof(kernels[0]) * 256 == kDecodeLinearMaxK);
+  static constexpr Kernel kernels[] = {decode_linear_kernel<T, E, 1>, decode_linear_kernel<T, E, 2>,
+                                       decode_linear_kernel<T, E, 3>, decode_linear_kernel<T, E, 4>,
+                                       decode_linear_kernel<T, E, 5>, decode_linear_kernel<T, E, 6>};
+  constexpr int kKernels = static_cast<int>(sizeof(kernels) / sizeof(kernels[0]));
+  static_assert(kKernels * 256 == kDecodeLinearMaxK);
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static cudaError_t optin[kMaxDevices] = {};
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::call_once(once[device], [device] {
+    for (const Kernel k : kernels) {
+      const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxDynamicSmem);
+      if (e != cudaSuccess) optin[device] = e;
+    }
+  });
+  if (optin[device] != cudaSuccess) return optin[device];
   const int64_t chunks = (p.k + 255) / 256;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>((p.rows / 2 + kWarps - 1) / kWarps));

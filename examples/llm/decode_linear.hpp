@@ -25,7 +25,9 @@
 namespace flashcpp::llm {
 
 inline constexpr int64_t kDecodeLinearMaxTokens = 8;
-inline constexpr int64_t kDecodeLinearMaxK = 1536;  ///< x' of 8 tokens in f32 fills the default 48 KB of shared memory
+/// x' of 8 tokens in f32: 48 KiB of dynamic shared memory, which the launcher opts in to (with the kernel's static
+/// shared memory it passes the 48 KiB a launch gets by default).
+inline constexpr int64_t kDecodeLinearMaxK = 1536;
 
 enum class DecodeEpilogue { store_f32, add_residual, silu_and_mul, rope_append };
 

@@ -44,10 +44,15 @@ const Model* shared_model(DType dtype = DType::f16) {
   const Model* model = shared_model(__VA_ARGS__);                                         \
   if (!model) GTEST_SKIP() << "SmolLM2 GGUF not found (build/_deps or FLASHCPP_LLM_MODEL)";
 
-// Least logit cosine the GPU must reach against an f32 computation of the same weights, or decode against prefill.
-// Measured on the H200 (2026-12-03), least over these positions: f16 0.999994 against the reference, 0.999868 decode
-// against prefill; bf16 0.999007 and 0.998773. A wrong position, a missing key or a stale page costs far more.
+// Least logit cosine the GPU must reach against an f32 computation of the same weights. Measured on the H200
+// (2026-12-03), least over these positions: f16 0.999994 against the reference, bf16 0.999007. A wrong position, a
+// missing key or a stale page costs far more.
 double min_cosine(DType dtype) { return dtype == DType::f16 ? 0.9995 : 0.998; }
+// Two GPU paths against each other (decode against prefill): each within 1 - min_cosine of the f32 computation, so
+// within about twice that of each other. Measured on the H200: 2026-12-03 (both paths unfused) f16 0.999868, bf16
+// 0.998773; 2026-12-04 (fused decode, whose normalized input stays f32, against the unfused prefill, which rounds it to
+// 16 bits) f16 0.999977, bf16 0.997693.
+double pair_min_cosine(DType dtype) { return 1.0 - 2.0 * (1.0 - min_cosine(dtype)); }
 
 EngineOptions gpu_options(bool graphs = true) {
   EngineOptions o;
@@ -127,7 +132,7 @@ TEST_P(LlmGpuDtype, PrefillThenDecodeMatchesOnePrefill) {
     const std::vector<float> lb = b.forward({&step, 1});
     const float* ra = la.data() + static_cast<int64_t>(i) * vocab;
     least = std::min(least, cosine(ra, lb.data(), vocab));
-    EXPECT_GE(cosine(ra, lb.data(), vocab), min_cosine(GetParam())) << "position " << i;
+    EXPECT_GE(cosine(ra, lb.data(), vocab), pair_min_cosine(GetParam())) << "position " << i;
     if (top2_gap(ra, vocab) > 0.1) {
       EXPECT_EQ(argmax(ra, vocab), argmax(lb.data(), vocab)) << "position " << i;
     }
@@ -137,8 +142,9 @@ TEST_P(LlmGpuDtype, PrefillThenDecodeMatchesOnePrefill) {
 }
 
 // Decode steps of several sequences at once (different lengths, pages filling past their boundaries) against the
-// reference backend doing the same steps: 3 sequences run the fused decode kernels (decode_linear.hpp), 10 the
-// cuBLASLt/FlashInfer path (more than 8 tokens), and the fused kernels against that path on the same 3 sequences.
+// reference backend doing the same steps: 3 and 8 sequences (8: the largest fused step, whose x' takes 48 KiB of
+// shared memory) run the fused decode kernels (decode_linear.hpp), 10 the cuBLASLt/FlashInfer path (more than 8
+// tokens), and the fused kernels against that path on the same sequences.
 TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
   REQUIRE_MODEL(GetParam());
   const int64_t vocab = model->config.vocab;
@@ -150,7 +156,7 @@ TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
   ro.max_pages = 64;
   EngineOptions unfused = go;
   unfused.fused_decode = false;
-  for (const size_t n : {size_t{3}, size_t{10}}) {
+  for (const size_t n : {size_t{3}, size_t{8}, size_t{10}}) {
     Engine ref(*model, ro), gpu(*model, go), plain(*model, unfused);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<int> sr, sg, sp;
@@ -190,9 +196,9 @@ TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
       }
     }
     EXPECT_GE(least_plain, min_cosine(GetParam())) << n << " sequences: fused against cuBLASLt/FlashInfer";
-    // 3 tokens a step: 1 embedding + 5 per layer + the head + 2 sampler launches would be a sampled step; forward()
-    // has no sampler.
-    if (n == 3) {
+    // Up to 8 tokens a step: 1 embedding + 5 per layer + the head + 2 sampler launches would be a sampled step;
+    // forward() has no sampler.
+    if (n <= 8) {
       EXPECT_EQ(gpu.last_step_launches(), 2 + 5 * model->config.layers);
     }
     std::printf("%s, %zu sequences: least cosine against the reference %.6f, fused against unfused %.6f\n",
