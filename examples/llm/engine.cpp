@@ -388,7 +388,7 @@ TensorView host_i32(const std::vector<int32_t>& v) {
 
 bool fused_decode_applies(const Impl& s, int64_t tokens) {
   const ModelConfig& c = s.cfg;
-  return s.opt.fused_decode && decode_linear_supports(tokens, c.hidden) &&
+  return tokens <= s.opt.fused_decode_max_tokens && decode_linear_supports(tokens, c.hidden) &&
          decode_linear_supports(tokens, c.heads * c.head_dim) && decode_linear_supports(tokens, c.ffn);
 }
 
@@ -782,6 +782,7 @@ Engine::Engine(const Model& model, const EngineOptions& options) : impl_(std::ma
   range("max_batch", o.max_batch, 1, 4096);
   range("max_step_tokens", o.max_step_tokens, 1, int64_t{1} << 20);
   range("max_logit_rows", o.max_logit_rows, o.max_batch, int64_t{1} << 20);
+  range("fused_decode_max_tokens", o.fused_decode_max_tokens, 0, kDecodeLinearMaxTokens);
   if (model.layers.size() != static_cast<size_t>(model.config.layers) || model.layers.empty())
     bad("the model's layers do not match its configuration");
   s.model = &model;

@@ -38,10 +38,13 @@ struct EngineOptions {
   /// gpu: programmatic dependent launch for the FlashInfer kernels that take it (norms, activation, attention): each
   /// may start while the previous kernel drains (Hopper and newer).
   bool pdl = true;
-  /// gpu: decode steps of at most 8 tokens run their linear layers as fused kernels (decode_linear.hpp: 5 kernels a
-  /// layer instead of 10); false runs them as the prefill does (cuBLASLt GEMMs and FlashInfer's norm/RoPE/append/
-  /// activation kernels), for comparison.
-  bool fused_decode = true;
+  /// gpu: decode steps of at most this many tokens (0..kDecodeLinearMaxTokens, 8) run their linear layers as fused
+  /// kernels (decode_linear.hpp: 5 kernels a layer instead of 10); larger steps, and every step with 0, run them as the
+  /// prefill does (cuBLASLt GEMMs and FlashInfer's norm/RoPE/append/activation kernels). The fused kernels' time grows
+  /// with the tokens (each warp's dot products run token by token) while cuBLASLt's barely does: H200, 2026-12-04,
+  /// SmolLM2 f16, CUDA graphs, a step: fused 814 us at 1 token and 1909 at 8, cuBLASLt path 1218 and 1240, so they
+  /// cross near 4 tokens.
+  int64_t fused_decode_max_tokens = 3;
   /// gpu: time each step's device work (index upload to the last kernel) with CUDA events: last_step_gpu_us.
   bool time_steps = false;
 };

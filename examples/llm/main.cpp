@@ -57,13 +57,14 @@ std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
 }
 
 bool no_pdl = false, no_graphs = false, no_fused = false, time_steps = false;
+int64_t fused_decode_max_tokens = EngineOptions{}.fused_decode_max_tokens;
 
 EngineOptions engine_options(const std::string& backend) {
   EngineOptions o;
   o.time_steps = time_steps;
   o.pdl = !no_pdl;
   o.cuda_graphs = !no_graphs;
-  o.fused_decode = !no_fused;
+  o.fused_decode_max_tokens = no_fused ? 0 : fused_decode_max_tokens;
   o.backend = backend == "reference" ? Backend::reference : Backend::gpu;
   if (o.backend == Backend::reference) o.max_pages = 512;  // 8192 tokens of f32 KV on the host
   return o;
@@ -81,6 +82,9 @@ int main(int argc, char** argv) {
     c->add_flag("--no-pdl", no_pdl, "gpu: no programmatic dependent launch");
     c->add_flag("--no-graphs", no_graphs, "gpu: no CUDA-graph replay of decode steps");
     c->add_flag("--no-fused", no_fused, "gpu: decode steps without the fused linear-layer kernels");
+    c->add_option("--fused-decode-tokens", fused_decode_max_tokens,
+                  "gpu: decode steps of at most this many tokens use the fused kernels (0..8)")
+        ->check(CLI::Range(0, 8));
     c->add_option("--dtype", dtype, "weights and activations: f16 (default) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
   };
 

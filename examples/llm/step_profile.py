@@ -16,6 +16,15 @@ import sys
 
 # Kernel-name fragments, first match wins; anything else is a cuBLASLt GEMM.
 OPS = [
+    # The fused decode kernels (decode_linear.hpp), by their DecodeEpilogue template argument.
+    ("decode_linear_kernel<__half, 0,", "fused LM head (norm + GEMV)"),
+    ("decode_linear_kernel<__half, 1,", "fused o / down projection + residual"),
+    ("decode_linear_kernel<__half, 2,", "fused norm + gate/up + SiLU-and-mul"),
+    ("decode_linear_kernel<__half, 3,", "fused norm + qkv + RoPE + KV append"),
+    ("decode_linear_kernel<__nv_bfloat16, 0,", "fused LM head (norm + GEMV)"),
+    ("decode_linear_kernel<__nv_bfloat16, 1,", "fused o / down projection + residual"),
+    ("decode_linear_kernel<__nv_bfloat16, 2,", "fused norm + gate/up + SiLU-and-mul"),
+    ("decode_linear_kernel<__nv_bfloat16, 3,", "fused norm + qkv + RoPE + KV append"),
     ("gather_rows", "embedding / logit-row gather"),
     ("FusedAddRMSNorm", "fused add + RMSNorm"),
     ("RMSNorm", "RMSNorm"),

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "decode_linear.hpp"
 #include "engine.hpp"
 #include "generate.hpp"
 #include "gguf.hpp"
@@ -154,8 +155,9 @@ TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
   EngineOptions ro = go;
   ro.backend = Backend::reference;
   ro.max_pages = 64;
+  go.fused_decode_max_tokens = kDecodeLinearMaxTokens;  // the kernels up to their limit, whatever the default
   EngineOptions unfused = go;
-  unfused.fused_decode = false;
+  unfused.fused_decode_max_tokens = 0;
   for (const size_t n : {size_t{3}, size_t{8}, size_t{10}}) {
     Engine ref(*model, ro), gpu(*model, go), plain(*model, unfused);
     std::vector<std::vector<int32_t>> prompts;

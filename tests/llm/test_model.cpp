@@ -155,6 +155,18 @@ TEST(LlmModel, LoadRefusesAWeightTypeThatIsNot16Bit) {
   EXPECT_EQ(model->dtype, DType::f16);
 }
 
+TEST(LlmEngine, RefusesOptionsOutOfRange) {
+  REQUIRE_MODEL();
+  for (const int64_t n : {int64_t{-1}, int64_t{9}}) {
+    EngineOptions o = small_reference();
+    o.fused_decode_max_tokens = n;  // the fused decode kernels take 0..8 tokens
+    expect_invalid([&] { Engine e(*model, o); }, "fused_decode_max_tokens must be in [0, 8]; got " + std::to_string(n));
+  }
+  EngineOptions o = small_reference();
+  o.max_logit_rows = o.max_batch - 1;
+  expect_invalid([&] { Engine e(*model, o); }, "max_logit_rows must be in [4, ");
+}
+
 TEST(LlmEngine, RefusesBadStepsAndAppendsNothing) {
   REQUIRE_MODEL();
   Engine engine(*model, small_reference(3));  // 3 pages of 4 tokens
