@@ -2,8 +2,12 @@
 // the page/slot divider the FP8 producers use, on the CPU: no kernel is launched here.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <cstdint>
 #include <random>
@@ -293,6 +297,57 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
     EXPECT_EQ(off, (LaunchPlan{SparseKernel::simple, none, r.plan.split, 0, 1})) << r.what;
     EXPECT_STREQ(kernels::plan_label(off), "simple") << r.what;
   }
+}
+
+// docs/MLA.md's launch-plan table, row by row, against the chooser: the documentation cannot drift from the code.
+TEST(MlaLaunchPlan, DocsTableMatchesTheChooser) {
+  Fp8KernelScope scope;
+  kernels::set_fp8_decode_kernel(std::nullopt);
+  std::ifstream in(FLASHCPP_SOURCE_DIR "/docs/MLA.md");
+  ASSERT_TRUE(in) << "docs/MLA.md missing";
+  std::string line;
+  while (std::getline(in, line) && line.find("<!-- launch-plan table") == std::string::npos) {
+  }
+  ASSERT_TRUE(in) << "docs/MLA.md has no launch-plan table marker";
+  std::getline(in, line);  // header
+  std::getline(in, line);  // separator
+  int rows = 0;
+  while (std::getline(in, line) && !line.empty() && line[0] == '|') {
+    std::vector<std::string> cells;
+    std::stringstream ss(line.substr(1));
+    for (std::string c; std::getline(ss, c, '|');) {
+      c.erase(0, c.find_first_not_of(" `"));
+      c.erase(c.find_last_not_of(" `") + 1);
+      cells.push_back(c);
+    }
+    ASSERT_GE(cells.size(), 7u) << line;
+    const std::string &op = cells[0], &kv = cells[1], &plan = cells[6];
+    kernels::SparseAttentionParams p = kv == "bf16" ? prefill_params() : decode_params();
+    if (kv == "v4") {
+      p.kv_format = KvFormat::fp8_v4;
+      p.topk = p.main_topk = 128;
+      p.kv_block_stride_bytes = 64 * 584;
+    } else {
+      ASSERT_TRUE(kv == "bf16" || kv == "v32") << line;
+    }
+    p.d_qk = std::stoi(cells[2]);
+    p.h_q = std::stoi(cells[3]);
+    p.num_tokens = std::stoi(cells[5]);
+    if (cells[4] == "yes") {
+      p.sched = g_buffer;
+      p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
+      p.o_accum = reinterpret_cast<float*>(g_buffer);
+      p.lse_accum = reinterpret_cast<float*>(g_buffer);
+      p.num_parts = 33;
+      p.num_requests = 2;
+    } else {
+      ASSERT_EQ(cells[4], "no") << line;
+    }
+    EXPECT_STREQ(kernels::plan_label(kernels::choose(p, facts(true))), plan.c_str()) << op << ": " << line;
+    EXPECT_STREQ(kernels::plan_label(kernels::choose(p, facts(false))), "simple") << line;
+    ++rows;
+  }
+  EXPECT_GE(rows, 13) << "the table lost rows";
 }
 
 // launch() runs exactly its plan: a plan that does not fit the problem launches nothing (no CUDA call is made on these
