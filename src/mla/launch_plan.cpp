@@ -132,19 +132,6 @@ void choose_wgmma(const SparseAttentionParams& p, const DeviceFacts& f, LaunchPl
 
 }  // namespace
 
-const char* variant_name(WgmmaVariant v) {
-  switch (v) {
-    case WgmmaVariant::none: return "none";
-    case WgmmaVariant::bf16_576: return "bf16_576";
-    case WgmmaVariant::bf16_512: return "bf16_512";
-    case WgmmaVariant::v32_alone: return "v32_alone";
-    case WgmmaVariant::v32_pair: return "v32_pair";
-    case WgmmaVariant::v4_alone: return "v4_alone";
-    case WgmmaVariant::v4_pair: return "v4_pair";
-  }
-  return "unknown";
-}
-
 LaunchPlan choose(const SparseAttentionParams& p, const DeviceFacts& f) {
   LaunchPlan plan;
   plan.split = p.sched != nullptr;

@@ -14,7 +14,7 @@
 
 namespace flashcpp::mla::kernels {
 
-/// What the choice depends on about a device, read once per device (detail::device_facts, mla.cpp).
+/// What the choice depends on about a device, read once per device (device_facts below).
 struct DeviceFacts {
   int device_id = -1;
   int cc_major = 0, cc_minor = 0, sm_count = 0;
@@ -38,7 +38,6 @@ enum class WgmmaVariant : int {
   v4_alone,   ///< Config<512, true, 1, 2>: V4 pages, one CTA of 64 heads tile by tile
   v4_pair,    ///< Config<512, true, 2, 2>: V4 pages, a 2-CTA cluster (h_q 65..128, or 33..64 as two CTAs of 32 heads)
 };
-const char* variant_name(WgmmaVariant v);
 
 /// The whole decision for one problem. For the wgmma kernel: its instantiation, the heads each CTA computes
 /// (64, or 32 for V4's half-heads cluster; the CTA's other rows compute on zero Q and are never written) and the
