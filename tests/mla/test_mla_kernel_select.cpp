@@ -229,21 +229,23 @@ TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
   EXPECT_EQ(kernel_of(d512_fp8, true), SparseKernel::simple);
 }
 
+// `p` as split-KV work of 2 requests over 33 parts, planned for `group_heads` heads per CTA (0: the rule's).
+kernels::SparseAttentionParams with_split(kernels::SparseAttentionParams p, int group_heads = 0) {
+  p.sched = g_buffer;
+  p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
+  p.o_accum = reinterpret_cast<float*>(g_buffer);
+  p.lse_accum = reinterpret_cast<float*>(g_buffer);
+  p.num_parts = 33;
+  p.num_requests = 2;
+  p.split_group_heads = group_heads;
+  return p;
+}
+
 // The whole plan of every documented case (docs/MLA.md, "Kernels"): the wgmma instantiation, heads per CTA, cluster
 // and split, and the label the benchmarks print.
 TEST(MlaLaunchPlan, EveryDocumentedCase) {
   Fp8KernelScope scope;
   kernels::set_fp8_decode_kernel(std::nullopt);
-  auto split = [](kernels::SparseAttentionParams p, int group_heads = 0) {
-    p.sched = g_buffer;
-    p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
-    p.o_accum = reinterpret_cast<float*>(g_buffer);
-    p.lse_accum = reinterpret_cast<float*>(g_buffer);
-    p.num_parts = 33;
-    p.num_requests = 2;
-    p.split_group_heads = group_heads;
-    return p;
-  };
   auto heads = [](kernels::SparseAttentionParams p, int h_q, int tokens = 4) {
     p.h_q = h_q;
     p.num_tokens = tokens;
@@ -268,24 +270,28 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
   const Row rows[] = {
       {"prefill d_qk 576", prefill_params(), {wg, bf16_576, false, 64, 1}, "wgmma_sm90/bf16_576/64h"},
       {"prefill d_qk 512", prefill512, {wg, bf16_512, false, 64, 1}, "wgmma_sm90/bf16_512/64h"},
-      {"dense decode (split bf16)", split(prefill_params()), {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
+      {"dense decode (split bf16)", with_split(prefill_params()),
+        {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
       {"V3.2 h_q 128", decode_params(), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
-      {"V3.2 h_q 128 split", split(decode_params()), {wg, v32_pair, true, 64, 2}, "wgmma_sm90/v32_pair/64h"},
+      {"V3.2 h_q 128 split", with_split(decode_params()), {wg, v32_pair, true, 64, 2}, "wgmma_sm90/v32_pair/64h"},
       {"V3.2 h_q 65", heads(decode_params(), 65), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
       {"V3.2 h_q 64", heads(decode_params(), 64), {wg, v32_alone, false, 64, 1}, "wgmma_sm90/v32_alone/64h"},
-      {"V3.2 h_q 1 split", split(heads(decode_params(), 1)), {wg, v32_alone, true, 64, 1}, "wgmma_sm90/v32_alone/64h"},
+      {"V3.2 h_q 1 split", with_split(heads(decode_params(), 1)),
+        {wg, v32_alone, true, 64, 1}, "wgmma_sm90/v32_alone/64h"},
       {"V3.2 h_q 129", heads(decode_params(), 129), {SparseKernel::mma_sm90, none, false, 0, 1}, "mma_sm90"},
       {"V4 h_q 128", v4, {wg, v4_pair, false, 64, 2}, "wgmma_sm90/v4_pair/64h"},
-      {"V4 h_q 128 split", split(v4), {wg, v4_pair, true, 64, 2}, "wgmma_sm90/v4_pair/64h"},
-      {"V4 h_q 64 split", split(heads(v4, 64)), {wg, v4_pair, true, 32, 2}, "wgmma_sm90/v4_pair/32h"},
-      {"V4 h_q 33 split, planned 32", split(heads(v4, 33), 32), {wg, v4_pair, true, 32, 2}, "wgmma_sm90/v4_pair/32h"},
-      {"V4 h_q 64 split, planned 64", split(heads(v4, 64), 64), {wg, v4_alone, true, 64, 1}, "wgmma_sm90/v4_alone/64h"},
+      {"V4 h_q 128 split", with_split(v4), {wg, v4_pair, true, 64, 2}, "wgmma_sm90/v4_pair/64h"},
+      {"V4 h_q 64 split", with_split(heads(v4, 64)), {wg, v4_pair, true, 32, 2}, "wgmma_sm90/v4_pair/32h"},
+      {"V4 h_q 33 split, planned 32", with_split(heads(v4, 33), 32),
+        {wg, v4_pair, true, 32, 2}, "wgmma_sm90/v4_pair/32h"},
+      {"V4 h_q 64 split, planned 64", with_split(heads(v4, 64), 64),
+        {wg, v4_alone, true, 64, 1}, "wgmma_sm90/v4_alone/64h"},
       {"V4 h_q 64, 48 tokens", heads(v4, 64, 48), {wg, v4_pair, false, 32, 2}, "wgmma_sm90/v4_pair/32h"},
       {"V4 h_q 64, 66 tokens", heads(v4, 64, 66), {wg, v4_pair, false, 32, 2}, "wgmma_sm90/v4_pair/32h"},
       {"V4 h_q 64, 67 tokens", heads(v4, 64, 67), {wg, v4_alone, false, 64, 1}, "wgmma_sm90/v4_alone/64h"},
       {"V4 h_q 64, no cluster fits", heads(v4, 64, 4), {wg, v4_alone, false, 64, 1}, "wgmma_sm90/v4_alone/64h", 0},
       {"V4 h_q 32", heads(v4, 32), {wg, v4_alone, false, 64, 1}, "wgmma_sm90/v4_alone/64h"},
-      {"V4 h_q 32 split", split(heads(v4, 32)), {wg, v4_alone, true, 64, 1}, "wgmma_sm90/v4_alone/64h"},
+      {"V4 h_q 32 split", with_split(heads(v4, 32)), {wg, v4_alone, true, 64, 1}, "wgmma_sm90/v4_alone/64h"},
   };
   for (const Row& r : rows) {
     const LaunchPlan plan = kernels::choose(r.p, facts(true, r.cluster_slots));
@@ -334,12 +340,7 @@ TEST(MlaLaunchPlan, DocsTableMatchesTheChooser) {
     p.h_q = std::stoi(cells[3]);
     p.num_tokens = std::stoi(cells[5]);
     if (cells[4] == "yes") {
-      p.sched = g_buffer;
-      p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
-      p.o_accum = reinterpret_cast<float*>(g_buffer);
-      p.lse_accum = reinterpret_cast<float*>(g_buffer);
-      p.num_parts = 33;
-      p.num_requests = 2;
+      p = with_split(p);
     } else {
       ASSERT_EQ(cells[4], "no") << line;
     }
