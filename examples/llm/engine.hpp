@@ -42,9 +42,9 @@ struct EngineOptions {
   /// kernels (decode_linear.hpp: 5 kernels a layer instead of 10); larger steps, and every step with 0, run them as the
   /// prefill does (cuBLASLt GEMMs and FlashInfer's norm/RoPE/append/activation kernels). The fused kernels' time grows
   /// with the tokens (each warp's dot products run token by token) while cuBLASLt's barely does: H200, 2026-12-04,
-  /// SmolLM2 f16, CUDA graphs, a step: fused 814 us at 1 token and 1909 at 8, cuBLASLt path 1218 and 1240, so they
-  /// cross near 4 tokens.
-  int64_t fused_decode_max_tokens = 3;
+  /// SmolLM2 f16, CUDA graphs, a step of 1 / 2 / 3 / 4 / 8 tokens: fused 870 / 996 / 1104 / 1222 / 1984 us, the
+  /// cuBLASLt path 1226 / 1231 / 1245 / 1257 / 1254, so they cross between 4 and 5 tokens.
+  int64_t fused_decode_max_tokens = 4;
   /// gpu: time each step's device work (index upload to the last kernel) with CUDA events: last_step_gpu_us.
   bool time_steps = false;
 };
