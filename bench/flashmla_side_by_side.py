@@ -14,7 +14,9 @@ quantizers, which write FlashMLA's bytes.
 flashcpp is called through its C ABI (ctypes, libflashcpp.so), FlashMLA through its Python package when it is
 importable (this script never builds it). Each call is captured in a CUDA graph; a replay is timed between two
 events, after a write of 256 MiB that evicts the L2 (FlashMLA's suite flushes the L2 before each run), median
-of --iters. Host time per call: eager calls back to back, wall time per call. One line per case:
+of --iters; the contenders of a case (flashcpp, --lib-b, FlashMLA) are replayed in turn, the order rotated every
+iteration, so none is favoured by when it ran (--sequential: one after the other, ours first). Host time per call:
+eager calls back to back, wall time per call. One line per case:
 
   MLA_SUITE {"op": "decode"|"prefill", <case>, "flashmla_us", "flashcpp_us", "ratio" (FlashMLA time / ours),
              "tflops" (ours, FlashMLA's FLOP count), "host_us", "flashmla_host_us", "max_abs_diff", ...}
@@ -256,7 +258,8 @@ def randperm_batch(perm_range, perm_size, paddings):
 
 
 # Experiments (--equal-lengths, --no-permute): FlashMLA's inputs with one of its features turned off.
-EXPERIMENT = dict(equal_lengths=False, no_permute=False, host_time=True, num_sms=[], plan_by_lengths=True)
+EXPERIMENT = dict(equal_lengths=False, no_permute=False, host_time=True, num_sms=[], plan_by_lengths=True,
+                  sequential=False)
 # --lib-b: a second flashcpp build (another libflashcpp.so, loaded beside the first) timed on the same tensors.
 OTHER_BUILD = dict(lib=None)
 
@@ -488,6 +491,46 @@ class Timer:
         del g
         return statistics.median(times)
 
+    def graph_us_interleaved(self, fns):
+        """Median replay time of each of fns ({name: fn}), their CUDA graphs replayed in turn: every iteration replays
+        each graph once (L2 evicted before each replay unless --no-flush), the order rotated by one each iteration.
+        Contenders timed one after the other differ by the machine's state at their turn (clocks, what ran before:
+        identical builds measured up to 6% apart by their order); in turn, each sees the same."""
+        graphs = {}
+        for name, fn in fns.items():
+            fn()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            graphs[name] = g
+        for _ in range(3):
+            for g in graphs.values():
+                g.replay()
+        torch.cuda.synchronize()
+        names = list(graphs)
+        marks = {n: [] for n in names}
+        for i in range(self.iters):
+            k = i % len(names)
+            for n in names[k:] + names[:k]:
+                if self.flush is not None:
+                    self.flush.fill_(i & 0xFF)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graphs[n].replay()
+                end.record()
+                marks[n].append((start, end))
+        torch.cuda.synchronize()
+        times = {n: statistics.median(s.elapsed_time(e) * 1e3 for s, e in marks[n]) for n in names}
+        del graphs
+        return times
+
+    def time_contenders(self, fns):
+        """{name: median us}: in turn (graph_us_interleaved), or one after the other with --sequential."""
+        if EXPERIMENT["sequential"]:
+            return {n: self.graph_us(fn) for n, fn in fns.items()}
+        return self.graph_us_interleaved(fns)
+
     @staticmethod
     def host_us(fn, calls=30):
         """Host time of one eager call: calls back to back, wall time per call."""
@@ -512,9 +555,9 @@ def diff(a, b):
     return (float(d.max().item()) if d.numel() else 0.0), bad
 
 
-def time_other_build(rec, timer, ours, out, theirs_b, out_b):
-    """--lib-b: the second build's time on the same tensors, and its output against ours (run again last)."""
-    rec["flashcpp_b_us"] = timer.graph_us(theirs_b)
+def compare_other_build(rec, ours, out, theirs_b, out_b):
+    """--lib-b: the second build's output against ours (each run once more, ours last) and its time against ours."""
+    theirs_b()
     ours()
     torch.cuda.synchronize()
     rec["b_max_abs_diff"], rec["b_nonfinite_mismatch"] = diff(out, out_b)
@@ -536,13 +579,27 @@ def run_decode(flashcpp, flash_mla, timer, c):
                extra_topk_length=bool(c.get("extra_topk_length")), split=split,
                plan_by_lengths=bool(split and EXPERIMENT["plan_by_lengths"] and (c.get("topk_length") or c.get("extra_topk_length"))))
     flop = decode_flop(c, inp)
-    rec["flashcpp_us"] = timer.graph_us(ours)
+    contenders = {"flashcpp_us": ours}
+    theirs_b = None
     if OTHER_BUILD["lib"] is not None:  # the same tensors through a second build, outputs compared with ours
         out_b, lse_b = torch.empty_like(out), torch.empty_like(lse)
         theirs_b, _ = OTHER_BUILD["lib"].prepare_decode(
             inp, inp["q"], main["cache"], main["indices"], main["topk_length"], inp["sink"], out_b,
             lse_b.transpose(1, 2), extra and extra["cache"], extra and extra["indices"], extra and extra["topk_length"])
-        time_other_build(rec, timer, ours, out, theirs_b, out_b)
+        contenders["flashcpp_b_us"] = theirs_b
+    if flash_mla is not None:
+        meta, _ = flash_mla.get_mla_metadata()
+
+        def theirs():
+            return flash_mla.flash_mla_with_kvcache(
+                inp["q"], main["cache"], None, None, 512, meta, None, inp["sm_scale"], False, True, main["indices"],
+                inp["sink"], extra and extra["cache"], extra and extra["indices"], main["topk_length"],
+                extra and extra["topk_length"])
+        ref_out, ref_lse = theirs()  # its scheduler metadata is computed here, once, as in FlashMLA's own suite
+        contenders["flashmla_us"] = theirs
+    rec.update(timer.time_contenders(contenders))
+    if theirs_b is not None:
+        compare_other_build(rec, ours, out, theirs_b, out_b)
     for n in EXPERIMENT["num_sms"]:  # the same tensors planned for n SMs (the split schedule's parts)
         out_n = torch.empty_like(out)
         ours_n, split_n = flashcpp.prepare_decode(
@@ -554,19 +611,10 @@ def run_decode(flashcpp, flash_mla, timer, c):
         rec["host_us"] = timer.host_us(ours)
     rec["tflops"] = flop / (rec["flashcpp_us"] * 1e-6) / 1e12
     if flash_mla is not None:
-        meta, _ = flash_mla.get_mla_metadata()
-
-        def theirs():
-            return flash_mla.flash_mla_with_kvcache(
-                inp["q"], main["cache"], None, None, 512, meta, None, inp["sm_scale"], False, True, main["indices"],
-                inp["sink"], extra and extra["cache"], extra and extra["indices"], main["topk_length"],
-                extra and extra["topk_length"])
-        ref_out, ref_lse = theirs()
         ours()
         torch.cuda.synchronize()
         rec["max_abs_diff"], rec["nonfinite_mismatch"] = diff(out, ref_out)
         rec["lse_max_abs_diff"], _ = diff(lse, ref_lse)
-        rec["flashmla_us"] = timer.graph_us(theirs)
         if EXPERIMENT["host_time"]:
             rec["flashmla_host_us"] = timer.host_us(theirs)
         rec["ratio"] = rec["flashmla_us"] / rec["flashcpp_us"]
@@ -582,25 +630,30 @@ def run_prefill(flashcpp, flash_mla, timer, c):
     ours = flashcpp.prepare_prefill(inp, inp["q"], inp["kv"], inp["indices"], inp["sink"], None, out, max_logits, lse)
     rec = dict(op="prefill", case=c["name"], s_q=s_q, s_kv=c["s_kv"], h_q=h_q, d_qk=c["d_qk"], topk=c["topk"])
     flop = 2.0 * s_q * c["topk"] * h_q * (c["d_qk"] + 512)
-    rec["flashcpp_us"] = timer.graph_us(ours)
+    contenders = {"flashcpp_us": ours}
+    theirs_b = None
     if OTHER_BUILD["lib"] is not None:
         out_b, max_logits_b, lse_b = torch.empty_like(out), torch.empty_like(max_logits), torch.empty_like(lse)
         theirs_b = OTHER_BUILD["lib"].prepare_prefill(inp, inp["q"], inp["kv"], inp["indices"], inp["sink"], None, out_b,
                                                       max_logits_b, lse_b)  # alive while the call is timed
-        time_other_build(rec, timer, ours, out, theirs_b, out_b)
-    if EXPERIMENT["host_time"]:
-        rec["host_us"] = timer.host_us(ours, calls=10)
-    rec["tflops"] = flop / (rec["flashcpp_us"] * 1e-6) / 1e12
+        contenders["flashcpp_b_us"] = theirs_b
     if flash_mla is not None:
         def theirs():
             return flash_mla.flash_mla_sparse_fwd(inp["q"], inp["kv"], inp["indices"], sm_scale=inp["sm_scale"],
                                                   attn_sink=inp["sink"], topk_length=None)
         ref_out, ref_ml, ref_lse = theirs()
+        contenders["flashmla_us"] = theirs
+    rec.update(timer.time_contenders(contenders))
+    if theirs_b is not None:
+        compare_other_build(rec, ours, out, theirs_b, out_b)
+    if EXPERIMENT["host_time"]:
+        rec["host_us"] = timer.host_us(ours, calls=10)
+    rec["tflops"] = flop / (rec["flashcpp_us"] * 1e-6) / 1e12
+    if flash_mla is not None:
         ours()
         torch.cuda.synchronize()
         rec["max_abs_diff"], rec["nonfinite_mismatch"] = diff(out, ref_out)
         rec["lse_max_abs_diff"], _ = diff(lse, ref_lse)
-        rec["flashmla_us"] = timer.graph_us(theirs)
         if EXPERIMENT["host_time"]:
             rec["flashmla_host_us"] = timer.host_us(theirs, calls=10)
         rec["flashmla_tflops"] = flop / (rec["flashmla_us"] * 1e-6) / 1e12
@@ -619,6 +672,8 @@ def main():
     ap.add_argument("--no-flashmla", action="store_true", help="time flashcpp alone")
     ap.add_argument("--no-host-time", action="store_true", help="skip the eager host-time loops (e.g. under a profiler)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sequential", action="store_true",
+                    help="time the contenders one after the other (ours first), as before 2026-12-04, not in turn")
     ap.add_argument("--lib-b", help="a second libflashcpp.so timed on the same tensors (flashcpp_b_us, b_speedup: "
                     "its time / the first's; decode and prefill)")
     ap.add_argument("--equal-lengths", action="store_true", help="experiment: every request's cache length s_k")
@@ -629,7 +684,8 @@ def main():
                     help="experiment: decode also planned for each of these SM counts (num_sms_us: {n: [us, split]})")
     args = ap.parse_args()
     EXPERIMENT.update(equal_lengths=args.equal_lengths, no_permute=args.no_permute, host_time=not args.no_host_time,
-                      num_sms=args.num_sms, plan_by_lengths=not args.plan_without_lengths)
+                      num_sms=args.num_sms, plan_by_lengths=not args.plan_without_lengths,
+                      sequential=args.sequential)
 
     flashcpp = Flashcpp(args.lib)
     if args.lib_b:
