@@ -27,11 +27,14 @@
 // rope_quantize_fp8 (FlashInfer's rope_quantize, the input step of DeepSeek MLA and of FP8 attention) takes q and k
 // already split into their rotary part (rope_dim wide) and the rest (nope, no_rope_dim wide), rotates the rotary parts
 // with a cos/sin cache and writes every part as FP8 in one pass (see RopeQuantizeArgs).
+// rope_quantize_append_paged_kv_cache (FlashInfer's function of that name) does the same for q and appends the FP8 k
+// (and, for GQA/MHA, v) straight into a paged KV cache: a decode step's attention input in one kernel.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "flashcpp/page.hpp"
 #include "flashcpp/tensor.hpp"
 
 namespace flashcpp {
@@ -126,5 +129,45 @@ struct RopeQuantizeOptions {
 /// readable after the cache.
 void rope_quantize_fp8(const Runtime& rt, const RopeQuantizeArgs& args, const RopeQuantizeOptions& options = {},
                        cudaStream_t stream = nullptr);
+
+/// Tensors of one rope_quantize_append_paged_kv_cache call: q as in rope_quantize_fp8 (written to q_rope_out and
+/// q_nope_out), k (and v) appended to a paged cache instead of written out. Inputs f16 or bf16 (all the same); q's
+/// outputs and the cache FP8, e4m3 or e5m2 (all the same). Exactly one of kv_cache and mla_cache.
+struct RopeQuantizeAppendArgs {
+  TensorView q_rope;      ///< [tokens, H_q, rope_dim]
+  TensorView k_rope;      ///< GQA/MHA [tokens, H_k, rope_dim]; MLA [tokens, rope_dim] (one latent head)
+  TensorView q_nope;      ///< [tokens, H_q, no_rope_dim] (no_rope_dim a multiple of rope_dim, 0 allowed)
+  TensorView k_nope;      ///< GQA/MHA [tokens, H_k, no_rope_dim]; MLA [tokens, no_rope_dim]
+  OptionalTensor v = nullptr;  ///< GQA/MHA: [tokens, H_k, rope_dim + no_rope_dim]; MLA: absent
+  TensorView q_rope_out;  ///< fp8, q_rope's shape
+  TensorView q_nope_out;  ///< fp8, q_nope's shape
+  TensorView cos_sin_cache;  ///< f32 [max_position, rope_dim]: cos(pos f_p) for p < rope_dim/2, then sin(pos f_p)
+  TensorView pos_ids;        ///< int32 or int64 [tokens], each a row of cos_sin_cache (read on the device only)
+  TensorView batch_indices;  ///< int32 [tokens]: the request each token is appended to
+  TensorView positions;      ///< int32 [tokens]: its position in that request's pages
+  /// GQA/MHA: fp8 k/v caches of head_dim rope_dim + no_rope_dim and H_k heads; a token's cached k is
+  /// [RoPE(k_rope) | k_nope] x quant_scale_kv, its v is v x quant_scale_kv.
+  const PagedKvCache* kv_cache = nullptr;
+  /// MLA: fp8 ckv_cache [pages, page_size, no_rope_dim] (k_nope x quant_scale_kv) and kpe_cache [pages, page_size,
+  /// rope_dim] (RoPE(k_rope) x quant_scale_kv), any latent widths (not only DeepSeek's 512 and 64).
+  const PagedMlaKvCache* mla_cache = nullptr;
+};
+
+/// RoPE + FP8 quantization of q (as rope_quantize_fp8: q_rope_out = fp8(RoPE(q_rope) x quant_scale_q), q_nope_out =
+/// fp8(q_nope x quant_scale_q)) and of k and v, which are written into the cache at the page slot of positions[i] in
+/// request batch_indices[i]: page indices[indptr[b] + positions[i] / page_size], entry positions[i] % page_size (the
+/// page table, batch_indices and positions live on the device and are not read here: every slot must lie in the
+/// request's pages). One kernel (FlashInfer's rope_quantize_append_paged_kv_cache).
+/// Validated before anything is launched, besides rope_quantize_fp8's rules for q, k and the cos/sin cache (rope_dim
+/// a multiple of 16, NeoX of 32, in [16, 16384]; 16-byte rows; input strides multiples of 8 elements and output
+/// strides of 16, below 2^32; quant scales finite, > 0, at most FLT_MAX): no_rope_dim a multiple of rope_dim (the
+/// kernel moves the nope parts in rope_dim-wide chunks); the cache as append_paged_kv_cache takes it (k/v caches of
+/// identical shape and strides, H_k heads, head_dim rope_dim + no_rope_dim; or ckv/kpe caches of the same pages and
+/// page size) with its dtype q_rope_out's, its page strides multiples of 16 elements, 16-byte aligned; the page table
+/// int32 (indptr [batch + 1], last_page_len [batch], indices), batch_indices and positions int32 [tokens], contiguous;
+/// grid y (H_q + H_k) x (1 + no_rope_dim / rope_dim) + (GQA/MHA) H_k <= 65535; no output (q's, the caches) shares a
+/// byte with an input or another output.
+void rope_quantize_append_paged_kv_cache(const Runtime& rt, const RopeQuantizeAppendArgs& args,
+                                         const RopeQuantizeOptions& options = {}, cudaStream_t stream = nullptr);
 
 }  // namespace flashcpp

@@ -112,3 +112,5 @@ FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_sampling_options, sizeof(flashcpp_sampling_o
                            FLASHCPP_SAMPLING_OPTIONS_INIT);  // C ABI 3.4.0
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_rope_quantize_args, sizeof(flashcpp_rope_quantize_args),
                            FLASHCPP_ROPE_QUANTIZE_ARGS_INIT);  // C ABI 3.4.0
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_rope_quantize_append_args, sizeof(flashcpp_rope_quantize_append_args),
+                           FLASHCPP_ROPE_QUANTIZE_APPEND_ARGS_INIT);  // C ABI 3.6.0

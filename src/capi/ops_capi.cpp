@@ -3,6 +3,7 @@
 #include "flashcpp/c/ops.h"
 
 #include <memory>
+#include <optional>
 
 #include "capi/capi.hpp"
 #include "flashcpp/activation.hpp"
@@ -60,6 +61,13 @@ PagedKvCache to_cache(const flashcpp_paged_kv_cache* c, const char* op) {
   kv.last_page_len = to_view(c->last_page_len, op, "last_page_len");
   kv.layout = to_enum<KvLayout>(c->layout, 1, op, "cache.layout");
   return kv;
+}
+
+PagedMlaKvCache to_mla_cache(const flashcpp_paged_mla_kv_cache* c, const char* op) {
+  capi::require_non_null(c, op, "cache");
+  return PagedMlaKvCache{to_view(c->ckv_cache, op, "cache.ckv_cache"), to_view(c->kpe_cache, op, "cache.kpe_cache"),
+                         to_view(c->indices, op, "cache.indices"), to_view(c->indptr, op, "cache.indptr"),
+                         to_view(c->last_page_len, op, "cache.last_page_len")};
 }
 
 Workspace to_workspace(const flashcpp_workspace* w, const char* op) {
@@ -205,12 +213,9 @@ flashcpp_status flashcpp_append_paged_mla_kv_cache(const flashcpp_tensor* ckv, c
                                                    const flashcpp_paged_mla_kv_cache* cache, void* stream) {
   constexpr const char* op = "append_paged_mla_kv_cache";
   return guard([&] {
-    capi::require_non_null(cache, op, "cache");
-    PagedMlaKvCache c{to_view(cache->ckv_cache, op, "cache.ckv_cache"), to_view(cache->kpe_cache, op, "cache.kpe_cache"),
-                      to_view(cache->indices, op, "cache.indices"), to_view(cache->indptr, op, "cache.indptr"),
-                      to_view(cache->last_page_len, op, "cache.last_page_len")};
     append_paged_mla_kv_cache(*default_runtime(), to_view(ckv, op, "append_ckv"), to_view(kpe, op, "append_kpe"),
-                              to_view(bi, op, "batch_indices"), to_view(pos, op, "positions"), c, as_stream(stream));
+                              to_view(bi, op, "batch_indices"), to_view(pos, op, "positions"), to_mla_cache(cache, op),
+                              as_stream(stream));
   });
 }
 
@@ -468,6 +473,37 @@ flashcpp_status flashcpp_rope_quantize_fp8(const flashcpp_rope_quantize_args* ar
     o.quant_scale_q = c.quant_scale_q;
     o.quant_scale_kv = c.quant_scale_kv;
     rope_quantize_fp8(*default_runtime(), a, o, as_stream(stream));
+  });
+}
+
+flashcpp_status flashcpp_rope_quantize_append_paged_kv_cache(const flashcpp_rope_quantize_append_args* args,
+                                                             void* stream) {
+  constexpr const char* op = "rope_quantize_append_paged_kv_cache";
+  return guard([&] {
+    const flashcpp_rope_quantize_append_args c = read_struct(args, op, "args");
+    RopeQuantizeAppendArgs a;
+    a.q_rope = to_view(c.q_rope, op, "q_rope");
+    a.k_rope = to_view(c.k_rope, op, "k_rope");
+    a.q_nope = to_view(c.q_nope, op, "q_nope");
+    a.k_nope = to_view(c.k_nope, op, "k_nope");
+    TensorView v;
+    a.v = optional(c.v, op, "v", v);
+    a.q_rope_out = to_view(c.q_rope_out, op, "q_rope_out");
+    a.q_nope_out = to_view(c.q_nope_out, op, "q_nope_out");
+    a.cos_sin_cache = to_view(c.cos_sin_cache, op, "cos_sin_cache");
+    a.pos_ids = to_view(c.pos_ids, op, "pos_ids");
+    a.batch_indices = to_view(c.batch_indices, op, "batch_indices");
+    a.positions = to_view(c.positions, op, "positions");
+    std::optional<PagedKvCache> kv;
+    std::optional<PagedMlaKvCache> mla;
+    if (c.kv_cache != nullptr) a.kv_cache = &kv.emplace(to_cache(c.kv_cache, op));
+    if (c.mla_cache != nullptr) a.mla_cache = &mla.emplace(to_mla_cache(c.mla_cache, op));
+    RopeQuantizeOptions o;
+    o.interleave = flag_of(c.interleave, op, "interleave");
+    o.enable_pdl = flag_of(c.enable_pdl, op, "enable_pdl");
+    o.quant_scale_q = c.quant_scale_q;
+    o.quant_scale_kv = c.quant_scale_kv;
+    rope_quantize_append_paged_kv_cache(*default_runtime(), a, o, as_stream(stream));
   });
 }
 

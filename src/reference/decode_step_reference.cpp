@@ -451,4 +451,50 @@ void rope_quantize_fp8(const RopeQuantizeArgs& a, const RopeQuantizeOptions& o) 
   });
 }
 
+void rope_quantize_append_paged_kv_cache(const RopeQuantizeAppendArgs& a, const RopeQuantizeOptions& o) {
+  const Validator v("reference::rope_quantize_append_paged_kv_cache");
+  v.require((a.kv_cache != nullptr) != (a.mla_cache != nullptr), "kv_cache",
+            "must be given for GQA/MHA, or mla_cache for MLA: exactly one of the two");
+  const bool mla = a.mla_cache != nullptr;
+  v.rank(a.k_rope, "k_rope", mla ? 2 : 3).rank(a.q_nope, "q_nope", 3);
+  const int64_t tokens = a.k_rope.shape[0], rope_dim = a.k_rope.shape[a.k_rope.rank - 1];
+  const int64_t h_k = mla ? 1 : a.k_rope.shape[1], no_rope_dim = a.q_nope.shape[2];
+  const TensorView& cache = mla ? a.mla_cache->ckv_cache : a.kv_cache->k_cache;
+  v.defined(cache, mla ? "ckv_cache" : "k_cache").on_host(cache, mla ? "ckv_cache" : "k_cache");
+  // k's two parts rounded into the cache's dtype, then appended as they are.
+  const DType dt = cache.dtype;
+  const int64_t es = dtype_size(dt);
+  std::vector<uint8_t> kr_bytes(static_cast<size_t>(tokens * h_k * rope_dim * es));
+  std::vector<uint8_t> kn_bytes(static_cast<size_t>(tokens * h_k * no_rope_dim * es));
+  const TensorView k_rope_q = mla ? TensorView::contiguous(kr_bytes.data(), dt, Device::cpu(), {tokens, rope_dim})
+                                  : TensorView::contiguous(kr_bytes.data(), dt, Device::cpu(), {tokens, h_k, rope_dim});
+  const TensorView k_nope_q = mla ? TensorView::contiguous(kn_bytes.data(), dt, Device::cpu(), {tokens, no_rope_dim})
+                                  : TensorView::contiguous(kn_bytes.data(), dt, Device::cpu(), {tokens, h_k, no_rope_dim});
+  RopeQuantizeArgs q{a.q_rope, a.k_rope, a.q_rope_out, k_rope_q, &a.q_nope, &a.k_nope, &a.q_nope_out, &k_nope_q,
+                     a.cos_sin_cache, a.pos_ids};
+  rope_quantize_fp8(q, o);
+  if (mla) {
+    append_paged_mla_kv_cache(k_nope_q, k_rope_q, a.batch_indices, a.positions, *a.mla_cache);
+    return;
+  }
+  v.require(a.v != nullptr, "v", "must be given with kv_cache");
+  const TensorView& val = *a.v;
+  const int64_t d = rope_dim + no_rope_dim;
+  detail::check_host_float(v, val, "v");
+  v.shape(val, "v", {tokens, h_k, d});
+  std::vector<uint8_t> key_bytes(static_cast<size_t>(tokens * h_k * d * es)), value_bytes(key_bytes.size());
+  const TensorView key = TensorView::contiguous(key_bytes.data(), dt, Device::cpu(), {tokens, h_k, d});
+  const TensorView value = TensorView::contiguous(value_bytes.data(), dt, Device::cpu(), {tokens, h_k, d});
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < h_k; ++h) {
+      // The cached k is [RoPE(k_rope) | k_nope], both already rounded: copied, not rounded again.
+      uint8_t* row = key_bytes.data() + ((t * h_k + h) * d) * es;
+      std::copy_n(kr_bytes.data() + ((t * h_k + h) * rope_dim) * es, rope_dim * es, row);
+      std::copy_n(kn_bytes.data() + ((t * h_k + h) * no_rope_dim) * es, no_rope_dim * es, row + rope_dim * es);
+      for (int64_t j = 0; j < d; ++j)
+        store(value, offset_of(value, {t, h, j}), load(val, offset_of(val, {t, h, j})) * o.quant_scale_kv);
+    }
+  append_paged_kv_cache(key, value, a.batch_indices, a.positions, *a.kv_cache);
+}
+
 }  // namespace flashcpp::reference

@@ -1,5 +1,5 @@
-// RoPE over a ragged batch (apply_rope, apply_llama31_rope) and RoPE + FP8 quantization (rope_quantize_fp8) on the GPU
-// against the float64 reference. Run with FLASHCPP_GPU_TESTS=1 on a machine whose Runtime finds the `rope` module.
+// RoPE over a ragged batch (apply_rope, apply_llama31_rope), RoPE + FP8 quantization (rope_quantize_fp8) and the same
+// appended to a paged cache (rope_quantize_append_paged_kv_cache) on the GPU against the float64 reference. Run with FLASHCPP_GPU_TESTS=1 on a machine whose Runtime finds the `rope` module.
 //
 // Every test: fresh random inputs (seed printed on failure; never zeros), outputs poisoned with 0xFF (NaN in every
 // float and FP8 dtype) before the run, every CUDA status checked. Tolerances:
@@ -7,7 +7,8 @@
 //   rounding), as OpsGpu.RopeAgainstTheReference; rows outside [indptr[0], indptr[batch]) keep their poison bytes.
 //   FP8: each output code is the reference's code (the exact value rounded once to nearest even, saturating) or one of
 //   its two neighbours (one e4m3/e5m2 step: the kernel computes in float, so a value within float error of a rounding
-//   midpoint may round the other way), never NaN, and at least 99% of the codes are exactly the reference's.
+//   midpoint may round the other way), never NaN, and at least 99% of the codes are exactly the reference's; cache
+//   slots no token is appended to keep their poison bytes exactly.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -282,6 +283,120 @@ TEST_F(RopeGpu, RopeQuantizeFp8SaturatesAsTheReference) {
   const QuantCase e5m2{"saturation e5m2", 64, 4, 1, 64, 64, DType::f16, DType::e5m2, true, 1e6, 1e6, false};
   run_quant_case(e4m3, seed_);
   run_quant_case(e5m2, seed_ + 7);
+}
+
+// ------------------------------------------------------------------------------------------------ RoPE + FP8 + append
+
+struct AppendCase {
+  const char* name;
+  int64_t tokens, hq, hk;  // hk 0: MLA (ckv/kpe caches)
+  int64_t rope_dim, no_rope_dim, page_size, batch;
+  DType in, out;
+  bool interleave, hnd;
+  double scale_q, scale_kv;
+};
+
+void run_append_case(const AppendCase& c, uint64_t seed) {
+  SCOPED_TRACE(std::string(c.name) + " seed " + std::to_string(seed));
+  const bool mla = c.hk == 0;
+  const int64_t n = c.tokens, hk = mla ? 1 : c.hk, rd = c.rope_dim, nd = c.no_rope_dim, d = rd + nd, ps = c.page_size;
+  auto kshape = [&](int64_t w) { return mla ? std::vector<int64_t>{n, w} : std::vector<int64_t>{n, hk, w}; };
+  Buf qr = make(c.in, {n, c.hq, rd}), qn = make(c.in, {n, c.hq, nd}), kr = make(c.in, kshape(rd)), kn = make(c.in, kshape(nd));
+  Buf v = make(c.in, {n, hk, d});
+  uint64_t s = seed;
+  for (Buf* b : {&qr, &qn, &kr, &kn, &v}) {
+    fill_random(*b, s++);
+    upload(*b);
+  }
+  Buf cache = make_cache(4096, rd);
+  upload(cache);
+  // The requests: token i goes to request i % batch at that request's next position; its pages are a random
+  // permutation of the cache's, one page more than it needs (so some slots stay untouched).
+  std::mt19937_64 gen(seed + 9);
+  std::vector<int64_t> pos_v(static_cast<size_t>(n)), bi_v(static_cast<size_t>(n)), at_v(static_cast<size_t>(n));
+  std::vector<int64_t> count(static_cast<size_t>(c.batch), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    pos_v[i] = static_cast<int64_t>(gen() % 4096);
+    bi_v[i] = i % c.batch;
+    at_v[i] = count[static_cast<size_t>(bi_v[i])]++;
+  }
+  std::vector<int64_t> indptr_v{0}, last_v;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    const int64_t pages = count[static_cast<size_t>(b)] / ps + 1;
+    indptr_v.push_back(indptr_v.back() + pages);
+    last_v.push_back(count[static_cast<size_t>(b)] % ps + 1);
+  }
+  const int64_t num_pages = indptr_v.back();
+  std::vector<int64_t> indices_v(static_cast<size_t>(num_pages));
+  std::iota(indices_v.begin(), indices_v.end(), 0);
+  std::shuffle(indices_v.begin(), indices_v.end(), gen);
+  Buf pos = make_index(DType::i32, pos_v), bi = make_index(DType::i32, bi_v), at = make_index(DType::i32, at_v);
+  Buf indices = make_index(DType::i32, indices_v), indptr = make_index(DType::i32, indptr_v), last = make_index(DType::i32, last_v);
+  for (Buf* b : {&pos, &bi, &at, &indices, &indptr, &last}) upload(*b);
+  // The caches, poisoned on the device and on the host alike.
+  const std::vector<int64_t> kv_shape = c.hnd ? std::vector<int64_t>{num_pages, hk, ps, d} : std::vector<int64_t>{num_pages, ps, hk, d};
+  Buf c0 = mla ? make(c.out, {num_pages, ps, nd}) : make(c.out, kv_shape);
+  Buf c1 = mla ? make(c.out, {num_pages, ps, rd}) : make(c.out, kv_shape);
+  Buf qro = make(c.out, {n, c.hq, rd}), qno = make(c.out, {n, c.hq, nd});
+  for (Buf* b : {&c0, &c1, &qro, &qno}) {
+    poison(*b);
+    std::fill(b->host.begin(), b->host.end(), kPoisonByte);
+  }
+  const KvLayout layout = c.hnd ? KvLayout::hnd : KvLayout::nhd;
+  const PagedKvCache dkv{c0.dev_view(), c1.dev_view(), indices.dev_view(), indptr.dev_view(), last.dev_view(), layout};
+  const PagedMlaKvCache dmla{c0.dev_view(), c1.dev_view(), indices.dev_view(), indptr.dev_view(), last.dev_view()};
+  const TensorView dv = v.dev_view();
+  RopeQuantizeAppendArgs a{.q_rope = qr.dev_view(), .k_rope = kr.dev_view(), .q_nope = qn.dev_view(),
+                           .k_nope = kn.dev_view(), .v = mla ? nullptr : &dv, .q_rope_out = qro.dev_view(),
+                           .q_nope_out = qno.dev_view(), .cos_sin_cache = cache.dev_view(), .pos_ids = pos.dev_view(),
+                           .batch_indices = bi.dev_view(), .positions = at.dev_view()};
+  if (mla) a.mla_cache = &dmla;
+  else a.kv_cache = &dkv;
+  const RopeQuantizeOptions o{.interleave = c.interleave, .quant_scale_q = c.scale_q, .quant_scale_kv = c.scale_kv,
+                              .enable_pdl = true};
+  rope_quantize_append_paged_kv_cache(runtime(), a, o);
+  // What the GPU wrote, into host-only buffers: c0, c1, qro and qno keep their poisoned host bytes for the reference.
+  auto host_twin = [](const Buf& b) { return make(b.dtype, b.shape, false); };
+  Buf g0 = host_twin(c0), g1 = host_twin(c1), gqro = host_twin(qro), gqno = host_twin(qno);
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaMemcpy(g0.host.data(), c0.dev.get(), c0.bytes(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(g1.host.data(), c1.dev.get(), c1.bytes(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gqro.host.data(), qro.dev.get(), qro.bytes(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gqno.host.data(), qno.dev.get(), qno.bytes(), cudaMemcpyDeviceToHost));
+
+  const PagedKvCache hkv{c0.host_view(), c1.host_view(), indices.host_view(), indptr.host_view(), last.host_view(), layout};
+  const PagedMlaKvCache hmla{c0.host_view(), c1.host_view(), indices.host_view(), indptr.host_view(), last.host_view()};
+  const TensorView hv = v.host_view();
+  RopeQuantizeAppendArgs h{.q_rope = qr.host_view(), .k_rope = kr.host_view(), .q_nope = qn.host_view(),
+                           .k_nope = kn.host_view(), .v = mla ? nullptr : &hv, .q_rope_out = qro.host_view(),
+                           .q_nope_out = qno.host_view(), .cos_sin_cache = cache.host_view(), .pos_ids = pos.host_view(),
+                           .batch_indices = bi.host_view(), .positions = at.host_view()};
+  if (mla) h.mla_cache = &hmla;
+  else h.kv_cache = &hkv;
+  ref::rope_quantize_append_paged_kv_cache(h, o);
+  expect_fp8_close(gqro, qro, "q_rope_out");
+  expect_fp8_close(gqno, qno, "q_nope_out");
+  expect_fp8_close(g0, c0, mla ? "ckv_cache" : "k_cache");
+  expect_fp8_close(g1, c1, mla ? "kpe_cache" : "v_cache");
+  // Slots no token was appended to keep their poison byte for byte.
+  int64_t untouched = 0;
+  for (size_t i = 0; i < c0.host.size(); ++i)
+    if (c0.host[i] == kPoisonByte && g0.host[i] == kPoisonByte) ++untouched;
+  EXPECT_GT(untouched, 0) << "the case leaves no slot untouched";
+}
+
+TEST_F(RopeGpu, RopeQuantizeAppendPagedKvCacheAgainstTheReference) {
+  const AppendCase cases[] = {
+      // name, tokens, H_q, H_k, rope_dim, no_rope_dim, page size, batch, in, out, interleave, HND, scale_q, scale_kv
+      {"GQA bf16 -> e4m3 NeoX NHD, head 128 = 64 + 64, pages of 16", 517, 32, 8, 64, 64, 16, 7, DType::bf16, DType::e4m3,
+       false, false, 1, 1},
+      {"GQA f16 -> e5m2 GPT-J HND, head 256 = 128 + 128, pages of 64", 300, 16, 2, 128, 128, 64, 3, DType::f16,
+       DType::e5m2, true, true, 0.5, 2},
+      {"DeepSeek MLA bf16 -> e4m3: q [n, 128, 64 + 512], ckv 512 / kpe 64, pages of 64", 257, 128, 0, 64, 512, 64, 5,
+       DType::bf16, DType::e4m3, false, false, 1, 1},
+  };
+  for (const AppendCase& c : cases) run_append_case(c, seed_);
 }
 
 }  // namespace

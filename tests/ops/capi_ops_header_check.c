@@ -17,6 +17,7 @@ int flashcpp_ops_header_is_c(void) {
   flashcpp_mla_decode_config xi = FLASHCPP_MLA_DECODE_CONFIG_INIT;
   flashcpp_mla_options pp = FLASHCPP_MLA_OPTIONS_INIT;
   flashcpp_rope_quantize_args ri = FLASHCPP_ROPE_QUANTIZE_ARGS_INIT;
+  flashcpp_rope_quantize_append_args ra = FLASHCPP_ROPE_QUANTIZE_APPEND_ARGS_INIT;
   flashcpp_attention_options_init(&o);
   flashcpp_batch_prefill_config_init(&p);
   flashcpp_batch_decode_config_init(&d);
@@ -31,6 +32,9 @@ int flashcpp_ops_header_is_c(void) {
   if (ri.struct_size != sizeof ri || ri.q_rope != NULL || ri.k_nope_out != NULL || ri.pos_ids != NULL ||
       ri.interleave != 0 || ri.enable_pdl != 0 || ri.quant_scale_q != 1.0 || ri.quant_scale_kv != 1.0)
     return 8;
+  if (ra.struct_size != sizeof ra || ra.q_rope != NULL || ra.v != NULL || ra.kv_cache != NULL || ra.mla_cache != NULL ||
+      ra.interleave != 0 || ra.enable_pdl != 0 || ra.quant_scale_q != 1.0 || ra.quant_scale_kv != 1.0)
+    return 9;
   if (o.struct_size != sizeof o || p.struct_size != sizeof p || d.struct_size != sizeof d) return 2;
   if (oi.causal != 0 || oi.window_left != -1 || oi.sm_scale != 0.0 || oi.use_fp16_qk_reduction != 0) return 3;
   if (pi.kv_storage != FLASHCPP_KV_PAGED || pi.q_dtype != FLASHCPP_BF16 || pi.kv_dtype != FLASHCPP_BF16 ||

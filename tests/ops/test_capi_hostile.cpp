@@ -713,6 +713,58 @@ std::vector<Spec> CapiHostile::specs() {
     all.push_back(std::move(s));
   }
 
+  for (bool mla : {false, true}) {
+    // rope_quantize_append_paged_kv_cache at a small size: q [5, 4, 64 + 64]; GQA k [5, 2, 64 + 64] and v [5, 2, 128]
+    // into NHD e4m3 k/v caches of 3 pages of 16, or MLA's one latent head [5, 64 + 64] into ckv/kpe caches.
+    Spec s;
+    s.fn = "flashcpp_rope_quantize_append_paged_kv_cache";
+    s.slots = {{"q_rope", cuda(DType::bf16, {5, 4, 64}), kIn},
+               {"k_rope", mla ? cuda(DType::bf16, {5, 64}) : cuda(DType::bf16, {5, 2, 64}), kIn},
+               {"q_nope", cuda(DType::bf16, {5, 4, 64}), kIn},
+               {"k_nope", mla ? cuda(DType::bf16, {5, 64}) : cuda(DType::bf16, {5, 2, 64}), kIn},
+               {"q_rope_out", cuda(DType::e4m3, {5, 4, 64}), kOut},
+               {"q_nope_out", cuda(DType::e4m3, {5, 4, 64}), kOut},
+               {"cos_sin_cache", cuda(DType::f32, {64, 64}), kIn},
+               {"pos_ids", cuda(DType::i32, {5}), kIn},
+               {"batch_indices", cuda(DType::i32, {5}), kIn},
+               {"positions", cuda(DType::i32, {5}), kIn},
+               {mla ? "ckv_cache" : "k_cache", mla ? cuda(DType::e4m3, {3, 16, 64}) : cuda(DType::e4m3, {3, 16, 2, 128}), kOut},
+               {mla ? "kpe_cache" : "v_cache", mla ? cuda(DType::e4m3, {3, 16, 64}) : cuda(DType::e4m3, {3, 16, 2, 128}), kOut},
+               {"indices", cuda(DType::i32, {3}), kIn},
+               {"indptr", cuda(DType::i32, {3}), kIn},
+               {"last_page_len", cuda(DType::i32, {2}), kIn}};
+    if (!mla) s.slots.push_back({"v", cuda(DType::bf16, {5, 2, 128}), kIn});
+    const flashcpp_rope_quantize_append_args init = FLASHCPP_ROPE_QUANTIZE_APPEND_ARGS_INIT;
+    auto with = [init, mla](auto edit, bool null_args = false) {
+      return [=](const Ptrs& p) {
+        flashcpp_rope_quantize_append_args a = init;
+        a.q_rope = p[0], a.k_rope = p[1], a.q_nope = p[2], a.k_nope = p[3], a.q_rope_out = p[4], a.q_nope_out = p[5];
+        a.cos_sin_cache = p[6], a.pos_ids = p[7], a.batch_indices = p[8], a.positions = p[9];
+        const flashcpp_paged_kv_cache kv{p[10], p[11], p[12], p[13], p[14], FLASHCPP_KV_NHD};
+        const flashcpp_paged_mla_kv_cache ml{p[10], p[11], p[12], p[13], p[14]};
+        if (mla) a.mla_cache = &ml;
+        else a.kv_cache = &kv, a.v = p[15];
+        edit(a);
+        return flashcpp_rope_quantize_append_paged_kv_cache(null_args ? nullptr : &a, nullptr);
+      };
+    };
+    auto same = [](flashcpp_rope_quantize_append_args&) {};
+    s.call = with(same);
+    invalid(s, "args NULL", with(same, true));
+    for (uint32_t size : bad_sizes<flashcpp_rope_quantize_append_args>())
+      invalid(s, "args.struct_size " + std::to_string(size), with([size](auto& a) { a.struct_size = size; }));
+    invalid(s, "no cache", with([](auto& a) { a.kv_cache = nullptr, a.mla_cache = nullptr; }));
+    for (int32_t f : kBadFlags) {
+      invalid(s, "args.interleave " + std::to_string(f), with([f](auto& a) { a.interleave = f; }));
+      invalid(s, "args.enable_pdl " + std::to_string(f), with([f](auto& a) { a.enable_pdl = f; }));
+    }
+    for (double x : {std::nan(""), double(INFINITY), -double(INFINITY), 0.0, -1.0, 1e39}) {
+      invalid(s, "args.quant_scale_q " + std::to_string(x), with([x](auto& a) { a.quant_scale_q = x; }));
+      invalid(s, "args.quant_scale_kv " + std::to_string(x), with([x](auto& a) { a.quant_scale_kv = x; }));
+    }
+    all.push_back(std::move(s));
+  }
+
   // ---------------------------------------------------------------------------------------------- paged KV append
   {
     Spec s;
@@ -1978,7 +2030,7 @@ TEST_F(CapiHostile, TheHeadersDeclareTheFunctionsThisTestCovers) {
   const std::set<std::string> declared = declared_functions();
   std::set<std::string> covered;
   for (const Spec& s : specs()) covered.insert(s.fn);
-  EXPECT_EQ(declared.size(), 78u);
+  EXPECT_EQ(declared.size(), 79u);
   EXPECT_EQ(declared, covered);
 }
 
@@ -2056,7 +2108,7 @@ TEST_F(CapiHostile, EveryExportedFunctionRefusesHostileInputWithoutASignal) {
   EXPECT_EQ(success_on_invalid, 0);
   EXPECT_EQ(silent, 0);
   EXPECT_EQ(refused, invalid);
-  EXPECT_EQ(fns.size(), 78u);
+  EXPECT_EQ(fns.size(), 79u);
   EXPECT_GT(cases.size(), 1500u);
 }
 

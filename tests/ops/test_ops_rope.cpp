@@ -504,5 +504,311 @@ TEST(RopeReference, RopeQuantizeRotatesScalesAndRoundsOnce) {
                Error);
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// rope_quantize_append_paged_kv_cache
+
+// A GQA step (5 tokens, H_q 8, H_k 2, rope 64 + nope 128) appending to an NHD fp8 cache of 4 pages of 16, and a
+// DeepSeek MLA step (3 tokens, H_q 16, one latent head, 64 + 512) appending to ckv/kpe caches of 3 pages of 64.
+struct AppendViews {
+  TensorView qr, kr, qn, kn, v, qro, qno, cs, pos, bi, positions;
+  PagedKvCache kv;
+  PagedMlaKvCache mla;
+  RopeQuantizeAppendArgs gqa() const {
+    return {.q_rope = qr, .k_rope = kr, .q_nope = qn, .k_nope = kn, .v = &v, .q_rope_out = qro, .q_nope_out = qno,
+            .cos_sin_cache = cs, .pos_ids = pos, .batch_indices = bi, .positions = positions, .kv_cache = &kv};
+  }
+};
+
+class RopeAppendOps : public RopeOps {
+ protected:
+  static AppendViews gqa_views(DType out = DType::e4m3) {
+    AppendViews a;
+    a.qr = dev(DType::bf16, {5, 8, 64}), a.kr = dev(DType::bf16, {5, 2, 64});
+    a.qn = dev(DType::bf16, {5, 8, 128}), a.kn = dev(DType::bf16, {5, 2, 128});
+    a.v = dev(DType::bf16, {5, 2, 192});
+    a.qro = dev(out, {5, 8, 64}), a.qno = dev(out, {5, 8, 128});
+    a.cs = dev(DType::f32, {100, 64}), a.pos = dev(DType::i32, {5});
+    a.bi = dev(DType::i32, {5}), a.positions = dev(DType::i32, {5});
+    a.kv = {dev(out, {4, 16, 2, 192}), dev(out, {4, 16, 2, 192}), dev(DType::i32, {4}), dev(DType::i32, {3}),
+            dev(DType::i32, {2}), KvLayout::nhd};
+    return a;
+  }
+  struct Mla {
+    TensorView qr, kr, qn, kn, qro, qno, cs, pos, bi, positions;
+    PagedMlaKvCache cache;
+    RopeQuantizeAppendArgs args() const {
+      return {.q_rope = qr, .k_rope = kr, .q_nope = qn, .k_nope = kn, .q_rope_out = qro, .q_nope_out = qno,
+              .cos_sin_cache = cs, .pos_ids = pos, .batch_indices = bi, .positions = positions, .mla_cache = &cache};
+    }
+  };
+  static Mla mla_append_views() {
+    Mla m;
+    m.qr = dev(DType::bf16, {3, 16, 64}), m.kr = dev(DType::bf16, {3, 64});
+    m.qn = dev(DType::bf16, {3, 16, 512}), m.kn = dev(DType::bf16, {3, 512});
+    m.qro = dev(DType::e4m3, {3, 16, 64}), m.qno = dev(DType::e4m3, {3, 16, 512});
+    m.cs = dev(DType::f32, {4096, 64}), m.pos = dev(DType::i64, {3});
+    m.bi = dev(DType::i32, {3}), m.positions = dev(DType::i32, {3});
+    m.cache = {dev(DType::e4m3, {3, 64, 512}), dev(DType::e4m3, {3, 64, 64}), dev(DType::i32, {3}), dev(DType::i32, {3}),
+               dev(DType::i32, {2})};
+    return m;
+  }
+};
+
+TEST_F(RopeAppendOps, PassesFlashInfersArgumentsForBothCaches) {
+  // GQA/MHA: the k/v caches, no MLA caches (tensors without data), the cache's layout code and page size.
+  AppendViews g = gqa_views(DType::e5m2);
+  g.kv.layout = KvLayout::hnd;
+  g.kv.k_cache = dev(DType::e5m2, {4, 2, 16, 192}), g.kv.v_cache = dev(DType::e5m2, {4, 2, 16, 192});
+  rope_quantize_append_paged_kv_cache(rt(), g.gqa(), {.interleave = true, .quant_scale_q = 0.5, .quant_scale_kv = 2});
+  const TensorView no_mla = TensorView::contiguous(nullptr, DType::e5m2, g.qr.device, {0, 1, 16});
+  expect_args(one_call("rope_quantize_append_paged_kv_cache"),
+              {T(g.qr), T(g.kr), T(g.qn), T(g.kn), T(g.v), T(g.qro), T(g.qno), T(g.cs), T(g.pos), T(g.kv.k_cache),
+               T(g.kv.v_cache), T(no_mla), T(no_mla), T(g.kv.indices), T(g.kv.indptr), T(g.bi), T(g.positions), I(1),
+               I(16), F(0.5), F(2), B(true), B(false)});
+  // MLA: k's rank-2 parts as one head ([tokens, 1, d]), no v (a view without elements), no k/v caches.
+  const Mla m = mla_append_views();
+  rope_quantize_append_paged_kv_cache(rt(), m.args(), {.enable_pdl = true});
+  auto one_head = [](const TensorView& t) {
+    return TensorView::strided(t.data, t.dtype, t.device, {t.shape[0], 1, t.shape[1]}, {t.strides[0], t.shape[1], 1});
+  };
+  const TensorView no_v = TensorView::contiguous(nullptr, DType::bf16, m.qr.device, {0, 1, 576});
+  const TensorView no_kv = TensorView::contiguous(nullptr, DType::e4m3, m.qr.device, {0, 1, 1, 16});
+  expect_args(one_call("rope_quantize_append_paged_kv_cache"),
+              {T(m.qr), T(one_head(m.kr)), T(m.qn), T(one_head(m.kn)), T(no_v), T(m.qro), T(m.qno), T(m.cs), T(m.pos),
+               T(no_kv), T(no_kv), T(m.cache.ckv_cache), T(m.cache.kpe_cache), T(m.cache.indices), T(m.cache.indptr),
+               T(m.bi), T(m.positions), I(0), I(64), F(1), F(1), B(false), B(true)});
+  // No token: nothing launched.
+  AppendViews empty = gqa_views();
+  empty.qr = dev(DType::bf16, {0, 8, 64}), empty.kr = dev(DType::bf16, {0, 2, 64});
+  empty.qn = dev(DType::bf16, {0, 8, 128}), empty.kn = dev(DType::bf16, {0, 2, 128}), empty.v = dev(DType::bf16, {0, 2, 192});
+  empty.qro = dev(DType::e4m3, {0, 8, 64}), empty.qno = dev(DType::e4m3, {0, 8, 128});
+  empty.pos = dev(DType::i32, {0}), empty.bi = dev(DType::i32, {0}), empty.positions = dev(DType::i32, {0});
+  rope_quantize_append_paged_kv_cache(rt(), empty.gqa());
+  expect_nothing_called();
+}
+
+TEST_F(RopeAppendOps, RulesAreCheckedBeforeTheCall) {
+  const AppendViews g = gqa_views();
+  auto with = [&](auto edit, RopeQuantizeOptions o = {}) {
+    AppendViews c = g;
+    RopeQuantizeAppendArgs a = c.gqa();
+    edit(a, c);
+    rope_quantize_append_paged_kv_cache(rt(), a, o);
+  };
+  const char* op = "rope_quantize_append_paged_kv_cache: ";
+  const Mla m = mla_append_views();
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.mla_cache = &m.cache; }),
+                 std::string(op) + "argument 'kv_cache' must be given for GQA/MHA, or mla_cache for MLA: exactly one "
+                                   "of the two");
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.kv_cache = nullptr; }), "exactly one of the two");
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.v = nullptr; }), "argument 'v' must be given with kv_cache");
+  const TensorView k2 = dev(DType::bf16, {5, 64});
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.k_rope = k2; }),
+                 "argument 'k_rope' must have rank 3 with kv_cache ([tokens, H_k, rope_dim])");
+  // The nope parts move in rope_dim-wide chunks.
+  const TensorView qn96 = dev(DType::bf16, {5, 8, 96}), kn96 = dev(DType::bf16, {5, 2, 96});
+  const TensorView qno96 = dev(DType::e4m3, {5, 8, 96});
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.q_nope = qn96, a.k_nope = kn96, a.q_nope_out = qno96; }),
+                 "argument 'q_nope.size(2) (no_rope_dim)' must be a multiple of rope_dim 64");
+  // The cache: q_rope_out's dtype, H_k heads, head_dim rope + nope, 16-element page strides.
+  const TensorView e5 = dev(DType::e5m2, {4, 16, 2, 192});
+  EXPECT_INVALID(with([&](auto&, auto& c) { c.kv.k_cache = e5, c.kv.v_cache = e5; }),
+                 "argument 'k_cache' must have the dtype of 'q_rope_out'");
+  const TensorView three_heads = dev(DType::e4m3, {4, 16, 3, 192});
+  EXPECT_INVALID(with([&](auto&, auto& c) { c.kv.k_cache = three_heads, c.kv.v_cache = three_heads; }),
+                 "argument 'k_cache' must have H_k 2 heads");
+  const TensorView d256 = dev(DType::e4m3, {4, 16, 2, 256});
+  EXPECT_INVALID(with([&](auto&, auto& c) { c.kv.k_cache = d256, c.kv.v_cache = d256; }),
+                 "must have head_dim rope_dim + no_rope_dim = 192");
+  const TensorView odd_pages = dev_strided(DType::e4m3, {4, 16, 2, 192}, {16 * 392, 392, 196, 1});
+  EXPECT_INVALID(with([&](auto&, auto& c) { c.kv.k_cache = odd_pages, c.kv.v_cache = odd_pages; }),
+                 "argument 'k_cache' must have strides that are multiples of 16 elements");
+  const TensorView v_short = dev(DType::bf16, {5, 2, 128});
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.v = &v_short; }), "argument 'v'");
+  const TensorView bi_i64 = dev(DType::i64, {5}), pos4 = dev(DType::i32, {4});
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.batch_indices = bi_i64; }), "argument 'batch_indices'");
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.positions = pos4; }), "argument 'positions'");
+  EXPECT_INVALID(with([](auto&, auto&) {}, {.quant_scale_kv = 0}), "argument 'quant_scale_kv' must be finite and > 0");
+  const TensorView q48 = dev(DType::bf16, {5, 8, 48}), k48 = dev(DType::bf16, {5, 2, 48});
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.q_rope = q48, a.k_rope = k48; }),
+                 "argument 'q_rope.size(2) (rope_dim)' must be a multiple of 32");
+  // Outputs onto inputs, onto the page table, or onto each other.
+  TensorView onto_v = g.qno;
+  onto_v.data = g.v.data;
+  EXPECT_INVALID(with([&](auto& a, auto&) { a.q_nope_out = onto_v; }), "argument 'q_nope_out'");
+  EXPECT_INVALID(with([&](auto&, auto& c) { c.kv.v_cache.data = c.kv.indices.data; }), "'v_cache'");
+  EXPECT_INVALID(with([&](auto& a, auto& c) { a.q_rope_out.data = c.kv.k_cache.data; }), "'q_rope_out'");
+  // MLA: rank-2 k parts, no v, ckv/kpe widths no_rope_dim and rope_dim over the same pages.
+  auto with_mla = [&](auto edit) {
+    Mla c = m;
+    RopeQuantizeAppendArgs a = c.args();
+    edit(a, c);
+    rope_quantize_append_paged_kv_cache(rt(), a);
+  };
+  EXPECT_INVALID(with_mla([&](auto& a, auto&) { a.v = &g.v; }), "argument 'v' must be absent with mla_cache");
+  const TensorView k3 = dev(DType::bf16, {3, 1, 64});
+  EXPECT_INVALID(with_mla([&](auto& a, auto&) { a.k_rope = k3; }), "argument 'k_rope' must have rank 2 with mla_cache");
+  const TensorView kpe32 = dev(DType::e4m3, {3, 64, 32}), ckv_pages = dev(DType::e4m3, {2, 64, 512});
+  EXPECT_INVALID(with_mla([&](auto&, auto& c) { c.cache.kpe_cache = kpe32; }), "argument 'kpe_cache'");
+  EXPECT_INVALID(with_mla([&](auto&, auto& c) { c.cache.ckv_cache = ckv_pages; }), "argument 'kpe_cache'");
+  const TensorView ckv_bf16 = dev(DType::bf16, {3, 64, 512});
+  EXPECT_INVALID(with_mla([&](auto&, auto& c) { c.cache.ckv_cache = ckv_bf16; }),
+                 "argument 'ckv_cache' must have the dtype of 'q_rope_out'");
+  const TensorView indptr_long = dev(DType::i32, {4});
+  EXPECT_INVALID(with_mla([&](auto&, auto& c) { c.cache.indptr = indptr_long; }), "argument 'indptr'");
+  expect_nothing_called();
+}
+
+TEST_F(RopeAppendOps, CAbiEntryReachesTheModuleAndReportsErrors) {
+  ::setenv("FLASHCPP_TVM_FFI_LIB", FLASHCPP_TVM_FFI_LIB, 1);
+  ::setenv("FLASHCPP_MODULE_PATH", dir_.c_str(), 1);
+  ::setenv("FLASHCPP_JIT", "off", 1);
+  const Mla m = mla_append_views();
+  const auto c_qr = to_c(m.qr), c_kr = to_c(m.kr), c_qn = to_c(m.qn), c_kn = to_c(m.kn), c_qro = to_c(m.qro);
+  const auto c_qno = to_c(m.qno), c_cs = to_c(m.cs), c_pos = to_c(m.pos), c_bi = to_c(m.bi), c_p = to_c(m.positions);
+  const auto c_ckv = to_c(m.cache.ckv_cache), c_kpe = to_c(m.cache.kpe_cache), c_ind = to_c(m.cache.indices);
+  const auto c_iptr = to_c(m.cache.indptr), c_lpl = to_c(m.cache.last_page_len);
+  const flashcpp_paged_mla_kv_cache cache{&c_ckv, &c_kpe, &c_ind, &c_iptr, &c_lpl};
+  flashcpp_rope_quantize_append_args a = FLASHCPP_ROPE_QUANTIZE_APPEND_ARGS_INIT;
+  a.q_rope = &c_qr, a.k_rope = &c_kr, a.q_nope = &c_qn, a.k_nope = &c_kn, a.q_rope_out = &c_qro, a.q_nope_out = &c_qno;
+  a.cos_sin_cache = &c_cs, a.pos_ids = &c_pos, a.batch_indices = &c_bi, a.positions = &c_p, a.mla_cache = &cache;
+  a.quant_scale_q = 0.125;
+  ASSERT_EQ(flashcpp_rope_quantize_append_paged_kv_cache(&a, nullptr), FLASHCPP_SUCCESS) << flashcpp_last_error();
+  const auto got = one_call("rope_quantize_append_paged_kv_cache");
+  ASSERT_EQ(got.size(), 24u);  // the call's marker, then its 23 arguments
+  EXPECT_EQ(got[12], T(m.cache.ckv_cache));
+  EXPECT_EQ(got[20], F(0.125));
+  flashcpp_rope_quantize_append_args both = a;  // a GQA cache as well
+  const auto c_kc = to_c(m.cache.ckv_cache);
+  const flashcpp_paged_kv_cache kv{&c_kc, &c_kc, &c_ind, &c_iptr, &c_lpl, FLASHCPP_KV_NHD};
+  both.kv_cache = &kv;
+  EXPECT_EQ(flashcpp_rope_quantize_append_paged_kv_cache(&both, nullptr), FLASHCPP_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashcpp_last_error()).find("exactly one of the two"), std::string::npos) << flashcpp_last_error();
+  flashcpp_rope_quantize_append_args bad_flag = a;
+  bad_flag.interleave = 3;
+  EXPECT_EQ(flashcpp_rope_quantize_append_paged_kv_cache(&bad_flag, nullptr), FLASHCPP_INVALID_ARGUMENT);
+  flashcpp_rope_quantize_append_args big = a;
+  big.struct_size = sizeof(a) + 8;
+  EXPECT_EQ(flashcpp_rope_quantize_append_paged_kv_cache(&big, nullptr), FLASHCPP_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashcpp_last_error()).find("argument 'args' has struct_size"), std::string::npos)
+      << flashcpp_last_error();
+  flashcpp_rope_quantize_append_args no_q = a;
+  no_q.q_rope = nullptr;
+  EXPECT_EQ(flashcpp_rope_quantize_append_paged_kv_cache(&no_q, nullptr), FLASHCPP_INVALID_ARGUMENT);
+  EXPECT_EQ(flashcpp_rope_quantize_append_paged_kv_cache(nullptr, nullptr), FLASHCPP_INVALID_ARGUMENT);
+  expect_nothing_called();
+}
+
+TEST(RopeReference, RopeQuantizeAppendWritesQAndTheCacheSlots) {
+  // 3 tokens, H_q 2, rope_dim 8, no_rope_dim 8, pos_ids {2, 0, 3}; two requests over pages of 4: request 0 owns pages
+  // {2, 0}, request 1 page {1}; token 0 -> request 0 position 5 (page 0, entry 1), token 1 -> request 1 position 2
+  // (page 1, entry 2), token 2 -> request 0 position 0 (page 2, entry 0). Caches in f64 (the exact values) and e4m3.
+  const int64_t n = 3, hq = 2, rd = 8, nd = 8, d = rd + nd, rows = 4, page = 4, pages = 3;
+  HostF64 qr({n, hq, rd}), qn({n, hq, nd}), cache({rows, rd});
+  for (size_t i = 0; i < qr.data.size(); ++i) qr.data[i] = std::sin(0.7 * static_cast<double>(i) + 0.3);
+  for (size_t i = 0; i < qn.data.size(); ++i) qn.data[i] = std::cos(0.9 * static_cast<double>(i));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t p = 0; p < rd / 2; ++p) {
+      const double a = static_cast<double>(r) * std::pow(100.0, -2.0 * static_cast<double>(p) / rd);
+      cache.data[r * rd + p] = std::cos(a);
+      cache.data[r * rd + rd / 2 + p] = std::sin(a);
+    }
+  const int64_t pos[3] = {2, 0, 3};
+  const int32_t bi[3] = {0, 1, 0}, at[3] = {5, 2, 0}, indices[3] = {2, 0, 1}, indptr[3] = {0, 2, 3}, last[2] = {2, 3};
+  auto i32 = [](const int32_t* p, int64_t len) {
+    return TensorView::contiguous(const_cast<int32_t*>(p), DType::i32, Device::cpu(), {len});
+  };
+  const TensorView pv = TensorView::contiguous(const_cast<int64_t*>(pos), DType::i64, Device::cpu(), {3});
+  const int64_t slot_page[3] = {0, 1, 2}, slot_entry[3] = {1, 2, 0};
+  for (int64_t h_k : {int64_t{2}, int64_t{0}}) {  // GQA with 2 kv heads; 0: MLA
+    const bool mla = h_k == 0;
+    const int64_t hk = mla ? 1 : h_k;
+    HostF64 kr(mla ? std::vector<int64_t>{n, rd} : std::vector<int64_t>{n, hk, rd});
+    HostF64 kn(mla ? std::vector<int64_t>{n, nd} : std::vector<int64_t>{n, hk, nd});
+    HostF64 val({n, hk, d});
+    for (size_t i = 0; i < kr.data.size(); ++i) kr.data[i] = std::sin(1.3 * static_cast<double>(i) - 0.2);
+    for (size_t i = 0; i < kn.data.size(); ++i) kn.data[i] = 0.25 * static_cast<double>(i) - 1.0;
+    for (size_t i = 0; i < val.data.size(); ++i) val.data[i] = 0.1 * static_cast<double>(i) - 2.0;
+    for (DType dt : {DType::f64, DType::e4m3}) {
+      const RopeQuantizeOptions o{.quant_scale_q = 0.5, .quant_scale_kv = 4};
+      // The expected q outputs and k parts: rope_quantize_fp8's reference (tested above) into dt.
+      const int64_t es = dtype_size(dt);
+      std::vector<uint8_t> qro(static_cast<size_t>(n * hq * rd * es)), qno(static_cast<size_t>(n * hq * nd * es));
+      std::vector<uint8_t> kro(static_cast<size_t>(n * hk * rd * es)), kno(static_cast<size_t>(n * hk * nd * es));
+      std::vector<uint8_t> qro2(qro.size()), qno2(qno.size());
+      auto view = [&](std::vector<uint8_t>& b, std::vector<int64_t> shape) {
+        return TensorView::contiguous(b.data(), dt, Device::cpu(), std::span<const int64_t>(shape));
+      };
+      const TensorView qrov = view(qro, {n, hq, rd}), qnov = view(qno, {n, hq, nd});
+      const TensorView krov = mla ? view(kro, {n, rd}) : view(kro, {n, hk, rd});
+      const TensorView knov = mla ? view(kno, {n, nd}) : view(kno, {n, hk, nd});
+      TensorView vqn = qn.view(), vkn = kn.view();
+      reference::rope_quantize_fp8({qr.view(), kr.view(), qrov, krov, &vqn, &vkn, &qnov, &knov, cache.view(), pv}, o);
+      // The op under test, the caches filled with a marker first.
+      std::vector<uint8_t> kc(static_cast<size_t>(pages * page * hk * d * es), 0x55), vc(kc.size(), 0x55);
+      std::vector<uint8_t> ckv(static_cast<size_t>(pages * page * nd * es), 0x55), kpe(static_cast<size_t>(pages * page * rd * es), 0x55);
+      const PagedKvCache kv{view(kc, {pages, page, hk, d}), view(vc, {pages, page, hk, d}), i32(indices, 3),
+                            i32(indptr, 3), i32(last, 2), KvLayout::nhd};
+      const PagedMlaKvCache ml{view(ckv, {pages, page, nd}), view(kpe, {pages, page, rd}), i32(indices, 3),
+                               i32(indptr, 3), i32(last, 2)};
+      const TensorView vv = val.view();
+      RopeQuantizeAppendArgs a{.q_rope = qr.view(), .k_rope = kr.view(), .q_nope = qn.view(), .k_nope = kn.view(),
+                               .v = mla ? nullptr : &vv, .q_rope_out = view(qro2, {n, hq, rd}),
+                               .q_nope_out = view(qno2, {n, hq, nd}), .cos_sin_cache = cache.view(), .pos_ids = pv,
+                               .batch_indices = i32(bi, 3), .positions = i32(at, 3)};
+      if (mla) a.mla_cache = &ml;
+      else a.kv_cache = &kv;
+      reference::rope_quantize_append_paged_kv_cache(a, o);
+      EXPECT_EQ(qro2, qro) << mla << int(dt);
+      EXPECT_EQ(qno2, qno) << mla << int(dt);
+      // Each token's k (and v) in its slot, byte for byte; every other slot untouched.
+      auto bytes_at = [&](const std::vector<uint8_t>& b, int64_t elem) { return b[static_cast<size_t>(elem * es)]; };
+      std::vector<bool> written(static_cast<size_t>(pages * page), false);
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t slot = slot_page[t] * page + slot_entry[t];
+        written[static_cast<size_t>(slot)] = true;
+        for (int64_t h = 0; h < hk; ++h) {
+          for (int64_t j = 0; j < d; ++j) {
+            const bool rope = j < rd;
+            const int64_t src = rope ? (t * hk + h) * rd + j : (t * hk + h) * nd + (j - rd);
+            const std::vector<uint8_t>& part = rope ? kro : kno;
+            if (mla) {
+              const std::vector<uint8_t>& dst = rope ? kpe : ckv;
+              const int64_t at_elem = rope ? slot * rd + j : slot * nd + (j - rd);
+              ASSERT_TRUE(std::equal(part.begin() + src * es, part.begin() + (src + 1) * es, dst.begin() + at_elem * es))
+                  << "MLA token " << t << " dim " << j;
+            } else {
+              const int64_t at_elem = (slot * hk + h) * d + j;
+              ASSERT_TRUE(std::equal(part.begin() + src * es, part.begin() + (src + 1) * es, kc.begin() + at_elem * es))
+                  << "GQA k token " << t << " head " << h << " dim " << j;
+              const double want_v = 4 * val.data[static_cast<size_t>((t * hk + h) * d + j)];
+              const double got_v = reference::load(kv.v_cache, at_elem);
+              if (dt == DType::f64) ASSERT_EQ(got_v, want_v);
+              else ASSERT_EQ(bytes_at(vc, at_elem), reference::float_to_e4m3(want_v));
+            }
+          }
+        }
+      }
+      for (int64_t slot = 0; slot < pages * page; ++slot) {
+        if (written[static_cast<size_t>(slot)]) continue;
+        const std::vector<uint8_t>& probe = mla ? ckv : kc;
+        const int64_t width = mla ? nd : hk * d;
+        for (int64_t e = 0; e < width * es; ++e) ASSERT_EQ(probe[static_cast<size_t>(slot * width * es + e)], 0x55);
+      }
+    }
+  }
+  // A slot outside its request's pages is refused (request 1 owns one page of 4: position 4 is past it).
+  HostF64 kr({n, 1, rd}), kn({n, 1, nd}), val({n, 1, d}), qro({n, hq, rd}), qno({n, hq, nd});
+  HostF64 kc({pages, page, 1, d}), vc({pages, page, 1, d});
+  const int32_t far[3] = {5, 4, 0};
+  const PagedKvCache kv{kc.view(), vc.view(), i32(indices, 3), i32(indptr, 3), i32(last, 2), KvLayout::nhd};
+  const TensorView vv = val.view();
+  EXPECT_THROW(reference::rope_quantize_append_paged_kv_cache(
+                   {.q_rope = qr.view(), .k_rope = kr.view(), .q_nope = qn.view(), .k_nope = kn.view(), .v = &vv,
+                    .q_rope_out = qro.view(), .q_nope_out = qno.view(), .cos_sin_cache = cache.view(), .pos_ids = pv,
+                    .batch_indices = i32(bi, 3), .positions = i32(far, 3), .kv_cache = &kv}),
+               Error);
+}
+
 }  // namespace
 }  // namespace flashcpp::testing

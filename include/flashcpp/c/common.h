@@ -22,7 +22,8 @@ extern "C" {
  * min-p and fused top-k + top-p, the renorm and mask helpers, flashcpp_sampling_options; and DSA top-k,
  * flashcpp/c/topk.h: flashcpp_top_k, _top_k_page_table_transform, _top_k_ragged_transform; and RoPE's ragged batch
  * and FP8 quantization: flashcpp_apply_rope, _apply_llama31_rope, _rope_quantize_fp8, flashcpp_rope_quantize_args;
- * 3.5.0: flashcpp_mla_decode_plan_by_lengths).
+ * 3.5.0: flashcpp_mla_decode_plan_by_lengths; 3.6.0: flashcpp_rope_quantize_append_paged_kv_cache,
+ * flashcpp_rope_quantize_append_args).
  * FLASHCPP_C_ABI_VERSION packs the three as MAJOR * 10000 + MINOR * 100 + PATCH; flashcpp_abi_version() returns the
  * loaded library's, so a caller can check it is at least the one it was compiled with and of the same MAJOR.
  *
@@ -37,7 +38,7 @@ extern "C" {
  * sm_scale (the softmax scale applied to q.k), in every struct that has one: 0 selects the default, 1/sqrt of
  * the op's q.k head dimension (the C++ API's unset std::optional); any other value must be finite and > 0. */
 #define FLASHCPP_C_ABI_VERSION_MAJOR 3u
-#define FLASHCPP_C_ABI_VERSION_MINOR 5u
+#define FLASHCPP_C_ABI_VERSION_MINOR 6u
 #define FLASHCPP_C_ABI_VERSION_PATCH 0u
 #define FLASHCPP_C_ABI_VERSION \
   (FLASHCPP_C_ABI_VERSION_MAJOR * 10000u + FLASHCPP_C_ABI_VERSION_MINOR * 100u + FLASHCPP_C_ABI_VERSION_PATCH)
@@ -107,7 +108,7 @@ typedef struct flashcpp_tensor {
 const char* flashcpp_last_error(void);
 /* FLASHCPP_C_ABI_VERSION of the loaded library (MAJOR * 10000 + MINOR * 100 + PATCH). */
 uint32_t flashcpp_abi_version(void);
-/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 3.5.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
+/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 3.6.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
  * CUDA 13.0.88)": its version, the C ABI version, the pinned FlashInfer and TVM-FFI, the CUDA it was built with. */
 const char* flashcpp_version(void);
 /* A short, static name for a status ("invalid argument", ...). */

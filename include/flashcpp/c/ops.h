@@ -268,6 +268,40 @@ typedef struct flashcpp_rope_quantize_args {
    1.0, 1.0}
 flashcpp_status flashcpp_rope_quantize_fp8(const flashcpp_rope_quantize_args* args, void* stream);
 
+/* since ABI 3.6.0: RoPE + FP8 quantization of q, k (and v) appended to a paged cache in one kernel
+ * (flashcpp::rope_quantize_append_paged_kv_cache, flashcpp/rope.hpp, for the rules). q_rope [tokens, H_q, rope_dim],
+ * q_nope [tokens, H_q, no_rope_dim] (no_rope_dim a multiple of rope_dim) written to q_rope_out / q_nope_out (fp8);
+ * GQA/MHA (kv_cache): k_rope [tokens, H_k, rope_dim], k_nope [tokens, H_k, no_rope_dim], v [tokens, H_k, rope_dim +
+ * no_rope_dim], fp8 k/v caches of head_dim rope_dim + no_rope_dim; MLA (mla_cache): k_rope [tokens, rope_dim], k_nope
+ * [tokens, no_rope_dim], v NULL, fp8 ckv [pages, page_size, no_rope_dim] and kpe [pages, page_size, rope_dim] caches.
+ * batch_indices, positions int32 [tokens] (read on the device only). Exactly one of kv_cache and mla_cache. */
+typedef struct flashcpp_rope_quantize_append_args {
+  uint32_t struct_size; /* sizeof(flashcpp_rope_quantize_append_args): set by FLASHCPP_ROPE_QUANTIZE_APPEND_ARGS_INIT */
+  const flashcpp_tensor* q_rope;
+  const flashcpp_tensor* k_rope;
+  const flashcpp_tensor* q_nope;
+  const flashcpp_tensor* k_nope;
+  const flashcpp_tensor* v; /* GQA/MHA only; NULL with mla_cache */
+  const flashcpp_tensor* q_rope_out;
+  const flashcpp_tensor* q_nope_out;
+  const flashcpp_tensor* cos_sin_cache;
+  const flashcpp_tensor* pos_ids;
+  const flashcpp_tensor* batch_indices;
+  const flashcpp_tensor* positions;
+  const flashcpp_paged_kv_cache* kv_cache;      /* GQA/MHA, or NULL */
+  const flashcpp_paged_mla_kv_cache* mla_cache; /* MLA, or NULL */
+  int32_t interleave;    /* 0 NeoX halves (FlashInfer's is_neox), 1 GPT-J pairs */
+  int32_t enable_pdl;    /* 0 or 1 */
+  double quant_scale_q;  /* q parts are stored as fp8(value x quant_scale_q); finite, > 0, at most FLT_MAX */
+  double quant_scale_kv; /* k and v as fp8(value x quant_scale_kv) */
+} flashcpp_rope_quantize_append_args;
+/* No tensors yet, NeoX, no PDL, scales 1. */
+#define FLASHCPP_ROPE_QUANTIZE_APPEND_ARGS_INIT                                                                     \
+  {(uint32_t)sizeof(flashcpp_rope_quantize_append_args), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+   NULL, NULL, NULL, 0, 0, 1.0, 1.0}
+flashcpp_status flashcpp_rope_quantize_append_paged_kv_cache(const flashcpp_rope_quantize_append_args* args,
+                                                             void* stream);
+
 #ifdef __cplusplus
 }
 #endif
