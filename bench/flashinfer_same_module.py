@@ -13,7 +13,8 @@ workspace sizes, so FlashInfer's planner (inside the module) makes the same spli
 
 Prints one line per case: `same_module op=<name> identical=<True|False> max_abs_diff=<x>`; exits 1 if any differs.
 With --time, also `same_module_time op=<name> config=<...> flashinfer_kernel_us=<> flashcpp_kernel_us=<> ratio=<>`
-for the sampler and top-k cases: both sides' kernels timed on the same tensors in this process.
+for the sampler, top-k, gated activation, RoPE (pos_ids, FP8) and merge cases: both sides' kernels timed on the same
+tensors in this process.
 Usage: python3 bench/flashinfer_same_module.py [--lib build-gpu/libflashcpp.so] [--only GROUP ...] [--time]
 """
 import argparse
@@ -105,6 +106,18 @@ class RopeQuantizeArgs(C.Structure):  # flashcpp_rope_quantize_args
                 ("quant_scale_kv", C.c_double)]
 
 
+class PagedMlaCache(C.Structure):  # flashcpp_paged_mla_kv_cache
+    _fields_ = [("ckv_cache", P), ("kpe_cache", P), ("indices", P), ("indptr", P), ("last_page_len", P)]
+
+
+class RopeQuantizeAppendArgs(C.Structure):  # flashcpp_rope_quantize_append_args (C ABI 3.6.0)
+    _fields_ = [("struct_size", C.c_uint32), ("q_rope", P), ("k_rope", P), ("q_nope", P), ("k_nope", P), ("v", P),
+                ("q_rope_out", P), ("q_nope_out", P), ("cos_sin_cache", P), ("pos_ids", P), ("batch_indices", P),
+                ("positions", P), ("kv_cache", C.POINTER(PagedKvCache)), ("mla_cache", C.POINTER(PagedMlaCache)),
+                ("interleave", C.c_int32), ("enable_pdl", C.c_int32), ("quant_scale_q", C.c_double),
+                ("quant_scale_kv", C.c_double)]
+
+
 class BatchMlaCache(C.Structure):  # flashcpp_batch_mla_cache
     _fields_ = [("ckv_cache", P), ("kpe_cache", P), ("kv_indices", P)]
 
@@ -191,7 +204,8 @@ def main():
                     choices=("norm", "activation", "rope", "cascade", "sampling", "topk", "attention"),
                     help="only these op groups (attention: paged decode / prefill and batch MLA)")
     ap.add_argument("--time", action="store_true",
-                    help="also time both sides' kernels on the same tensors (sampling, topk; ratio = FlashInfer / ours)")
+                    help="also time both sides' kernels on the same tensors (sampling, topk, activation, rope, cascade; "
+                         "ratio = FlashInfer / ours)")
     args = ap.parse_args()
 
     def selected(group):
@@ -225,6 +239,10 @@ def main():
             got = torch.empty_like(want)
             fc.call(f"flashcpp_{act}_and_mul", fc.t(got), fc.t(xa), C.c_int32(0), stream())
             report(act + "_and_mul", want, got, failures)
+            if args.time:
+                time_pair(act + "_and_mul", "rows=4099,d=14336",
+                          lambda: getattr(flashinfer, act + "_and_mul")(xa, enable_pdl=False),
+                          lambda: fc.call(f"flashcpp_{act}_and_mul", fc.t(got), fc.t(xa), C.c_int32(0), stream()))
 
     if selected("rope"):
         # ---- RoPE: 1029 tokens, q 32 / k 8 heads of 128, positions below 4096; out of place, then the cos/sin cache form
@@ -307,6 +325,78 @@ def main():
             rope_quantize(f"mla.neox_{is_neox}.scales_{sq}_{skv}", qm[..., 512:], km[:, 512:], qm[..., :512], km[:, :512],
                           cache64, pos64, torch.float8_e4m3fn, is_neox, sq, skv)
 
+        # ---- The same appended to a paged FP8 cache (rope_quantize_fp8_append_paged_kv_cache): GQA into NHD k/v caches
+        # of 16-token pages, and DeepSeek MLA into ckv/kpe caches of 64-token pages; 1029 tokens spread over 7
+        # requests whose pages are a random permutation; the caches start as the same random bytes on both sides.
+        def rope_append(name, q_rope, k_rope, q_nope, k_nope, v, cache, pos, caches, page_size, is_neox, sq, skv):
+            n, batch = q_rope.shape[0], 7
+            bi = torch.arange(n, device=dev, dtype=torch.int32) % batch
+            counts = torch.bincount(bi, minlength=batch)
+            at = torch.zeros(n, device=dev, dtype=torch.int32)
+            for b in range(batch):
+                at[bi == b] = torch.arange(int(counts[b]), device=dev, dtype=torch.int32)
+            pages = counts // page_size + 1
+            indptr = torch.cat([torch.zeros(1, device=dev, dtype=torch.int64), pages.cumsum(0)]).to(torch.int32)
+            total = int(indptr[-1])
+            indices = torch.randperm(total, device=dev).to(torch.int32)
+            last = (counts % page_size + 1).to(torch.int32)
+            shapes = [(total,) + s for s in caches]
+            theirs = [torch.randint(0, 256, sh, device=dev, dtype=torch.uint8).view(torch.float8_e4m3fn) for sh in shapes]
+            ours = [t.clone() for t in theirs]
+            want_q = flashinfer.rope.rope_quantize_fp8_append_paged_kv_cache(
+                q_rope, k_rope, q_nope, k_nope, v, cache, pos, tuple(theirs), indices, indptr, bi, at, is_neox=is_neox,
+                quantize_dtype=torch.float8_e4m3fn, quant_scale_q=sq, quant_scale_kv=skv, page_size=page_size)
+            outs = [torch.empty_like(q_rope, dtype=torch.float8_e4m3fn), torch.empty_like(q_nope, dtype=torch.float8_e4m3fn)]
+            keep = []
+            ptr = lambda t: C.pointer(view(t))  # noqa: E731
+            a = RopeQuantizeAppendArgs()
+            a.struct_size = C.sizeof(RopeQuantizeAppendArgs)
+            a.q_rope, a.k_rope, a.q_nope, a.k_nope = ptr(q_rope), ptr(k_rope), ptr(q_nope), ptr(k_nope)
+            a.v = ptr(v) if v is not None else None
+            a.q_rope_out, a.q_nope_out, a.cos_sin_cache, a.pos_ids = ptr(outs[0]), ptr(outs[1]), ptr(cache), ptr(pos)
+            a.batch_indices, a.positions = ptr(bi), ptr(at)
+            table = [ptr(indices), ptr(indptr), ptr(last)]
+            if v is None:
+                keep.append(PagedMlaCache(ptr(ours[0]), ptr(ours[1]), *table))
+                a.mla_cache = C.pointer(keep[-1])
+            else:
+                keep.append(PagedKvCache(ptr(ours[0]), ptr(ours[1]), *table, 0))
+                a.kv_cache = C.pointer(keep[-1])
+            a.interleave, a.enable_pdl, a.quant_scale_q, a.quant_scale_kv = int(not is_neox), 0, sq, skv
+            fc.call("flashcpp_rope_quantize_append_paged_kv_cache", C.byref(a), stream())
+            for part, w, g in zip(("q_rope", "q_nope"), want_q, outs):
+                report(f"rope_quantize_append_paged_kv_cache.{name}.{part}", w, g, failures)
+            for part, w, g in zip(("cache0", "cache1"), theirs, ours):
+                report(f"rope_quantize_append_paged_kv_cache.{name}.{part}", w, g, failures)
+
+        vg = torch.randn(1029, 8, 128, device=dev, dtype=bf16)
+        rope_append("gqa.nhd", qg[..., 64:], kg[..., 64:], qg[..., :64], kg[..., :64], vg, cache64, pos,
+                    [(16, 8, 128), (16, 8, 128)], 16, True, 1.0, 2.0)
+        rope_append("mla", qm[..., 512:], km[:, 512:], qm[..., :512], km[:, :512], None, cache64, pos64,
+                    [(64, 512), (64, 64)], 64, False, 0.5, 1.0)
+        if args.time:
+            got_q, got_k = torch.empty_like(q), torch.empty_like(k)
+            time_pair("apply_rope_pos_ids", "tokens=1029,hq=32,hk=8,d=128,rotary=64",
+                      lambda: flashinfer.apply_rope_pos_ids(q, k, pos, rotary_dim=64),
+                      lambda: fc.call("flashcpp_apply_rope_pos_ids", fc.t(q), fc.t(k), fc.t(got_q), fc.t(got_k),
+                                      fc.t(pos), C.c_int64(64), C.c_int32(0), C.c_double(1.0), C.c_double(1e4),
+                                      stream()))
+            outs = [torch.empty_like(qm[..., 512:], dtype=torch.float8_e4m3fn),
+                    torch.empty_like(km[:, 512:], dtype=torch.float8_e4m3fn),
+                    torch.empty_like(qm[..., :512], dtype=torch.float8_e4m3fn),
+                    torch.empty_like(km[:, :512], dtype=torch.float8_e4m3fn)]
+            a = RopeQuantizeArgs()
+            a.struct_size = C.sizeof(RopeQuantizeArgs)
+            ptr = lambda t: C.pointer(view(t))  # noqa: E731
+            a.q_rope, a.k_rope, a.q_rope_out, a.k_rope_out = ptr(qm[..., 512:]), ptr(km[:, 512:]), ptr(outs[0]), ptr(outs[1])
+            a.q_nope, a.k_nope, a.q_nope_out, a.k_nope_out = ptr(qm[..., :512]), ptr(km[:, :512]), ptr(outs[2]), ptr(outs[3])
+            a.cos_sin_cache, a.pos_ids, a.quant_scale_q, a.quant_scale_kv = ptr(cache64), ptr(pos64), 1.0, 1.0
+            time_pair("rope_quantize_fp8", "mla,tokens=1029,hq=128,64+512",
+                      lambda: flashinfer.rope.rope_quantize_fp8(qm[..., 512:], km[:, 512:], qm[..., :512], km[:, :512],
+                                                                cache64, pos64, is_neox=True,
+                                                                quantize_dtype=torch.float8_e4m3fn),
+                      lambda: fc.call("flashcpp_rope_quantize_fp8", C.byref(a), stream()))
+
     if selected("cascade"):
         # ---- cascade merges: 1031 tokens x 32 heads x 128, s (log2 lse) f32
         va, vb = (torch.randn(1031, 32, 128, device=dev, dtype=bf16) for _ in range(2))
@@ -316,6 +406,10 @@ def main():
         fc.call("flashcpp_merge_state", fc.t(va), fc.t(sa), fc.t(vb), fc.t(sb), fc.t(got_v), fc.t(got_s), stream())
         report("merge_state.v", want_v, got_v, failures)
         report("merge_state.s", want_s, got_s, failures)
+        if args.time:
+            time_pair("merge_state", "tokens=1031,heads=32,d=128", lambda: flashinfer.merge_state(va, sa, vb, sb),
+                      lambda: fc.call("flashcpp_merge_state", fc.t(va), fc.t(sa), fc.t(vb), fc.t(sb), fc.t(got_v),
+                                      fc.t(got_s), stream()))
         mask = (torch.arange(1031, device=dev) % 3 != 0).to(torch.uint8)
         v1, s1, v2, s2 = va.clone(), sa.clone(), va.clone(), sa.clone()
         flashinfer.merge_state_in_place(v1, s1, vb, sb, mask=mask.bool())  # the same bytes, as bool

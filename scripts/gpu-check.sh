@@ -195,7 +195,7 @@ if has flashinfer-python; then
       uri=$(basename "$d")
       [[ -f $d/$uri.so ]] && ln -sfn "$d" "$site/flashinfer/data/aot/$uri"
     done
-    PYTHONPATH=$site FLASHINFER_DISABLE_JIT=1 timeout 600 python3 bench/flashinfer_same_module.py --lib build-gpu/libflashcpp.so 2>&1 |
+    PYTHONPATH=$site FLASHINFER_DISABLE_JIT=1 timeout 600 python3 bench/flashinfer_same_module.py --lib build-gpu/libflashcpp.so --time 2>&1 |
       tee "$out/flashinfer-same-module.txt"
     PYTHONPATH=$site FLASHINFER_DISABLE_JIT=1 timeout 600 python3 bench/flashinfer_ops_python.py 2>&1 | tee "$out/flashinfer-python-bench.txt"
     timeout 600 $cli bench 2>&1 | tee "$out/flashcpp-bench.txt" | grep '^op '
