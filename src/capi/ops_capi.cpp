@@ -63,6 +63,17 @@ PagedKvCache to_cache(const flashcpp_paged_kv_cache* c, const char* op) {
   return kv;
 }
 
+// The scalars of the RoPE + FP8 entries.
+RopeQuantizeOptions quantize_options(int32_t interleave, int32_t enable_pdl, double quant_scale_q, double quant_scale_kv,
+                                     const char* op) {
+  RopeQuantizeOptions o;
+  o.interleave = flag_of(interleave, op, "interleave");
+  o.enable_pdl = flag_of(enable_pdl, op, "enable_pdl");
+  o.quant_scale_q = quant_scale_q;
+  o.quant_scale_kv = quant_scale_kv;
+  return o;
+}
+
 PagedMlaKvCache to_mla_cache(const flashcpp_paged_mla_kv_cache* c, const char* op) {
   capi::require_non_null(c, op, "cache");
   return PagedMlaKvCache{to_view(c->ckv_cache, op, "cache.ckv_cache"), to_view(c->kpe_cache, op, "cache.kpe_cache"),
@@ -467,12 +478,9 @@ flashcpp_status flashcpp_rope_quantize_fp8(const flashcpp_rope_quantize_args* ar
     a.k_nope_out = optional(c.k_nope_out, op, "k_nope_out", kno);
     a.cos_sin_cache = to_view(c.cos_sin_cache, op, "cos_sin_cache");
     a.pos_ids = to_view(c.pos_ids, op, "pos_ids");
-    RopeQuantizeOptions o;
-    o.interleave = flag_of(c.interleave, op, "interleave");
-    o.enable_pdl = flag_of(c.enable_pdl, op, "enable_pdl");
-    o.quant_scale_q = c.quant_scale_q;
-    o.quant_scale_kv = c.quant_scale_kv;
-    rope_quantize_fp8(*default_runtime(), a, o, as_stream(stream));
+    rope_quantize_fp8(*default_runtime(), a,
+                      quantize_options(c.interleave, c.enable_pdl, c.quant_scale_q, c.quant_scale_kv, op),
+                      as_stream(stream));
   });
 }
 
@@ -498,12 +506,10 @@ flashcpp_status flashcpp_rope_quantize_append_paged_kv_cache(const flashcpp_rope
     std::optional<PagedMlaKvCache> mla;
     if (c.kv_cache != nullptr) a.kv_cache = &kv.emplace(to_cache(c.kv_cache, op));
     if (c.mla_cache != nullptr) a.mla_cache = &mla.emplace(to_mla_cache(c.mla_cache, op));
-    RopeQuantizeOptions o;
-    o.interleave = flag_of(c.interleave, op, "interleave");
-    o.enable_pdl = flag_of(c.enable_pdl, op, "enable_pdl");
-    o.quant_scale_q = c.quant_scale_q;
-    o.quant_scale_kv = c.quant_scale_kv;
-    rope_quantize_append_paged_kv_cache(*default_runtime(), a, o, as_stream(stream));
+    rope_quantize_append_paged_kv_cache(*default_runtime(), a,
+                                        quantize_options(c.interleave, c.enable_pdl, c.quant_scale_q,
+                                                         c.quant_scale_kv, op),
+                                        as_stream(stream));
   });
 }
 

@@ -144,6 +144,27 @@ void check_part(const Validator& v, const TensorView& t, const char* arg, int ra
   }
 }
 
+// The four input parts of rope_quantize (f16/bf16 like q_rope, strides multiples of 8 elements): q's [tokens, H_q,
+// rope_dim] and [tokens, H_q, no_rope_dim], k's the same with H_k heads (k_rank 3) or one latent head (k_rank 2,
+// MLA's [tokens, d]). Returns no_rope_dim.
+int64_t check_quantize_inputs(const Validator& v, const TensorView& q_rope, const TensorView& k_rope,
+                              const TensorView& q_nope, const TensorView& k_nope, int k_rank) {
+  const int64_t tokens = q_rope.shape[0], h_q = q_rope.shape[1], rope_dim = q_rope.shape[2];
+  check_part(v, q_rope, "q_rope", 3, 8, q_rope);
+  check_part(v, k_rope, "k_rope", k_rank, 8, q_rope);
+  check_part(v, q_nope, "q_nope", 3, 8, q_rope);
+  check_part(v, k_nope, "k_nope", k_rank, 8, q_rope);
+  v.same_dtype(k_rope, "k_rope", q_rope, "q_rope").same_dtype(q_nope, "q_nope", q_rope, "q_rope");
+  v.same_dtype(k_nope, "k_nope", q_rope, "q_rope");
+  v.dim(k_rope, "k_rope", 0, tokens, "q_rope.size(0)").dim(k_rope, "k_rope", k_rank - 1, rope_dim, "q_rope.size(2)");
+  v.dim(q_nope, "q_nope", 0, tokens, "q_rope.size(0)").dim(q_nope, "q_nope", 1, h_q, "q_rope.size(1)");
+  const int64_t no_rope_dim = q_nope.shape[2];
+  v.dim(k_nope, "k_nope", 0, tokens, "q_rope.size(0)");
+  if (k_rank == 3) v.dim(k_nope, "k_nope", 1, k_rope.shape[1], "k_rope.size(1)");
+  v.dim(k_nope, "k_nope", k_rank - 1, no_rope_dim, "q_nope.size(2)");
+  return no_rope_dim;
+}
+
 // The rope_quantize kernels' rules on rope_dim: 16-element vectors (NeoX: whole vectors in each half), bdx = rope_dim
 // / 16 threads <= 1024.
 void check_quantize_rope_dim(const Validator& v, int64_t rope_dim, bool interleave) {
@@ -280,20 +301,8 @@ void rope_quantize_fp8(const Runtime& rt, const RopeQuantizeArgs& a, const RopeQ
   const TensorView& k_nope = given ? *a.k_nope : none_k;
   const TensorView& q_nope_out = given ? *a.q_nope_out : none_qo;
   const TensorView& k_nope_out = given ? *a.k_nope_out : none_ko;
-  // Inputs: f16/bf16 like q_rope, strides multiples of 8 elements (16 bytes); outputs: e4m3/e5m2 like q_rope_out,
-  // strides multiples of 16 elements. Each output has its input's shape.
-  check_part(v, q_rope, "q_rope", 3, 8, q_rope);
-  check_part(v, k_rope, "k_rope", k_rank, 8, q_rope);
-  check_part(v, q_nope, "q_nope", 3, 8, q_rope);
-  check_part(v, k_nope, "k_nope", k_rank, 8, q_rope);
-  v.same_dtype(k_rope, "k_rope", q_rope, "q_rope").same_dtype(q_nope, "q_nope", q_rope, "q_rope");
-  v.same_dtype(k_nope, "k_nope", q_rope, "q_rope");
-  v.dim(k_rope, "k_rope", 0, tokens, "q_rope.size(0)").dim(k_rope, "k_rope", k_rank - 1, rope_dim, "q_rope.size(2)");
-  v.dim(q_nope, "q_nope", 0, tokens, "q_rope.size(0)").dim(q_nope, "q_nope", 1, h_q, "q_rope.size(1)");
-  const int64_t no_rope_dim = q_nope.shape[2];
-  v.dim(k_nope, "k_nope", 0, tokens, "q_rope.size(0)");
-  if (k_rank == 3) v.dim(k_nope, "k_nope", 1, h_k, "k_rope.size(1)");
-  v.dim(k_nope, "k_nope", k_rank - 1, no_rope_dim, "q_nope.size(2)");
+  // Outputs: e4m3/e5m2 like q_rope_out, strides multiples of 16 elements, each its input's shape.
+  const int64_t no_rope_dim = check_quantize_inputs(v, q_rope, k_rope, q_nope, k_nope, k_rank);
   check_part(v, q_rope_out, "q_rope_out", 3, 16, q_rope);
   v.dtype(q_rope_out, "q_rope_out", {DType::e4m3, DType::e5m2}).same_shape(q_rope_out, "q_rope_out", q_rope, "q_rope");
   for (const auto& [out, out_arg, in, in_arg, rank] :
@@ -341,18 +350,7 @@ void rope_quantize_append_paged_kv_cache(const Runtime& rt, const RopeQuantizeAp
                                  : "must have rank 3 with kv_cache ([tokens, H_k, rope_dim])");
   const int64_t tokens = q_rope.shape[0], h_q = q_rope.shape[1], rope_dim = q_rope.shape[2];
   const int64_t h_k = mla ? 1 : k_rope.shape[1];
-  check_part(v, q_rope, "q_rope", 3, 8, q_rope);
-  check_part(v, k_rope, "k_rope", k_rank, 8, q_rope);
-  check_part(v, q_nope, "q_nope", 3, 8, q_rope);
-  check_part(v, k_nope, "k_nope", k_rank, 8, q_rope);
-  v.same_dtype(k_rope, "k_rope", q_rope, "q_rope").same_dtype(q_nope, "q_nope", q_rope, "q_rope");
-  v.same_dtype(k_nope, "k_nope", q_rope, "q_rope");
-  v.dim(k_rope, "k_rope", 0, tokens, "q_rope.size(0)").dim(k_rope, "k_rope", k_rank - 1, rope_dim, "q_rope.size(2)");
-  v.dim(q_nope, "q_nope", 0, tokens, "q_rope.size(0)").dim(q_nope, "q_nope", 1, h_q, "q_rope.size(1)");
-  const int64_t no_rope_dim = q_nope.shape[2];
-  v.dim(k_nope, "k_nope", 0, tokens, "q_rope.size(0)");
-  if (!mla) v.dim(k_nope, "k_nope", 1, h_k, "k_rope.size(1)");
-  v.dim(k_nope, "k_nope", k_rank - 1, no_rope_dim, "q_nope.size(2)");
+  const int64_t no_rope_dim = check_quantize_inputs(v, q_rope, k_rope, q_nope, k_nope, k_rank);
   check_quantize_rope_dim(v, rope_dim, o.interleave);
   // The kernel moves the nope parts in rope_dim-wide chunks without a bound check.
   if (no_rope_dim % rope_dim != 0)

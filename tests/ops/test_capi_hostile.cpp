@@ -274,6 +274,18 @@ const double kNonFinite[] = {std::nan(""), INFINITY, -INFINITY};
 std::vector<Spec> CapiHostile::specs() {
   std::vector<Spec> all;
   auto invalid = [](Spec& s, std::string what, Call c) { s.invalid.emplace_back(std::move(what), std::move(c)); };
+  // The scalars of the RoPE + FP8 entries' argument structs: flags outside {0, 1}, scales not finite and > 0 or past
+  // FLT_MAX. `with(edit)` makes the call with the edited struct.
+  auto invalid_quantize_scalars = [&](Spec& s, auto with) {
+    for (int32_t f : kBadFlags) {
+      invalid(s, "args.interleave " + std::to_string(f), with([f](auto& a) { a.interleave = f; }));
+      invalid(s, "args.enable_pdl " + std::to_string(f), with([f](auto& a) { a.enable_pdl = f; }));
+    }
+    for (double x : {std::nan(""), double(INFINITY), -double(INFINITY), 0.0, -1.0, 1e39}) {
+      invalid(s, "args.quant_scale_q " + std::to_string(x), with([x](auto& a) { a.quant_scale_q = x; }));
+      invalid(s, "args.quant_scale_kv " + std::to_string(x), with([x](auto& a) { a.quant_scale_kv = x; }));
+    }
+  };
 
   // ---------------------------------------------------------------------------------------------- norms
   using NormFn = flashcpp_status (*)(const flashcpp_tensor*, const flashcpp_tensor*, const flashcpp_tensor*, double,
@@ -701,14 +713,7 @@ std::vector<Spec> CapiHostile::specs() {
     invalid(s, "args NULL", with(same, true));
     for (uint32_t size : bad_sizes<flashcpp_rope_quantize_args>())
       invalid(s, "args.struct_size " + std::to_string(size), with([size](auto& a) { a.struct_size = size; }));
-    for (int32_t f : kBadFlags) {
-      invalid(s, "args.interleave " + std::to_string(f), with([f](auto& a) { a.interleave = f; }));
-      invalid(s, "args.enable_pdl " + std::to_string(f), with([f](auto& a) { a.enable_pdl = f; }));
-    }
-    for (double x : {std::nan(""), double(INFINITY), -double(INFINITY), 0.0, -1.0, 1e39}) {
-      invalid(s, "args.quant_scale_q " + std::to_string(x), with([x](auto& a) { a.quant_scale_q = x; }));
-      invalid(s, "args.quant_scale_kv " + std::to_string(x), with([x](auto& a) { a.quant_scale_kv = x; }));
-    }
+    invalid_quantize_scalars(s, with);
     s.survive.emplace_back("no nope part (all four NULL)", with(same, false, true));
     all.push_back(std::move(s));
   }
@@ -754,14 +759,7 @@ std::vector<Spec> CapiHostile::specs() {
     for (uint32_t size : bad_sizes<flashcpp_rope_quantize_append_args>())
       invalid(s, "args.struct_size " + std::to_string(size), with([size](auto& a) { a.struct_size = size; }));
     invalid(s, "no cache", with([](auto& a) { a.kv_cache = nullptr, a.mla_cache = nullptr; }));
-    for (int32_t f : kBadFlags) {
-      invalid(s, "args.interleave " + std::to_string(f), with([f](auto& a) { a.interleave = f; }));
-      invalid(s, "args.enable_pdl " + std::to_string(f), with([f](auto& a) { a.enable_pdl = f; }));
-    }
-    for (double x : {std::nan(""), double(INFINITY), -double(INFINITY), 0.0, -1.0, 1e39}) {
-      invalid(s, "args.quant_scale_q " + std::to_string(x), with([x](auto& a) { a.quant_scale_q = x; }));
-      invalid(s, "args.quant_scale_kv " + std::to_string(x), with([x](auto& a) { a.quant_scale_kv = x; }));
-    }
+    invalid_quantize_scalars(s, with);
     all.push_back(std::move(s));
   }
 

@@ -427,20 +427,27 @@ TEST(RopeReference, RaggedRopeRotatesEachRequestFromItsOffsetAndLeavesOtherRows)
                  Error);
 }
 
+// A host cos/sin table of `rows` positions over rope_dim rd: row r holds cos(r f_p) for p < rd / 2, then sin(r f_p), with
+// f_p = theta^(-2p / rd).
+HostF64 cos_sin_table(int64_t rows, int64_t rd, double theta) {
+  HostF64 cache({rows, rd});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t p = 0; p < rd / 2; ++p) {
+      const double a = static_cast<double>(r) * std::pow(theta, -2.0 * static_cast<double>(p) / static_cast<double>(rd));
+      cache.data[r * rd + p] = std::cos(a);
+      cache.data[r * rd + rd / 2 + p] = std::sin(a);
+    }
+  return cache;
+}
+
 TEST(RopeReference, RopeQuantizeRotatesScalesAndRoundsOnce) {
   // 3 tokens, H_q 2, rope_dim 8, no_rope_dim 5; k with one head as rank 3 (GQA) and as rank 2 (MLA) must agree.
   const int64_t n = 3, hq = 2, rd = 8, nd = 5, rows = 4;
-  HostF64 qr({n, hq, rd}), qn({n, hq, nd}), kr({n, 1, rd}), kn({n, 1, nd}), cache({rows, rd});
+  HostF64 qr({n, hq, rd}), qn({n, hq, nd}), kr({n, 1, rd}), kn({n, 1, nd}), cache = cos_sin_table(rows, rd, 100.0);
   for (size_t i = 0; i < qr.data.size(); ++i) qr.data[i] = std::sin(0.7 * static_cast<double>(i) + 0.3);
   for (size_t i = 0; i < qn.data.size(); ++i) qn.data[i] = std::cos(0.9 * static_cast<double>(i));
   for (size_t i = 0; i < kr.data.size(); ++i) kr.data[i] = std::sin(1.3 * static_cast<double>(i) - 0.2);
   for (size_t i = 0; i < kn.data.size(); ++i) kn.data[i] = 0.25 * static_cast<double>(i) - 1.0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t p = 0; p < rd / 2; ++p) {
-      const double a = static_cast<double>(r) * std::pow(100.0, -2.0 * static_cast<double>(p) / rd);
-      cache.data[r * rd + p] = std::cos(a);
-      cache.data[r * rd + rd / 2 + p] = std::sin(a);
-    }
   const int64_t pos[3] = {2, 0, 3};
   const TensorView pv = TensorView::contiguous(const_cast<int64_t*>(pos), DType::i64, Device::cpu(), {3});
   // The expected value of element j of a rotary row x at position `at`.
@@ -704,15 +711,9 @@ TEST(RopeReference, RopeQuantizeAppendWritesQAndTheCacheSlots) {
   // {2, 0}, request 1 page {1}; token 0 -> request 0 position 5 (page 0, entry 1), token 1 -> request 1 position 2
   // (page 1, entry 2), token 2 -> request 0 position 0 (page 2, entry 0). Caches in f64 (the exact values) and e4m3.
   const int64_t n = 3, hq = 2, rd = 8, nd = 8, d = rd + nd, rows = 4, page = 4, pages = 3;
-  HostF64 qr({n, hq, rd}), qn({n, hq, nd}), cache({rows, rd});
+  HostF64 qr({n, hq, rd}), qn({n, hq, nd}), cache = cos_sin_table(rows, rd, 100.0);
   for (size_t i = 0; i < qr.data.size(); ++i) qr.data[i] = std::sin(0.7 * static_cast<double>(i) + 0.3);
   for (size_t i = 0; i < qn.data.size(); ++i) qn.data[i] = std::cos(0.9 * static_cast<double>(i));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t p = 0; p < rd / 2; ++p) {
-      const double a = static_cast<double>(r) * std::pow(100.0, -2.0 * static_cast<double>(p) / rd);
-      cache.data[r * rd + p] = std::cos(a);
-      cache.data[r * rd + rd / 2 + p] = std::sin(a);
-    }
   const int64_t pos[3] = {2, 0, 3};
   const int32_t bi[3] = {0, 1, 0}, at[3] = {5, 2, 0}, indices[3] = {2, 0, 1}, indptr[3] = {0, 2, 3}, last[2] = {2, 3};
   auto i32 = [](const int32_t* p, int64_t len) {
