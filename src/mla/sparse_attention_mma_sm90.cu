@@ -1,7 +1,7 @@
 // Sparse MLA FP8 decode for Hopper (sm_90a) on warp-level tensor cores (mma.sync), with FlashMLA's
 // semantics (see sparse_attention_kernel.hpp, docs/MLA.md): the DeepSeek V3.2 FP8 cache, split-KV or not.
-// It measures faster on decode than the wgmma kernel's FP8 variant (docs/MLA.md); prefill runs on the wgmma
-// kernel. The template's bf16 branch is the same kernel's prefill path, no longer instantiated.
+// The launch plan runs it for V3.2 FP8 decode with more than 128 heads (launch_plan.cpp); the wgmma kernel takes
+// the rest, prefill included. Tiles, roles and the shared-memory plan: sparse_attention_mma_config.hpp.
 //
 // Design (warp-level tensor cores; every operand goes through shared memory and ldmatrix):
 //   * One CTA = one query token x one group of 64 heads (h_q = 128 -> 2 CTAs per token, adjacent in
@@ -11,8 +11,8 @@
 //       S = Q K^T  (64 x 64 per KV tile): warp computes rows 32*mw.., KV columns 16*nq .. +16
 //       O += P V   (64 x 512):            warp computes rows 32*mw.., d_v columns 128*nq .. +128
 //     Both GEMMs use mma.sync m16n8k16 bf16 -> f32 with ldmatrix(.trans) fragments.
-//   * Loop over topk in tiles of 64 KV rows, two KV buffers: tile j+1 is gathered (cp.async 16 B for bf16,
-//     ld.global.nc + dequantize + st.shared for FP8) while tile j is computed. Per tile: barrier (A) tile
+//   * Loop over topk in tiles of 64 KV rows, two KV buffers: tile j+1 is gathered (ld.global.nc + dequantize +
+//     st.shared; the RoPE dims by cp.async) while tile j is computed. Per tile: barrier (A) tile
 //     ready, S GEMM, row max exchange through smem, barrier (B), online softmax (base 2, sm_scale*log2e
 //     folded in), P (bf16) to smem, barrier (C), PV GEMM.
 //   * Masked slots (index < 0, >= num_kv, or slot >= topk_length) are never read: their smem rows are
@@ -48,6 +48,7 @@
 #include "mla/sm90_device.cuh"
 #include "mla/sm90_kernel_ready.hpp"
 #include "mla/sparse_attention_kernel.hpp"
+#include "mla/sparse_attention_mma_config.hpp"
 
 namespace flashcpp::mla::kernels {
 namespace {
@@ -55,33 +56,8 @@ namespace {
 using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::ld_shared_v4, sm90::pack_bf16x2,
     sm90::smem_addr, sm90::st_shared_u32, sm90::st_shared_v4;
 
-constexpr int kThreads = 256;
-constexpr int kHeadsPerCta = 64;
-constexpr int kTileKv = 64;
-constexpr int kDv = 512;
-constexpr int kFp8ScaleOffset = 512;
-constexpr int kFp8RopeOffset = 528;
+using namespace mma_sm90;
 static_assert(kTileKv == sched::kBlockSlots, "a schedule block must be one KV tile");
-
-template <int D_QK>
-struct SmemPlan {
-  static constexpr int kChunks = D_QK / 8;  // 16-byte chunks per row
-  static constexpr int kRowBytes = D_QK * 2;
-  static constexpr int kQBytes = kHeadsPerCta * kRowBytes;
-  static constexpr int kKBytes = kTileKv * kRowBytes;
-  static constexpr int kPRowBytes = kTileKv * 2;  // 128
-  static constexpr int kPBytes = kHeadsPerCta * kPRowBytes;
-  static constexpr int kOffQ = 0;
-  static constexpr int kOffK = kOffQ + kQBytes;  // two buffers
-  static constexpr int kOffP = kOffK + 2 * kKBytes;
-  static constexpr int kOffValid = kOffP + kPBytes;       // int [2][64]
-  static constexpr int kOffMax = kOffValid + 2 * 64 * 4;  // float [4][64]
-  static constexpr int kOffSum = kOffMax + 4 * 64 * 4;    // float [4][64]
-  static constexpr int kBytes = kOffSum + 4 * 64 * 4;
-  static_assert(D_QK % 64 == 0, "chunks per row must be a multiple of 8 for the swizzle");
-  static_assert(kKBytes >= kHeadsPerCta * kDv * 2, "O staging must fit in one K buffer");
-  static_assert(kBytes <= 232448, "exceeds the sm_90 opt-in shared memory per block");
-};
 
 struct KernelArgs {
   SparseAttentionParams p;
@@ -126,7 +102,7 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
 
 // ---------------------------------------------------------------------------------------------------
 // SPLIT: the split-KV decode variant (a separate instantiation, so the unsplit kernel keeps its registers).
-template <int D_QK, bool FP8, bool SPLIT>
+template <int D_QK, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(const __grid_constant__ KernelArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   using Plan = SmemPlan<D_QK>;
@@ -219,21 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
       }
     }
 
-    // ---- KV gather.
-    // bf16: all columns by cp.async (zero-filled when masked).
-    auto gather_bf16 = [&](int buf, int idx) {
-      const bool valid = index_valid(idx);
-      const __nv_bfloat16* src =
-          static_cast<const __nv_bfloat16*>(p.kv) + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0);
-      const uint32_t dst = sK + buf * Plan::kKBytes;
-#pragma unroll
-      for (int i = 0; i < kChunks / 4; ++i) {
-        const int c = gsub + 4 * i;
-        cp_async_16(dst + swz(grow, c, kRowBytes), src + c * 8, valid ? 16 : 0);
-      }
-      if (gsub == 0) s_valid[buf * kTileKv + grow] = valid ? 1 : 0;
-    };
-    // FP8: the row's 32 e4m3 chunks (16 B = 16 values each) are split over the 4 threads (chunks
+    // ---- KV gather: the row's 32 e4m3 chunks (16 B = 16 values each) are split over the 4 threads (chunks
     // gsub + 4 i, i < 8, so chunk i uses scale i / 2) and handled in two halves (i < 4, i >= 4) so that
     // only 4 chunks are held in registers at a time. The rope part is bf16 and goes by cp.async.
     const uint8_t* fp8_row = nullptr;
@@ -292,15 +254,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
     int idx_next = -1;
     if (j_begin < j_end) {
       const int idx0 = load_index(j_begin);
-      if constexpr (FP8) {
-        fp8_begin(0, idx0);
-        fp8_load_half(0);
-        fp8_store_half(0, 0);
-        fp8_load_half(1);
-        fp8_store_half(0, 1);
-      } else {
-        gather_bf16(0, idx0);
-      }
+      fp8_begin(0, idx0);
+      fp8_load_half(0);
+      fp8_store_half(0, 0);
+      fp8_load_half(1);
+      fp8_store_half(0, 1);
       idx_next = load_index(j_begin + 1);
     }
     cp_async_commit();
@@ -327,12 +285,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
 
       const bool has_next = j + 1 < j_end;
       if (has_next) {
-        if constexpr (FP8) {
-          fp8_begin(buf ^ 1, idx_next);
-          fp8_load_half(0);
-        } else {
-          gather_bf16(buf ^ 1, idx_next);
-        }
+        fp8_begin(buf ^ 1, idx_next);
+        fp8_load_half(0);
       }
       cp_async_commit();
       idx_next = load_index(j + 2);
@@ -360,11 +314,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
         }
       }
 
-      if constexpr (FP8) {
-        if (has_next) {
-          fp8_store_half(buf ^ 1, 0);
-          fp8_load_half(1);
-        }
+      if (has_next) {
+        fp8_store_half(buf ^ 1, 0);
+        fp8_load_half(1);
       }
 
       // ---- Mask, scale to base 2, row max over this warp's 16 columns, exchange through smem.
@@ -456,9 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
         }
       }
 
-      if constexpr (FP8) {
-        if (has_next) fp8_store_half(buf ^ 1, 1);
-      }
+      if (has_next) fp8_store_half(buf ^ 1, 1);
     }
 
     // ---- Epilogue.
@@ -557,14 +507,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
 
 // ---------------------------------------------------------------------------------------------------
 // Host side.
-template <int D_QK, bool FP8, bool SPLIT>
+template <int D_QK, bool SPLIT>
 bool launch_variant(const SparseAttentionParams& p, cudaStream_t stream) {
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  if (!sm90a_kernel_ready<sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>>(device, SmemPlan<D_QK>::kBytes))
+  if (!sm90a_kernel_ready<sparse_attention_sm90_kernel<D_QK, SPLIT>>(device, SmemPlan<D_QK>::kBytes))
     return false;
   if (p.num_tokens == 0) return true;
   KernelArgs args;
@@ -576,7 +526,7 @@ bool launch_variant(const SparseAttentionParams& p, cudaStream_t stream) {
   const int64_t outer = SPLIT ? static_cast<int64_t>(p.num_parts) * p.tokens_per_request : p.num_tokens;
   const int64_t blocks = outer * args.groups;
   if (blocks > INT_MAX) return false;
-  sparse_attention_sm90_kernel<D_QK, FP8, SPLIT>
+  sparse_attention_sm90_kernel<D_QK, SPLIT>
       <<<static_cast<unsigned>(blocks), kThreads, SmemPlan<D_QK>::kBytes, stream>>>(args);
   return cudaGetLastError() == cudaSuccess;
 }
@@ -585,8 +535,8 @@ bool launch_variant(const SparseAttentionParams& p, cudaStream_t stream) {
 
 bool launch_sparse_attention_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream) {
   if (p.kv_format != KvFormat::fp8_v32 || p.d_qk != 576) return false;
-  if (p.sched != nullptr) return launch_variant<576, true, true>(p, stream);
-  return launch_variant<576, true, false>(p, stream);
+  if (p.sched != nullptr) return launch_variant<576, true>(p, stream);
+  return launch_variant<576, false>(p, stream);
 }
 
 }  // namespace flashcpp::mla::kernels
