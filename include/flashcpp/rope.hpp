@@ -161,7 +161,7 @@ struct RopeQuantizeAppendArgs {
 /// Validated before anything is launched, besides rope_quantize_fp8's rules for q, k and the cos/sin cache (rope_dim
 /// a multiple of 16, NeoX of 32, in [16, 16384]; 16-byte rows; input strides multiples of 8 elements and output
 /// strides of 16, below 2^32; quant scales finite, > 0, at most FLT_MAX): no_rope_dim a multiple of rope_dim (the
-/// kernel moves the nope parts in rope_dim-wide chunks); the cache as append_paged_kv_cache takes it (k/v caches of
+/// kernel moves the nope parts in rope_dim-wide chunks), not 0 with mla_cache; the cache as append_paged_kv_cache takes it (k/v caches of
 /// identical shape and strides, H_k heads, head_dim rope_dim + no_rope_dim; or ckv/kpe caches of the same pages and
 /// page size) with its dtype q_rope_out's, its page strides multiples of 16 elements, 16-byte aligned; the page table
 /// int32 (indptr [batch + 1], last_page_len [batch], indices), batch_indices and positions int32 [tokens], contiguous;

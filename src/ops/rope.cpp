@@ -352,7 +352,10 @@ void rope_quantize_append_paged_kv_cache(const Runtime& rt, const RopeQuantizeAp
   const int64_t h_k = mla ? 1 : k_rope.shape[1];
   const int64_t no_rope_dim = check_quantize_inputs(v, q_rope, k_rope, q_nope, k_nope, k_rank);
   check_quantize_rope_dim(v, rope_dim, o.interleave);
-  // The kernel moves the nope parts in rope_dim-wide chunks without a bound check.
+  // The kernel moves the nope parts in rope_dim-wide chunks without a bound check; MLA's latent part is what the ckv
+  // cache holds (FlashInfer's binding takes a cache without data for "not this layout").
+  if (mla && no_rope_dim == 0)
+    v.fail("q_nope.size(2) (no_rope_dim)", "must be at least rope_dim with mla_cache (the latent part ckv_cache holds)");
   if (no_rope_dim % rope_dim != 0)
     v.fail("q_nope.size(2) (no_rope_dim)", "must be a multiple of rope_dim " + std::to_string(rope_dim) +
                                                " (the kernel moves the nope parts in rope_dim-wide chunks); got " +

@@ -653,6 +653,9 @@ TEST_F(RopeAppendOps, RulesAreCheckedBeforeTheCall) {
     rope_quantize_append_paged_kv_cache(rt(), a);
   };
   EXPECT_INVALID(with_mla([&](auto& a, auto&) { a.v = &g.v; }), "argument 'v' must be absent with mla_cache");
+  const TensorView qn0 = dev(DType::bf16, {3, 16, 0}), kn0 = dev(DType::bf16, {3, 0}), qno0 = dev(DType::e4m3, {3, 16, 0});
+  EXPECT_INVALID(with_mla([&](auto& a, auto&) { a.q_nope = qn0, a.k_nope = kn0, a.q_nope_out = qno0; }),
+                 "argument 'q_nope.size(2) (no_rope_dim)' must be at least rope_dim with mla_cache");
   const TensorView k3 = dev(DType::bf16, {3, 1, 64});
   EXPECT_INVALID(with_mla([&](auto& a, auto&) { a.k_rope = k3; }), "argument 'k_rope' must have rank 2 with mla_cache");
   const TensorView kpe32 = dev(DType::e4m3, {3, 64, 32}), ckv_pages = dev(DType::e4m3, {2, 64, 512});
