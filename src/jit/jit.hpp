@@ -1,5 +1,5 @@
-// The jit layer: public interface (flashcpp/jit.hpp) plus the internal pieces the tests exercise:
-// the template renderer, the per-family source generator and the compiler command lines.
+// The jit layer: public interface (flashcpp/jit.hpp) plus the internal pieces the tests exercise and the
+// layer's files share: the template renderer, the per-family source generator and the compiler command lines.
 #pragma once
 #include <filesystem>
 #include <map>
@@ -82,5 +82,12 @@ std::vector<std::string> host_flags(const std::vector<std::string>& extra_cflags
 std::vector<std::string> common_flags(const BuildOptions&, const Toolchain&);
 /// The cache key of a configuration (16 hex digits).
 std::string cache_key(const BuildOptions&, const Toolchain&);
+/// Throws not_found, saying what to set, when the FlashInfer sources or the tvm-ffi headers of `o` are missing.
+void check_inputs(const BuildOptions& o);
+
+/// The words of a list setting (CXX, FLASHCPP_CUDA_ARCH_LIST), separated by spaces, commas, semicolons or tabs.
+std::vector<std::string> split_list(const std::string& s);
+/// `s` in single quotes for a POSIX shell.
+std::string shell_quote(const std::string& s);
 
 }  // namespace flashcpp::jit
