@@ -4,8 +4,14 @@
 #include <mutex>
 #include <span>
 
+#include "flashcpp/version.hpp"
+#include "flashcpp/version_config.hpp"
 #include "ops/common.hpp"
 #include "runtime/runtime_internal.hpp"
+
+// flashcpp::version().c_abi (core, below the C ABI, cannot include the C header) is generated from the macros.
+static_assert(flashcpp::generated::kCAbiVersion == FLASHCPP_C_ABI_VERSION,
+              "version_config.hpp's kCAbiVersion must equal FLASHCPP_C_ABI_VERSION (re-run CMake)");
 
 namespace flashcpp::capi {
 namespace {
@@ -114,6 +120,7 @@ bool to_optional_view(const flashcpp_tensor* t, const char* op, const char* name
 extern "C" {
 const char* flashcpp_last_error(void) { return flashcpp::capi::t_last_error.c_str(); }
 uint32_t flashcpp_abi_version(void) { return FLASHCPP_C_ABI_VERSION; }
+const char* flashcpp_version(void) { return flashcpp::version_string(); }
 const char* flashcpp_status_name(flashcpp_status s) {
   if (s == FLASHCPP_SUCCESS) return "success";
   if (s < FLASHCPP_INVALID_ARGUMENT || s > FLASHCPP_UNTRUSTED) return "unknown status";
