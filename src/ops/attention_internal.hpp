@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "flashcpp/attention.hpp"
 #include "ops/common.hpp"
 
 namespace flashcpp::ops {

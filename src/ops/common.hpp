@@ -4,14 +4,18 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "core/check.hpp"
 #include "ffi/ffi.hpp"
-#include "flashcpp/attention.hpp"
-#include "flashcpp/page.hpp"
 #include "flashcpp/runtime.hpp"
+#include "flashcpp/tensor.hpp"
+
+namespace flashcpp {
+struct PagedKvCache;  // flashcpp/page.hpp: common.hpp serves every family and includes none of their headers
+}  // namespace flashcpp
 
 namespace flashcpp::ops {
 
@@ -122,7 +126,7 @@ inline TensorView as_cpu(TensorView t) {
 /// Stream binding of a call on tensors of `device`.
 inline ffi::StreamBinding binding_for(const TensorView& t, cudaStream_t stream) { return {t.device, stream}; }
 
-/// paged_kv_lengths with the caller's Validator (errors name the calling op).
+/// paged_kv_lengths with the caller's Validator (errors name the calling op). Defined in page.cpp.
 void paged_kv_lengths(const Validator& v, const TensorView& indptr_host, const TensorView& last_page_len_host,
                       int64_t page_size, const TensorView& out_host);
 
@@ -136,6 +140,7 @@ struct PagedGeometry {
   int64_t num_pages = 0, page_size = 0, num_kv_heads = 0, head_dim = 0;
 };
 /// Validates a paged cache (shapes, strides, dtypes, page table arrays) for `op` against `ref` (device).
+/// Defined in page.cpp, beside the page family's paged_kv_lengths.
 PagedGeometry check_paged_cache(const Validator& v, const PagedKvCache& kv, const TensorView& ref,
                                 const char* ref_arg, int64_t expected_batch);
 

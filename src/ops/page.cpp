@@ -116,6 +116,31 @@ void append_paged_mla_kv_cache(const Runtime& rt, const TensorView& append_ckv, 
 }
 
 namespace ops {
+PagedGeometry check_paged_cache(const Validator& v, const PagedKvCache& kv, const TensorView& ref,
+                                const char* ref_arg, int64_t expected_batch) {
+  check_same_device(v, kv.k_cache, "k_cache", ref, ref_arg);
+  check_same_device(v, kv.v_cache, "v_cache", ref, ref_arg);
+  v.rank(kv.k_cache, "k_cache", 4).last_dim_contiguous(kv.k_cache, "k_cache");
+  v.same_dtype(kv.v_cache, "v_cache", kv.k_cache, "k_cache");
+  v.same_shape(kv.v_cache, "v_cache", kv.k_cache, "k_cache");
+  v.same_strides(kv.v_cache, "v_cache", kv.k_cache, "k_cache");
+  if (kv.layout != KvLayout::nhd && kv.layout != KvLayout::hnd)
+    v.fail("layout", "must be nhd or hnd; got " + std::to_string(static_cast<int64_t>(kv.layout)));
+  PagedGeometry g;
+  g.num_pages = kv.k_cache.size(0);
+  g.page_size = kv.layout == KvLayout::nhd ? kv.k_cache.size(1) : kv.k_cache.size(2);
+  g.num_kv_heads = kv.layout == KvLayout::nhd ? kv.k_cache.size(2) : kv.k_cache.size(1);
+  g.head_dim = kv.k_cache.size(3);
+  if (g.page_size < 1) v.fail("k_cache", kv.k_cache, "must have a page size >= 1");
+  v.require(g.num_pages >= 1, "k_cache", "must have at least one page");
+  check_device_index_array(v, kv.last_page_len, "last_page_len", expected_batch, ref, ref_arg);
+  const int64_t batch = kv.last_page_len.size(0);
+  v.require(batch >= 1, "last_page_len", "must have at least one entry (batch >= 1)");
+  check_device_index_array(v, kv.indptr, "indptr", batch + 1, ref, ref_arg);
+  check_device_index_array(v, kv.indices, "indices", -1, ref, ref_arg);
+  return g;
+}
+
 void paged_kv_lengths(const Validator& v, const TensorView& indptr_host, const TensorView& last_page_len_host,
                       int64_t page_size, const TensorView& out_host) {
   v.in_range(page_size, "page_size", 1, int64_t{1} << 30);
