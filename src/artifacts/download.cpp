@@ -271,6 +271,46 @@ std::string kept_text(const fs::path& part) {
   return n ? "; the partial file is kept (" + std::to_string(n) + " bytes) and the next attempt resumes it" : "";
 }
 
+// What download_file publishes: its pin, its part file and destination, and their names in messages.
+struct Target {
+  const Config& cfg;
+  const fs::path& part;
+  const fs::path& dest;
+  const std::string& what;
+  const std::string& shown;  // the URL with any credentials redacted
+  std::string_view expected_sha256;
+  std::uint64_t expected_size;
+};
+
+// A complete transfer of `size` bytes hashing to `got`: checked against the pin (the part file removed when it does
+// not match), made durable and renamed onto the destination; fd is closed (and set to -1).
+void publish_download(const Target& t, int& fd, std::uint64_t size, const std::string& got, Clock::time_point start,
+                      DownloadResult& result) {
+  if ((t.expected_size && size != t.expected_size) || got != t.expected_sha256) {
+    ::unlink(t.part.c_str());
+    throw_error(ErrorCode::integrity_error,
+                "downloaded " + t.what + " from " + t.shown + " does not match its pin: sha256 " + got + " (" +
+                    std::to_string(size) + " bytes), expected " + std::string(t.expected_sha256) +
+                    (t.expected_size ? " (" + std::to_string(t.expected_size) + " bytes)" : std::string()) +
+                    "; the file was not kept");
+  }
+  if (::fsync(fd) != 0) throw_io("cannot fsync", t.part, errno);
+  ::close(fd);
+  fd = -1;
+  if (::rename(t.part.c_str(), t.dest.c_str()) != 0) throw_io("cannot rename onto", t.dest, errno);
+  fsync_path(t.dest.parent_path(), true);
+  result.bytes = size;
+  if (t.cfg.progress) {
+    Progress pr;
+    pr.what = t.what;
+    pr.done = pr.total = size;
+    pr.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    pr.bytes_per_second = pr.seconds > 0 ? static_cast<double>(result.transferred) / pr.seconds : 0;
+    pr.finished = true;
+    t.cfg.progress(pr);
+  }
+}
+
 }  // namespace
 
 DownloadResult download_file(const Config& cfg, const std::string& url, const fs::path& dest,
@@ -378,31 +418,8 @@ DownloadResult download_file(const Config& cfg, const std::string& url, const fs
       continue;
     }
     if (rc == CURLE_OK) {
-      const std::uint64_t size = sink.offset() + sink.received();
-      const std::string got = hash.hex_digest();
-      if ((expected_size && size != expected_size) || got != expected_sha256) {
-        ::unlink(part.c_str());
-        throw_error(ErrorCode::integrity_error,
-                    "downloaded " + what + " from " + shown + " does not match its pin: sha256 " + got + " (" +
-                        std::to_string(size) + " bytes), expected " + std::string(expected_sha256) +
-                        (expected_size ? " (" + std::to_string(expected_size) + " bytes)" : std::string()) +
-                        "; the file was not kept");
-      }
-      if (::fsync(fd) != 0) throw_io("cannot fsync", part, errno);
-      ::close(fd);
-      fd = -1;
-      if (::rename(part.c_str(), dest.c_str()) != 0) throw_io("cannot rename onto", dest, errno);
-      fsync_path(dest.parent_path(), true);
-      result.bytes = size;
-      if (cfg.progress) {
-        Progress pr;
-        pr.what = what;
-        pr.done = pr.total = size;
-        pr.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        pr.bytes_per_second = pr.seconds > 0 ? static_cast<double>(result.transferred) / pr.seconds : 0;
-        pr.finished = true;
-        cfg.progress(pr);
-      }
+      publish_download({cfg, part, dest, what, shown, expected_sha256, expected_size}, fd,
+                       sink.offset() + sink.received(), hash.hex_digest(), start, result);
       return result;
     }
     last_error = describe_failure(rc, status, errbuf, cfg, stall.stalled, timeout);
