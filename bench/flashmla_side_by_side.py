@@ -25,6 +25,7 @@ Dense decode (--op dense): FlashMLA's dense decoding performance cases (tests/te
 its generator, flashcpp on the bf16 cache (ratio: FlashMLA time / ours) and on the V3.2 FP8 rows quantized from it
 (fp8_speedup: our bf16 time / our FP8 time); flashcpp times one layer's run on the step's plan (plan_us apart), as
 FlashMLA's replay reuses its scheduler metadata; copy_fraction: bytes moved / time / the copy bandwidth of this run.
+The bf16 contenders (FlashMLA, ours, --lib-b) are replayed in turn; the FP8 rows are timed alone after them.
 
 Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|dense|all]
        [--filter SUBSTR] [--iters N] [--no-flush] [--no-flashmla] [--lib-b OTHER/libflashcpp.so]
@@ -416,6 +417,7 @@ def copy_bandwidth(timer):
 
 
 def run_dense(flashcpp, flash_mla, timer, c):
+    """The bf16 cache: FlashMLA, ours and (--lib-b) a second build replayed in turn; then our FP8 rows alone."""
     inp = dense_inputs(c)
     b, s_q, h_q = c["b"], c["s_q"], c["h_q"]
     q, k = inp["q"], inp["k"]
@@ -424,10 +426,10 @@ def run_dense(flashcpp, flash_mla, timer, c):
     flop = b * h_q * s_q * (2 * 576 + 2 * 512) * inp["mean_len"]
     copy_bw = EXPERIMENT.setdefault("copy_bw", None) or copy_bandwidth(timer)
     EXPERIMENT["copy_bw"] = copy_bw
-    rows = []
     fp8 = torch.empty((k.shape[0], k.shape[1], 1, 656), dtype=torch.uint8, device="cuda")
     flashcpp.quantize(k, fp8, False)
-    theirs = ref_out = ref_lse = None
+    ref_out = ref_lse = None
+    bf16_contenders = {}
     if flash_mla is not None:
         meta, _ = flash_mla.get_mla_metadata()
 
@@ -436,14 +438,33 @@ def run_dense(flashcpp, flash_mla, timer, c):
                                                     causal=c["causal"])
         ref_out, ref_lse = theirs()
         torch.cuda.synchronize()
-        rec["flashmla_us"] = timer.graph_us(theirs)
-    for kind, cache in (("bf16", k), ("fp8", fp8)):
+        bf16_contenders["flashmla_us"] = theirs
+    outputs = {}
+
+    def prepare(lib, cache):
         out = torch.empty((b, s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
         lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device="cuda")
-        plan, run = flashcpp.prepare_dense(q, cache, inp["table"], inp["seqlens"], c["causal"], out, lse.transpose(1, 2))
+        plan, run = lib.prepare_dense(q, cache, inp["table"], inp["seqlens"], c["causal"], out, lse.transpose(1, 2))
         plan()
-        r = dict(rec, kv=kind)
-        r["flashcpp_us"] = timer.graph_us(run)  # per layer, on the step's plan (FlashMLA reuses its metadata so too)
+        return plan, run, out, lse
+
+    plan_bf16, run_bf16, out_bf16, lse_bf16 = prepare(flashcpp, k)
+    bf16_contenders["flashcpp_us"] = run_bf16  # per layer, on the step's plan (FlashMLA reuses its metadata so too)
+    if OTHER_BUILD["lib"] is not None:
+        _, run_b, out_b, _ = prepare(OTHER_BUILD["lib"], k)
+        bf16_contenders["flashcpp_b_us"] = run_b
+        outputs["b"] = out_b
+    times = timer.time_contenders(bf16_contenders)
+    rows = []
+    for kind in ("bf16", "fp8"):
+        if kind == "bf16":
+            plan, run, out, lse = plan_bf16, run_bf16, out_bf16, lse_bf16
+            r = dict(rec, kv=kind, **times)
+        else:
+            plan, run, out, lse = prepare(flashcpp, fp8)
+            r = dict(rec, kv=kind, flashcpp_us=timer.graph_us(run))
+            if "flashmla_us" in times:
+                r["flashmla_us"] = times["flashmla_us"]
         r["plan_us"] = timer.graph_us(plan)
         plan()
         run()
@@ -457,7 +478,10 @@ def run_dense(flashcpp, flash_mla, timer, c):
             r["max_abs_diff"], r["nonfinite_mismatch"] = diff(out, ref_out)
             r["lse_max_abs_diff"], _ = diff(lse, ref_lse)
             if kind == "bf16":
-                r["ratio"] = rec["flashmla_us"] / r["flashcpp_us"]
+                r["ratio"] = r["flashmla_us"] / r["flashcpp_us"]
+        if kind == "bf16" and "b" in outputs:
+            r["b_max_abs_diff"], r["b_nonfinite_mismatch"] = diff(outputs["b"], out)
+            r["b_speedup"] = r["flashcpp_b_us"] / r["flashcpp_us"]
         rows.append(r)
     rows[1]["fp8_speedup"] = rows[0]["flashcpp_us"] / rows[1]["flashcpp_us"]
     return rows
@@ -675,7 +699,7 @@ def main():
     ap.add_argument("--sequential", action="store_true",
                     help="time the contenders one after the other (ours first), as before 2026-12-04, not in turn")
     ap.add_argument("--lib-b", help="a second libflashcpp.so timed on the same tensors (flashcpp_b_us, b_speedup: "
-                    "its time / the first's; decode and prefill)")
+                    "its time / the first's; decode, prefill and dense bf16)")
     ap.add_argument("--equal-lengths", action="store_true", help="experiment: every request's cache length s_k")
     ap.add_argument("--no-permute", action="store_true", help="experiment: an identity block table")
     ap.add_argument("--plan-without-lengths", action="store_true",
