@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -45,7 +46,20 @@ void check_param(const Validator& v, const TensorView* per_row, const char* arg,
 // Per row: which tokens survive (keep[i]) given the row's probabilities.
 using Filter = std::function<void(const std::vector<double>& p, int64_t row, std::vector<char>& keep)>;
 
-void renorm(const TensorView& probs, const TensorView& out, const Filter& filter) {
+// A sampling parameter's per-row tensor (nullptr: the scalar is used) and its name in messages.
+struct PerRowArg {
+  const TensorView* per_row;
+  const char* name;
+};
+
+// Every renorm op: probs a host float matrix, out ("renorm") its like, each parameter's per-row tensor one value
+// a row; then per row, the kept probabilities over their sum.
+void renorm(const char* op, const TensorView& probs, const TensorView& out, std::initializer_list<PerRowArg> params,
+            const Filter& filter) {
+  const Validator v(op);
+  check_matrix(v, probs, "probs");
+  check_out(v, out, "renorm", probs, "probs");
+  for (const PerRowArg& p : params) check_param(v, p.per_row, p.name, probs.shape[0]);
   const int64_t rows = probs.shape[0], vocab = probs.shape[1];
   detail::parallel_for(rows, [&](int64_t r) {
     std::vector<double> p(static_cast<size_t>(vocab));
@@ -82,24 +96,29 @@ void ranks_and_mass_above(const std::vector<double>& p, std::vector<int64_t>& gr
   }
 }
 
-Filter top_k_filter(const TopKParam& top_k) {
-  return [top_k](const std::vector<double>& p, int64_t r, std::vector<char>& keep) {
+// A filter on each token's rank (how many tokens are strictly more probable) and the probability mass above it:
+// `keep_of(r)` is row r's test, bool(int64_t greater, double mass).
+template <class KeepOf>
+Filter rank_filter(KeepOf keep_of) {
+  return [keep_of](const std::vector<double>& p, int64_t r, std::vector<char>& keep) {
     std::vector<int64_t> greater;
     std::vector<double> mass;
     ranks_and_mass_above(p, greater, mass);
-    const int64_t k = top_k_of(top_k, r);
-    for (size_t i = 0; i < p.size(); ++i) keep[i] = greater[i] < k;
+    const auto keeps = keep_of(r);
+    for (size_t i = 0; i < p.size(); ++i) keep[i] = keeps(greater[i], mass[i]);
   };
 }
 
+Filter top_k_filter(const TopKParam& top_k) {
+  return rank_filter([top_k](int64_t r) {
+    return [k = top_k_of(top_k, r)](int64_t greater, double) { return greater < k; };
+  });
+}
+
 Filter top_p_filter(const SamplingParam& top_p) {
-  return [top_p](const std::vector<double>& p, int64_t r, std::vector<char>& keep) {
-    std::vector<int64_t> greater;
-    std::vector<double> mass;
-    ranks_and_mass_above(p, greater, mass);
-    const double q = param_of(top_p, r);
-    for (size_t i = 0; i < p.size(); ++i) keep[i] = q >= 1.0 || mass[i] < q;
-  };
+  return rank_filter([top_p](int64_t r) {
+    return [q = param_of(top_p, r)](int64_t, double mass) { return q >= 1.0 || mass < q; };
+  });
 }
 
 }  // namespace
@@ -124,48 +143,30 @@ void softmax(const TensorView& logits, const TensorView& probs, SamplingParam te
 }
 
 void top_k_renorm_probs(const TensorView& probs, const TensorView& renorm_out, TopKParam top_k) {
-  const Validator v("reference::top_k_renorm_probs");
-  check_matrix(v, probs, "probs");
-  check_out(v, renorm_out, "renorm", probs, "probs");
-  check_param(v, top_k.per_row, "top_k", probs.shape[0]);
-  renorm(probs, renorm_out, top_k_filter(top_k));
+  renorm("reference::top_k_renorm_probs", probs, renorm_out, {{top_k.per_row, "top_k"}}, top_k_filter(top_k));
 }
 
 void top_p_renorm_probs(const TensorView& probs, const TensorView& renorm_out, SamplingParam top_p) {
-  const Validator v("reference::top_p_renorm_probs");
-  check_matrix(v, probs, "probs");
-  check_out(v, renorm_out, "renorm", probs, "probs");
-  check_param(v, top_p.per_row, "top_p", probs.shape[0]);
-  renorm(probs, renorm_out, top_p_filter(top_p));
+  renorm("reference::top_p_renorm_probs", probs, renorm_out, {{top_p.per_row, "top_p"}}, top_p_filter(top_p));
 }
 
 void min_p_renorm_probs(const TensorView& probs, const TensorView& renorm_out, SamplingParam min_p) {
-  const Validator v("reference::min_p_renorm_probs");
-  check_matrix(v, probs, "probs");
-  check_out(v, renorm_out, "renorm", probs, "probs");
-  check_param(v, min_p.per_row, "min_p", probs.shape[0]);
-  renorm(probs, renorm_out, [min_p](const std::vector<double>& p, int64_t r, std::vector<char>& keep) {
-    const double pivot = *std::max_element(p.begin(), p.end()) * param_of(min_p, r);
-    for (size_t i = 0; i < p.size(); ++i) keep[i] = p[i] >= pivot;
-  });
+  renorm("reference::min_p_renorm_probs", probs, renorm_out, {{min_p.per_row, "min_p"}},
+         [min_p](const std::vector<double>& p, int64_t r, std::vector<char>& keep) {
+           const double pivot = *std::max_element(p.begin(), p.end()) * param_of(min_p, r);
+           for (size_t i = 0; i < p.size(); ++i) keep[i] = p[i] >= pivot;
+         });
 }
 
 void top_k_top_p_renorm_probs(const TensorView& probs, const TensorView& renorm_out, TopKParam top_k,
                               SamplingParam top_p) {
-  const Validator v("reference::top_k_top_p_renorm_probs");
-  check_matrix(v, probs, "probs");
-  check_out(v, renorm_out, "renorm", probs, "probs");
-  check_param(v, top_k.per_row, "top_k", probs.shape[0]);
-  check_param(v, top_p.per_row, "top_p", probs.shape[0]);
-  renorm(probs, renorm_out,
-         [top_k, top_p](const std::vector<double>& p, int64_t r, std::vector<char>& keep) {
-           std::vector<int64_t> greater;
-           std::vector<double> mass;
-           ranks_and_mass_above(p, greater, mass);
-           const int64_t k = top_k_of(top_k, r);
-           const double q = param_of(top_p, r);
-           for (size_t i = 0; i < p.size(); ++i) keep[i] = greater[i] < k && (q >= 1.0 || mass[i] < q);
-         });
+  renorm("reference::top_k_top_p_renorm_probs", probs, renorm_out,
+         {{top_k.per_row, "top_k"}, {top_p.per_row, "top_p"}},
+         rank_filter([top_k, top_p](int64_t r) {
+           return [k = top_k_of(top_k, r), q = param_of(top_p, r)](int64_t greater, double mass) {
+             return greater < k && (q >= 1.0 || mass < q);
+           };
+         }));
 }
 
 void top_k_mask_logits(const TensorView& logits, const TensorView& masked, TopKParam top_k) {
