@@ -23,9 +23,23 @@ SamplingParam param_of(const flashcpp_tensor* per_row, double value, const char*
   if (const TensorView* t = optional(per_row, op, name, slot)) return SamplingParam(*t);
   return SamplingParam(value);
 }
-TopKParam top_k_of(const flashcpp_tensor* per_row, int64_t value, const char* op, TensorView& slot) {
-  if (const TensorView* t = optional(per_row, op, "top_k_per_row", slot)) return TopKParam(*t);
+TopKParam top_k_of(const flashcpp_tensor* per_row, int64_t value, const char* op, const char* name, TensorView& slot) {
+  if (const TensorView* t = optional(per_row, op, name, slot)) return TopKParam(*t);
   return TopKParam(value);
+}
+
+// A sampler's C entry under guard: its input (`input_name` in messages), samples, optional row_indices and options,
+// converted alike for every sampler; `run` gets them with the runtime and the stream, and adds the sampler's own
+// parameters.
+template <class Run>
+flashcpp_status sample(const char* op, const flashcpp_tensor* input, const char* input_name,
+                       const flashcpp_tensor* samples, const flashcpp_tensor* row_indices,
+                       const flashcpp_sampling_options* options, void* stream, Run run) {
+  return guard([&] {
+    TensorView idx;
+    run(*default_runtime(), to_view(input, op, input_name), to_view(samples, op, "samples"),
+        optional(row_indices, op, "row_indices", idx), options_of(options, op), as_stream(stream));
+  });
 }
 
 }  // namespace
@@ -52,48 +66,33 @@ flashcpp_status flashcpp_softmax(const flashcpp_tensor* workspace, const flashcp
 }
 
 // sampling_from_probs / sampling_from_logits: (input, samples, row_indices, options, stream).
-#define FLASHCPP_PLAIN_SAMPLER(NAME, INPUT)                                                                      \
-  flashcpp_status flashcpp_##NAME(const flashcpp_tensor* input, const flashcpp_tensor* samples,                  \
-                                  const flashcpp_tensor* row_indices, const flashcpp_sampling_options* options,  \
-                                  void* stream) {                                                                \
-    return guard([&] {                                                                                           \
-      TensorView idx;                                                                                            \
-      NAME(*default_runtime(), to_view(input, #NAME, INPUT), to_view(samples, #NAME, "samples"),                 \
-           optional(row_indices, #NAME, "row_indices", idx), options_of(options, #NAME), as_stream(stream));     \
-    });                                                                                                          \
+#define FLASHCPP_PLAIN_SAMPLER(NAME, INPUT)                                                                     \
+  flashcpp_status flashcpp_##NAME(const flashcpp_tensor* input, const flashcpp_tensor* samples,                 \
+                                  const flashcpp_tensor* row_indices, const flashcpp_sampling_options* options, \
+                                  void* stream) {                                                               \
+    return sample(#NAME, input, INPUT, samples, row_indices, options, stream,                                   \
+                  [](auto& rt, auto in, auto out, auto idx, auto o, auto s) { NAME(rt, in, out, idx, o, s); }); \
   }
 FLASHCPP_PLAIN_SAMPLER(sampling_from_probs, "probs")
 FLASHCPP_PLAIN_SAMPLER(sampling_from_logits, "logits")
 #undef FLASHCPP_PLAIN_SAMPLER
 
-flashcpp_status flashcpp_top_k_sampling_from_probs(const flashcpp_tensor* probs, const flashcpp_tensor* samples,
-                                                   const flashcpp_tensor* top_k_per_row, int64_t top_k,
-                                                   const flashcpp_tensor* row_indices,
-                                                   const flashcpp_sampling_options* options, void* stream) {
-  constexpr const char* op = "top_k_sampling_from_probs";
-  return guard([&] {
-    TensorView k, idx;
-    top_k_sampling_from_probs(*default_runtime(), to_view(probs, op, "probs"), to_view(samples, op, "samples"),
-                              top_k_of(top_k_per_row, top_k, op, k), optional(row_indices, op, "row_indices", idx),
-                              options_of(options, op), as_stream(stream));
-  });
-}
-
-// top_p / min_p: (probs, samples, per_row, value, row_indices, options, stream).
-#define FLASHCPP_P_SAMPLER(NAME, PARAM)                                                                           \
+// top_k / top_p / min_p sampling: (probs, samples, per_row, value, row_indices, options, stream); PARAM_OF makes the
+// C++ parameter of VALUE's type from the per-row tensor or the value.
+#define FLASHCPP_ONE_PARAM_SAMPLER(NAME, VALUE, PARAM_OF, PARAM)                                                  \
   flashcpp_status flashcpp_##NAME(const flashcpp_tensor* probs, const flashcpp_tensor* samples,                   \
-                                  const flashcpp_tensor* per_row, double value, const flashcpp_tensor* row_indices, \
+                                  const flashcpp_tensor* per_row, VALUE value, const flashcpp_tensor* row_indices, \
                                   const flashcpp_sampling_options* options, void* stream) {                       \
-    return guard([&] {                                                                                            \
-      TensorView p, idx;                                                                                          \
-      NAME(*default_runtime(), to_view(probs, #NAME, "probs"), to_view(samples, #NAME, "samples"),                \
-           param_of(per_row, value, #NAME, PARAM "_per_row", p), optional(row_indices, #NAME, "row_indices", idx), \
-           options_of(options, #NAME), as_stream(stream));                                                        \
-    });                                                                                                           \
+    return sample(#NAME, probs, "probs", samples, row_indices, options, stream,                                   \
+                  [&](auto& rt, auto in, auto out, auto idx, auto o, auto s) {                                    \
+                    TensorView p;                                                                                 \
+                    NAME(rt, in, out, PARAM_OF(per_row, value, #NAME, PARAM "_per_row", p), idx, o, s);           \
+                  });                                                                                             \
   }
-FLASHCPP_P_SAMPLER(top_p_sampling_from_probs, "top_p")
-FLASHCPP_P_SAMPLER(min_p_sampling_from_probs, "min_p")
-#undef FLASHCPP_P_SAMPLER
+FLASHCPP_ONE_PARAM_SAMPLER(top_k_sampling_from_probs, int64_t, top_k_of, "top_k")
+FLASHCPP_ONE_PARAM_SAMPLER(top_p_sampling_from_probs, double, param_of, "top_p")
+FLASHCPP_ONE_PARAM_SAMPLER(min_p_sampling_from_probs, double, param_of, "min_p")
+#undef FLASHCPP_ONE_PARAM_SAMPLER
 
 flashcpp_status flashcpp_top_k_top_p_sampling_from_probs(const flashcpp_tensor* probs, const flashcpp_tensor* samples,
                                                          const flashcpp_tensor* top_k_per_row, int64_t top_k,
@@ -101,14 +100,13 @@ flashcpp_status flashcpp_top_k_top_p_sampling_from_probs(const flashcpp_tensor* 
                                                          const flashcpp_tensor* row_indices,
                                                          const flashcpp_sampling_options* options, void* stream) {
   constexpr const char* op = "top_k_top_p_sampling_from_probs";
-  return guard([&] {
-    TensorView k, p, idx;
-    top_k_top_p_sampling_from_probs(*default_runtime(), to_view(probs, op, "probs"), to_view(samples, op, "samples"),
-                                    top_k_of(top_k_per_row, top_k, op, k),
-                                    param_of(top_p_per_row, top_p, op, "top_p_per_row", p),
-                                    optional(row_indices, op, "row_indices", idx), options_of(options, op),
-                                    as_stream(stream));
-  });
+  return sample(op, probs, "probs", samples, row_indices, options, stream,
+                [&](auto& rt, auto in, auto out, auto idx, auto o, auto s) {
+                  TensorView k, p;
+                  top_k_top_p_sampling_from_probs(rt, in, out,
+                                                  top_k_of(top_k_per_row, top_k, op, "top_k_per_row", k),
+                                                  param_of(top_p_per_row, top_p, op, "top_p_per_row", p), idx, o, s);
+                });
 }
 
 flashcpp_status flashcpp_top_k_top_p_sampling_from_logits(
@@ -128,7 +126,7 @@ flashcpp_status flashcpp_top_k_top_p_sampling_from_logits(
     TensorView k, p, idx;
     top_k_top_p_sampling_from_logits(
         *default_runtime(), ws, to_view(logits, op, "logits"), to_view(probs, op, "probs"),
-        to_view(samples, op, "samples"), top_k_of(top_k_per_row, top_k, op, k),
+        to_view(samples, op, "samples"), top_k_of(top_k_per_row, top_k, op, "top_k_per_row", k),
         param_of(top_p_per_row, top_p, op, "top_p_per_row", p),
         order == FLASHCPP_TOP_K_FIRST ? TopKTopPOrder::top_k_first : TopKTopPOrder::joint,
         optional(row_indices, op, "row_indices", idx), options_of(options, op), as_stream(stream));
@@ -153,7 +151,8 @@ flashcpp_status flashcpp_top_p_renorm_probs(const flashcpp_tensor* probs, const 
     return guard([&] {                                                                                             \
       TensorView k;                                                                                                \
       NAME(*default_runtime(), to_view(input, #NAME, INPUT), to_view(output, #NAME, OUTPUT),                       \
-           top_k_of(top_k_per_row, top_k, #NAME, k), to_view(row_states, #NAME, "row_states"), as_stream(stream)); \
+           top_k_of(top_k_per_row, top_k, #NAME, "top_k_per_row", k), to_view(row_states, #NAME, "row_states"),    \
+           as_stream(stream));                                                                                     \
     });                                                                                                            \
   }
 FLASHCPP_TOP_K_FILTER(top_k_renorm_probs, "probs", "renorm")
