@@ -18,15 +18,8 @@ using flashcpp::capi::to_view;
 namespace mla = flashcpp::mla;
 
 mla::DecodeConfig to_config(const flashcpp_mla_decode_config& c) {
-  mla::DecodeConfig d;
-  d.batch = c.batch;
-  d.s_q = c.s_q;
-  d.h_q = c.h_q;
-  d.d_qk = c.d_qk;
-  d.topk = c.topk;
-  d.num_sms = c.num_sms;
-  d.extra_topk = c.extra_topk;
-  return d;
+  return {.batch = c.batch, .s_q = c.s_q, .h_q = c.h_q, .d_qk = c.d_qk, .topk = c.topk, .extra_topk = c.extra_topk,
+          .num_sms = c.num_sms};
 }
 
 // The dense decode config of a C call (read_struct's copy), checked: causal 0 or 1.
@@ -277,15 +270,14 @@ flashcpp_status flashcpp_mla_dense_decode_sizes_for(const flashcpp_mla_dense_dec
     flashcpp::capi::require_device_id(config.device_id, op, "config.device_id");
     const mla::DenseDecodePlanSizes s =
         mla::dense_decode_plan_sizes(c, c.num_sms > 0 ? c.num_sms : mla::device_support(config.device_id).sm_count);
-    flashcpp_mla_dense_decode_sizes r{};
-    r.num_sm_parts = s.num_sm_parts;
-    r.sched_meta_elems = s.sched_meta_elems;
-    r.num_splits_elems = s.num_splits_elems;
-    r.lse_accum_elems = s.lse_accum_elems;
-    r.o_accum_elems = s.o_accum_elems;
-    r.indices_elems = s.indices_elems;
-    r.token_lengths_elems = s.token_lengths_elems;
-    *sizes = r;
+    *sizes = {.num_sm_parts = s.num_sm_parts,
+              .reserved = 0,
+              .sched_meta_elems = s.sched_meta_elems,
+              .num_splits_elems = s.num_splits_elems,
+              .lse_accum_elems = s.lse_accum_elems,
+              .o_accum_elems = s.o_accum_elems,
+              .indices_elems = s.indices_elems,
+              .token_lengths_elems = s.token_lengths_elems};
   });
 }
 
