@@ -87,6 +87,18 @@ Workspace to_workspace(const flashcpp_workspace* w, const char* op) {
                    to_view(w->pinned_int_buffer, op, "workspace.pinned_int_buffer")};
 }
 
+// The paged-cache appends, alike but for the cache (converted by `cache_of`) and the names of the two new tensors
+// (`an`, `bn`, used in messages).
+template <class CCache, class Cache, class Fn>
+flashcpp_status append_call(const char* op, const flashcpp_tensor* a, const char* an, const flashcpp_tensor* b,
+                            const char* bn, const flashcpp_tensor* bi, const flashcpp_tensor* pos, const CCache* cache,
+                            Cache (*cache_of)(const CCache*, const char*), void* stream, Fn fn) {
+  return guard([&] {
+    fn(*default_runtime(), to_view(a, op, an), to_view(b, op, bn), to_view(bi, op, "batch_indices"),
+       to_view(pos, op, "positions"), cache_of(cache, op), as_stream(stream));
+  });
+}
+
 
 
 // The fields batch prefill and decode plan configs share (the same names in the C structs and the C++
@@ -211,23 +223,15 @@ FLASHCPP_NORM_ENTRY(gemma_fused_add_rmsnorm, input, residual)
 flashcpp_status flashcpp_append_paged_kv_cache(const flashcpp_tensor* k, const flashcpp_tensor* v,
                                                const flashcpp_tensor* bi, const flashcpp_tensor* pos,
                                                const flashcpp_paged_kv_cache* cache, void* stream) {
-  constexpr const char* op = "append_paged_kv_cache";
-  return guard([&] {
-    append_paged_kv_cache(*default_runtime(), to_view(k, op, "append_key"), to_view(v, op, "append_value"),
-                          to_view(bi, op, "batch_indices"), to_view(pos, op, "positions"), to_cache(cache, op),
-                          as_stream(stream));
-  });
+  return append_call("append_paged_kv_cache", k, "append_key", v, "append_value", bi, pos, cache, to_cache, stream,
+                     [](auto&&... args) { append_paged_kv_cache(std::forward<decltype(args)>(args)...); });
 }
 
 flashcpp_status flashcpp_append_paged_mla_kv_cache(const flashcpp_tensor* ckv, const flashcpp_tensor* kpe,
                                                    const flashcpp_tensor* bi, const flashcpp_tensor* pos,
                                                    const flashcpp_paged_mla_kv_cache* cache, void* stream) {
-  constexpr const char* op = "append_paged_mla_kv_cache";
-  return guard([&] {
-    append_paged_mla_kv_cache(*default_runtime(), to_view(ckv, op, "append_ckv"), to_view(kpe, op, "append_kpe"),
-                              to_view(bi, op, "batch_indices"), to_view(pos, op, "positions"), to_mla_cache(cache, op),
-                              as_stream(stream));
-  });
+  return append_call("append_paged_mla_kv_cache", ckv, "append_ckv", kpe, "append_kpe", bi, pos, cache, to_mla_cache,
+                     stream, [](auto&&... args) { append_paged_mla_kv_cache(std::forward<decltype(args)>(args)...); });
 }
 
 void flashcpp_attention_options_init(flashcpp_attention_options* o) {
