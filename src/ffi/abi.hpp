@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace flashcpp::ffi::abi {
 
@@ -75,22 +76,29 @@ using SafeCall = int (*)(void* handle, const Any* args, int32_t num_args, Any* r
 using DLPackAllocator = int (*)(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
                                 void (*set_error)(void* error_ctx, const char* kind, const char* message));
 
+/// The libtvm_ffi entry points flashcpp requires, each once as X(name, type): the symbol "TVMFFI" + name, held in
+/// Api's member `name` (library.cpp resolves them all, in this order, with dlsym).
+#define FLASHCPP_TVMFFI_REQUIRED_ENTRY_POINTS(X)                                                              \
+  X(GetVersion, void (*)(Version*))                                                                           \
+  X(ObjectIncRef, int (*)(void*))                                                                             \
+  X(ObjectDecRef, int (*)(void*))                                                                             \
+  X(ErrorMoveFromRaised, void (*)(void** out))                                                                \
+  X(ErrorSetRaisedFromCStr, void (*)(const char* kind, const char* message))                                  \
+  X(FunctionGetGlobal, int (*)(const ByteArray* name, void** out))                                            \
+  X(FunctionCall, int (*)(void* func, Any* args, int32_t num_args, Any* result))                              \
+  X(FunctionCreate, int (*)(void* self, SafeCall safe_call, void (*deleter)(void*), void** out))              \
+  X(EnvSetStream, int (*)(int32_t device_type, int32_t device_id, void* stream, void** out_original))         \
+  X(EnvGetStream, void* (*)(int32_t device_type, int32_t device_id))                                          \
+  X(EnvSetDLPackManagedTensorAllocator,                                                                       \
+    int (*)(DLPackAllocator allocator, int write_to_global_context, DLPackAllocator* out_original))            \
+  X(TensorFromDLPackVersioned,                                                                                \
+    int (*)(DLManagedTensorVersioned* from, int32_t require_alignment, int32_t require_contiguous, void** out))
+
 /// The libtvm_ffi entry points flashcpp uses, resolved once with dlsym.
 struct Api {
-  void (*GetVersion)(Version*);
-  int (*ObjectIncRef)(void*);
-  int (*ObjectDecRef)(void*);
-  void (*ErrorMoveFromRaised)(void** out);
-  void (*ErrorSetRaisedFromCStr)(const char* kind, const char* message);
-  int (*FunctionGetGlobal)(const ByteArray* name, void** out);
-  int (*FunctionCall)(void* func, Any* args, int32_t num_args, Any* result);
-  int (*FunctionCreate)(void* self, SafeCall safe_call, void (*deleter)(void*), void** out);
-  int (*EnvSetStream)(int32_t device_type, int32_t device_id, void* stream, void** out_original);
-  void* (*EnvGetStream)(int32_t device_type, int32_t device_id);
-  int (*EnvSetDLPackManagedTensorAllocator)(DLPackAllocator allocator, int write_to_global_context,
-                                            DLPackAllocator* out_original);
-  int (*TensorFromDLPackVersioned)(DLManagedTensorVersioned* from, int32_t require_alignment,
-                                   int32_t require_contiguous, void** out);
+#define FLASHCPP_TVMFFI_MEMBER(NAME, TYPE) std::type_identity_t<TYPE> NAME;
+  FLASHCPP_TVMFFI_REQUIRED_ENTRY_POINTS(FLASHCPP_TVMFFI_MEMBER)
+#undef FLASHCPP_TVMFFI_MEMBER
   int (*StringFromByteArray)(const ByteArray* input, Any* out);  // optional (may be null)
 };
 

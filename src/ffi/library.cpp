@@ -65,18 +65,9 @@ struct LibraryLoader {
     lib->handle_ = handle;
     lib->path_ = fs::absolute(path, ec);
     abi::Api& a = lib->api_;
-    resolve(handle, "TVMFFIGetVersion", a.GetVersion, true, path);
-    resolve(handle, "TVMFFIObjectIncRef", a.ObjectIncRef, true, path);
-    resolve(handle, "TVMFFIObjectDecRef", a.ObjectDecRef, true, path);
-    resolve(handle, "TVMFFIErrorMoveFromRaised", a.ErrorMoveFromRaised, true, path);
-    resolve(handle, "TVMFFIErrorSetRaisedFromCStr", a.ErrorSetRaisedFromCStr, true, path);
-    resolve(handle, "TVMFFIFunctionGetGlobal", a.FunctionGetGlobal, true, path);
-    resolve(handle, "TVMFFIFunctionCall", a.FunctionCall, true, path);
-    resolve(handle, "TVMFFIFunctionCreate", a.FunctionCreate, true, path);
-    resolve(handle, "TVMFFIEnvSetStream", a.EnvSetStream, true, path);
-    resolve(handle, "TVMFFIEnvGetStream", a.EnvGetStream, true, path);
-    resolve(handle, "TVMFFIEnvSetDLPackManagedTensorAllocator", a.EnvSetDLPackManagedTensorAllocator, true, path);
-    resolve(handle, "TVMFFITensorFromDLPackVersioned", a.TensorFromDLPackVersioned, true, path);
+#define FLASHCPP_RESOLVE_REQUIRED(NAME, TYPE) resolve(handle, "TVMFFI" #NAME, a.NAME, true, path);
+    FLASHCPP_TVMFFI_REQUIRED_ENTRY_POINTS(FLASHCPP_RESOLVE_REQUIRED)
+#undef FLASHCPP_RESOLVE_REQUIRED
     resolve(handle, "TVMFFIStringFromByteArray", a.StringFromByteArray, false, path);
     a.GetVersion(&lib->version_);
     if (lib->version_.major != 0 || lib->version_.minor != 1) {
