@@ -101,6 +101,24 @@ flashcpp_status append_call(const char* op, const flashcpp_tensor* a, const char
 
 
 
+// The RoPE + FP8 entries: the C args read, the tensors both take converted alike (the same names in the C structs
+// and the C++ args), `rest` converts the entry's own; then `run` with the scalars as options.
+template <class Args, class CArgs, class Rest, class Run>
+flashcpp_status rope_quantize_call(const char* op, const CArgs* args, void* stream, Rest rest, Run run) {
+  return guard([&] {
+    const CArgs c = read_struct(args, op, "args");
+    Args a;
+    a.q_rope = to_view(c.q_rope, op, "q_rope");
+    a.k_rope = to_view(c.k_rope, op, "k_rope");
+    a.q_rope_out = to_view(c.q_rope_out, op, "q_rope_out");
+    a.cos_sin_cache = to_view(c.cos_sin_cache, op, "cos_sin_cache");
+    a.pos_ids = to_view(c.pos_ids, op, "pos_ids");
+    rest(a, c, op);
+    run(*default_runtime(), a, quantize_options(c.interleave, c.enable_pdl, c.quant_scale_q, c.quant_scale_kv, op),
+        as_stream(stream));
+  });
+}
+
 // The fields batch prefill and decode plan configs share (the same names in the C structs and the C++
 // configs): heads, page size, dtypes (o_dtype -1: as q), layout, window, soft cap, scale, graph and PDL.
 template <class Config, class CConfig>
@@ -195,6 +213,17 @@ Llama31RopeScaling llama31_scaling(double low_freq_factor, double high_freq_fact
   if (high_freq_factor != 0.0) s.high_freq_factor = high_freq_factor;
   if (old_context_length != 0.0) s.old_context_length = old_context_length;
   return s;
+}
+
+// The RoPE entries: q and k, rotated into q_rope and k_rope, converted alike; `run` gets them with the runtime and the
+// stream and adds the entry's own arguments.
+template <class Run>
+flashcpp_status rope_call(const char* op, const flashcpp_tensor* q, const flashcpp_tensor* k,
+                          const flashcpp_tensor* q_rope, const flashcpp_tensor* k_rope, void* stream, Run run) {
+  return guard([&] {
+    run(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(q_rope, op, "q_rope"),
+        to_view(k_rope, op, "k_rope"), as_stream(stream));
+  });
 }
 
 }  // namespace
@@ -401,10 +430,9 @@ flashcpp_status flashcpp_apply_rope_pos_ids(const flashcpp_tensor* q, const flas
                                             const flashcpp_tensor* pos_ids, int64_t rotary_dim, int32_t interleave,
                                             double rope_scale, double rope_theta, void* stream) {
   constexpr const char* op = "apply_rope_pos_ids";
-  return guard([&] {
-    apply_rope_pos_ids(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(q_rope, op, "q_rope"),
-                       to_view(k_rope, op, "k_rope"), to_view(pos_ids, op, "pos_ids"),
-                       rope_options(rotary_dim, interleave, rope_scale, rope_theta, op), as_stream(stream));
+  return rope_call(op, q, k, q_rope, k_rope, stream, [&](auto& rt, auto qv, auto kv, auto qr, auto kr, auto st) {
+    apply_rope_pos_ids(rt, qv, kv, qr, kr, to_view(pos_ids, op, "pos_ids"),
+                       rope_options(rotary_dim, interleave, rope_scale, rope_theta, op), st);
   });
 }
 
@@ -415,13 +443,10 @@ flashcpp_status flashcpp_apply_llama31_rope_pos_ids(const flashcpp_tensor* q, co
                                                     double low_freq_factor, double high_freq_factor,
                                                     double old_context_length, void* stream) {
   constexpr const char* op = "apply_llama31_rope_pos_ids";
-  return guard([&] {
-    apply_llama31_rope_pos_ids(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"),
-                               to_view(q_rope, op, "q_rope"), to_view(k_rope, op, "k_rope"),
-                               to_view(pos_ids, op, "pos_ids"),
+  return rope_call(op, q, k, q_rope, k_rope, stream, [&](auto& rt, auto qv, auto kv, auto qr, auto kr, auto st) {
+    apply_llama31_rope_pos_ids(rt, qv, kv, qr, kr, to_view(pos_ids, op, "pos_ids"),
                                rope_options(rotary_dim, interleave, rope_scale, rope_theta, op),
-                               llama31_scaling(low_freq_factor, high_freq_factor, old_context_length),
-                               as_stream(stream));
+                               llama31_scaling(low_freq_factor, high_freq_factor, old_context_length), st);
   });
 }
 
@@ -431,11 +456,9 @@ flashcpp_status flashcpp_apply_rope_with_cos_sin_cache(const flashcpp_tensor* q,
                                                        const flashcpp_tensor* pos_ids, int32_t interleave,
                                                        void* stream) {
   constexpr const char* op = "apply_rope_with_cos_sin_cache";
-  return guard([&] {
-    apply_rope_with_cos_sin_cache(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"),
-                                  to_view(q_rope, op, "q_rope"), to_view(k_rope, op, "k_rope"),
-                                  to_view(cos_sin_cache, op, "cos_sin_cache"), to_view(pos_ids, op, "pos_ids"),
-                                  flag_of(interleave, op, "interleave"), as_stream(stream));
+  return rope_call(op, q, k, q_rope, k_rope, stream, [&](auto& rt, auto qv, auto kv, auto qr, auto kr, auto st) {
+    apply_rope_with_cos_sin_cache(rt, qv, kv, qr, kr, to_view(cos_sin_cache, op, "cos_sin_cache"),
+                                  to_view(pos_ids, op, "pos_ids"), flag_of(interleave, op, "interleave"), st);
   });
 }
 
@@ -444,10 +467,9 @@ flashcpp_status flashcpp_apply_rope(const flashcpp_tensor* q, const flashcpp_ten
                                     const flashcpp_tensor* offsets, int64_t rotary_dim, int32_t interleave,
                                     double rope_scale, double rope_theta, void* stream) {
   constexpr const char* op = "apply_rope";
-  return guard([&] {
-    apply_rope(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(q_rope, op, "q_rope"),
-               to_view(k_rope, op, "k_rope"), to_view(indptr, op, "indptr"), to_view(offsets, op, "offsets"),
-               rope_options(rotary_dim, interleave, rope_scale, rope_theta, op), as_stream(stream));
+  return rope_call(op, q, k, q_rope, k_rope, stream, [&](auto& rt, auto qv, auto kv, auto qr, auto kr, auto st) {
+    apply_rope(rt, qv, kv, qr, kr, to_view(indptr, op, "indptr"), to_view(offsets, op, "offsets"),
+               rope_options(rotary_dim, interleave, rope_scale, rope_theta, op), st);
   });
 }
 
@@ -458,63 +480,40 @@ flashcpp_status flashcpp_apply_llama31_rope(const flashcpp_tensor* q, const flas
                                             double rope_theta, double low_freq_factor, double high_freq_factor,
                                             double old_context_length, void* stream) {
   constexpr const char* op = "apply_llama31_rope";
-  return guard([&] {
-    apply_llama31_rope(*default_runtime(), to_view(q, op, "q"), to_view(k, op, "k"), to_view(q_rope, op, "q_rope"),
-                       to_view(k_rope, op, "k_rope"), to_view(indptr, op, "indptr"), to_view(offsets, op, "offsets"),
+  return rope_call(op, q, k, q_rope, k_rope, stream, [&](auto& rt, auto qv, auto kv, auto qr, auto kr, auto st) {
+    apply_llama31_rope(rt, qv, kv, qr, kr, to_view(indptr, op, "indptr"), to_view(offsets, op, "offsets"),
                        rope_options(rotary_dim, interleave, rope_scale, rope_theta, op),
-                       llama31_scaling(low_freq_factor, high_freq_factor, old_context_length), as_stream(stream));
+                       llama31_scaling(low_freq_factor, high_freq_factor, old_context_length), st);
   });
 }
 
 flashcpp_status flashcpp_rope_quantize_fp8(const flashcpp_rope_quantize_args* args, void* stream) {
-  constexpr const char* op = "rope_quantize_fp8";
-  return guard([&] {
-    const flashcpp_rope_quantize_args c = read_struct(args, op, "args");
-    RopeQuantizeArgs a;
-    a.q_rope = to_view(c.q_rope, op, "q_rope");
-    a.k_rope = to_view(c.k_rope, op, "k_rope");
-    a.q_rope_out = to_view(c.q_rope_out, op, "q_rope_out");
+  TensorView qn, kn, qno, kno;
+  return rope_quantize_call<RopeQuantizeArgs>("rope_quantize_fp8", args, stream, [&](auto& a, const auto& c, auto op) {
     a.k_rope_out = to_view(c.k_rope_out, op, "k_rope_out");
-    TensorView qn, kn, qno, kno;
     a.q_nope = optional(c.q_nope, op, "q_nope", qn);
     a.k_nope = optional(c.k_nope, op, "k_nope", kn);
     a.q_nope_out = optional(c.q_nope_out, op, "q_nope_out", qno);
     a.k_nope_out = optional(c.k_nope_out, op, "k_nope_out", kno);
-    a.cos_sin_cache = to_view(c.cos_sin_cache, op, "cos_sin_cache");
-    a.pos_ids = to_view(c.pos_ids, op, "pos_ids");
-    rope_quantize_fp8(*default_runtime(), a,
-                      quantize_options(c.interleave, c.enable_pdl, c.quant_scale_q, c.quant_scale_kv, op),
-                      as_stream(stream));
-  });
+  }, [](auto&&... x) { rope_quantize_fp8(std::forward<decltype(x)>(x)...); });
 }
 
 flashcpp_status flashcpp_rope_quantize_append_paged_kv_cache(const flashcpp_rope_quantize_append_args* args,
                                                              void* stream) {
-  constexpr const char* op = "rope_quantize_append_paged_kv_cache";
-  return guard([&] {
-    const flashcpp_rope_quantize_append_args c = read_struct(args, op, "args");
-    RopeQuantizeAppendArgs a;
-    a.q_rope = to_view(c.q_rope, op, "q_rope");
-    a.k_rope = to_view(c.k_rope, op, "k_rope");
-    a.q_nope = to_view(c.q_nope, op, "q_nope");
-    a.k_nope = to_view(c.k_nope, op, "k_nope");
-    TensorView v;
-    a.v = optional(c.v, op, "v", v);
-    a.q_rope_out = to_view(c.q_rope_out, op, "q_rope_out");
-    a.q_nope_out = to_view(c.q_nope_out, op, "q_nope_out");
-    a.cos_sin_cache = to_view(c.cos_sin_cache, op, "cos_sin_cache");
-    a.pos_ids = to_view(c.pos_ids, op, "pos_ids");
-    a.batch_indices = to_view(c.batch_indices, op, "batch_indices");
-    a.positions = to_view(c.positions, op, "positions");
-    std::optional<PagedKvCache> kv;
-    std::optional<PagedMlaKvCache> mla;
-    if (c.kv_cache != nullptr) a.kv_cache = &kv.emplace(to_cache(c.kv_cache, op));
-    if (c.mla_cache != nullptr) a.mla_cache = &mla.emplace(to_mla_cache(c.mla_cache, op));
-    rope_quantize_append_paged_kv_cache(*default_runtime(), a,
-                                        quantize_options(c.interleave, c.enable_pdl, c.quant_scale_q,
-                                                         c.quant_scale_kv, op),
-                                        as_stream(stream));
-  });
+  TensorView v;
+  std::optional<PagedKvCache> kv;
+  std::optional<PagedMlaKvCache> mla;
+  return rope_quantize_call<RopeQuantizeAppendArgs>(
+      "rope_quantize_append_paged_kv_cache", args, stream, [&](auto& a, const auto& c, auto op) {
+        a.q_nope = to_view(c.q_nope, op, "q_nope");
+        a.k_nope = to_view(c.k_nope, op, "k_nope");
+        a.v = optional(c.v, op, "v", v);
+        a.q_nope_out = to_view(c.q_nope_out, op, "q_nope_out");
+        a.batch_indices = to_view(c.batch_indices, op, "batch_indices");
+        a.positions = to_view(c.positions, op, "positions");
+        if (c.kv_cache != nullptr) a.kv_cache = &kv.emplace(to_cache(c.kv_cache, op));
+        if (c.mla_cache != nullptr) a.mla_cache = &mla.emplace(to_mla_cache(c.mla_cache, op));
+      }, [](auto&&... x) { rope_quantize_append_paged_kv_cache(std::forward<decltype(x)>(x)...); });
 }
 
 }  // extern "C"
