@@ -15,19 +15,18 @@ flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* a, void* s
   return capi::guard([&] {
     const char* op = "flashcpp_gdn_prefill";
     const flashcpp_gdn_prefill_args args = capi::read_struct(a, op, "args");
-    GdnPrefillArgs g;
-    g.output = capi::to_view(args.output, op, "output");
-    g.output_state = capi::to_view(args.output_state, op, "output_state");
-    g.q = capi::to_view(args.q, op, "q");
-    g.k = capi::to_view(args.k, op, "k");
-    g.v = capi::to_view(args.v, op, "v");
-    g.cu_seqlens = capi::to_view(args.cu_seqlens, op, "cu_seqlens");
     TensorView cu_host, state, alpha, beta, ws;
-    g.cu_seqlens_host = optional(args.cu_seqlens_host, op, "cu_seqlens_host", cu_host);
-    g.input_state = optional(args.input_state, op, "input_state", state);
-    g.alpha = optional(args.alpha, op, "alpha", alpha);
-    g.beta = optional(args.beta, op, "beta", beta);
-    g.workspace = optional(args.workspace, op, "workspace", ws);
+    const GdnPrefillArgs g{.output = capi::to_view(args.output, op, "output"),
+                           .output_state = capi::to_view(args.output_state, op, "output_state"),
+                           .q = capi::to_view(args.q, op, "q"),
+                           .k = capi::to_view(args.k, op, "k"),
+                           .v = capi::to_view(args.v, op, "v"),
+                           .cu_seqlens = capi::to_view(args.cu_seqlens, op, "cu_seqlens"),
+                           .cu_seqlens_host = optional(args.cu_seqlens_host, op, "cu_seqlens_host", cu_host),
+                           .input_state = optional(args.input_state, op, "input_state", state),
+                           .alpha = optional(args.alpha, op, "alpha", alpha),
+                           .beta = optional(args.beta, op, "beta", beta),
+                           .workspace = optional(args.workspace, op, "workspace", ws)};
     gdn_prefill(*default_runtime(), g, {.scale = capi::sm_scale_of(args.scale)}, static_cast<cudaStream_t>(stream));
   });
 }
