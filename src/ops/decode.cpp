@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "flashcpp/attention.hpp"
-#include "ops/attention_internal.hpp"
+#include "ops/attention_plan.hpp"
 
 namespace flashcpp {
 namespace {
@@ -69,7 +69,7 @@ void single_decode(const Runtime& rt, const TensorView& q, const TensorView& k, 
 
 struct BatchDecodePlan::State {
   bool tensor_cores = false;
-  ops::PrefillPlanCore core;  // both paths; on the CUDA-core path mod.fns = {plan, run}
+  ops::AttentionPlanCore core;  // both paths; on the CUDA-core path mod.fns = {plan, run}
   TensorView qo_arange;       // tensor-core path: device int32 [batch + 1] at the int workspace's tail
 };
 
@@ -94,7 +94,7 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
   v.on_host(ip.kv_last_page_len, "kv_last_page_len").rank(ip.kv_last_page_len, "kv_last_page_len", 1);
   const int64_t batch = ip.kv_last_page_len.size(0);
   v.require(batch >= 1, "kv_last_page_len", "must have at least one entry (batch >= 1)");
-  ops::PrefillPlanRequest req;
+  ops::AttentionPlanRequest req;
   ops::check_host_page_table(v, ip.kv_indptr, ip.kv_last_page_len, ip.kv_indices, batch, c.page_size, req);
   const int64_t reserved = tc ? align_up((batch + 1) * 4, 256) : 0;
   ops::check_workspace(v, ws, reserved);
@@ -103,7 +103,7 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
 
   auto state = std::make_unique<State>();
   state->tensor_cores = tc;
-  ops::PrefillPlanCore& core = state->core;
+  ops::AttentionPlanCore& core = state->core;
   core.ws = ws;
   core.device = ws.float_buffer.device;
   core.storage = KvStorage::paged;
@@ -141,7 +141,7 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
     req.kv_indptr = &ip.kv_indptr;
     req.causal = false;
     req.reserved_int_bytes = reserved;
-    ops::run_prefill_plan(core, req, v, stream);
+    ops::run_attention_plan(core, req, v, stream);
     // The query indptr 0..batch lives in the int workspace's reserved tail; its pinned twin is written
     // here and copied on the plan's stream (a later plan writes the same prefix, so reuse is safe).
     const int64_t int_bytes = ws.int_buffer.numel() * dtype_size(ws.int_buffer.dtype);
@@ -185,24 +185,12 @@ void BatchDecodePlan::run(const TensorView& q, const PagedKvCache& kv, const Ten
                           cudaStream_t stream) const {
   const Validator v("BatchDecodePlan::run");
   ops::check_plan_alive(v, s_.get());
-  const ops::PrefillPlanCore& core = s_->core;
+  const ops::AttentionPlanCore& core = s_->core;
   if (s_->tensor_cores) {
-    ops::run_prefill_paged(core, v, q, kv, s_->qo_arange, out, lse, stream);
+    ops::run_paged_attention(core, v, q, kv, s_->qo_arange, out, lse, stream);
     return;
   }
-  ops::check_cuda_tensor(v, q, "q");
-  if (!(q.device == core.device))
-    v.fail("q", q, "must be on the planned device cuda:" + std::to_string(core.device.id));
-  v.rank(q, "q", 3).dtype(q, "q", {core.variant.q}).last_dim_contiguous(q, "q");
-  v.shape(q, "q", {core.batch, core.num_qo_heads, core.head_dim_qk});
-  ops::check_strides_32bit(v, q, "q");
-  ops::check_same_device(v, out, "out", q, "q");
-  v.dtype(out, "out", {core.variant.o}).shape(out, "out", {core.batch, core.num_qo_heads, core.head_dim_vo});
-  v.contiguous(out, "out");
-  if (lse) {
-    ops::check_same_device(v, *lse, "lse", q, "q");
-    v.dtype(*lse, "lse", {DType::f32}).shape(*lse, "lse", {core.batch, core.num_qo_heads}).contiguous(*lse, "lse");
-  }
+  ops::check_run_io(core, v, q, out, lse);  // total_q is the batch: one query per request
   ops::check_planned_paged_cache(v, kv, q, core);
   ops::check_run_overlap(core, v, out, lse,
                          {{&q, "q"}, {&kv.k_cache, "k_cache"}, {&kv.v_cache, "v_cache"}, {&kv.indices, "indices"},

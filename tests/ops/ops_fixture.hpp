@@ -17,7 +17,7 @@
 #include "flashcpp/norm.hpp"
 #include "flashcpp/page.hpp"
 #include "flashcpp/runtime.hpp"
-#include "ops/attention_internal.hpp"
+#include "ops/attention_plan.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp::testing {

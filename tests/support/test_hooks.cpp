@@ -1,7 +1,7 @@
 // The test-only library flashcpp_test_hooks: the device seams CPU tests use (pretended device counts and
 // facts). The release libflashcpp exports none of them; it reads these overrides through
 // ops::test_overrides() when this library is in the process (src/ops/test_hooks.hpp).
-#include "ops/attention_internal.hpp"
+#include "ops/attention_plan.hpp"
 #include "ops/common.hpp"
 #include "ops/device_facts.hpp"
 #include "ops/test_hooks.hpp"

@@ -1,5 +1,6 @@
-// Internals shared by prefill.cpp and decode.cpp: the batch-prefill plan core (also the tensor-core
-// decode path) and argument packing of FlashInfer's attention entry points.
+// The attention plan core shared by batch prefill (prefill.cpp) and batch decode (decode.cpp; its tensor-core path
+// runs FlashInfer's batch-prefill modules), defined in attention_plan.cpp, and the checks and packing helpers of
+// FlashInfer's attention entry points.
 #pragma once
 #include <optional>
 #include <string>
@@ -26,8 +27,8 @@ void set_device_cc_major_for_testing(int cc_major) noexcept;
 bool choose_fa3(const Validator& v, AttentionBackend backend, const AttentionVariant& var, bool ragged_hnd,
                 int device_id);
 
-/// What a batch-prefill plan was made for; run() compares against it.
-struct PrefillPlanCore {
+/// What a batch attention plan was made for (prefill, or decode on either path); its runs compare against it.
+struct AttentionPlanCore {
   ResolvedModule mod;  // fns: plan, ragged_run, paged_run
   std::string uri;
   bool fa3 = false;
@@ -49,7 +50,7 @@ struct PrefillPlanCore {
 /// Validates the workspace (device buffers on one CUDA device, pinned host buffer >= int buffer).
 void check_workspace(const Validator& v, const Workspace& ws, int64_t reserved_int_bytes);
 
-struct PrefillPlanRequest {
+struct AttentionPlanRequest {
   const TensorView* qo_indptr;        // host
   const TensorView* kv_indptr;        // host
   std::vector<int32_t> kv_len_arr;    // tokens per request
@@ -63,15 +64,19 @@ struct PrefillPlanRequest {
 
 /// Calls the module's plan (fa2: 19 args, fa3: 16) and fills `core.plan_info`. `core` carries the
 /// module, workspace, geometry and flags already.
-void run_prefill_plan(PrefillPlanCore& core, const PrefillPlanRequest& req, const Validator& v, cudaStream_t stream);
+void run_attention_plan(AttentionPlanCore& core, const AttentionPlanRequest& req, const Validator& v, cudaStream_t stream);
 
 /// Validated paged run (fa2 27 args / fa3 24) of a core; `qo_indptr` is a device int32 [batch + 1].
-void run_prefill_paged(const PrefillPlanCore& core, const Validator& v, const TensorView& q, const PagedKvCache& kv,
+void run_paged_attention(const AttentionPlanCore& core, const Validator& v, const TensorView& q, const PagedKvCache& kv,
                        const TensorView& qo_indptr, const TensorView& out, OptionalTensor lse, cudaStream_t stream);
+
+/// A run's q, out and lse against the plan: device, dtypes, shapes [total_q, heads, head dim], 32-bit strides.
+void check_run_io(const AttentionPlanCore& core, const Validator& v, const TensorView& q, const TensorView& out,
+                  OptionalTensor lse);
 
 /// Overlap rule of a plan's run: out, lse and the workspace views the run uses share no byte with `inputs`
 /// nor with each other.
-void check_run_overlap(const PrefillPlanCore& core, const Validator& v, const TensorView& out, OptionalTensor lse,
+void check_run_overlap(const AttentionPlanCore& core, const Validator& v, const TensorView& out, OptionalTensor lse,
                        std::initializer_list<Validator::Named> inputs);
 /// Overlap rule of plan creation: the three workspace buffers against each other and the host arrays.
 void check_plan_overlap(const Validator& v, const Workspace& ws, std::initializer_list<Validator::Named> host_arrays);
@@ -123,7 +128,7 @@ PagedGeometry check_planned_paged_cache(const Validator& v, const PagedKvCache& 
 namespace flashcpp::ops {
 /// Host page-table checks shared by prefill and decode plans; fills kv_len_arr, kv_total, max_page_index.
 void check_host_page_table(const Validator& v, const TensorView& kv_indptr, const TensorView& last_page_len,
-                           OptionalTensor kv_indices, int64_t batch, int64_t page_size, PrefillPlanRequest& req);
+                           OptionalTensor kv_indices, int64_t batch, int64_t page_size, AttentionPlanRequest& req);
 /// Validates k/v of a single-request op (rank, dtype, layout shapes); returns kv_len.
 int64_t check_single_kv(const Validator& v, const TensorView& q, const TensorView& k, const TensorView& vv,
                         KvLayout layout, int64_t num_kv_heads_unused, int64_t head_dim_qk, int64_t head_dim_vo,
