@@ -21,6 +21,9 @@ eager calls back to back, wall time per call. One line per case:
   MLA_SUITE {"op": "decode"|"prefill", <case>, "flashmla_us", "flashcpp_us", "ratio" (FlashMLA time / ours),
              "tflops" (ours, FlashMLA's FLOP count), "host_us", "flashmla_host_us", "max_abs_diff", ...}
 
+Prefill from the FP8 cache (--op prefill_fp8): the prefill cases with the KV quantized to FP8 (V3.2 rows, V4 pages),
+run by the FP8 decode kernels with one request per query token, beside our bf16 prefill in turn (bf16_over_fp8).
+
 Dense decode (--op dense): FlashMLA's dense decoding performance cases (tests/test_flash_mla_dense_decoding.py) with
 its generator, flashcpp on the bf16 cache (ratio: FlashMLA time / ours) and on the V3.2 FP8 rows quantized from it
 (fp8_speedup: our bf16 time / our FP8 time); flashcpp times one layer's run on the step's plan (plan_us apart), as
@@ -719,10 +722,49 @@ def run_prefill(flashcpp, flash_mla, timer, c):
     return rec
 
 
+def run_prefill_fp8(flashcpp, flash_mla, timer, c):
+    """Prefill straight from the FP8 cache, as an engine can run it today: the FP8 decode kernels with one request per
+    query token (batch s_q, s_q 1, the token's indices), beside our bf16 sparse prefill on the same indices over the
+    bf16 rows the cache was quantized from (the V3.2 656-byte rows, or V4 pages of 584 bytes; block size 64). Both
+    timed in turn; bf16_over_fp8 = bf16 prefill time / FP8 time (an engine that keeps only the FP8 cache would
+    also dequantize the referenced rows before the bf16 prefill)."""
+    inp = prefill_inputs(c)
+    s_q, h_q, d_qk, s_kv = c["s_q"], c["h_q"], c["d_qk"], c["s_kv"]
+    dev = torch.device("cuda")
+    out = torch.empty((s_q, h_q, 512), dtype=torch.bfloat16, device=dev)
+    max_logits = torch.empty((s_q, h_q), dtype=torch.float32, device=dev)
+    lse = torch.empty((s_q, h_q), dtype=torch.float32, device=dev)
+    bf16 = flashcpp.prepare_prefill(inp, inp["q"], inp["kv"], inp["indices"], inp["sink"], None, out, max_logits, lse)
+    block = 64
+    rows = inp["kv"].contiguous().view(s_kv // block, block, 1, d_qk)
+    if d_qk == 576:
+        cache = torch.empty((s_kv // block, block, 1, 656), dtype=torch.uint8, device=dev)
+    else:  # FlashMLA's V4 page: 64 token records and their scales, rounded up to 576 bytes
+        page = -(-(block * 584) // 576) * 576
+        storage = torch.empty((s_kv // block) * page, dtype=torch.uint8, device=dev)
+        cache = torch.as_strided(storage, (s_kv // block, block, 1, 584), (page, 584, 584, 1))
+    flashcpp.quantize(rows, cache, v4=(d_qk == 512))
+    out8 = torch.empty((s_q, 1, h_q, 512), dtype=torch.bfloat16, device=dev)
+    lse8 = torch.empty((s_q, 1, h_q), dtype=torch.float32, device=dev)
+    fp8, split = flashcpp.prepare_decode(inp, inp["q"].unsqueeze(1), cache, inp["indices"], None, inp["sink"], out8,
+                                         lse8, None, None, None)
+    rec = dict(op="prefill_fp8", case=c["name"], s_q=s_q, s_kv=s_kv, h_q=h_q, d_qk=d_qk, topk=c["topk"], split=split)
+    rec.update(timer.time_contenders({"bf16_prefill_us": bf16, "fp8_us": fp8}))
+    bf16()
+    fp8()
+    torch.cuda.synchronize()
+    rec["max_abs_diff"], rec["nonfinite_mismatch"] = diff(out8.view(s_q, h_q, 512), out)
+    rec["lse_max_abs_diff"], _ = diff(lse8.view(s_q, h_q), lse)
+    flop = 2.0 * s_q * c["topk"] * h_q * (d_qk + 512)
+    rec["fp8_tflops"] = flop / (rec["fp8_us"] * 1e-6) / 1e12
+    rec["bf16_over_fp8"] = rec["bf16_prefill_us"] / rec["fp8_us"]
+    return rec
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", required=True, help="libflashcpp.so")
-    ap.add_argument("--op", choices=("decode", "prefill", "dense", "all"), default="all")
+    ap.add_argument("--op", choices=("decode", "prefill", "dense", "prefill_fp8", "all"), default="all")
     ap.add_argument("--filter", nargs="*", default=[],
                     help="only cases whose label (e.g. 'V4 config 1 b 74 s_q 2 h_q 64 d_qk 512') contains one of these")
     ap.add_argument("--iters", type=int, default=50)
@@ -768,6 +810,8 @@ def main():
         jobs += [(run_prefill, c) for c in prefill_cases()]
     if args.op in ("dense", "all"):
         jobs += [(run_dense, c) for c in dense_cases()]
+    if args.op == "prefill_fp8":
+        jobs += [(run_prefill_fp8, c) for c in prefill_cases()]
     ratios = {}
     with torch.inference_mode():
         for fn, c in jobs:
