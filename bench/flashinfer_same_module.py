@@ -57,12 +57,13 @@ def view(t):
 P = C.POINTER(Tensor)
 
 
+# The bundles of tensors begin with their size (C ABI 4.0.0): each construction passes C.sizeof first.
 class Workspace(C.Structure):  # flashcpp_workspace
-    _fields_ = [("float_buffer", P), ("int_buffer", P), ("pinned_int_buffer", P)]
+    _fields_ = [("struct_size", C.c_uint32), ("float_buffer", P), ("int_buffer", P), ("pinned_int_buffer", P)]
 
 
 class PagedKvCache(C.Structure):  # flashcpp_paged_kv_cache
-    _fields_ = [("k_cache", P), ("v_cache", P), ("indices", P), ("indptr", P), ("last_page_len", P),
+    _fields_ = [("struct_size", C.c_uint32), ("k_cache", P), ("v_cache", P), ("indices", P), ("indptr", P), ("last_page_len", P),
                 ("layout", C.c_int32)]
 
 
@@ -96,7 +97,7 @@ class SamplingOptions(C.Structure):  # flashcpp_sampling_options
 
 
 class SamplingWorkspace(C.Structure):  # flashcpp_sampling_workspace
-    _fields_ = [("softmax_buffer", P), ("row_states", P)]
+    _fields_ = [("struct_size", C.c_uint32), ("softmax_buffer", P), ("row_states", P)]
 
 
 class RopeQuantizeArgs(C.Structure):  # flashcpp_rope_quantize_args
@@ -107,7 +108,8 @@ class RopeQuantizeArgs(C.Structure):  # flashcpp_rope_quantize_args
 
 
 class PagedMlaCache(C.Structure):  # flashcpp_paged_mla_kv_cache
-    _fields_ = [("ckv_cache", P), ("kpe_cache", P), ("indices", P), ("indptr", P), ("last_page_len", P)]
+    _fields_ = [("struct_size", C.c_uint32), ("ckv_cache", P), ("kpe_cache", P), ("indices", P), ("indptr", P),
+                ("last_page_len", P)]
 
 
 class RopeQuantizeAppendArgs(C.Structure):  # flashcpp_rope_quantize_append_args (C ABI 3.6.0)
@@ -119,7 +121,7 @@ class RopeQuantizeAppendArgs(C.Structure):  # flashcpp_rope_quantize_append_args
 
 
 class BatchMlaCache(C.Structure):  # flashcpp_batch_mla_cache
-    _fields_ = [("ckv_cache", P), ("kpe_cache", P), ("kv_indices", P)]
+    _fields_ = [("struct_size", C.c_uint32), ("ckv_cache", P), ("kpe_cache", P), ("kv_indices", P)]
 
 
 def loaded_tvm_ffi():
@@ -357,10 +359,10 @@ def main():
             a.batch_indices, a.positions = ptr(bi), ptr(at)
             table = [ptr(indices), ptr(indptr), ptr(last)]
             if v is None:
-                keep.append(PagedMlaCache(ptr(ours[0]), ptr(ours[1]), *table))
+                keep.append(PagedMlaCache(C.sizeof(PagedMlaCache), ptr(ours[0]), ptr(ours[1]), *table))
                 a.mla_cache = C.pointer(keep[-1])
             else:
-                keep.append(PagedKvCache(ptr(ours[0]), ptr(ours[1]), *table, 0))
+                keep.append(PagedKvCache(C.sizeof(PagedKvCache), ptr(ours[0]), ptr(ours[1]), *table, 0))
                 a.kv_cache = C.pointer(keep[-1])
             a.interleave, a.enable_pdl, a.quant_scale_q, a.quant_scale_kv = int(not is_neox), 0, sq, skv
             fc.call("flashcpp_rope_quantize_append_paged_kv_cache", C.byref(a), stream())
@@ -439,7 +441,7 @@ def main():
         topp_rows = torch.rand(rows, device=dev, dtype=torch.float32) * 0.9 + 0.05
         samples = torch.empty(300, device=dev, dtype=torch.int32)
         scratch = torch.empty_like(logits)
-        ws = SamplingWorkspace(C.pointer(view(sm_ws)), C.pointer(view(row_states)))
+        ws = SamplingWorkspace(C.sizeof(SamplingWorkspace), C.pointer(view(sm_ws)), C.pointer(view(row_states)))
         none, i64, f64 = None, C.c_int64, C.c_double
 
         def sampler(fn, src, *params):  # flashcpp's C entry (src, samples, [per_row, scalar]..., indices, options)
@@ -567,7 +569,7 @@ def main():
         float_ws = torch.zeros(128 << 20, dtype=torch.uint8, device=dev)
         int_ws = torch.zeros(8 << 20, dtype=torch.uint8, device=dev)
         pinned = torch.zeros(8 << 20, dtype=torch.uint8, pin_memory=True)
-        ws = Workspace(C.pointer(view(float_ws)), C.pointer(view(int_ws)), C.pointer(view(pinned)))
+        ws = Workspace(C.sizeof(Workspace), C.pointer(view(float_ws)), C.pointer(view(int_ws)), C.pointer(view(pinned)))
 
         # ---- paged KV: batch 64 x 4096 (decode) / 8 x 1024 (prefill), 32 q / 8 kv heads, d 128, page 16, NHD
         def paged(batch, kv_len, page=16, hkv=8, d=128):
@@ -596,8 +598,8 @@ def main():
             plan = C.c_void_p()
             fc.call("flashcpp_batch_decode_plan_create", C.byref(cfg), C.byref(ws), fc.t(indptr), fc.t(last),
                     fc.t(indices), stream(), C.byref(plan))
-            cache = PagedKvCache(C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)), C.pointer(view(ind)),
-                                 C.pointer(view(lastd)), 0)
+            cache = PagedKvCache(C.sizeof(PagedKvCache), C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)),
+                                 C.pointer(view(ind)), C.pointer(view(lastd)), 0)
             got = torch.empty_like(q)
             fc.call("flashcpp_batch_decode_run", plan, fc.t(q), C.byref(cache), fc.t(got), None, stream())
             fc.lib.flashcpp_batch_decode_plan_destroy(plan)
@@ -618,8 +620,8 @@ def main():
             plan = C.c_void_p()
             fc.call("flashcpp_batch_prefill_plan_create", C.byref(cfg), C.byref(ws), fc.t(qo), fc.t(indptr), fc.t(last),
                     fc.t(indices), stream(), C.byref(plan))
-            cache = PagedKvCache(C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)), C.pointer(view(ind)),
-                                 C.pointer(view(lastd)), 0)
+            cache = PagedKvCache(C.sizeof(PagedKvCache), C.pointer(view(k)), C.pointer(view(v)), C.pointer(view(kd)),
+                                 C.pointer(view(ind)), C.pointer(view(lastd)), 0)
             got = torch.empty_like(q)
             fc.call("flashcpp_batch_prefill_run_paged", plan, fc.t(q), C.byref(cache), fc.t(qod), fc.t(got), None,
                     stream())
@@ -649,7 +651,8 @@ def main():
             plan = C.c_void_p()
             fc.call("flashcpp_batch_mla_plan_create", C.byref(cfg), fc.t(float_ws), fc.t(int_ws), fc.t(pinned), fc.t(qo),
                     fc.t(kvp), fc.t(kvl), stream(), C.byref(plan))
-            cache = BatchMlaCache(C.pointer(view(ckv)), C.pointer(view(kpe)), C.pointer(view(kv_indices)))
+            cache = BatchMlaCache(C.sizeof(BatchMlaCache), C.pointer(view(ckv)), C.pointer(view(kpe)),
+                                  C.pointer(view(kv_indices)))
             got = torch.empty_like(q_nope)
             fc.call("flashcpp_batch_mla_run", plan, fc.t(q_nope), fc.t(q_pe), C.byref(cache), fc.t(got), None, stream())
             fc.lib.flashcpp_batch_mla_plan_destroy(plan)

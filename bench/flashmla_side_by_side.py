@@ -92,14 +92,15 @@ class PlanSizes(ctypes.Structure):
 P = ctypes.POINTER(CTensor)
 
 
+# The bundles of tensors begin with their size (C ABI 4.0.0): each construction passes ctypes.sizeof first.
 class DecodeTensors(ctypes.Structure):
-    _fields_ = [(n, P) for n in ("q", "kv_cache", "indices", "topk_length", "attn_sink", "out", "lse", "sched_meta",
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [(n, P) for n in ("q", "kv_cache", "indices", "topk_length", "attn_sink", "out", "lse", "sched_meta",
                                  "num_splits", "lse_accum", "o_accum", "extra_kv_cache", "extra_indices",
                                  "extra_topk_length")]
 
 
 class PrefillTensors(ctypes.Structure):
-    _fields_ = [(n, P) for n in ("q", "kv", "indices", "attn_sink", "topk_length", "out", "max_logits", "lse")]
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [(n, P) for n in ("q", "kv", "indices", "attn_sink", "topk_length", "out", "max_logits", "lse")]
 
 
 class DenseConfig(ctypes.Structure):
@@ -114,11 +115,11 @@ class DenseSizes(ctypes.Structure):
 
 
 class DenseWorkspace(ctypes.Structure):
-    _fields_ = [(n, P) for n in ("sched_meta", "num_splits", "lse_accum", "o_accum", "indices", "token_lengths")]
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [(n, P) for n in ("sched_meta", "num_splits", "lse_accum", "o_accum", "indices", "token_lengths")]
 
 
 class DenseTensors(ctypes.Structure):
-    _fields_ = [(n, P) for n in ("q", "kv_cache", "attn_sink", "out", "lse")]
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [(n, P) for n in ("q", "kv_cache", "attn_sink", "out", "lse")]
 
 
 class DenseOptions(ctypes.Structure):
@@ -170,8 +171,9 @@ class Flashcpp:
                 self.check(self.lib.flashcpp_mla_decode_plan(ctypes.byref(cfg), self.ref(ws["sched_meta"]),
                                                              self.ref(ws["num_splits"]), ctypes.byref(sizes), stream),
                            "plan")
-        t = DecodeTensors(self.ref(q), self.ref(cache), self.ref(indices), self.ref(topk_length), self.ref(sink),
-                          self.ref(out), self.ref(lse), self.ref(ws.get("sched_meta")), self.ref(ws.get("num_splits")),
+        t = DecodeTensors(ctypes.sizeof(DecodeTensors), self.ref(q), self.ref(cache), self.ref(indices),
+                          self.ref(topk_length), self.ref(sink), self.ref(out), self.ref(lse),
+                          self.ref(ws.get("sched_meta")), self.ref(ws.get("num_splits")),
                           self.ref(ws.get("lse_accum")), self.ref(ws.get("o_accum")), self.ref(extra_cache),
                           self.ref(extra_indices), self.ref(extra_topk_length))
         opts = Options(ctypes.sizeof(Options), case["sm_scale"], 512)
@@ -184,8 +186,8 @@ class Flashcpp:
         return run, bool(sizes.split)
 
     def prepare_prefill(self, case, q, kv, indices, sink, topk_length, out, max_logits, lse):
-        t = PrefillTensors(self.ref(q), self.ref(kv), self.ref(indices), self.ref(sink), self.ref(topk_length),
-                           self.ref(out), self.ref(max_logits), self.ref(lse))
+        t = PrefillTensors(ctypes.sizeof(PrefillTensors), self.ref(q), self.ref(kv), self.ref(indices), self.ref(sink),
+                           self.ref(topk_length), self.ref(out), self.ref(max_logits), self.ref(lse))
         opts = Options(ctypes.sizeof(Options), case["sm_scale"], 512)
         self._keep += [t, opts]
 
@@ -209,8 +211,8 @@ class Flashcpp:
                   o_accum=torch.empty((sizes.o_accum_elems,), dtype=torch.float32, device=dev),
                   indices=torch.empty((sizes.indices_elems,), dtype=torch.int32, device=dev),
                   token_lengths=torch.empty((sizes.token_lengths_elems,), dtype=torch.int32, device=dev))
-        w = DenseWorkspace(*(self.ref(ws[n]) for n, _ in DenseWorkspace._fields_))
-        t = DenseTensors(self.ref(q), self.ref(cache), None, self.ref(out), self.ref(lse))
+        w = DenseWorkspace(ctypes.sizeof(DenseWorkspace), *(self.ref(ws[n]) for n, _ in DenseWorkspace._fields_[1:]))
+        t = DenseTensors(ctypes.sizeof(DenseTensors), self.ref(q), self.ref(cache), None, self.ref(out), self.ref(lse))
         opts = DenseOptions(ctypes.sizeof(DenseOptions), 0.0)
         table, lens = self.ref(block_table), self.ref(seqlens)
         self._keep += [cfg, w, t, opts, ws, table, lens]

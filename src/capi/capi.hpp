@@ -85,10 +85,10 @@ void require_device_id(int64_t device_id, const char* op, const char* name);
 // Every size-prefixed C struct, with its first published size: the smallest struct_size read_struct accepts
 // (struct_sizes.hpp). Each struct's layout is unchanged since it first began with its size (the FlashInfer ops'
 // in C ABI 3.0.0, 2648276; batch MLA, GDN, MoE and the sparse MLA config and options in 3.0.0 too, 5481221 and
-// 20d1b9e; the dense MLA decode structs in 3.2.0), so each first size is today's sizeof but for the fused MoE
-// config, which grew auto_tune in 3.4.0 (its first size ends before it); sparse MLA decode's
-// extra_topk predates the struct's size field (966e687, C ABI 2.x). A field appended in a MINOR release keeps
-// the entry's first size and adds its default to the struct's *_INIT.
+// 20d1b9e; the dense MLA decode structs in 3.2.0; the bundles of tensors in 4.0.0), so each first size is today's
+// sizeof but for the fused MoE config, which grew auto_tune in 3.4.0 (its first size ends before it); sparse MLA
+// decode's extra_topk predates the struct's size field (966e687, C ABI 2.x). A field appended in a MINOR release
+// keeps the entry's first size and adds its default to the struct's *_INIT.
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_attention_options, sizeof(flashcpp_attention_options),
                            FLASHCPP_ATTENTION_OPTIONS_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_prefill_config, sizeof(flashcpp_batch_prefill_config),
@@ -114,3 +114,20 @@ FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_rope_quantize_args, sizeof(flashcpp_rope_qua
                            FLASHCPP_ROPE_QUANTIZE_ARGS_INIT);  // C ABI 3.4.0
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_rope_quantize_append_args, sizeof(flashcpp_rope_quantize_append_args),
                            FLASHCPP_ROPE_QUANTIZE_APPEND_ARGS_INIT);  // C ABI 3.6.0
+// The bundles of tensors, size-prefixed since C ABI 4.0.0.
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_prefill_tensors, sizeof(flashcpp_mla_prefill_tensors),
+                           FLASHCPP_MLA_PREFILL_TENSORS_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_decode_tensors, sizeof(flashcpp_mla_decode_tensors),
+                           FLASHCPP_MLA_DECODE_TENSORS_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_dense_decode_workspace, sizeof(flashcpp_mla_dense_decode_workspace),
+                           FLASHCPP_MLA_DENSE_DECODE_WORKSPACE_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_mla_dense_decode_tensors, sizeof(flashcpp_mla_dense_decode_tensors),
+                           FLASHCPP_MLA_DENSE_DECODE_TENSORS_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_mla_cache, sizeof(flashcpp_batch_mla_cache), FLASHCPP_BATCH_MLA_CACHE_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_paged_kv_cache, sizeof(flashcpp_paged_kv_cache), FLASHCPP_PAGED_KV_CACHE_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_paged_mla_kv_cache, sizeof(flashcpp_paged_mla_kv_cache),
+                           FLASHCPP_PAGED_MLA_KV_CACHE_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_workspace, sizeof(flashcpp_workspace), FLASHCPP_WORKSPACE_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_ragged_kv, sizeof(flashcpp_ragged_kv), FLASHCPP_RAGGED_KV_INIT);
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_sampling_workspace, sizeof(flashcpp_sampling_workspace),
+                           FLASHCPP_SAMPLING_WORKSPACE_INIT);

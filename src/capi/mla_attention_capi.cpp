@@ -54,12 +54,11 @@ flashcpp_status flashcpp_batch_mla_run(const flashcpp_batch_mla_plan* p, const f
   return capi::guard([&] {
     const char* op = "flashcpp_batch_mla_run";
     capi::require_non_null(p, op, "plan");
-    capi::require_non_null(cache, op, "cache");
+    const flashcpp_batch_mla_cache c = capi::read_struct(cache, op, "cache");
     TensorView lse_slot;
     p->plan.run(capi::to_view(q_nope, op, "q_nope"), capi::to_view(q_pe, op, "q_pe"),
-                capi::to_view(cache->ckv_cache, op, "cache.ckv_cache"),
-                capi::to_view(cache->kpe_cache, op, "cache.kpe_cache"),
-                capi::to_view(cache->kv_indices, op, "cache.kv_indices"), capi::to_view(o, op, "out"),
+                capi::to_view(c.ckv_cache, op, "cache.ckv_cache"), capi::to_view(c.kpe_cache, op, "cache.kpe_cache"),
+                capi::to_view(c.kv_indices, op, "cache.kv_indices"), capi::to_view(o, op, "out"),
                 optional(lse, op, "lse", lse_slot), static_cast<cudaStream_t>(stream));
   });
 }

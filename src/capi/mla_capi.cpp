@@ -40,16 +40,16 @@ mla::DenseDecodeConfig dense_config(const flashcpp_mla_dense_decode_config& c, c
 
 // The dense decode config and workspace of a C call.
 mla::DenseDecodeWorkspace dense_workspace(const flashcpp_mla_dense_decode_config& config,
-                                          const flashcpp_mla_dense_decode_workspace* w, const char* op) {
+                                          const flashcpp_mla_dense_decode_workspace* c_workspace, const char* op) {
   mla::DenseDecodeWorkspace ws;
   ws.config = dense_config(config, op);
-  require_non_null(w, op, "workspace");
-  ws.sched_meta = to_view(w->sched_meta, op, "workspace.sched_meta");
-  ws.num_splits = to_view(w->num_splits, op, "workspace.num_splits");
-  ws.lse_accum = to_view(w->lse_accum, op, "workspace.lse_accum");
-  ws.o_accum = to_view(w->o_accum, op, "workspace.o_accum");
-  ws.indices = to_view(w->indices, op, "workspace.indices");
-  ws.token_lengths = to_view(w->token_lengths, op, "workspace.token_lengths");
+  const flashcpp_mla_dense_decode_workspace w = read_struct(c_workspace, op, "workspace");
+  ws.sched_meta = to_view(w.sched_meta, op, "workspace.sched_meta");
+  ws.num_splits = to_view(w.num_splits, op, "workspace.num_splits");
+  ws.lse_accum = to_view(w.lse_accum, op, "workspace.lse_accum");
+  ws.o_accum = to_view(w.o_accum, op, "workspace.o_accum");
+  ws.indices = to_view(w.indices, op, "workspace.indices");
+  ws.token_lengths = to_view(w.token_lengths, op, "workspace.token_lengths");
   return ws;
 }
 
@@ -69,16 +69,15 @@ struct DecodeCall {
   const char* op;
   flashcpp_mla_decode_config config;  // read_struct's copies of the size-prefixed arguments
   flashcpp_mla_options options;
-  flashcpp_mla_decode_tensors t{};
+  flashcpp_mla_decode_tensors t;
   TensorView q, kv_cache, indices, out, lse;
   mla::DecodeWorkspace ws;
   DecodeCall(const flashcpp_mla_decode_config* c_config, const flashcpp_mla_decode_tensors* tensors,
              const flashcpp_mla_options* c_options, const char* op_name)
       : op(op_name) {
     config = read_struct(c_config, op, "config");
-    require_non_null(tensors, op, "tensors");
+    t = read_struct(tensors, op, "tensors");
     options = read_struct(c_options, op, "options");
-    t = *tensors;
     q = to_view(t.q, op, "tensors.q");
     kv_cache = to_view(t.kv_cache, op, "tensors.kv_cache");
     indices = to_view(t.indices, op, "tensors.indices");
@@ -197,9 +196,8 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
                                             const flashcpp_mla_options* options, void* stream) {
   return flashcpp::capi::guard([&] {
     constexpr const char* op = "flashcpp_mla_sparse_prefill";
-    require_non_null(tensors, op, "tensors");
+    const flashcpp_mla_prefill_tensors t = read_struct(tensors, op, "tensors");
     const flashcpp_mla_options o = read_struct(options, op, "options");
-    const flashcpp_mla_prefill_tensors& t = *tensors;
     const TensorView qv = to_view(t.q, op, "tensors.q");
     const TensorView kvv = to_view(t.kv, op, "tensors.kv");
     const TensorView iv = to_view(t.indices, op, "tensors.indices");
@@ -302,9 +300,8 @@ flashcpp_status flashcpp_mla_dense_decode(const flashcpp_mla_dense_decode_config
     constexpr const char* op = "flashcpp_mla_dense_decode";
     const flashcpp_mla_dense_decode_config config = read_struct(c_config, op, "config");
     const mla::DenseDecodeWorkspace ws = dense_workspace(config, workspace, op);
-    require_non_null(tensors, op, "tensors");
+    const flashcpp_mla_dense_decode_tensors t = read_struct(tensors, op, "tensors");
     const flashcpp_mla_dense_decode_options o_in = read_struct(options, op, "options");
-    const flashcpp_mla_dense_decode_tensors& t = *tensors;
     const TensorView q = to_view(t.q, op, "tensors.q");
     on_config_device(q, config, op, "tensors.q");
     TensorView sink;

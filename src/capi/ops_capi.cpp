@@ -51,15 +51,16 @@ E to_enum(int32_t v, int32_t max, const char* op, const char* what) {
   return static_cast<E>(v);
 }
 
-PagedKvCache to_cache(const flashcpp_paged_kv_cache* c, const char* op) {
-  capi::require_non_null(c, op, "cache");
+// A paged cache argument (`name`: "cache", or the RoPE append's kv_cache / mla_cache).
+PagedKvCache to_cache(const flashcpp_paged_kv_cache* cache, const char* op, const char* name = "cache") {
+  const flashcpp_paged_kv_cache c = read_struct(cache, op, name);
   PagedKvCache kv;
-  kv.k_cache = to_view(c->k_cache, op, "k_cache");
-  kv.v_cache = to_view(c->v_cache, op, "v_cache");
-  kv.indices = to_view(c->indices, op, "indices");
-  kv.indptr = to_view(c->indptr, op, "indptr");
-  kv.last_page_len = to_view(c->last_page_len, op, "last_page_len");
-  kv.layout = to_enum<KvLayout>(c->layout, 1, op, "cache.layout");
+  kv.k_cache = to_view(c.k_cache, op, "k_cache");
+  kv.v_cache = to_view(c.v_cache, op, "v_cache");
+  kv.indices = to_view(c.indices, op, "indices");
+  kv.indptr = to_view(c.indptr, op, "indptr");
+  kv.last_page_len = to_view(c.last_page_len, op, "last_page_len");
+  kv.layout = to_enum<KvLayout>(c.layout, 1, op, "cache.layout");
   return kv;
 }
 
@@ -74,17 +75,17 @@ RopeQuantizeOptions quantize_options(int32_t interleave, int32_t enable_pdl, dou
   return o;
 }
 
-PagedMlaKvCache to_mla_cache(const flashcpp_paged_mla_kv_cache* c, const char* op) {
-  capi::require_non_null(c, op, "cache");
-  return PagedMlaKvCache{to_view(c->ckv_cache, op, "cache.ckv_cache"), to_view(c->kpe_cache, op, "cache.kpe_cache"),
-                         to_view(c->indices, op, "cache.indices"), to_view(c->indptr, op, "cache.indptr"),
-                         to_view(c->last_page_len, op, "cache.last_page_len")};
+PagedMlaKvCache to_mla_cache(const flashcpp_paged_mla_kv_cache* cache, const char* op, const char* name = "cache") {
+  const flashcpp_paged_mla_kv_cache c = read_struct(cache, op, name);
+  return PagedMlaKvCache{to_view(c.ckv_cache, op, "cache.ckv_cache"), to_view(c.kpe_cache, op, "cache.kpe_cache"),
+                         to_view(c.indices, op, "cache.indices"), to_view(c.indptr, op, "cache.indptr"),
+                         to_view(c.last_page_len, op, "cache.last_page_len")};
 }
 
-Workspace to_workspace(const flashcpp_workspace* w, const char* op) {
-  capi::require_non_null(w, op, "workspace");
-  return Workspace{to_view(w->float_buffer, op, "workspace.float_buffer"), to_view(w->int_buffer, op, "workspace.int_buffer"),
-                   to_view(w->pinned_int_buffer, op, "workspace.pinned_int_buffer")};
+Workspace to_workspace(const flashcpp_workspace* workspace, const char* op) {
+  const flashcpp_workspace w = read_struct(workspace, op, "workspace");
+  return Workspace{to_view(w.float_buffer, op, "workspace.float_buffer"), to_view(w.int_buffer, op, "workspace.int_buffer"),
+                   to_view(w.pinned_int_buffer, op, "workspace.pinned_int_buffer")};
 }
 
 // The paged-cache appends, alike but for the cache (converted by `cache_of`) and the names of the two new tensors
@@ -92,10 +93,10 @@ Workspace to_workspace(const flashcpp_workspace* w, const char* op) {
 template <class CCache, class Cache, class Fn>
 flashcpp_status append_call(const char* op, const flashcpp_tensor* a, const char* an, const flashcpp_tensor* b,
                             const char* bn, const flashcpp_tensor* bi, const flashcpp_tensor* pos, const CCache* cache,
-                            Cache (*cache_of)(const CCache*, const char*), void* stream, Fn fn) {
+                            Cache (*cache_of)(const CCache*, const char*, const char*), void* stream, Fn fn) {
   return guard([&] {
     fn(*default_runtime(), to_view(a, op, an), to_view(b, op, bn), to_view(bi, op, "batch_indices"),
-       to_view(pos, op, "positions"), cache_of(cache, op), as_stream(stream));
+       to_view(pos, op, "positions"), cache_of(cache, op, "cache"), as_stream(stream));
   });
 }
 
@@ -323,9 +324,9 @@ flashcpp_status flashcpp_batch_prefill_run_ragged(const flashcpp_batch_prefill_p
                                                   const flashcpp_ragged_kv* kv, const flashcpp_tensor* qo,
                                                   const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream) {
   return plan_run("batch_prefill_run_ragged", plan, lse, [&](const auto& p, OptionalTensor l, const char* op) {
-    capi::require_non_null(kv, op, "kv");
-    p.run_ragged(to_view(q, op, "q"), to_view(kv->k, op, "kv.k"), to_view(kv->v, op, "kv.v"),
-                 to_view(qo, op, "qo_indptr"), to_view(kv->indptr, op, "kv.indptr"), to_view(out, op, "out"), l,
+    const flashcpp_ragged_kv r = read_struct(kv, op, "kv");
+    p.run_ragged(to_view(q, op, "q"), to_view(r.k, op, "kv.k"), to_view(r.v, op, "kv.v"),
+                 to_view(qo, op, "qo_indptr"), to_view(r.indptr, op, "kv.indptr"), to_view(out, op, "out"), l,
                  as_stream(stream));
   });
 }
@@ -511,8 +512,8 @@ flashcpp_status flashcpp_rope_quantize_append_paged_kv_cache(const flashcpp_rope
         a.q_nope_out = to_view(c.q_nope_out, op, "q_nope_out");
         a.batch_indices = to_view(c.batch_indices, op, "batch_indices");
         a.positions = to_view(c.positions, op, "positions");
-        if (c.kv_cache != nullptr) a.kv_cache = &kv.emplace(to_cache(c.kv_cache, op));
-        if (c.mla_cache != nullptr) a.mla_cache = &mla.emplace(to_mla_cache(c.mla_cache, op));
+        if (c.kv_cache != nullptr) a.kv_cache = &kv.emplace(to_cache(c.kv_cache, op, "kv_cache"));
+        if (c.mla_cache != nullptr) a.mla_cache = &mla.emplace(to_mla_cache(c.mla_cache, op, "mla_cache"));
       }, [](auto&&... x) { rope_quantize_append_paged_kv_cache(std::forward<decltype(x)>(x)...); });
 }
 

@@ -116,13 +116,13 @@ flashcpp_status flashcpp_top_k_top_p_sampling_from_logits(
     const flashcpp_sampling_options* options, void* stream) {
   constexpr const char* op = "top_k_top_p_sampling_from_logits";
   return guard([&] {
-    require_non_null(workspace, op, "workspace");
+    const flashcpp_sampling_workspace w = read_struct(workspace, op, "workspace");
     if (order != FLASHCPP_TOP_K_FIRST && order != FLASHCPP_TOP_K_TOP_P_JOINT)
       throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument 'order' must be FLASHCPP_TOP_K_FIRST (0) "
                                                                  "or FLASHCPP_TOP_K_TOP_P_JOINT (1); got " +
                                                    std::to_string(order));
-    const SamplingWorkspace ws{to_view(workspace->softmax_buffer, op, "workspace.softmax_buffer"),
-                               to_view(workspace->row_states, op, "workspace.row_states")};
+    const SamplingWorkspace ws{to_view(w.softmax_buffer, op, "workspace.softmax_buffer"),
+                               to_view(w.row_states, op, "workspace.row_states")};
     TensorView k, p, idx;
     top_k_top_p_sampling_from_logits(
         *default_runtime(), ws, to_view(logits, op, "logits"), to_view(probs, op, "probs"),

@@ -136,12 +136,12 @@ flashcpp_status call(Reader& r, Arena& a) {
     }
     case 3: {
       auto key = a.tensor(), value = a.tensor(), batch = a.tensor(), pos = a.tensor();
-      flashcpp_paged_kv_cache c{a.tensor(), a.tensor(), a.tensor(), a.tensor(), a.tensor(), r.byte() % 3};
+      flashcpp_paged_kv_cache c{sizeof(flashcpp_paged_kv_cache), a.tensor(), a.tensor(), a.tensor(), a.tensor(), a.tensor(), r.byte() % 3};
       return flashcpp_append_paged_kv_cache(key, value, batch, pos, (r.byte() & 1) ? &c : nullptr, nullptr);
     }
     case 4: {
       auto ckv = a.tensor(), kpe = a.tensor(), batch = a.tensor(), pos = a.tensor();
-      flashcpp_paged_mla_kv_cache c{a.tensor(), a.tensor(), a.tensor(), a.tensor(), a.tensor()};
+      flashcpp_paged_mla_kv_cache c{sizeof(flashcpp_paged_mla_kv_cache), a.tensor(), a.tensor(), a.tensor(), a.tensor(), a.tensor()};
       return flashcpp_append_paged_mla_kv_cache(ckv, kpe, batch, pos, (r.byte() & 1) ? &c : nullptr, nullptr);
     }
     case 5:
@@ -162,7 +162,7 @@ flashcpp_status call(Reader& r, Arena& a) {
       c.q_dtype = r.byte() % 16, c.kv_dtype = r.byte() % 16, c.o_dtype = static_cast<std::int32_t>(r.byte() % 17) - 1;
       c.layout = r.byte() % 3, c.window_left = minus_one(r.dim()), c.logits_soft_cap = r.real(), c.sm_scale = r.real();
       c.backend = r.byte() % 4, c.prefill_backend = r.byte() % 4;
-      flashcpp_workspace ws{a.tensor(), a.tensor(), a.tensor()};
+      flashcpp_workspace ws{sizeof(flashcpp_workspace), a.tensor(), a.tensor(), a.tensor()};
       auto indptr = a.tensor(), last = a.tensor(), indices = a.tensor();
       flashcpp_batch_decode_plan* plan = nullptr;
       const auto s = flashcpp_batch_decode_plan_create((r.byte() & 7) ? &c : nullptr, (r.byte() & 7) ? &ws : nullptr,
@@ -178,7 +178,7 @@ flashcpp_status call(Reader& r, Arena& a) {
       c.o_dtype = static_cast<std::int32_t>(r.byte() % 17) - 1, c.layout = r.byte() % 3, c.causal = r.byte() % 2;
       c.window_left = minus_one(r.dim()), c.logits_soft_cap = r.real(), c.sm_scale = r.real(), c.backend = r.byte() % 4;
       c.fixed_split_size = minus_one(r.dim()), c.disable_split_kv = r.byte() % 2;
-      flashcpp_workspace ws{a.tensor(), a.tensor(), a.tensor()};
+      flashcpp_workspace ws{sizeof(flashcpp_workspace), a.tensor(), a.tensor(), a.tensor()};
       auto qo = a.tensor(), kv = a.tensor(), last = a.tensor(), indices = a.tensor();
       flashcpp_batch_prefill_plan* plan = nullptr;
       const auto s = flashcpp_batch_prefill_plan_create((r.byte() & 7) ? &c : nullptr, (r.byte() & 7) ? &ws : nullptr,

@@ -52,7 +52,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   flashcpp_tensor out = make_tensor(fake + (3 << 24), FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 3, out_shape);
   flashcpp_tensor lse = make_tensor(fake + (4 << 24), FLASHCPP_F32, FLASHCPP_CUDA, 1000, 2, lse_shape);
   flashcpp_mla_options pp = FLASHCPP_MLA_OPTIONS_INIT;
-  flashcpp_mla_prefill_tensors pt;
+  flashcpp_mla_prefill_tensors pt = FLASHCPP_MLA_PREFILL_TENSORS_INIT;
   flashcpp_mla_device_info info;
   flashcpp_mla_decode_config cfg;
   flashcpp_mla_decode_plan_sizes sizes;
@@ -60,12 +60,11 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   CHECK(strcmp(flashcpp_status_name(FLASHCPP_UNSUPPORTED), "unsupported") == 0, "status name");
   CHECK(strcmp(flashcpp_status_name(FLASHCPP_UNTRUSTED), "untrusted file") == 0, "status name");
   CHECK(strcmp(flashcpp_status_name((flashcpp_status)11), "unknown status") == 0, "status name");
-  CHECK(flashcpp_abi_version() == FLASHCPP_C_ABI_VERSION && FLASHCPP_C_ABI_VERSION == 30600u, "ABI version");
+  CHECK(flashcpp_abi_version() == FLASHCPP_C_ABI_VERSION && FLASHCPP_C_ABI_VERSION == 40000u, "ABI version");
 
   CHECK_ERROR(flashcpp_mla_get_device_info(0, NULL), FLASHCPP_INVALID_ARGUMENT, "argument 'info' must not be NULL");
   CHECK_ERROR(flashcpp_mla_get_device_info(1000, &info), FLASHCPP_INVALID_ARGUMENT, "device id 1000");
 
-  memset(&pt, 0, sizeof pt);
   pt.kv = &kv;
   pt.indices = &idx;
   pt.out = &out;
@@ -168,10 +167,9 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
     cfg.num_sms = 0;
   }
   {
-    flashcpp_mla_decode_tensors dt;
+    flashcpp_mla_decode_tensors dt = FLASHCPP_MLA_DECODE_TENSORS_INIT;
     flashcpp_mla_options dp = FLASHCPP_MLA_OPTIONS_INIT;
     flashcpp_tensor extra = kv;
-    memset(&dt, 0, sizeof dt);
     dt.q = &q;
     dt.kv_cache = &kv;
     dt.indices = &idx;
@@ -193,7 +191,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
     static const int64_t q4_shape[4] = {2, 2, 64, 512}, kv4_shape[4] = {4, 64, 1, 584}, i4_shape[3] = {2, 2, 128};
     static const int64_t x4_shape[3] = {2, 2, 512}, o4_shape[4] = {2, 2, 64, 512}, l4_shape[3] = {2, 2, 64};
     flashcpp_mla_options vp = FLASHCPP_MLA_OPTIONS_INIT;
-    flashcpp_mla_decode_tensors vt;
+    flashcpp_mla_decode_tensors vt = FLASHCPP_MLA_DECODE_TENSORS_INIT;
     flashcpp_tensor q4 = make_tensor(fake, FLASHCPP_BF16, FLASHCPP_CUDA, 1000, 4, q4_shape);
     flashcpp_tensor kv4 = make_tensor(fake + (1 << 24), FLASHCPP_U8, FLASHCPP_CUDA, 1000, 4, kv4_shape);
     flashcpp_tensor i4 = make_tensor(fake + (2 << 24), FLASHCPP_I32, FLASHCPP_CUDA, 1000, 3, i4_shape);
@@ -206,7 +204,6 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
     CHECK(flashcpp_mla_decode_plan(&cfg, NULL, NULL, &sizes, NULL) == FLASHCPP_SUCCESS, "V4 size query: %s",
           flashcpp_last_error());
     cfg.device_id = 1000;
-    memset(&vt, 0, sizeof vt);
     vp.sm_scale = 0.04f;
     CHECK_ERROR(flashcpp_mla_sparse_decode_v4(&cfg, NULL, &vp, NULL), FLASHCPP_INVALID_ARGUMENT,
                 "flashcpp_mla_sparse_decode_v4: argument 'tensors' must not be NULL");

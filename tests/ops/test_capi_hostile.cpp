@@ -480,7 +480,7 @@ std::vector<Spec> CapiHostile::specs() {
     auto with = [](int64_t k, double tp, int32_t order, flashcpp_sampling_options o, bool null_options,
                    bool null_workspace) {
       return [=](const Ptrs& p) {
-        const flashcpp_sampling_workspace ws{p[0], p[1]};
+        const auto ws = c_struct<flashcpp_sampling_workspace>(p[0], p[1]);
         return flashcpp_top_k_top_p_sampling_from_logits(null_workspace ? nullptr : &ws, p[2], p[3], p[4],
                                                          k == 10 ? p[5] : nullptr, k, tp == 0.9 ? p[6] : nullptr, tp,
                                                          order, p[7], null_options ? nullptr : &o, nullptr);
@@ -745,8 +745,8 @@ std::vector<Spec> CapiHostile::specs() {
         flashcpp_rope_quantize_append_args a = init;
         a.q_rope = p[0], a.k_rope = p[1], a.q_nope = p[2], a.k_nope = p[3], a.q_rope_out = p[4], a.q_nope_out = p[5];
         a.cos_sin_cache = p[6], a.pos_ids = p[7], a.batch_indices = p[8], a.positions = p[9];
-        const flashcpp_paged_kv_cache kv{p[10], p[11], p[12], p[13], p[14], FLASHCPP_KV_NHD};
-        const flashcpp_paged_mla_kv_cache ml{p[10], p[11], p[12], p[13], p[14]};
+        const auto kv = c_struct<flashcpp_paged_kv_cache>(p[10], p[11], p[12], p[13], p[14], FLASHCPP_KV_NHD);
+        const auto ml = c_struct<flashcpp_paged_mla_kv_cache>(p[10], p[11], p[12], p[13], p[14]);
         if (mla) a.mla_cache = &ml;
         else a.kv_cache = &kv, a.v = p[15];
         edit(a);
@@ -778,7 +778,7 @@ std::vector<Spec> CapiHostile::specs() {
                {"cache.last_page_len", cuda(DType::i32, {2}), kIn}};
     auto with_layout = [](int32_t layout, bool no_cache) {
       return [=](const Ptrs& p) {
-        const flashcpp_paged_kv_cache c{p[4], p[5], p[6], p[7], p[8], layout};
+        const auto c = c_struct<flashcpp_paged_kv_cache>(p[4], p[5], p[6], p[7], p[8], layout);
         return flashcpp_append_paged_kv_cache(p[0], p[1], p[2], p[3], no_cache ? nullptr : &c, nullptr);
       };
     };
@@ -800,7 +800,7 @@ std::vector<Spec> CapiHostile::specs() {
                {"cache.indptr", cuda(DType::i32, {2}), kIn},
                {"cache.last_page_len", cuda(DType::i32, {1}), kIn}};
     s.call = [](const Ptrs& p) {
-      const flashcpp_paged_mla_kv_cache c{p[4], p[5], p[6], p[7], p[8]};
+      const auto c = c_struct<flashcpp_paged_mla_kv_cache>(p[4], p[5], p[6], p[7], p[8]);
       return flashcpp_append_paged_mla_kv_cache(p[0], p[1], p[2], p[3], &c, nullptr);
     };
     invalid(s, "cache NULL", [](const Ptrs& p) {
@@ -974,7 +974,7 @@ std::vector<Spec> CapiHostile::specs() {
     s.slots.push_back({"kv_indices_host", host_ints(DType::i32, {0, 1, 2}), kHost | kOptional});
     auto with = [](flashcpp_batch_prefill_config c, bool null_ws = false, bool null_config = false, bool null_out = false) {
       return [=](const Ptrs& p) {
-        const flashcpp_workspace w{p[0], p[1], p[2]};
+        const auto w = c_struct<flashcpp_workspace>(p[0], p[1], p[2]);
         flashcpp_batch_prefill_plan* plan = nullptr;
         const flashcpp_status st = flashcpp_batch_prefill_plan_create(
             null_config ? nullptr : &c, null_ws ? nullptr : &w, p[3], p[4], p[5], p[6], nullptr, null_out ? nullptr : &plan);
@@ -1027,7 +1027,7 @@ std::vector<Spec> CapiHostile::specs() {
     s.slots.push_back({"kv_indices_host", host_ints(DType::i32, {0, 1, 2}), kHost | kOptional});
     auto with = [](flashcpp_batch_decode_config c, bool null_ws = false, bool null_config = false, bool null_out = false) {
       return [=](const Ptrs& p) {
-        const flashcpp_workspace w{p[0], p[1], p[2]};
+        const auto w = c_struct<flashcpp_workspace>(p[0], p[1], p[2]);
         flashcpp_batch_decode_plan* plan = nullptr;
         const flashcpp_status st = flashcpp_batch_decode_plan_create(null_config ? nullptr : &c, null_ws ? nullptr : &w,
                                                                      p[3], p[4], p[5], nullptr, null_out ? nullptr : &plan);
@@ -1063,7 +1063,7 @@ std::vector<Spec> CapiHostile::specs() {
     const auto qo = host_ints(DType::i32, {0, 3, 5}), kv = host_ints(DType::i32, {0, 2, 3});
     const auto last = host_ints(DType::i32, {5, 16}), idx = host_ints(DType::i32, {0, 1, 2});
     const auto rows = host_ints(DType::i32, {0, 20, 37});
-    const flashcpp_workspace w{&ws_slots[0].t, &ws_slots[1].t, &ws_slots[2].t};
+    const auto w = c_struct<flashcpp_workspace>(&ws_slots[0].t, &ws_slots[1].t, &ws_slots[2].t);
     EXPECT_EQ(flashcpp_batch_prefill_plan_create(&pc, &w, &qo, &kv, &last, &idx, nullptr, &paged_plan), FLASHCPP_SUCCESS)
         << flashcpp_last_error();
     auto rc = pc;
@@ -1092,7 +1092,7 @@ std::vector<Spec> CapiHostile::specs() {
     s.slots.insert(s.slots.end(), paged_cache.begin(), paged_cache.end());
     auto with = [](const flashcpp_batch_prefill_plan* plan, int32_t layout, bool null_cache) {
       return [=](const Ptrs& p) {
-        const flashcpp_paged_kv_cache c{p[4], p[5], p[6], p[7], p[8], layout};
+        const auto c = c_struct<flashcpp_paged_kv_cache>(p[4], p[5], p[6], p[7], p[8], layout);
         return flashcpp_batch_prefill_run_paged(plan, p[0], null_cache ? nullptr : &c, p[1], p[2], p[3], nullptr);
       };
     };
@@ -1116,7 +1116,7 @@ std::vector<Spec> CapiHostile::specs() {
                {"lse", cuda(DType::f32, {5, 32}), kOut | kOptional}};
     auto with = [](const flashcpp_batch_prefill_plan* plan, bool null_kv) {
       return [=](const Ptrs& p) {
-        const flashcpp_ragged_kv kv{p[1], p[2], p[3]};
+        const auto kv = c_struct<flashcpp_ragged_kv>(p[1], p[2], p[3]);
         return flashcpp_batch_prefill_run_ragged(plan, p[0], null_kv ? nullptr : &kv, p[4], p[5], p[6], nullptr);
       };
     };
@@ -1134,7 +1134,7 @@ std::vector<Spec> CapiHostile::specs() {
     s.slots.insert(s.slots.end(), paged_cache.begin(), paged_cache.end());
     auto with = [](const flashcpp_batch_decode_plan* plan, int32_t layout, bool null_cache) {
       return [=](const Ptrs& p) {
-        const flashcpp_paged_kv_cache c{p[3], p[4], p[5], p[6], p[7], layout};
+        const auto c = c_struct<flashcpp_paged_kv_cache>(p[3], p[4], p[5], p[6], p[7], layout);
         return flashcpp_batch_decode_run(plan, p[0], null_cache ? nullptr : &c, p[1], p[2], nullptr);
       };
     };
@@ -1229,7 +1229,7 @@ std::vector<Spec> CapiHostile::specs() {
                {"lse", cuda(DType::f32, {4, 16}), kOut | kOptional}};
     auto with = [](const flashcpp_batch_mla_plan* plan, bool null_cache) {
       return [=](const Ptrs& p) {
-        const flashcpp_batch_mla_cache c{p[2], p[3], p[4]};
+        const auto c = c_struct<flashcpp_batch_mla_cache>(p[2], p[3], p[4]);
         return flashcpp_batch_mla_run(plan, p[0], p[1], null_cache ? nullptr : &c, p[5], p[6], nullptr);
       };
     };
@@ -1471,7 +1471,7 @@ std::vector<Spec> CapiHostile::specs() {
                {"tensors.lse", cuda(DType::f32, {4, 64}), kOut}};
     auto with = [](flashcpp_mla_options o, bool null_options, bool null_tensors = false) {
       return [=](const Ptrs& p) {
-        const flashcpp_mla_prefill_tensors t{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]};
+        const auto t = c_struct<flashcpp_mla_prefill_tensors>(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
         return flashcpp_mla_sparse_prefill(null_tensors ? nullptr : &t, null_options ? nullptr : &o, nullptr);
       };
     };
@@ -1630,7 +1630,7 @@ std::vector<Spec> CapiHostile::specs() {
     auto with = [v4](flashcpp_mla_decode_config c, flashcpp_mla_options o, bool null_config, bool null_options,
                      bool null_tensors) {
       return [=](const Ptrs& p) {
-        flashcpp_mla_decode_tensors t{};
+        flashcpp_mla_decode_tensors t = FLASHCPP_MLA_DECODE_TENSORS_INIT;
         t.q = p[0];
         t.kv_cache = p[1];
         t.indices = p[2];
@@ -1660,7 +1660,7 @@ std::vector<Spec> CapiHostile::specs() {
     if (!v4) {
       const flashcpp_tensor extra = cuda(DType::u8, {2, 64, 1, 584});
       invalid(s, "tensors.extra_kv_cache given (V3.2)", [=](const Ptrs& p) {
-        flashcpp_mla_decode_tensors t{};
+        flashcpp_mla_decode_tensors t = FLASHCPP_MLA_DECODE_TENSORS_INIT;
         t.q = p[0];
         t.kv_cache = p[1];
         t.indices = p[2];
@@ -1758,7 +1758,7 @@ std::vector<Spec> CapiHostile::specs() {
       {"workspace.token_lengths", to_c(dev(DType::i32, {dsz.token_lengths_elems})), kOut}};
   // The workspace struct from the slots at `at` (six of them).
   auto dense_ws_of = [](const Ptrs& p, size_t at) {
-    return flashcpp_mla_dense_decode_workspace{p[at], p[at + 1], p[at + 2], p[at + 3], p[at + 4], p[at + 5]};
+    return c_struct<flashcpp_mla_dense_decode_workspace>(p[at], p[at + 1], p[at + 2], p[at + 3], p[at + 4], p[at + 5]);
   };
   {
     Spec s;
@@ -1793,7 +1793,7 @@ std::vector<Spec> CapiHostile::specs() {
     auto with = [dense_ws_of](flashcpp_mla_dense_decode_config c, flashcpp_mla_dense_decode_options o, bool null_config,
                               bool null_options, bool null_tensors, bool null_ws = false) {
       return [=](const Ptrs& p) {
-        const flashcpp_mla_dense_decode_tensors t{p[0], p[1], p[2], p[3], p[4]};
+        const auto t = c_struct<flashcpp_mla_dense_decode_tensors>(p[0], p[1], p[2], p[3], p[4]);
         const flashcpp_mla_dense_decode_workspace w = dense_ws_of(p, 5);
         return flashcpp_mla_dense_decode(null_config ? nullptr : &c, null_tensors ? nullptr : &t, null_ws ? nullptr : &w,
                                          null_options ? nullptr : &o, nullptr);

@@ -79,7 +79,7 @@ TEST_F(CapiProbe, NormsAndAppendsSurviveNullPointers) {
   const auto bi = to_c(dev(DType::i32, {5})), pos = to_c(dev(DType::i32, {5}));
   const auto kc = to_c(dev(DType::bf16, {10, 16, 4, 128})), vc = to_c(dev(DType::bf16, {10, 16, 4, 128}));
   const auto idx = to_c(dev(DType::i32, {10})), ptr = to_c(dev(DType::i32, {3})), last = to_c(dev(DType::i32, {2}));
-  const flashcpp_paged_kv_cache cache{&kc, &vc, &idx, &ptr, &last, FLASHCPP_KV_NHD};
+  const auto cache = c_struct<flashcpp_paged_kv_cache>(&kc, &vc, &idx, &ptr, &last, FLASHCPP_KV_NHD);
   probes.push_back({"append cache NULL",
                     [=] { return flashcpp_append_paged_kv_cache(&k, &v, &bi, &pos, nullptr, nullptr); }, kInvalid,
                     "'cache' must not be NULL"});
@@ -117,7 +117,7 @@ TEST_F(CapiProbe, NormsAndAppendsSurviveNullPointers) {
                       [=] {
                         const flashcpp_tensor* a[] = {&ckv, &kpe, &bi3, &pos3, &ckvc, &kpec, &midx, &mptr, &mlast};
                         if (arg < 9) a[arg] = nullptr;
-                        const flashcpp_paged_mla_kv_cache cache{a[4], a[5], a[6], a[7], a[8]};
+                        const auto cache = c_struct<flashcpp_paged_mla_kv_cache>(a[4], a[5], a[6], a[7], a[8]);
                         return flashcpp_append_paged_mla_kv_cache(a[0], a[1], a[2], a[3], arg == 9 ? nullptr : &cache,
                                                                   nullptr);
                       },
@@ -191,7 +191,7 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
   void* pinned = std::aligned_alloc(256, 1 << 20);
   const auto fw = to_c(dev(DType::u8, {1 << 20})), iw = to_c(dev(DType::u8, {1 << 20}));
   const auto pw = to_c(TensorView::contiguous(pinned, DType::u8, Device::cuda_host(), {1 << 20}));
-  const flashcpp_workspace ws{&fw, &iw, &pw};
+  const auto ws = c_struct<flashcpp_workspace>(&fw, &iw, &pw);
   const auto qo_h = to_c(host_i32({0, 3, 5})), kv_h = to_c(host_i32({0, 2, 3})), last_h = to_c(host_i32({5, 16}));
   const auto idx_h = to_c(host_i32({0, 1, 2}));
   flashcpp_batch_prefill_config pc;
@@ -211,7 +211,9 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
   };
   const auto nqo = null_data(qo_h), nkv = null_data(kv_h), nlast = null_data(last_h), nidx = null_data(idx_h);
   const auto nfw = null_data(fw), npw = null_data(pw);
-  const flashcpp_workspace ws_null_float{&nfw, &iw, &pw}, ws_null_pinned{&fw, &iw, &npw}, ws_missing{nullptr, &iw, &pw};
+  const auto ws_null_float = c_struct<flashcpp_workspace>(&nfw, &iw, &pw);
+  const auto ws_null_pinned = c_struct<flashcpp_workspace>(&fw, &iw, &npw);
+  const auto ws_missing = c_struct<flashcpp_workspace>(nullptr, &iw, &pw);
   const std::vector<std::tuple<std::string, std::function<flashcpp_status()>, std::string>> prefill_cases = {
       {"baseline", [=] { return prefill_create(&pc, &ws, &qo_h, &kv_h, &last_h, &idx_h, true); }, ""},
       {"config NULL", [=] { return prefill_create(nullptr, &ws, &qo_h, &kv_h, &last_h, &idx_h, true); }, "'config'"},
@@ -293,7 +295,7 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
   const auto kc = to_c(dev(DType::bf16, {3, 16, 8, 128})), vc = to_c(dev(DType::bf16, {3, 16, 8, 128}));
   const auto pidx = to_c(dev(DType::i32, {3})), pptr = to_c(dev(DType::i32, {3})), plast = to_c(dev(DType::i32, {2}));
   const auto qo_d = to_c(dev(DType::i32, {3}));
-  const flashcpp_paged_kv_cache cache{&kc, &vc, &pidx, &pptr, &plast, FLASHCPP_KV_NHD};
+  const auto cache = c_struct<flashcpp_paged_kv_cache>(&kc, &vc, &pidx, &pptr, &plast, FLASHCPP_KV_NHD);
   const auto nbq = null_data(bq);
   probes.push_back({"run_paged plan NULL",
                     [=] { return flashcpp_batch_prefill_run_paged(nullptr, &bq, &cache, &qo_d, &bo, nullptr, nullptr); },
@@ -312,13 +314,13 @@ TEST_F(CapiProbe, AttentionEntryPointsSurviveNullPointersAndNullHostArrays) {
                     kInvalid, "'q' must not be null"});
   probes.push_back({"run_ragged plan NULL",
                     [=] {
-                      const flashcpp_ragged_kv kv{&kc, &vc, &qo_d};
+                      const auto kv = c_struct<flashcpp_ragged_kv>(&kc, &vc, &qo_d);
                       return flashcpp_batch_prefill_run_ragged(nullptr, &bq, &kv, &qo_d, &bo, nullptr, nullptr);
                     },
                     kInvalid, "'plan' must not be NULL"});
   probes.push_back({"run_ragged k NULL",
                     [=] {
-                      const flashcpp_ragged_kv kv{nullptr, &vc, &qo_d};
+                      const auto kv = c_struct<flashcpp_ragged_kv>(nullptr, &vc, &qo_d);
                       return flashcpp_batch_prefill_run_ragged(pplan, &bq, &kv, &qo_d, &bo, nullptr, nullptr);
                     },
                     kInvalid, "'kv.k' must not be NULL"});
@@ -354,7 +356,7 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
   for (int member = 0; member < 5; ++member)
     probes.push_back({"mla_sparse_prefill tensor " + std::to_string(member) + " NULL",
                       [=] {
-                        flashcpp_mla_prefill_tensors t{};
+                        flashcpp_mla_prefill_tensors t = FLASHCPP_MLA_PREFILL_TENSORS_INIT;
                         t.q = &q;
                         t.kv = &kv;
                         t.indices = &idx;
@@ -369,7 +371,8 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                     kInvalid, "'tensors' must not be NULL"});
   probes.push_back({"mla_sparse_prefill params NULL",
                     [=] {
-                      const flashcpp_mla_prefill_tensors t{&q, &kv, &idx, nullptr, nullptr, &out, nullptr, &lse};
+                      const auto t =
+                          c_struct<flashcpp_mla_prefill_tensors>(&q, &kv, &idx, nullptr, nullptr, &out, nullptr, &lse);
                       return flashcpp_mla_sparse_prefill(&t, nullptr, nullptr);
                     },
                     kInvalid, "'options' must not be NULL"});
@@ -412,7 +415,7 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
     const std::string n = name;
     probes.push_back({n + " config NULL",
                       [=] {
-                        const flashcpp_mla_decode_tensors t{};
+                        const flashcpp_mla_decode_tensors t = FLASHCPP_MLA_DECODE_TENSORS_INIT;
                         return entry(nullptr, &t, &dp, nullptr);
                       },
                       kInvalid, "'config' must not be NULL"});
@@ -420,14 +423,14 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                       "'tensors' must not be NULL"});
     probes.push_back({n + " params NULL",
                       [=] {
-                        const flashcpp_mla_decode_tensors t{};
+                        const flashcpp_mla_decode_tensors t = FLASHCPP_MLA_DECODE_TENSORS_INIT;
                         return entry(&config, &t, nullptr, nullptr);
                       },
                       kInvalid, "'options' must not be NULL"});
     for (int member = 0; member < 5; ++member)
       probes.push_back({n + " required tensor NULL",
                         [=] {
-                          flashcpp_mla_decode_tensors t{};
+                          flashcpp_mla_decode_tensors t = FLASHCPP_MLA_DECODE_TENSORS_INIT;
                           t.q = &q;
                           t.kv_cache = &kv;
                           t.indices = &idx;
@@ -530,7 +533,7 @@ TEST_F(CapiProbe, MlaGdnAndMoeEntryPointsSurviveNullPointers) {
                     kInvalid, "argument 'config' has struct_size " + std::to_string(sizeof mc + 16)});
   probes.push_back({"batch_mla_run plan NULL",
                     [=] {
-                      const flashcpp_batch_mla_cache cache{&kv, &kv, &idx};
+                      const auto cache = c_struct<flashcpp_batch_mla_cache>(&kv, &kv, &idx);
                       return flashcpp_batch_mla_run(nullptr, &q, &q, &cache, &out, nullptr, nullptr);
                     },
                     kInvalid, "'plan' must not be NULL"});

@@ -43,7 +43,7 @@ TEST_F(OpsCapi, BatchDecodePlanRunDestroy) {
   void* pinned = std::aligned_alloc(256, 1 << 20);
   const auto f = to_c(dev(DType::u8, {1 << 20})), i = to_c(dev(DType::u8, {1 << 20}));
   const auto p = to_c(TensorView::contiguous(pinned, DType::u8, Device::cuda_host(), {1 << 20}));
-  const flashcpp_workspace ws{&f, &i, &p};
+  const auto ws = c_struct<flashcpp_workspace>(&f, &i, &p);
   auto indptr = host_i32({0, 2, 3}), last = host_i32({4, 16});
   const auto ci = to_c(indptr), cl = to_c(last);
   flashcpp_batch_decode_config c;
@@ -62,7 +62,7 @@ TEST_F(OpsCapi, BatchDecodePlanRunDestroy) {
   const auto q = to_c(dev(DType::bf16, {2, 32, 128})), o = to_c(dev(DType::bf16, {2, 32, 128}));
   const auto kc = to_c(dev(DType::bf16, {3, 16, 8, 128})), idx = to_c(dev(DType::i32, {3}));
   const auto ptr = to_c(dev(DType::i32, {3})), lp = to_c(dev(DType::i32, {2}));
-  flashcpp_paged_kv_cache cache{&kc, &kc, &idx, &ptr, &lp, FLASHCPP_KV_NHD};
+  auto cache = c_struct<flashcpp_paged_kv_cache>(&kc, &kc, &idx, &ptr, &lp, FLASHCPP_KV_NHD);
   ASSERT_EQ(flashcpp_batch_decode_run(plan, &q, &cache, &o, nullptr, nullptr), FLASHCPP_SUCCESS) << flashcpp_last_error();
   EXPECT_EQ(split(lines(recorded()).at(0)).size(), 20u);  // name + 19 arguments
   cache.layout = 7;

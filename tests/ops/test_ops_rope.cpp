@@ -678,7 +678,7 @@ TEST_F(RopeAppendOps, CAbiEntryReachesTheModuleAndReportsErrors) {
   const auto c_qno = to_c(m.qno), c_cs = to_c(m.cs), c_pos = to_c(m.pos), c_bi = to_c(m.bi), c_p = to_c(m.positions);
   const auto c_ckv = to_c(m.cache.ckv_cache), c_kpe = to_c(m.cache.kpe_cache), c_ind = to_c(m.cache.indices);
   const auto c_iptr = to_c(m.cache.indptr), c_lpl = to_c(m.cache.last_page_len);
-  const flashcpp_paged_mla_kv_cache cache{&c_ckv, &c_kpe, &c_ind, &c_iptr, &c_lpl};
+  const auto cache = c_struct<flashcpp_paged_mla_kv_cache>(&c_ckv, &c_kpe, &c_ind, &c_iptr, &c_lpl);
   flashcpp_rope_quantize_append_args a = FLASHCPP_ROPE_QUANTIZE_APPEND_ARGS_INIT;
   a.q_rope = &c_qr, a.k_rope = &c_kr, a.q_nope = &c_qn, a.k_nope = &c_kn, a.q_rope_out = &c_qro, a.q_nope_out = &c_qno;
   a.cos_sin_cache = &c_cs, a.pos_ids = &c_pos, a.batch_indices = &c_bi, a.positions = &c_p, a.mla_cache = &cache;
@@ -690,7 +690,7 @@ TEST_F(RopeAppendOps, CAbiEntryReachesTheModuleAndReportsErrors) {
   EXPECT_EQ(got[20], F(0.125));
   flashcpp_rope_quantize_append_args both = a;  // a GQA cache as well
   const auto c_kc = to_c(m.cache.ckv_cache);
-  const flashcpp_paged_kv_cache kv{&c_kc, &c_kc, &c_ind, &c_iptr, &c_lpl, FLASHCPP_KV_NHD};
+  const auto kv = c_struct<flashcpp_paged_kv_cache>(&c_kc, &c_kc, &c_ind, &c_iptr, &c_lpl, FLASHCPP_KV_NHD);
   both.kv_cache = &kv;
   EXPECT_EQ(flashcpp_rope_quantize_append_paged_kv_cache(&both, nullptr), FLASHCPP_INVALID_ARGUMENT);
   EXPECT_NE(std::string(flashcpp_last_error()).find("exactly one of the two"), std::string::npos) << flashcpp_last_error();

@@ -244,7 +244,7 @@ TEST_F(SamplingOps, CAbiEntriesReachTheModuleAndReportErrors) {
   auto logits = dev(DType::f32, {3, 1000}), scratch = dev(DType::f32, {3, 1000});
   auto sm = dev(DType::u8, {1 << 20}), rs = dev(DType::u8, {1 << 20});
   const auto cl = to_c(logits), cx = to_c(scratch), csm = to_c(sm), crs = to_c(rs);
-  const flashcpp_sampling_workspace ws{&csm, &crs};
+  const auto ws = c_struct<flashcpp_sampling_workspace>(&csm, &crs);
   o.deterministic = 1;
   ASSERT_EQ(flashcpp_top_k_top_p_sampling_from_logits(&ws, &cl, &cx, &cs, nullptr, 10, nullptr, 0.9,
                                                       FLASHCPP_TOP_K_TOP_P_JOINT, nullptr, &o, nullptr),

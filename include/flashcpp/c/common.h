@@ -23,22 +23,28 @@ extern "C" {
  * flashcpp/c/topk.h: flashcpp_top_k, _top_k_page_table_transform, _top_k_ragged_transform; and RoPE's ragged batch
  * and FP8 quantization: flashcpp_apply_rope, _apply_llama31_rope, _rope_quantize_fp8, flashcpp_rope_quantize_args;
  * 3.5.0: flashcpp_mla_decode_plan_by_lengths; 3.6.0: flashcpp_rope_quantize_append_paged_kv_cache,
- * flashcpp_rope_quantize_append_args).
+ * flashcpp_rope_quantize_append_args; 4.0.0: the bundles of tensors begin with their size too and have an *_INIT
+ * initializer: flashcpp_mla_prefill_tensors, _mla_decode_tensors, _mla_dense_decode_workspace,
+ * _mla_dense_decode_tensors, _batch_mla_cache, _paged_kv_cache, _paged_mla_kv_cache, _workspace, _ragged_kv,
+ * _sampling_workspace, so every struct the library reads can grow in a MINOR release).
  * FLASHCPP_C_ABI_VERSION packs the three as MAJOR * 10000 + MINOR * 100 + PATCH; flashcpp_abi_version() returns the
  * loaded library's, so a caller can check it is at least the one it was compiled with and of the same MAJOR.
  *
- * Structs of scalars: each begins with `uint32_t struct_size` and has an *_INIT initializer (the FlashInfer
- * ops' also an *_init function) that sets it to the sizeof of the header the caller is compiled with. The library
- * accepts any struct_size from the struct's first published size (its sizeof in the first release that had it;
- * for every struct so far, today's sizeof) up to the library's own sizeof: it reads the caller's first
- * struct_size bytes, never more, and every field past them takes its *_INIT value, so a caller compiled against
- * an older header keeps working with a newer library. A struct_size above the library's sizeof (a caller
- * compiled against a newer header than the library's) or below the first published size is refused with
- * FLASHCPP_INVALID_ARGUMENT naming the argument, the size received and the accepted range.
+ * Every struct the library reads (of scalars, or a bundle of tensors), but the flashcpp_tensor below, begins with
+ * `uint32_t struct_size` and has an *_INIT initializer (the FlashInfer ops' configs also an *_init function) that
+ * sets it to the sizeof of the header the caller is compiled with. The library accepts any struct_size from the
+ * struct's first published size (its sizeof in the first release where it began with its size: 3.0.0 or later
+ * for the structs of scalars, 4.0.0 for the bundles; for every struct so far but the fused MoE config, today's
+ * sizeof) up to the library's own sizeof: it reads the caller's first struct_size bytes, never more, and every
+ * field past them takes its *_INIT value, so a caller compiled against an older header keeps working with a newer
+ * library. A NULL struct, or a struct_size above the library's sizeof (a caller compiled against a newer header
+ * than the library's) or below the first published size, is refused with FLASHCPP_INVALID_ARGUMENT naming the
+ * argument, the size received and the accepted range. flashcpp_tensor's layout is fixed within a MAJOR release,
+ * as are the structs the library only writes (flashcpp_mla_device_info, the plan and workspace sizes).
  * sm_scale (the softmax scale applied to q.k), in every struct that has one: 0 selects the default, 1/sqrt of
  * the op's q.k head dimension (the C++ API's unset std::optional); any other value must be finite and > 0. */
-#define FLASHCPP_C_ABI_VERSION_MAJOR 3u
-#define FLASHCPP_C_ABI_VERSION_MINOR 6u
+#define FLASHCPP_C_ABI_VERSION_MAJOR 4u
+#define FLASHCPP_C_ABI_VERSION_MINOR 0u
 #define FLASHCPP_C_ABI_VERSION_PATCH 0u
 #define FLASHCPP_C_ABI_VERSION \
   (FLASHCPP_C_ABI_VERSION_MAJOR * 10000u + FLASHCPP_C_ABI_VERSION_MINOR * 100u + FLASHCPP_C_ABI_VERSION_PATCH)
@@ -108,7 +114,7 @@ typedef struct flashcpp_tensor {
 const char* flashcpp_last_error(void);
 /* FLASHCPP_C_ABI_VERSION of the loaded library (MAJOR * 10000 + MINOR * 100 + PATCH). */
 uint32_t flashcpp_abi_version(void);
-/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 3.6.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
+/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 4.0.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
  * CUDA 13.0.88)": its version, the C ABI version, the pinned FlashInfer and TVM-FFI, the CUDA it was built with. */
 const char* flashcpp_version(void);
 /* A short, static name for a status ("invalid argument", ...). */

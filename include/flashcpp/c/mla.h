@@ -38,8 +38,9 @@ typedef struct flashcpp_mla_options {
 } flashcpp_mla_options;
 #define FLASHCPP_MLA_OPTIONS_INIT {(uint32_t)sizeof(flashcpp_mla_options), 0.0f, 512}
 
-/* The tensors of a sparse prefill (NULL for an absent optional one). */
+/* The tensors of a sparse prefill (NULL for an absent optional one). Since ABI 4.0.0 it begins with its size. */
 typedef struct flashcpp_mla_prefill_tensors {
+  uint32_t struct_size;               /* sizeof(flashcpp_mla_prefill_tensors): set by FLASHCPP_MLA_PREFILL_TENSORS_INIT */
   const flashcpp_tensor* q;           /* bf16 [s_q, h_q, d_qk] */
   const flashcpp_tensor* kv;          /* bf16 [s_kv, 1, d_qk] */
   const flashcpp_tensor* indices;     /* i32 [s_q, 1, topk] */
@@ -49,6 +50,9 @@ typedef struct flashcpp_mla_prefill_tensors {
   const flashcpp_tensor* max_logits;  /* f32 [s_q, h_q] or NULL */
   const flashcpp_tensor* lse;         /* f32 [s_q, h_q] */
 } flashcpp_mla_prefill_tensors;
+/* No tensors yet. */
+#define FLASHCPP_MLA_PREFILL_TENSORS_INIT \
+  {(uint32_t)sizeof(flashcpp_mla_prefill_tensors), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}
 
 /* Sparse prefill (flashcpp/mla.hpp, sparse_prefill). */
 flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* tensors,
@@ -94,8 +98,10 @@ flashcpp_status flashcpp_mla_decode_plan_by_lengths(const flashcpp_mla_decode_co
                                                     flashcpp_mla_decode_plan_sizes* sizes, void* stream);
 
 /* The tensors of a sparse decode (NULL for an absent optional one). Shapes and rules: flashcpp/mla.hpp,
- * sparse_decode (the V3.2 cache) and sparse_decode_v4 (the V4 cache, with its extra pool). */
+ * sparse_decode (the V3.2 cache) and sparse_decode_v4 (the V4 cache, with its extra pool). Since ABI 4.0.0 it begins
+ * with its size. */
 typedef struct flashcpp_mla_decode_tensors {
+  uint32_t struct_size;                     /* sizeof(flashcpp_mla_decode_tensors): FLASHCPP_MLA_DECODE_TENSORS_INIT */
   const flashcpp_tensor* q;                 /* bf16 [b, s_q, h_q, 576 (V3.2) or 512 (V4)] */
   const flashcpp_tensor* kv_cache;          /* V3.2: u8/i8/e4m3 [num_blocks, block_size, 1, 656];
                                                V4 pages: [num_blocks, block_size, 1, 584] */
@@ -112,6 +118,10 @@ typedef struct flashcpp_mla_decode_tensors {
   const flashcpp_tensor* extra_indices;     /* V4 only: i32 [b, s_q, extra_topk]; given iff extra_kv_cache is */
   const flashcpp_tensor* extra_topk_length; /* V4 only: i32 [b] or NULL (extra pool only) */
 } flashcpp_mla_decode_tensors;
+/* No tensors yet. */
+#define FLASHCPP_MLA_DECODE_TENSORS_INIT                                                                          \
+  {(uint32_t)sizeof(flashcpp_mla_decode_tensors), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+   NULL, NULL, NULL}
 
 /* Sparse decode over the V3.2 FP8 cache; the extra_* members must be NULL. */
 flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* config,
@@ -151,8 +161,9 @@ flashcpp_status flashcpp_mla_dense_decode_sizes_for(const flashcpp_mla_dense_dec
                                                     flashcpp_mla_dense_decode_sizes* sizes);
 
 /* The workspace (all members required): the plan writes sched_meta, num_splits, indices and token_lengths, each run
- * lse_accum and o_accum. */
+ * lse_accum and o_accum. Since ABI 4.0.0 it begins with its size. */
 typedef struct flashcpp_mla_dense_decode_workspace {
+  uint32_t struct_size; /* sizeof(flashcpp_mla_dense_decode_workspace): FLASHCPP_MLA_DENSE_DECODE_WORKSPACE_INIT */
   const flashcpp_tensor* sched_meta;
   const flashcpp_tensor* num_splits;
   const flashcpp_tensor* lse_accum;
@@ -160,6 +171,9 @@ typedef struct flashcpp_mla_dense_decode_workspace {
   const flashcpp_tensor* indices;
   const flashcpp_tensor* token_lengths;
 } flashcpp_mla_dense_decode_workspace;
+/* No tensors yet. */
+#define FLASHCPP_MLA_DENSE_DECODE_WORKSPACE_INIT \
+  {(uint32_t)sizeof(flashcpp_mla_dense_decode_workspace), NULL, NULL, NULL, NULL, NULL, NULL}
 
 /* Plans one decode step on `stream`: block_table i32 [batch, max_blocks] (last dim contiguous), cache_seqlens i32
  * [batch] (contiguous). Since ABI 3.2.0. */
@@ -174,14 +188,18 @@ typedef struct flashcpp_mla_dense_decode_options {
 } flashcpp_mla_dense_decode_options;
 #define FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT {(uint32_t)sizeof(flashcpp_mla_dense_decode_options), 0.0f}
 
-/* The tensors of a dense decode (NULL only for attn_sink). Shapes and rules: flashcpp/mla.hpp, dense_decode. */
+/* The tensors of a dense decode (NULL only for attn_sink). Shapes and rules: flashcpp/mla.hpp, dense_decode. Since
+ * ABI 4.0.0 it begins with its size. */
 typedef struct flashcpp_mla_dense_decode_tensors {
+  uint32_t struct_size;              /* sizeof(flashcpp_mla_dense_decode_tensors): FLASHCPP_MLA_DENSE_DECODE_TENSORS_INIT */
   const flashcpp_tensor* q;          /* bf16 [b, s_q, h_q, 576] */
   const flashcpp_tensor* kv_cache;   /* bf16 [num_blocks, block_size, 1, 576] or u8/i8/e4m3 [.., 1, 656] */
   const flashcpp_tensor* attn_sink;  /* f32 [h_q] or NULL */
   const flashcpp_tensor* out;        /* bf16 [b, s_q, h_q, 512] (any strides) */
   const flashcpp_tensor* lse;        /* f32 [b, s_q, h_q] (any strides) */
 } flashcpp_mla_dense_decode_tensors;
+/* No tensors yet. */
+#define FLASHCPP_MLA_DENSE_DECODE_TENSORS_INIT {(uint32_t)sizeof(flashcpp_mla_dense_decode_tensors), NULL, NULL, NULL, NULL, NULL}
 
 /* Dense decode of one layer on `stream`, over the step planned in `workspace`. Since ABI 3.2.0. */
 flashcpp_status flashcpp_mla_dense_decode(const flashcpp_mla_dense_decode_config* config,

@@ -38,12 +38,15 @@ flashcpp_status flashcpp_batch_mla_plan_create(const flashcpp_batch_mla_config* 
                                                const flashcpp_tensor* kv_indptr_host,
                                                const flashcpp_tensor* kv_len_host, void* stream,
                                                flashcpp_batch_mla_plan** out_plan);
-/* The paged latent cache a batch MLA run reads. */
+/* The paged latent cache a batch MLA run reads. Since ABI 4.0.0 it begins with its size. */
 typedef struct flashcpp_batch_mla_cache {
+  uint32_t struct_size;              /* sizeof(flashcpp_batch_mla_cache): set by FLASHCPP_BATCH_MLA_CACHE_INIT */
   const flashcpp_tensor* ckv_cache;  /* [pages, page_size, 512] */
   const flashcpp_tensor* kpe_cache;  /* [pages, page_size, 64] */
   const flashcpp_tensor* kv_indices; /* int32 page ids, in the plan's kv_indptr order */
 } flashcpp_batch_mla_cache;
+/* No tensors yet. */
+#define FLASHCPP_BATCH_MLA_CACHE_INIT {(uint32_t)sizeof(flashcpp_batch_mla_cache), NULL, NULL, NULL}
 /* Runs a plan; lse may be NULL. A run that does not match the plan is refused (FLASHCPP_INVALID_ARGUMENT). */
 flashcpp_status flashcpp_batch_mla_run(const flashcpp_batch_mla_plan* plan, const flashcpp_tensor* q_nope,
                                        const flashcpp_tensor* q_pe, const flashcpp_batch_mla_cache* cache,

@@ -34,7 +34,9 @@ flashcpp_status flashcpp_gemma_fused_add_rmsnorm(const flashcpp_tensor* input, c
 /* ---------------------------------------------------------------- paged KV cache */
 typedef enum flashcpp_kv_layout { FLASHCPP_KV_NHD = 0, FLASHCPP_KV_HND = 1 } flashcpp_kv_layout;
 
+/* The paged-cache and workspace bundles begin with their size (since ABI 4.0.0), as every struct the library reads. */
 typedef struct flashcpp_paged_kv_cache {
+  uint32_t struct_size;                 /* sizeof(flashcpp_paged_kv_cache): set by FLASHCPP_PAGED_KV_CACHE_INIT */
   const flashcpp_tensor* k_cache;       /* NHD [pages, page_size, H_kv, D] | HND [pages, H_kv, page_size, D] */
   const flashcpp_tensor* v_cache;
   const flashcpp_tensor* indices;       /* int32 page ids */
@@ -42,17 +44,22 @@ typedef struct flashcpp_paged_kv_cache {
   const flashcpp_tensor* last_page_len; /* int32 [batch] */
   int32_t layout;                       /* flashcpp_kv_layout */
 } flashcpp_paged_kv_cache;
+/* No tensors yet, NHD. */
+#define FLASHCPP_PAGED_KV_CACHE_INIT \
+  {(uint32_t)sizeof(flashcpp_paged_kv_cache), NULL, NULL, NULL, NULL, NULL, FLASHCPP_KV_NHD}
 
 flashcpp_status flashcpp_append_paged_kv_cache(const flashcpp_tensor* append_key, const flashcpp_tensor* append_value,
                                                const flashcpp_tensor* batch_indices, const flashcpp_tensor* positions,
                                                const flashcpp_paged_kv_cache* cache, void* stream);
 typedef struct flashcpp_paged_mla_kv_cache {
+  uint32_t struct_size;                 /* sizeof(flashcpp_paged_mla_kv_cache): set by FLASHCPP_PAGED_MLA_KV_CACHE_INIT */
   const flashcpp_tensor* ckv_cache;     /* [pages, page_size, 512] */
   const flashcpp_tensor* kpe_cache;     /* [pages, page_size, 64] */
   const flashcpp_tensor* indices;       /* int32 page ids */
   const flashcpp_tensor* indptr;        /* int32 [batch + 1] */
   const flashcpp_tensor* last_page_len; /* int32 [batch] */
 } flashcpp_paged_mla_kv_cache;
+#define FLASHCPP_PAGED_MLA_KV_CACHE_INIT {(uint32_t)sizeof(flashcpp_paged_mla_kv_cache), NULL, NULL, NULL, NULL, NULL}
 
 flashcpp_status flashcpp_append_paged_mla_kv_cache(const flashcpp_tensor* append_ckv, const flashcpp_tensor* append_kpe,
                                                    const flashcpp_tensor* batch_indices,
@@ -94,10 +101,12 @@ flashcpp_status flashcpp_single_decode(const flashcpp_tensor* q, const flashcpp_
                                        void* stream);
 
 typedef struct flashcpp_workspace {
+  uint32_t struct_size;                     /* sizeof(flashcpp_workspace): set by FLASHCPP_WORKSPACE_INIT */
   const flashcpp_tensor* float_buffer;      /* CUDA, 1-D */
   const flashcpp_tensor* int_buffer;        /* CUDA, 1-D */
   const flashcpp_tensor* pinned_int_buffer; /* page-locked host, 1-D, >= int_buffer */
 } flashcpp_workspace;
+#define FLASHCPP_WORKSPACE_INIT {(uint32_t)sizeof(flashcpp_workspace), NULL, NULL, NULL}
 /* FlashInfer's recommended workspace sizes (128 MiB float, 8 MiB int). */
 void flashcpp_recommended_workspace_bytes(int64_t* float_bytes, int64_t* int_bytes);
 
@@ -135,10 +144,12 @@ flashcpp_status flashcpp_batch_prefill_plan_create(const flashcpp_batch_prefill_
                                                    flashcpp_batch_prefill_plan** out_plan);
 /* Ragged (unpaged) keys and values of a batch: request i owns rows indptr[i] .. indptr[i + 1] of k and v. */
 typedef struct flashcpp_ragged_kv {
+  uint32_t struct_size;          /* sizeof(flashcpp_ragged_kv): set by FLASHCPP_RAGGED_KV_INIT (since ABI 4.0.0) */
   const flashcpp_tensor* k;      /* NHD [rows, H_kv, D_qk] | HND [H_kv, rows, D_qk] */
   const flashcpp_tensor* v;      /* same layout, D_vo */
   const flashcpp_tensor* indptr; /* int32 [batch + 1], device */
 } flashcpp_ragged_kv;
+#define FLASHCPP_RAGGED_KV_INIT {(uint32_t)sizeof(flashcpp_ragged_kv), NULL, NULL, NULL}
 flashcpp_status flashcpp_batch_prefill_run_ragged(const flashcpp_batch_prefill_plan* plan, const flashcpp_tensor* q,
                                                   const flashcpp_ragged_kv* kv, const flashcpp_tensor* qo_indptr,
                                                   const flashcpp_tensor* out, const flashcpp_tensor* lse, void* stream);

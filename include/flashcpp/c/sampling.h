@@ -21,11 +21,13 @@ typedef struct flashcpp_sampling_options {
 
 /* Caller-owned scratch: softmax_buffer >= flashcpp_softmax_workspace_bytes(rows, vocab); row_states >=
  * flashcpp_sampling_row_states_bytes(), zero-filled before first use (the kernels leave it zero), one launch at a
- * time. Both 1-D on the device of the logits. */
+ * time. Both 1-D on the device of the logits. Since ABI 4.0.0 it begins with its size. */
 typedef struct flashcpp_sampling_workspace {
+  uint32_t struct_size; /* sizeof(flashcpp_sampling_workspace): set by FLASHCPP_SAMPLING_WORKSPACE_INIT */
   const flashcpp_tensor* softmax_buffer;
   const flashcpp_tensor* row_states;
 } flashcpp_sampling_workspace;
+#define FLASHCPP_SAMPLING_WORKSPACE_INIT {(uint32_t)sizeof(flashcpp_sampling_workspace), NULL, NULL}
 
 int64_t flashcpp_softmax_workspace_bytes(int64_t rows, int64_t vocab);
 int64_t flashcpp_sampling_row_states_bytes(void);
