@@ -1,6 +1,6 @@
 /* Compiles flashcpp/c/ops.h as C (not C++): the C ABI header must stay valid C, and its *_INIT initializers
  * valid C89 aggregate initializers that put each documented default in its field (the FlashInfer ops' and
- * sparse MLA's). */
+ * sparse MLA's), every one setting struct_size, the bundles of tensors' (C ABI 4.0.0) included. */
 #include "flashcpp/flashcpp.h"
 
 int flashcpp_ops_header_is_c(void) {
@@ -18,6 +18,19 @@ int flashcpp_ops_header_is_c(void) {
   flashcpp_mla_options pp = FLASHCPP_MLA_OPTIONS_INIT;
   flashcpp_rope_quantize_args ri = FLASHCPP_ROPE_QUANTIZE_ARGS_INIT;
   flashcpp_rope_quantize_append_args ra = FLASHCPP_ROPE_QUANTIZE_APPEND_ARGS_INIT;
+  flashcpp_mla_dense_decode_config dc = FLASHCPP_MLA_DENSE_DECODE_CONFIG_INIT;
+  flashcpp_mla_dense_decode_options dO = FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT;
+  flashcpp_sampling_options so = FLASHCPP_SAMPLING_OPTIONS_INIT;
+  flashcpp_mla_prefill_tensors bt1 = FLASHCPP_MLA_PREFILL_TENSORS_INIT;
+  flashcpp_mla_decode_tensors bt2 = FLASHCPP_MLA_DECODE_TENSORS_INIT;
+  flashcpp_mla_dense_decode_workspace bt3 = FLASHCPP_MLA_DENSE_DECODE_WORKSPACE_INIT;
+  flashcpp_mla_dense_decode_tensors bt4 = FLASHCPP_MLA_DENSE_DECODE_TENSORS_INIT;
+  flashcpp_batch_mla_cache bt5 = FLASHCPP_BATCH_MLA_CACHE_INIT;
+  flashcpp_paged_kv_cache bt6 = FLASHCPP_PAGED_KV_CACHE_INIT;
+  flashcpp_paged_mla_kv_cache bt7 = FLASHCPP_PAGED_MLA_KV_CACHE_INIT;
+  flashcpp_workspace bt8 = FLASHCPP_WORKSPACE_INIT;
+  flashcpp_ragged_kv bt9 = FLASHCPP_RAGGED_KV_INIT;
+  flashcpp_sampling_workspace bt10 = FLASHCPP_SAMPLING_WORKSPACE_INIT;
   flashcpp_attention_options_init(&o);
   flashcpp_batch_prefill_config_init(&p);
   flashcpp_batch_decode_config_init(&d);
@@ -35,6 +48,19 @@ int flashcpp_ops_header_is_c(void) {
   if (ra.struct_size != sizeof ra || ra.q_rope != NULL || ra.v != NULL || ra.kv_cache != NULL || ra.mla_cache != NULL ||
       ra.interleave != 0 || ra.enable_pdl != 0 || ra.quant_scale_q != 1.0 || ra.quant_scale_kv != 1.0)
     return 9;
+  if (dc.struct_size != sizeof dc || dc.s_q != 1 || dO.struct_size != sizeof dO || dO.sm_scale != 0.0f ||
+      so.struct_size != sizeof so || so.deterministic != 1)
+    return 10;
+  /* The bundles: struct_size set, every tensor NULL (the paged cache NHD). */
+  if (bt1.struct_size != sizeof bt1 || bt1.q != NULL || bt1.lse != NULL || bt2.struct_size != sizeof bt2 ||
+      bt2.q != NULL || bt2.extra_topk_length != NULL || bt3.struct_size != sizeof bt3 || bt3.token_lengths != NULL ||
+      bt4.struct_size != sizeof bt4 || bt4.lse != NULL || bt5.struct_size != sizeof bt5 || bt5.kv_indices != NULL)
+    return 11;
+  if (bt6.struct_size != sizeof bt6 || bt6.k_cache != NULL || bt6.last_page_len != NULL ||
+      bt6.layout != FLASHCPP_KV_NHD || bt7.struct_size != sizeof bt7 || bt7.last_page_len != NULL ||
+      bt8.struct_size != sizeof bt8 || bt8.pinned_int_buffer != NULL || bt9.struct_size != sizeof bt9 ||
+      bt9.indptr != NULL || bt10.struct_size != sizeof bt10 || bt10.row_states != NULL)
+    return 12;
   if (o.struct_size != sizeof o || p.struct_size != sizeof p || d.struct_size != sizeof d) return 2;
   if (oi.causal != 0 || oi.window_left != -1 || oi.sm_scale != 0.0 || oi.use_fp16_qk_reduction != 0) return 3;
   if (pi.kv_storage != FLASHCPP_KV_PAGED || pi.q_dtype != FLASHCPP_BF16 || pi.kv_dtype != FLASHCPP_BF16 ||

@@ -1,7 +1,9 @@
 /* Size-prefixed C structs as a C caller sees them (compiled as C): a struct_size of the struct's first published
  * size is accepted, one above the library's sizeof or below the first size refused, naming the size and the range.
- * Every struct in the table (src/capi/capi.hpp) is unchanged since it first began with its size, so its first
- * published size is its sizeof; a struct grown in a MINOR release would be tested here with its old layout.
+ * The structs here are unchanged since they first began with their size, so each first published size is its
+ * sizeof (the fused MoE config, which grew, is read at its 3.3 layout in test_capi_struct_sizes.cpp). The bundles
+ * of tensors (C ABI 4.0.0) are tested through the entry points that read them before needing a plan or a GPU; the
+ * plan runs' (flashcpp_batch_mla_cache, flashcpp_ragged_kv) are in the hostile-input test, which has plans.
  * Each function returns 0 on success, or the failing line with a message in `msg`. */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
@@ -39,6 +41,122 @@ static flashcpp_mla_dense_decode_config dense_config(void) {
   c.num_sms = 132;
   c.device_id = 0;
   return c;
+}
+
+/* Fake tensors on device 0 (never read: every call here stops at a check): one i32 element on the device, and
+ * in host memory for the plan's host arrays. */
+static flashcpp_tensor device_one, host_one;
+static flashcpp_tensor fake_one(int32_t device_type, uintptr_t address) {
+  flashcpp_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = (void*)address;
+  t.dtype = FLASHCPP_I32;
+  t.device_type = device_type;
+  t.device_id = 0;
+  t.rank = 1;
+  t.shape[0] = 1;
+  t.strides[0] = 1;
+  return t;
+}
+
+/* One entry point per bundle, called with the bundle's struct_size set to `size` (its members from *_INIT, the
+ * rest of the call valid up to the bundle). */
+static flashcpp_status sparse_prefill_at(uint32_t size) {
+  flashcpp_mla_prefill_tensors t = FLASHCPP_MLA_PREFILL_TENSORS_INIT;
+  flashcpp_mla_options o = FLASHCPP_MLA_OPTIONS_INIT;
+  t.struct_size = size;
+  return flashcpp_mla_sparse_prefill(&t, &o, NULL);
+}
+static flashcpp_status sparse_decode_at(uint32_t size) {
+  flashcpp_mla_decode_config c = decode_config();
+  flashcpp_mla_decode_tensors t = FLASHCPP_MLA_DECODE_TENSORS_INIT;
+  flashcpp_mla_options o = FLASHCPP_MLA_OPTIONS_INIT;
+  t.struct_size = size;
+  return flashcpp_mla_sparse_decode(&c, &t, &o, NULL);
+}
+static flashcpp_status dense_plan_at(uint32_t size) {
+  flashcpp_mla_dense_decode_config c = dense_config();
+  flashcpp_mla_dense_decode_workspace w = FLASHCPP_MLA_DENSE_DECODE_WORKSPACE_INIT;
+  w.struct_size = size;
+  return flashcpp_mla_dense_decode_plan(&c, &device_one, &device_one, &w, NULL);
+}
+static flashcpp_status dense_decode_at(uint32_t size) {
+  flashcpp_mla_dense_decode_config c = dense_config();
+  flashcpp_mla_dense_decode_tensors t = FLASHCPP_MLA_DENSE_DECODE_TENSORS_INIT;
+  flashcpp_mla_dense_decode_workspace w = FLASHCPP_MLA_DENSE_DECODE_WORKSPACE_INIT;
+  flashcpp_mla_dense_decode_options o = FLASHCPP_MLA_DENSE_DECODE_OPTIONS_INIT;
+  w.sched_meta = w.num_splits = w.lse_accum = w.o_accum = w.indices = w.token_lengths = &device_one;
+  t.struct_size = size;
+  return flashcpp_mla_dense_decode(&c, &t, &w, &o, NULL);
+}
+static flashcpp_status append_at(uint32_t size) {
+  flashcpp_paged_kv_cache c = FLASHCPP_PAGED_KV_CACHE_INIT;
+  c.struct_size = size;
+  return flashcpp_append_paged_kv_cache(&device_one, &device_one, &device_one, &device_one, &c, NULL);
+}
+static flashcpp_status append_mla_at(uint32_t size) {
+  flashcpp_paged_mla_kv_cache c = FLASHCPP_PAGED_MLA_KV_CACHE_INIT;
+  c.struct_size = size;
+  return flashcpp_append_paged_mla_kv_cache(&device_one, &device_one, &device_one, &device_one, &c, NULL);
+}
+static flashcpp_status prefill_plan_at(uint32_t size) {
+  flashcpp_batch_prefill_config c = FLASHCPP_BATCH_PREFILL_CONFIG_INIT;
+  flashcpp_workspace w = FLASHCPP_WORKSPACE_INIT;
+  flashcpp_batch_prefill_plan* plan = NULL;
+  w.struct_size = size;
+  return flashcpp_batch_prefill_plan_create(&c, &w, &host_one, &host_one, &host_one, NULL, NULL, &plan);
+}
+static flashcpp_status sampling_at(uint32_t size) {
+  flashcpp_sampling_workspace w = FLASHCPP_SAMPLING_WORKSPACE_INIT;
+  flashcpp_sampling_options o = FLASHCPP_SAMPLING_OPTIONS_INIT;
+  w.struct_size = size;
+  return flashcpp_top_k_top_p_sampling_from_logits(&w, &device_one, &device_one, &device_one, NULL, 10, NULL, 0.9,
+                                                   FLASHCPP_TOP_K_FIRST, NULL, &o, NULL);
+}
+
+typedef struct bundle_case {
+  flashcpp_status (*call)(uint32_t size);
+  uint32_t size;       /* sizeof, the first published size */
+  const char* name;    /* the argument */
+  const char* init;    /* its initializer, named by the refusal */
+  const char* at_size; /* what the call stops at once the bundle is read: its first NULL tensor */
+} bundle_case;
+
+static int bundles_c(char* msg, size_t msg_len) {
+  static const bundle_case cases[] = {
+      {sparse_prefill_at, sizeof(flashcpp_mla_prefill_tensors), "tensors", "FLASHCPP_MLA_PREFILL_TENSORS_INIT",
+       "'tensors.q' must not be NULL"},
+      {sparse_decode_at, sizeof(flashcpp_mla_decode_tensors), "tensors", "FLASHCPP_MLA_DECODE_TENSORS_INIT",
+       "'tensors.q' must not be NULL"},
+      {dense_plan_at, sizeof(flashcpp_mla_dense_decode_workspace), "workspace",
+       "FLASHCPP_MLA_DENSE_DECODE_WORKSPACE_INIT", "'workspace.sched_meta' must not be NULL"},
+      {dense_decode_at, sizeof(flashcpp_mla_dense_decode_tensors), "tensors", "FLASHCPP_MLA_DENSE_DECODE_TENSORS_INIT",
+       "'tensors.q' must not be NULL"},
+      {append_at, sizeof(flashcpp_paged_kv_cache), "cache", "FLASHCPP_PAGED_KV_CACHE_INIT",
+       "'k_cache' must not be NULL"},
+      {append_mla_at, sizeof(flashcpp_paged_mla_kv_cache), "cache", "FLASHCPP_PAGED_MLA_KV_CACHE_INIT",
+       "'cache.ckv_cache' must not be NULL"},
+      {prefill_plan_at, sizeof(flashcpp_workspace), "workspace", "FLASHCPP_WORKSPACE_INIT",
+       "'workspace.float_buffer' must not be NULL"},
+      {sampling_at, sizeof(flashcpp_sampling_workspace), "workspace", "FLASHCPP_SAMPLING_WORKSPACE_INIT",
+       "'workspace.softmax_buffer' must not be NULL"}};
+  char text[256];
+  size_t i, k;
+  device_one = fake_one(FLASHCPP_CUDA, 1u << 20);
+  host_one = fake_one(FLASHCPP_CPU, 2u << 20);
+  for (i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    const bundle_case* c = &cases[i];
+    const uint32_t refused[3] = {0u, c->size - 1u, c->size + 8u};
+    CHECK_ERROR(c->call(c->size), FLASHCPP_INVALID_ARGUMENT, c->at_size);
+    for (k = 0; k < 3; ++k) {
+      snprintf(text, sizeof text, "argument '%s' has struct_size %u; ", c->name, (unsigned)refused[k]);
+      CHECK_ERROR(c->call(refused[k]), FLASHCPP_INVALID_ARGUMENT, text);
+      snprintf(text, sizeof text, "struct_size must be in [%u, %u]", (unsigned)c->size, (unsigned)c->size);
+      CHECK_ERROR(c->call(refused[k]), FLASHCPP_INVALID_ARGUMENT, text);
+      CHECK_ERROR(c->call(refused[k]), FLASHCPP_INVALID_ARGUMENT, c->init);
+    }
+  }
+  return 0;
 }
 
 int capi_struct_sizes_c(char* msg, size_t msg_len) {
@@ -105,5 +223,5 @@ int capi_struct_sizes_c(char* msg, size_t msg_len) {
           "decode_plan on a struct at a page's end: %s", flashcpp_last_error());
     munmap(two, (size_t)(2 * page));
   }
-  return 0;
+  return bundles_c(msg, msg_len);
 }

@@ -1,6 +1,6 @@
 // Size-prefixed C structs: read_struct (src/capi/struct_sizes.hpp) on a synthetic struct that grew after its
-// first release, on the first real one that grew (the fused MoE config: auto_tune, C ABI 3.4.0), and the real
-// entry points from C (capi_struct_sizes_c.c).
+// first release, on the first real one that grew (the fused MoE config: auto_tune, C ABI 3.4.0), on every bundle of
+// tensors (size-prefixed since C ABI 4.0.0), and the real entry points from C (capi_struct_sizes_c.c).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -143,6 +143,45 @@ TEST(CapiStructSizes, SizesOutsideTheRangeAreRefusedNamingSizeAndRange) {
     ADD_FAILURE() << "NULL accepted";
   } catch (const flashcpp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("op: argument 'config' must not be NULL"), std::string::npos) << e.what();
+  }
+}
+
+// The bundles of tensors (C ABI 4.0.0): each read through its table entry, first published size = sizeof.
+template <class T>
+class CapiBundleSizes : public ::testing::Test {};
+using Bundles = ::testing::Types<flashcpp_mla_prefill_tensors, flashcpp_mla_decode_tensors,
+                                 flashcpp_mla_dense_decode_workspace, flashcpp_mla_dense_decode_tensors,
+                                 flashcpp_batch_mla_cache, flashcpp_paged_kv_cache, flashcpp_paged_mla_kv_cache,
+                                 flashcpp_workspace, flashcpp_ragged_kv, flashcpp_sampling_workspace>;
+TYPED_TEST_SUITE(CapiBundleSizes, Bundles);
+
+TYPED_TEST(CapiBundleSizes, AcceptedAtItsSizeAndRefusedOutsideIt) {
+  using T = TypeParam;
+  using Sizes = flashcpp::capi::struct_sizes<T>;
+  static_assert(Sizes::first == sizeof(T) && Sizes::current == sizeof(T), "published in 4.0.0, never grown");
+  T t = Sizes::defaults();
+  ASSERT_EQ(t.struct_size, sizeof(T));
+  const flashcpp_tensor any{};
+  const flashcpp_tensor* first = &any;  // the first member after struct_size (and its padding): a tensor pointer
+  std::memcpy(reinterpret_cast<char*>(&t) + sizeof(void*), &first, sizeof first);
+  const T read = read_struct(&t, "op", "tensors");  // the caller's bytes, all of them
+  EXPECT_EQ(std::memcmp(&read, &t, sizeof(T)), 0);
+  const std::string range = "struct_size must be in [" + std::to_string(sizeof(T)) + ", " + std::to_string(sizeof(T)) + "]";
+  for (uint32_t size : {0u, uint32_t(sizeof(T) - 1), uint32_t(sizeof(T) + 1), uint32_t(sizeof(T) + 64)}) {
+    t.struct_size = size;
+    try {
+      (void)read_struct(&t, "op", "tensors");
+      ADD_FAILURE() << "struct_size " << size << " accepted";
+    } catch (const flashcpp::Error& e) {
+      EXPECT_EQ(e.code(), flashcpp::ErrorCode::invalid_argument);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("op: argument 'tensors' has struct_size " + std::to_string(size) + "; "), std::string::npos) << m;
+      EXPECT_NE(m.find(size > sizeof(T) ? "knows sizes up to" : "smaller than the struct's first published size"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find(range), std::string::npos) << m;
+      EXPECT_NE(m.find(std::string("(start from ") + Sizes::init + ")"), std::string::npos) << m;
+    }
   }
 }
 
