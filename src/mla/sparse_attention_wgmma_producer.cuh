@@ -32,7 +32,216 @@ __device__ __forceinline__ int64_t fp8_row_offset(const KernelArgs& args, int id
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Producer warpgroup: per work item Q, then per iteration the halves of tiles A and B in release order.
+// Producer warpgroup: per work item Q, then per iteration the halves of tiles A and B in release order. Its FP8
+// phases (load_fp8: raw bytes; store_rows: dequantize and store) and their helpers come first; producer() last.
+
+// Row `row` of a tile or of Q; this thread's 16-byte chunk `chunk` of each 128-byte atom row.
+__device__ __forceinline__ uint32_t chunk_offset(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// V4: whether tile `tile` of the token's list is in the extra pool (a pool's slot count is a multiple of
+// the tile, so no tile straddles the two).
+template <class C>
+__device__ __forceinline__ bool tile_extra(const SparseAttentionParams& p, const WorkItem& w, int tile) {
+  if constexpr (C::kFp8V4) return w.real_tile(tile) * C::kTile >= p.main_topk;
+  else return false;
+}
+
+// Whether a loaded index is a row of its pool (`extra`: V4's extra pool).
+template <class C>
+__device__ __forceinline__ bool row_valid(const SparseAttentionParams& p, int id, bool extra) {
+  return id >= 0 && static_cast<int64_t>(id) < (C::kFp8V4 && extra ? p.extra_num_kv : p.num_kv);
+}
+
+// FP8: raw e4m3 chunks of this thread's dequantized rows (chunks sub + 8 (2 half + j), j < 2) and their
+// two scales (tiles 2 half, 2 half + 1), per raw buffer; masked rows read nothing and dequantize to 0.
+// The scales stay as loaded (V3.2: two floats; V4: the half's word of four e8m0 bytes) until the store:
+// decoding them at the load would wait for it there, with the next half's loads not yet issued.
+template <class C>
+using Fp8Scales = std::conditional_t<C::kFp8V4, uint32_t, float2>;
+// One raw buffer: a half's chunks, scales and (kRopeInRegs: the right half's) 16-byte RoPE pieces of each row.
+template <class C>
+using Fp8RawChunks = uint4[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf];
+template <class C>
+using Fp8RawScales = Fp8Scales<C>[C::kDequantRowsPerThread];
+template <class C>
+using Fp8RawRope = uint4[C::kRopeInRegs ? C::kDequantRowsPerThread : 1];
+
+// The scale of chunk j (0, 1) of a row's half.
+template <class C>
+__device__ __forceinline__ float scale_of(const Fp8Scales<C>& s, int j, int sub) {
+  if constexpr (C::kFp8V4) return fp8_v4::pow2_of_e8m0(static_cast<uint8_t>(s >> (8 * (2 * j + (sub >> 2)))));
+  else return j == 0 ? s.x : s.y;
+}
+// The fast dequantization's multiplier for chunk j (fp8::e4m3_fast_scale); clears `ok` where that path
+// cannot take the scale. V4's e8m0 byte e gives it without float arithmetic: 2^(e - 127) * 2^120 is the
+// bf16 with exponent field e + 120, and the fast path takes e <= 133 (scales below 2^7).
+template <class C>
+__device__ __forceinline__ uint32_t fast_scale(const Fp8Scales<C>& s, int j, int sub, bool& ok) {
+  if constexpr (C::kFp8V4) {
+    const uint32_t e = (s >> (8 * (2 * j + (sub >> 2)))) & 0xffu;
+    ok = ok && e <= 133u;
+    return ((e + 120u) << 7) * 0x10001u;
+  } else {
+    const float scale = scale_of<C>(s, j, sub);
+    ok = ok && fp8::e4m3_fast_scale_ok(scale);
+    return fp8::e4m3_fast_scale(scale);
+  }
+}
+
+// Where a row lives: its token record (V3.2: its 656-byte row) and, for V4, its scale record; null where
+// masked. Tile by tile (kPerTile) a tile's right half is loaded right after its left half (the next tile's,
+// a whole tile ahead), so the left half's load keeps its rows' addresses for the right one (row_addr).
+// `cache`: the V3.2 cache (p.kv) as bytes.
+struct RowAddr {
+  const uint8_t* rec;
+  const uint8_t* scales;  // V4
+};
+template <class C>
+__device__ __forceinline__ RowAddr locate(const KernelArgs& args, const uint8_t* cache, int id, bool extra) {
+  const SparseAttentionParams& p = args.p;
+  RowAddr a{nullptr, nullptr};
+  if (!row_valid<C>(p, id, extra)) return a;
+  if constexpr (C::kFp8V4) {
+    int64_t token_off, scale_off;
+    v4_record_offsets(args, extra, id, token_off, scale_off);
+    const uint8_t* pool = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv);
+    a.rec = pool + token_off;
+    a.scales = pool + scale_off;
+  } else {
+    a.rec = cache + fp8_row_offset(args, id);
+  }
+  return a;
+}
+// Tile by tile in a cluster the left half's rows' addresses are kept for the right half. Alone the producer holds
+// a whole tile's raw bytes, and the kept addresses made ptxas spill its registers (152) in the load path, 10-20%
+// slower (H200, 2026-12-01, V4 h_q 64 b 64 / 128 / 148: 51.6 / 102.3 / 144.3 us recomputing them, 56.5 / 112.7 /
+// 163.1 keeping them): it locates the rows again.
+template <class C>
+inline constexpr bool kCacheRowAddr = C::kPerTile && C::kCluster;
+template <class C>
+using RowAddrs = RowAddr[kCacheRowAddr<C> ? C::kDequantRowsPerThread : 1];
+
+// This CTA's rows of a half tile (indices `idx`, pool `extra`): their raw chunks and scales, and (kRopeInRegs) the
+// right half's RoPE pieces, into one raw buffer.
+template <class C>
+__device__ __forceinline__ void load_fp8(const KernelArgs& args, const uint8_t* cache, int sub, int rank,
+                                         RowAddrs<C>& row_addr, const int (&idx)[C::kRowsPerThread], int half,
+                                         bool extra, Fp8RawChunks<C>& b_raw, Fp8RawScales<C>& b_scale,
+                                         Fp8RawRope<C>& b_rope) {
+#pragma unroll
+  for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
+    // This CTA's rows: all four (alone), or indices 2 rank, 2 rank + 1 (cluster; no dynamic indexing).
+    const int id = C::kCluster ? (rank == 0 ? idx[r] : idx[C::kDequantRowsPerThread + r]) : idx[r];
+    RowAddr a;
+    if (kCacheRowAddr<C> && half == 1) {
+      a = row_addr[r];
+    } else {
+      a = locate<C>(args, cache, id, extra);
+      if (kCacheRowAddr<C>) row_addr[r] = a;
+    }
+    const bool valid = a.rec != nullptr;
+    if constexpr (C::kRopeInRegs) {
+      if (half == 1)
+        b_rope[r] = valid ? ld_global_nc_v4(a.rec + C::kFp8RopeOffset + 16 * sub) : make_uint4(0, 0, 0, 0);
+    }
+    if (valid) {
+#pragma unroll
+      for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
+        // V4: chunks past the 28 NoPE ones (half 1, j 1, sub >= 4) do not exist.
+        const int c = sub + 8 * (2 * half + j);
+        b_raw[r][j] = c < C::kFp8NopeChunks ? ld_global_nc_v4(a.rec + 16 * c) : make_uint4(0, 0, 0, 0);
+      }
+      // V4: chunk c has scale c / 4 = 4 half + 2 j + sub / 4 of the token's 7, in the half's word of the
+      // scale record (scale_of, fast_scale). V3.2: the half's two f32 scales.
+      if constexpr (C::kFp8V4) b_scale[r] = ld_global_nc_u32(a.scales + 4 * half);
+      else b_scale[r] = ld_global_nc_f2(a.rec + C::kFp8ScaleOffset + 8 * half);
+    } else {
+#pragma unroll
+      for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) b_raw[r][j] = make_uint4(0, 0, 0, 0);
+      b_scale[r] = Fp8Scales<C>{};  // zero bytes times any finite scale
+    }
+  }
+}
+
+// This CTA's rows of a half tile into `tile`: the dequantized e4m3 chunks and, with the peer (kRopeInRegs),
+// the right half's RoPE pieces.
+template <class C>
+__device__ __forceinline__ void store_rows(int group, int sub, int rank, uint32_t tile, int half,
+                                           const Fp8RawChunks<C>& b_raw, const Fp8RawScales<C>& b_scale,
+                                           const Fp8RawRope<C>& b_rope) {
+  // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks): the upper four
+  // store their odd chunk (dims 8..15 of the 16) first, so each store instruction is conflict-free. Their
+  // selectors put those dims in `first`.
+  const bool odd_first = (sub & 4) != 0;
+  // Rows are dequantized in batches (kBatch) and their scales checked in groups (kCheckRows): a group takes the
+  // fast path or the f32 path (for scales the fast one cannot take) as a whole, each path one straight-line block
+  // that also stores. A cluster CTA's two rows are one batch, dequantized before either is stored: independent
+  // chunks, which the compiler interleaves. The producer alone dequantizes and stores one row at a time (more
+  // would not fit its registers); tile by tile it checks its four rows at once (one branch per half), with one
+  // raw buffer (104 registers) one at a time. (Against one branch per batch followed by shared stores: V4 h_q 64
+  // b 64 / 148 -5%, h_q 128 b 128 -2%, V3.2 b 64 / 128 -3%; H200, 2026-12-01.)
+  constexpr int kRows = C::kDequantRowsPerThread, kChunks = C::kFp8ChunksPerHalf;
+  constexpr int kBatch = kRows > 2 ? 1 : kRows;
+  constexpr int kCheckRows = C::kPerTile ? kRows : kBatch;
+  static_assert(kRows % kCheckRows == 0 && kCheckRows % kBatch == 0, "rows come in whole groups and batches");
+  // Row r's dequantized chunks (and, with the peer, its RoPE piece) into the tile.
+  auto put_row = [&](int r, const uint4 (&first)[kChunks], const uint4 (&second)[kChunks]) {
+    const int row = (rank * kRows + r) * C::kRowsPerPass + group;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
+      if constexpr (C::kFp8V4) {
+        if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom
+      }
+      const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
+      st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), first[j]);
+      st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), second[j]);
+    }
+    if constexpr (C::kRopeInRegs) {  // RoPE dims (bf16 in the cache): the last atom
+      if (half == 1) st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r]);
+    }
+  };
+#pragma unroll
+  for (int g0 = 0; g0 < kRows; g0 += kCheckRows) {
+    uint32_t s2[kCheckRows][kChunks];
+    bool fast = true;
+#pragma unroll
+    for (int r = 0; r < kCheckRows; ++r)
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) s2[r][j] = fast_scale<C>(b_scale[g0 + r], j, sub, fast);
+    // The group's rows, batch by batch: `dequant(row, j, first, second)` makes chunk j of a row, then the batch
+    // is stored. Each path below gets its own copy of this loop.
+    auto dequant_and_put = [&](auto dequant) {
+#pragma unroll
+      for (int b0 = 0; b0 < kCheckRows; b0 += kBatch) {
+        uint4 first[kBatch][kChunks], second[kBatch][kChunks];
+#pragma unroll
+        for (int r = 0; r < kBatch; ++r)
+#pragma unroll
+          for (int j = 0; j < kChunks; ++j) dequant(g0 + b0 + r, j, first[r][j], second[r][j]);
+#pragma unroll
+        for (int r = 0; r < kBatch; ++r) put_row(g0 + b0 + r, first[r], second[r]);
+      }
+    };
+    if (fast) {
+      const fp8::E4m3Selectors sel = fp8::e4m3_selectors(odd_first);
+      dequant_and_put([&](int row, int j, uint4& first, uint4& second) {
+        fp8::dequant_e4m3x16_fast(b_raw[row][j], s2[row - g0][j], sel, first, second);
+      });
+    } else {
+      dequant_and_put([&](int row, int j, uint4& first, uint4& second) {
+        uint4 lo, hi;
+        fp8::dequant_e4m3x16(b_raw[row][j], scale_of<C>(b_scale[row], j, sub), lo, hi);
+        first = odd_first ? hi : lo;
+        second = odd_first ? lo : hi;
+      });
+    }
+  }
+}
+
+// Per work item: the first indices, Q, then the KV tiles (tile by tile, or two tiles per iteration).
 template <class C, bool SPLIT>
 __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& sm, uint8_t* s_valid,
                                          ItemInfo* s_item, const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
@@ -40,8 +249,6 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
   const int ptid = threadIdx.x - C::kConsumerThreads;
   const int group = ptid / C::kThreadsPerRow, sub = ptid % C::kThreadsPerRow;
   const int rank = C::kCluster ? static_cast<int>(sm.rank) : 0;
-  // Row `row` of a tile or of Q; this thread's 16-byte chunk `chunk` of each 128-byte atom row.
-  auto chunk_offset = [](int row, int chunk) { return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4)); };
 
   int iter = 0;  // iterations before this work item (barrier phases run on across items)
   for (int k = work.first; k <= work.last; ++k) {
@@ -53,12 +260,6 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     const int32_t* idx_row = p.indices + idx_start;
     const int64_t extra_start =
         C::kFp8V4 ? p.token_offset(w.token, p.extra_indices_stride_token, p.extra_indices_stride_request) : 0;
-    // V4: whether tile `tile` of the token's list is in the extra pool (a pool's slot count is a multiple of
-    // the tile, so no tile straddles the two).
-    auto tile_extra = [&](int tile) {
-      if constexpr (C::kFp8V4) return w.real_tile(tile) * C::kTile >= p.main_topk;
-      else return false;
-    };
     // Index of each of this thread's rows of `tile` as loaded, -1 where its position is masked (past the
     // pool's length or the item's tiles). The range is checked where the row is read (row_valid): a check
     // here would wait for the index load, which is meant to be in flight while the producer works.
@@ -66,7 +267,7 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       if constexpr (C::kFp8V4) {
         // The tile's pool is the same for all its rows: its index list, the offset at which a slot of the
         // token's whole list (main slots, then extra slots) reads it, and the slot bound its length sets.
-        const bool extra = tile_extra(tile);
+        const bool extra = tile_extra<C>(p, w, tile);
         const int32_t* list = extra ? p.extra_indices : p.indices;
         const int64_t start = extra ? extra_start - p.main_topk : idx_start;
         const int end = tile < w.tile_end ? (extra ? p.main_topk + w.extra_len : w.main_len) : 0;
@@ -83,10 +284,6 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           idx[r] = (tile < w.tile_end && slot < w.eff) ? __ldg(idx_row + slot) : -1;
         }
       }
-    };
-    // Whether a loaded index is a row of its pool (`extra`: V4's extra pool).
-    auto row_valid = [&](int id, bool extra) {
-      return id >= 0 && static_cast<int64_t>(id) < (C::kFp8V4 && extra ? p.extra_num_kv : p.num_kv);
     };
     const int n_iters = w.n_iters();
     int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
@@ -119,179 +316,18 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       mbar_arrive(sm.bar_q_full());  // publishes the item (release)
     }
     cp_async_arrive(sm.bar_q_full());
-    // FP8: raw e4m3 chunks of this thread's dequantized rows (chunks sub + 8 (2 half + j), j < 2) and their
-    // two scales (tiles 2 half, 2 half + 1), per raw buffer; masked rows read nothing and dequantize to 0.
-    // The scales stay as loaded (V3.2: two floats; V4: the half's word of four e8m0 bytes) until the store:
-    // decoding them at the load would wait for it there, with the next half's loads not yet issued.
-    using Fp8Scales = std::conditional_t<C::kFp8V4, uint32_t, float2>;
-    auto scale_of = [&](const Fp8Scales& s, int j) {  // the scale of chunk j (0, 1) of a row's half
-      if constexpr (C::kFp8V4) return fp8_v4::pow2_of_e8m0(static_cast<uint8_t>(s >> (8 * (2 * j + (sub >> 2)))));
-      else return j == 0 ? s.x : s.y;
-    };
-    // The fast dequantization's multiplier for chunk j (fp8::e4m3_fast_scale); clears `ok` where that path
-    // cannot take the scale. V4's e8m0 byte e gives it without float arithmetic: 2^(e - 127) * 2^120 is the
-    // bf16 with exponent field e + 120, and the fast path takes e <= 133 (scales below 2^7).
-    auto fast_scale = [&](const Fp8Scales& s, int j, bool& ok) {
-      if constexpr (C::kFp8V4) {
-        const uint32_t e = (s >> (8 * (2 * j + (sub >> 2)))) & 0xffu;
-        ok = ok && e <= 133u;
-        return ((e + 120u) << 7) * 0x10001u;
-      } else {
-        const float scale = scale_of(s, j);
-        ok = ok && fp8::e4m3_fast_scale_ok(scale);
-        return fp8::e4m3_fast_scale(scale);
-      }
-    };
     const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
     uint4 raw[C::kFp8RawBuffers][C::kDequantRowsPerThread][C::kFp8ChunksPerHalf];
-    Fp8Scales scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
+    Fp8Scales<C> scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
     // kRopeInRegs: this thread's 16-byte RoPE piece of each of its rows (right halves only), per raw buffer.
     uint4 rope[C::kFp8RawBuffers][C::kRopeInRegs ? C::kDequantRowsPerThread : 1];
-    // Where a row lives: its token record (V3.2: its 656-byte row) and, for V4, its scale record; null where
-    // masked. Tile by tile (kPerTile) a tile's right half is loaded right after its left half (the next tile's,
-    // a whole tile ahead), so the left half's load keeps its rows' addresses for the right one (row_addr).
-    struct RowAddr {
-      const uint8_t* rec;
-      const uint8_t* scales;  // V4
-    };
-    auto locate = [&](int id, bool extra) {
-      RowAddr a{nullptr, nullptr};
-      if (!row_valid(id, extra)) return a;
-      if constexpr (C::kFp8V4) {
-        int64_t token_off, scale_off;
-        v4_record_offsets(args, extra, id, token_off, scale_off);
-        const uint8_t* pool = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv);
-        a.rec = pool + token_off;
-        a.scales = pool + scale_off;
-      } else {
-        a.rec = cache + fp8_row_offset(args, id);
-      }
-      return a;
-    };
-    // Tile by tile in a cluster the left half's rows' addresses are kept for the right half. Alone the producer holds
-    // a whole tile's raw bytes, and the kept addresses made ptxas spill its registers (152) in the load path, 10-20%
-    // slower (H200, 2026-12-01, V4 h_q 64 b 64 / 128 / 148: 51.6 / 102.3 / 144.3 us recomputing them, 56.5 / 112.7 /
-    // 163.1 keeping them): it locates the rows again.
-    constexpr bool kCacheRowAddr = C::kPerTile && C::kCluster;
-    RowAddr row_addr[kCacheRowAddr ? C::kDequantRowsPerThread : 1];
-    auto load_fp8 = [&](const int (&idx)[C::kRowsPerThread], int half, bool extra,
-                        uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
-                        Fp8Scales (&b_scale)[C::kDequantRowsPerThread],
-                        uint4 (&b_rope)[C::kRopeInRegs ? C::kDequantRowsPerThread : 1]) {
-#pragma unroll
-      for (int r = 0; r < C::kDequantRowsPerThread; ++r) {
-        // This CTA's rows: all four (alone), or indices 2 rank, 2 rank + 1 (cluster; no dynamic indexing).
-        const int id = C::kCluster ? (rank == 0 ? idx[r] : idx[C::kDequantRowsPerThread + r]) : idx[r];
-        RowAddr a;
-        if (kCacheRowAddr && half == 1) {
-          a = row_addr[r];
-        } else {
-          a = locate(id, extra);
-          if (kCacheRowAddr) row_addr[r] = a;
-        }
-        const bool valid = a.rec != nullptr;
-        if constexpr (C::kRopeInRegs) {
-          if (half == 1)
-            b_rope[r] = valid ? ld_global_nc_v4(a.rec + C::kFp8RopeOffset + 16 * sub) : make_uint4(0, 0, 0, 0);
-        }
-        if (valid) {
-#pragma unroll
-          for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) {
-            // V4: chunks past the 28 NoPE ones (half 1, j 1, sub >= 4) do not exist.
-            const int c = sub + 8 * (2 * half + j);
-            b_raw[r][j] = c < C::kFp8NopeChunks ? ld_global_nc_v4(a.rec + 16 * c) : make_uint4(0, 0, 0, 0);
-          }
-          // V4: chunk c has scale c / 4 = 4 half + 2 j + sub / 4 of the token's 7, in the half's word of the
-          // scale record (scale_of, fast_scale). V3.2: the half's two f32 scales.
-          if constexpr (C::kFp8V4) b_scale[r] = ld_global_nc_u32(a.scales + 4 * half);
-          else b_scale[r] = ld_global_nc_f2(a.rec + C::kFp8ScaleOffset + 8 * half);
-        } else {
-#pragma unroll
-          for (int j = 0; j < C::kFp8ChunksPerHalf; ++j) b_raw[r][j] = make_uint4(0, 0, 0, 0);
-          b_scale[r] = Fp8Scales{};  // zero bytes times any finite scale
-        }
-      }
-    };
-    // This CTA's rows of a half tile into `tile`: the dequantized e4m3 chunks and, with the peer (kRopeInRegs),
-    // the right half's RoPE pieces.
-    auto store_rows = [&](uint32_t tile, int half, const uint4 (&b_raw)[C::kDequantRowsPerThread][C::kFp8ChunksPerHalf],
-                          const Fp8Scales (&b_scale)[C::kDequantRowsPerThread],
-                          const uint4 (&b_rope)[C::kRopeInRegs ? C::kDequantRowsPerThread : 1]) {
-      // Threads sub 0..3 and 4..7 write the same chunk positions of two atoms (the same banks): the upper four
-      // store their odd chunk (dims 8..15 of the 16) first, so each store instruction is conflict-free. Their
-      // selectors put those dims in `first`.
-      const bool odd_first = (sub & 4) != 0;
-      // Rows are dequantized in batches (kBatch) and their scales checked in groups (kCheckRows): a group takes the
-      // fast path or the f32 path (for scales the fast one cannot take) as a whole, each path one straight-line block
-      // that also stores. A cluster CTA's two rows are one batch, dequantized before either is stored: independent
-      // chunks, which the compiler interleaves. The producer alone dequantizes and stores one row at a time (more
-      // would not fit its registers); tile by tile it checks its four rows at once (one branch per half), with one
-      // raw buffer (104 registers) one at a time. (Against one branch per batch followed by shared stores: V4 h_q 64
-      // b 64 / 148 -5%, h_q 128 b 128 -2%, V3.2 b 64 / 128 -3%; H200, 2026-12-01.)
-      constexpr int kRows = C::kDequantRowsPerThread, kChunks = C::kFp8ChunksPerHalf;
-      constexpr int kBatch = kRows > 2 ? 1 : kRows;
-      constexpr int kCheckRows = C::kPerTile ? kRows : kBatch;
-      static_assert(kRows % kCheckRows == 0 && kCheckRows % kBatch == 0, "rows come in whole groups and batches");
-      // Row r's dequantized chunks (and, with the peer, its RoPE piece) into the tile.
-      auto put_row = [&](int r, const uint4 (&first)[kChunks], const uint4 (&second)[kChunks]) {
-        const int row = (rank * kRows + r) * C::kRowsPerPass + group;
-#pragma unroll
-        for (int j = 0; j < kChunks; ++j) {
-          const int c = sub + 8 * (2 * half + j);  // e4m3 chunk: dims 16c .. +16 -> bf16 chunks 2c, 2c + 1
-          if constexpr (C::kFp8V4) {
-            if (c >= C::kFp8NopeChunks) continue;  // V4 dims 448..511 are the RoPE atom
-          }
-          const uint32_t atom = tile + (c >> 2) * C::kAtomBytes;
-          st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 1 : 0)), first[j]);
-          st_shared_v4(atom + chunk_offset(row, ((2 * c) & 7) + (odd_first ? 0 : 1)), second[j]);
-        }
-        if constexpr (C::kRopeInRegs) {  // RoPE dims (bf16 in the cache): the last atom
-          if (half == 1) st_shared_v4(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), b_rope[r]);
-        }
-      };
-#pragma unroll
-      for (int g0 = 0; g0 < kRows; g0 += kCheckRows) {
-        uint32_t s2[kCheckRows][kChunks];
-        bool fast = true;
-#pragma unroll
-        for (int r = 0; r < kCheckRows; ++r)
-#pragma unroll
-          for (int j = 0; j < kChunks; ++j) s2[r][j] = fast_scale(b_scale[g0 + r], j, fast);
-        // The group's rows, batch by batch: `dequant(row, j, first, second)` makes chunk j of a row, then the batch
-        // is stored. Each path below gets its own copy of this loop.
-        auto dequant_and_put = [&](auto dequant) {
-#pragma unroll
-          for (int b0 = 0; b0 < kCheckRows; b0 += kBatch) {
-            uint4 first[kBatch][kChunks], second[kBatch][kChunks];
-#pragma unroll
-            for (int r = 0; r < kBatch; ++r)
-#pragma unroll
-              for (int j = 0; j < kChunks; ++j) dequant(g0 + b0 + r, j, first[r][j], second[r][j]);
-#pragma unroll
-            for (int r = 0; r < kBatch; ++r) put_row(g0 + b0 + r, first[r], second[r]);
-          }
-        };
-        if (fast) {
-          const fp8::E4m3Selectors sel = fp8::e4m3_selectors(odd_first);
-          dequant_and_put([&](int row, int j, uint4& first, uint4& second) {
-            fp8::dequant_e4m3x16_fast(b_raw[row][j], s2[row - g0][j], sel, first, second);
-          });
-        } else {
-          dequant_and_put([&](int row, int j, uint4& first, uint4& second) {
-            uint4 lo, hi;
-            fp8::dequant_e4m3x16(b_raw[row][j], scale_of(b_scale[row], j), lo, hi);
-            first = odd_first ? hi : lo;
-            second = odd_first ? lo : hi;
-          });
-        }
-      }
-    };
+    RowAddrs<C> row_addr;
     // Alone, tile by tile: the RoPE atom of tile `tile_no` (bf16 in the cache) by cp.async, every row, once the
     // right half is stored; its arrival on the half's full barrier comes when the copies land.
     auto copy_rope = [&](uint32_t tile, int tile_no, uint32_t full_bar) {
 #pragma unroll
       for (int r = 0; r < C::kRowsPerThread; ++r) {
-        const RowAddr a = locate(idx_cur[0][r], tile_extra(tile_no));
+        const RowAddr a = locate<C>(args, cache, idx_cur[0][r], tile_extra<C>(p, w, tile_no));
         const uint8_t* src = a.rec != nullptr ? a.rec + C::kFp8RopeOffset + 16 * sub : cache;
         const uint32_t rope_atom = tile + (C::kAtoms - 1) * C::kAtomBytes;
         cp_async_16(rope_atom + chunk_offset(r * C::kRowsPerPass + group, sub), src, a.rec != nullptr ? 16 : 0);
@@ -307,8 +343,10 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       // jj + 1; idx_next[0]: jj + 2) two tiles ahead.
       const int n_tiles = w.n_tiles();
       if (n_tiles > 0) {
-        load_fp8(idx_cur[0], 0, tile_extra(w.tile_begin), raw[0], scale[0], rope[0]);
-        load_fp8(idx_cur[0], 1, tile_extra(w.tile_begin), raw[1], scale[1], rope[1]);
+        load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[0], 0, tile_extra<C>(p, w, w.tile_begin), raw[0],
+                    scale[0], rope[0]);
+        load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[0], 1, tile_extra<C>(p, w, w.tile_begin), raw[1],
+                    scale[1], rope[1]);
       }
       for (int jj = 0; jj < n_tiles; ++jj) {
         const int tile_no = w.tile_begin + jj;
@@ -319,13 +357,15 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           if (g >= 2) mbar_wait(sm.bar_empty(t, half), ((g >> 1) - 1) & 1);
-          store_rows(tile, half, raw[half], scale[half], rope[half]);
-          if (jj + 1 < n_tiles) load_fp8(idx_cur[1], half, tile_extra(tile_no + 1), raw[half], scale[half], rope[half]);
+          store_rows<C>(group, sub, rank, tile, half, raw[half], scale[half], rope[half]);
+          if (jj + 1 < n_tiles)
+            load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[1], half, tile_extra<C>(p, w, tile_no + 1), raw[half],
+                        scale[half], rope[half]);
           if (half == 0 && sub == 0) {
 #pragma unroll
             for (int r = 0; r < C::kRowsPerThread; ++r)
               s_valid[t * C::kTile + r * C::kRowsPerPass + group] =
-                  row_valid(idx_cur[0][r], tile_extra(tile_no)) ? 1 : 0;
+                  row_valid<C>(p, idx_cur[0][r], tile_extra<C>(p, w, tile_no)) ? 1 : 0;
           }
           fence_proxy_async();  // the stores, for the tensor cores (and the bulk copy)
           if constexpr (!C::kRopeInRegs) {
@@ -398,14 +438,14 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
           } else {
             // FP8 (V3.2 rows, one CTA, one raw buffer): this step's raw bytes, loaded before the wait for the buffer.
             static_assert(!C::kFp8V4, "V4 pages run tile by tile");
-            load_fp8(idx_cur[t], half, false, raw[0], scale[0], rope[0]);
+            load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[t], half, false, raw[0], scale[0], rope[0]);
             if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
-            store_rows(tile, half, raw[0], scale[0], rope[0]);
+            store_rows<C>(group, sub, rank, tile, half, raw[0], scale[0], rope[0]);
 #pragma unroll
             for (int r = 0; r < C::kRowsPerThread; ++r) {
               const int row = r * C::kRowsPerPass + group;
               const int idx = idx_cur[t][r];
-              const bool valid = row_valid(idx, false);
+              const bool valid = row_valid<C>(p, idx, false);
               if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row
                 const uint8_t* rope = cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub;
                 cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), rope, valid ? 16 : 0);
