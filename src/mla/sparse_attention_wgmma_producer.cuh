@@ -241,6 +241,79 @@ __device__ __forceinline__ void store_rows(int group, int sub, int rank, uint32_
   }
 }
 
+// Two tiles per iteration (bf16; V3.2 alone with one raw buffer: raw, scale, rope): per iteration the halves of
+// tiles A and B in release order; `iter`: the iterations before this item's. Indices one iteration ahead.
+template <class C, class LoadIndices>
+__device__ __forceinline__ void fill_two_tiles(const KernelArgs& args, const uint8_t* cache, const Smem<C>& sm,
+                                               int group, int sub, int rank, const WorkItem& w, int n_iters, int iter,
+                                               uint8_t* s_valid, const LoadIndices& load_indices,
+                                               int (&idx_cur)[2][C::kRowsPerThread],
+                                               int (&idx_next)[2][C::kRowsPerThread], RowAddrs<C>& row_addr,
+                                               Fp8RawChunks<C>& raw, Fp8RawScales<C>& scale, Fp8RawRope<C>& rope) {
+  const SparseAttentionParams& p = args.p;
+  for (int it = 0; it < n_iters; ++it) {
+    if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
+      load_indices(w.tile_begin + 2 * it + 2, idx_next[0]);
+      load_indices(w.tile_begin + 2 * it + 3, idx_next[1]);
+    }
+    const int g_it = iter + it;
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {  // A-left, B-right, A-right, B-left
+      const int t = step & 1;
+      const int half = step < 2 ? first_half(t) : 1 - first_half(t);
+      const uint32_t tile = sm.tile(t);
+      if constexpr (!C::kFp8) {
+        if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
+        const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
+        const int a0 = half == 0 ? 0 : C::kLeftAtoms;
+        const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
+#pragma unroll
+        for (int r = 0; r < C::kRowsPerThread; ++r) {
+          const int row = r * C::kRowsPerPass + group;
+          const int idx = idx_cur[t][r];
+          const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
+          const __nv_bfloat16* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
+#pragma unroll
+          for (int a = a0; a < a1; ++a)
+            cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
+          if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+        }
+        // Publishes the valid flags (release).
+        if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
+        cp_async_arrive(sm.bar_full(t, half));
+      } else {
+        // FP8 (V3.2 rows, one CTA, one raw buffer): this step's raw bytes, loaded before the wait for the buffer.
+        static_assert(!C::kFp8V4, "V4 pages run tile by tile");
+        load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[t], half, false, raw, scale, rope);
+        if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
+        store_rows<C>(group, sub, rank, tile, half, raw, scale, rope);
+#pragma unroll
+        for (int r = 0; r < C::kRowsPerThread; ++r) {
+          const int row = r * C::kRowsPerPass + group;
+          const int idx = idx_cur[t][r];
+          const bool valid = row_valid<C>(p, idx, false);
+          if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row
+            const uint8_t* rope = cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub;
+            cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), rope, valid ? 16 : 0);
+          }
+          if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+        }
+        fence_proxy_async();  // the dequantized stores, for the tensor cores
+        mbar_arrive(sm.bar_full(t, half));  // ... and the valid flags (release)
+        if (fill_has_cp_async<C>(t, half)) cp_async_arrive(sm.bar_full(t, half));
+      }
+    }
+    if constexpr (C::kPAInRope) {  // tile A's RoPE copies of this thread have landed (see bar_rope_landed)
+      cp_async_wait_all();
+      mbar_arrive(sm.bar_rope_landed());
+    }
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int r = 0; r < C::kRowsPerThread; ++r) idx_cur[t][r] = idx_next[t][r];
+  }
+}
+
 // Per work item: the first indices, Q, then the KV tiles (tile by tile, or two tiles per iteration).
 template <class C, bool SPLIT>
 __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& sm, uint8_t* s_valid,
@@ -405,67 +478,8 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
       }
       iter += n_tiles;
     } else {
-      for (int it = 0; it < n_iters; ++it) {
-        if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
-          load_indices(w.tile_begin + 2 * it + 2, idx_next[0]);
-          load_indices(w.tile_begin + 2 * it + 3, idx_next[1]);
-        }
-        const int g_it = iter + it;
-#pragma unroll
-        for (int step = 0; step < 4; ++step) {  // A-left, B-right, A-right, B-left
-          const int t = step & 1;
-          const int half = step < 2 ? first_half(t) : 1 - first_half(t);
-          const uint32_t tile = sm.tile(t);
-          if constexpr (!C::kFp8) {
-            if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
-            const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
-            const int a0 = half == 0 ? 0 : C::kLeftAtoms;
-            const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
-#pragma unroll
-            for (int r = 0; r < C::kRowsPerThread; ++r) {
-              const int row = r * C::kRowsPerPass + group;
-              const int idx = idx_cur[t][r];
-              const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
-              const __nv_bfloat16* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
-#pragma unroll
-              for (int a = a0; a < a1; ++a)
-                cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
-              if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
-            }
-            // Publishes the valid flags (release).
-            if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
-            cp_async_arrive(sm.bar_full(t, half));
-          } else {
-            // FP8 (V3.2 rows, one CTA, one raw buffer): this step's raw bytes, loaded before the wait for the buffer.
-            static_assert(!C::kFp8V4, "V4 pages run tile by tile");
-            load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[t], half, false, raw[0], scale[0], rope[0]);
-            if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
-            store_rows<C>(group, sub, rank, tile, half, raw[0], scale[0], rope[0]);
-#pragma unroll
-            for (int r = 0; r < C::kRowsPerThread; ++r) {
-              const int row = r * C::kRowsPerPass + group;
-              const int idx = idx_cur[t][r];
-              const bool valid = row_valid<C>(p, idx, false);
-              if (half == 1) {  // RoPE dims (bf16 in the cache): the last atom, every row
-                const uint8_t* rope = cache + (valid ? fp8_row_offset(args, idx) : 0) + C::kFp8RopeOffset + 16 * sub;
-                cp_async_16(tile + (C::kAtoms - 1) * C::kAtomBytes + chunk_offset(row, sub), rope, valid ? 16 : 0);
-              }
-              if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
-            }
-            fence_proxy_async();  // the dequantized stores, for the tensor cores
-            mbar_arrive(sm.bar_full(t, half));  // ... and the valid flags (release)
-            if (fill_has_cp_async<C>(t, half)) cp_async_arrive(sm.bar_full(t, half));
-          }
-        }
-        if constexpr (C::kPAInRope) {  // tile A's RoPE copies of this thread have landed (see bar_rope_landed)
-          cp_async_wait_all();
-          mbar_arrive(sm.bar_rope_landed());
-        }
-#pragma unroll
-        for (int t = 0; t < 2; ++t)
-#pragma unroll
-          for (int r = 0; r < C::kRowsPerThread; ++r) idx_cur[t][r] = idx_next[t][r];
-      }
+      fill_two_tiles<C>(args, cache, sm, group, sub, rank, w, n_iters, iter, s_valid, load_indices, idx_cur, idx_next,
+                        row_addr, raw[0], scale[0], rope[0]);
       iter += n_iters;
     }
   }
