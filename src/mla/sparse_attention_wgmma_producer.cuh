@@ -48,6 +48,36 @@ __device__ __forceinline__ bool tile_extra(const SparseAttentionParams& p, const
   else return false;
 }
 
+// Index of each of this thread's rows of `tile` as loaded, -1 where its position is masked (past the
+// pool's length or the item's tiles). The range is checked where the row is read (row_valid): a check
+// here would wait for the index load, which is meant to be in flight while the producer works. The item's
+// index lists start at idx_start (idx_row) and, for V4's extra pool, extra_start.
+template <class C>
+__device__ __forceinline__ void load_indices(const SparseAttentionParams& p, const WorkItem& w, int64_t idx_start,
+                                             const int32_t* idx_row, int64_t extra_start, int group, int tile,
+                                             int (&idx)[C::kRowsPerThread]) {
+  if constexpr (C::kFp8V4) {
+    // The tile's pool is the same for all its rows: its index list, the offset at which a slot of the
+    // token's whole list (main slots, then extra slots) reads it, and the slot bound its length sets.
+    const bool extra = tile_extra<C>(p, w, tile);
+    const int32_t* list = extra ? p.extra_indices : p.indices;
+    const int64_t start = extra ? extra_start - p.main_topk : idx_start;
+    const int end = tile < w.tile_end ? (extra ? p.main_topk + w.extra_len : w.main_len) : 0;
+    const int first_slot = w.real_tile(tile) * C::kTile;
+#pragma unroll
+    for (int r = 0; r < C::kRowsPerThread; ++r) {
+      const int slot = first_slot + r * C::kRowsPerPass + group;
+      idx[r] = slot < end ? __ldg(list + (start + slot)) : -1;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < C::kRowsPerThread; ++r) {
+      const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
+      idx[r] = (tile < w.tile_end && slot < w.eff) ? __ldg(idx_row + slot) : -1;
+    }
+  }
+}
+
 // Whether a loaded index is a row of its pool (`extra`: V4's extra pool).
 template <class C>
 __device__ __forceinline__ bool row_valid(const SparseAttentionParams& p, int id, bool extra) {
@@ -241,20 +271,126 @@ __device__ __forceinline__ void store_rows(int group, int sub, int rank, uint32_
   }
 }
 
+// Alone, tile by tile: the RoPE atom of tile `tile_no` (bf16 in the cache) by cp.async, every row (indices `idx`),
+// once the right half is stored; its arrival on the half's full barrier comes when the copies land.
+template <class C>
+__device__ __forceinline__ void copy_rope(const KernelArgs& args, const uint8_t* cache, int group, int sub,
+                                          const WorkItem& w, const int (&idx)[C::kRowsPerThread], uint32_t tile,
+                                          int tile_no, uint32_t full_bar) {
+#pragma unroll
+  for (int r = 0; r < C::kRowsPerThread; ++r) {
+    const RowAddr a = locate<C>(args, cache, idx[r], tile_extra<C>(args.p, w, tile_no));
+    const uint8_t* src = a.rec != nullptr ? a.rec + C::kFp8RopeOffset + 16 * sub : cache;
+    const uint32_t rope_atom = tile + (C::kAtoms - 1) * C::kAtomBytes;
+    cp_async_16(rope_atom + chunk_offset(r * C::kRowsPerPass + group, sub), src, a.rec != nullptr ? 16 : 0);
+  }
+  cp_async_arrive(full_bar);
+}
+
+// Tile by tile: publishes a stored half of tile t (at `tile`) on its full barrier; in a cluster, with this CTA's rows
+// sent to the peer's tile first.
+template <class C>
+__device__ __forceinline__ void publish_half(const Smem<C>& sm, int ptid, int rank, uint32_t tile, int t, int half) {
+  if constexpr (C::kCluster) {
+    // This CTA's rows of each atom are one contiguous block (rows 32 rank .. +32): once every producer thread
+    // stored its part, one thread sends the blocks to the peer's tile by bulk copies, completing transactions
+    // on the peer's full barrier. (16-byte st.async stores from every thread instead measured 27% slower at
+    // b 128: their issue cost sat on the producer's path.)
+    producer_sync(kBarProducerStored);
+    if (ptid == 0) {
+      // This CTA's rows of every atom of the half (RoPE included) to the peer's tile.
+      constexpr int kBlockBytes = C::kAtomBytes / C::kClusterCtas;
+      const uint32_t peer_full = sm.peer(sm.bar_full(t, half));
+      for (int a = half == 0 ? 0 : C::kLeftAtoms; a < (half == 0 ? C::kLeftAtoms : C::kAtoms); ++a) {
+        const uint32_t block = tile + a * C::kAtomBytes + rank * kBlockBytes;
+        bulk_copy_to_peer(sm.peer(block), block, kBlockBytes, peer_full);
+      }
+      // ... and the valid flags and stores (release); the peer's rows come as transactions.
+      mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
+    } else {
+      mbar_arrive(sm.bar_full(t, half));
+    }
+  } else {
+    mbar_arrive(sm.bar_full(t, half));  // publishes the stores and valid flags (release)
+  }
+}
+
+// Tile by tile: tile jj's left half, then its right half, into buffer g & 1 (g counts tiles across work
+// items). Raw bytes (buffer = half) are loaded a whole tile ahead: a half's buffer is refilled with the
+// next tile's same half once this one is stored. (One half ahead, the other half's buffer before this half
+// is stored, measured slower for both layouts on the H200: V3.2 b 64 / 128 220.5 / 439.1 against 223.1 /
+// 445.8 us, V4 h_q 128 118.3 / 235.6 against 122.0 / 243.0 us; 2026-12-01.) Indices (idx_cur: tiles jj,
+// jj + 1; idx_next[0]: jj + 2) two tiles ahead.
+// `iter`: the tiles before this item's.
+template <class C>
+__device__ __forceinline__ void fill_tile_by_tile(const KernelArgs& args, const uint8_t* cache, const Smem<C>& sm,
+                                                 int ptid, int group, int sub, int rank, const WorkItem& w, int n_tiles,
+                                                 int iter,
+                                                 uint8_t* s_valid,
+                                                 int64_t idx_start, const int32_t* idx_row, int64_t extra_start,
+                                                 int (&idx_cur)[2][C::kRowsPerThread],
+                                                 int (&idx_next)[2][C::kRowsPerThread], RowAddrs<C>& row_addr,
+                                                 Fp8RawChunks<C> (&raw)[C::kFp8RawBuffers],
+                                                 Fp8RawScales<C> (&scale)[C::kFp8RawBuffers],
+                                                 Fp8RawRope<C> (&rope)[C::kFp8RawBuffers]) {
+  const SparseAttentionParams& p = args.p;
+  if (n_tiles > 0) {
+    load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[0], 0, tile_extra<C>(p, w, w.tile_begin), raw[0],
+                scale[0], rope[0]);
+    load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[0], 1, tile_extra<C>(p, w, w.tile_begin), raw[1],
+                scale[1], rope[1]);
+  }
+  for (int jj = 0; jj < n_tiles; ++jj) {
+    const int tile_no = w.tile_begin + jj;
+    const int g = iter + jj;
+    const int t = g & 1;
+    const uint32_t tile = sm.tile(t);
+    load_indices<C>(p, w, idx_start, idx_row, extra_start, group, tile_no + 2, idx_next[0]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (g >= 2) mbar_wait(sm.bar_empty(t, half), ((g >> 1) - 1) & 1);
+      store_rows<C>(group, sub, rank, tile, half, raw[half], scale[half], rope[half]);
+      if (jj + 1 < n_tiles)
+        load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[1], half, tile_extra<C>(p, w, tile_no + 1), raw[half],
+                    scale[half], rope[half]);
+      if (half == 0 && sub == 0) {
+#pragma unroll
+        for (int r = 0; r < C::kRowsPerThread; ++r)
+          s_valid[t * C::kTile + r * C::kRowsPerPass + group] =
+              row_valid<C>(p, idx_cur[0][r], tile_extra<C>(p, w, tile_no)) ? 1 : 0;
+      }
+      fence_proxy_async();  // the stores, for the tensor cores (and the bulk copy)
+      if constexpr (!C::kRopeInRegs) {
+        // After the fence, which waits for this thread's copies in flight (issued before it, they cost 8%: V4 h_q
+        // 64 b 64 / 128 / 148 51.8 / 102.4 / 145.1 against 47.4 / 96.7 / 134.1 us, H200, 2026-12-01). The
+        // consumers' own fence after the full barrier covers them.
+        if (half == 1) copy_rope<C>(args, cache, group, sub, w, idx_cur[0], tile, tile_no, sm.bar_full(t, half));
+      }
+      publish_half<C>(sm, ptid, rank, tile, t, half);
+    }
+#pragma unroll
+    for (int r = 0; r < C::kRowsPerThread; ++r) {
+      idx_cur[0][r] = idx_cur[1][r];
+      idx_cur[1][r] = idx_next[0][r];
+    }
+  }
+}
+
 // Two tiles per iteration (bf16; V3.2 alone with one raw buffer: raw, scale, rope): per iteration the halves of
 // tiles A and B in release order; `iter`: the iterations before this item's. Indices one iteration ahead.
-template <class C, class LoadIndices>
+template <class C>
 __device__ __forceinline__ void fill_two_tiles(const KernelArgs& args, const uint8_t* cache, const Smem<C>& sm,
                                                int group, int sub, int rank, const WorkItem& w, int n_iters, int iter,
-                                               uint8_t* s_valid, const LoadIndices& load_indices,
+                                               uint8_t* s_valid,
+                                               int64_t idx_start, const int32_t* idx_row, int64_t extra_start,
                                                int (&idx_cur)[2][C::kRowsPerThread],
                                                int (&idx_next)[2][C::kRowsPerThread], RowAddrs<C>& row_addr,
                                                Fp8RawChunks<C>& raw, Fp8RawScales<C>& scale, Fp8RawRope<C>& rope) {
   const SparseAttentionParams& p = args.p;
   for (int it = 0; it < n_iters; ++it) {
     if (it + 1 < n_iters) {  // next iteration's indices, in flight while we wait for free buffers
-      load_indices(w.tile_begin + 2 * it + 2, idx_next[0]);
-      load_indices(w.tile_begin + 2 * it + 3, idx_next[1]);
+      load_indices<C>(p, w, idx_start, idx_row, extra_start, group, w.tile_begin + 2 * it + 2, idx_next[0]);
+      load_indices<C>(p, w, idx_start, idx_row, extra_start, group, w.tile_begin + 2 * it + 3, idx_next[1]);
     }
     const int g_it = iter + it;
 #pragma unroll
@@ -314,6 +450,52 @@ __device__ __forceinline__ void fill_two_tiles(const KernelArgs& args, const uin
   }
 }
 
+// The cluster's exit: the peer stores into this CTA's tiles (bulk copies, waited for by the consumers here)
+// and arrives on its empty barriers. Once both CTAs' consumers released the last fill of each buffer, the
+// peer has nothing more to do here, and its copies from this CTA's tiles have landed (it released them).
+// This wait replaces a cluster barrier at the exit, whose release had every thread wait for its global
+// stores (the partial rows) first. `iter`: the tiles this CTA filled.
+template <class C>
+__device__ __forceinline__ void cluster_exit(const Smem<C>& sm, int iter) {
+  static_assert(C::kPerTile, "the cluster runs tile by tile");
+  for (int t = 0; t < 2; ++t) {
+    const int fills = (iter - t + 1) / 2;  // fills g = t, t + 2, ... < iter of buffer t
+    if (fills <= 0) continue;
+    const int last = t + 2 * (fills - 1);
+    mbar_wait(sm.bar_empty(t, 0), (last >> 1) & 1);
+    mbar_wait(sm.bar_empty(t, 1), (last >> 1) & 1);
+  }
+}
+
+// Q (64 heads x d_qk; heads past h_q zero-filled) once the last item's S GEMMs are done, and item k for the
+// consumers.
+template <class C, bool SPLIT>
+__device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Smem<C>& sm,
+                                       const WorkList<SPLIT, C::kFp8V4>& work, int k, const WorkItem& w, int64_t q_row,
+                                       HeadRange heads, ItemInfo* s_item, int ptid, int group, int sub) {
+  if (k > work.first) mbar_wait(sm.bar_q_empty(), (k - work.first - 1) & 1);
+#pragma unroll
+  for (int r = 0; r < C::kRowsPerThread; ++r) {
+    const int row = r * C::kRowsPerPass + group;
+    const int head = heads.first + row;
+    const bool ok = head < heads.end;
+    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + q_row +
+                               static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
+#pragma unroll
+    for (int a = 0; a < C::kAtoms; ++a)
+      cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0);
+  }
+  // The item is published after the first index loads are issued: its split row reads num_splits, and its
+  // publisher's warp would otherwise wait for that load before issuing its own index loads (one more global
+  // latency before the first KV rows).
+  if (ptid == 0) {
+    s_item[(k - work.first) & 1] =
+        ItemInfo{w.token, w.accum_row, C::kPerTile ? w.n_tiles() : w.n_iters(), w.write_partial ? 1 : 0, {0, 0}};
+    mbar_arrive(sm.bar_q_full());  // publishes the item (release)
+  }
+  cp_async_arrive(sm.bar_q_full());
+}
+
 // Per work item: the first indices, Q, then the KV tiles (tile by tile, or two tiles per iteration).
 template <class C, bool SPLIT>
 __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& sm, uint8_t* s_valid,
@@ -333,171 +515,35 @@ __device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& 
     const int32_t* idx_row = p.indices + idx_start;
     const int64_t extra_start =
         C::kFp8V4 ? p.token_offset(w.token, p.extra_indices_stride_token, p.extra_indices_stride_request) : 0;
-    // Index of each of this thread's rows of `tile` as loaded, -1 where its position is masked (past the
-    // pool's length or the item's tiles). The range is checked where the row is read (row_valid): a check
-    // here would wait for the index load, which is meant to be in flight while the producer works.
-    auto load_indices = [&](int tile, int (&idx)[C::kRowsPerThread]) {
-      if constexpr (C::kFp8V4) {
-        // The tile's pool is the same for all its rows: its index list, the offset at which a slot of the
-        // token's whole list (main slots, then extra slots) reads it, and the slot bound its length sets.
-        const bool extra = tile_extra<C>(p, w, tile);
-        const int32_t* list = extra ? p.extra_indices : p.indices;
-        const int64_t start = extra ? extra_start - p.main_topk : idx_start;
-        const int end = tile < w.tile_end ? (extra ? p.main_topk + w.extra_len : w.main_len) : 0;
-        const int first_slot = w.real_tile(tile) * C::kTile;
-#pragma unroll
-        for (int r = 0; r < C::kRowsPerThread; ++r) {
-          const int slot = first_slot + r * C::kRowsPerPass + group;
-          idx[r] = slot < end ? __ldg(list + (start + slot)) : -1;
-        }
-      } else {
-#pragma unroll
-        for (int r = 0; r < C::kRowsPerThread; ++r) {
-          const int slot = tile * C::kTile + r * C::kRowsPerPass + group;
-          idx[r] = (tile < w.tile_end && slot < w.eff) ? __ldg(idx_row + slot) : -1;
-        }
-      }
-    };
     const int n_iters = w.n_iters();
     int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
     // The first tiles' indices go out before Q's 64 KiB of copies, which they would otherwise queue behind: the
     // first KV rows wait for them.
     if (n_iters > 0) {
-      load_indices(w.tile_begin, idx_cur[0]);
-      load_indices(w.tile_begin + 1, idx_cur[1]);
+      load_indices<C>(p, w, idx_start, idx_row, extra_start, group, w.tile_begin, idx_cur[0]);
+      load_indices<C>(p, w, idx_start, idx_row, extra_start, group, w.tile_begin + 1, idx_cur[1]);
     }
 
     // ---- Phase: load Q (64 heads x d_qk; heads past h_q zero-filled) once the last item's S GEMMs are done.
-    if (k > work.first) mbar_wait(sm.bar_q_empty(), (k - work.first - 1) & 1);
-#pragma unroll
-    for (int r = 0; r < C::kRowsPerThread; ++r) {
-      const int row = r * C::kRowsPerPass + group;
-      const int head = heads.first + row;
-      const bool ok = head < heads.end;
-      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + q_row +
-                                 static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
-#pragma unroll
-      for (int a = 0; a < C::kAtoms; ++a)
-        cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0);
-    }
-    // The item is published after the first index loads are issued: its split row reads num_splits, and its
-    // publisher's warp would otherwise wait for that load before issuing its own index loads (one more global
-    // latency before the first KV rows).
-    if (ptid == 0) {
-      s_item[(k - work.first) & 1] =
-          ItemInfo{w.token, w.accum_row, C::kPerTile ? w.n_tiles() : w.n_iters(), w.write_partial ? 1 : 0, {0, 0}};
-      mbar_arrive(sm.bar_q_full());  // publishes the item (release)
-    }
-    cp_async_arrive(sm.bar_q_full());
+    load_q<C, SPLIT>(p, sm, work, k, w, q_row, heads, s_item, ptid, group, sub);
     const uint8_t* cache = static_cast<const uint8_t*>(p.kv);
     uint4 raw[C::kFp8RawBuffers][C::kDequantRowsPerThread][C::kFp8ChunksPerHalf];
     Fp8Scales<C> scale[C::kFp8RawBuffers][C::kDequantRowsPerThread];
     // kRopeInRegs: this thread's 16-byte RoPE piece of each of its rows (right halves only), per raw buffer.
     uint4 rope[C::kFp8RawBuffers][C::kRopeInRegs ? C::kDequantRowsPerThread : 1];
     RowAddrs<C> row_addr;
-    // Alone, tile by tile: the RoPE atom of tile `tile_no` (bf16 in the cache) by cp.async, every row, once the
-    // right half is stored; its arrival on the half's full barrier comes when the copies land.
-    auto copy_rope = [&](uint32_t tile, int tile_no, uint32_t full_bar) {
-#pragma unroll
-      for (int r = 0; r < C::kRowsPerThread; ++r) {
-        const RowAddr a = locate<C>(args, cache, idx_cur[0][r], tile_extra<C>(p, w, tile_no));
-        const uint8_t* src = a.rec != nullptr ? a.rec + C::kFp8RopeOffset + 16 * sub : cache;
-        const uint32_t rope_atom = tile + (C::kAtoms - 1) * C::kAtomBytes;
-        cp_async_16(rope_atom + chunk_offset(r * C::kRowsPerPass + group, sub), src, a.rec != nullptr ? 16 : 0);
-      }
-      cp_async_arrive(full_bar);
-    };
     if constexpr (C::kPerTile) {
-      // Tile by tile: tile jj's left half, then its right half, into buffer g & 1 (g counts tiles across work
-      // items). Raw bytes (buffer = half) are loaded a whole tile ahead: a half's buffer is refilled with the
-      // next tile's same half once this one is stored. (One half ahead, the other half's buffer before this half
-      // is stored, measured slower for both layouts on the H200: V3.2 b 64 / 128 220.5 / 439.1 against 223.1 /
-      // 445.8 us, V4 h_q 128 118.3 / 235.6 against 122.0 / 243.0 us; 2026-12-01.) Indices (idx_cur: tiles jj,
-      // jj + 1; idx_next[0]: jj + 2) two tiles ahead.
       const int n_tiles = w.n_tiles();
-      if (n_tiles > 0) {
-        load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[0], 0, tile_extra<C>(p, w, w.tile_begin), raw[0],
-                    scale[0], rope[0]);
-        load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[0], 1, tile_extra<C>(p, w, w.tile_begin), raw[1],
-                    scale[1], rope[1]);
-      }
-      for (int jj = 0; jj < n_tiles; ++jj) {
-        const int tile_no = w.tile_begin + jj;
-        const int g = iter + jj;
-        const int t = g & 1;
-        const uint32_t tile = sm.tile(t);
-        load_indices(tile_no + 2, idx_next[0]);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          if (g >= 2) mbar_wait(sm.bar_empty(t, half), ((g >> 1) - 1) & 1);
-          store_rows<C>(group, sub, rank, tile, half, raw[half], scale[half], rope[half]);
-          if (jj + 1 < n_tiles)
-            load_fp8<C>(args, cache, sub, rank, row_addr, idx_cur[1], half, tile_extra<C>(p, w, tile_no + 1), raw[half],
-                        scale[half], rope[half]);
-          if (half == 0 && sub == 0) {
-#pragma unroll
-            for (int r = 0; r < C::kRowsPerThread; ++r)
-              s_valid[t * C::kTile + r * C::kRowsPerPass + group] =
-                  row_valid<C>(p, idx_cur[0][r], tile_extra<C>(p, w, tile_no)) ? 1 : 0;
-          }
-          fence_proxy_async();  // the stores, for the tensor cores (and the bulk copy)
-          if constexpr (!C::kRopeInRegs) {
-            // After the fence, which waits for this thread's copies in flight (issued before it, they cost 8%: V4 h_q
-            // 64 b 64 / 128 / 148 51.8 / 102.4 / 145.1 against 47.4 / 96.7 / 134.1 us, H200, 2026-12-01). The
-            // consumers' own fence after the full barrier covers them.
-            if (half == 1) copy_rope(tile, tile_no, sm.bar_full(t, half));
-          }
-          if constexpr (C::kCluster) {
-            // This CTA's rows of each atom are one contiguous block (rows 32 rank .. +32): once every producer thread
-            // stored its part, one thread sends the blocks to the peer's tile by bulk copies, completing transactions
-            // on the peer's full barrier. (16-byte st.async stores from every thread instead measured 27% slower at
-            // b 128: their issue cost sat on the producer's path.)
-            producer_sync(kBarProducerStored);
-            if (ptid == 0) {
-              // This CTA's rows of every atom of the half (RoPE included) to the peer's tile.
-              constexpr int kBlockBytes = C::kAtomBytes / C::kClusterCtas;
-              const uint32_t peer_full = sm.peer(sm.bar_full(t, half));
-              for (int a = half == 0 ? 0 : C::kLeftAtoms; a < (half == 0 ? C::kLeftAtoms : C::kAtoms); ++a) {
-                const uint32_t block = tile + a * C::kAtomBytes + rank * kBlockBytes;
-                bulk_copy_to_peer(sm.peer(block), block, kBlockBytes, peer_full);
-              }
-              // ... and the valid flags and stores (release); the peer's rows come as transactions.
-              mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
-            } else {
-              mbar_arrive(sm.bar_full(t, half));
-            }
-          } else {
-            mbar_arrive(sm.bar_full(t, half));  // publishes the stores and valid flags (release)
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < C::kRowsPerThread; ++r) {
-          idx_cur[0][r] = idx_cur[1][r];
-          idx_cur[1][r] = idx_next[0][r];
-        }
-      }
+      fill_tile_by_tile<C>(args, cache, sm, ptid, group, sub, rank, w, n_tiles, iter, s_valid, idx_start, idx_row,
+                           extra_start, idx_cur, idx_next, row_addr, raw, scale, rope);
       iter += n_tiles;
     } else {
-      fill_two_tiles<C>(args, cache, sm, group, sub, rank, w, n_iters, iter, s_valid, load_indices, idx_cur, idx_next,
-                        row_addr, raw[0], scale[0], rope[0]);
+      fill_two_tiles<C>(args, cache, sm, group, sub, rank, w, n_iters, iter, s_valid, idx_start, idx_row, extra_start,
+                        idx_cur, idx_next, row_addr, raw[0], scale[0], rope[0]);
       iter += n_iters;
     }
   }
-  if constexpr (C::kCluster) {
-    // The cluster's exit: the peer stores into this CTA's tiles (bulk copies, waited for by the consumers here)
-    // and arrives on its empty barriers. Once both CTAs' consumers released the last fill of each buffer, the
-    // peer has nothing more to do here, and its copies from this CTA's tiles have landed (it released them).
-    // This wait replaces a cluster barrier at the exit, whose release had every thread wait for its global
-    // stores (the partial rows) first.
-    static_assert(C::kPerTile, "the cluster runs tile by tile");
-    for (int t = 0; t < 2; ++t) {
-      const int fills = (iter - t + 1) / 2;  // fills g = t, t + 2, ... < iter of buffer t
-      if (fills <= 0) continue;
-      const int last = t + 2 * (fills - 1);
-      mbar_wait(sm.bar_empty(t, 0), (last >> 1) & 1);
-      mbar_wait(sm.bar_empty(t, 1), (last >> 1) & 1);
-    }
-  }
+  if constexpr (C::kCluster) cluster_exit<C>(sm, iter);
   cp_async_wait_all();  // no copy may land after the CTA is gone
 }
 
