@@ -1,0 +1,583 @@
+// The consumer warpgroups of the wgmma sparse-attention kernel (sparse_attention_wgmma.cuh): S GEMMs, softmax,
+// P V, both schedules (two tiles per iteration, tile by tile), and the epilogue that writes an item's rows.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "mla/sparse_attention_wgmma_device.cuh"
+
+namespace flashcpp::mla::kernels::wgmma {
+
+// S (64 x 64) = Q K_t^T over atoms [A0, A1) of the row (scale_d 0 on the first step when FIRST).
+template <class C, int A0, int A1, bool FIRST>
+__device__ __forceinline__ void gemm_qk(float (&s)[32], uint64_t desc_q, uint64_t desc_k) {
+#pragma unroll
+  for (int a = A0; a < A1; ++a)
+#pragma unroll
+    for (int ks = 0; ks < C::kAtomCols / 16; ++ks) {
+      const uint64_t off = static_cast<uint64_t>((a * C::kAtomBytes + ks * 32) >> 4);
+      wgmma_m64n64k16_ss(s, desc_q + off, desc_k + off, (FIRST && a == A0 && ks == 0) ? 0 : 1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Consumer pieces shared by both schedules (two tiles per iteration, and tile by tile). A thread holds rows
+// r0 = 16 warp + g and r1 = r0 + 8 of the 64, columns 2t, 2t + 1 of each 8-column block (t = lane & 3).
+
+// Masks S (slots whose valid flag is 0 become -inf; `flags` = the tile's flags + 2t), scales it to base 2 and
+// returns the two rows' maxima over the tile (reduced over the four lanes of a row).
+__device__ __forceinline__ void mask_scale_rowmax(float (&s)[32], const uint8_t* flags, float scale_log2, float& mx0,
+                                                  float& mx1) {
+  mx0 = -INFINITY;
+  mx1 = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t v = *reinterpret_cast<const uint16_t*>(flags + 8 * j);
+    const bool v0 = (v & 0xffu) != 0, v1 = (v >> 8) != 0;
+    s[4 * j + 0] = v0 ? s[4 * j + 0] * scale_log2 : -INFINITY;
+    s[4 * j + 1] = v1 ? s[4 * j + 1] * scale_log2 : -INFINITY;
+    s[4 * j + 2] = v0 ? s[4 * j + 2] * scale_log2 : -INFINITY;
+    s[4 * j + 3] = v1 ? s[4 * j + 3] * scale_log2 : -INFINITY;
+    mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+}
+
+// P = exp2(S - mu) (bf16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks 2 kk,
+// 2 kk + 1); adds this thread's part of each row's sum. KEEP: s keeps the f32 numerators (for scaled_p).
+template <bool KEEP = false>
+__device__ __forceinline__ void softmax_numerators(float (&s)[32], float mu0, float mu1, uint32_t (&pf)[16],
+                                                   float& sum0, float& sum1) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    float e[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = fast_exp2(s[8 * kk + i] - ((i & 2) ? mu1 : mu0));
+    if constexpr (KEEP) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s[8 * kk + i] = e[i];
+    }
+    sum0 += e[0] + e[1] + e[4] + e[5];
+    sum1 += e[2] + e[3] + e[6] + e[7];
+    pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2t
+    pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
+    pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2t
+    pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
+  }
+}
+
+// The fragments of P = numerators (softmax_numerators<true>'s s) x b0 (row r0) or b1 (row r1), in pf's layout.
+__device__ __forceinline__ void scaled_p(const float (&e)[32], float b0, float b1, uint32_t (&pf)[16]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float b = (j & 1) ? b1 : b0;
+    pf[j] = pack_bf16x2(e[2 * j] * b, e[2 * j + 1] * b);
+  }
+}
+
+// P to shared memory for the other consumer (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)).
+__device__ __forceinline__ void store_p(uint32_t p_addr, const uint32_t (&pf)[16], int r0, int r1, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int kk = j >> 1, hi = j & 1;
+    st_shared_u32(p_addr + r0 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi]);
+    st_shared_u32(p_addr + r1 * 128 + ((j ^ g) << 4) + 4 * t, pf[4 * kk + 2 * hi + 1]);
+  }
+}
+
+// A consumer's start of work item `k_in_work` (its index among the CTA's items): waits for the item's Q and
+// its published ItemInfo, and clears this thread's O accumulators.
+template <class C>
+__device__ __forceinline__ ItemInfo begin_item(const Smem<C>& sm, const ItemInfo* s_item, int k_in_work,
+                                               float (&o)[128]) {
+  mbar_wait(sm.bar_q_full(), k_in_work & 1);
+  const ItemInfo w = s_item[k_in_work & 1];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  return w;
+}
+
+__device__ __forceinline__ void rescale_rows(float (&o)[128], float alpha0, float alpha1) {
+  if (alpha0 != 1.f || alpha1 != 1.f) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j + 0] *= alpha0;
+      o[4 * j + 1] *= alpha0;
+      o[4 * j + 2] *= alpha1;
+      o[4 * j + 3] *= alpha1;
+    }
+  }
+}
+
+// The sink term of rows r0 and r1 (heads first + r0, first + r1): attn_sink in base 2, or -inf without one (its
+// exponential adds 0). Loaded once per CTA, at the start, so the epilogue does not wait for it.
+struct RowSinks {
+  float log2_r0 = -INFINITY, log2_r1 = -INFINITY;
+};
+__device__ __forceinline__ RowSinks load_row_sinks(const SparseAttentionParams& p, HeadRange heads, int r0, int r1) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  RowSinks s;
+  if (p.attn_sink != nullptr) {
+    s.log2_r0 = __ldg(p.attn_sink + (heads.first + r0 < heads.end ? heads.first + r0 : heads.first)) * kLog2e;
+    s.log2_r1 = __ldg(p.attn_sink + (heads.first + r1 < heads.end ? heads.first + r1 : heads.first)) * kLog2e;
+  }
+  return s;
+}
+
+// The item's result for this thread's rows of O columns W*256 .. +256: the split's partial row (O / l in f32,
+// lse; -inf when empty), or out = O / (l + sink term) with lse and max_logits. `row_sum(h)`: the full row sum
+// of row r0 (h 0) or r1 (h 1). `stage` (not 0): 8 KiB of shared memory no one else uses now, through which the
+// warp writes its 16 rows of out as whole 512-byte rows (16-byte stores; written directly, a thread's 4-byte
+// pieces leave every store half a sector).
+template <class C, int W, class RowSum>
+__device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, const ItemInfo& w, HeadRange heads,
+                                                int r0, int r1, int t, const float (&o)[128], float m0, float m1,
+                                                RowSum row_sum, RowSinks sinks, uint32_t stage) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  if (w.accum_row >= 0) {
+    if (w.write_partial == 0) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = h == 0 ? r0 : r1;
+      const int head = heads.first + row;
+      if (head >= heads.end) continue;
+      const float m = h == 0 ? m0 : m1;
+      const float l = row_sum(h);
+      const bool empty = m == -INFINITY;
+      const float inv = empty ? 0.f : 1.f / l;
+      float* dst = p.o_accum + (w.accum_row * p.h_q + head) * C::kDv + W * C::kHalfDv + 2 * t;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (W == 0 && t == 0) p.lse_accum[w.accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
+    }
+    return;
+  }
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) +
+                       p.token_offset(w.token, p.out_stride_token, p.out_stride_request) + W * C::kHalfDv;
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = h == 0 ? r0 : r1;
+    const int head = heads.first + row;
+    const float m = h == 0 ? m0 : m1;
+    const float l = row_sum(h);
+    const bool empty = m == -INFINITY;
+    const float denom = l + fast_exp2((h == 0 ? sinks.log2_r0 : sinks.log2_r1) - m);
+    inv[h] = empty ? 0.f : 1.f / denom;
+    if (W == 0 && t == 0 && head < heads.end) {
+      if (p.lse != nullptr) {
+        const int64_t lse_token = p.token_offset(w.token, p.lse_stride_token, p.lse_stride_request);
+        p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
+      }
+      if (p.max_logits != nullptr)
+        p.max_logits[w.token * p.max_logits_stride_token + head * p.max_logits_stride_head] = empty ? -INFINITY : m * kLn2;
+    }
+  }
+  if (stage != 0) {
+    // Row i of the warp's 16 (r0 = 16 warp + g is row g, r1 row g + 8): 512 bytes, 16-byte chunk j at j ^ (i & 7),
+    // so the quads' 4-byte stores and the row reads below are free of bank conflicts.
+    const int g = r0 & 7, lane = 4 * g + t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        st_shared_u32(stage + (g + 8 * h) * 512 + ((j ^ g) << 4) + 4 * t,
+                      pack_bf16x2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
+    __syncwarp();
+    const int first_row = r0 - g;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int head = heads.first + first_row + i;
+      if (head < heads.end)
+        *reinterpret_cast<uint4*>(out + static_cast<int64_t>(head) * p.out_stride_head + 8 * lane) =
+            ld_shared_v4(stage + i * 512 + ((lane ^ (i & 7)) << 4));
+    }
+    __syncwarp();
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int head = heads.first + (h == 0 ? r0 : r1);
+    if (head >= heads.end) continue;
+    uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head + 2 * t);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+  }
+}
+
+// Where warp `warp` of consumer W stages its rows of the output (write_item_rows), or 0: Q's buffer, 8 KiB per warp,
+// in the unsplit grid (one work item: no Q is loaded after it, and every S GEMM, Q's only reader, is done when the
+// consumers meet before the epilogue). Out's rows allow the 16-byte stores: sparse_attention_sm90_handles takes only
+// a 16-byte aligned out with strides in multiples of 8 elements. (Split work writes directly: both paths in one
+// instantiation spill the consumers' registers.)
+template <class C, bool SPLIT, int W>
+__device__ __forceinline__ uint32_t epilogue_stage(const Smem<C>& sm, int warp) {
+  static_assert(2 * 4 * 8192 <= C::kQBytes, "the staged output fits Q's buffer");
+  if (SPLIT) return 0;
+  return sm.q() + (W * 4 + warp) * 8192;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Consumer warpgroup W (two tiles per iteration): S of tile W, its softmax, O columns W*256 .. +256. The two
+// consumers run staggered (FlashMLA's prefill schedule): consumer 0 takes the running max over tile A alone,
+// publishes it and starts P_A V_A-left at once; consumer 1 adds tile B's max and publishes the iteration's max,
+// with which consumer 0 rescales P_A (stored for consumer 1), its O and its row sums. So each softmax runs while
+// the other consumer's GEMMs keep the tensor cores busy, and consumer 0 issues the next S_A while its
+// P_B V_B-left runs. (Both softmaxes after one shared max exchange left the tensor cores idle meanwhile.)
+template <class C, bool SPLIT, int W>
+__device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
+                                         float* s_max, float* s_sum, const ItemInfo* s_item,
+                                         const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
+  constexpr int kOther = 1 - W;
+  const SparseAttentionParams& p = args.p;
+  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+
+  const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
+  const uint64_t desc_k = make_desc(sm.tile(W), 16, 1024);
+  const uint64_t desc_v_own = make_desc(sm.tile(W) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
+  const uint64_t desc_v_other = make_desc(sm.tile(kOther) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
+  const uint64_t desc_p_other = make_desc(sm.p_of(kOther), 16, 1024);
+  const uint32_t p_own = sm.p_of(W);
+  // A half-tile this consumer is done with. GENERIC: this warpgroup also read or wrote some of it with
+  // ordinary loads and stores (the valid flags, P_A); then every thread arrives itself, so each of those
+  // accesses is ordered before the producer's next writes by its own thread's arrival. That is the order
+  // racecheck follows: one arrival per warp after __syncwarp, or after a warpgroup bar.sync, was reported
+  // as a race. Otherwise (only the tensor cores read it) one lane per warp arrives: every thread arriving on
+  // every release measured 20% slower in prefill. In a cluster one lane per warp also arrives on the peer's
+  // barrier (the peer's producer writes its rows into this CTA's tiles, read here only by wgmma).
+  const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
+  auto release = [&](int tile, int half, auto generic) {
+    if (decltype(generic)::value || lane == 0) mbar_arrive(sm.bar_empty(tile, half));
+    if constexpr (C::kCluster) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive_remote(sm.peer(sm.bar_empty(tile, half)));
+    }
+  };
+  // S = Q K_W^T over the tile's early half, then its late half, each once it is full. Consumer 0 overlapping its
+  // P_B V_B-left (OVERLAP): that GEMM group is waited for between the halves, and B-left released.
+  auto gemm_s = [&](float (&s)[32], int phase, auto overlap) {
+    mbar_wait(sm.bar_full(W, first_half(W)), phase);
+    fence_proxy_async();
+    wgmma_fence();
+    if constexpr (W == 0) gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
+    else gemm_qk<C, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
+    if constexpr (decltype(overlap)::value) {
+      wgmma_commit();
+      wgmma_wait<1>();
+      release(kOther, 1 - first_half(kOther), std::false_type{});  // B-left: P_B V_B-left is done
+    }
+    mbar_wait(sm.bar_full(W, 1 - first_half(W)), phase);
+    fence_proxy_async();
+    wgmma_fence();
+    if constexpr (W == 0) gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
+    else gemm_qk<C, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
+    wgmma_commit();
+    wgmma_wait<0>();
+  };
+  // Each consumer publishes its rows' running max in its own slot of s_max ([2][64]): consumer 0's over tile A
+  // (kBarMaxA), read by consumer 1; consumer 1's, the iteration's (kBarMaxB), read by consumer 0. (One slot the
+  // two wrote in turn was ordered by the barrier chain, but racecheck reported the reuse as a hazard.)
+  float* const max_own = s_max + W * C::kHeads;
+  const float* const max_other = s_max + kOther * C::kHeads;
+  auto publish_max = [&](float n0, float n1, int bar) {
+    __syncwarp();  // the warp meets before its t == 0 lanes publish (the one-slot layout needed it; kept as verified)
+    if (t == 0) {
+      max_own[r0] = n0;
+      max_own[r1] = n1;
+    }
+    named_arrive(bar);
+  };
+
+  // O_W += P_other V_other (P from shared memory), uncommitted.
+  auto gemm_pv_other = [&](float (&o)[128]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
+                          desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+  };
+
+  int iter = 0;
+  for (int k = work.first; k <= work.last; ++k) {
+    float o[128];
+    const ItemInfo w = begin_item(sm, s_item, k - work.first, o);
+    const int n_iters = w.n_iters;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    float s[32];
+    if constexpr (W == 0)
+      if (n_iters > 0) gemm_s(s, iter & 1, std::false_type{});
+
+    for (int it = 0; it < n_iters; ++it) {
+      const int phase = (iter + it) & 1;
+      // ---- Phase QK: S = Q K_W^T (consumer 0's was issued in the previous iteration).
+      if constexpr (W == 1) gemm_s(s, phase, std::false_type{});
+      fence_regs(s);
+
+      // ---- Phase softmax: mask, scale to base 2; consumer 0 on its own, consumer 1 after consumer 0's max.
+      float mx0, mx1;
+      mask_scale_rowmax(s, s_valid + W * C::kTile + 2 * t, args.scale_log2, mx0, mx1);
+      if constexpr (W == 1) {
+        named_sync(kBarMaxA);
+        mx0 = fmaxf(mx0, max_other[r0]);
+        mx1 = fmaxf(mx1, max_other[r1]);
+      }
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
+      const float mu1 = n1 == -INFINITY ? 0.f : n1;
+      const float alpha0 = fast_exp2(m0 - mu0), alpha1 = fast_exp2(m1 - mu1);  // m = -inf -> 0
+      m0 = n0;
+      m1 = n1;
+      uint32_t pf[16];
+      float sum0 = 0.f, sum1 = 0.f;
+      softmax_numerators<W == 0>(s, mu0, mu1, pf, sum0, sum1);
+      l0 = l0 * alpha0 + sum0;
+      l1 = l1 * alpha1 + sum1;
+      rescale_rows(o, alpha0, alpha1);
+      publish_max(n0, n1, W == 0 ? kBarMaxA : kBarMaxB);
+
+      // ---- Phase PV: O_W += P_W V_W (P from registers), then O_W += P_other V_other (P from smem).
+      fence_regs(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
+        wgmma_m64n256k16_rs(o, a, desc_v_own + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+      }
+      wgmma_commit();
+      if constexpr (W == 0) {
+        wgmma_wait<0>();  // P_A's registers are rewritten below
+        fence_regs(o);
+        release(W, first_half(W), std::true_type{});  // A-left: its last reader is done
+        // The iteration's max: P_A, O and the row sums rescaled to it (beta 1 for a row with no valid slot yet,
+        // whose terms are all 0).
+        named_sync(kBarMaxB);
+        const float b0 = n0 == -INFINITY ? 1.f : fast_exp2(n0 - max_other[r0]);
+        const float b1 = n1 == -INFINITY ? 1.f : fast_exp2(n1 - max_other[r1]);
+        m0 = max_other[r0];
+        m1 = max_other[r1];
+        scaled_p(s, b0, b1, pf);
+        // P_A overwrites tile A's RoPE atom: its copies are confirmed landed (bar_rope_landed; complete by now
+        // in practice, S_A has read them).
+        if constexpr (C::kPAInRope) mbar_wait(sm.bar_rope_landed(), phase);
+        store_p(p_own, pf, r0, r1, g, t);
+        fence_proxy_async();
+        named_arrive(kBarPReadyA);
+        // P_A in tile A's RoPE block: the producer's next RoPE copy there also waits for these stores.
+        if constexpr (C::kPAInRope) release(0, 1, std::true_type{});
+        rescale_rows(o, b0, b1);
+        l0 *= b0;
+        l1 *= b1;
+        named_sync(kBarPReadyB);
+        fence_regs(o);
+        wgmma_fence();
+        gemm_pv_other(o);
+        wgmma_commit();
+        if (it + 1 < n_iters) {
+          gemm_s(s, phase ^ 1, std::true_type{});  // the next S_A, overlapping P_B V_B-left
+        } else {
+          wgmma_wait<0>();
+          release(kOther, 1 - first_half(kOther), std::false_type{});  // B-left
+        }
+        fence_regs(o);
+      } else {
+        store_p(p_own, pf, r0, r1, g, t);
+        named_sync(kBarPReadyA);
+        wgmma_fence();
+        gemm_pv_other(o);
+        wgmma_commit();
+        fence_proxy_async();
+        named_arrive(kBarPReadyB);
+        wgmma_wait<1>();
+        release(W, first_half(W), std::true_type{});  // B-right: its last reader is done
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(kOther, 1 - first_half(kOther), std::false_type{});  // A-right
+      }
+    }
+    iter += n_iters;
+    // Q may be reloaded. (Arriving right after the last S GEMM would let the reload overlap the last PV,
+    // but a conditional arrival there makes ptxas serialize the wgmma instructions.)
+    mbar_arrive(sm.bar_q_empty());
+
+    // ---- Phase epilogue: combine the two consumers' row sums (buffer by item parity: the other consumer
+    // may still read the last item's); lse, max_logits; O / (l + sink term), or the partial row.
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float* sums = s_sum + ((k - work.first) & 1) * 2 * C::kHeads;
+    if (t == 0) {
+      sums[W * C::kHeads + r0] = l0;
+      sums[W * C::kHeads + r1] = l1;
+    }
+    named_sync(kBarMax);
+    write_item_rows<C, W>(
+        p, w, heads, r0, r1, t, o, m0, m1,
+        [&](int h) {
+          const int row = h == 0 ? r0 : r1;
+          return sums[row] + sums[C::kHeads + row];
+        },
+        sinks, epilogue_stage<C, SPLIT, W>(sm, warp_in_wg));
+  }
+}
+
+// Tile by tile (Config::kPerTile, the FP8 cluster): consumer 0 (W 0) computes S of every tile over all of
+// d_qk, the softmax and O columns 0..255 with P from registers; it publishes P (shared memory) and each row's
+// rescale factor, and consumer 1 (W 1) adds P V over O columns 256..511. No row-max exchange is needed: one
+// warpgroup owns whole rows of S. P has one buffer (P_B's), free again when consumer 1's P V is done: it
+// must not live in a tile's RoPE atom here, because this CTA's rows of that atom are also the source of a
+// bulk copy to the peer whose reads nothing here waits for.
+template <class C, bool SPLIT, int W>
+__device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
+                                                  float* s_alpha, float* s_sum, const ItemInfo* s_item,
+                                                  const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
+  const SparseAttentionParams& p = args.p;
+  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int g = lane >> 2, quad = lane & 3;
+  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+
+  constexpr uint64_t kTileStep = static_cast<uint64_t>(C::kKBytes >> 4);  // descriptor of tile 1 - tile 0
+  const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
+  const uint64_t desc_k0 = make_desc(sm.tile(0), 16, 1024);
+  const uint64_t desc_v0 = make_desc(sm.tile(0) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
+  // A half-tile this warpgroup is done with: every thread arrives (its ordinary reads of the valid flags are
+  // ordered by its own arrival) and one lane per warp on the peer's barrier (the peer's producer writes its rows
+  // into this CTA's tiles, read here only by wgmma).
+  auto release = [&](int buf, int half) {
+    mbar_arrive(sm.bar_empty(buf, half));
+    if constexpr (C::kCluster) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive_remote(sm.peer(sm.bar_empty(buf, half)));
+    }
+  };
+  const uint32_t p_smem = sm.p_of(1);
+  const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
+
+  int tiles_before = 0;
+  for (int k = work.first; k <= work.last; ++k) {
+    float o[128];
+    const ItemInfo w = begin_item(sm, s_item, k - work.first, o);
+    const int n_tiles = w.n_iters;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+    for (int jj = 0; jj < n_tiles; ++jj) {
+      const int gt = tiles_before + jj, buf = gt & 1, phase = (gt >> 1) & 1;
+      const uint64_t desc_v = desc_v0 + buf * kTileStep;
+      float alpha0, alpha1;
+      uint32_t pf[16];
+      if constexpr (W == 0) {
+        // ---- Phase QK: S = Q K^T over the left half, then the right half.
+        float s[32];
+        const uint64_t desc_k = desc_k0 + buf * kTileStep;
+        mbar_wait(sm.bar_full(buf, 0), phase);
+        fence_proxy_async();
+        wgmma_fence();
+        gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
+        mbar_wait(sm.bar_full(buf, 1), phase);
+        fence_proxy_async();
+        gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+
+        // ---- Phase softmax: mask, scale to base 2, row max over the four lanes of a row.
+        float mx0, mx1;
+        mask_scale_rowmax(s, s_valid + buf * C::kTile + 2 * quad, args.scale_log2, mx0, mx1);
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
+        const float mu1 = n1 == -INFINITY ? 0.f : n1;
+        alpha0 = fast_exp2(m0 - mu0);  // m = -inf -> 0
+        alpha1 = fast_exp2(m1 - mu1);
+        m0 = n0;
+        m1 = n1;
+        float sum0 = 0.f, sum1 = 0.f;
+        softmax_numerators(s, mu0, mu1, pf, sum0, sum1);
+        l0 = l0 * alpha0 + sum0;
+        l1 = l1 * alpha1 + sum1;
+        // P (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)) and the rescale factors for consumer 1,
+        // once consumer 1's P V of the previous tile is done with the buffer.
+        if (gt > 0) named_sync(kBarPFree);
+        store_p(p_smem, pf, r0, r1, g, quad);
+        if (quad == 0) {
+          s_alpha[buf * C::kHeads + r0] = alpha0;
+          s_alpha[buf * C::kHeads + r1] = alpha1;
+        }
+        fence_proxy_async();
+        named_arrive(buf == 0 ? kBarPReadyA : kBarPReadyB);
+      } else {
+        named_sync(buf == 0 ? kBarPReadyA : kBarPReadyB);
+        // Its own acquire of the right half (V 256..511, written partly by the peer's bulk copies), not only
+        // through consumer 0's.
+        mbar_wait(sm.bar_full(buf, 1), phase);
+        fence_proxy_async();
+        alpha0 = s_alpha[buf * C::kHeads + r0];
+        alpha1 = s_alpha[buf * C::kHeads + r1];
+      }
+      rescale_rows(o, alpha0, alpha1);
+
+      // ---- Phase PV: O_W += P V_W (consumer 0: P from registers; consumer 1: from shared memory).
+      fence_regs(o);
+      wgmma_fence();
+      if constexpr (W == 0) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
+          wgmma_m64n256k16_rs(o, a, desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+        }
+      } else {
+        const uint64_t desc_p = make_desc(p_smem, 16, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_m64n256k16_ss(o, desc_p + static_cast<uint64_t>((kk * 32) >> 4),
+                              desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
+      if constexpr (W == 1) named_arrive(kBarPFree);
+      release(buf, W);  // consumer 0: the left half (V 0..255); consumer 1: the right half
+      if constexpr (W == 0) release(buf, 1);  // S read it
+    }
+    tiles_before += n_tiles;
+    if constexpr (W == 0) mbar_arrive(sm.bar_q_empty());  // Q may be reloaded
+
+    // ---- Phase epilogue: consumer 0 publishes each row's sum and max (buffer by item parity: consumer 1 may
+    // still read the last item's); lse, max_logits; O / (l + sink term), or the partial row.
+    float* sums = s_sum + ((k - work.first) & 1) * 2 * C::kHeads;  // [0][row]: l, [1][row]: m
+    if constexpr (W == 0) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+      if (quad == 0) {
+        sums[r0] = l0;
+        sums[r1] = l1;
+        sums[C::kHeads + r0] = m0;
+        sums[C::kHeads + r1] = m1;
+      }
+    }
+    named_sync(kBarMax);
+    if constexpr (W == 1) {
+      l0 = sums[r0];
+      l1 = sums[r1];
+      m0 = sums[C::kHeads + r0];
+      m1 = sums[C::kHeads + r1];
+    }
+    write_item_rows<C, W>(p, w, heads, r0, r1, quad, o, m0, m1, [l0, l1](int h) { return h == 0 ? l0 : l1; }, sinks,
+                          epilogue_stage<C, SPLIT, W>(sm, warp_in_wg));
+  }
+  if constexpr (W == 0) {
+    if (tiles_before > 0) named_sync(kBarPFree);  // consumer 1's arrival after the last tile
+  }
+}
+
+}  // namespace flashcpp::mla::kernels::wgmma
