@@ -593,19 +593,21 @@ def compare_other_build(rec, ours, out, theirs_b, out_b):
     rec["b_speedup"] = rec["flashcpp_b_us"] / rec["flashcpp_us"]
 
 
-def profile_order(flashcpp, flash_mla, timer, c, repeats=3):
-    """--profile-order (for Nsight Compute, nothing timed here): `repeats` rounds of [L2 flush, ours] and then of
-    [L2 flush, FlashMLA, ours], so a profiler that records only our kernels (e.g. ncu --cache-control none -k
-    regex:sparse_attention) sees ours first after itself, then after FlashMLA's kernel. What differs between the two
-    halves is the state FlashMLA leaves in the SMs (instruction and constant caches) and in the L2."""
-    inp = decode_inputs(flashcpp, c)
-    b, s_q, h_q = c["b"], c["s_q"], c["h_q"]
+def prepare_ours(lib, inp, out, lse, num_sms=0):
+    """A flashcpp build's decode on the decode inputs, into out and lse (FlashMLA's [b, h_q, s_q]): (run, split)."""
     main, extra = inp["main"], inp["extra"]
-    out = torch.empty((b, s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
-    lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device="cuda")
-    ours, _ = flashcpp.prepare_decode(inp, inp["q"], main["cache"], main["indices"], main["topk_length"],
-                                      inp["sink"], out, lse.transpose(1, 2), extra and extra["cache"],
-                                      extra and extra["indices"], extra and extra["topk_length"])
+    return lib.prepare_decode(inp, inp["q"], main["cache"], main["indices"], main["topk_length"], inp["sink"], out,
+                              lse.transpose(1, 2), extra and extra["cache"], extra and extra["indices"],
+                              extra and extra["topk_length"], num_sms=num_sms)
+
+
+def decode_calls(flashcpp, flash_mla, inp, out, lse):
+    """Ours planned on the decode inputs (returns run, split) and FlashMLA's call on the same tensors (None without
+    FlashMLA; its scheduler metadata computed once, as in FlashMLA's own suite and as an engine reuses it)."""
+    main, extra = inp["main"], inp["extra"]
+    ours, split = prepare_ours(flashcpp, inp, out, lse)
+    if flash_mla is None:
+        return ours, split, None
     meta, _ = flash_mla.get_mla_metadata()
 
     def theirs():
@@ -613,6 +615,19 @@ def profile_order(flashcpp, flash_mla, timer, c, repeats=3):
             inp["q"], main["cache"], None, None, 512, meta, None, inp["sm_scale"], False, True, main["indices"],
             inp["sink"], extra and extra["cache"], extra and extra["indices"], main["topk_length"],
             extra and extra["topk_length"])
+    return ours, split, theirs
+
+
+def profile_order(flashcpp, flash_mla, timer, c, repeats=3):
+    """--profile-order (for Nsight Compute, nothing timed here): `repeats` rounds of [L2 flush, ours] and then of
+    [L2 flush, FlashMLA, ours], so a profiler that records only our kernels (e.g. ncu --cache-control none -k
+    regex:sparse_attention) sees ours first after itself, then after FlashMLA's kernel. What differs between the two
+    halves is the state FlashMLA leaves in the SMs (instruction and constant caches) and in the L2."""
+    inp = decode_inputs(flashcpp, c)
+    b, s_q, h_q = c["b"], c["s_q"], c["h_q"]
+    out = torch.empty((b, s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device="cuda")
+    ours, _, theirs = decode_calls(flashcpp, flash_mla, inp, out, lse)
     theirs()  # FlashMLA's scheduler metadata, once (launches its metadata kernel)
     torch.cuda.synchronize()
     for before in (None, theirs):
@@ -630,12 +645,9 @@ def run_decode(flashcpp, flash_mla, timer, c):
         return profile_order(flashcpp, flash_mla, timer, c)
     inp = decode_inputs(flashcpp, c)
     b, s_q, h_q = c["b"], c["s_q"], c["h_q"]
-    main, extra = inp["main"], inp["extra"]
     out = torch.empty((b, s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
     lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device="cuda")  # FlashMLA's layout
-    ours, split = flashcpp.prepare_decode(inp, inp["q"], main["cache"], main["indices"], main["topk_length"],
-                                          inp["sink"], out, lse.transpose(1, 2), extra and extra["cache"],
-                                          extra and extra["indices"], extra and extra["topk_length"])
+    ours, split, theirs = decode_calls(flashcpp, flash_mla, inp, out, lse)
     rec = dict(op="decode", case=c["name"], b=b, s_q=s_q, h_q=h_q, d_qk=c["d_qk"], topk=c["topk"],
                extra_topk=c.get("extra_topk", 0), block_size=c["block_size"],
                extra_block_size=c.get("extra_block_size", 0), topk_length=bool(c.get("topk_length")),
@@ -646,29 +658,17 @@ def run_decode(flashcpp, flash_mla, timer, c):
     theirs_b = None
     if OTHER_BUILD["lib"] is not None:  # the same tensors through a second build, outputs compared with ours
         out_b, lse_b = torch.empty_like(out), torch.empty_like(lse)
-        theirs_b, _ = OTHER_BUILD["lib"].prepare_decode(
-            inp, inp["q"], main["cache"], main["indices"], main["topk_length"], inp["sink"], out_b,
-            lse_b.transpose(1, 2), extra and extra["cache"], extra and extra["indices"], extra and extra["topk_length"])
+        theirs_b, _ = prepare_ours(OTHER_BUILD["lib"], inp, out_b, lse_b)
         contenders["flashcpp_b_us"] = theirs_b
-    if flash_mla is not None:
-        meta, _ = flash_mla.get_mla_metadata()
-
-        def theirs():
-            return flash_mla.flash_mla_with_kvcache(
-                inp["q"], main["cache"], None, None, 512, meta, None, inp["sm_scale"], False, True, main["indices"],
-                inp["sink"], extra and extra["cache"], extra and extra["indices"], main["topk_length"],
-                extra and extra["topk_length"])
-        ref_out, ref_lse = theirs()  # its scheduler metadata is computed here, once, as in FlashMLA's own suite
+    if theirs is not None:
+        ref_out, ref_lse = theirs()
         contenders["flashmla_us"] = theirs
     rec.update(timer.time_contenders(contenders))
     if theirs_b is not None:
         compare_other_build(rec, ours, out, theirs_b, out_b)
     for n in EXPERIMENT["num_sms"]:  # the same tensors planned for n SMs (the split schedule's parts)
         out_n = torch.empty_like(out)
-        ours_n, split_n = flashcpp.prepare_decode(
-            inp, inp["q"], main["cache"], main["indices"], main["topk_length"], inp["sink"], out_n,
-            torch.empty_like(lse).transpose(1, 2), extra and extra["cache"], extra and extra["indices"],
-            extra and extra["topk_length"], num_sms=n)
+        ours_n, split_n = prepare_ours(flashcpp, inp, out_n, torch.empty_like(lse), num_sms=n)
         rec.setdefault("num_sms_us", {})[str(n)] = [round(timer.graph_us(ours_n), 2), split_n]
     if EXPERIMENT["host_time"]:
         rec["host_us"] = timer.host_us(ours)
