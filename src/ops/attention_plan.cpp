@@ -89,18 +89,18 @@ void run_attention_plan(AttentionPlanCore& core, const AttentionPlanRequest& req
   const TensorView pinned = as_cpu(bytes_view(core.ws.pinned_int_buffer, int_bytes - req.reserved_int_bytes));
   const TensorView kv_len_view = TensorView::contiguous(const_cast<int32_t*>(req.kv_len_arr.data()), DType::i32,
                                                         Device::cpu(), {static_cast<int64_t>(req.kv_len_arr.size())});
-  const ffi::StreamBinding binding{core.device, stream};
   ffi::Any result;
-  if (core.fa3)  // fa3 `plan`: 16 arguments
-    ffi::invoke(core.mod.fns[0], binding, &result, core.float_ws, core.int_ws, pinned, as_cpu(*req.qo_indptr),
-                as_cpu(*req.kv_indptr), kv_len_view, core.total_q, core.batch, core.num_qo_heads, core.num_kv_heads,
-                core.page_size, core.enable_cuda_graph, core.head_dim_qk, core.head_dim_vo, req.causal,
-                core.window_left);
-  else  // fa2 `plan`: 19 arguments (split-KV controls)
-    ffi::invoke(core.mod.fns[0], binding, &result, core.float_ws, core.int_ws, pinned, as_cpu(*req.qo_indptr),
-                as_cpu(*req.kv_indptr), kv_len_view, core.total_q, core.batch, core.num_qo_heads, core.num_kv_heads,
-                core.page_size, core.enable_cuda_graph, core.head_dim_qk, core.head_dim_vo, req.causal,
-                core.window_left, req.fixed_split_size, req.disable_split_kv, int64_t{0});
+  // FlashInfer's `plan`: 16 arguments both backends take, then fa2's split-KV controls (19 in all).
+  auto plan = [&](auto... fa2_tail) {
+    ffi::invoke(core.mod.fns[0], ffi::StreamBinding{core.device, stream}, &result, core.float_ws, core.int_ws, pinned,
+                as_cpu(*req.qo_indptr), as_cpu(*req.kv_indptr), kv_len_view, core.total_q, core.batch,
+                core.num_qo_heads, core.num_kv_heads, core.page_size, core.enable_cuda_graph, core.head_dim_qk,
+                core.head_dim_vo, req.causal, core.window_left, fa2_tail...);
+  };
+  if (core.fa3)
+    plan();
+  else
+    plan(req.fixed_split_size, req.disable_split_kv, int64_t{0});
   if (result.type_index() < ffi::abi::kStaticObjectBegin)
     throw Error(ErrorCode::ffi_error, std::string(v.op()) + ": FlashInfer's plan returned no plan-info array");
   core.plan_info = ffi::Array(result.take_object());
@@ -149,18 +149,9 @@ void run_paged_attention(const AttentionPlanCore& core, const Validator& v, cons
                      {&kv.indptr, "indptr"}, {&kv.last_page_len, "last_page_len"}, {&qo_indptr, "qo_indptr"}});
   if (core.total_q == 0) return;
 
-  const ffi::StreamBinding binding{core.device, stream};
-  const int64_t layout = static_cast<int64_t>(core.layout);
-  if (core.fa3)  // fa3 `paged_run`: 24 arguments
-    ffi::invoke(core.mod.fns[2], binding, nullptr, core.float_ws, core.int_ws, core.plan_info, q, kv.k_cache,
-                kv.v_cache, qo_indptr, kv.indptr, kv.indices, kv.last_page_len, out, lse, core.mask_mode, layout,
-                core.window_left, core.enable_pdl, nullptr, nullptr, nullptr, nullptr, core.logits_soft_cap,
-                core.sm_scale, 1.0, int64_t{0});
-  else  // fa2 `paged_run`: 27 arguments
-    ffi::invoke(core.mod.fns[2], binding, nullptr, core.float_ws, core.int_ws, core.plan_info, q, kv.k_cache,
-                kv.v_cache, qo_indptr, kv.indptr, kv.indices, kv.last_page_len, out, lse, core.mask_mode, layout,
-                core.window_left, core.enable_pdl, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                core.logits_soft_cap, core.sm_scale, kRopeRcpScale, kRopeRcpTheta, int64_t{0});
+  // `paged_run`: fa3 24 arguments, fa2 27.
+  invoke_batch_run(core, core.mod.fns[2], stream, out, lse, q, kv.k_cache, kv.v_cache, qo_indptr, kv.indptr,
+                   kv.indices, kv.last_page_len);
 }
 
 // -------------------------------------------------------------------------------------------------

@@ -74,6 +74,25 @@ void run_paged_attention(const AttentionPlanCore& core, const Validator& v, cons
 void check_run_io(const AttentionPlanCore& core, const Validator& v, const TensorView& q, const TensorView& out,
                   OptionalTensor lse);
 
+/// FlashInfer's batch-prefill `ragged_run` / `paged_run`, fa2 or fa3 as planned: the workspaces and plan info, then
+/// `inputs` (q and the KV: ragged k, v, qo_indptr, kv_indptr; paged k_cache, v_cache, qo_indptr, indptr, indices,
+/// last_page_len), out, lse and the flags both backends take; the backends differ only in their tail (fa3: four
+/// optional tensors and scale_v; fa2: six optional tensors and the RoPE constants). Arguments must be validated.
+template <class... Inputs>
+void invoke_batch_run(const AttentionPlanCore& core, ffi::abi::SafeCall fn, cudaStream_t stream,
+                      const TensorView& out, OptionalTensor lse, const Inputs&... inputs) {
+  const int64_t layout = static_cast<int64_t>(core.layout);
+  auto run = [&](auto... tail) {
+    ffi::invoke(fn, ffi::StreamBinding{core.device, stream}, nullptr, core.float_ws, core.int_ws, core.plan_info,
+                inputs..., out, lse, core.mask_mode, layout, core.window_left, core.enable_pdl, tail...);
+  };
+  if (core.fa3)
+    run(nullptr, nullptr, nullptr, nullptr, core.logits_soft_cap, core.sm_scale, 1.0, int64_t{0});
+  else
+    run(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, core.logits_soft_cap, core.sm_scale, kRopeRcpScale,
+        kRopeRcpTheta, int64_t{0});
+}
+
 /// Overlap rule of a plan's run: out, lse and the workspace views the run uses share no byte with `inputs`
 /// nor with each other.
 void check_run_overlap(const AttentionPlanCore& core, const Validator& v, const TensorView& out, OptionalTensor lse,

@@ -284,17 +284,8 @@ void BatchPrefillPlan::run_ragged(const TensorView& q, const TensorView& k, cons
                          {{&q, "q"}, {&k, "k"}, {&vv, "v"}, {&qo_indptr, "qo_indptr"}, {&kv_indptr, "kv_indptr"}});
   if (core.total_q == 0) return;
 
-  const ffi::StreamBinding binding{core.device, stream};
-  const int64_t layout = static_cast<int64_t>(core.layout);
-  if (core.fa3)  // fa3 `ragged_run`: 22 arguments (4 optional tensors, scale_v_scalar)
-    ffi::invoke(core.mod.fns[1], binding, nullptr, core.float_ws, core.int_ws, core.plan_info, q, k, vv, qo_indptr,
-                kv_indptr, out, lse, core.mask_mode, layout, core.window_left, core.enable_pdl, nullptr, nullptr,
-                nullptr, nullptr, core.logits_soft_cap, core.sm_scale, 1.0, int64_t{0});
-  else  // fa2 `ragged_run`: 25 arguments (6 optional tensors, the RoPE constants)
-    ffi::invoke(core.mod.fns[1], binding, nullptr, core.float_ws, core.int_ws, core.plan_info, q, k, vv, qo_indptr,
-                kv_indptr, out, lse, core.mask_mode, layout, core.window_left, core.enable_pdl, nullptr, nullptr,
-                nullptr, nullptr, nullptr, nullptr, core.logits_soft_cap, core.sm_scale, ops::kRopeRcpScale,
-                ops::kRopeRcpTheta, int64_t{0});
+  // `ragged_run`: fa3 22 arguments, fa2 25.
+  ops::invoke_batch_run(core, core.mod.fns[1], stream, out, lse, q, k, vv, qo_indptr, kv_indptr);
 }
 
 void BatchPrefillPlan::run_paged(const TensorView& q, const PagedKvCache& kv, const TensorView& qo_indptr,
