@@ -101,6 +101,109 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// The tile loop's phases, in order: qk (S), the mask and row maxima (barrier B follows), softmax_update (barrier C
+// follows), pv. A thread's rows: r = 2 mt + hf -> row 32 mw + 16 mt + 8 hf + g; S columns 16 nq .., O columns
+// 128 nq ...
+
+// S = Q K^T: rows 32 mw .. +32, columns 16 nq .. +16, k = D_QK. a_row: this lane's ldmatrix row of Q; b_row: its
+// row of the tile's K buffer. 64 columns (8 chunks, one swizzle period) per outer step; the inner 4 k-steps use
+// per-lane swizzled chunk offsets (the XOR touches only the low 3 bits of the chunk index).
+template <int D_QK>
+__device__ __forceinline__ void qk(float (&s_acc)[2][2][4], uint32_t a_row, uint32_t b_row, int x7, int hi16,
+                                   int hi8) {
+  constexpr int kRowBytes = SmemPlan<D_QK>::kRowBytes;
+  sm90::zero_fill(s_acc);
+#pragma unroll 1
+  for (int kb = 0; kb < D_QK / 16 / 4; ++kb) {
+    const uint32_t a_base = a_row + kb * 128;
+    const uint32_t b_base = b_row + kb * 128;
+#pragma unroll
+    for (int kq = 0; kq < 4; ++kq) {
+      uint32_t a0[4], a1[4], b[4];
+      ldmatrix_x4(a0, a_base + (((2 * kq + hi16) ^ x7) << 4));
+      ldmatrix_x4(a1, a_base + 16 * kRowBytes + (((2 * kq + hi16) ^ x7) << 4));
+      ldmatrix_x4(b, b_base + (((2 * kq + hi8) ^ x7) << 4));
+      mma_bf16(s_acc[0][0], a0, b[0], b[1]);
+      mma_bf16(s_acc[0][1], a0, b[2], b[3]);
+      mma_bf16(s_acc[1][0], a1, b[0], b[1]);
+      mma_bf16(s_acc[1][1], a1, b[2], b[3]);
+    }
+  }
+}
+
+// Online softmax: the new row maxima (all four quarters'), O and the running sums rescaled (skipped when no row
+// of the warp changed its maximum), P (bf16) to smem at sP.
+template <int D_QK>
+__device__ __forceinline__ void softmax_update(const float (&s_acc)[2][2][4], float (&o_acc)[2][16][4],
+                                               float (&m_run)[4], float (&l_run)[4], const float* s_max, uint32_t sP,
+                                               int mw, int nq, int g, int t) {
+  float alpha[4];
+  float m_use[4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 2 * mt + hf;
+      const int row = mw * 32 + mt * 16 + hf * 8 + g;
+      const float m_new = fmaxf(fmaxf(m_run[r], fmaxf(s_max[row], s_max[64 + row])),
+                                fmaxf(s_max[128 + row], s_max[192 + row]));
+      m_use[r] = (m_new == -INFINITY) ? 0.f : m_new;  // keeps (-inf) - (-inf) out
+      alpha[r] = fast_exp2(m_run[r] - m_use[r]);       // m_run = -inf -> 0
+      m_run[r] = m_new;
+    }
+  const bool rescale = !(alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f);
+  if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] *= alpha[2 * mt + (e >> 1)];
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 2 * mt + hf;
+      const int row = mw * 32 + mt * 16 + hf * 8 + g;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float p0 = fast_exp2(s_acc[mt][nt][2 * hf] - m_use[r]);
+        const float p1 = fast_exp2(s_acc[mt][nt][2 * hf + 1] - m_use[r]);
+        sum += p0 + p1;
+        const int chunk = nq * 2 + nt;  // 8 columns per chunk
+        st_shared_u32(sP + row * SmemPlan<D_QK>::kPRowBytes + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(p0, p1));
+      }
+      l_run[r] = l_run[r] * alpha[r] + sum;
+    }
+}
+
+// O += P V: rows 32 mw .. +32, d_v columns 128 nq .. +128, k = 64 KV rows. p_row: this lane's ldmatrix row of P;
+// v_row: its row of the tile's V (= K) buffer.
+template <int D_QK>
+__device__ __forceinline__ void pv(float (&o_acc)[2][16][4], uint32_t p_row, uint32_t v_row, int nq, int x7,
+                                   int hi16) {
+  using Plan = SmemPlan<D_QK>;
+#pragma unroll 1
+  for (int kk = 0; kk < kTileKv / 16; ++kk) {
+    uint32_t a0[4], a1[4];
+    ldmatrix_x4(a0, p_row + (((2 * kk + hi16) ^ x7) << 4));
+    ldmatrix_x4(a1, p_row + 16 * Plan::kPRowBytes + (((2 * kk + hi16) ^ x7) << 4));
+    const uint32_t vbase = v_row + kk * 16 * Plan::kRowBytes;
+#pragma unroll
+    for (int np = 0; np < 8; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vbase + (((nq * 16 + np * 2 + hi16) ^ x7) << 4));
+      mma_bf16(o_acc[0][2 * np], a0, b[0], b[1]);
+      mma_bf16(o_acc[0][2 * np + 1], a0, b[2], b[3]);
+      mma_bf16(o_acc[1][2 * np], a1, b[0], b[1]);
+      mma_bf16(o_acc[1][2 * np + 1], a1, b[2], b[3]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // SPLIT: the split-KV decode variant (a separate instantiation, so the unsplit kernel keeps its registers).
 template <int D_QK, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(const __grid_constant__ KernelArgs args) {
@@ -108,7 +211,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
   using Plan = SmemPlan<D_QK>;
   constexpr int kChunks = Plan::kChunks;
   constexpr int kRowBytes = Plan::kRowBytes;
-  constexpr int kKSteps = D_QK / 16;
   constexpr float kLn2 = 0.6931471805599453f;
   constexpr float kLog2e = 1.4426950408889634f;
 
@@ -291,28 +393,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
       cp_async_commit();
       idx_next = load_index(j + 2);
 
-      // ---- S = Q K^T: rows 32*mw .. +32, columns 16*nq .. +16, k = D_QK.
+      // ---- S = Q K^T.
       const uint32_t kbuf = sK + buf * Plan::kKBytes;
       float s_acc[2][2][4];
-      sm90::zero_fill(s_acc);
-      // 64 columns (8 chunks, one swizzle period) per outer step; the inner 4 k-steps use per-lane
-      // swizzled chunk offsets (the XOR touches only the low 3 bits of the chunk index).
-#pragma unroll 1
-      for (int kb = 0; kb < kKSteps / 4; ++kb) {
-        const uint32_t a_base = a_row + kb * 128;
-        const uint32_t b_base = kbuf + b_row_off + kb * 128;
-#pragma unroll
-        for (int kq = 0; kq < 4; ++kq) {
-          uint32_t a0[4], a1[4], b[4];
-          ldmatrix_x4(a0, a_base + (((2 * kq + hi16) ^ x7) << 4));
-          ldmatrix_x4(a1, a_base + 16 * kRowBytes + (((2 * kq + hi16) ^ x7) << 4));
-          ldmatrix_x4(b, b_base + (((2 * kq + hi8) ^ x7) << 4));
-          mma_bf16(s_acc[0][0], a0, b[0], b[1]);
-          mma_bf16(s_acc[0][1], a0, b[2], b[3]);
-          mma_bf16(s_acc[1][0], a1, b[0], b[1]);
-          mma_bf16(s_acc[1][1], a1, b[2], b[3]);
-        }
-      }
+      qk<D_QK>(s_acc, a_row, kbuf + b_row_off, x7, hi16, hi8);
 
       if (has_next) {
         fp8_store_half(buf ^ 1, 0);
@@ -346,67 +430,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
       __syncthreads();  // (B)
 
       // ---- Online softmax; P (bf16) to smem.
-      {
-        float alpha[4];
-        float m_use[4];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int r = 2 * mt + hf;
-            const int row = mw * 32 + mt * 16 + hf * 8 + g;
-            const float m_new = fmaxf(fmaxf(m_run[r], fmaxf(s_max[row], s_max[64 + row])),
-                                      fmaxf(s_max[128 + row], s_max[192 + row]));
-            m_use[r] = (m_new == -INFINITY) ? 0.f : m_new;  // keeps (-inf) - (-inf) out
-            alpha[r] = fast_exp2(m_run[r] - m_use[r]);       // m_run = -inf -> 0
-            m_run[r] = m_new;
-          }
-        const bool rescale = !(alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f);
-        if (__any_sync(0xffffffffu, rescale)) {
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] *= alpha[2 * mt + (e >> 1)];
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int r = 2 * mt + hf;
-            const int row = mw * 32 + mt * 16 + hf * 8 + g;
-            float sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-              const float p0 = fast_exp2(s_acc[mt][nt][2 * hf] - m_use[r]);
-              const float p1 = fast_exp2(s_acc[mt][nt][2 * hf + 1] - m_use[r]);
-              sum += p0 + p1;
-              const int chunk = nq * 2 + nt;  // 8 columns per chunk
-              st_shared_u32(sP + row * Plan::kPRowBytes + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(p0, p1));
-            }
-            l_run[r] = l_run[r] * alpha[r] + sum;
-          }
-      }
+      softmax_update<D_QK>(s_acc, o_acc, m_run, l_run, s_max, sP, mw, nq, g, t);
       __syncthreads();  // (C)
 
-      // ---- O += P V: rows 32*mw .. +32, d_v columns 128*nq .. +128, k = 64 KV rows.
-#pragma unroll 1
-      for (int kk = 0; kk < kTileKv / 16; ++kk) {
-        uint32_t a0[4], a1[4];
-        ldmatrix_x4(a0, p_row + (((2 * kk + hi16) ^ x7) << 4));
-        ldmatrix_x4(a1, p_row + 16 * Plan::kPRowBytes + (((2 * kk + hi16) ^ x7) << 4));
-        const uint32_t vbase = kbuf + v_row_off + kk * 16 * kRowBytes;
-#pragma unroll
-        for (int np = 0; np < 8; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vbase + (((nq * 16 + np * 2 + hi16) ^ x7) << 4));
-          mma_bf16(o_acc[0][2 * np], a0, b[0], b[1]);
-          mma_bf16(o_acc[0][2 * np + 1], a0, b[2], b[3]);
-          mma_bf16(o_acc[1][2 * np], a1, b[0], b[1]);
-          mma_bf16(o_acc[1][2 * np + 1], a1, b[2], b[3]);
-        }
-      }
+      // ---- O += P V.
+      pv<D_QK>(o_acc, p_row, kbuf + v_row_off, nq, x7, hi16);
 
       if (has_next) fp8_store_half(buf ^ 1, 1);
     }
