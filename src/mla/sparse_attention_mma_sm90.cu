@@ -204,15 +204,113 @@ __device__ __forceinline__ void pv(float (&o_acc)[2][16][4], uint32_t p_row, uin
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Q: this thread's chunks of row `grow` (64 heads x D_QK), rows past h_q zero-filled.
+template <int D_QK>
+__device__ __forceinline__ void load_q(const SparseAttentionParams& p, int64_t token, int head0, uint32_t sQ, int grow,
+                                       int gsub) {
+  using Plan = SmemPlan<D_QK>;
+  const int head = head0 + grow;
+  const bool ok = head < p.h_q;
+  const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) +
+                             p.token_offset(token, p.q_stride_token, p.q_stride_request) +
+                             static_cast<int64_t>(ok ? head : 0) * p.q_stride_head;
+#pragma unroll
+  for (int i = 0; i < Plan::kChunks / 4; ++i) {
+    const int c = gsub + 4 * i;
+    cp_async_16(sQ + swz(grow, c, Plan::kRowBytes), src + c * 8, ok ? 16 : 0);
+  }
+}
+
+// Split-KV: the partial row for the combine kernel, O / l in f32 (0 when empty) and lse = m + ln l (-inf when
+// empty), no sink (the combine folds it in). Straight from registers: each store of a warp covers 8 rows x 32
+// contiguous bytes, whole sectors.
+__device__ __forceinline__ void write_partial_row(const SparseAttentionParams& p, const float (&o_acc)[2][16][4],
+                                              const float (&m_run)[4], const float* s_sum, int64_t accum_row,
+                                              int head0, int mw, int nq, int g, int t) {
+  constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 2 * mt + hf;
+      const int row = mw * 32 + mt * 16 + hf * 8 + g;
+      const int head = head0 + row;
+      if (head >= p.h_q) continue;
+      const float m = m_run[r];
+      const bool empty = (m == -INFINITY);
+      const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
+      const float inv = empty ? 0.f : 1.f / l;
+      float* dst = p.o_accum + (accum_row * p.h_q + head) * kDv + nq * 128 + 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt)
+        *reinterpret_cast<float2*>(dst + nt * 8) =
+            make_float2(o_acc[mt][nt][2 * hf] * inv, o_acc[mt][nt][2 * hf + 1] * inv);
+      if (nq == 0 && t == 0) p.lse_accum[accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
+    }
+}
+
+// The final output: O / (l + the sink's share) in bf16 (0 when empty), staged in K buffer 0 (sK; every warp is
+// done with it) so that the stores to global are 16-byte coalesced; the lse and the max logits where asked.
+template <int D_QK>
+__device__ __forceinline__ void write_output(const SparseAttentionParams& p, const float (&o_acc)[2][16][4],
+                                             const float (&m_run)[4], const float* s_sum, uint32_t sK, int64_t token,
+                                             int head0, int tid, int mw, int nq, int g, int t) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const uint32_t s_stage = sK;  // 64 rows x 1024 B, swizzled
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 2 * mt + hf;
+      const int row = mw * 32 + mt * 16 + hf * 8 + g;
+      const int head = head0 + row;
+      const float m = m_run[r];
+      const bool empty = (m == -INFINITY);
+      const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
+      float denom = l;
+      if (p.attn_sink != nullptr && head < p.h_q) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
+      const float inv = empty ? 0.f : 1.f / denom;
+      if (nq == 0 && t == 0 && head < p.h_q) {
+        if (p.lse != nullptr) {
+          const int64_t lse_token = p.token_offset(token, p.lse_stride_token, p.lse_stride_request);
+          p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
+        }
+        if (p.max_logits != nullptr)
+          p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
+              empty ? -INFINITY : m * kLn2;
+      }
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt) {
+        const int chunk = nq * 16 + nt;
+        const float v0 = empty ? 0.f : o_acc[mt][nt][2 * hf] * inv;
+        const float v1 = empty ? 0.f : o_acc[mt][nt][2 * hf + 1] * inv;
+        st_shared_u32(s_stage + row * (kDv * 2) + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(v0, v1));
+      }
+    }
+  __syncthreads();
+
+  __nv_bfloat16* out =
+      static_cast<__nv_bfloat16*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request);
+#pragma unroll
+  for (int i = 0; i < (kHeadsPerCta * kDv / 8) / kThreads; ++i) {
+    const int lin = tid + kThreads * i;
+    const int row = lin >> 6, c = lin & 63;
+    const int head = head0 + row;
+    if (head < p.h_q) {
+      const uint4 v = ld_shared_v4(s_stage + swz(row, c, kDv * 2));
+      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(head) * p.out_stride_head + c * 8) = v;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // SPLIT: the split-KV decode variant (a separate instantiation, so the unsplit kernel keeps its registers).
 template <int D_QK, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(const __grid_constant__ KernelArgs args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   using Plan = SmemPlan<D_QK>;
-  constexpr int kChunks = Plan::kChunks;
   constexpr int kRowBytes = Plan::kRowBytes;
-  constexpr float kLn2 = 0.6931471805599453f;
-  constexpr float kLog2e = 1.4426950408889634f;
 
   extern __shared__ __align__(128) uint8_t smem[];
   const SparseAttentionParams& p = args.p;
@@ -283,19 +381,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
     };
     auto index_valid = [&](int idx) -> bool { return idx >= 0 && static_cast<int64_t>(idx) < p.num_kv; };
 
-    // ---- Q: 64 heads x D_QK, rows past h_q zero-filled.
-    {
-      const int head = head0 + grow;
-      const bool ok = head < p.h_q;
-      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) +
-                                 p.token_offset(token, p.q_stride_token, p.q_stride_request) +
-                                 static_cast<int64_t>(ok ? head : 0) * p.q_stride_head;
-#pragma unroll
-      for (int i = 0; i < kChunks / 4; ++i) {
-        const int c = gsub + 4 * i;
-        cp_async_16(sQ + swz(grow, c, kRowBytes), src + c * 8, ok ? 16 : 0);
-      }
-    }
+    // ---- Q.
+    load_q<D_QK>(p, token, head0, sQ, grow, gsub);
 
     // ---- KV gather: the row's 32 e4m3 chunks (16 B = 16 values each) are split over the 4 threads (chunks
     // gsub + 4 i, i < 8, so chunk i uses scale i / 2) and handled in two halves (i < 4, i >= 4) so that
@@ -454,78 +541,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
     }
     __syncthreads();  // s_sum complete; every warp is done reading the K buffers (O staging reuses buffer 0)
 
+    // A split item writes its partial row (where it has one), the others the final output.
     if (accum_row >= 0) {
-      // Partial row for the combine kernel: O / l in f32 (0 when empty) and lse = m + ln l (-inf when
-      // empty), no sink (the combine folds it in). Straight from registers: each store of a warp covers
-      // 8 rows x 32 contiguous bytes, whole sectors.
-      if (write_partial) {
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int r = 2 * mt + hf;
-            const int row = mw * 32 + mt * 16 + hf * 8 + g;
-            const int head = head0 + row;
-            if (head >= p.h_q) continue;
-            const float m = m_run[r];
-            const bool empty = (m == -INFINITY);
-            const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
-            const float inv = empty ? 0.f : 1.f / l;
-            float* dst = p.o_accum + (accum_row * p.h_q + head) * kDv + nq * 128 + 2 * t;
-#pragma unroll
-            for (int nt = 0; nt < 16; ++nt)
-              *reinterpret_cast<float2*>(dst + nt * 8) =
-                  make_float2(o_acc[mt][nt][2 * hf] * inv, o_acc[mt][nt][2 * hf + 1] * inv);
-            if (nq == 0 && t == 0) p.lse_accum[accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
-          }
-      }
+      if (write_partial) write_partial_row(p, o_acc, m_run, s_sum, accum_row, head0, mw, nq, g, t);
     } else {
-      const uint32_t s_stage = sK;  // 64 rows x 1024 B, swizzled
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = 2 * mt + hf;
-          const int row = mw * 32 + mt * 16 + hf * 8 + g;
-          const int head = head0 + row;
-          const float m = m_run[r];
-          const bool empty = (m == -INFINITY);
-          const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
-          float denom = l;
-          if (p.attn_sink != nullptr && head < p.h_q) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
-          const float inv = empty ? 0.f : 1.f / denom;
-          if (nq == 0 && t == 0 && head < p.h_q) {
-            if (p.lse != nullptr) {
-              const int64_t lse_token = p.token_offset(token, p.lse_stride_token, p.lse_stride_request);
-              p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
-            }
-            if (p.max_logits != nullptr)
-              p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
-                  empty ? -INFINITY : m * kLn2;
-          }
-#pragma unroll
-          for (int nt = 0; nt < 16; ++nt) {
-            const int chunk = nq * 16 + nt;
-            const float v0 = empty ? 0.f : o_acc[mt][nt][2 * hf] * inv;
-            const float v1 = empty ? 0.f : o_acc[mt][nt][2 * hf + 1] * inv;
-            st_shared_u32(s_stage + row * (kDv * 2) + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(v0, v1));
-          }
-        }
-      __syncthreads();
-
-      __nv_bfloat16* out =
-          static_cast<__nv_bfloat16*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request);
-#pragma unroll
-      for (int i = 0; i < (kHeadsPerCta * kDv / 8) / kThreads; ++i) {
-        const int lin = tid + kThreads * i;
-        const int row = lin >> 6, c = lin & 63;
-        const int head = head0 + row;
-        if (head < p.h_q) {
-          const uint4 v = ld_shared_v4(s_stage + swz(row, c, kDv * 2));
-          *reinterpret_cast<uint4*>(out + static_cast<int64_t>(head) * p.out_stride_head + c * 8) = v;
-        }
-      }
-    }  // final output
+      write_output<D_QK>(p, o_acc, m_run, s_sum, sK, token, head0, tid, mw, nq, g, t);
+    }
     __syncthreads();  // the next work item reuses every shared buffer
   }  // work items
 #else
