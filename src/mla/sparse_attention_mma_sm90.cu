@@ -101,13 +101,11 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The tile loop's phases, in order: qk (S), the mask and row maxima (barrier B follows), softmax_update (barrier C
-// follows), pv. A thread's rows: r = 2 mt + hf -> row 32 mw + 16 mt + 8 hf + g; S columns 16 nq .., O columns
-// 128 nq ...
+// The tile loop's phases: qk, the mask and row maxima (in the kernel), barrier B, softmax_update, barrier C, pv.
+// A thread's rows: r = 2 mt + hf -> row 32 mw + 16 mt + 8 hf + g; S columns 16 nq .., O columns 128 nq ...
 
-// S = Q K^T: rows 32 mw .. +32, columns 16 nq .. +16, k = D_QK. a_row: this lane's ldmatrix row of Q; b_row: its
-// row of the tile's K buffer. 64 columns (8 chunks, one swizzle period) per outer step; the inner 4 k-steps use
-// per-lane swizzled chunk offsets (the XOR touches only the low 3 bits of the chunk index).
+// S = Q K^T (k = D_QK) from this lane's ldmatrix rows a_row (Q), b_row (K). 64 columns (one swizzle period) an outer
+// step; the inner k-steps' swizzled chunk offsets are per lane (the XOR touches only the chunk index's low 3 bits).
 template <int D_QK>
 __device__ __forceinline__ void qk(float (&s_acc)[2][2][4], uint32_t a_row, uint32_t b_row, int x7, int hi16,
                                    int hi8) {
@@ -179,8 +177,7 @@ __device__ __forceinline__ void softmax_update(const float (&s_acc)[2][2][4], fl
     }
 }
 
-// O += P V: rows 32 mw .. +32, d_v columns 128 nq .. +128, k = 64 KV rows. p_row: this lane's ldmatrix row of P;
-// v_row: its row of the tile's V (= K) buffer.
+// O += P V (k = the tile's 64 rows) from this lane's ldmatrix rows p_row (P), v_row (V: the tile's K buffer).
 template <int D_QK>
 __device__ __forceinline__ void pv(float (&o_acc)[2][16][4], uint32_t p_row, uint32_t v_row, int nq, int x7,
                                    int hi16) {
@@ -204,6 +201,69 @@ __device__ __forceinline__ void pv(float (&o_acc)[2][16][4], uint32_t p_row, uin
 }
 
 // ---------------------------------------------------------------------------------------------------
+// KV gather: a row's 32 e4m3 chunks (16 values each) are split over its 4 threads (chunks gsub + 4 i, i < 8: scale
+// i / 2), in halves (i < 4, i >= 4) so that only 4 are held in registers at a time; the bf16 RoPE part by cp.async.
+// Fp8Row: the thread's row between phases, as references (a struct of values changed the machine code).
+struct Fp8Row {
+  const uint8_t*& row;
+  bool& valid;
+  float (&scale)[4];
+  uint4 (&raw)[4];
+};
+// Row `grow` of tile buffer `dst` is KV row `idx`: its address, RoPE part, scales and valid flag (s_valid_row).
+template <int D_QK>
+__device__ __forceinline__ void fp8_begin(Fp8Row& kv, const KernelArgs& args, uint32_t dst, int* s_valid_row, int idx,
+                                          int grow, int gsub) {
+  const SparseAttentionParams& p = args.p;
+  kv.valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
+  const uint32_t r = kv.valid ? static_cast<uint32_t>(idx) : 0u;
+  const uint32_t page = args.page.div(r), slot = r - page * args.page.divisor;
+  kv.row = static_cast<const uint8_t*>(p.kv) + static_cast<int64_t>(page) * p.kv_block_stride_bytes +
+           static_cast<int64_t>(slot) * p.kv_slot_stride_bytes;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int rc = gsub + 4 * k;  // rope chunk 0..7 -> bf16 chunk 64 + rc
+    cp_async_16(dst + swz(grow, 64 + rc, SmemPlan<D_QK>::kRowBytes), kv.row + kFp8RopeOffset + 16 * rc,
+                kv.valid ? 16 : 0);
+  }
+  if (kv.valid) {
+    const float4 s = __ldg(reinterpret_cast<const float4*>(kv.row + kFp8ScaleOffset));
+    kv.scale[0] = s.x; kv.scale[1] = s.y; kv.scale[2] = s.z; kv.scale[3] = s.w;
+  } else {
+    kv.scale[0] = kv.scale[1] = kv.scale[2] = kv.scale[3] = 0.f;
+  }
+  if (gsub == 0) *s_valid_row = kv.valid ? 1 : 0;
+}
+// The raw chunks of half `half` (zeros where masked).
+__device__ __forceinline__ void fp8_load_half(Fp8Row& kv, int gsub, int half) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = gsub + 4 * (4 * half + i);
+    kv.raw[i] = kv.valid ? ld_global_nc_v4(kv.row + 16 * c) : make_uint4(0, 0, 0, 0);
+  }
+}
+// Half `half`, dequantized, into row `grow` of tile buffer `dst`.
+template <int D_QK>
+__device__ __forceinline__ void fp8_store_half(const Fp8Row& kv, uint32_t dst, int grow, int gsub, int half) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int ii = 4 * half + i;
+    const int c = gsub + 4 * ii;  // e4m3 chunk: values 16c .. 16c+15 -> bf16 chunks 2c, 2c+1
+    const float s = kv.scale[ii >> 1];
+    uint4 lo, hi;
+    lo.x = dequant_e4m3x2(kv.raw[i].x, s);
+    lo.y = dequant_e4m3x2(kv.raw[i].x >> 16, s);
+    lo.z = dequant_e4m3x2(kv.raw[i].y, s);
+    lo.w = dequant_e4m3x2(kv.raw[i].y >> 16, s);
+    hi.x = dequant_e4m3x2(kv.raw[i].z, s);
+    hi.y = dequant_e4m3x2(kv.raw[i].z >> 16, s);
+    hi.z = dequant_e4m3x2(kv.raw[i].w, s);
+    hi.w = dequant_e4m3x2(kv.raw[i].w >> 16, s);
+    st_shared_v4(dst + swz(grow, 2 * c, SmemPlan<D_QK>::kRowBytes), lo);
+    st_shared_v4(dst + swz(grow, 2 * c + 1, SmemPlan<D_QK>::kRowBytes), hi);
+  }
+}
+
 // Q: this thread's chunks of row `grow` (64 heads x D_QK), rows past h_q zero-filled.
 template <int D_QK>
 __device__ __forceinline__ void load_q(const SparseAttentionParams& p, int64_t token, int head0, uint32_t sQ, int grow,
@@ -221,9 +281,8 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, int64_t t
   }
 }
 
-// Split-KV: the partial row for the combine kernel, O / l in f32 (0 when empty) and lse = m + ln l (-inf when
-// empty), no sink (the combine folds it in). Straight from registers: each store of a warp covers 8 rows x 32
-// contiguous bytes, whole sectors.
+// Split-KV: the combine kernel's partial row, O / l in f32 (0 when empty) and lse = m + ln l (-inf when empty), no
+// sink (the combine adds it). Straight from registers: a warp's store covers 8 rows x 32 bytes, whole sectors.
 __device__ __forceinline__ void write_partial_row(const SparseAttentionParams& p, const float (&o_acc)[2][16][4],
                                               const float (&m_run)[4], const float* s_sum, int64_t accum_row,
                                               int head0, int mw, int nq, int g, int t) {
@@ -379,75 +438,25 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
       const int slot = tile * kTileKv + grow;
       return slot < eff ? __ldg(idx_row + slot) : -1;
     };
-    auto index_valid = [&](int idx) -> bool { return idx >= 0 && static_cast<int64_t>(idx) < p.num_kv; };
 
-    // ---- Q.
     load_q<D_QK>(p, token, head0, sQ, grow, gsub);
 
-    // ---- KV gather: the row's 32 e4m3 chunks (16 B = 16 values each) are split over the 4 threads (chunks
-    // gsub + 4 i, i < 8, so chunk i uses scale i / 2) and handled in two halves (i < 4, i >= 4) so that
-    // only 4 chunks are held in registers at a time. The rope part is bf16 and goes by cp.async.
+    // ---- KV gather of this thread's row of a tile into buffer `buf`: fp8_begin, fp8_load_half, fp8_store_half.
     const uint8_t* fp8_row = nullptr;
     bool fp8_valid = false;
     float fp8_scale[4] = {0.f, 0.f, 0.f, 0.f};
     uint4 fp8_raw[4];
-    auto fp8_begin = [&](int buf, int idx) {
-      fp8_valid = index_valid(idx);
-      const uint32_t r = fp8_valid ? static_cast<uint32_t>(idx) : 0u;
-      const uint32_t page = args.page.div(r), slot = r - page * args.page.divisor;
-      fp8_row = static_cast<const uint8_t*>(p.kv) + static_cast<int64_t>(page) * p.kv_block_stride_bytes +
-                static_cast<int64_t>(slot) * p.kv_slot_stride_bytes;
-      const uint32_t dst = sK + buf * Plan::kKBytes;
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int rc = gsub + 4 * k;  // rope chunk 0..7 -> bf16 chunk 64 + rc
-        cp_async_16(dst + swz(grow, 64 + rc, kRowBytes), fp8_row + kFp8RopeOffset + 16 * rc, fp8_valid ? 16 : 0);
-      }
-      if (fp8_valid) {
-        const float4 s = __ldg(reinterpret_cast<const float4*>(fp8_row + kFp8ScaleOffset));
-        fp8_scale[0] = s.x; fp8_scale[1] = s.y; fp8_scale[2] = s.z; fp8_scale[3] = s.w;
-      } else {
-        fp8_scale[0] = fp8_scale[1] = fp8_scale[2] = fp8_scale[3] = 0.f;
-      }
-      if (gsub == 0) s_valid[buf * kTileKv + grow] = fp8_valid ? 1 : 0;
-    };
-    auto fp8_load_half = [&](int half) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c = gsub + 4 * (4 * half + i);
-        fp8_raw[i] = fp8_valid ? ld_global_nc_v4(fp8_row + 16 * c) : make_uint4(0, 0, 0, 0);
-      }
-    };
-    auto fp8_store_half = [&](int buf, int half) {
-      const uint32_t dst = sK + buf * Plan::kKBytes;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int ii = 4 * half + i;
-        const int c = gsub + 4 * ii;  // e4m3 chunk: values 16c .. 16c+15 -> bf16 chunks 2c, 2c+1
-        const float s = fp8_scale[ii >> 1];
-        uint4 lo, hi;
-        lo.x = dequant_e4m3x2(fp8_raw[i].x, s);
-        lo.y = dequant_e4m3x2(fp8_raw[i].x >> 16, s);
-        lo.z = dequant_e4m3x2(fp8_raw[i].y, s);
-        lo.w = dequant_e4m3x2(fp8_raw[i].y >> 16, s);
-        hi.x = dequant_e4m3x2(fp8_raw[i].z, s);
-        hi.y = dequant_e4m3x2(fp8_raw[i].z >> 16, s);
-        hi.z = dequant_e4m3x2(fp8_raw[i].w, s);
-        hi.w = dequant_e4m3x2(fp8_raw[i].w >> 16, s);
-        st_shared_v4(dst + swz(grow, 2 * c, kRowBytes), lo);
-        st_shared_v4(dst + swz(grow, 2 * c + 1, kRowBytes), hi);
-      }
-    };
+    Fp8Row kv{fp8_row, fp8_valid, fp8_scale, fp8_raw};
 
     // ---- Prologue: tile 0 into buffer 0.
     int idx_next = -1;
     if (j_begin < j_end) {
       const int idx0 = load_index(j_begin);
-      fp8_begin(0, idx0);
-      fp8_load_half(0);
-      fp8_store_half(0, 0);
-      fp8_load_half(1);
-      fp8_store_half(0, 1);
+      fp8_begin<D_QK>(kv, args, sK, s_valid + grow, idx0, grow, gsub);
+      fp8_load_half(kv, gsub, 0);
+      fp8_store_half<D_QK>(kv, sK, grow, gsub, 0);
+      fp8_load_half(kv, gsub, 1);
+      fp8_store_half<D_QK>(kv, sK, grow, gsub, 1);
       idx_next = load_index(j_begin + 1);
     }
     cp_async_commit();
@@ -474,20 +483,20 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
 
       const bool has_next = j + 1 < j_end;
       if (has_next) {
-        fp8_begin(buf ^ 1, idx_next);
-        fp8_load_half(0);
+        fp8_begin<D_QK>(kv, args, sK + (buf ^ 1) * Plan::kKBytes, s_valid + (buf ^ 1) * kTileKv + grow, idx_next, grow,
+                        gsub);
+        fp8_load_half(kv, gsub, 0);
       }
       cp_async_commit();
       idx_next = load_index(j + 2);
 
-      // ---- S = Q K^T.
       const uint32_t kbuf = sK + buf * Plan::kKBytes;
       float s_acc[2][2][4];
       qk<D_QK>(s_acc, a_row, kbuf + b_row_off, x7, hi16, hi8);
 
       if (has_next) {
-        fp8_store_half(buf ^ 1, 0);
-        fp8_load_half(1);
+        fp8_store_half<D_QK>(kv, sK + (buf ^ 1) * Plan::kKBytes, grow, gsub, 0);
+        fp8_load_half(kv, gsub, 1);
       }
 
       // ---- Mask, scale to base 2, row max over this warp's 16 columns, exchange through smem.
@@ -520,10 +529,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
       softmax_update<D_QK>(s_acc, o_acc, m_run, l_run, s_max, sP, mw, nq, g, t);
       __syncthreads();  // (C)
 
-      // ---- O += P V.
       pv<D_QK>(o_acc, p_row, kbuf + v_row_off, nq, x7, hi16);
 
-      if (has_next) fp8_store_half(buf ^ 1, 1);
+      if (has_next) fp8_store_half<D_QK>(kv, sK + (buf ^ 1) * Plan::kKBytes, grow, gsub, 1);
     }
 
     // ---- Epilogue.
