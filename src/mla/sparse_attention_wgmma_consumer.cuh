@@ -227,7 +227,7 @@ __device__ __forceinline__ uint32_t epilogue_stage(const Smem<C>& sm, int warp) 
 
 // ---------------------------------------------------------------------------------------------------
 // Two tiles per iteration: consumer W's fixed operands (TwoTiles), its phases (tile_row_max; consumer 0's
-// pv_a_left, share_p_a, pv_b_left; consumer 1's pv_consumer1), then consumer() itself.
+// pv_a_left, share_p_a, pv_b_left; consumer 1's pv_consumer1; combine_row_sums), then consumer() itself.
 
 // What consumer W keeps for the whole CTA (built once by consumer()): its lane and rows (r0 = 16 warp + g,
 // r1 = r0 + 8; t = lane & 3), the descriptors of its GEMMs, its P buffer, its and the other consumer's slot of
@@ -394,6 +394,21 @@ __device__ __forceinline__ void pv_consumer1(const TwoTiles<C, 1>& c, float (&o)
   c.release(kOther, 1 - first_half(kOther), std::false_type{});  // A-right
 }
 
+// Phase epilogue, its first step: this consumer's part of rows r0 and r1's sums (l0, l1: this thread's) to `sums`,
+// and the two consumers meet, after which each reads both parts.
+template <class C, int W>
+__device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, int t, float l0, float l1) {
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (t == 0) {
+    sums[W * C::kHeads + r0] = l0;
+    sums[W * C::kHeads + r1] = l1;
+  }
+  named_sync(kBarMax);
+}
+
 // Consumer warpgroup W (two tiles per iteration): S of tile W, its softmax, O columns W*256 .. +256. The two
 // consumers run staggered (FlashMLA's prefill schedule): consumer 0 takes the running max over tile A alone,
 // publishes it and starts P_A V_A-left at once; consumer 1 adds tile B's max and publishes the iteration's max,
@@ -475,17 +490,10 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
     // Q may be reloaded. (Arriving right after the last S GEMM would let the reload overlap the last PV,
     // but a conditional arrival there makes ptxas serialize the wgmma instructions.)
     mbar_arrive(sm.bar_q_empty());
-    // ---- Phase epilogue.
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    // ---- Phase epilogue: combine the two consumers' row sums (buffer by item parity: the other consumer
+    // may still read the last item's); lse, max_logits; O / (l + sink term), or the partial row.
     float* sums = s_sum + ((k - work.first) & 1) * 2 * C::kHeads;
-    if (t == 0) {
-      sums[W * C::kHeads + r0] = l0;
-      sums[W * C::kHeads + r1] = l1;
-    }
-    named_sync(kBarMax);
+    combine_row_sums<C, W>(sums, r0, r1, t, l0, l1);
     write_item_rows<C, W>(
         p, w, heads, r0, r1, t, o, m0, m1,
         [&](int h) {
