@@ -226,28 +226,25 @@ __device__ __forceinline__ uint32_t epilogue_stage(const Smem<C>& sm, int warp) 
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Consumer warpgroup W (two tiles per iteration): S of tile W, its softmax, O columns W*256 .. +256. The two
-// consumers run staggered (FlashMLA's prefill schedule): consumer 0 takes the running max over tile A alone,
-// publishes it and starts P_A V_A-left at once; consumer 1 adds tile B's max and publishes the iteration's max,
-// with which consumer 0 rescales P_A (stored for consumer 1), its O and its row sums. So each softmax runs while
-// the other consumer's GEMMs keep the tensor cores busy, and consumer 0 issues the next S_A while its
-// P_B V_B-left runs. (Both softmaxes after one shared max exchange left the tensor cores idle meanwhile.)
-template <class C, bool SPLIT, int W>
-__device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
-                                         float* s_max, float* s_sum, const ItemInfo* s_item,
-                                         const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
-  constexpr int kOther = 1 - W;
-  const SparseAttentionParams& p = args.p;
-  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
-  const int g = lane >> 2, t = lane & 3;
-  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+// Two tiles per iteration: consumer W's fixed operands (TwoTiles), its phases (tile_row_max; consumer 0's
+// pv_a_left, share_p_a, pv_b_left; consumer 1's pv_consumer1; combine_row_sums), then consumer() itself.
 
-  const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
-  const uint64_t desc_k = make_desc(sm.tile(W), 16, 1024);
-  const uint64_t desc_v_own = make_desc(sm.tile(W) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
-  const uint64_t desc_v_other = make_desc(sm.tile(kOther) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
-  const uint64_t desc_p_other = make_desc(sm.p_of(kOther), 16, 1024);
-  const uint32_t p_own = sm.p_of(W);
+// What consumer W keeps for the whole CTA (built once by consumer()): its lane and rows (r0 = 16 warp + g,
+// r1 = r0 + 8; t = lane & 3), the descriptors of its GEMMs, its P buffer, its and the other consumer's slot of
+// s_max; and the steps several phases use (release, gemm_s, publish_max, gemm_pv_other).
+template <class C, int W>
+struct TwoTiles {
+  static constexpr int kOther = 1 - W;
+  const Smem<C>& sm;
+  int lane, g, t, r0, r1;
+  uint64_t desc_q, desc_k, desc_v_own, desc_v_other, desc_p_other;
+  uint32_t p_own;
+  // Each consumer publishes its rows' running max in its own slot of s_max ([2][64]): consumer 0's over tile A
+  // (kBarMaxA), read by consumer 1; consumer 1's, the iteration's (kBarMaxB), read by consumer 0. (One slot the
+  // two wrote in turn was ordered by the barrier chain, but racecheck reported the reuse as a hazard.)
+  float* max_own;
+  const float* max_other;
+
   // A half-tile this consumer is done with. GENERIC: this warpgroup also read or wrote some of it with
   // ordinary loads and stores (the valid flags, P_A); then every thread arrives itself, so each of those
   // accesses is ordered before the producer's next writes by its own thread's arrival. That is the order
@@ -255,17 +252,17 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
   // as a race. Otherwise (only the tensor cores read it) one lane per warp arrives: every thread arriving on
   // every release measured 20% slower in prefill. In a cluster one lane per warp also arrives on the peer's
   // barrier (the peer's producer writes its rows into this CTA's tiles, read here only by wgmma).
-  const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
-  auto release = [&](int tile, int half, auto generic) {
+  __device__ __forceinline__ void release(int tile, int half, auto generic) const {
     if (decltype(generic)::value || lane == 0) mbar_arrive(sm.bar_empty(tile, half));
     if constexpr (C::kCluster) {
       __syncwarp();
       if (lane == 0) mbar_arrive_remote(sm.peer(sm.bar_empty(tile, half)));
     }
-  };
+  }
+
   // S = Q K_W^T over the tile's early half, then its late half, each once it is full. Consumer 0 overlapping its
   // P_B V_B-left (OVERLAP): that GEMM group is waited for between the halves, and B-left released.
-  auto gemm_s = [&](float (&s)[32], int phase, auto overlap) {
+  __device__ __forceinline__ void gemm_s(float (&s)[32], int phase, auto overlap) const {
     mbar_wait(sm.bar_full(W, first_half(W)), phase);
     fence_proxy_async();
     wgmma_fence();
@@ -283,28 +280,160 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
     else gemm_qk<C, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
     wgmma_commit();
     wgmma_wait<0>();
-  };
-  // Each consumer publishes its rows' running max in its own slot of s_max ([2][64]): consumer 0's over tile A
-  // (kBarMaxA), read by consumer 1; consumer 1's, the iteration's (kBarMaxB), read by consumer 0. (One slot the
-  // two wrote in turn was ordered by the barrier chain, but racecheck reported the reuse as a hazard.)
-  float* const max_own = s_max + W * C::kHeads;
-  const float* const max_other = s_max + kOther * C::kHeads;
-  auto publish_max = [&](float n0, float n1, int bar) {
+  }
+
+  // Publishes rows r0, r1 of this consumer's running max (n0, n1) and arrives on `bar`.
+  __device__ __forceinline__ void publish_max(float n0, float n1, int bar) const {
     __syncwarp();  // the warp meets before its t == 0 lanes publish (the one-slot layout needed it; kept as verified)
     if (t == 0) {
       max_own[r0] = n0;
       max_own[r1] = n1;
     }
     named_arrive(bar);
-  };
+  }
 
   // O_W += P_other V_other (P from shared memory), uncommitted.
-  auto gemm_pv_other = [&](float (&o)[128]) {
+  __device__ __forceinline__ void gemm_pv_other(float (&o)[128]) const {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
                           desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
-  };
+  }
+};
+
+// The phases below leave the running max and row sums (m0, m1, l0, l1) to consumer(): phases that took them by
+// reference changed the machine code (they are promoted to registers later, and ptxas allocated differently).
+
+// Phase softmax, its first step: masks S and scales it to base 2, and returns the rows' max over the tile
+// (consumer 1: with consumer 0's over tile A, the iteration's).
+template <class C, int W>
+__device__ __forceinline__ void tile_row_max(const TwoTiles<C, W>& c, float (&s)[32], const uint8_t* s_valid,
+                                             float scale_log2, float& mx0, float& mx1) {
+  mask_scale_rowmax(s, s_valid + W * C::kTile + 2 * c.t, scale_log2, mx0, mx1);
+  if constexpr (W == 1) {
+    named_sync(kBarMaxA);
+    mx0 = fmaxf(mx0, c.max_other[c.r0]);
+    mx1 = fmaxf(mx1, c.max_other[c.r1]);
+  }
+}
+
+// O_W += P_W V_W (P from registers), committed.
+template <class C, int W>
+__device__ __forceinline__ void gemm_pv_own(const TwoTiles<C, W>& c, float (&o)[128], const uint32_t (&pf)[16]) {
+  fence_regs(o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
+    wgmma_m64n256k16_rs(o, a, c.desc_v_own + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+  }
+  wgmma_commit();
+}
+
+// Phase PV, consumer 0's first step: P_A V_A-left, waited for (P_A's registers are rewritten next), and A-left
+// released.
+template <class C>
+__device__ __forceinline__ void pv_a_left(const TwoTiles<C, 0>& c, float (&o)[128], const uint32_t (&pf)[16]) {
+  gemm_pv_own(c, o, pf);
+  wgmma_wait<0>();  // P_A's registers are rewritten below
+  fence_regs(o);
+  c.release(0, first_half(0), std::true_type{});  // A-left: its last reader is done
+}
+
+// Consumer 0: P_A, rescaled to the iteration's max (b0, b1: row r0's and r1's factor; `s`: the f32 numerators),
+// stored for consumer 1 and published.
+template <class C>
+__device__ __forceinline__ void share_p_a(const TwoTiles<C, 0>& c, const float (&s)[32], uint32_t (&pf)[16], float b0,
+                                          float b1, int phase) {
+  scaled_p(s, b0, b1, pf);
+  // P_A overwrites tile A's RoPE atom: its copies are confirmed landed (bar_rope_landed; complete by now
+  // in practice, S_A has read them).
+  if constexpr (C::kPAInRope) mbar_wait(c.sm.bar_rope_landed(), phase);
+  store_p(c.p_own, pf, c.r0, c.r1, c.g, c.t);
+  fence_proxy_async();
+  named_arrive(kBarPReadyA);
+  // P_A in tile A's RoPE block: the producer's next RoPE copy there also waits for these stores.
+  if constexpr (C::kPAInRope) c.release(0, 1, std::true_type{});
+}
+
+// Consumer 0's last step: P_B V_B-left once consumer 1 stored P_B, overlapped by the next S_A unless iteration `it`
+// is the item's last (of n_iters; `phase`: its barrier phase), when B-left is released after it.
+template <class C>
+__device__ __forceinline__ void pv_b_left(const TwoTiles<C, 0>& c, float (&o)[128], float (&s)[32], int phase, int it,
+                                          int n_iters) {
+  named_sync(kBarPReadyB);
+  fence_regs(o);
+  wgmma_fence();
+  c.gemm_pv_other(o);
+  wgmma_commit();
+  if (it + 1 < n_iters) {
+    c.gemm_s(s, phase ^ 1, std::true_type{});  // the next S_A, overlapping P_B V_B-left
+  } else {
+    wgmma_wait<0>();
+    c.release(1, 1 - first_half(1), std::false_type{});  // B-left
+  }
+  fence_regs(o);
+}
+
+// Phase PV, consumer 1: P_B V_B-right, P_B stored for consumer 0, then P_A V_A-right; B-right and A-right released.
+template <class C>
+__device__ __forceinline__ void pv_consumer1(const TwoTiles<C, 1>& c, float (&o)[128], const uint32_t (&pf)[16]) {
+  constexpr int W = 1, kOther = 0;
+  gemm_pv_own(c, o, pf);
+  store_p(c.p_own, pf, c.r0, c.r1, c.g, c.t);
+  named_sync(kBarPReadyA);
+  wgmma_fence();
+  c.gemm_pv_other(o);
+  wgmma_commit();
+  fence_proxy_async();
+  named_arrive(kBarPReadyB);
+  wgmma_wait<1>();
+  c.release(W, first_half(W), std::true_type{});  // B-right: its last reader is done
+  wgmma_wait<0>();
+  fence_regs(o);
+  c.release(kOther, 1 - first_half(kOther), std::false_type{});  // A-right
+}
+
+// Phase epilogue, its first step: this consumer's part of rows r0 and r1's sums (l0, l1: this thread's) to `sums`,
+// and the two consumers meet, after which each reads both parts.
+template <class C, int W>
+__device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, int t, float l0, float l1) {
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (t == 0) {
+    sums[W * C::kHeads + r0] = l0;
+    sums[W * C::kHeads + r1] = l1;
+  }
+  named_sync(kBarMax);
+}
+
+// Consumer warpgroup W (two tiles per iteration): S of tile W, its softmax, O columns W*256 .. +256. The two
+// consumers run staggered (FlashMLA's prefill schedule): consumer 0 takes the running max over tile A alone,
+// publishes it and starts P_A V_A-left at once; consumer 1 adds tile B's max and publishes the iteration's max,
+// with which consumer 0 rescales P_A (stored for consumer 1), its O and its row sums. So each softmax runs while
+// the other consumer's GEMMs keep the tensor cores busy, and consumer 0 issues the next S_A while its
+// P_B V_B-left runs. (Both softmaxes after one shared max exchange left the tensor cores idle meanwhile.)
+template <class C, bool SPLIT, int W>
+__device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
+                                         float* s_max, float* s_sum, const ItemInfo* s_item,
+                                         const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
+  const SparseAttentionParams& p = args.p;
+  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+  const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
+  const uint64_t desc_k = make_desc(sm.tile(W), 16, 1024);
+  const uint64_t desc_v_own = make_desc(sm.tile(W) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
+  const uint64_t desc_v_other = make_desc(sm.tile(1 - W) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
+  const uint64_t desc_p_other = make_desc(sm.p_of(1 - W), 16, 1024);
+  const uint32_t p_own = sm.p_of(W);
+  const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
+  float* const max_own = s_max + W * C::kHeads;
+  const float* const max_other = s_max + (1 - W) * C::kHeads;
+  const TwoTiles<C, W> c{sm, lane, g, t, r0, r1, desc_q, desc_k, desc_v_own, desc_v_other, desc_p_other, p_own,
+                         max_own, max_other};
 
   int iter = 0;
   for (int k = work.first; k <= work.last; ++k) {
@@ -314,22 +443,16 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     float s[32];
     if constexpr (W == 0)
-      if (n_iters > 0) gemm_s(s, iter & 1, std::false_type{});
+      if (n_iters > 0) c.gemm_s(s, iter & 1, std::false_type{});
 
     for (int it = 0; it < n_iters; ++it) {
       const int phase = (iter + it) & 1;
       // ---- Phase QK: S = Q K_W^T (consumer 0's was issued in the previous iteration).
-      if constexpr (W == 1) gemm_s(s, phase, std::false_type{});
+      if constexpr (W == 1) c.gemm_s(s, phase, std::false_type{});
       fence_regs(s);
-
       // ---- Phase softmax: mask, scale to base 2; consumer 0 on its own, consumer 1 after consumer 0's max.
       float mx0, mx1;
-      mask_scale_rowmax(s, s_valid + W * C::kTile + 2 * t, args.scale_log2, mx0, mx1);
-      if constexpr (W == 1) {
-        named_sync(kBarMaxA);
-        mx0 = fmaxf(mx0, max_other[r0]);
-        mx1 = fmaxf(mx1, max_other[r1]);
-      }
+      tile_row_max(c, s, s_valid, args.scale_log2, mx0, mx1);
       const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
       const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
       const float mu1 = n1 == -INFINITY ? 0.f : n1;
@@ -342,84 +465,35 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
       rescale_rows(o, alpha0, alpha1);
-      publish_max(n0, n1, W == 0 ? kBarMaxA : kBarMaxB);
+      c.publish_max(n0, n1, W == 0 ? kBarMaxA : kBarMaxB);
 
       // ---- Phase PV: O_W += P_W V_W (P from registers), then O_W += P_other V_other (P from smem).
-      fence_regs(o);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
-        wgmma_m64n256k16_rs(o, a, desc_v_own + static_cast<uint64_t>((kk * 16 * 128) >> 4));
-      }
-      wgmma_commit();
       if constexpr (W == 0) {
-        wgmma_wait<0>();  // P_A's registers are rewritten below
-        fence_regs(o);
-        release(W, first_half(W), std::true_type{});  // A-left: its last reader is done
+        pv_a_left(c, o, pf);
         // The iteration's max: P_A, O and the row sums rescaled to it (beta 1 for a row with no valid slot yet,
         // whose terms are all 0).
         named_sync(kBarMaxB);
-        const float b0 = n0 == -INFINITY ? 1.f : fast_exp2(n0 - max_other[r0]);
-        const float b1 = n1 == -INFINITY ? 1.f : fast_exp2(n1 - max_other[r1]);
-        m0 = max_other[r0];
-        m1 = max_other[r1];
-        scaled_p(s, b0, b1, pf);
-        // P_A overwrites tile A's RoPE atom: its copies are confirmed landed (bar_rope_landed; complete by now
-        // in practice, S_A has read them).
-        if constexpr (C::kPAInRope) mbar_wait(sm.bar_rope_landed(), phase);
-        store_p(p_own, pf, r0, r1, g, t);
-        fence_proxy_async();
-        named_arrive(kBarPReadyA);
-        // P_A in tile A's RoPE block: the producer's next RoPE copy there also waits for these stores.
-        if constexpr (C::kPAInRope) release(0, 1, std::true_type{});
+        const float b0 = n0 == -INFINITY ? 1.f : fast_exp2(n0 - c.max_other[c.r0]);
+        const float b1 = n1 == -INFINITY ? 1.f : fast_exp2(n1 - c.max_other[c.r1]);
+        m0 = c.max_other[c.r0];
+        m1 = c.max_other[c.r1];
+        share_p_a(c, s, pf, b0, b1, phase);
         rescale_rows(o, b0, b1);
         l0 *= b0;
         l1 *= b1;
-        named_sync(kBarPReadyB);
-        fence_regs(o);
-        wgmma_fence();
-        gemm_pv_other(o);
-        wgmma_commit();
-        if (it + 1 < n_iters) {
-          gemm_s(s, phase ^ 1, std::true_type{});  // the next S_A, overlapping P_B V_B-left
-        } else {
-          wgmma_wait<0>();
-          release(kOther, 1 - first_half(kOther), std::false_type{});  // B-left
-        }
-        fence_regs(o);
+        pv_b_left(c, o, s, phase, it, n_iters);
       } else {
-        store_p(p_own, pf, r0, r1, g, t);
-        named_sync(kBarPReadyA);
-        wgmma_fence();
-        gemm_pv_other(o);
-        wgmma_commit();
-        fence_proxy_async();
-        named_arrive(kBarPReadyB);
-        wgmma_wait<1>();
-        release(W, first_half(W), std::true_type{});  // B-right: its last reader is done
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(kOther, 1 - first_half(kOther), std::false_type{});  // A-right
+        pv_consumer1(c, o, pf);
       }
     }
     iter += n_iters;
     // Q may be reloaded. (Arriving right after the last S GEMM would let the reload overlap the last PV,
     // but a conditional arrival there makes ptxas serialize the wgmma instructions.)
     mbar_arrive(sm.bar_q_empty());
-
     // ---- Phase epilogue: combine the two consumers' row sums (buffer by item parity: the other consumer
     // may still read the last item's); lse, max_logits; O / (l + sink term), or the partial row.
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     float* sums = s_sum + ((k - work.first) & 1) * 2 * C::kHeads;
-    if (t == 0) {
-      sums[W * C::kHeads + r0] = l0;
-      sums[W * C::kHeads + r1] = l1;
-    }
-    named_sync(kBarMax);
+    combine_row_sums<C, W>(sums, r0, r1, t, l0, l1);
     write_item_rows<C, W>(
         p, w, heads, r0, r1, t, o, m0, m1,
         [&](int h) {
