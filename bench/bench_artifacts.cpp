@@ -53,7 +53,7 @@ struct TempDir {
 // wheels' extracted members, and the fixed modules.
 struct WarmCache {
   TempDir dir;
-  art::Config cfg;
+  art::Settings cfg;
   fs::path big_wheel;
   WarmCache() {
     const std::string fake_sha(64, 'e');
@@ -99,7 +99,7 @@ WarmCache& warm_cache() {
 
 // Resolution (each module and libtvm_ffi checked against its SHA-256 record) and the path rule checked
 // before each dlopen: everything a warm start does on disk before it loads code.
-void resolve_everything(const art::Config& cfg) {
+void resolve_everything(const art::Settings& cfg) {
   benchmark::DoNotOptimize(flashcpp::ffi::require_trusted_file(art::resolve_tvm_ffi_library(cfg), "libtvm_ffi"));
   benchmark::DoNotOptimize(art::resolve_tvm_ffi_include_dir(cfg));
   benchmark::DoNotOptimize(art::resolve_flashinfer_sources(cfg));
@@ -122,13 +122,13 @@ void BM_WarmResolveFromCache(benchmark::State& state) {
 }
 BENCHMARK(BM_WarmResolveFromCache)->Unit(benchmark::kMicrosecond);
 
-// The same from Config::from_env() (environment, pip.conf, build-tree prefix) each time, as a fresh process does.
+// The same from Settings::from_env() (environment, pip.conf, build-tree prefix) each time, as a fresh process does.
 void BM_WarmResolveFromEnv(benchmark::State& state) {
   WarmCache& c = warm_cache();
   ::setenv("FLASHCPP_CACHE_DIR", c.cfg.cache_dir.c_str(), 1);
   ::setenv("FLASHCPP_MANIFEST", c.cfg.manifest_file.c_str(), 1);
   ::setenv("FLASHCPP_NO_BUILD_DEPS", "1", 1);
-  for (auto _ : state) resolve_everything(art::Config::from_env());
+  for (auto _ : state) resolve_everything(art::Settings::from_env());
   ::unsetenv("FLASHCPP_CACHE_DIR");
   ::unsetenv("FLASHCPP_MANIFEST");
   ::unsetenv("FLASHCPP_NO_BUILD_DEPS");
@@ -197,7 +197,7 @@ DownloadFixture& download_fixture() {
 
 void BM_DownloadFlashcpp(benchmark::State& state) {
   DownloadFixture& f = download_fixture();
-  art::Config cfg;
+  art::Settings cfg;
   const fs::path dest = f.dir.path / "flashcpp.bin";
   for (auto _ : state) {
     fs::remove(dest);

@@ -216,7 +216,7 @@ Impl::Offsets index_offsets(const EngineOptions& o) {
 void setup_gpu(Impl& s) {
   const ModelConfig& c = s.cfg;
   const int dev = s.opt.device;
-  (void)device_info(dev);  // an unknown device is refused before anything is allocated
+  (void)device_facts(dev);  // an unknown device is refused before anything is allocated
   DeviceGuard guard(dev);
   s.rt = Runtime::create();
   s.stream.emplace(dev);
@@ -513,7 +513,7 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
   const TensorView batch_indices = g.i32(s.index_dev, s.off.batch_indices, t);
   const TensorView qo_indptr = g.i32(s.index_dev, s.off.qo_indptr, p.batch + 1);
   const int64_t page_elems = s.opt.page_size * c.kv_heads * d;
-  const bool pdl = s.opt.pdl && device_info(s.opt.device).cc_major >= 9;
+  const bool pdl = s.opt.pdl && device_facts(s.opt.device).cc_major >= 9;
   const RmsNormOptions norm{c.rms_eps, pdl};
   RopeOptions rope;
   rope.interleave = true;  // llama.cpp's permuted q/k rows (model.hpp)
@@ -627,7 +627,7 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
     dc.page_size = s.opt.page_size;
     dc.q_dtype = dc.kv_dtype = s.model->dtype;
     dc.enable_cuda_graph = graphs;
-    dc.enable_pdl = s.opt.pdl && device_info(s.opt.device).cc_major >= 9;
+    dc.enable_pdl = s.opt.pdl && device_facts(s.opt.device).cc_major >= 9;
     const DecodeIndptrs ip{host_i32(p.kv_indptr), host_i32(p.last_page_len)};
     decode.emplace(BatchDecodePlan::create(*s.rt, *s.ws, ip, dc, st));
   } else {
@@ -639,7 +639,7 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
     pc.page_size = s.opt.page_size;
     pc.q_dtype = pc.kv_dtype = s.model->dtype;
     pc.causal = true;
-    pc.enable_pdl = s.opt.pdl && device_info(s.opt.device).cc_major >= 9;
+    pc.enable_pdl = s.opt.pdl && device_facts(s.opt.device).cc_major >= 9;
     const PrefillIndptrs ip{host_i32(p.qo_indptr), host_i32(p.kv_indptr), host_i32(p.last_page_len)};
     prefill.emplace(BatchPrefillPlan::create(*s.rt, *s.ws, ip, pc, st));
   }

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
 
     std::printf("flashcpp_tp_decode: %d GPU(s) [%s], batch %lld, kv up to %lld tokens, %lld q / %lld kv heads x %lld, "
                 "sparse MLA %s\n",
-                gpus, flashcpp::device_info(0).name.c_str(), static_cast<long long>(batch),
+                gpus, flashcpp::device_facts(0).name.c_str(), static_cast<long long>(batch),
                 static_cast<long long>(kv_len), static_cast<long long>(shape.num_qo_heads),
                 static_cast<long long>(shape.num_kv_heads), static_cast<long long>(shape.head_dim),
                 shape.mla ? ("h_q " + std::to_string(shape.mla_heads) + " = " + std::to_string(gpus) + " x " +

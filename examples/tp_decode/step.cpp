@@ -159,7 +159,7 @@ DeviceStep::DeviceStep(const Runtime& rt, const StepInputs& in, int device, int 
   s.hr = sh.num_qo_heads / world;
   s.hkvr = sh.num_kv_heads / world;
   s.hidden = sh.num_qo_heads * sh.head_dim;
-  (void)device_info(device);  // an unknown device is refused before anything is allocated on it
+  (void)device_facts(device);  // an unknown device is refused before anything is allocated on it
   s.stream.emplace(device);
   s.ws.emplace(device, int64_t{64} << 20, int64_t{8} << 20);
 

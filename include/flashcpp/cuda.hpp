@@ -14,8 +14,9 @@ namespace flashcpp {
 void cuda_check(cudaError_t status, const char* what, const char* file = nullptr, int line = 0);
 #define FLASHCPP_CUDA_CHECK(expr) ::flashcpp::cuda_check((expr), #expr, __FILE__, __LINE__)
 
-/// Facts about one GPU, read once per device and cached (thread-safe).
-struct DeviceInfo {
+/// Facts about one GPU, read once per device and cached (thread-safe). The one device query: ops, MLA dispatch,
+/// the CLI and the C ABI all read their device facts here.
+struct DeviceFacts {
   int id = 0;
   std::string name;
   int sm_count = 0;
@@ -27,7 +28,7 @@ struct DeviceInfo {
 /// Number of visible CUDA devices; 0 when there is no GPU or no driver (never throws).
 int cuda_device_count() noexcept;
 /// Cached device facts; throws invalid_argument for an id outside [0, cuda_device_count()).
-const DeviceInfo& device_info(int device_id);
+const DeviceFacts& device_facts(int device_id);
 
 /// Sets the current CUDA device for a scope and restores the previous one (also on exceptions).
 class DeviceGuard {

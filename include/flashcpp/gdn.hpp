@@ -18,7 +18,7 @@ namespace flashcpp {
 
 /// Tensors of one gdn_prefill call. T = total packed tokens, N = sequences, D = head size (128),
 /// Hsab = max(Hq, Hv). GQA (Hq >= Hv): Hk == Hv, Hq a multiple of Hv. GVA (Hv > Hq): Hk == Hq, Hv a multiple of Hq.
-struct GdnPrefillArgs {
+struct GdnPrefillTensors {
   TensorView output;        ///< [T, Hsab, D], dtype of q, contiguous, CUDA
   TensorView output_state;  ///< [N, Hsab, D, D] f32, contiguous (always written)
   TensorView q;             ///< [T, Hq, D] f16 or bf16, contiguous
@@ -56,6 +56,6 @@ int64_t gdn_prefill_workspace_bytes(int device);
 /// Any device, any order, any thread: calls are serialised process-wide for their host part only (the
 /// launch is asynchronous), because FlashInfer 0.6.3's module keeps one-time kernel setup in
 /// process-wide flags that flashcpp re-arms when the device changes (docs/MULTI_GPU.md).
-void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& args, const GdnPrefillOptions& options, cudaStream_t stream);
+void gdn_prefill(const Runtime& rt, const GdnPrefillTensors& args, const GdnPrefillOptions& options, cudaStream_t stream);
 
 }  // namespace flashcpp

@@ -58,7 +58,7 @@ struct FusedMoeConfig {
 
 /// One MoE call. T tokens, K = top_k, E = experts on this rank, H = hidden, I = intermediate.
 /// All tensors contiguous, on the config's device.
-struct FusedMoeArgs {
+struct FusedMoeTensors {
   TensorView output;                  ///< [T, H] output_dtype
   TensorView input;                   ///< [T, H] activation_dtype
   /// [T, K] i32, global expert ids, distinct within each row (values are not checked). FlashInfer 0.6.3's
@@ -106,7 +106,7 @@ struct MoeProblemShape {
   int64_t tp_size = 1, tp_rank = 0, ep_size = 1, ep_rank = 0;
 
   /// The shape of a call (`args` as run() takes them; not validated here).
-  static MoeProblemShape of(const FusedMoeArgs& args);
+  static MoeProblemShape of(const FusedMoeTensors& args);
   bool operator==(const MoeProblemShape&) const = default;
 };
 
@@ -123,7 +123,7 @@ class FusedMoeRunner {
 
   /// Validates `args` against the configuration (shapes, dtypes, alignment of H and I, scales),
   /// makes the device current (the runner does not) and launches on `stream`.
-  void run(const FusedMoeArgs& args, cudaStream_t stream) const;
+  void run(const FusedMoeTensors& args, cudaStream_t stream) const;
 
   /// Tactics are kept per token-count bucket (the next power of two of the token count), and within a bucket
   /// per problem shape (MoeProblemShape). A call of T tokens and shape P runs with, in this order:
@@ -148,7 +148,7 @@ class FusedMoeRunner {
   /// run() may run concurrently.
   /// DeepSeek FP8 block-scale has one fixed configuration in FlashInfer 0.6.3: returns {-1, -1} at once
   /// (nothing is kept).
-  MoeTactics tune(const FusedMoeArgs& args, cudaStream_t stream);
+  MoeTactics tune(const FusedMoeTensors& args, cudaStream_t stream);
   /// The tactics run() uses for `tokens` tokens of `shape` (rules 1-3 above; {-1, -1}: the defaults). Validated:
   /// tokens >= 1 (both overloads).
   MoeTactics tactics_for(int64_t tokens, const MoeProblemShape& shape) const;
@@ -183,6 +183,6 @@ class FusedMoeRunner {
 };
 
 /// Validation only (what run() checks before launching); for callers and tests.
-void validate_fused_moe(const FusedMoeConfig& config, const FusedMoeArgs& args);
+void validate_fused_moe(const FusedMoeConfig& config, const FusedMoeTensors& args);
 
 }  // namespace flashcpp

@@ -142,12 +142,12 @@ void apply_llama31_rope(const TensorView& q, const TensorView& k, const TensorVi
 /// or e5m2 (float_to_e4m3 / float_to_e5m2: nearest even, saturating, as FlashInfer's kernel) or any float dtype (f64:
 /// the exact value, before FP8 rounding). k parts rank 3 or 2 (MLA); nope parts all four or none; every pos_ids value
 /// must be a row of the cache (checked here).
-void rope_quantize_fp8(const RopeQuantizeArgs& args, const RopeQuantizeOptions& options = {});
+void rope_quantize_fp8(const RopeQuantizeTensors& args, const RopeQuantizeOptions& options = {});
 /// rope_quantize_fp8 of q, and of k into the cache's dtype, appended (with GQA/MHA's v x quant_scale_kv) at the slot
 /// of positions[i] in request batch_indices[i] as append_paged_kv_cache / append_paged_mla_kv_cache place it. Every
 /// tensor, the page table included, on the host; the cache of any dtype rope_quantize_fp8's outputs take (f64: the
 /// exact values). Slots outside a request's pages are refused.
-void rope_quantize_append_paged_kv_cache(const RopeQuantizeAppendArgs& args, const RopeQuantizeOptions& options = {});
+void rope_quantize_append_paged_kv_cache(const RopeQuantizeAppendTensors& args, const RopeQuantizeOptions& options = {});
 
 // -------------------------------------------------------------------------------------------------
 // DSA top-k (flashcpp/topk.hpp), on host views (any strides; k is the output's width). One exact selection per

@@ -26,7 +26,7 @@
 //
 // rope_quantize_fp8 (FlashInfer's rope_quantize, the input step of DeepSeek MLA and of FP8 attention) takes q and k
 // already split into their rotary part (rope_dim wide) and the rest (nope, no_rope_dim wide), rotates the rotary parts
-// with a cos/sin cache and writes every part as FP8 in one pass (see RopeQuantizeArgs).
+// with a cos/sin cache and writes every part as FP8 in one pass (see RopeQuantizeTensors).
 // rope_quantize_append_paged_kv_cache (FlashInfer's function of that name) does the same for q and appends the FP8 k
 // (and, for GQA/MHA, v) straight into a paged KV cache: a decode step's attention input in one kernel.
 #pragma once
@@ -91,7 +91,7 @@ void apply_llama31_rope(const Runtime& rt, const TensorView& q, const TensorView
 /// Tensors of one rope_quantize_fp8 call. Inputs f16 or bf16 (all the same), outputs e4m3 or e5m2 (all the same), each
 /// output the shape of its input. GQA/MHA: k parts rank 3 [tokens, H_k, d]; MLA (one latent head shared by every q
 /// head; DeepSeek: H_q 128, rope_dim 64, no_rope_dim 512): k parts rank 2 [tokens, d].
-struct RopeQuantizeArgs {
+struct RopeQuantizeTensors {
   TensorView q_rope;      ///< [tokens, H_q, rope_dim]
   TensorView k_rope;      ///< [tokens, H_k, rope_dim] or MLA [tokens, rope_dim]
   TensorView q_rope_out;  ///< fp8, q_rope's shape
@@ -127,13 +127,13 @@ struct RopeQuantizeOptions {
 /// floats); no output shares a byte with any argument. NOTE: with interleave, FlashInfer's kernel also reads the 32
 /// bytes after row pos of the cache (values it does not use), past the cache's end for its last row; keep 32 bytes
 /// readable after the cache.
-void rope_quantize_fp8(const Runtime& rt, const RopeQuantizeArgs& args, const RopeQuantizeOptions& options = {},
+void rope_quantize_fp8(const Runtime& rt, const RopeQuantizeTensors& args, const RopeQuantizeOptions& options = {},
                        cudaStream_t stream = nullptr);
 
 /// Tensors of one rope_quantize_append_paged_kv_cache call: q as in rope_quantize_fp8 (written to q_rope_out and
 /// q_nope_out), k (and v) appended to a paged cache instead of written out. Inputs f16 or bf16 (all the same); q's
 /// outputs and the cache FP8, e4m3 or e5m2 (all the same). Exactly one of kv_cache and mla_cache.
-struct RopeQuantizeAppendArgs {
+struct RopeQuantizeAppendTensors {
   TensorView q_rope;      ///< [tokens, H_q, rope_dim]
   TensorView k_rope;      ///< GQA/MHA [tokens, H_k, rope_dim]; MLA [tokens, rope_dim] (one latent head)
   TensorView q_nope;      ///< [tokens, H_q, no_rope_dim] (no_rope_dim a multiple of rope_dim, 0 allowed)
@@ -167,7 +167,7 @@ struct RopeQuantizeAppendArgs {
 /// int32 (indptr [batch + 1], last_page_len [batch], indices), batch_indices and positions int32 [tokens], contiguous;
 /// grid y (H_q + H_k) x (1 + no_rope_dim / rope_dim) + (GQA/MHA) H_k <= 65535; no output (q's, the caches) shares a
 /// byte with an input or another output.
-void rope_quantize_append_paged_kv_cache(const Runtime& rt, const RopeQuantizeAppendArgs& args,
+void rope_quantize_append_paged_kv_cache(const Runtime& rt, const RopeQuantizeAppendTensors& args,
                                          const RopeQuantizeOptions& options = {}, cudaStream_t stream = nullptr);
 
 }  // namespace flashcpp

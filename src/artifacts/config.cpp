@@ -1,4 +1,4 @@
-// Config::from_env (environment and pip configuration) and the pinned manifest (built-in or a user file).
+// Settings::from_env (environment and pip configuration) and the pinned manifest (built-in or a user file).
 #include <cstdlib>
 #include <sstream>
 
@@ -69,8 +69,8 @@ std::vector<fs::path> split_paths(const std::string& s) {
 
 }  // namespace
 
-Config Config::from_env() {
-  Config c;
+Settings Settings::from_env() {
+  Settings c;
   const auto home = getenv_str("HOME");
   if (auto d = env::directory("FLASHCPP_CACHE_DIR"))
     c.cache_dir = *d;
@@ -136,7 +136,7 @@ Config Config::from_env() {
   return c;
 }
 
-Manifest Config::manifest() const { return manifest_file.empty() ? Manifest::builtin() : Manifest::load(manifest_file); }
+Manifest Settings::manifest() const { return manifest_file.empty() ? Manifest::builtin() : Manifest::load(manifest_file); }
 
 Manifest Manifest::builtin() {
   Manifest m;

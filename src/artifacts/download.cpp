@@ -39,7 +39,7 @@ std::string bytes_text(std::uint64_t n) {
 }
 
 // Empty when `dir` has room for `bytes` more and cfg.min_free_bytes besides; else why not.
-std::string free_space_shortfall(const Config& cfg, const fs::path& dir, std::uint64_t bytes) {
+std::string free_space_shortfall(const Settings& cfg, const fs::path& dir, std::uint64_t bytes) {
   struct statvfs st {};
   if (::statvfs(dir.c_str(), &st) != 0) return {};  // unknown: a full disk still fails the write (ENOSPC)
   std::uint64_t free_bytes = 0, need = 0;
@@ -62,7 +62,7 @@ class Sink {
 
   // `limit`: the pinned size, or the configured bound when the pin gives none (`exact` false). Then the free
   // space is checked against the announced length on the first data.
-  Sink(int fd, Sha256& hash, std::uint64_t offset, std::uint64_t limit, bool exact, const Config& cfg, fs::path dir)
+  Sink(int fd, Sha256& hash, std::uint64_t offset, std::uint64_t limit, bool exact, const Settings& cfg, fs::path dir)
       : fd_(fd), hash_(hash), offset_(offset), limit_(limit), exact_(exact), cfg_(cfg), dir_(std::move(dir)) {
     for (int i = 0; i < kBuffers; ++i) free_.push_back(std::make_unique<Buffer>());
     worker_ = std::thread([this] { work(); });
@@ -202,7 +202,7 @@ class Sink {
   std::uint64_t offset_;
   std::uint64_t limit_;
   bool exact_;
-  const Config& cfg_;
+  const Settings& cfg_;
   fs::path dir_;
   std::uint64_t received_ = 0;
   bool checked_status_ = false;
@@ -221,7 +221,7 @@ size_t sink_write(char* data, size_t size, size_t nmemb, void* user) {
 }
 
 struct ProgressState {
-  const Config* cfg;
+  const Settings* cfg;
   StallWatch* stall;
   std::string what;
   std::uint64_t total = 0;
@@ -273,7 +273,7 @@ std::string kept_text(const fs::path& part) {
 
 // What download_file publishes: its pin, its part file and destination, and their names in messages.
 struct Target {
-  const Config& cfg;
+  const Settings& cfg;
   const fs::path& part;
   const fs::path& dest;
   const std::string& what;
@@ -313,13 +313,13 @@ void publish_download(const Target& t, int& fd, std::uint64_t size, const std::s
 
 }  // namespace
 
-DownloadResult download_file(const Config& cfg, const std::string& url, const fs::path& dest,
+DownloadResult download_file(const Settings& cfg, const std::string& url, const fs::path& dest,
                              std::string_view expected_sha256, std::uint64_t expected_size) {
   global_init();
   if (!is_sha256_hex(expected_sha256))
     throw_error(ErrorCode::invalid_argument, "download_file: argument 'expected_sha256' must be 64 lowercase hex digits");
   if (!(cfg.deadline_s > 0) || !(cfg.min_rate_window_s > 0))
-    throw_error(ErrorCode::invalid_argument, "download_file: Config::deadline_s and Config::min_rate_window_s must be > 0 seconds");
+    throw_error(ErrorCode::invalid_argument, "download_file: Settings::deadline_s and Settings::min_rate_window_s must be > 0 seconds");
   const fs::path part = dest.string() + ".part";
   const std::string shown = redact_url(url);
   const std::string what = dest.filename().string();

@@ -67,7 +67,7 @@ std::string seconds_text(double s) {
 
 }  // namespace
 
-void apply_common(CURL* h, const Config& cfg, const std::string& url, double time_left_s) {
+void apply_common(CURL* h, const Settings& cfg, const std::string& url, double time_left_s) {
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
@@ -87,7 +87,7 @@ void apply_common(CURL* h, const Config& cfg, const std::string& url, double tim
 #endif
 }
 
-double backoff_seconds(const Config& cfg, int retry) {
+double backoff_seconds(const Settings& cfg, int retry) {
   return std::min(30.0, cfg.retry_backoff_s * std::pow(2.0, retry));
 }
 
@@ -99,11 +99,11 @@ Timeout classify_timeout(CURL* h, CURLcode rc, Clock::time_point deadline) {
   return connect_us > 0 ? Timeout::too_slow : Timeout::connect;
 }
 
-std::string deadline_text(const Config& cfg) {
+std::string deadline_text(const Settings& cfg) {
   return "did not finish within the download deadline of " + seconds_text(cfg.deadline_s) + " (FLASHCPP_DOWNLOAD_DEADLINE)";
 }
 
-std::string describe_failure(CURLcode rc, long status, const char* errbuf, const Config& cfg, bool stalled,
+std::string describe_failure(CURLcode rc, long status, const char* errbuf, const Settings& cfg, bool stalled,
                              Timeout timeout) {
   if (stalled) return "stalled: no data for " + seconds_text(cfg.stall_timeout_s) + " (FLASHCPP_STALL_TIMEOUT)";
   if (rc == CURLE_HTTP_RETURNED_ERROR) return "HTTP " + std::to_string(status) + http_reason(status);
@@ -131,7 +131,7 @@ size_t text_write(char* data, size_t size, size_t nmemb, void* user) {
 }
 }  // namespace
 
-std::string http_get_text(const Config& cfg, const std::string& url, std::string* effective_url) {
+std::string http_get_text(const Settings& cfg, const std::string& url, std::string* effective_url) {
   global_init();
   const std::string shown = redact_url(url);
   const auto deadline =

@@ -59,10 +59,10 @@ struct StallWatch {
 
 /// The options every transfer sets: URL, redirects, timeouts, minimum rate, user agent, http(s) only.
 /// `time_left_s`: what remains of this file's deadline; libcurl's total timeout for the attempt.
-void apply_common(CURL* h, const Config& cfg, const std::string& url, double time_left_s);
+void apply_common(CURL* h, const Settings& cfg, const std::string& url, double time_left_s);
 
-/// The wait before retry number `retry` (0-based): Config::retry_backoff_s doubled per retry, at most 30 s.
-double backoff_seconds(const Config& cfg, int retry);
+/// The wait before retry number `retry` (0-based): Settings::retry_backoff_s doubled per retry, at most 30 s.
+double backoff_seconds(const Settings& cfg, int retry);
 
 /// Which of libcurl's timers ended an attempt with CURLE_OPERATION_TIMEDOUT.
 enum class Timeout { none, deadline, too_slow, connect };
@@ -70,10 +70,10 @@ enum class Timeout { none, deadline, too_slow, connect };
 Timeout classify_timeout(CURL* h, CURLcode rc, Clock::time_point deadline);
 
 /// "did not finish within the download deadline of ... (FLASHCPP_DOWNLOAD_DEADLINE)".
-std::string deadline_text(const Config& cfg);
+std::string deadline_text(const Settings& cfg);
 
 /// One line on why an attempt failed: the stall, the HTTP status, the timer that fired, or libcurl's error.
-std::string describe_failure(CURLcode rc, long status, const char* errbuf, const Config& cfg, bool stalled,
+std::string describe_failure(CURLcode rc, long status, const char* errbuf, const Settings& cfg, bool stalled,
                              Timeout timeout);
 
 }  // namespace flashcpp::artifacts::detail

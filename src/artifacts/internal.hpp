@@ -34,7 +34,7 @@ void hash_prefix(Sha256& h, const std::filesystem::path& file, std::uint64_t byt
 
 /// How the cache waits for a lock another process holds: cfg.lock_timeout_s (FLASHCPP_LOCK_TIMEOUT), the
 /// holder reported through cfg.notice (else stderr) after cfg.lock_report_after_s.
-LockWait lock_wait(const Config& cfg);
+LockWait lock_wait(const Settings& cfg);
 
 /// Writes `content` to `file` via a temporary in the same directory, fsync, rename.
 void write_file_atomic(const std::filesystem::path& file, std::string_view content);
@@ -49,7 +49,7 @@ bool is_sha256_hex(std::string_view s);
 
 /// Creates `dir` with mode 0755 (umask ignored); when it lies in cfg.cache_dir, the cache root is created first,
 /// 0700 (0755 with cfg.shared_cache).
-void make_cache_dir(const Config& cfg, const std::filesystem::path& dir);
+void make_cache_dir(const Settings& cfg, const std::filesystem::path& dir);
 
 /// Verified-stamp of a cached wheel: matches when size, mtime, device, inode and ctime are unchanged since it
 /// was hashed (size and mtime alone can be put back after an edit; a ctime cannot).
@@ -69,6 +69,6 @@ std::optional<std::string> find_wheel_in_index(const std::string& html, const st
                                                const std::string& base_url, const WheelPin& pin);
 
 /// HTTP GET of a small document into memory (index pages), with the same retries/timeouts as downloads.
-std::string http_get_text(const Config& cfg, const std::string& url, std::string* effective_url);
+std::string http_get_text(const Settings& cfg, const std::string& url, std::string* effective_url);
 
 }  // namespace flashcpp::artifacts::detail

@@ -30,12 +30,12 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-fs::path wheels_dir(const Config& cfg) { return cfg.cache_dir / "wheels"; }
-fs::path extract_dir(const Config& cfg, std::string_view key) { return cfg.cache_dir / "extract" / std::string(key); }
+fs::path wheels_dir(const Settings& cfg) { return cfg.cache_dir / "wheels"; }
+fs::path extract_dir(const Settings& cfg, std::string_view key) { return cfg.cache_dir / "extract" / std::string(key); }
 
-void require_cache_dir(const Config& cfg) {
+void require_cache_dir(const Settings& cfg) {
   if (cfg.cache_dir.empty())
-    throw_error(ErrorCode::invalid_argument, "artifacts: Config.cache_dir is empty (set FLASHCPP_CACHE_DIR or use Config::from_env())");
+    throw_error(ErrorCode::invalid_argument, "artifacts: Settings.cache_dir is empty (set FLASHCPP_CACHE_DIR or use Settings::from_env())");
 }
 
 // What one artifact is made of: the package it installs as, where the thing lives inside it, and the wheel member.
@@ -77,7 +77,7 @@ std::vector<fs::path> package_dirs(const fs::path& prefix, const Artifact& a) {
   return out;
 }
 
-std::optional<fs::path> find_installed(const Config& cfg, const Artifact& a) {
+std::optional<fs::path> find_installed(const Settings& cfg, const Artifact& a) {
   for (const auto& prefix : cfg.python_prefixes)
     for (const auto& pkg : package_dirs(prefix, a))
       if (a.usable(pkg / a.rel)) return pkg / a.rel;
@@ -86,7 +86,7 @@ std::optional<fs::path> find_installed(const Config& cfg, const Artifact& a) {
 
 // Extraction root of a wheel named by an override: keyed by its path, size, mtime, inode and ctime (no multi-GB
 // hash; any change to the file moves its ctime).
-fs::path local_wheel_root(const Config& cfg, const fs::path& wheel) {
+fs::path local_wheel_root(const Settings& cfg, const fs::path& wheel) {
   struct stat st {};
   if (::stat(wheel.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
     throw_error(ErrorCode::not_found, "wheel '" + wheel.string() + "' does not exist");
@@ -122,7 +122,7 @@ namespace {
 
 // The common resolution order. Returns nullopt only when the artifact's wheel lacks the member (or, with
 // Miss::nullopt, when it cannot be had offline).
-std::optional<fs::path> resolve_artifact(const Config& cfg, const WheelPin& pin, const fs::path& override_path,
+std::optional<fs::path> resolve_artifact(const Settings& cfg, const WheelPin& pin, const fs::path& override_path,
                                          const Artifact& a, Miss miss) {
   // 1. Explicit override.
   if (!override_path.empty()) {
@@ -282,9 +282,9 @@ std::optional<std::string> detail::find_wheel_in_index(const std::string& html, 
   return std::nullopt;
 }
 
-fs::path cached_wheel_path(const Config& cfg, const WheelPin& pin) { return wheels_dir(cfg) / pin.sha256 / pin.filename; }
+fs::path cached_wheel_path(const Settings& cfg, const WheelPin& pin) { return wheels_dir(cfg) / pin.sha256 / pin.filename; }
 
-std::string resolve_wheel_url(const Config& cfg, const WheelPin& pin) {
+std::string resolve_wheel_url(const Settings& cfg, const WheelPin& pin) {
   if (!pin.url.empty()) return pin.url;
   if (cfg.index_url.empty())
     throw_error(ErrorCode::not_found,
@@ -305,7 +305,7 @@ std::string resolve_wheel_url(const Config& cfg, const WheelPin& pin) {
                                         pin.filename);
 }
 
-fs::path ensure_wheel(const Config& cfg, const WheelPin& pin) {
+fs::path ensure_wheel(const Settings& cfg, const WheelPin& pin) {
   require_cache_dir(cfg);
   if (!is_sha256_hex(pin.sha256))
     throw_error(ErrorCode::invalid_argument, "pin for " + pin.name + ": sha256 must be 64 lowercase hex digits");
@@ -352,7 +352,7 @@ std::optional<fs::path> tvm_ffi_beside_this_library() {
   return is_file(p) ? std::optional<fs::path>(p) : std::nullopt;
 }
 
-fs::path resolve_tvm_ffi_library(const Config& cfg) {
+fs::path resolve_tvm_ffi_library(const Settings& cfg) {
   static const Artifact a{"tvm_ffi", "apache_tvm_ffi", "lib/libtvm_ffi.so", "tvm_ffi/lib/libtvm_ffi.so", "FLASHCPP_TVM_FFI",
                           usable_file};
   if (cfg.tvm_ffi_override.empty())
@@ -360,18 +360,18 @@ fs::path resolve_tvm_ffi_library(const Config& cfg) {
   return *resolve_artifact(cfg, cfg.manifest().tvm_ffi, cfg.tvm_ffi_override, a, Miss::throw_error);
 }
 
-fs::path resolve_tvm_ffi_include_dir(const Config& cfg) {
+fs::path resolve_tvm_ffi_include_dir(const Settings& cfg) {
   static const Artifact a{"tvm_ffi", "apache_tvm_ffi", "include", "tvm_ffi/include", "FLASHCPP_TVM_FFI", usable_tvm_include};
   return *resolve_artifact(cfg, cfg.manifest().tvm_ffi, cfg.tvm_ffi_override, a, Miss::throw_error);
 }
 
-fs::path resolve_flashinfer_sources(const Config& cfg) {
+fs::path resolve_flashinfer_sources(const Settings& cfg) {
   static const Artifact a{"flashinfer", "flashinfer_python", "data", "flashinfer/data", "FLASHCPP_FLASHINFER_PYTHON",
                           usable_fi_data};
   return *resolve_artifact(cfg, cfg.manifest().flashinfer_python, cfg.flashinfer_python_override, a, Miss::throw_error);
 }
 
-std::optional<fs::path> resolve_prebuilt_module(const Config& cfg, std::string_view uri) {
+std::optional<fs::path> resolve_prebuilt_module(const Settings& cfg, std::string_view uri) {
   bool ok = !uri.empty() && uri.size() <= 255 && uri != "." && uri.find("..") == std::string_view::npos;
   for (char c : uri)
     ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.');
@@ -416,7 +416,7 @@ std::uint64_t tree_bytes(const fs::path& p) {
 bool is_temporary_name(const std::string& n) {
   return n.find(".tmp-") != std::string::npos || n.rfind(".staging", 0) == 0;
 }
-std::set<std::string> pinned_shas(const Config& cfg) {
+std::set<std::string> pinned_shas(const Settings& cfg) {
   std::set<std::string> s;
   const Manifest m = cfg.manifest();
   for (const WheelPin* p : m.all()) s.insert(p->sha256);
@@ -427,7 +427,7 @@ std::set<std::string> pinned_shas(const Config& cfg) {
 namespace {
 // `empty_partials`: also the empty .part files an older flashcpp left after a failed first attempt (pruned, not
 // listed: they hold nothing to resume).
-std::vector<CacheEntry> list_cache(const Config& cfg, bool empty_partials) {
+std::vector<CacheEntry> list_cache(const Settings& cfg, bool empty_partials) {
   require_cache_dir(cfg);
   std::vector<CacheEntry> out;
   const auto pinned = pinned_shas(cfg);
@@ -464,9 +464,9 @@ std::vector<CacheEntry> list_cache(const Config& cfg, bool empty_partials) {
 }
 }  // namespace
 
-std::vector<CacheEntry> cache_list(const Config& cfg) { return list_cache(cfg, false); }
+std::vector<CacheEntry> cache_list(const Settings& cfg) { return list_cache(cfg, false); }
 
-std::vector<CacheEntry> cache_verify(const Config& cfg) {
+std::vector<CacheEntry> cache_verify(const Settings& cfg) {
   std::vector<CacheEntry> out;
   for (CacheEntry& e : cache_list(cfg)) {
     if (e.kind != "wheel") continue;
@@ -486,7 +486,7 @@ std::vector<CacheEntry> cache_verify(const Config& cfg) {
   return out;
 }
 
-std::vector<CacheEntry> cache_prune(const Config& cfg, bool unpinned, bool everything) {
+std::vector<CacheEntry> cache_prune(const Settings& cfg, bool unpinned, bool everything) {
   std::vector<CacheEntry> removed;
   std::error_code ec;
   for (CacheEntry& e : list_cache(cfg, true)) {

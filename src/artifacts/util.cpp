@@ -72,7 +72,7 @@ void hash_prefix(Sha256& h, const fs::path& file, std::uint64_t bytes) {
 // One file hash for the whole library: the one the module records use (ffi/trust.hpp).
 std::string sha256_impl(const fs::path& file) { return ffi::file_sha256(file); }
 
-LockWait lock_wait(const Config& cfg) {
+LockWait lock_wait(const Settings& cfg) {
   LockWait w;
   w.timeout_s = cfg.lock_timeout_s;
   w.report_after_s = cfg.lock_report_after_s;
@@ -153,7 +153,7 @@ bool is_sha256_hex(std::string_view s) {
   return true;
 }
 
-void make_cache_dir(const Config& cfg, const fs::path& dir) {
+void make_cache_dir(const Settings& cfg, const fs::path& dir) {
   const fs::path rel = dir.lexically_relative(cfg.cache_dir);
   if (!cfg.cache_dir.empty() && !rel.empty() && *rel.begin() != "..")
     ffi::create_directories(cfg.cache_dir, cfg.shared_cache ? ffi::kSharedDirMode : ffi::kPrivateDirMode);

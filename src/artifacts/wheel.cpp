@@ -129,7 +129,7 @@ bool extracted_member_ready(const fs::path& target) {
   return ffi::check_module_record(target) == ffi::RecordCheck::matches;
 }
 
-bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::string_view prefix_in, const fs::path& dest_root,
+bool try_extract_from_wheel(const Settings& cfg, const fs::path& wheel, std::string_view prefix_in, const fs::path& dest_root,
                             fs::path& out_path) {
   std::string prefix(prefix_in);
   while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
@@ -249,7 +249,7 @@ bool try_extract_from_wheel(const Config& cfg, const fs::path& wheel, std::strin
 
 }  // namespace detail
 
-fs::path extract_from_wheel(const Config& cfg, const fs::path& wheel, std::string_view prefix, const fs::path& dest_root) {
+fs::path extract_from_wheel(const Settings& cfg, const fs::path& wheel, std::string_view prefix, const fs::path& dest_root) {
   fs::path out;
   if (!detail::try_extract_from_wheel(cfg, wheel, prefix, dest_root, out))
     throw_error(ErrorCode::not_found, "wheel '" + wheel.string() + "' has no member '" + std::string(prefix) + "'");

@@ -83,7 +83,7 @@ bool flag_of(int32_t value, const char* op, const char* name) {
 }
 
 void require_device_id(int64_t device_id, const char* op, const char* name) {
-  const int n = ops::visible_device_count();
+  const int n = visible_device_count();
   if (device_id < 0 || device_id >= n)
     throw Error(ErrorCode::invalid_argument, std::string(op) + ": argument '" + name + "' must be a visible CUDA device; " +
                                                  "device id " + std::to_string(device_id) + " is outside [0, " +

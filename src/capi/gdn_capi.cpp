@@ -16,7 +16,7 @@ flashcpp_status flashcpp_gdn_prefill(const flashcpp_gdn_prefill_args* a, void* s
     const char* op = "flashcpp_gdn_prefill";
     const flashcpp_gdn_prefill_args args = capi::read_struct(a, op, "args");
     TensorView cu_host, state, alpha, beta, ws;
-    const GdnPrefillArgs g{.output = capi::to_view(args.output, op, "output"),
+    const GdnPrefillTensors g{.output = capi::to_view(args.output, op, "output"),
                            .output_state = capi::to_view(args.output_state, op, "output_state"),
                            .q = capi::to_view(args.q, op, "q"),
                            .k = capi::to_view(args.k, op, "k"),

@@ -146,7 +146,7 @@ flashcpp_status decode_plan_entry(const char* op, const flashcpp_mla_decode_conf
       if (c.num_sms > 0) {
         s = mla::decode_plan_sizes(c, c.num_sms);
       } else {
-        s = mla::decode_plan_sizes(c, mla::device_support(config.device_id).sm_count);
+        s = mla::decode_plan_sizes(c, flashcpp::device_facts(config.device_id).sm_count);
       }
       if (sizes != nullptr) fill_sizes(s, sizes);
       return;
@@ -159,7 +159,7 @@ flashcpp_status decode_plan_entry(const char* op, const flashcpp_mla_decode_conf
     mla::DecodePlanLengths lengths;
     lengths.topk_length = optional(topk_length, op, "topk_length", slots[0]);
     lengths.extra_topk_length = optional(extra_topk_length, op, "extra_topk_length", slots[1]);
-    const int n = c.num_sms > 0 ? c.num_sms : mla::device_support(config.device_id).sm_count;
+    const int n = c.num_sms > 0 ? c.num_sms : flashcpp::device_facts(config.device_id).sm_count;
     const mla::DecodePlanSizes s = mla::decode_plan_sizes(c, n);
     mla::decode_plan(ws, config.device_id, static_cast<cudaStream_t>(stream), lengths);
     if (sizes != nullptr) fill_sizes(s, sizes);
@@ -267,7 +267,7 @@ flashcpp_status flashcpp_mla_dense_decode_sizes_for(const flashcpp_mla_dense_dec
     (void)mla::dense_decode_plan_sizes(c, 1);  // validates the config before anything asks the device
     flashcpp::capi::require_device_id(config.device_id, op, "config.device_id");
     const mla::DenseDecodePlanSizes s =
-        mla::dense_decode_plan_sizes(c, c.num_sms > 0 ? c.num_sms : mla::device_support(config.device_id).sm_count);
+        mla::dense_decode_plan_sizes(c, c.num_sms > 0 ? c.num_sms : flashcpp::device_facts(config.device_id).sm_count);
     *sizes = {.num_sm_parts = s.num_sm_parts,
               .reserved = 0,
               .sched_meta_elems = s.sched_meta_elems,

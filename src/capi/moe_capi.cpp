@@ -18,9 +18,9 @@ using capi::optional;
 
 namespace {
 // The C++ arguments of a run or tune call; `s` holds the optional tensors' views for the call.
-FusedMoeArgs moe_args(const flashcpp_fused_moe_args* a, const char* op, TensorView (&s)[8]) {
+FusedMoeTensors moe_args(const flashcpp_fused_moe_args* a, const char* op, TensorView (&s)[8]) {
   const flashcpp_fused_moe_args args = capi::read_struct(a, op, "args");
-  FusedMoeArgs m;
+  FusedMoeTensors m;
   m.output = capi::to_view(args.output, op, "output");
   m.input = capi::to_view(args.input, op, "input");
   m.token_selected_experts = capi::to_view(args.token_selected_experts, op, "token_selected_experts");

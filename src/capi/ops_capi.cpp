@@ -490,7 +490,7 @@ flashcpp_status flashcpp_apply_llama31_rope(const flashcpp_tensor* q, const flas
 
 flashcpp_status flashcpp_rope_quantize_fp8(const flashcpp_rope_quantize_args* args, void* stream) {
   TensorView qn, kn, qno, kno;
-  return rope_quantize_call<RopeQuantizeArgs>("rope_quantize_fp8", args, stream, [&](auto& a, const auto& c, auto op) {
+  return rope_quantize_call<RopeQuantizeTensors>("rope_quantize_fp8", args, stream, [&](auto& a, const auto& c, auto op) {
     a.k_rope_out = to_view(c.k_rope_out, op, "k_rope_out");
     a.q_nope = optional(c.q_nope, op, "q_nope", qn);
     a.k_nope = optional(c.k_nope, op, "k_nope", kn);
@@ -504,7 +504,7 @@ flashcpp_status flashcpp_rope_quantize_append_paged_kv_cache(const flashcpp_rope
   TensorView v;
   std::optional<PagedKvCache> kv;
   std::optional<PagedMlaKvCache> mla;
-  return rope_quantize_call<RopeQuantizeAppendArgs>(
+  return rope_quantize_call<RopeQuantizeAppendTensors>(
       "rope_quantize_append_paged_kv_cache", args, stream, [&](auto& a, const auto& c, auto op) {
         a.q_nope = to_view(c.q_nope, op, "q_nope");
         a.k_nope = to_view(c.k_nope, op, "k_nope");

@@ -1,11 +1,13 @@
 #include "flashcpp/cuda.hpp"
 
-#include <array>
+#include <dlfcn.h>
+
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <vector>
+
+#include "core/test_hooks.hpp"
 
 namespace flashcpp {
 
@@ -34,30 +36,42 @@ int cuda_device_count() noexcept {
   return count;
 }
 
-const DeviceInfo& device_info(int device_id) {
+const TestOverrides* test_overrides() noexcept {
+  static const TestOverrides* const overrides =
+      static_cast<const TestOverrides*>(::dlsym(RTLD_DEFAULT, kTestOverridesSymbol));
+  return overrides;
+}
+
+int visible_device_count() noexcept {
+  if (const TestOverrides* t = test_overrides())
+    if (const int n = t->visible_devices.load(std::memory_order_relaxed); n >= 0) return n;
+  return cuda_device_count();
+}
+
+const DeviceFacts& device_facts(int device_id) {
+  if (const TestOverrides* t = test_overrides())
+    if (DeviceFactsFn hook = t->device_facts.load(std::memory_order_relaxed)) return hook(device_id);
   const int n = cuda_device_count();
   if (device_id < 0 || device_id >= n)
     throw Error(ErrorCode::invalid_argument, "device id " + std::to_string(device_id) + " is outside [0, " +
                                                  std::to_string(n) + ") (visible CUDA devices: " + std::to_string(n) + ")");
-  static std::mutex mu;
-  static std::vector<std::unique_ptr<DeviceInfo>> cache(static_cast<size_t>(n));
-  std::lock_guard lock(mu);
-  auto& slot = cache[static_cast<size_t>(device_id)];
-  if (!slot) {
+  // Read once per device, lock-free afterwards: every op call asks.
+  static const std::unique_ptr<std::once_flag[]> once(new std::once_flag[static_cast<size_t>(n)]);
+  static const std::unique_ptr<DeviceFacts[]> facts(new DeviceFacts[static_cast<size_t>(n)]);
+  DeviceFacts& f = facts[static_cast<size_t>(device_id)];
+  std::call_once(once[static_cast<size_t>(device_id)], [&f, device_id] {
     cudaDeviceProp prop{};
     FLASHCPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_id));
-    auto info = std::make_unique<DeviceInfo>();
-    info->id = device_id;
-    info->name = prop.name;
-    info->sm_count = prop.multiProcessorCount;
-    info->cc_major = prop.major;
-    info->cc_minor = prop.minor;
-    info->total_memory = prop.totalGlobalMem;
-    info->l2_bytes = static_cast<size_t>(prop.l2CacheSize);
-    info->max_smem_per_block_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
-    slot = std::move(info);
-  }
-  return *slot;
+    f.id = device_id;
+    f.name = prop.name;
+    f.sm_count = prop.multiProcessorCount;
+    f.cc_major = prop.major;
+    f.cc_minor = prop.minor;
+    f.total_memory = prop.totalGlobalMem;
+    f.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+    f.max_smem_per_block_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
+  });
+  return f;
 }
 
 DeviceGuard::DeviceGuard(int device_id) {

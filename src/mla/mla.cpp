@@ -128,7 +128,7 @@ void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream,
 
 namespace kernels {
 const DeviceFacts& device_facts(int device_id) {
-  const DeviceInfo& info = device_info(device_id);  // throws invalid_argument for an unknown id
+  const flashcpp::DeviceFacts& info = flashcpp::device_facts(device_id);  // throws invalid_argument for an unknown id
   // Read once per device, thread-safe, lock-free afterwards: every call of every op asks.
   constexpr int kMaxDevices = 64;
   static std::once_flag once[kMaxDevices];

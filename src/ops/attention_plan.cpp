@@ -4,14 +4,13 @@
 #include <string>
 
 #include "ops/attention_plan.hpp"
-#include "ops/test_hooks.hpp"
 
 namespace flashcpp::ops {
 
 // -------------------------------------------------------------------------------------------------
 // Backend choice, workspace and plan checks
 
-bool fa3_variant_exists(const AttentionVariant& v) {
+bool fa3_variant_exists(const jit::AttentionSpec& v) {
   const bool sixteen = v.q == DType::f16 || v.q == DType::bf16;
   const bool dims = (v.head_dim_qk == v.head_dim_vo &&
                      (v.head_dim_qk == 64 || v.head_dim_qk == 128 || v.head_dim_qk == 256)) ||
@@ -19,18 +18,18 @@ bool fa3_variant_exists(const AttentionVariant& v) {
   return sixteen && v.kv == v.q && v.o == v.q && dims && !v.use_fp16_qk_reduction;
 }
 
+namespace {
+// Compute capability major of device `id`, or -1 when it is unknown (no such device).
 int device_cc_major(int id) noexcept {
-  if (const TestOverrides* t = test_overrides())
-    if (const int o = t->cc_major.load(std::memory_order_relaxed); o != -100) return o;
-  if (id < 0 || id >= cuda_device_count()) return -1;
   try {
-    return device_info(id).cc_major;
+    return device_facts(id).cc_major;
   } catch (...) {
     return -1;
   }
 }
+}  // namespace
 
-bool choose_fa3(const Validator& v, AttentionBackend backend, const AttentionVariant& var, bool ragged_hnd,
+bool choose_fa3(const Validator& v, AttentionBackend backend, const jit::AttentionSpec& var, bool ragged_hnd,
                 int device_id) {
   switch (backend) {
     case AttentionBackend::fa2: return false;

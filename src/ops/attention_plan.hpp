@@ -17,14 +17,11 @@ inline constexpr int64_t kMaskNone = 0, kMaskCausal = 1;
 inline constexpr double kRopeRcpScale = 1.0, kRopeRcpTheta = 1e-4;
 
 /// 16-bit q == kv == o with head dims FlashInfer has an fa3 (sm90) batch-prefill variant for.
-bool fa3_variant_exists(const AttentionVariant& v);
-/// Compute capability major of device `id`, or -1 when no such device is visible.
-int device_cc_major(int id) noexcept;
-/// Tests: pretend every device has this compute capability major (-1: no device; -100: real facts). Defined
-/// only in the test-only library flashcpp_test_hooks (ops/test_hooks.hpp), not in libflashcpp.
-void set_device_cc_major_for_testing(int cc_major) noexcept;
-/// Resolves automatic/fa2/fa3 for a batch-prefill variant (validates an explicit fa3 request).
-bool choose_fa3(const Validator& v, AttentionBackend backend, const AttentionVariant& var, bool ragged_hnd,
+bool fa3_variant_exists(const jit::AttentionSpec& v);
+/// Resolves automatic/fa2/fa3 for a batch-prefill variant (validates an explicit fa3 request). The device's compute
+/// capability comes from device_facts(); where it is unknown (no such device, or -1 in a test's pretended facts)
+/// automatic picks fa2 and an explicit fa3 is not refused for the device.
+bool choose_fa3(const Validator& v, AttentionBackend backend, const jit::AttentionSpec& var, bool ragged_hnd,
                 int device_id);
 
 /// What a batch attention plan was made for (prefill, or decode on either path); its runs compare against it.
@@ -39,7 +36,7 @@ struct AttentionPlanCore {
   KvStorage storage = KvStorage::paged;
   int64_t batch = 0, total_q = 0, kv_total = 0, max_page_index = -1;
   int64_t num_qo_heads = 0, num_kv_heads = 0, head_dim_qk = 0, head_dim_vo = 0, page_size = 1;
-  AttentionVariant variant;
+  jit::AttentionSpec variant;  ///< the module's variant (backend fa3 when `fa3`)
   KvLayout layout = KvLayout::nhd;
   int64_t mask_mode = kMaskNone;
   int64_t window_left = -1;

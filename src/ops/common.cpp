@@ -7,7 +7,6 @@
 #include <cstring>
 #include <string>
 
-#include "ops/test_hooks.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp::ops {
@@ -33,13 +32,13 @@ thread_local ThreadCache t_cache;
 
 }  // namespace
 
-ModuleKey module_key(ModuleFamily family, const AttentionVariant& v, uint8_t extra) {
+ModuleKey module_key(ModuleFamily family, const jit::AttentionSpec& v, uint8_t extra) {
   ModuleKey k;
   k.a = uint64_t{static_cast<uint8_t>(family)} | uint64_t{static_cast<uint8_t>(v.q)} << 8 | uint64_t{static_cast<uint8_t>(v.kv)} << 16 |
         uint64_t{static_cast<uint8_t>(v.o)} << 24 | uint64_t{extra} << 32 |
         uint64_t{v.use_sliding_window} << 40 | uint64_t{v.use_logits_soft_cap} << 41 |
         uint64_t{v.use_fp16_qk_reduction} << 42;
-  k.b = static_cast<uint64_t>(v.head_dim_qk) | static_cast<uint64_t>(v.head_dim_vo) << 32;
+  k.b = static_cast<uint32_t>(v.head_dim_qk) | uint64_t{static_cast<uint32_t>(v.head_dim_vo)} << 32;
   return k;
 }
 
@@ -73,18 +72,6 @@ void resolve_module_slow(const Runtime& rt, const ModuleKey& key, const std::str
 
 // -------------------------------------------------------------------------------------------------
 // Validation helpers
-
-const TestOverrides* test_overrides() noexcept {
-  static const TestOverrides* const overrides =
-      static_cast<const TestOverrides*>(::dlsym(RTLD_DEFAULT, kTestOverridesSymbol));
-  return overrides;
-}
-
-int visible_device_count() noexcept {
-  if (const TestOverrides* t = test_overrides())
-    if (const int n = t->visible_devices.load(std::memory_order_relaxed); n >= 0) return n;
-  return cuda_device_count();
-}
 
 void check_device_id(const Validator& v, int64_t device_id, const char* arg) {
   const int n = visible_device_count();

@@ -9,7 +9,10 @@
 #include <string>
 
 #include "core/check.hpp"
+#include "core/test_hooks.hpp"
 #include "ffi/ffi.hpp"
+#include "flashcpp/cuda.hpp"
+#include "flashcpp/jit.hpp"
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/tensor.hpp"
 
@@ -19,22 +22,22 @@ struct PagedKvCache;  // flashcpp/page.hpp: common.hpp serves every family and i
 
 namespace flashcpp::ops {
 
+/// Makes `device` current for a scope when a GPU is present. GDN prefill, the MoE runner and top-k use the
+/// current device rather than their tensors' device, so flashcpp switches it for them. Without a GPU
+/// there is nothing to switch (and no kernel can run); CPU tests use recording modules.
+class CurrentDeviceScope {
+ public:
+  explicit CurrentDeviceScope(int device) {
+    if (cuda_device_count() > 0) guard_.emplace(device);
+  }
+
+ private:
+  std::optional<DeviceGuard> guard_;
+};
+
 // -------------------------------------------------------------------------------------------------
 // Module URIs (FlashInfer v0.6.3 naming, facts sheet §B). The lead will replace these with src/jit's.
 
-/// Flags of an attention module variant (posenc is always 0 here: no in-kernel RoPE/ALiBi).
-struct AttentionVariant {
-  DType q = DType::bf16, kv = DType::bf16, o = DType::bf16;
-  int64_t head_dim_qk = 0, head_dim_vo = 0;
-  bool use_sliding_window = false;
-  bool use_logits_soft_cap = false;
-  bool use_fp16_qk_reduction = false;
-};
-
-std::string single_prefill_uri(const AttentionVariant& v, bool sm90);
-std::string batch_prefill_uri(const AttentionVariant& v, DType idx, bool sm90);
-std::string single_decode_uri(const AttentionVariant& v);
-std::string batch_decode_uri(const AttentionVariant& v, DType idx);
 inline constexpr const char* kNormUri = "norm";
 inline constexpr const char* kPageUri = "page";
 inline constexpr const char* kRopeUri = "rope";
@@ -59,7 +62,7 @@ struct ModuleKey {
   uint64_t a = 0, b = 0;
   friend bool operator==(const ModuleKey&, const ModuleKey&) = default;
 };
-ModuleKey module_key(ModuleFamily family, const AttentionVariant& v = {}, uint8_t extra = 0);
+ModuleKey module_key(ModuleFamily family, const jit::AttentionSpec& v = {}, uint8_t extra = 0);
 
 inline constexpr size_t kMaxFunctions = 12;  // sampling exports 11
 struct ResolvedModule {
@@ -86,15 +89,6 @@ ResolvedModule resolve_module(const Runtime& rt, const ModuleKey& key, UriFn&& m
 // -------------------------------------------------------------------------------------------------
 // Validation helpers
 
-/// CUDA device ids the ops accept: [0, visible_device_count()). This is cuda_device_count() unless a
-/// test set it (set_visible_devices_for_testing; the device-facts seams set_device_cc_major_for_testing
-/// and ops::set_device_facts_for_testing also make every id below kMaxPretendDevices visible while
-/// they are active, so CPU tests can drive recording modules with fake cuda:N tensors).
-int visible_device_count() noexcept;
-inline constexpr int kMaxPretendDevices = 64;
-/// Test seam: n >= 0 pretends n visible devices; -1 restores the real count. Defined only in the test-only
-/// library flashcpp_test_hooks (ops/test_hooks.hpp), not in libflashcpp.
-void set_visible_devices_for_testing(int n) noexcept;
 /// `device_id` must be a visible CUDA device (checked before any CUDA or TVM-FFI call: TVM-FFI sizes its
 /// per-thread stream table by the id, and FlashInfer's device guard would fail only inside the call).
 void check_device_id(const Validator& v, int64_t device_id, const char* arg);

@@ -56,9 +56,11 @@ void single_decode(const Runtime& rt, const TensorView& q, const TensorView& k, 
   }
   ops::check_tmp(val, tmp, single_decode_tmp_bytes(kv_len, hq, hkv, d, out.dtype, q.device.id), q, tmp_arg);
   ops::check_single_overlap(val, out, lse, tmp, q, k, v);
-  ops::AttentionVariant var{q.dtype, k.dtype, out.dtype, d, d, o.window_left != -1, o.logits_soft_cap > 0, false};
+  const jit::AttentionSpec var{.q = q.dtype, .kv = k.dtype, .o = out.dtype, .head_dim_qk = static_cast<int>(d),
+                               .head_dim_vo = static_cast<int>(d), .use_sliding_window = o.window_left != -1,
+                               .use_logits_soft_cap = o.logits_soft_cap > 0};
   const auto mod = ops::resolve_module(rt, ops::module_key(ops::ModuleFamily::single_decode, var),
-                                       [&] { return ops::single_decode_uri(var); }, {"run"});
+                                       [&] { return jit::single_decode_uri(var); }, {"run"});
   ffi::invoke(mod.fns[0], ops::binding_for(q, stream), nullptr, q, k, v, tmp_arg, out, lse,
               static_cast<int64_t>(o.layout), o.window_left, nullptr, o.logits_soft_cap, sm_scale, ops::kRopeRcpScale,
               ops::kRopeRcpTheta);
@@ -115,8 +117,9 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
   core.num_kv_heads = c.num_kv_heads;
   core.head_dim_qk = core.head_dim_vo = c.head_dim;
   core.page_size = c.page_size;
-  core.variant = ops::AttentionVariant{c.q_dtype, c.kv_dtype, o_dtype, c.head_dim, c.head_dim, c.window_left != -1,
-                                       c.logits_soft_cap > 0, false};
+  core.variant = jit::AttentionSpec{.q = c.q_dtype, .kv = c.kv_dtype, .o = o_dtype, .head_dim_qk = static_cast<int>(c.head_dim),
+                                    .head_dim_vo = static_cast<int>(c.head_dim), .use_sliding_window = c.window_left != -1,
+                                    .use_logits_soft_cap = c.logits_soft_cap > 0};
   core.layout = c.layout;
   core.mask_mode = ops::kMaskNone;
   core.window_left = c.window_left;
@@ -130,7 +133,8 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
     // H200 against 103% for fa2, so the automatic choice for decode is fa2.
     core.fa3 = c.prefill_backend != AttentionBackend::automatic &&
                ops::choose_fa3(v, c.prefill_backend, core.variant, false, core.device.id);
-    core.uri = ops::batch_prefill_uri(core.variant, DType::i32, core.fa3);
+    if (core.fa3) core.variant.backend = jit::Backend::fa3;
+    core.uri = jit::batch_prefill_uri(core.variant);
     core.mod = ops::resolve_module(
         rt, ops::module_key(core.fa3 ? ops::ModuleFamily::batch_prefill_fa3 : ops::ModuleFamily::batch_prefill_fa2, core.variant),
         [&] { return core.uri; }, {"plan", "ragged_run", "paged_run"});
@@ -157,7 +161,7 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
     return BatchDecodePlan(std::move(state));
   }
 
-  core.uri = ops::batch_decode_uri(core.variant, DType::i32);
+  core.uri = jit::batch_decode_uri(core.variant);
   core.mod = ops::resolve_module(rt, ops::module_key(ops::ModuleFamily::batch_decode, core.variant),
                                  [&] { return core.uri; }, {"plan", "run"});
   const int64_t int_bytes = ws.int_buffer.numel() * dtype_size(ws.int_buffer.dtype);

@@ -13,21 +13,9 @@
 #include "core/elf_symbols.hpp"
 #include "ffi/ffi.hpp"
 #include "ops/common.hpp"
-#include "ops/device_facts.hpp"
-#include "ops/test_hooks.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp {
-
-// ----------------------------------------------------------------------------- shared helpers
-namespace ops {
-DeviceFacts device_facts(int device) {
-  if (const ops::TestOverrides* t = ops::test_overrides())
-    if (DeviceFactsFn hook = t->device_facts.load()) return hook(device);
-  const DeviceInfo& info = device_info(device);
-  return DeviceFacts{info.cc_major, info.cc_minor, info.sm_count};
-}
-}  // namespace ops
 
 // ----------------------------------------------------------------------------- gdn_prefill
 namespace {
@@ -106,10 +94,10 @@ void check_dense(const Validator& v, const TensorView& t, const char* name, cons
 int64_t gdn_prefill_workspace_bytes(int device) {
   // A visible device, as every op checks its tensors' (a device-facts hook would answer for any id).
   ops::check_device_id(Validator("gdn_prefill_workspace_bytes"), device, "device");
-  return static_cast<int64_t>(ops::device_facts(device).sm_count) * 128;
+  return static_cast<int64_t>(device_facts(device).sm_count) * 128;
 }
 
-void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillOptions& p, cudaStream_t stream) {
+void gdn_prefill(const Runtime& rt, const GdnPrefillTensors& a, const GdnPrefillOptions& p, cudaStream_t stream) {
   const Validator v(kOp);
   // q decides dtype, device, T and D; everything else is checked against it.
   v.defined(a.q, "q").on_cuda(a.q, "q").dtype(a.q, "q", {DType::f16, DType::bf16}).rank(a.q, "q", 3);
@@ -170,7 +158,7 @@ void gdn_prefill(const Runtime& rt, const GdnPrefillArgs& a, const GdnPrefillOpt
   if (p.scale) v.positive(*p.scale, "scale");
 
   const int device = a.q.device.id;
-  const ops::DeviceFacts facts = ops::device_facts(device);
+  const DeviceFacts& facts = device_facts(device);
   if (facts.cc_major != 9)
     throw Error(ErrorCode::unsupported, std::string(kOp) + ": FlashInfer's GDN prefill runs only on compute capability "
                                         "9.x (Hopper); device " + std::to_string(device) + " is " +

@@ -7,7 +7,6 @@
 #include "core/check.hpp"
 #include "ffi/ffi.hpp"
 #include "ops/common.hpp"
-#include "ops/device_facts.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace flashcpp {
@@ -19,7 +18,7 @@ constexpr int64_t kMaskNonCausal = 0, kMaskCausal = 1;
 
 MlaBackend resolve_backend(MlaBackend requested, int device) {
   if (requested == MlaBackend::fa2) return requested;
-  const ops::DeviceFacts f = ops::device_facts(device);
+  const DeviceFacts& f = device_facts(device);
   if (requested == MlaBackend::automatic) return f.cc_major == 9 ? MlaBackend::sm90 : MlaBackend::fa2;
   if (f.cc_major != 9)
     throw Error(ErrorCode::unsupported, std::string(kPlanOp) + ": backend sm90 needs compute capability 9.x; device " +

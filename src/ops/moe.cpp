@@ -17,7 +17,6 @@
 #include "core/check.hpp"
 #include "ffi/ffi.hpp"
 #include "ops/common.hpp"
-#include "ops/device_facts.hpp"
 #include "ops/moe_internal.hpp"
 #include "runtime/runtime_internal.hpp"
 
@@ -33,7 +32,7 @@ constexpr const char* kRunOp = "fused_moe";
 
 bool is16(DType t) { return t == DType::f16 || t == DType::bf16; }
 
-MoeBackend backend_for(const ops::DeviceFacts& f) {
+MoeBackend backend_for(const DeviceFacts& f) {
   if (f.cc_major == 9) return MoeBackend::sm90;
   if (f.cc_major == 10 && f.cc_minor == 3) return MoeBackend::sm103;
   if (f.cc_major == 10 || f.cc_major == 11) return MoeBackend::sm100;
@@ -125,7 +124,7 @@ static void validate_config(const Validator& v, const FusedMoeConfig& c) {
   ops::check_device_id(v, c.device, "config.device");
 }
 
-void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeArgs& a) {
+void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeTensors& a) {
   const Validator v(kRunOp);
   validate_config(v, c);
   const TensorView& x = a.input;
@@ -232,7 +231,7 @@ FusedMoeRunner FusedMoeRunner::create(const Runtime& rt, const FusedMoeConfig& c
   validate_config(v, config);
   auto st = std::make_unique<State>();
   st->config = config;
-  const ops::DeviceFacts facts = ops::device_facts(config.device);
+  const DeviceFacts& facts = device_facts(config.device);
   if (config.backend == MoeBackend::automatic) st->config.backend = backend_for(facts);
   if (config.quantization == MoeQuantization::deepseek_fp8_block_scale &&
       (st->config.backend != MoeBackend::sm90 || facts.cc_major != 9))
@@ -272,7 +271,7 @@ std::shared_ptr<FusedMoeRunner> FusedMoeRunner::shared(const Runtime& rt, const 
   return runner;
 }
 
-void FusedMoeRunner::run(const FusedMoeArgs& a, cudaStream_t stream) const {
+void FusedMoeRunner::run(const FusedMoeTensors& a, cudaStream_t stream) const {
   ops::check_plan_alive(Validator(kRunOp), s_.get(), "runner");
   State& s = *s_;
   validate_fused_moe(s.config, a);

@@ -18,7 +18,6 @@
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/moe.hpp"
 #include "ops/common.hpp"
-#include "ops/device_facts.hpp"
 #include "ops/moe_internal.hpp"
 
 namespace flashcpp {
@@ -66,10 +65,10 @@ void keep_tactics(FusedMoeRunner::State& s, int64_t tokens, const MoeProblemShap
 // set_tactics' checks of the tactics themselves.
 void validate_tactics(const Validator& v, const FusedMoeRunner::State& s, const MoeTactics& tactics);
 // tune()'s work, with tune_mu held by the caller.
-MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeArgs& a, cudaStream_t stream);
+MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeTensors& a, cudaStream_t stream);
 }  // namespace
 
-MoeProblemShape MoeProblemShape::of(const FusedMoeArgs& a) {
+MoeProblemShape MoeProblemShape::of(const FusedMoeTensors& a) {
   MoeProblemShape p;
   p.hidden = a.input.size(1);
   p.intermediate = a.fc2_weights.size(2);
@@ -102,7 +101,7 @@ MoeTactics FusedMoeRunner::tactics_for(int64_t tokens, const MoeProblemShape& sh
   return t ? t->tactics : MoeTactics{};
 }
 
-MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
+MoeTactics FusedMoeRunner::tune(const FusedMoeTensors& a, cudaStream_t stream) {
   ops::check_plan_alive(Validator(kTuneOp), s_.get(), "runner");
   State& s = *s_;
   validate_fused_moe(s.config, a);
@@ -112,7 +111,7 @@ MoeTactics FusedMoeRunner::tune(const FusedMoeArgs& a, cudaStream_t stream) {
 }
 
 namespace {
-MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeArgs& a, cudaStream_t stream) {
+MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeTensors& a, cudaStream_t stream) {
   const int64_t tokens = a.input.size(0), top_k = a.token_selected_experts.size(1);
   // The profiler entries, resolved here: a runner that is never tuned does not depend on them.
   const ffi::Function run_gemm_profile = s.runner.method("run_gemm_profile");
@@ -232,13 +231,13 @@ const std::filesystem::path& tactics_file(FusedMoeRunner::State& s) {
   if (s.tactics_file) return *s.tactics_file;
   s.tactics_file.emplace();
   try {
-    const artifacts::Config cfg = artifacts::Config::from_env();
+    const artifacts::Settings cfg = artifacts::Settings::from_env();
     if (cfg.cache_dir.empty()) return *s.tactics_file;
     s.module_sha256 = ffi::file_sha256(s.lib->path());
-    const ops::DeviceFacts facts = ops::device_facts(s.config.device);
+    const DeviceFacts& facts = device_facts(s.config.device);
     std::string gpu = "cc" + std::to_string(facts.cc_major) + std::to_string(facts.cc_minor) + "-" +
                       std::to_string(facts.sm_count) + "sm";
-    if (cuda_device_count() > 0) gpu = device_info(s.config.device).name + "-" + gpu;
+    if (!facts.name.empty()) gpu = facts.name + "-" + gpu;
     *s.tactics_file = cfg.cache_dir / "moe-tactics" /
                       file_safe(s.uri + "-" + s.module_sha256.substr(0, 16) + "-" + gpu + ".json");
   } catch (const Error&) {
@@ -285,7 +284,7 @@ std::optional<MoeTactics> recorded_tactics(FusedMoeRunner::State& s, const std::
 void record_tactics(FusedMoeRunner::State& s, const std::filesystem::path& file, const std::string& key,
                     const MoeTactics& t) {
   try {
-    const artifacts::Config cfg = artifacts::Config::from_env();
+    const artifacts::Settings cfg = artifacts::Settings::from_env();
     artifacts::detail::make_cache_dir(cfg, file.parent_path());
     const FileLock lock =
         FileLock::acquire(file.string() + ".lock", "recording MoE tactics", artifacts::detail::lock_wait(cfg));
@@ -318,7 +317,7 @@ bool stream_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-void auto_tune(FusedMoeRunner::State& s, const FusedMoeArgs& a, const MoeProblemShape& shape, cudaStream_t stream) {
+void auto_tune(FusedMoeRunner::State& s, const FusedMoeTensors& a, const MoeProblemShape& shape, cudaStream_t stream) {
   const size_t bucket = token_bucket(a.input.size(0));
   std::lock_guard tune_lock(s.tune_mu);
   {

@@ -23,24 +23,13 @@ constexpr int64_t kMaxCtasPerSm = 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// SM count of a device, 0 without one; read once per device (the per-call path takes no lock).
+// SM count of a device, 0 without one (device_facts reads it once per device).
 int64_t sm_count_or_zero(int device_id) {
-  constexpr int kMaxDevices = 64;
-  static std::array<std::atomic<int>, kMaxDevices> cache{};  // 0: not read yet, -1: no such device
-  if (device_id < 0 || device_id >= kMaxDevices) return 0;
-  int n = cache[static_cast<size_t>(device_id)].load(std::memory_order_relaxed);
-  if (n == 0) {
-    n = -1;
-    if (device_id < cuda_device_count()) {
-      try {
-        n = device_info(device_id).sm_count;
-      } catch (...) {
-        n = -1;
-      }
-    }
-    cache[static_cast<size_t>(device_id)].store(n, std::memory_order_relaxed);
+  try {
+    return device_facts(device_id).sm_count;
+  } catch (...) {
+    return 0;
   }
-  return n > 0 ? n : 0;
 }
 
 }  // namespace
@@ -119,17 +108,12 @@ void call_single_prefill(const Runtime& rt, const TensorView& q, const TensorVie
                          const TensorView& out, OptionalTensor lse, ffi::TensorArg& tmp_arg, int64_t mask_mode,
                          KvLayout layout, int64_t window_left, double cap, double sm_scale, bool f16qk,
                          cudaStream_t stream) {
-  AttentionVariant var;
-  var.q = q.dtype;
-  var.kv = k.dtype;
-  var.o = out.dtype;
-  var.head_dim_qk = q.size(-1);
-  var.head_dim_vo = out.size(-1);
-  var.use_sliding_window = window_left >= 0;
-  var.use_logits_soft_cap = cap > 0;
-  var.use_fp16_qk_reduction = f16qk;
+  const jit::AttentionSpec var{.q = q.dtype, .kv = k.dtype, .o = out.dtype,
+                               .head_dim_qk = static_cast<int>(q.size(-1)), .head_dim_vo = static_cast<int>(out.size(-1)),
+                               .use_sliding_window = window_left >= 0, .use_logits_soft_cap = cap > 0,
+                               .use_fp16_qk_reduction = f16qk};
   const auto mod = resolve_module(rt, module_key(ModuleFamily::single_prefill, var),
-                                  [&] { return single_prefill_uri(var, false); }, {"run"});
+                                  [&] { return jit::single_prefill_uri(var); }, {"run"});
   ffi::invoke(mod.fns[0], binding_for(q, stream), nullptr, q, k, vv, tmp_arg, out, lse, mask_mode,
               static_cast<int64_t>(layout), window_left, nullptr, nullptr, cap, sm_scale, kRopeRcpScale, kRopeRcpTheta);
 }
@@ -237,8 +221,9 @@ BatchPrefillPlan BatchPrefillPlan::create(const Runtime& rt, const Workspace& ws
   core.head_dim_qk = c.head_dim_qk;
   core.head_dim_vo = dvo;
   core.page_size = paged ? c.page_size : 1;
-  core.variant = ops::AttentionVariant{c.q_dtype, c.kv_dtype, o_dtype, c.head_dim_qk, dvo, c.window_left >= 0,
-                                       c.logits_soft_cap > 0, false};
+  core.variant = jit::AttentionSpec{.q = c.q_dtype, .kv = c.kv_dtype, .o = o_dtype, .head_dim_qk = static_cast<int>(c.head_dim_qk),
+                                    .head_dim_vo = static_cast<int>(dvo), .use_sliding_window = c.window_left >= 0,
+                                    .use_logits_soft_cap = c.logits_soft_cap > 0};
   core.layout = c.layout;
   core.mask_mode = c.causal ? ops::kMaskCausal : ops::kMaskNone;
   core.window_left = c.window_left;
@@ -249,7 +234,8 @@ BatchPrefillPlan BatchPrefillPlan::create(const Runtime& rt, const Workspace& ws
   core.fa3 = ops::choose_fa3(v, c.backend, core.variant, !paged && c.layout == KvLayout::hnd, core.device.id);
   if (core.fa3 && (c.fixed_split_size != -1 || c.disable_split_kv))
     v.fail("fixed_split_size", "and disable_split_kv are fa2 options; use backend fa2");
-  core.uri = ops::batch_prefill_uri(core.variant, DType::i32, core.fa3);
+  if (core.fa3) core.variant.backend = jit::Backend::fa3;
+  core.uri = jit::batch_prefill_uri(core.variant);
   core.mod = ops::resolve_module(
       rt, ops::module_key(core.fa3 ? ops::ModuleFamily::batch_prefill_fa3 : ops::ModuleFamily::batch_prefill_fa2, core.variant),
       [&] { return core.uri; }, {"plan", "ragged_run", "paged_run"});

@@ -275,7 +275,7 @@ void apply_llama31_rope(const Runtime& rt, const TensorView& q, const TensorView
               s.old_context_length);
 }
 
-void rope_quantize_fp8(const Runtime& rt, const RopeQuantizeArgs& a, const RopeQuantizeOptions& o,
+void rope_quantize_fp8(const Runtime& rt, const RopeQuantizeTensors& a, const RopeQuantizeOptions& o,
                        cudaStream_t stream) {
   const Validator v("rope_quantize_fp8");
   const TensorView &q_rope = a.q_rope, &k_rope = a.k_rope, &q_rope_out = a.q_rope_out, &k_rope_out = a.k_rope_out;
@@ -333,7 +333,7 @@ void rope_quantize_fp8(const Runtime& rt, const RopeQuantizeArgs& a, const RopeQ
               o.interleave, o.enable_pdl);
 }
 
-void rope_quantize_append_paged_kv_cache(const Runtime& rt, const RopeQuantizeAppendArgs& a,
+void rope_quantize_append_paged_kv_cache(const Runtime& rt, const RopeQuantizeAppendTensors& a,
                                          const RopeQuantizeOptions& o, cudaStream_t stream) {
   const Validator v("rope_quantize_append_paged_kv_cache");
   const TensorView &q_rope = a.q_rope, &k_rope = a.k_rope, &q_nope = a.q_nope, &k_nope = a.k_nope;

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "ops/common.hpp"
-#include "ops/device_facts.hpp"
 
 namespace flashcpp {
 namespace {

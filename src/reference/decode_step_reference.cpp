@@ -383,7 +383,7 @@ void check_host_out(const Validator& v, const TensorView& t, const char* arg, co
 
 }  // namespace
 
-void rope_quantize_fp8(const RopeQuantizeArgs& a, const RopeQuantizeOptions& o) {
+void rope_quantize_fp8(const RopeQuantizeTensors& a, const RopeQuantizeOptions& o) {
   const Validator v("reference::rope_quantize_fp8");
   const TensorView &q_rope = a.q_rope, &k_rope = a.k_rope, &q_rope_out = a.q_rope_out, &k_rope_out = a.k_rope_out;
   const TensorView &cos_sin_cache = a.cos_sin_cache, &pos_ids = a.pos_ids;
@@ -451,7 +451,7 @@ void rope_quantize_fp8(const RopeQuantizeArgs& a, const RopeQuantizeOptions& o) 
   });
 }
 
-void rope_quantize_append_paged_kv_cache(const RopeQuantizeAppendArgs& a, const RopeQuantizeOptions& o) {
+void rope_quantize_append_paged_kv_cache(const RopeQuantizeAppendTensors& a, const RopeQuantizeOptions& o) {
   const Validator v("reference::rope_quantize_append_paged_kv_cache");
   v.require((a.kv_cache != nullptr) != (a.mla_cache != nullptr), "kv_cache",
             "must be given for GQA/MHA, or mla_cache for MLA: exactly one of the two");
@@ -470,7 +470,7 @@ void rope_quantize_append_paged_kv_cache(const RopeQuantizeAppendArgs& a, const 
                                   : TensorView::contiguous(kr_bytes.data(), dt, Device::cpu(), {tokens, h_k, rope_dim});
   const TensorView k_nope_q = mla ? TensorView::contiguous(kn_bytes.data(), dt, Device::cpu(), {tokens, no_rope_dim})
                                   : TensorView::contiguous(kn_bytes.data(), dt, Device::cpu(), {tokens, h_k, no_rope_dim});
-  RopeQuantizeArgs q{a.q_rope, a.k_rope, a.q_rope_out, k_rope_q, &a.q_nope, &a.k_nope, &a.q_nope_out, &k_nope_q,
+  RopeQuantizeTensors q{a.q_rope, a.k_rope, a.q_rope_out, k_rope_q, &a.q_nope, &a.k_nope, &a.q_nope_out, &k_nope_q,
                      a.cos_sin_cache, a.pos_ids};
   rope_quantize_fp8(q, o);
   if (mla) {

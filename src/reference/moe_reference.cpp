@@ -36,7 +36,7 @@ void quantize_blocks_e4m3(std::vector<double>& v) {
 }
 }  // namespace
 
-void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeArgs& a, std::vector<double>& out, int threads) {
+void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeTensors& a, std::vector<double>& out, int threads) {
   const int64_t T = a.input.size(0), H = a.input.size(1), K = a.token_selected_experts.size(1);
   const int64_t E = a.fc2_weights.size(0), I = a.fc2_weights.size(2);
   const bool gated = moe_activation_is_gated(a.activation);

@@ -52,7 +52,7 @@ artifacts::ProgressFn download_log(const LogFn& log) {
   };
 }
 
-jit::BuildOptions builder_options(const artifacts::Config& cfg, const LogFn& log) {
+jit::BuildOptions builder_options(const artifacts::Settings& cfg, const LogFn& log) {
   jit::BuildOptions b = jit::BuildOptions::from_env();
   b.progress = [log](const std::string& line) { log(LogLevel::debug, "build: " + line); };
   // Sources and headers from the pinned wheels, wherever the artifacts layer finds them.
@@ -75,7 +75,7 @@ jit::BuildOptions builder_options(const artifacts::Config& cfg, const LogFn& log
 std::vector<ModuleSource> default_module_sources(const RuntimeOptions& options, const LogFn& log) {
   std::vector<ModuleSource> sources;
   if (!options.use_artifacts) return sources;
-  auto cfg = std::make_shared<artifacts::Config>(artifacts::Config::from_env());
+  auto cfg = std::make_shared<artifacts::Settings>(artifacts::Settings::from_env());
   cfg->notice = [log](const std::string& line) { log(LogLevel::info, line); };
   cfg->progress = download_log(log);
   const JitPolicy policy = options.jit;
@@ -125,11 +125,11 @@ std::vector<ModuleSource> default_module_sources(const RuntimeOptions& options, 
   return sources;
 }
 
-fs::path default_tvm_ffi_library() { return artifacts::resolve_tvm_ffi_library(artifacts::Config::from_env()); }
+fs::path default_tvm_ffi_library() { return artifacts::resolve_tvm_ffi_library(artifacts::Settings::from_env()); }
 
 std::string module_help(const std::string& uri, const RuntimeOptions& options) {
   std::string why;
-  const jit::BuildOptions b = builder_options(artifacts::Config::from_env(), [](LogLevel, const std::string&) {});
+  const jit::BuildOptions b = builder_options(artifacts::Settings::from_env(), [](LogLevel, const std::string&) {});
   const bool buildable = jit::can_build(b, &why);
   std::string help = "Build it ahead of time with `flashcpp build --uri " + uri + "`";
   if (!buildable) help += " (not possible here: " + why + ")";

@@ -1,5 +1,5 @@
 // Shared fixture of the artifacts tests: a temp directory, a loopback server serving generated wheels, a user
-// manifest pinning them and a Config that never reaches beyond 127.0.0.1.
+// manifest pinning them and a Settings that never reaches beyond 127.0.0.1.
 #pragma once
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -112,7 +112,7 @@ class ArtifactsTest : public ::testing::Test {
   HttpServer server;
   std::string lib_bytes, norm_bytes;
   TestWheel tvm, jit, fip;
-  artifacts::Config cfg;
+  artifacts::Settings cfg;
 };
 
 #define EXPECT_THROW_CODE(stmt, error_code, substr)                                                       \

@@ -9,7 +9,7 @@
 int main(int argc, char** argv) {
   if (argc != 5) return 2;
   try {
-    flashcpp::artifacts::Config cfg;
+    flashcpp::artifacts::Settings cfg;
     cfg.cache_dir = argv[1];
     cfg.manifest_file = argv[2];
     cfg.index_url = argv[3];

@@ -173,7 +173,7 @@ TEST_F(ArtifactsTest, BuildTreeInstallationWorksOffline) {
   clear_all(env);
   env.set("FLASHCPP_CACHE_DIR", (tmp / "c").string());
   env.set("FLASHCPP_OFFLINE", "1");
-  const Config c = Config::from_env();
+  const Settings c = Settings::from_env();
   ASSERT_FALSE(c.python_prefixes.empty());
   EXPECT_EQ(c.python_prefixes.back(), fs::path(artifacts::generated::kBuildDepsDir));
   const fs::path lib = resolve_tvm_ffi_library(c);
@@ -183,34 +183,34 @@ TEST_F(ArtifactsTest, BuildTreeInstallationWorksOffline) {
   EXPECT_TRUE(fs::exists(resolve_flashinfer_sources(c) / "include"));
   EXPECT_FALSE(fs::exists(tmp / "c" / "wheels"));  // nothing came from the cache
   env.set("FLASHCPP_NO_BUILD_DEPS", "1");
-  EXPECT_TRUE(Config::from_env().python_prefixes.empty());
+  EXPECT_TRUE(Settings::from_env().python_prefixes.empty());
 }
 
 TEST_F(ArtifactsTest, ConfigFromEnvironment) {
   EnvGuard env;
   clear_all(env);
   env.set("HOME", (tmp / "home").string());
-  Config c = Config::from_env();
+  Settings c = Settings::from_env();
   EXPECT_EQ(c.cache_dir, tmp / "home" / ".cache" / "flashcpp");
   EXPECT_FALSE(c.offline);
   env.set("XDG_CACHE_HOME", (tmp / "xdg").string());
-  EXPECT_EQ(Config::from_env().cache_dir, tmp / "xdg" / "flashcpp");
+  EXPECT_EQ(Settings::from_env().cache_dir, tmp / "xdg" / "flashcpp");
   env.set("FLASHCPP_CACHE_DIR", (tmp / "explicit").string());
-  EXPECT_EQ(Config::from_env().cache_dir, tmp / "explicit");
+  EXPECT_EQ(Settings::from_env().cache_dir, tmp / "explicit");
 
   // Index URL: pip configuration files, then PIP_INDEX_URL, then FLASHCPP_INDEX_URL (highest).
   fs::create_directories(tmp / "home" / ".config" / "pip");
   std::ofstream(tmp / "home" / ".config" / "pip" / "pip.conf") << "[global]\ntimeout = 60\nindex-url = http://user-conf.invalid/simple\n";
-  c = Config::from_env();
+  c = Settings::from_env();
   EXPECT_EQ(c.index_url, "http://user-conf.invalid/simple");
   EXPECT_NE(c.index_url_source.find("pip.conf"), std::string::npos);
   std::ofstream(tmp / "explicit.conf") << "[install]\nindex_url=http://explicit-conf.invalid/simple\n";
   env.set("PIP_CONFIG_FILE", (tmp / "explicit.conf").string());
-  EXPECT_EQ(Config::from_env().index_url, "http://explicit-conf.invalid/simple");
+  EXPECT_EQ(Settings::from_env().index_url, "http://explicit-conf.invalid/simple");
   env.set("PIP_INDEX_URL", "http://pip-env.invalid/simple");
-  EXPECT_EQ(Config::from_env().index_url, "http://pip-env.invalid/simple");
+  EXPECT_EQ(Settings::from_env().index_url, "http://pip-env.invalid/simple");
   env.set("FLASHCPP_INDEX_URL", "http://flashcpp-env.invalid/simple");
-  c = Config::from_env();
+  c = Settings::from_env();
   EXPECT_EQ(c.index_url, "http://flashcpp-env.invalid/simple");
   EXPECT_EQ(c.index_url_source, "FLASHCPP_INDEX_URL");
 
@@ -220,7 +220,7 @@ TEST_F(ArtifactsTest, ConfigFromEnvironment) {
   env.set("FLASHCPP_PYTHON_PREFIXES", "/a:/b");
   env.set("FLASHCPP_TVM_FFI", "/x/tvm.whl");
   env.set("FLASHCPP_MANIFEST", "/x/m.json");
-  c = Config::from_env();
+  c = Settings::from_env();
   EXPECT_TRUE(c.offline);
   EXPECT_EQ(c.max_retries, 7);
   EXPECT_DOUBLE_EQ(c.stall_timeout_s, 2.5);
@@ -230,14 +230,14 @@ TEST_F(ArtifactsTest, ConfigFromEnvironment) {
   EXPECT_EQ(c.tvm_ffi_override, "/x/tvm.whl");
   EXPECT_EQ(c.manifest_file, "/x/m.json");
   env.set("FLASHCPP_RETRIES", "many");
-  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_RETRIES");
+  EXPECT_THROW_CODE(Settings::from_env(), invalid_argument, "FLASHCPP_RETRIES");
   env.set("FLASHCPP_RETRIES", "1");
   env.set("FLASHCPP_CONNECT_TIMEOUT", "-1");
-  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_CONNECT_TIMEOUT");
+  EXPECT_THROW_CODE(Settings::from_env(), invalid_argument, "FLASHCPP_CONNECT_TIMEOUT");
   env.unset("FLASHCPP_CONNECT_TIMEOUT");
 
   // Bounds: on by default, each configurable.
-  c = Config::from_env();
+  c = Settings::from_env();
   EXPECT_GT(c.deadline_s, 0);
   EXPECT_GT(c.min_rate_bytes_per_s, 0u);
   EXPECT_GT(c.max_wheel_bytes, 0u);
@@ -251,7 +251,7 @@ TEST_F(ArtifactsTest, ConfigFromEnvironment) {
   env.set("FLASHCPP_MAX_EXTRACT_BYTES", "123456");
   env.set("FLASHCPP_MAX_COMPRESSION_RATIO", "50");
   env.set("FLASHCPP_LOCK_TIMEOUT", "7.5");
-  c = Config::from_env();
+  c = Settings::from_env();
   EXPECT_DOUBLE_EQ(c.deadline_s, 90);
   EXPECT_EQ(c.min_rate_bytes_per_s, 2048u);
   EXPECT_DOUBLE_EQ(c.min_rate_window_s, 15);
@@ -261,17 +261,17 @@ TEST_F(ArtifactsTest, ConfigFromEnvironment) {
   EXPECT_DOUBLE_EQ(c.max_compression_ratio, 50);
   EXPECT_DOUBLE_EQ(c.lock_timeout_s, 7.5);
   env.set("FLASHCPP_MAX_WHEEL_BYTES", "0");
-  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_MAX_WHEEL_BYTES");
+  EXPECT_THROW_CODE(Settings::from_env(), invalid_argument, "FLASHCPP_MAX_WHEEL_BYTES");
   env.set("FLASHCPP_MAX_WHEEL_BYTES", "9999999T");
-  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_MAX_WHEEL_BYTES");
+  EXPECT_THROW_CODE(Settings::from_env(), invalid_argument, "FLASHCPP_MAX_WHEEL_BYTES");
   env.set("FLASHCPP_MAX_WHEEL_BYTES", "12X");
-  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_MAX_WHEEL_BYTES");
+  EXPECT_THROW_CODE(Settings::from_env(), invalid_argument, "FLASHCPP_MAX_WHEEL_BYTES");
   env.set("FLASHCPP_MAX_WHEEL_BYTES", "1G");
   env.set("FLASHCPP_MAX_COMPRESSION_RATIO", "0.5");
-  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_MAX_COMPRESSION_RATIO");
+  EXPECT_THROW_CODE(Settings::from_env(), invalid_argument, "FLASHCPP_MAX_COMPRESSION_RATIO");
   env.set("FLASHCPP_MAX_COMPRESSION_RATIO", "50");
   env.set("FLASHCPP_LOCK_TIMEOUT", "forever");
-  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_LOCK_TIMEOUT");
+  EXPECT_THROW_CODE(Settings::from_env(), invalid_argument, "FLASHCPP_LOCK_TIMEOUT");
 }
 
 TEST_F(ArtifactsTest, SwitchesAreZeroOrOneAndTheCacheDirIsADirectory) {
@@ -279,21 +279,21 @@ TEST_F(ArtifactsTest, SwitchesAreZeroOrOneAndTheCacheDirIsADirectory) {
   clear_all(env);
   env.set("FLASHCPP_CACHE_DIR", (tmp / "cache").string());
   env.set("FLASHCPP_OFFLINE", "0");
-  EXPECT_FALSE(Config::from_env().offline);
+  EXPECT_FALSE(Settings::from_env().offline);
   for (const char* v : {"yes", "false", "true", "on", "01"}) {
     SCOPED_TRACE(v);
     env.set("FLASHCPP_OFFLINE", v);
-    EXPECT_THROW_CODE(Config::from_env(), invalid_argument,
+    EXPECT_THROW_CODE(Settings::from_env(), invalid_argument,
                       std::string("environment variable FLASHCPP_OFFLINE must be one of 0, 1; got '") + v + "'");
   }
   env.unset("FLASHCPP_OFFLINE");
   env.set("FLASHCPP_NO_BUILD_DEPS", "yes");
-  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_NO_BUILD_DEPS must be one of 0, 1");
+  EXPECT_THROW_CODE(Settings::from_env(), invalid_argument, "FLASHCPP_NO_BUILD_DEPS must be one of 0, 1");
   env.unset("FLASHCPP_NO_BUILD_DEPS");
   const fs::path file = tmp / "a-file";
   std::ofstream(file) << "x";
   env.set("FLASHCPP_CACHE_DIR", file.string());
-  EXPECT_THROW_CODE(Config::from_env(), invalid_argument, "FLASHCPP_CACHE_DIR must be a directory");
+  EXPECT_THROW_CODE(Settings::from_env(), invalid_argument, "FLASHCPP_CACHE_DIR must be a directory");
 }
 
 TEST_F(ArtifactsTest, BuiltinManifestIsPinned) {
@@ -342,7 +342,7 @@ TEST_F(ArtifactsTest, UserManifestIsValidated) {
   }
 }
 
-// A pip configuration file that is a FIFO is refused (it used to hang Config::from_env, so every command); a missing
+// A pip configuration file that is a FIFO is refused (it used to hang Settings::from_env, so every command); a missing
 // one is skipped as pip skips it.
 TEST_F(ArtifactsTest, PipConfigFileThatIsAFifoIsRefusedNotWaitedOn) {
   EnvGuard env;
@@ -351,10 +351,10 @@ TEST_F(ArtifactsTest, PipConfigFileThatIsAFifoIsRefusedNotWaitedOn) {
   const fs::path fifo = tmp / "pip.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   env.set("PIP_CONFIG_FILE", fifo.string());
-  EXPECT_THROW_CODE((void)Config::from_env(), invalid_argument,
+  EXPECT_THROW_CODE((void)Settings::from_env(), invalid_argument,
                     "pip configuration file '" + fifo.string() + "' must be a regular file (not a FIFO)");
   env.set("PIP_CONFIG_FILE", (tmp / "absent.conf").string());
-  EXPECT_NO_THROW((void)Config::from_env());
+  EXPECT_NO_THROW((void)Settings::from_env());
 }
 
 // FLASHCPP_MANIFEST names a file a user controls: a FIFO (which used to hang every command reading it), a directory,
@@ -378,8 +378,8 @@ TEST_F(ArtifactsTest, UserManifestMustBeASmallRegularFileOfShallowJson) {
   }
   std::ofstream(tmp / "deep.json") << "{\"a\": " << std::string(63, '[') << std::string(63, ']') << "}";
   EXPECT_NO_THROW(Manifest::load(tmp / "deep.json"));  // 64 levels: read (the unknown key is ignored)
-  // The same rules through Config::manifest() (what `doctor` and `fetch` call).
-  Config c = cfg;
+  // The same rules through Settings::manifest() (what `doctor` and `fetch` call).
+  Settings c = cfg;
   c.manifest_file = fifo;
   EXPECT_THROW_CODE((void)c.manifest(), invalid_argument, "not a FIFO");
 }

@@ -46,7 +46,7 @@ class CacheTrustTest : public ArtifactsTest {
     ASSERT_TRUE(p.has_value());
     norm = *p;
   }
-  // Points Config::from_env() (what the Runtime reads) at this test's cache, offline.
+  // Points Settings::from_env() (what the Runtime reads) at this test's cache, offline.
   void use_env() {
     ::setenv("FLASHCPP_CACHE_DIR", cfg.cache_dir.c_str(), 1);
     ::setenv("FLASHCPP_MANIFEST", cfg.manifest_file.c_str(), 1);
@@ -94,9 +94,9 @@ TEST_F(CacheTrustTest, SharedCacheRootIsReadableByAll) {
   populate();
   EXPECT_EQ(mode_of(cfg.cache_dir), 0755u);
   ::setenv("FLASHCPP_CACHE_SHARED", "1", 1);
-  EXPECT_TRUE(Config::from_env().shared_cache);
+  EXPECT_TRUE(Settings::from_env().shared_cache);
   ::unsetenv("FLASHCPP_CACHE_SHARED");
-  EXPECT_FALSE(Config::from_env().shared_cache);
+  EXPECT_FALSE(Settings::from_env().shared_cache);
 }
 
 TEST_F(CacheTrustTest, ExtractedModulesAreRecorded) {

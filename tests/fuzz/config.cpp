@@ -1,5 +1,5 @@
 // Fuzzes the configuration parsers: the FLASHCPP_* environment table (core/env) and the pip configuration file,
-// through Config::from_env and env::problems: any values give a Config or invalid_argument naming the variable.
+// through Settings::from_env and env::problems: any values give a Settings or invalid_argument naming the variable.
 // Input: NUL-separated parts; the first is the pip.conf text, the next ones the values of kVariables in order.
 #include <cstdint>
 #include <cstdlib>
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
     ++part, start = end + 1;
   }
   try {
-    const artifacts::Config cfg = artifacts::Config::from_env();
+    const artifacts::Settings cfg = artifacts::Settings::from_env();
     if (cfg.max_retries < 0 || !(cfg.connect_timeout_s > 0)) std::abort();  // parsed values obey the table
   } catch (const Error& e) {
     if (e.code() != ErrorCode::invalid_argument) std::abort();

@@ -12,8 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   using namespace flashcpp;
   namespace fs = std::filesystem;
   const fs::path& dir = fuzz::scratch_dir();
-  static const artifacts::Config cfg = [&] {
-    artifacts::Config c;
+  static const artifacts::Settings cfg = [&] {
+    artifacts::Settings c;
     c.cache_dir = dir / "cache";
     c.offline = true;
     c.max_extract_bytes = std::uint64_t{8} << 20;  // keeps each run fast; the rules are the same

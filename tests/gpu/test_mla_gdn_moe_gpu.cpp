@@ -158,7 +158,7 @@ void run_mla(const MlaCase& c) {
   expect_close("mla lse", DType::f32, lse.host.data(), want_lse, 2e-2, 0);
 }
 
-bool is_sm90() { return cuda_device_count() > 0 && device_info(0).cc_major == 9; }
+bool is_sm90() { return cuda_device_count() > 0 && device_facts(0).cc_major == 9; }
 
 TEST(MlaGdnMoeGpu, MlaDecodeBatch32Context2048Heads128) {
   FLASHCPP_REQUIRE_GPU();
@@ -211,7 +211,7 @@ void run_gdn(bool gates_and_state) {
   out.poison();
   state.poison();
 
-  GdnPrefillArgs a;
+  GdnPrefillTensors a;
   a.q = q.view(DType::bf16, {T, H, D});
   a.k = k.view(DType::bf16, {T, H, D});
   a.v = v.view(DType::bf16, {T, H, D});
@@ -264,7 +264,7 @@ TEST(MlaGdnMoeGpu, GdnPrefillWithGatesAndInitialState) {
 TEST(MlaGdnMoeGpu, GdnRefusesOtherArchitectures) {
   FLASHCPP_REQUIRE_GPU();
   if (is_sm90()) GTEST_SKIP() << "only meaningful on a non-SM90 device";
-  GdnPrefillArgs a;
+  GdnPrefillTensors a;
   Buf<uint16_t> q(128);
   a.q = q.view(DType::bf16, {1, 1, 128});
   a.k = a.v = a.output = a.q;
@@ -284,7 +284,7 @@ TEST(MlaGdnMoeGpu, GdnRefusesOtherArchitectures) {
 
 bool moe_module_available(std::string* why) {
   if (cuda_device_count() == 0) return false;
-  const DeviceInfo& d = device_info(0);
+  const DeviceFacts& d = device_facts(0);
   const char* uri = d.cc_major == 9 ? "fused_moe_90" : d.cc_major == 12 ? "fused_moe_120" : "fused_moe_100";
   if (runtime()->locate_module(uri)) return true;
   *why = std::string("module ") + uri + " cannot be found (no prebuilt artifact, and the builder is off or "
@@ -295,7 +295,7 @@ bool moe_module_available(std::string* why) {
 // How tokens are routed. distinct: K different experts per token, drawn from all E. repeated: as distinct,
 // but every other token has its second choice equal to its first (the same expert twice, two weights); only
 // at <= 256 tokens, where FlashInfer's one-kernel routing prologue counts a repeat twice (its three-kernel
-// prologue, above 256 tokens, does not: FusedMoeArgs::token_selected_experts in include/flashcpp/moe.hpp).
+// prologue, above 256 tokens, does not: FusedMoeTensors::token_selected_experts in include/flashcpp/moe.hpp).
 // first_half: K different experts from [0, E/2) only, so the upper half of the experts gets no token.
 enum class MoeRouting { distinct, repeated, first_half };
 
@@ -424,7 +424,7 @@ void run_moe(const MoeCase& c) {
   cfg.quantization = c.quant;
   cfg.activation_dtype = xt;
   cfg.weight_dtype = wt;
-  FusedMoeArgs a;
+  FusedMoeTensors a;
   a.output = out.view(DType::bf16, {T, Hd});
   a.input = TensorView::contiguous(x.dev.get(), xt, Device::cuda(0), {T, Hd});
   a.token_selected_experts = sel.view(DType::i32, {T, K});
@@ -476,7 +476,7 @@ void run_moe(const MoeCase& c) {
   out.download();
 
   // Reference on host views of the same bytes.
-  FusedMoeArgs h = a;
+  FusedMoeTensors h = a;
   h.output = out.host_view(DType::bf16, {T, Hd});
   h.input = TensorView::contiguous(x.host.data(), xt, Device::cpu(), {T, Hd});
   h.token_selected_experts = sel.host_view(DType::i32, {T, K});

@@ -500,7 +500,7 @@ TEST(MultiGpu, FusedMoeOnDeviceOneMatchesDeviceZero) {
     FusedMoeConfig cfg;
     cfg.device = on.device();
     auto runner = FusedMoeRunner::create(runtime(), cfg);
-    FusedMoeArgs a;
+    FusedMoeTensors a;
     a.output = on.out(DType::bf16, {Tm, Hm});
     a.input = on.put(xin, DType::bf16, {Tm, Hm});
     a.token_selected_experts = on.put(sel, DType::i32, {Tm, K});
@@ -552,7 +552,7 @@ TEST(MultiGpu, GdnPrefillOnEitherDeviceInAnyOrder) {
   };
   auto gdn_run = [&](bool gated) {
     return [&, gated](On& on) {
-      GdnPrefillArgs a;
+      GdnPrefillTensors a;
       a.q = on.put(gq, DType::bf16, {T, H, D});
       a.k = on.put(gk, DType::bf16, {T, H, D});
       a.v = on.put(gv, DType::bf16, {T, H, D});

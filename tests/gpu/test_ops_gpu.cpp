@@ -924,7 +924,7 @@ TEST_F(OpsGpu, SingleDecodeBothPaths) {
 
 std::vector<AttentionBackend> prefill_backends() {
   std::vector<AttentionBackend> b{AttentionBackend::fa2};
-  if (device_info(0).cc_major == 9) b.push_back(AttentionBackend::fa3);
+  if (device_facts(0).cc_major == 9) b.push_back(AttentionBackend::fa3);
   return b;
 }
 const char* name(AttentionBackend b) { return b == AttentionBackend::fa3 ? "fa3" : "fa2"; }

@@ -215,7 +215,7 @@ void run_quant_case(const QuantCase& c, uint64_t seed) {
   for (Buf* b : {&qro, &qno, &kro, &kno}) poison(*b);
   const TensorView dqno = qno.dev_view(), dkno = kno.dev_view();
   const bool has_nope = nd > 0;
-  RopeQuantizeArgs a{.q_rope = q_rope, .k_rope = k_rope, .q_rope_out = qro.dev_view(), .k_rope_out = kro.dev_view(),
+  RopeQuantizeTensors a{.q_rope = q_rope, .k_rope = k_rope, .q_rope_out = qro.dev_view(), .k_rope_out = kro.dev_view(),
                      .cos_sin_cache = cache.dev_view(), .pos_ids = pos.dev_view()};
   if (has_nope) a.q_nope = &q_nope, a.k_nope = &k_nope, a.q_nope_out = &dqno, a.k_nope_out = &dkno;
   const RopeQuantizeOptions o{.interleave = c.interleave, .quant_scale_q = c.scale_q, .quant_scale_kv = c.scale_kv,
@@ -226,7 +226,7 @@ void run_quant_case(const QuantCase& c, uint64_t seed) {
   Buf wqro = make(c.out, {n, c.hq, rd}, false), wqno = make(c.out, {n, c.hq, nd}, false);
   Buf wkro = make(c.out, kshape(rd), false), wkno = make(c.out, kshape(nd), false);
   const TensorView hqno = wqno.host_view(), hkno = wkno.host_view();
-  RopeQuantizeArgs h{.q_rope = hq_rope, .k_rope = hk_rope, .q_rope_out = wqro.host_view(),
+  RopeQuantizeTensors h{.q_rope = hq_rope, .k_rope = hk_rope, .q_rope_out = wqro.host_view(),
                      .k_rope_out = wkro.host_view(), .cos_sin_cache = cache.host_view(), .pos_ids = pos.host_view()};
   if (has_nope) h.q_nope = &hq_nope, h.k_nope = &hk_nope, h.q_nope_out = &hqno, h.k_nope_out = &hkno;
   ref::rope_quantize_fp8(h, o);
@@ -346,7 +346,7 @@ void run_append_case(const AppendCase& c, uint64_t seed) {
   const PagedKvCache dkv{c0.dev_view(), c1.dev_view(), indices.dev_view(), indptr.dev_view(), last.dev_view(), layout};
   const PagedMlaKvCache dmla{c0.dev_view(), c1.dev_view(), indices.dev_view(), indptr.dev_view(), last.dev_view()};
   const TensorView dv = v.dev_view();
-  RopeQuantizeAppendArgs a{.q_rope = qr.dev_view(), .k_rope = kr.dev_view(), .q_nope = qn.dev_view(),
+  RopeQuantizeAppendTensors a{.q_rope = qr.dev_view(), .k_rope = kr.dev_view(), .q_nope = qn.dev_view(),
                            .k_nope = kn.dev_view(), .v = mla ? nullptr : &dv, .q_rope_out = qro.dev_view(),
                            .q_nope_out = qno.dev_view(), .cos_sin_cache = cache.dev_view(), .pos_ids = pos.dev_view(),
                            .batch_indices = bi.dev_view(), .positions = at.dev_view()};
@@ -368,7 +368,7 @@ void run_append_case(const AppendCase& c, uint64_t seed) {
   const PagedKvCache hkv{c0.host_view(), c1.host_view(), indices.host_view(), indptr.host_view(), last.host_view(), layout};
   const PagedMlaKvCache hmla{c0.host_view(), c1.host_view(), indices.host_view(), indptr.host_view(), last.host_view()};
   const TensorView hv = v.host_view();
-  RopeQuantizeAppendArgs h{.q_rope = qr.host_view(), .k_rope = kr.host_view(), .q_nope = qn.host_view(),
+  RopeQuantizeAppendTensors h{.q_rope = qr.host_view(), .k_rope = kr.host_view(), .q_nope = qn.host_view(),
                            .k_nope = kn.host_view(), .v = mla ? nullptr : &hv, .q_rope_out = qro.host_view(),
                            .q_nope_out = qno.host_view(), .cos_sin_cache = cache.host_view(), .pos_ids = pos.host_view(),
                            .batch_indices = bi.host_view(), .positions = at.host_view()};

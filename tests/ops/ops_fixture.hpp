@@ -24,6 +24,17 @@ namespace flashcpp::testing {
 
 namespace fs = std::filesystem;
 
+/// Pretended device facts (set_device_facts_for_testing): a device whose compute capability is unknown (what a
+/// machine without a GPU gives: automatic backends never pick fa3), and an H100/H200-like Hopper device.
+inline const DeviceFacts& unknown_device_facts(int) {
+  static const DeviceFacts f{.sm_count = 132, .cc_major = -1};
+  return f;
+}
+inline const DeviceFacts& hopper_device_facts(int) {
+  static const DeviceFacts f{.sm_count = 132, .cc_major = 9, .cc_minor = 0};
+  return f;
+}
+
 class OpsFixture : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -42,12 +53,12 @@ class OpsFixture : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
   void SetUp() override {
-    ops::set_device_cc_major_for_testing(-1);  // no GPU facts: automatic never picks fa3
+    set_device_facts_for_testing(&unknown_device_facts);  // no GPU facts: automatic never picks fa3
     link("norm");
     (void)recorded();
     set_plan_entries(-1);
   }
-  void TearDown() override { ops::set_device_cc_major_for_testing(-100); }
+  void TearDown() override { set_device_facts_for_testing(nullptr); }
 
   /// Makes the recording module answer for `uri`.
   static void link(const std::string& uri) {

@@ -36,7 +36,6 @@
 #include "flashcpp/mla_attention.hpp"
 #include "flashcpp/moe.hpp"
 #include "flashcpp/topk.hpp"
-#include "ops/device_facts.hpp"
 #include "ops/ops_fixture.hpp"
 #include "support/c_tensor.hpp"
 #include "support/forked_call.hpp"
@@ -225,7 +224,11 @@ void expand(const Spec& spec, std::vector<Case>& cases, bool gpu_present) {
 // ------------------------------------------------------------------------------------------------ the fixture
 
 int g_sm_count = 132;
-ops::DeviceFacts hopper_facts(int) { return {9, 0, g_sm_count}; }
+const DeviceFacts& hopper_facts(int) {
+  static thread_local DeviceFacts f;
+  f = DeviceFacts{.sm_count = g_sm_count, .cc_major = 9, .cc_minor = 0};
+  return f;
+}
 
 class CapiHostile : public OpsFixture {
  protected:
@@ -254,11 +257,11 @@ class CapiHostile : public OpsFixture {
   }
   void SetUp() override {
     OpsFixture::SetUp();  // cc_major -1: automatic attention backends pick fa2; 64 pretended devices
-    ops::set_device_facts_for_testing(&hopper_facts);  // GDN, batch MLA and MoE see an H100-like device
+    set_device_facts_for_testing(&hopper_facts);  // GDN, batch MLA and MoE see an H100-like device
   }
   void TearDown() override {
     for (auto& d : destroy_) d();
-    ops::set_device_facts_for_testing(nullptr);
+    set_device_facts_for_testing(nullptr);
     OpsFixture::TearDown();
   }
 

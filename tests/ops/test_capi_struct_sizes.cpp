@@ -186,10 +186,10 @@ TYPED_TEST(CapiBundleSizes, AcceptedAtItsSizeAndRefusedOutsideIt) {
 }
 
 TEST(CapiStructSizes, TheCEntryPointsAcceptTheFirstSizeAndRefuseOutsideTheRange) {
-  flashcpp::ops::set_visible_devices_for_testing(1);  // device 0's size queries answered without a GPU
+  flashcpp::set_visible_devices_for_testing(1);  // device 0's size queries answered without a GPU
   char msg[1024] = {0};
   EXPECT_EQ(capi_struct_sizes_c(msg, sizeof msg), 0) << msg;
-  flashcpp::ops::set_visible_devices_for_testing(-1);
+  flashcpp::set_visible_devices_for_testing(-1);
 }
 
 }  // namespace

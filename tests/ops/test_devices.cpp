@@ -6,7 +6,7 @@
 //  * a call whose tensors are all on cuda:1 reaches the module with cuda:1 tensors (nothing is rewritten
 //    to the current device), also from two threads driving two devices at once.
 // The FlashInfer ops run against the recording stand-ins (tests/ops/recording_module*.cc). While a test
-// pretends device facts, ops::set_visible_devices_for_testing decides how many devices exist. Also:
+// pretends device facts, set_visible_devices_for_testing decides how many devices exist. Also:
 // FLASHCPP_CUDA_CHECK names the failed expression and where it stands.
 #include <atomic>
 #include <cstdlib>
@@ -19,20 +19,17 @@
 #include "flashcpp/mla.hpp"
 #include "flashcpp/mla_attention.hpp"
 #include "flashcpp/moe.hpp"
-#include "ops/device_facts.hpp"
 #include "ops/ops_fixture.hpp"
 
 namespace flashcpp::testing {
 namespace {
 
-ops::DeviceFacts hopper_facts(int) { return {9, 0, 132}; }
-
 class Devices : public OpsFixture {
  protected:
   void SetUp() override {
     OpsFixture::SetUp();
-    ops::set_device_facts_for_testing(&hopper_facts);
-    ops::set_visible_devices_for_testing(2);  // pretend a two-GPU host
+    set_device_facts_for_testing(&hopper_device_facts);
+    set_visible_devices_for_testing(2);  // pretend a two-GPU host
     pinned_ = std::aligned_alloc(256, 1 << 20);
     for (const std::string& uri : extra_uris()) link_extra(uri);
     // Where MoE auto_tune records its tactics (the module cache): this suite's own directory.
@@ -40,8 +37,8 @@ class Devices : public OpsFixture {
   }
   void TearDown() override {
     std::free(pinned_);
-    ops::set_visible_devices_for_testing(-1);
-    ops::set_device_facts_for_testing(nullptr);
+    set_visible_devices_for_testing(-1);
+    set_device_facts_for_testing(nullptr);
     OpsFixture::TearDown();
   }
 
@@ -73,12 +70,10 @@ class Devices : public OpsFixture {
     return ws;
   }
   static std::string batch_decode_uri() {
-    ops::AttentionVariant v{DType::bf16, DType::bf16, DType::bf16, 128, 128, false, false, false};
-    return ops::batch_decode_uri(v, DType::i32);
+    return jit::batch_decode_uri(jit::AttentionSpec{});  // bf16, head dims 128
   }
   static std::string single_decode_uri() {
-    ops::AttentionVariant v{DType::bf16, DType::bf16, DType::bf16, 128, 128, false, false, false};
-    return ops::single_decode_uri(v);
+    return jit::single_decode_uri(jit::AttentionSpec{});
   }
   void* pinned_ = nullptr;
 };
@@ -126,7 +121,7 @@ TEST_F(Devices, OutOfRangeDeviceIdsAreRefusedBeforeAnyCall) {
 }
 
 TEST_F(Devices, WithZeroVisibleDevicesEveryCudaIdIsRefused) {
-  ops::set_visible_devices_for_testing(0);
+  set_visible_devices_for_testing(0);
   auto in = dev(DType::bf16, {4, 256}), out = dev(DType::bf16, {4, 256}), w = dev(DType::bf16, {256});
   EXPECT_INVALID(rmsnorm(rt(), out, in, w), "device id 0 is outside [0, 0)");
   EXPECT_INVALID((void)BatchDecodePlan::create(rt(), workspace(0), {host_i32({0, 1}), host_i32({1}), nullptr},
@@ -139,9 +134,9 @@ TEST_F(Devices, WithZeroVisibleDevicesEveryCudaIdIsRefused) {
 // The real device count (0 on the CPU machine; whatever the host has elsewhere): the first id past it
 // is refused with a clean error by every family, including our own kernels and the device queries.
 TEST_F(Devices, RealDeviceCountBoundsEveryFamily) {
-  ops::set_visible_devices_for_testing(-1);
-  ops::set_device_facts_for_testing(nullptr);
-  ops::set_visible_devices_for_testing(-1);
+  set_visible_devices_for_testing(-1);
+  set_device_facts_for_testing(nullptr);
+  set_visible_devices_for_testing(-1);
   const int n = cuda_device_count();
   auto in = dev(DType::bf16, {4, 256}, n), out = dev(DType::bf16, {4, 256}, n), w = dev(DType::bf16, {256}, n);
   EXPECT_INVALID(rmsnorm(rt(), out, in, w), "must be on a visible CUDA device");
@@ -150,7 +145,7 @@ TEST_F(Devices, RealDeviceCountBoundsEveryFamily) {
   EXPECT_INVALID((void)FusedMoeRunner::create(rt(), FusedMoeConfig{.device = n}), "argument 'config.device'");
   EXPECT_INVALID(mla::device_support(n), "device id " + std::to_string(n));
   EXPECT_INVALID(mla::device_support(-1), "device id -1");
-  EXPECT_INVALID(device_info(n), "device id " + std::to_string(n));
+  EXPECT_INVALID(device_facts(n), "device id " + std::to_string(n));
   EXPECT_INVALID((void)mla::DecodePlan::create({.batch = 2, .s_q = 1, .h_q = 64, .topk = 128, .num_sms = 132}, n,
                                                nullptr),
                  "device id " + std::to_string(n));
@@ -325,7 +320,7 @@ TEST_F(Devices, BatchMlaRefusesTensorsOffThePlansDevice) {
 struct GdnArgs {
   std::vector<int64_t> cu_host{0, 3, 8};
   TensorView cu_host_v, ws;
-  GdnPrefillArgs a;
+  GdnPrefillTensors a;
   explicit GdnArgs(TensorView (*make)(DType, std::initializer_list<int64_t>, int)) {
     a.q = make(DType::bf16, {8, 4, 128}, 0);
     a.k = make(DType::bf16, {8, 2, 128}, 0);
@@ -370,7 +365,7 @@ TEST_F(Devices, GdnRefusesTensorsOnTwoDevicesAndUnknownDevices) {
 TEST_F(Devices, MoeRefusesTensorsOffTheRunnersDevice) {
   FusedMoeConfig cfg;
   cfg.auto_tune = false;  // one run_moe call per run: the calls below count them
-  FusedMoeArgs a;
+  FusedMoeTensors a;
   a.output = dev(DType::bf16, {4, 256});
   a.input = dev(DType::bf16, {4, 256});
   a.token_selected_experts = dev(DType::i32, {4, 2});
@@ -379,19 +374,19 @@ TEST_F(Devices, MoeRefusesTensorsOffTheRunnersDevice) {
   a.fc2_weights = dev(DType::bf16, {8, 256, 128});
   validate_fused_moe(cfg, a);  // the baseline is valid
   auto with = [&](auto mutate) {
-    FusedMoeArgs m = a;
+    FusedMoeTensors m = a;
     mutate(m);
     validate_fused_moe(cfg, m);
   };
-  EXPECT_INVALID(with([](FusedMoeArgs& m) { m.input = on(m.input, 1); }), "argument 'input' must be on the runner's device cuda:0");
-  EXPECT_INVALID(with([](FusedMoeArgs& m) { m.output = on(m.output, 1); }), "argument 'output' must be on the device of 'input'");
-  EXPECT_INVALID(with([](FusedMoeArgs& m) { m.token_selected_experts = on(m.token_selected_experts, 1); }),
+  EXPECT_INVALID(with([](FusedMoeTensors& m) { m.input = on(m.input, 1); }), "argument 'input' must be on the runner's device cuda:0");
+  EXPECT_INVALID(with([](FusedMoeTensors& m) { m.output = on(m.output, 1); }), "argument 'output' must be on the device of 'input'");
+  EXPECT_INVALID(with([](FusedMoeTensors& m) { m.token_selected_experts = on(m.token_selected_experts, 1); }),
                  "argument 'token_selected_experts' must be on the device of 'input'");
-  EXPECT_INVALID(with([](FusedMoeArgs& m) { m.token_final_scales = on(m.token_final_scales, 1); }),
+  EXPECT_INVALID(with([](FusedMoeTensors& m) { m.token_final_scales = on(m.token_final_scales, 1); }),
                  "argument 'token_final_scales' must be on the device of 'input'");
-  EXPECT_INVALID(with([](FusedMoeArgs& m) { m.fc1_weights = on(m.fc1_weights, 1); }),
+  EXPECT_INVALID(with([](FusedMoeTensors& m) { m.fc1_weights = on(m.fc1_weights, 1); }),
                  "argument 'fc1_weights' must be on the device of 'input'");
-  EXPECT_INVALID(with([](FusedMoeArgs& m) { m.fc2_weights = on(m.fc2_weights, 1); }),
+  EXPECT_INVALID(with([](FusedMoeTensors& m) { m.fc2_weights = on(m.fc2_weights, 1); }),
                  "argument 'fc2_weights' must be on the device of 'input'");
   FusedMoeConfig far = cfg;
   far.device = 2;
@@ -406,7 +401,7 @@ TEST_F(Devices, MoeRefusesTensorsOffTheRunnersDevice) {
   auto runner = FusedMoeRunner::create(rt(), one);
   (void)recorded_extra("fused_moe_90");
   EXPECT_INVALID(runner.run(a, nullptr), "argument 'input' must be on the runner's device cuda:1");
-  FusedMoeArgs a1 = a;
+  FusedMoeTensors a1 = a;
   for (TensorView* t : {&a1.output, &a1.input, &a1.token_selected_experts, &a1.token_final_scales, &a1.fc1_weights,
                         &a1.fc2_weights})
     *t = on(*t, 1);

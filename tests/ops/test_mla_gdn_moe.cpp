@@ -17,7 +17,7 @@
 #include "flashcpp/mla_attention.hpp"
 #include "flashcpp/moe.hpp"
 #include "flashcpp/runtime.hpp"
-#include "ops/device_facts.hpp"
+#include "core/test_hooks.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace fs = std::filesystem;
@@ -26,7 +26,11 @@ using namespace flashcpp;
 namespace {
 
 int g_cc_major = 9, g_cc_minor = 0;
-ops::DeviceFacts fake_facts(int) { return {g_cc_major, g_cc_minor, 132}; }
+const DeviceFacts& fake_facts(int) {
+  static thread_local DeviceFacts f;
+  f = DeviceFacts{.sm_count = 132, .cc_major = g_cc_major, .cc_minor = g_cc_minor};
+  return f;
+}
 
 const std::vector<std::string>& module_uris() {
   static const std::vector<std::string> uris = {
@@ -62,10 +66,10 @@ class MlaGdnMoeOps : public ::testing::Test {
   void SetUp() override {
     g_cc_major = 9;
     g_cc_minor = 0;
-    ops::set_device_facts_for_testing(&fake_facts);
+    set_device_facts_for_testing(&fake_facts);
     for (const auto& uri : module_uris()) (void)recorded(uri);
   }
-  void TearDown() override { ops::set_device_facts_for_testing(nullptr); }
+  void TearDown() override { set_device_facts_for_testing(nullptr); }
 
   /// Log of the module serving `uri` (one line per call), cleared.
   static std::string recorded(const std::string& uri) {
@@ -318,7 +322,7 @@ struct GdnFixture {
   // 2 sequences (3 + 5 tokens), GQA: Hq 4, Hk = Hv 2, D 128.
   int64_t T = 8, N = 2;
   std::vector<int64_t> cu_host{0, 3, 8};
-  GdnPrefillArgs a;
+  GdnPrefillTensors a;
   TensorView cu_host_v, state_in, alpha, beta, ws;
   GdnFixture() {
     a.q = cuda_view(0x1000000, DType::bf16, {T, 4, 128});
@@ -430,7 +434,7 @@ TEST_F(MlaGdnMoeOps, GdnValidation) {
 struct MoeFixture {
   // 4 tokens, top-2, 8 experts, hidden 256, intermediate 128, swiglu.
   FusedMoeConfig cfg;
-  FusedMoeArgs a;
+  FusedMoeTensors a;
   TensorView fc1_dq, fc2_q, fc2_dq, in_dq, bs1, bs2, b1, b2;
   explicit MoeFixture(MoeQuantization q = MoeQuantization::none) {
     cfg.quantization = q;
@@ -704,7 +708,7 @@ TEST_F(MlaGdnMoeOps, MoeTacticsAreKeptPerProblemShape) {
   MoeFixture f;  // 4 tokens (bucket 4), H 256, I 128, E 8, top 2, swiglu
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
-  auto profile_ids_of_run = [&](const FusedMoeArgs& args) {
+  auto profile_ids_of_run = [&](const FusedMoeTensors& args) {
     runner.run(args, nullptr);
     auto a = split(recorded("fused_moe_90"));
     return a.size() == 25u ? a[22] : "unexpected record of " + std::to_string(a.size()) + " fields";

@@ -158,7 +158,7 @@ TEST(MlaGdnMoeReference, MoeSwigluGateOrderAndRouting) {
   std::vector<int32_t> sel{0, 1};
   FusedMoeConfig c;
   c.activation_dtype = c.weight_dtype = c.output_dtype = DType::f32;
-  FusedMoeArgs a;
+  FusedMoeTensors a;
   a.input = host(x, {1, 2});
   a.token_selected_experts = host_i32(sel, {1, 2});
   a.token_final_scales = host(scales, {1, 2});
@@ -190,7 +190,7 @@ TEST(MlaGdnMoeReference, MoeFp8PerTensorDequantizesExactly) {
   c.quantization = MoeQuantization::fp8_per_tensor;
   c.activation_dtype = c.weight_dtype = DType::e4m3;
   c.output_dtype = DType::bf16;
-  FusedMoeArgs a;
+  FusedMoeTensors a;
   a.input = TensorView::contiguous(x.data(), DType::e4m3, Device::cpu(), {1, 2});
   a.fc1_weights = TensorView::contiguous(w1.data(), DType::e4m3, Device::cpu(), {1, 1, 2});
   a.fc2_weights = TensorView::contiguous(w2.data(), DType::e4m3, Device::cpu(), {1, 2, 1});

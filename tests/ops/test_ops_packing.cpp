@@ -225,7 +225,7 @@ TEST_F(OpsPacking, BatchPrefillFa3PlanSixteenAndRunsTwentyFourAndTwentyTwo) {
       "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_"
       "head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_True_f16qk_False_sm90";
   link(uri);
-  ops::set_device_cc_major_for_testing(9);  // automatic picks fa3 on Hopper
+  set_device_facts_for_testing(&hopper_device_facts);  // automatic picks fa3 on Hopper
   HostWorkspace hw;
   PrefillIndptrs ip;
   ip.qo_indptr = host_i32({0, 4});
@@ -275,7 +275,7 @@ TEST_F(OpsPacking, AutomaticBackendUsesFa2ForRaggedHndAndMixedDtypes) {
        "head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False");
   link("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_f16_dtype_idx_i32_head_dim_qk_128_"
        "head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False");
-  ops::set_device_cc_major_for_testing(9);
+  set_device_facts_for_testing(&hopper_device_facts);
   HostWorkspace hw;
   PrefillIndptrs ip;
   ip.qo_indptr = host_i32({0, 4});
@@ -409,15 +409,16 @@ TEST_F(OpsPacking, MissingModuleIsNotFoundNamingTheUri) {
 }
 
 TEST(OpsUri, MatchFlashInferNaming) {
-  ops::AttentionVariant v{DType::f16, DType::f16, DType::f16, 64, 64, true, false, false};
-  EXPECT_EQ(ops::batch_decode_uri(v, DType::i32),
+  jit::AttentionSpec v{.q = DType::f16, .kv = DType::f16, .o = DType::f16, .head_dim_qk = 64, .head_dim_vo = 64,
+                       .use_sliding_window = true};
+  EXPECT_EQ(jit::batch_decode_uri(v),
             "batch_decode_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16_dtype_idx_i32_head_dim_qk_64_head_dim_vo_"
             "64_posenc_0_use_swa_True_use_logits_cap_False");
-  EXPECT_EQ(ops::single_decode_uri(v),
+  EXPECT_EQ(jit::single_decode_uri(v),
             "single_decode_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16_head_dim_qk_64_head_dim_vo_64_posenc_0_"
             "use_swa_True_use_logits_cap_False");
-  v = {DType::bf16, DType::bf16, DType::bf16, 192, 128, false, true, false};
-  EXPECT_EQ(ops::batch_prefill_uri(v, DType::i32, true),
+  v = {.backend = jit::Backend::fa3, .head_dim_qk = 192, .head_dim_vo = 128, .use_logits_soft_cap = true};
+  EXPECT_EQ(jit::batch_prefill_uri(v),
             "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_192_head_"
             "dim_vo_128_posenc_0_use_swa_False_use_logits_cap_True_f16qk_False_sm90");
 }

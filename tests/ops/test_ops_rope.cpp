@@ -21,7 +21,7 @@ namespace {
 // last 64), k one latent head [tokens, 64] + [tokens, 512], e4m3 outputs contiguous.
 struct MlaViews {
   TensorView q, q_nope, q_rope, k_rope, k_nope, q_rope_out, q_nope_out, k_rope_out, k_nope_out, cache, pos;
-  RopeQuantizeArgs args() const {
+  RopeQuantizeTensors args() const {
     return {.q_rope = q_rope, .k_rope = k_rope, .q_rope_out = q_rope_out, .k_rope_out = k_rope_out,
             .q_nope = &q_nope, .k_nope = &k_nope, .q_nope_out = &q_nope_out, .k_nope_out = &k_nope_out,
             .cos_sin_cache = cache, .pos_ids = pos};
@@ -178,11 +178,11 @@ TEST_F(RopeOps, RaggedRulesAreCheckedBeforeTheCall) {
 TEST_F(RopeOps, RopeQuantizeRulesAreCheckedBeforeTheCall) {
   const MlaViews m = mla_views(6);
   auto with = [&](auto edit, RopeQuantizeOptions o = {}) {
-    RopeQuantizeArgs a = m.args();
+    RopeQuantizeTensors a = m.args();
     edit(a);
     rope_quantize_fp8(rt(), a, o);
   };
-  auto same = [](RopeQuantizeArgs&) {};
+  auto same = [](RopeQuantizeTensors&) {};
   const TensorView bf16_out = dev(DType::bf16, {6, 128, 64}), e5m2_k = dev(DType::e5m2, {6, 64});
   EXPECT_INVALID(with([&](auto& a) { a.q_rope_out = bf16_out; }),
                  "rope_quantize_fp8: argument 'q_rope_out' must have dtype e4m3 or e5m2");
@@ -520,7 +520,7 @@ struct AppendViews {
   TensorView qr, kr, qn, kn, v, qro, qno, cs, pos, bi, positions;
   PagedKvCache kv;
   PagedMlaKvCache mla;
-  RopeQuantizeAppendArgs gqa() const {
+  RopeQuantizeAppendTensors gqa() const {
     return {.q_rope = qr, .k_rope = kr, .q_nope = qn, .k_nope = kn, .v = &v, .q_rope_out = qro, .q_nope_out = qno,
             .cos_sin_cache = cs, .pos_ids = pos, .batch_indices = bi, .positions = positions, .kv_cache = &kv};
   }
@@ -543,7 +543,7 @@ class RopeAppendOps : public RopeOps {
   struct Mla {
     TensorView qr, kr, qn, kn, qro, qno, cs, pos, bi, positions;
     PagedMlaKvCache cache;
-    RopeQuantizeAppendArgs args() const {
+    RopeQuantizeAppendTensors args() const {
       return {.q_rope = qr, .k_rope = kr, .q_nope = qn, .k_nope = kn, .q_rope_out = qro, .q_nope_out = qno,
               .cos_sin_cache = cs, .pos_ids = pos, .batch_indices = bi, .positions = positions, .mla_cache = &cache};
     }
@@ -598,7 +598,7 @@ TEST_F(RopeAppendOps, RulesAreCheckedBeforeTheCall) {
   const AppendViews g = gqa_views();
   auto with = [&](auto edit, RopeQuantizeOptions o = {}) {
     AppendViews c = g;
-    RopeQuantizeAppendArgs a = c.gqa();
+    RopeQuantizeAppendTensors a = c.gqa();
     edit(a, c);
     rope_quantize_append_paged_kv_cache(rt(), a, o);
   };
@@ -648,7 +648,7 @@ TEST_F(RopeAppendOps, RulesAreCheckedBeforeTheCall) {
   // MLA: rank-2 k parts, no v, ckv/kpe widths no_rope_dim and rope_dim over the same pages.
   auto with_mla = [&](auto edit) {
     Mla c = m;
-    RopeQuantizeAppendArgs a = c.args();
+    RopeQuantizeAppendTensors a = c.args();
     edit(a, c);
     rope_quantize_append_paged_kv_cache(rt(), a);
   };
@@ -756,7 +756,7 @@ TEST(RopeReference, RopeQuantizeAppendWritesQAndTheCacheSlots) {
       const PagedMlaKvCache ml{view(ckv, {pages, page, nd}), view(kpe, {pages, page, rd}), i32(indices, 3),
                                i32(indptr, 3), i32(last, 2)};
       const TensorView vv = val.view();
-      RopeQuantizeAppendArgs a{.q_rope = qr.view(), .k_rope = kr.view(), .q_nope = qn.view(), .k_nope = kn.view(),
+      RopeQuantizeAppendTensors a{.q_rope = qr.view(), .k_rope = kr.view(), .q_nope = qn.view(), .k_nope = kn.view(),
                                .v = mla ? nullptr : &vv, .q_rope_out = view(qro2, {n, hq, rd}),
                                .q_nope_out = view(qno2, {n, hq, nd}), .cos_sin_cache = cache.view(), .pos_ids = pv,
                                .batch_indices = i32(bi, 3), .positions = i32(at, 3)};

@@ -191,7 +191,7 @@ struct Bench {
       const auto q_rope = TensorView::strided(qb + nope, DType::bf16, Device::cuda(0), {t, hq, rope}, {hq * head, head, 1});
       const auto k_nope = TensorView::strided(kb, DType::bf16, Device::cuda(0), {t, nope}, {head, 1});
       const auto k_rope = TensorView::strided(kb + nope, DType::bf16, Device::cuda(0), {t, rope}, {head, 1});
-      const RopeQuantizeArgs a{.q_rope = q_rope, .k_rope = k_rope, .q_rope_out = qro.view, .k_rope_out = kro.view,
+      const RopeQuantizeTensors a{.q_rope = q_rope, .k_rope = k_rope, .q_rope_out = qro.view, .k_rope_out = kro.view,
                                .q_nope = &q_nope, .k_nope = &k_nope, .q_nope_out = &qno.view, .k_nope_out = &kno.view,
                                .cos_sin_cache = cache.view, .pos_ids = pos.view};
       report("rope_quantize_fp8", "tokens=8192,mla,heads=128,rope=64,nope=512,dtype=bf16->e4m3",
@@ -359,7 +359,7 @@ struct Bench {
       };
       std::vector<Path> paths = {{"cuda_cores", DecodeBackend::cuda_cores, AttentionBackend::fa2},
                                  {"tensor_cores_fa2", DecodeBackend::tensor_cores, AttentionBackend::fa2}};
-      if (device_info(0).cc_major == 9) paths.push_back({"tensor_cores_fa3", DecodeBackend::tensor_cores, AttentionBackend::fa3});
+      if (device_facts(0).cc_major == 9) paths.push_back({"tensor_cores_fa3", DecodeBackend::tensor_cores, AttentionBackend::fa3});
       paths.push_back({"auto", DecodeBackend::automatic, AttentionBackend::automatic});
       for (const Path& p : paths) {
         BatchDecodeConfig c;
@@ -443,7 +443,7 @@ struct Bench {
       return TensorView::contiguous(v.data(), DType::i32, Device::cpu(), {static_cast<int64_t>(v.size())});
     };
     std::vector<AttentionBackend> backends{AttentionBackend::fa2};
-    if (device_info(0).cc_major == 9) backends.push_back(AttentionBackend::fa3);
+    if (device_facts(0).cc_major == 9) backends.push_back(AttentionBackend::fa3);
     for (AttentionBackend be : backends) {
       const char* bn = be == AttentionBackend::fa3 ? "fa3" : "fa2";
       BatchPrefillConfig c;
@@ -479,7 +479,7 @@ struct Bench {
 int run_bench(const BenchOptions& o) {
   if (cuda_device_count() == 0)
     throw Error(ErrorCode::unsupported, "bench needs a CUDA GPU (it times FlashInfer's kernels); none was found");
-  const DeviceInfo& info = device_info(0);
+  const DeviceFacts& info = device_facts(0);
   int driver = 0;
   (void)cudaDriverGetVersion(&driver);
   std::printf("device name=\"%s\" sms=%d cc=%d.%d l2_mib=%.0f driver=%d warmup=%d iters=%d\n", info.name.c_str(),

@@ -119,7 +119,7 @@ void bench_gdn(const Runtime& rt, int device, int iters) {
   DeviceBuffer out(T * H * D * 2, device), state(N * H * D * D * 4, device);
   auto cu_d = upload(cu, device);
   const Device dev = Device::cuda(device);
-  GdnPrefillArgs a;
+  GdnPrefillTensors a;
   a.q = TensorView::contiguous(q.get(), DType::bf16, dev, {T, H, D});
   a.k = TensorView::contiguous(k.get(), DType::bf16, dev, {T, H, D});
   a.v = TensorView::contiguous(v.get(), DType::bf16, dev, {T, H, D});
@@ -196,7 +196,7 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
     const double experts_touched = double(std::count(touched.begin(), touched.end(), true));
     auto sel_d = upload(sel, device);
     auto sc_d = upload(sc, device);
-    FusedMoeArgs a;
+    FusedMoeTensors a;
     a.input = TensorView::contiguous(x.get(), DType::bf16, dev, {T, Hd});
     a.output = TensorView::contiguous(out.get(), DType::bf16, dev, {T, Hd});
     a.token_selected_experts = TensorView::contiguous(sel_d.get(), DType::i32, dev, {T, K});
@@ -292,7 +292,7 @@ void add_bench_mla_gdn_moe_command(CLI::App& app) {
   cmd->callback(checked([] {
     if (cuda_device_count() == 0) throw Error(ErrorCode::unsupported, "bench-mla-gdn-moe needs a CUDA GPU; none was found");
     DeviceGuard guard(device);
-    const DeviceInfo& info = device_info(device);
+    const DeviceFacts& info = device_facts(device);
     std::printf("%s (compute capability %d.%d, %d SMs)\n", info.name.c_str(), info.cc_major, info.cc_minor, info.sm_count);
     auto rt = Runtime::create();
     auto run = [&](const char* what, const std::function<void()>& fn) {

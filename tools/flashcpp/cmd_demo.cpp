@@ -131,9 +131,9 @@ void validate(const DemoOptions& o) {
                                                 std::to_string(o.num_kv_heads) + " and --head-dim " +
                                                 std::to_string(o.head_dim) + " needs " + gib(host) +
                                                 " of host memory; this machine has " + gib(host_memory));
-  if (gpu && 2 * cache + acts > static_cast<double>(device_info(0).total_memory))
+  if (gpu && 2 * cache + acts > static_cast<double>(device_facts(0).total_memory))
     throw CLI::ValidationError("--context", "needs " + gib(2 * cache + acts) + " of GPU memory; GPU 0 has " +
-                                                gib(static_cast<double>(device_info(0).total_memory)));
+                                                gib(static_cast<double>(device_facts(0).total_memory)));
 }
 
 int run_demo(const DemoOptions& o) {
@@ -281,7 +281,7 @@ int run_demo(const DemoOptions& o) {
     return 0;
   }
 
-  const DeviceInfo& info = device_info(0);
+  const DeviceFacts& info = device_facts(0);
   std::printf("  GPU 0: %s (compute capability %d.%d)\n", info.name.c_str(), info.cc_major, info.cc_minor);
   auto rt = Runtime::create();
   for (HostDev* t : {&hidden, &weight, &gate_up, &k_cache, &v_cache, &indices, &indptr_t, &last_t, &bi, &pos, &normed,

@@ -78,19 +78,19 @@ struct FetchOptions {
 };
 
 // Offline, without a cached jit-cache wheel or an override: a module missing from the cache cannot be had now.
-bool jit_cache_unavailable_offline(const art::Config& cfg) {
+bool jit_cache_unavailable_offline(const art::Settings& cfg) {
   return cfg.offline && cfg.jit_cache_override.empty() &&
          !std::filesystem::exists(art::cached_wheel_path(cfg, cfg.manifest().jit_cache));
 }
 
-std::string offline_remedies(const art::Config& cfg) {
+std::string offline_remedies(const art::Settings& cfg) {
   return "set FLASHCPP_OFFLINE=0 (and no --offline) to download it, or, without network, build the modules with "
          "`flashcpp build`, or set FLASHCPP_JIT_CACHE=<path to the " + cfg.manifest().jit_cache.filename +
          " wheel or its unpacked package directory>, or pass --skip-jit-cache to fetch everything else";
 }
 
 void run_fetch(const FetchOptions& o) {
-  art::Config cfg = art::Config::from_env();
+  art::Settings cfg = art::Settings::from_env();
   if (o.offline) cfg.offline = true;
   cfg.progress = make_progress();
   if (!o.modules.empty()) {
@@ -134,7 +134,7 @@ void run_fetch(const FetchOptions& o) {
 }
 
 void run_cache_ls() {
-  const art::Config cfg = art::Config::from_env();
+  const art::Settings cfg = art::Settings::from_env();
   std::printf("cache: %s\n", cfg.cache_dir.c_str());
   std::uint64_t total = 0;
   for (const auto& e : art::cache_list(cfg)) {
@@ -148,7 +148,7 @@ void run_cache_ls() {
 }
 
 void run_cache_verify() {
-  const art::Config cfg = art::Config::from_env();
+  const art::Settings cfg = art::Settings::from_env();
   int bad = 0;
   for (const auto& e : art::cache_verify(cfg)) {
     std::printf("%s  %s\n", e.verified ? "ok     " : "CORRUPT", e.path.lexically_relative(cfg.cache_dir).c_str());
@@ -161,7 +161,7 @@ void run_cache_verify() {
 }
 
 void run_cache_prune(bool unpinned, bool everything) {
-  const art::Config cfg = art::Config::from_env();
+  const art::Settings cfg = art::Settings::from_env();
   std::uint64_t freed = 0;
   for (const auto& e : art::cache_prune(cfg, unpinned, everything)) {
     freed += e.bytes;

@@ -349,7 +349,7 @@ void add_mla_bench_command(CLI::App& app) {
                                                  std::to_string(o.device));
     mla::kernels::set_force_simple_kernel(o.simple);
     const auto s = mla::device_support(o.device);
-    const DeviceInfo& info = device_info(o.device);
+    const DeviceFacts& info = device_facts(o.device);
     std::printf("device %d: %s, %d SMs, cc %d.%d; warm-up %d, median of %d\n", o.device, info.name.c_str(),
                 info.sm_count, info.cc_major, info.cc_minor, o.warmup, o.iters);
     if (!s.sparse_supported) throw Error(ErrorCode::unsupported, "mla-bench: sparse MLA cannot run on this device");

@@ -37,7 +37,7 @@ int print_cuda() {
     return 0;
   }
   for (int i = 0; i < n; ++i) {
-    const DeviceInfo& d = device_info(i);
+    const DeviceFacts& d = device_facts(i);
     std::printf("GPU %d:         %s, %d SMs, compute capability %d.%d, %.1f GiB, L2 %.0f MiB\n", i, d.name.c_str(),
                 d.sm_count, d.cc_major, d.cc_minor, d.total_memory / 1073741824.0, d.l2_bytes / 1048576.0);
   }
@@ -45,7 +45,7 @@ int print_cuda() {
 }
 
 // The pins: built in, or FLASHCPP_MANIFEST's file, which must be usable (a regular file of valid, shallow JSON).
-bool print_manifest(const artifacts::Config& cfg, Problems& problems) {
+bool print_manifest(const artifacts::Settings& cfg, Problems& problems) {
   if (cfg.manifest_file.empty()) return true;
   try {
     (void)cfg.manifest();
@@ -58,7 +58,7 @@ bool print_manifest(const artifacts::Config& cfg, Problems& problems) {
   }
 }
 
-void print_tvm_ffi(const artifacts::Config& cfg, bool gpu, Problems& problems) {
+void print_tvm_ffi(const artifacts::Settings& cfg, bool gpu, Problems& problems) {
   try {
     const auto path = artifacts::resolve_tvm_ffi_library(cfg);
     const ffi::Library& lib = ffi::Library::load(path);
@@ -78,7 +78,7 @@ void print_tvm_ffi(const artifacts::Config& cfg, bool gpu, Problems& problems) {
   }
 }
 
-void print_cache(const artifacts::Config& cfg, Problems& problems) {
+void print_cache(const artifacts::Settings& cfg, Problems& problems) {
   std::printf("cache:         %s\n", cfg.cache_dir.c_str());
   try {
     const auto entries = artifacts::cache_list(cfg);
@@ -115,9 +115,9 @@ void print_builder() {
 int run_doctor() {
   Problems problems = env::problems();  // every FLASHCPP_* setting with a fixed form, checked first
   for (const auto& p : problems) std::printf("environment:   %s\n", p.c_str());
-  std::optional<artifacts::Config> cfg;
+  std::optional<artifacts::Settings> cfg;
   try {
-    cfg = artifacts::Config::from_env();
+    cfg = artifacts::Settings::from_env();
   } catch (const Error& e) {
     if (std::find(problems.begin(), problems.end(), e.message()) == problems.end()) problems.push_back(e.message());
   }
