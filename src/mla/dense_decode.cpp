@@ -56,7 +56,7 @@ DenseDecodePlanSizes sizes_for(const DenseDecodeConfig& c, int num_sms) {
 }
 
 int sms_of(const DenseDecodeConfig& c, int device_id) {
-  return c.num_sms > 0 ? c.num_sms : device_facts(device_id).sm_count;
+  return c.num_sms > 0 ? c.num_sms : kernel_support(device_id).sm_count;
 }
 
 // Every workspace buffer: its dtype, contiguous, on q's device, large enough; the ones written by vector stores
@@ -279,7 +279,7 @@ DenseDecodePlan DenseDecodePlan::create(const DenseDecodeConfig& config, int dev
   DenseDecodePlan plan;
   plan.device_ = device_id;
   plan.ws_.config = config;
-  if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = device_facts(device_id).sm_count;
+  if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = kernel_support(device_id).sm_count;
   plan.sizes_ = dense_decode_plan_sizes(plan.ws_.config, plan.ws_.config.num_sms);
   const DenseDecodePlanSizes& s = plan.sizes_;
   const Device dev = Device::cuda(device_id);

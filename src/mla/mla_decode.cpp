@@ -181,7 +181,7 @@ void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream, 
     for (const auto& [t, length_name] : {std::pair{lengths.topk_length, "topk_length"},
                                          std::pair{lengths.extra_topk_length, "extra_topk_length"}})
       if (buffer->data != nullptr && t != nullptr) v.disjoint(*buffer, name, *t, length_name);
-  const int n = c.num_sms > 0 ? c.num_sms : device_facts(device_id).sm_count;
+  const int n = c.num_sms > 0 ? c.num_sms : kernel_support(device_id).sm_count;
   const DecodePlanSizes sizes = sizes_for(c, n);
   validate_workspace(v, ws, sizes, /*with_accumulators=*/false);  // the plan writes only the schedule
   if (sizes.split) v.disjoint(ws.num_splits, "num_splits", ws.sched_meta, "sched_meta");
@@ -295,7 +295,7 @@ DecodePlanSizes validate_planned(const Validator& v, const DecodeWorkspace& ws, 
   }
   require_supported(std::string(v.op()).c_str(), q.device.id);
   if (c.num_sms <= 0) {
-    sizes = sizes_for(c, device_facts(q.device.id).sm_count);
+    sizes = sizes_for(c, kernel_support(q.device.id).sm_count);
     validate_workspace(v, ws, sizes);
     check_split_overlap(sizes);
   }
@@ -384,7 +384,7 @@ void launch_decode(const kernels::SparseAttentionParams& p, const DecodePlanSize
     split.num_requests = p.num_requests - sizes.head_requests;
   }
   run_attention(split, stream, device_id);
-  cuda_check(kernels::launch_sparse_attention_combine(split, stream, device_facts(device_id).hopper),
+  cuda_check(kernels::launch_sparse_attention_combine(split, stream, kernel_support(device_id).hopper),
              "sparse MLA combine kernel launch");
 }
 
@@ -499,7 +499,7 @@ DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStr
   require_supported("mla::DecodePlan::create", device_id);
   plan.device_ = device_id;
   plan.ws_.config = config;
-  if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = device_facts(device_id).sm_count;
+  if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = kernel_support(device_id).sm_count;
   plan.sizes_ = decode_plan_sizes(plan.ws_.config, plan.ws_.config.num_sms);
   if (plan.sizes_.split) {
     const Device dev = Device::cuda(device_id);

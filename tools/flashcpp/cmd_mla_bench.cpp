@@ -102,7 +102,7 @@ double graph_replay_ms(const MlaBenchOptions& o, cudaStream_t stream, Run&& run)
 // asks (mla::kernels::choose). The benchmarks fill `p` as the library fills it for their contiguous
 // tensors (selector_params and the lines after it), so the label names the kernel that was timed.
 const char* selected_kernel(const mla::kernels::SparseAttentionParams& p, int device) {
-  return mla::kernels::plan_label(mla::kernels::choose(p, mla::kernels::device_facts(device)));
+  return mla::kernels::plan_label(mla::kernels::choose(p, mla::kernels::kernel_support(device)));
 }
 
 // The selector's inputs common to prefill (q [s_q, h_q, d_qk]) and decode (q [b, s_q, h_q, d_qk]): sizes,

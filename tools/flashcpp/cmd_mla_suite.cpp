@@ -346,7 +346,7 @@ void report_suite(const char* op, const std::string& case_name, const std::strin
 }
 
 const char* kernel_label(const mla::kernels::SparseAttentionParams& p, int device) {
-  return mla::kernels::plan_label(mla::kernels::choose(p, mla::kernels::device_facts(device)));
+  return mla::kernels::plan_label(mla::kernels::choose(p, mla::kernels::kernel_support(device)));
 }
 
 // The selector's inputs for a decode call, filled as mla.cpp's decode_params fills them for these strided views,
