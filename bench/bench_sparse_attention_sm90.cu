@@ -45,7 +45,7 @@ namespace fp8 = flashcpp::mla::fp8;
 
 // The plan the library would run `p` with on device 0; false (nothing launched) when that is the simple kernel.
 bool launch_hopper(const k::SparseAttentionParams& p, cudaStream_t stream) {
-  const k::LaunchPlan plan = k::choose(p, k::device_facts(0));
+  const k::LaunchPlan plan = k::choose(p, k::kernel_support(0));
   return plan.kernel != k::SparseKernel::simple && k::launch(plan, p, stream);
 }
 

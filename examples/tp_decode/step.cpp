@@ -256,12 +256,12 @@ void DeviceStep::enqueue() {
   s.plan->run(q, s.kv(), attn_out(), nullptr, *s.stream);
   if (sh.mla) {
     const int64_t rows = static_cast<int64_t>(s.mcache.size()) / kFp8Row / sh.mla_block_size;
-    mla::SparseDecodeOptions p;
-    p.sm_scale = s.mla_scale;
-    s.mplan->run(s.view(s.mq, DType::bf16, {sh.batch, 1, s.hmr, kMlaDqk}),
-                 s.view(s.mcache, DType::u8, {rows, sh.mla_block_size, 1, kFp8Row}),
-                 s.view(s.midx, DType::i32, {sh.batch, 1, sh.mla_topk}), mla_out(),
-                 s.view(s.mlse, DType::f32, {sh.batch, 1, s.hmr}), p, *s.stream);
+    s.mplan->run({.q = s.view(s.mq, DType::bf16, {sh.batch, 1, s.hmr, kMlaDqk}),
+                  .kv_cache = s.view(s.mcache, DType::u8, {rows, sh.mla_block_size, 1, kFp8Row}),
+                  .indices = s.view(s.midx, DType::i32, {sh.batch, 1, sh.mla_topk}),
+                  .out = mla_out(),
+                  .lse = s.view(s.mlse, DType::f32, {sh.batch, 1, s.hmr})},
+                 {.sm_scale = s.mla_scale}, *s.stream);
   }
 }
 

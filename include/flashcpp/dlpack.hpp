@@ -17,7 +17,7 @@ namespace flashcpp {
 ///  - view.device == cuda:buffer.device()
 ///  - every element of the view lies inside the buffer's bytes (nothing is checked for an empty view)
 /// The DLTensor gets data = view.data, byte_offset 0, strides always set (as PyTorch exports them).
-/// Example: `auto outs = mla::sparse_prefill(q, kv, idx, params, stream);
+/// Example: `auto outs = mla::sparse_prefill(q, kv, idx, nullptr, nullptr, options, stream);
 ///           DLManagedTensor* out = to_dlpack(std::move(outs.out), outs.out_view);`
 DLManagedTensor* to_dlpack(DeviceBuffer&& buffer, const TensorView& view);
 

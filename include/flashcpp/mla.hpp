@@ -37,33 +37,39 @@ inline constexpr int kTopkMultiple = 64;       ///< topk must be a positive mult
 // Sparse prefill
 // ---------------------------------------------------------------------------------------------------
 
+/// Per-call scalars of sparse prefill (flashcpp_mla_options in C).
 struct SparsePrefillOptions {
-  std::optional<double> sm_scale;      ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
-  int d_v = kDv;                       ///< must be 512
-  OptionalTensor attn_sink = nullptr;  ///< f32 [h_q], contiguous, same device
-  OptionalTensor topk_length = nullptr;  ///< i32 [s_q], contiguous, same device; token i uses slots < topk_length[i]
+  std::optional<double> sm_scale;  ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
+  int d_v = kDv;                   ///< must be 512
 };
 
-/// Sparse attention for prefill.
-///  q          bf16 [s_q, h_q, d_qk], d_qk in {512, 576}, h_q in [1, 1024]
-///  kv         bf16 [s_kv, 1, d_qk]
-///  indices    i32  [s_q, 1, topk], topk a positive multiple of 64
-///  out        bf16 [s_q, h_q, 512] (written)
-///  max_logits f32  [s_q, h_q] (written; may be nullptr)
-///  lse        f32  [s_q, h_q] (written)
-/// Layout rules: the last dim of every tensor is contiguous; q and kv data are 16-byte aligned with
-/// strides that are multiples of 8 elements (any framework allocation is); other strides are free
-/// (non-negative). All tensors on one CUDA device. s_q may be 0 (nothing is launched).
-void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices, const TensorView& out,
-                    OptionalTensor max_logits, const TensorView& lse, const SparsePrefillOptions& options,
-                    cudaStream_t stream);
+/// The tensors of a sparse prefill, in the order of the C bundle flashcpp_mla_prefill_tensors. Every tensor is on one
+/// CUDA device. Layout rules: the last dim of every tensor is contiguous; q and kv data are 16-byte aligned with
+/// strides that are multiples of 8 elements (any framework allocation is); other strides are free (non-negative).
+/// out, max_logits and lse (written) may share no byte with any other tensor. s_q may be 0 (nothing is launched).
+struct SparsePrefillTensors {
+  TensorView q;                          ///< bf16 [s_q, h_q, d_qk], d_qk in {512, 576}, h_q in [1, 1024]
+  TensorView kv;                         ///< bf16 [s_kv, 1, d_qk]
+  TensorView indices;                    ///< i32 [s_q, 1, topk], topk a positive multiple of 64
+  OptionalTensor attn_sink = nullptr;    ///< f32 [h_q], contiguous; nullptr: no sink
+  OptionalTensor topk_length = nullptr;  ///< i32 [s_q], contiguous; token i uses slots < topk_length[i]; nullptr: all
+  TensorView out;                        ///< bf16 [s_q, h_q, 512] (written)
+  OptionalTensor max_logits = nullptr;   ///< f32 [s_q, h_q] (written); nullptr: not computed
+  TensorView lse;                        ///< f32 [s_q, h_q] (written)
+};
 
-/// Convenience layer: allocates out [s_q, h_q, 512] bf16, max_logits and lse [s_q, h_q] f32 on q's device.
+/// Sparse attention for prefill over `tensors` (shapes, dtypes and layout rules on SparsePrefillTensors).
+void sparse_prefill(const SparsePrefillTensors& tensors, const SparsePrefillOptions& options, cudaStream_t stream);
+
+/// Convenience layer: allocates out [s_q, h_q, 512] bf16, max_logits and lse [s_q, h_q] f32 on q's device and runs
+/// sparse_prefill on them. The inputs are SparsePrefillTensors' inputs in its order (attn_sink, topk_length: nullptr
+/// when absent), with the same rules.
 struct SparsePrefillOutputs {
   DeviceBuffer out, max_logits, lse;
   TensorView out_view, max_logits_view, lse_view;
 };
 SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices,
+                                    OptionalTensor attn_sink, OptionalTensor topk_length,
                                     const SparsePrefillOptions& options, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------
@@ -164,53 +170,52 @@ struct DecodePlanLengths {
 /// buffers (or `device_id` when not split).
 void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream, const DecodePlanLengths& lengths = {});
 
+/// Per-call scalars of sparse decode, V3.2 and V4 alike (flashcpp_mla_options in C).
 struct SparseDecodeOptions {
-  std::optional<double> sm_scale;        ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
-  int d_v = kDv;                         ///< must be 512
-  OptionalTensor attn_sink = nullptr;    ///< f32 [h_q]
-  OptionalTensor topk_length = nullptr;  ///< i32 [batch] (per request, as FlashMLA)
+  std::optional<double> sm_scale;  ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
+  int d_v = kDv;                   ///< must be 512
 };
 
-/// Sparse decode attention over the FP8 V3.2 cache.
-/// Strides: q, indices, out and lse take any non-negative strides with the last dim contiguous (requests need
-/// not be evenly spaced: FlashMLA's padded test tensors and its [batch, h_q, s_q] lse run as they are); q's
-/// data is 16-byte aligned and its strides multiples of 8 elements. out with strides of 8-element multiples and
-/// 16-byte aligned data runs on the Hopper kernels, any other out on the portable one.
-///  q         bf16 [batch, s_q, h_q, 576]
-///  kv_cache  u8 / i8 / e4m3 [num_blocks, block_size, 1, 656]; slot stride 656 bytes, block stride any
-///            multiple of 16 bytes, data 16-byte aligned; block_size >= 1 (any value)
-///  indices   i32 [batch, s_q, topk]: block * block_size + offset; anything outside
-///            [0, num_blocks * block_size) (e.g. -1) is masked, never read
-///  out       bf16 [batch, s_q, h_q, 512] (written)
-///  lse       f32  [batch, s_q, h_q] (written; any strides, e.g. a view of FlashMLA's [batch, h_q, s_q])
-///  ws        a workspace planned by decode_plan for this shape on this device
-void sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                   const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeOptions& options,
+/// The tensors of a sparse decode, one bundle for the V3.2 cache (sparse_decode) and the V4 cache (sparse_decode_v4),
+/// in the order of the C bundle flashcpp_mla_decode_tensors (whose plan buffers are DecodeWorkspace here). All on the
+/// workspace's device. Strides: q, indices (both pools'), out and lse take any non-negative strides with the last dim
+/// contiguous (requests need not be evenly spaced: FlashMLA's padded test tensors and its [batch, h_q, s_q] lse run as
+/// they are); q's data is 16-byte aligned and its strides multiples of 8 elements. out with strides of 8-element
+/// multiples and 16-byte aligned data runs on the Hopper kernels, any other out on the portable one. out and lse
+/// (written) may share no byte with any other tensor nor with the workspace.
+struct SparseDecodeTensors {
+  TensorView q;  ///< bf16 [batch, s_q, h_q, d_qk]: d_qk 576 (V3.2) or 512 (V4)
+  /// V3.2: u8 / i8 / e4m3 [num_blocks, block_size, 1, 656]; slot stride 656 bytes, block stride any multiple of 16
+  ///       bytes, data 16-byte aligned; block_size >= 1 (any value).
+  /// V4 (FlashMLA's "MODEL1", layout in quantize_kv_cache_fp8_v4): u8 / i8 / e4m3 [num_blocks, block_size, 1, 584]:
+  ///       stride(1) 584, page stride a multiple of 16 and >= block_size * 584 bytes, data 16-byte aligned;
+  ///       block_size >= 1 (any value; the extra pool may use another).
+  TensorView kv_cache;
+  /// i32 [batch, s_q, topk], topk a positive multiple of 64: block * block_size + offset into its pool; anything
+  /// outside [0, num_blocks * block_size) (e.g. -1), and every slot at or past the request's topk_length, is masked,
+  /// never read.
+  TensorView indices;
+  OptionalTensor topk_length = nullptr;  ///< i32 [batch], contiguous: (main-pool) slots per request; nullptr: all
+  OptionalTensor attn_sink = nullptr;    ///< f32 [h_q], contiguous; nullptr: no sink
+  TensorView out;                        ///< bf16 [batch, s_q, h_q, 512] (written)
+  TensorView lse;  ///< f32 [batch, s_q, h_q] (written; any strides, e.g. a view of FlashMLA's [batch, h_q, s_q])
+  /// V4 only (sparse_decode refuses them): the extra pool attended in the same softmax (FlashMLA's extra_k_cache),
+  /// V4 pages as kv_cache; given iff extra_indices is.
+  OptionalTensor extra_kv_cache = nullptr;
+  OptionalTensor extra_indices = nullptr;      ///< V4 only: i32 [batch, s_q, extra_topk]: indices into the extra pool
+  OptionalTensor extra_topk_length = nullptr;  ///< V4 only: i32 [batch], contiguous: extra-pool slots per request
+};
+
+/// Sparse decode attention over the FP8 V3.2 cache (d_qk 576; shapes and rules on SparseDecodeTensors; the extra_*
+/// tensors must be nullptr). `ws`: a workspace planned by decode_plan for this shape (d_qk 576) on this device.
+void sparse_decode(const SparseDecodeTensors& tensors, const DecodeWorkspace& ws, const SparseDecodeOptions& options,
                    cudaStream_t stream);
 
-struct SparseDecodeV4Options {
-  std::optional<double> sm_scale;              ///< unset: 1/sqrt(d_qk) of q (DeepSeek models pass 1/sqrt(192)); set: finite and > 0
-  int d_v = kDv;                               ///< must be 512
-  OptionalTensor attn_sink = nullptr;          ///< f32 [h_q]
-  OptionalTensor topk_length = nullptr;        ///< i32 [batch]: main-pool slots per request
-  OptionalTensor extra_kv_cache = nullptr;     ///< the extra pool: V4 pages [num_blocks', block_size', 1, 584]
-  OptionalTensor extra_indices = nullptr;      ///< i32 [batch, s_q, extra_topk]; given iff extra_kv_cache is
-  OptionalTensor extra_topk_length = nullptr;  ///< i32 [batch]: extra-pool slots per request (extra pool only)
-};
-
-/// Sparse decode over the DeepSeek V4 FP8 cache (FlashMLA's "MODEL1"; layout in quantize_kv_cache_fp8_v4),
-/// with an optional extra pool attended in the same softmax (FlashMLA's extra_k_cache).
-///  q         bf16 [batch, s_q, h_q, 512]
-///  kv_cache  u8 / i8 / e4m3 [num_blocks, block_size, 1, 584]: stride(1) 584, page stride a multiple of 16
-///            and >= block_size * 584 bytes, data 16-byte aligned; block_size >= 1 (any value; the extra
-///            pool may use another)
-///  indices   i32 [batch, s_q, topk]: block * block_size + offset into its own pool; anything outside
-///            [0, num_blocks * block_size) and every slot at or past its pool's length is masked, never read
-///  out, lse  as sparse_decode (strides of q, both index lists, out and lse as there)
-///  ws        planned with d_qk 512, topk and extra_topk (0 without the extra pool) of these tensors
-/// Runs on the Hopper wgmma kernel on SM90 (the portable kernel elsewhere or for layouts it does not take).
-void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                      const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Options& options,
+/// Sparse decode over the DeepSeek V4 FP8 cache (d_qk 512; FlashMLA's "MODEL1"), with an optional extra pool attended
+/// in the same softmax (extra_kv_cache, extra_indices, extra_topk_length). `ws`: planned with d_qk 512, topk and
+/// extra_topk (0 without the extra pool) of these tensors. Runs on the Hopper wgmma kernel on SM90 (the portable
+/// kernel elsewhere or for layouts it does not take).
+void sparse_decode_v4(const SparseDecodeTensors& tensors, const DecodeWorkspace& ws, const SparseDecodeOptions& options,
                       cudaStream_t stream);
 
 /// Convenience layer: owns the plan buffers and remembers the shape; run() refuses another shape.
@@ -221,11 +226,8 @@ class DecodePlan {
                            const DecodePlanLengths& lengths = {});
   /// Plans the same buffers again on `stream`, e.g. by a new step's lengths (decode_plan).
   void replan(const DecodePlanLengths& lengths, cudaStream_t stream) const;
-  void run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-           const TensorView& lse, const SparseDecodeOptions& options, cudaStream_t stream) const;
-  /// V4 cache (plan made with d_qk 512).
-  void run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-           const TensorView& lse, const SparseDecodeV4Options& options, cudaStream_t stream) const;
+  /// sparse_decode on a plan made with d_qk 576 (the V3.2 cache), sparse_decode_v4 on one made with d_qk 512 (V4).
+  void run(const SparseDecodeTensors& tensors, const SparseDecodeOptions& options, cudaStream_t stream) const;
   const DecodePlanSizes& sizes() const { return sizes_; }
   const DecodeWorkspace& workspace() const { return ws_; }
   int device() const { return device_; }
@@ -290,26 +292,33 @@ struct DenseDecodeWorkspace {
 void dense_decode_plan(const DenseDecodeWorkspace& ws, const TensorView& block_table, const TensorView& cache_seqlens,
                        cudaStream_t stream);
 
+/// Per-call scalars of dense decode (flashcpp_mla_dense_decode_options in C).
 struct DenseDecodeOptions {
-  std::optional<double> sm_scale;      ///< unset: 1/sqrt(576); set: finite and > 0
-  OptionalTensor attn_sink = nullptr;  ///< f32 [h_q]
+  std::optional<double> sm_scale;  ///< unset: 1/sqrt(576); set: finite and > 0
+};
+
+/// The tensors of a dense decode, in the order of the C bundle flashcpp_mla_dense_decode_tensors; all on the
+/// workspace's device. out and lse (written) may share no byte with any other tensor nor with the workspace.
+struct DenseDecodeTensors {
+  TensorView q;  ///< bf16 [batch, s_q, h_q, 576]; last dim contiguous, data 16-byte aligned, strides multiples of 8
+  /// bf16 [num_blocks, block_size, 1, 576]: last dim contiguous, token stride (dim 1) >= 576 and a multiple of 8, page
+  /// stride (dim 0) block_size token strides, data 16-byte aligned; or the V3.2 FP8 layout u8 / i8 / e4m3
+  /// [num_blocks, block_size, 1, 656] (quantize_kv_cache_fp8): stride(1) 656, page stride a multiple of 16 bytes.
+  /// At most 2^31 - 1 tokens.
+  TensorView kv_cache;
+  OptionalTensor attn_sink = nullptr;  ///< f32 [h_q], contiguous; nullptr: no sink
+  TensorView out;                      ///< bf16 [batch, s_q, h_q, 512] (written)
+  TensorView lse;  ///< f32 [batch, s_q, h_q] (written; any strides, e.g. a view of FlashMLA's [batch, h_q, s_q])
 };
 
 /// Dense MLA decode (FlashMLA's flash_mla_with_kvcache semantics) over the step planned in `ws`: each request's query
 /// tokens attend to its first cache_seqlens[r] cached tokens; V is the first 512 dims of each token. A request of
-/// length 0 (or a causal token with none to see) gives out 0 and lse +inf.
-///  q         bf16 [batch, s_q, h_q, 576]; last dim contiguous, data 16-byte aligned, strides multiples of 8
-///  kv_cache  bf16 [num_blocks, block_size, 1, 576]: last dim contiguous, token stride (dim 1) >= 576 and a multiple
-///            of 8, page stride (dim 0) block_size token strides, data 16-byte aligned;
-///            or the V3.2 FP8 layout u8 / i8 / e4m3 [num_blocks, block_size, 1, 656] (quantize_kv_cache_fp8):
-///            stride(1) 656, page stride a multiple of 16 bytes. At most 2^31 - 1 tokens.
-///  out       bf16 [batch, s_q, h_q, 512] (written)
-///  lse       f32  [batch, s_q, h_q] (written; any strides, e.g. a view of FlashMLA's [batch, h_q, s_q])
-///  ws        sized by dense_decode_plan_sizes for this shape on this device, planned by dense_decode_plan on this
-///            stream (or one ordered before it); its accumulators are written, so one run at a time per workspace
+/// length 0 (or a causal token with none to see) gives out 0 and lse +inf. Shapes and rules on DenseDecodeTensors.
+///  ws  sized by dense_decode_plan_sizes for this shape on this device, planned by dense_decode_plan on this stream
+///      (or one ordered before it); its accumulators are written, so one run at a time per workspace
 /// Runs the sparse decode kernels (wgmma on SM90, the portable kernel elsewhere) over the planned indices.
-void dense_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& out, const TensorView& lse,
-                  const DenseDecodeWorkspace& ws, const DenseDecodeOptions& options, cudaStream_t stream);
+void dense_decode(const DenseDecodeTensors& tensors, const DenseDecodeWorkspace& ws, const DenseDecodeOptions& options,
+                  cudaStream_t stream);
 
 /// Convenience layer: owns the workspace and remembers the shape; plan() and run() refuse another shape.
 class DenseDecodePlan {
@@ -317,8 +326,7 @@ class DenseDecodePlan {
   /// Allocates the buffers on `device_id` (nothing is launched).
   static DenseDecodePlan create(const DenseDecodeConfig& config, int device_id);
   void plan(const TensorView& block_table, const TensorView& cache_seqlens, cudaStream_t stream) const;
-  void run(const TensorView& q, const TensorView& kv_cache, const TensorView& out, const TensorView& lse,
-           const DenseDecodeOptions& options, cudaStream_t stream) const;
+  void run(const DenseDecodeTensors& tensors, const DenseDecodeOptions& options, cudaStream_t stream) const;
   const DenseDecodePlanSizes& sizes() const { return sizes_; }
   const DenseDecodeWorkspace& workspace() const { return ws_; }
   int device() const { return device_; }

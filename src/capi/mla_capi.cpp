@@ -62,50 +62,54 @@ void on_config_device(const TensorView& t, const flashcpp_mla_dense_decode_confi
                               std::to_string(config.device_id) + "); got " + t.describe());
 }
 
-// What both decode entries take from their C arguments: the required tensors, the workspace (config and plan
-// buffers), with q on config->device_id; `op` (the entry's name, for messages) and the C tensors `t` stay at hand
-// for the entry's own arguments.
+// What both decode entries take from their C arguments: the C tensor bundle as the C++ one, field for field (NULL ->
+// nullptr; the optional tensors' views live in `slots`, so `tensors` is used only while the call is), the options and
+// the workspace (config and plan buffers), with q on config->device_id. The V3.2 entry (`v4` false) refuses the extra
+// pool before converting anything else of the bundle. `op`: the entry's name, for messages.
 struct DecodeCall {
-  const char* op;
-  flashcpp_mla_decode_config config;  // read_struct's copies of the size-prefixed arguments
-  flashcpp_mla_options options;
-  flashcpp_mla_decode_tensors t;
-  TensorView q, kv_cache, indices, out, lse;
+  TensorView slots[5];
+  mla::SparseDecodeTensors tensors;
+  mla::SparseDecodeOptions options;
   mla::DecodeWorkspace ws;
-  DecodeCall(const flashcpp_mla_decode_config* c_config, const flashcpp_mla_decode_tensors* tensors,
-             const flashcpp_mla_options* c_options, const char* op_name)
-      : op(op_name) {
-    config = read_struct(c_config, op, "config");
-    t = read_struct(tensors, op, "tensors");
-    options = read_struct(c_options, op, "options");
-    q = to_view(t.q, op, "tensors.q");
-    kv_cache = to_view(t.kv_cache, op, "tensors.kv_cache");
-    indices = to_view(t.indices, op, "tensors.indices");
-    out = to_view(t.out, op, "tensors.out");
-    lse = to_view(t.lse, op, "tensors.lse");
+  DecodeCall(const flashcpp_mla_decode_config* c_config, const flashcpp_mla_decode_tensors* c_tensors,
+             const flashcpp_mla_options* c_options, const char* op, bool v4) {
+    const flashcpp_mla_decode_config config = read_struct(c_config, op, "config");
+    const flashcpp_mla_decode_tensors t = read_struct(c_tensors, op, "tensors");
+    const flashcpp_mla_options o = read_struct(c_options, op, "options");
+    if (!v4)
+      for (const auto& [extra, name] : {std::pair{t.extra_kv_cache, "tensors.extra_kv_cache"},
+                                        std::pair{t.extra_indices, "tensors.extra_indices"},
+                                        std::pair{t.extra_topk_length, "tensors.extra_topk_length"}})
+        if (extra != nullptr)
+          throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
+                                std::string(op) + ": argument '" + name +
+                                    "' must be NULL (the V3.2 cache has no extra pool; see "
+                                    "flashcpp_mla_sparse_decode_v4)");
+    tensors = {.q = to_view(t.q, op, "tensors.q"),
+               .kv_cache = to_view(t.kv_cache, op, "tensors.kv_cache"),
+               .indices = to_view(t.indices, op, "tensors.indices"),
+               .topk_length = optional(t.topk_length, op, "tensors.topk_length", slots[0]),
+               .attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", slots[1]),
+               .out = to_view(t.out, op, "tensors.out"),
+               .lse = to_view(t.lse, op, "tensors.lse"),
+               .extra_kv_cache = optional(t.extra_kv_cache, op, "tensors.extra_kv_cache", slots[2]),
+               .extra_indices = optional(t.extra_indices, op, "tensors.extra_indices", slots[3]),
+               .extra_topk_length = optional(t.extra_topk_length, op, "tensors.extra_topk_length", slots[4])};
+    options = {.sm_scale = flashcpp::capi::sm_scale_of(o.sm_scale), .d_v = o.d_v};
     ws.config = to_config(config);
     flashcpp::capi::to_optional_view(t.sched_meta, op, "tensors.sched_meta", ws.sched_meta);
     flashcpp::capi::to_optional_view(t.num_splits, op, "tensors.num_splits", ws.num_splits);
     flashcpp::capi::to_optional_view(t.lse_accum, op, "tensors.lse_accum", ws.lse_accum);
     flashcpp::capi::to_optional_view(t.o_accum, op, "tensors.o_accum", ws.o_accum);
+    const TensorView& q = tensors.q;
     if (q.device.type == flashcpp::DeviceType::cuda && q.device.id != config.device_id)
       throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
                             std::string(op) + ": argument 'tensors.q' must be on config->device_id (" +
                                 std::to_string(config.device_id) + "); got " + q.describe());
   }
+  DecodeCall(const DecodeCall&) = delete;  // `tensors` points into `slots`
+  DecodeCall& operator=(const DecodeCall&) = delete;
 };
-
-// The options every sparse entry takes alike: sm_scale, d_v and the optional attn_sink / topk_length, whose
-// views live in `slots` (they must outlive the call).
-template <class Options, class Tensors>
-Options shared_options(const flashcpp_mla_options& o, const Tensors& t, const char* op, TensorView (&slots)[2]) {
-  Options p;
-  p.sm_scale = flashcpp::capi::sm_scale_of(o.sm_scale);
-  p.d_v = o.d_v;
-  p.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", slots[0]);
-  p.topk_length = optional(t.topk_length, op, "tensors.topk_length", slots[1]);
-  return p;
-}
 
 void fill_sizes(const mla::DecodePlanSizes& s, flashcpp_mla_decode_plan_sizes* out) {
   flashcpp_mla_decode_plan_sizes r{};
@@ -198,14 +202,16 @@ flashcpp_status flashcpp_mla_sparse_prefill(const flashcpp_mla_prefill_tensors* 
     constexpr const char* op = "flashcpp_mla_sparse_prefill";
     const flashcpp_mla_prefill_tensors t = read_struct(tensors, op, "tensors");
     const flashcpp_mla_options o = read_struct(options, op, "options");
-    const TensorView qv = to_view(t.q, op, "tensors.q");
-    const TensorView kvv = to_view(t.kv, op, "tensors.kv");
-    const TensorView iv = to_view(t.indices, op, "tensors.indices");
-    const TensorView ov = to_view(t.out, op, "tensors.out");
-    const TensorView lv = to_view(t.lse, op, "tensors.lse");
-    TensorView slots[2], ml;
-    const auto p = shared_options<mla::SparsePrefillOptions>(o, t, op, slots);
-    mla::sparse_prefill(qv, kvv, iv, ov, optional(t.max_logits, op, "tensors.max_logits", ml), lv, p,
+    TensorView slots[3];  // the optional tensors' views
+    const mla::SparsePrefillTensors cpp{.q = to_view(t.q, op, "tensors.q"),
+                                        .kv = to_view(t.kv, op, "tensors.kv"),
+                                        .indices = to_view(t.indices, op, "tensors.indices"),
+                                        .attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", slots[0]),
+                                        .topk_length = optional(t.topk_length, op, "tensors.topk_length", slots[1]),
+                                        .out = to_view(t.out, op, "tensors.out"),
+                                        .max_logits = optional(t.max_logits, op, "tensors.max_logits", slots[2]),
+                                        .lse = to_view(t.lse, op, "tensors.lse")};
+    mla::sparse_prefill(cpp, {.sm_scale = flashcpp::capi::sm_scale_of(o.sm_scale), .d_v = o.d_v},
                         static_cast<cudaStream_t>(stream));
   });
 }
@@ -229,17 +235,8 @@ flashcpp_status flashcpp_mla_sparse_decode(const flashcpp_mla_decode_config* con
                                            const flashcpp_mla_decode_tensors* tensors,
                                            const flashcpp_mla_options* options, void* stream) {
   return flashcpp::capi::guard([&] {
-    const DecodeCall c(config, tensors, options, "flashcpp_mla_sparse_decode");
-    for (const auto& [extra, name] : {std::pair{c.t.extra_kv_cache, "tensors.extra_kv_cache"},
-                                      std::pair{c.t.extra_indices, "tensors.extra_indices"},
-                                      std::pair{c.t.extra_topk_length, "tensors.extra_topk_length"}})
-      if (extra != nullptr)
-        throw flashcpp::Error(flashcpp::ErrorCode::invalid_argument,
-                              std::string(c.op) + ": argument '" + name +
-                                  "' must be NULL (the V3.2 cache has no extra pool; see flashcpp_mla_sparse_decode_v4)");
-    TensorView slots[2];
-    const auto p = shared_options<mla::SparseDecodeOptions>(c.options, c.t, c.op, slots);
-    mla::sparse_decode(c.q, c.kv_cache, c.indices, c.out, c.lse, c.ws, p, static_cast<cudaStream_t>(stream));
+    const DecodeCall c(config, tensors, options, "flashcpp_mla_sparse_decode", /*v4=*/false);
+    mla::sparse_decode(c.tensors, c.ws, c.options, static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -247,13 +244,8 @@ flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* 
                                               const flashcpp_mla_decode_tensors* tensors,
                                               const flashcpp_mla_options* options, void* stream) {
   return flashcpp::capi::guard([&] {
-    const DecodeCall c(config, tensors, options, "flashcpp_mla_sparse_decode_v4");
-    TensorView slots[2], extra_kv, extra_idx, extra_len;
-    auto p = shared_options<mla::SparseDecodeV4Options>(c.options, c.t, c.op, slots);
-    p.extra_kv_cache = optional(c.t.extra_kv_cache, c.op, "tensors.extra_kv_cache", extra_kv);
-    p.extra_indices = optional(c.t.extra_indices, c.op, "tensors.extra_indices", extra_idx);
-    p.extra_topk_length = optional(c.t.extra_topk_length, c.op, "tensors.extra_topk_length", extra_len);
-    mla::sparse_decode_v4(c.q, c.kv_cache, c.indices, c.out, c.lse, c.ws, p, static_cast<cudaStream_t>(stream));
+    const DecodeCall c(config, tensors, options, "flashcpp_mla_sparse_decode_v4", /*v4=*/true);
+    mla::sparse_decode_v4(c.tensors, c.ws, c.options, static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -301,15 +293,17 @@ flashcpp_status flashcpp_mla_dense_decode(const flashcpp_mla_dense_decode_config
     const flashcpp_mla_dense_decode_config config = read_struct(c_config, op, "config");
     const mla::DenseDecodeWorkspace ws = dense_workspace(config, workspace, op);
     const flashcpp_mla_dense_decode_tensors t = read_struct(tensors, op, "tensors");
-    const flashcpp_mla_dense_decode_options o_in = read_struct(options, op, "options");
+    const flashcpp_mla_dense_decode_options o = read_struct(options, op, "options");
     const TensorView q = to_view(t.q, op, "tensors.q");
     on_config_device(q, config, op, "tensors.q");
     TensorView sink;
-    mla::DenseDecodeOptions o;
-    o.sm_scale = flashcpp::capi::sm_scale_of(o_in.sm_scale);
-    o.attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink);
-    mla::dense_decode(q, to_view(t.kv_cache, op, "tensors.kv_cache"), to_view(t.out, op, "tensors.out"),
-                      to_view(t.lse, op, "tensors.lse"), ws, o, static_cast<cudaStream_t>(stream));
+    const mla::DenseDecodeTensors cpp{.q = q,
+                                      .kv_cache = to_view(t.kv_cache, op, "tensors.kv_cache"),
+                                      .attn_sink = optional(t.attn_sink, op, "tensors.attn_sink", sink),
+                                      .out = to_view(t.out, op, "tensors.out"),
+                                      .lse = to_view(t.lse, op, "tensors.lse")};
+    mla::dense_decode(cpp, ws, {.sm_scale = flashcpp::capi::sm_scale_of(o.sm_scale)},
+                      static_cast<cudaStream_t>(stream));
   });
 }
 

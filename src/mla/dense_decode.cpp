@@ -56,7 +56,7 @@ DenseDecodePlanSizes sizes_for(const DenseDecodeConfig& c, int num_sms) {
 }
 
 int sms_of(const DenseDecodeConfig& c, int device_id) {
-  return c.num_sms > 0 ? c.num_sms : device_facts(device_id).sm_count;
+  return c.num_sms > 0 ? c.num_sms : kernel_support(device_id).sm_count;
 }
 
 // Every workspace buffer: its dtype, contiguous, on q's device, large enough; the ones written by vector stores
@@ -195,9 +195,10 @@ void dense_decode_plan(const DenseDecodeWorkspace& ws, const TensorView& block_t
   cuda_check(kernels::launch_dense_decode_plan(params, stream), "dense MLA decode plan kernel launch");
 }
 
-void dense_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& out, const TensorView& lse,
-                  const DenseDecodeWorkspace& ws, const DenseDecodeOptions& options, cudaStream_t stream) {
+void dense_decode(const DenseDecodeTensors& tensors, const DenseDecodeWorkspace& ws, const DenseDecodeOptions& options,
+                  cudaStream_t stream) {
   const Validator v("mla::dense_decode");
+  const auto& [q, kv_cache, attn_sink, out, lse] = tensors;
   if (options.sm_scale) v.positive(*options.sm_scale, "sm_scale");
   cuda_tensor(v, q, "q", {DType::bf16}, 4);
   v.last_dim_contiguous(q, "q").dim(q, "q", 3, kDqk, "d_qk 576 (512 latent + 64 RoPE)");
@@ -212,7 +213,7 @@ void dense_decode(const TensorView& q, const TensorView& kv_cache, const TensorV
   v.aligned(out, "out", 2);
   cuda_tensor(v, lse, "lse", {DType::f32}, 3);
   v.same_device(lse, "lse", q, "q").shape(lse, "lse", {b, s_q, h_q}).aligned(lse, "lse", 4);
-  optional_vector(v, options.attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(2)");
+  optional_vector(v, attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(2)");
 
   const DenseDecodeConfig& c = ws.config;
   if (c.batch != b || c.s_q != s_q || c.h_q != h_q || c.block_size != cache.block_size)
@@ -225,13 +226,13 @@ void dense_decode(const TensorView& q, const TensorView& kv_cache, const TensorV
     v.no_overlap({{&out, "out"}, {&lse, "lse"}, {&ws.lse_accum, "lse_accum"}, {&ws.o_accum, "o_accum"},
                   {&ws.sched_meta, "sched_meta"}, {&ws.num_splits, "num_splits"}, {&ws.indices, "indices"},
                   {&ws.token_lengths, "token_lengths"}},
-                 {{&q, "q"}, {&kv_cache, "kv_cache"}, {options.attn_sink, "attn_sink"}});
+                 {{&q, "q"}, {&kv_cache, "kv_cache"}, {attn_sink, "attn_sink"}});
   });
 
   // The attention reads each request's slot list through a [b, s_q, capacity] view whose tokens share it.
   TensorView indices = TensorView::contiguous(ws.indices.data, DType::i32, q.device, {b, s_q, sizes.capacity});
   indices.strides[1] = 0;
-  kernels::SparseAttentionParams p = attention_params(1, b * s_q, q, indices, out, lse, options.attn_sink,
+  kernels::SparseAttentionParams p = attention_params(1, b * s_q, q, indices, out, lse, attn_sink,
                                                       resolved_sm_scale(options.sm_scale, kDqk));
   p.q_stride_request = q.stride(0);
   p.indices_stride_request = sizes.capacity;
@@ -279,7 +280,7 @@ DenseDecodePlan DenseDecodePlan::create(const DenseDecodeConfig& config, int dev
   DenseDecodePlan plan;
   plan.device_ = device_id;
   plan.ws_.config = config;
-  if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = device_facts(device_id).sm_count;
+  if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = kernel_support(device_id).sm_count;
   plan.sizes_ = dense_decode_plan_sizes(plan.ws_.config, plan.ws_.config.num_sms);
   const DenseDecodePlanSizes& s = plan.sizes_;
   const Device dev = Device::cuda(device_id);
@@ -303,11 +304,12 @@ void DenseDecodePlan::plan(const TensorView& block_table, const TensorView& cach
   dense_decode_plan(ws_, block_table, cache_seqlens, stream);
 }
 
-void DenseDecodePlan::run(const TensorView& q, const TensorView& kv_cache, const TensorView& out, const TensorView& lse,
-                          const DenseDecodeOptions& options, cudaStream_t stream) const {
+void DenseDecodePlan::run(const DenseDecodeTensors& tensors, const DenseDecodeOptions& options,
+                          cudaStream_t stream) const {
+  const TensorView& q = tensors.q;
   if (q.device.type == DeviceType::cuda && q.device.id != device_)
     Validator("mla::DenseDecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
-  dense_decode(q, kv_cache, out, lse, ws_, options, stream);
+  dense_decode(tensors, ws_, options, stream);
 }
 
 }  // namespace flashcpp::mla

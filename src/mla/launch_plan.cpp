@@ -99,7 +99,7 @@ SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {
 }
 
 // The wgmma instantiation and head grouping for a problem the wgmma kernel takes.
-void choose_wgmma(const SparseAttentionParams& p, const DeviceFacts& f, LaunchPlan& plan) {
+void choose_wgmma(const SparseAttentionParams& p, const KernelSupport& f, LaunchPlan& plan) {
   plan.group_heads = kGroupHeads;
   // A cluster holds the head groups of one token: h_q 65..128 is two groups of 64.
   const bool pair = p.h_q > kGroupHeads && p.h_q <= 2 * kGroupHeads;
@@ -132,7 +132,7 @@ void choose_wgmma(const SparseAttentionParams& p, const DeviceFacts& f, LaunchPl
 
 }  // namespace
 
-LaunchPlan choose(const SparseAttentionParams& p, const DeviceFacts& f) {
+LaunchPlan choose(const SparseAttentionParams& p, const KernelSupport& f) {
   LaunchPlan plan;
   plan.split = p.sched != nullptr;
   plan.kernel = select_kernel(p, f.hopper);

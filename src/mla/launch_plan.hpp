@@ -1,4 +1,4 @@
-// How a sparse attention problem runs, decided in one place: choose(params, device facts) returns the whole
+// How a sparse attention problem runs, decided in one place: choose(params, kernel support) returns the whole
 // launch plan (kernel, wgmma instantiation, heads per CTA, cluster shape, split or not) and launch(plan, params)
 // runs exactly that plan. Dispatch (mla.cpp), the benchmarks' kernel labels and the tests all take their decisions
 // from choose(), so none of them can plan for one kernel while another runs; the instantiation files only
@@ -14,8 +14,9 @@
 
 namespace flashcpp::mla::kernels {
 
-/// What the choice depends on about a device, read once per device (device_facts below).
-struct DeviceFacts {
+/// What the MLA kernels can do on a device, all the choice depends on about it, read once per device (kernel_support
+/// below; the device's own facts are core's query).
+struct KernelSupport {
   int device_id = -1;
   int cc_major = 0, cc_minor = 0, sm_count = 0;
   bool sparse_supported = false;  ///< some kernel runs here (SM >= 8.0, code in the build, enough shared memory)
@@ -25,8 +26,9 @@ struct DeviceFacts {
   int64_t v4_half_heads_cluster_slots = 0;
 };
 
-/// The facts of `device_id`, read once per device, thread-safe (mla.cpp; throws invalid_argument for an unknown id).
-const DeviceFacts& device_facts(int device_id);
+/// What the kernels can do on `device_id`, read once per device, thread-safe (mla.cpp; throws invalid_argument for an
+/// unknown id).
+const KernelSupport& kernel_support(int device_id);
 
 /// The wgmma kernel's instantiations (sparse_attention_wgmma_config.hpp, Config<D_QK, FP8, CLUSTER, RAW>).
 enum class WgmmaVariant : int {
@@ -51,11 +53,11 @@ struct LaunchPlan {
   friend bool operator==(const LaunchPlan&, const LaunchPlan&) = default;
 };
 
-/// The plan for `p` on a device with facts `f`: the simple kernel when forced (set_force_simple_kernel), when the
-/// Hopper kernels cannot run there (!f.hopper) or do not handle the problem (sparse_attention_sm90_handles);
+/// The plan for `p` on a device whose kernel support is `f`: the simple kernel when forced (set_force_simple_kernel),
+/// when the Hopper kernels cannot run there (!f.hopper) or do not handle the problem (sparse_attention_sm90_handles);
 /// otherwise the wgmma kernel for bf16 KV and, for the FP8 cache, fp8_decode_kernel() or else auto_fp8_kernel(p),
 /// with the wgmma instantiation, head grouping and cluster each format and head count take (docs/MLA.md).
-LaunchPlan choose(const SparseAttentionParams& p, const DeviceFacts& f);
+LaunchPlan choose(const SparseAttentionParams& p, const KernelSupport& f);
 
 /// The name a benchmark line carries for a plan: the kernel, and for wgmma its variant and heads per CTA
 /// ("wgmma_sm90/v4_pair/32h").
@@ -72,7 +74,7 @@ bool launch_sparse_attention_wgmma_fp8(const LaunchPlan& plan, const SparseAtten
 bool launch_sparse_attention_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
 
 /// Whole clusters of the unsplit v4_pair instantiation resident at once on `device` (0 without code for it there).
-/// Queried by device_facts once per device.
+/// Queried by kernel_support once per device.
 int64_t wgmma_v4_pair_cluster_slots(int device);
 
 }  // namespace flashcpp::mla::kernels

@@ -92,7 +92,7 @@ int planned_sms(const Validator& v, int config_num_sms, int num_sms) {
 
 // Device gate: throws unsupported unless the kernels can run on `device_id`.
 void require_supported(const char* op, int device_id) {
-  const kernels::DeviceFacts& s = device_facts(device_id);
+  const kernels::KernelSupport& s = kernel_support(device_id);
   if (!s.sparse_supported)
     throw Error(ErrorCode::unsupported,
                 std::string(op) + ": device " + std::to_string(device_id) + " (compute capability " +
@@ -114,7 +114,7 @@ void check_launch(const char* what) { cuda_check(cudaGetLastError(), what); }
 // Runs the attention, split-KV or not, as the launch plan says. A plan that cannot launch is an error, never a
 // silent switch to another kernel.
 void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream, int device_id) {
-  const kernels::LaunchPlan plan = kernels::choose(p, device_facts(device_id));
+  const kernels::LaunchPlan plan = kernels::choose(p, kernel_support(device_id));
   if (!kernels::launch(plan, p, stream)) {
     (void)cudaGetLastError();
     throw Error(ErrorCode::unsupported, std::string("sparse MLA: the ") + kernels::plan_label(plan) +
@@ -127,17 +127,22 @@ void run_attention(const kernels::SparseAttentionParams& p, cudaStream_t stream,
 }  // namespace detail
 
 namespace kernels {
-const DeviceFacts& device_facts(int device_id) {
-  const flashcpp::DeviceFacts& info = flashcpp::device_facts(device_id);  // throws invalid_argument for an unknown id
+const KernelSupport& kernel_support(int device_id) {
+  const DeviceFacts& info = flashcpp::device_facts(device_id);  // throws invalid_argument for an unknown id
+  // Only a device of this process runs kernels (a CPU test's pretended facts describe none).
+  if (const int n = cuda_device_count(); device_id >= n)
+    throw Error(ErrorCode::invalid_argument, "sparse MLA: device id " + std::to_string(device_id) + " is outside [0, " +
+                                                 std::to_string(n) + ") (visible CUDA devices: " + std::to_string(n) +
+                                                 ")");
   // Read once per device, thread-safe, lock-free afterwards: every call of every op asks.
   constexpr int kMaxDevices = 64;
   static std::once_flag once[kMaxDevices];
-  static DeviceFacts facts[kMaxDevices];
+  static KernelSupport support[kMaxDevices];
   if (device_id >= kMaxDevices)
     throw Error(ErrorCode::unsupported, "sparse MLA: device " + std::to_string(device_id) + " is past the " +
-                                            std::to_string(kMaxDevices) + " devices it keeps facts for");
+                                            std::to_string(kMaxDevices) + " devices it keeps kernel support for");
   std::call_once(once[device_id], [&info, device_id] {
-    DeviceFacts& f = facts[device_id];
+    KernelSupport& f = support[device_id];
     f.device_id = device_id;
     f.cc_major = info.cc_major;
     f.cc_minor = info.cc_minor;
@@ -149,7 +154,7 @@ const DeviceFacts& device_facts(int device_id) {
     f.hopper = f.sparse_supported && info.cc_major == 9 && info.cc_minor == 0;
     if (f.hopper) f.v4_half_heads_cluster_slots = wgmma_v4_pair_cluster_slots(device_id);
   });
-  return facts[device_id];
+  return support[device_id];
 }
 
 void set_force_simple_kernel(bool on) { force_simple_flag().store(on); }
@@ -157,7 +162,7 @@ bool force_simple_kernel() { return force_simple_flag().load(std::memory_order_r
 }  // namespace kernels
 
 MlaDeviceSupport device_support(int device_id) {
-  const kernels::DeviceFacts& f = kernels::device_facts(device_id);
+  const kernels::KernelSupport& f = kernels::kernel_support(device_id);
   MlaDeviceSupport s;
   s.device_id = device_id;
   s.cc_major = f.cc_major;

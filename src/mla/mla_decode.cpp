@@ -181,7 +181,7 @@ void decode_plan(const DecodeWorkspace& ws, int device_id, cudaStream_t stream, 
     for (const auto& [t, length_name] : {std::pair{lengths.topk_length, "topk_length"},
                                          std::pair{lengths.extra_topk_length, "extra_topk_length"}})
       if (buffer->data != nullptr && t != nullptr) v.disjoint(*buffer, name, *t, length_name);
-  const int n = c.num_sms > 0 ? c.num_sms : device_facts(device_id).sm_count;
+  const int n = c.num_sms > 0 ? c.num_sms : kernel_support(device_id).sm_count;
   const DecodePlanSizes sizes = sizes_for(c, n);
   validate_workspace(v, ws, sizes, /*with_accumulators=*/false);  // the plan writes only the schedule
   if (sizes.split) v.disjoint(ws.num_splits, "num_splits", ws.sched_meta, "sched_meta");
@@ -295,7 +295,7 @@ DecodePlanSizes validate_planned(const Validator& v, const DecodeWorkspace& ws, 
   }
   require_supported(std::string(v.op()).c_str(), q.device.id);
   if (c.num_sms <= 0) {
-    sizes = sizes_for(c, device_facts(q.device.id).sm_count);
+    sizes = sizes_for(c, kernel_support(q.device.id).sm_count);
     validate_workspace(v, ws, sizes);
     check_split_overlap(sizes);
   }
@@ -384,7 +384,7 @@ void launch_decode(const kernels::SparseAttentionParams& p, const DecodePlanSize
     split.num_requests = p.num_requests - sizes.head_requests;
   }
   run_attention(split, stream, device_id);
-  cuda_check(kernels::launch_sparse_attention_combine(split, stream, device_facts(device_id).hopper),
+  cuda_check(kernels::launch_sparse_attention_combine(split, stream, kernel_support(device_id).hopper),
              "sparse MLA combine kernel launch");
 }
 
@@ -403,10 +403,15 @@ void validate_v4_cache(const Validator& v, const TensorView& t, const char* arg,
 
 }  // namespace
 
-void sparse_decode(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                   const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeOptions& options,
+void sparse_decode(const SparseDecodeTensors& tensors, const DecodeWorkspace& ws, const SparseDecodeOptions& options,
                    cudaStream_t stream) {
   const Validator v("mla::sparse_decode");
+  const auto& [q, kv_cache, indices, topk_length, attn_sink, out, lse, extra_kv_cache, extra_indices,
+               extra_topk_length] = tensors;
+  // The V3.2 cache has no extra pool.
+  for (const auto& [t, name] : {std::pair{extra_kv_cache, "extra_kv_cache"}, std::pair{extra_indices, "extra_indices"},
+                                std::pair{extra_topk_length, "extra_topk_length"}})
+    if (t != nullptr) v.fail(name, "must be nullptr (the V3.2 cache has no extra pool; see sparse_decode_v4)");
   DecodeProblem d = validate_decode_tensors(v, options.sm_scale, options.d_v, q, fp8::kDims, "V3.2", indices, out, lse);
 
   v.defined(kv_cache, "kv_cache").dtype(kv_cache, "kv_cache", {DType::u8, DType::i8, DType::e4m3});
@@ -421,14 +426,14 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
     v.fail("kv_cache", kv_cache, "must have a block stride (dim 0) that is a multiple of 16 bytes");
   v.aligned(kv_cache, "kv_cache", 16);
 
-  validate_decode_vectors(v, options.attn_sink, options.topk_length, d, q);
+  validate_decode_vectors(v, attn_sink, topk_length, d, q);
   d.sizes = validate_planned(v, ws, d, fp8::kDims, 0, q, out, lse,
-                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {options.attn_sink, "attn_sink"},
-                              {options.topk_length, "topk_length"}});
+                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {attn_sink, "attn_sink"},
+                              {topk_length, "topk_length"}});
 
-  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, options.attn_sink,
+  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, attn_sink,
                                                   resolved_sm_scale(options.sm_scale, q.size(3)), ws);
-  p.topk_length = options.topk_length ? options.topk_length->data_as<const int32_t>() : nullptr;
+  p.topk_length = topk_length ? topk_length->data_as<const int32_t>() : nullptr;
   p.kv_format = kernels::KvFormat::fp8_v32;
   p.kv = kv_cache.data;
   p.num_kv = num_blocks * block_size;
@@ -438,54 +443,55 @@ void sparse_decode(const TensorView& q, const TensorView& kv_cache, const Tensor
   launch_decode(p, d.sizes, q.device.id, stream);
 }
 
-void sparse_decode_v4(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                      const TensorView& lse, const DecodeWorkspace& ws, const SparseDecodeV4Options& options,
-                      cudaStream_t stream) {
+void sparse_decode_v4(const SparseDecodeTensors& tensors, const DecodeWorkspace& ws,
+                      const SparseDecodeOptions& options, cudaStream_t stream) {
   const Validator v("mla::sparse_decode_v4");
+  const auto& [q, kv_cache, indices, topk_length, attn_sink, out, lse, extra_kv_cache, extra_indices,
+               extra_topk_length] = tensors;
   DecodeProblem d = validate_decode_tensors(v, options.sm_scale, options.d_v, q, fp8_v4::kDims, "V4", indices, out, lse);
   validate_v4_cache(v, kv_cache, "kv_cache", q);
-  validate_decode_vectors(v, options.attn_sink, options.topk_length, d, q);
-  const bool extra = options.extra_kv_cache != nullptr;
-  if (extra != (options.extra_indices != nullptr))
+  validate_decode_vectors(v, attn_sink, topk_length, d, q);
+  const bool extra = extra_kv_cache != nullptr;
+  if (extra != (extra_indices != nullptr))
     v.fail(extra ? "extra_indices" : "extra_kv_cache", "must be given together with " +
                                                            std::string(extra ? "extra_kv_cache" : "extra_indices"));
-  if (!extra && options.extra_topk_length != nullptr)
+  if (!extra && extra_topk_length != nullptr)
     v.fail("extra_topk_length", "must only be given with the extra pool (extra_kv_cache, extra_indices)");
   int64_t extra_topk = 0;
   if (extra) {
-    validate_v4_cache(v, *options.extra_kv_cache, "extra_kv_cache", q);
-    validate_decode_indices(v, *options.extra_indices, "extra_indices", q);
-    extra_topk = options.extra_indices->size(2);
-    optional_vector(v, options.extra_topk_length, "extra_topk_length", DType::i32, d.b, q,
+    validate_v4_cache(v, *extra_kv_cache, "extra_kv_cache", q);
+    validate_decode_indices(v, *extra_indices, "extra_indices", q);
+    extra_topk = extra_indices->size(2);
+    optional_vector(v, extra_topk_length, "extra_topk_length", DType::i32, d.b, q,
                     "q.size(0) (one length per request)");
-    if (d.topk + extra_topk > INT32_MAX) v.fail("extra_indices", *options.extra_indices, "must have topk + extra_topk <= 2^31 - 1");
+    if (d.topk + extra_topk > INT32_MAX) v.fail("extra_indices", *extra_indices, "must have topk + extra_topk <= 2^31 - 1");
   }
   d.sizes = validate_planned(v, ws, d, fp8_v4::kDims, extra_topk, q, out, lse,
-                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {options.attn_sink, "attn_sink"},
-                              {options.topk_length, "topk_length"}, {options.extra_kv_cache, "extra_kv_cache"},
-                              {options.extra_indices, "extra_indices"}, {options.extra_topk_length, "extra_topk_length"}});
+                             {{&q, "q"}, {&kv_cache, "kv_cache"}, {&indices, "indices"}, {attn_sink, "attn_sink"},
+                              {topk_length, "topk_length"}, {extra_kv_cache, "extra_kv_cache"},
+                              {extra_indices, "extra_indices"}, {extra_topk_length, "extra_topk_length"}});
 
-  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, options.attn_sink,
+  kernels::SparseAttentionParams p = decode_params(d, q, indices, out, lse, attn_sink,
                                                   resolved_sm_scale(options.sm_scale, q.size(3)), ws);
   p.kv_format = kernels::KvFormat::fp8_v4;
   p.topk = static_cast<int>(d.topk + extra_topk);
   p.main_topk = static_cast<int>(d.topk);
-  p.topk_length = options.topk_length ? options.topk_length->data_as<const int32_t>() : nullptr;
+  p.topk_length = topk_length ? topk_length->data_as<const int32_t>() : nullptr;
   p.kv = kv_cache.data;
   p.num_kv = kv_cache.size(0) * kv_cache.size(1);
   p.block_size = kv_cache.size(1);
   p.kv_block_stride_bytes = kv_cache.stride(0);
   p.kv_slot_stride_bytes = kFp8V4BytesPerToken;
   if (extra) {
-    const TensorView& e = *options.extra_kv_cache;
+    const TensorView& e = *extra_kv_cache;
     p.extra_kv = e.data;
     p.extra_num_kv = e.size(0) * e.size(1);
     p.extra_block_size = e.size(1);
     p.extra_block_stride_bytes = e.stride(0);
-    p.extra_indices = options.extra_indices->data_as<const int32_t>();
-    p.extra_indices_stride_token = d.s_q == 1 ? options.extra_indices->stride(0) : options.extra_indices->stride(1);
-    p.extra_indices_stride_request = options.extra_indices->stride(0);
-    p.extra_topk_length = options.extra_topk_length ? options.extra_topk_length->data_as<const int32_t>() : nullptr;
+    p.extra_indices = extra_indices->data_as<const int32_t>();
+    p.extra_indices_stride_token = d.s_q == 1 ? extra_indices->stride(0) : extra_indices->stride(1);
+    p.extra_indices_stride_request = extra_indices->stride(0);
+    p.extra_topk_length = extra_topk_length ? extra_topk_length->data_as<const int32_t>() : nullptr;
   }
   launch_decode(p, d.sizes, q.device.id, stream);
 }
@@ -499,7 +505,7 @@ DecodePlan DecodePlan::create(const DecodeConfig& config, int device_id, cudaStr
   require_supported("mla::DecodePlan::create", device_id);
   plan.device_ = device_id;
   plan.ws_.config = config;
-  if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = device_facts(device_id).sm_count;
+  if (plan.ws_.config.num_sms == 0) plan.ws_.config.num_sms = kernel_support(device_id).sm_count;
   plan.sizes_ = decode_plan_sizes(plan.ws_.config, plan.ws_.config.num_sms);
   if (plan.sizes_.split) {
     const Device dev = Device::cuda(device_id);
@@ -521,18 +527,17 @@ void DecodePlan::replan(const DecodePlanLengths& lengths, cudaStream_t stream) c
   decode_plan(ws_, device_, stream, lengths);
 }
 
-void DecodePlan::run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                     const TensorView& lse, const SparseDecodeOptions& options, cudaStream_t stream) const {
+void DecodePlan::run(const SparseDecodeTensors& tensors, const SparseDecodeOptions& options,
+                     cudaStream_t stream) const {
+  const TensorView& q = tensors.q;
   if (q.device.type == DeviceType::cuda && q.device.id != device_)
     Validator("mla::DecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
-  sparse_decode(q, kv_cache, indices, out, lse, ws_, options, stream);
-}
-
-void DecodePlan::run(const TensorView& q, const TensorView& kv_cache, const TensorView& indices, const TensorView& out,
-                     const TensorView& lse, const SparseDecodeV4Options& options, cudaStream_t stream) const {
-  if (q.device.type == DeviceType::cuda && q.device.id != device_)
-    Validator("mla::DecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
-  sparse_decode_v4(q, kv_cache, indices, out, lse, ws_, options, stream);
+  // The planned config says which cache: d_qk 512 is V4 (validate_config admits only 576 and 512).
+  if (ws_.config.d_qk == fp8_v4::kDims) {
+    sparse_decode_v4(tensors, ws_, options, stream);
+  } else {
+    sparse_decode(tensors, ws_, options, stream);
+  }
 }
 
 }  // namespace flashcpp::mla

@@ -15,7 +15,7 @@
 
 namespace flashcpp::mla::detail {
 
-using kernels::device_facts;
+using kernels::kernel_support;
 
 inline constexpr int64_t kMaxHeads = 1024;  ///< h_q limit of every MLA entry point
 inline constexpr int kMaxSms = 4096;        ///< num_sms limit of the decode configs (the plan buffers grow with it)

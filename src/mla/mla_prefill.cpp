@@ -12,10 +12,9 @@ using namespace detail;
 // ---------------------------------------------------------------------------------------------------
 // Prefill
 
-void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices, const TensorView& out,
-                    OptionalTensor max_logits, const TensorView& lse, const SparsePrefillOptions& options,
-                    cudaStream_t stream) {
+void sparse_prefill(const SparsePrefillTensors& tensors, const SparsePrefillOptions& options, cudaStream_t stream) {
   const Validator v("mla::sparse_prefill");
+  const auto& [q, kv, indices, attn_sink, topk_length, out, max_logits, lse] = tensors;
   if (options.sm_scale) v.positive(*options.sm_scale, "sm_scale");
   if (options.d_v != kDv) v.fail("d_v", "must be 512; got " + std::to_string(options.d_v));
 
@@ -47,18 +46,18 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
     v.same_device(*max_logits, "max_logits", q, "q").shape(*max_logits, "max_logits", {s_q, h_q});
     v.aligned(*max_logits, "max_logits", 4);
   }
-  optional_vector(v, options.attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(1)");
-  optional_vector(v, options.topk_length, "topk_length", DType::i32, s_q, q, "q.size(0)");
+  optional_vector(v, attn_sink, "attn_sink", DType::f32, h_q, q, "q.size(1)");
+  optional_vector(v, topk_length, "topk_length", DType::i32, s_q, q, "q.size(0)");
   v.no_overlap({{&out, "out"}, {&lse, "lse"}, {max_logits, "max_logits"}},
-               {{&q, "q"}, {&kv, "kv"}, {&indices, "indices"}, {options.attn_sink, "attn_sink"},
-                {options.topk_length, "topk_length"}});
+               {{&q, "q"}, {&kv, "kv"}, {&indices, "indices"}, {attn_sink, "attn_sink"},
+                {topk_length, "topk_length"}});
 
   require_supported("mla::sparse_prefill", q.device.id);
   if (s_q == 0) return;
 
-  kernels::SparseAttentionParams p = attention_params(0, s_q, q, indices, out, lse, options.attn_sink,
+  kernels::SparseAttentionParams p = attention_params(0, s_q, q, indices, out, lse, attn_sink,
                                                       resolved_sm_scale(options.sm_scale, d_qk));
-  p.topk_length = options.topk_length ? options.topk_length->data_as<const int32_t>() : nullptr;
+  p.topk_length = topk_length ? topk_length->data_as<const int32_t>() : nullptr;
   p.tokens_per_length = 1;
   p.kv_format = kernels::KvFormat::bf16;
   p.kv = kv.data;
@@ -74,6 +73,7 @@ void sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView&
 }
 
 SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, const TensorView& indices,
+                                    OptionalTensor attn_sink, OptionalTensor topk_length,
                                     const SparsePrefillOptions& options, cudaStream_t stream) {
   const Validator v("mla::sparse_prefill");
   cuda_tensor(v, q, "q", {DType::bf16}, 3);
@@ -87,7 +87,9 @@ SparsePrefillOutputs sparse_prefill(const TensorView& q, const TensorView& kv, c
   o.out_view = TensorView::contiguous(o.out.get(), DType::bf16, q.device, {s_q, h_q, kDv});
   o.max_logits_view = TensorView::contiguous(o.max_logits.get(), DType::f32, q.device, {s_q, h_q});
   o.lse_view = TensorView::contiguous(o.lse.get(), DType::f32, q.device, {s_q, h_q});
-  sparse_prefill(q, kv, indices, o.out_view, &o.max_logits_view, o.lse_view, options, stream);
+  sparse_prefill({.q = q, .kv = kv, .indices = indices, .attn_sink = attn_sink, .topk_length = topk_length,
+                  .out = o.out_view, .max_logits = &o.max_logits_view, .lse = o.lse_view},
+                 options, stream);
   return o;
 }
 

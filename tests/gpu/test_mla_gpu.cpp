@@ -273,8 +273,14 @@ void run_prefill_case(const PrefillCase& c, uint32_t seed) {
   const auto lenv = dview(dlen.get(), DType::i32, {c.s_q});
   mla::SparsePrefillOptions params;
   if (!default_scale) params.sm_scale = sm_scale;
-  if (c.sink) params.attn_sink = &sv;
-  if (c.topk_len) params.topk_length = &lenv;
+  const mla::SparsePrefillTensors tensors{.q = qv,
+                                          .kv = kvv,
+                                          .indices = iv,
+                                          .attn_sink = c.sink ? &sv : nullptr,
+                                          .topk_length = c.topk_len ? &lenv : nullptr,
+                                          .out = ov,
+                                          .max_logits = &mv,
+                                          .lse = lv};
 
   const auto rows = sample_rows(c.s_q, c.max_ref_rows, rng);
   const auto hq = hview(q.data(), DType::bf16, {c.s_q, c.h_q, c.d_qk});
@@ -291,7 +297,7 @@ void run_prefill_case(const PrefillCase& c, uint32_t seed) {
     dout.poison();
     dlse.poison();
     dml.poison();
-    mla::sparse_prefill(qv, kvv, iv, ov, &mv, lv, params, nullptr);
+    mla::sparse_prefill(tensors, params, nullptr);
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
     const auto out_dev = dout.download();
@@ -321,23 +327,24 @@ TEST(MlaGpuPrefill, GoldenCases) {
     Dev<float> dlse(static_cast<size_t>(s_q * h_q)), dml(static_cast<size_t>(s_q * h_q));
     std::optional<Dev<uint8_t>> dsink, dlen;
     TensorView sv, lenv;
-    mla::SparsePrefillOptions params{.sm_scale = g.params.at("sm_scale").get<double>()};
+    const mla::SparsePrefillOptions params{.sm_scale = g.params.at("sm_scale").get<double>()};
+    mla::SparsePrefillTensors tensors;
     if (g.has_input("attn_sink")) {
       dsink.emplace(g.inputs.at("attn_sink").bytes);
       sv = dview(dsink->get(), DType::f32, {h_q});
-      params.attn_sink = &sv;
+      tensors.attn_sink = &sv;
     }
     if (g.has_input("topk_length")) {
       dlen.emplace(g.inputs.at("topk_length").bytes);
       lenv = dview(dlen->get(), DType::i32, {s_q});
-      params.topk_length = &lenv;
+      tensors.topk_length = &lenv;
     }
     TensorView sink_h, len_h;
     if (g.has_input("attn_sink")) sink_h = g.inputs.at("attn_sink").view();
     if (g.has_input("topk_length")) len_h = g.inputs.at("topk_length").view();
     const auto ref = reference::mla_sparse_prefill_reference(q.view(), kv.view(), idx.view(),
-                                                             params.attn_sink ? &sink_h : nullptr,
-                                                             params.topk_length ? &len_h : nullptr, *params.sm_scale);
+                                                             tensors.attn_sink ? &sink_h : nullptr,
+                                                             tensors.topk_length ? &len_h : nullptr, *params.sm_scale);
     std::vector<int64_t> rows(static_cast<size_t>(s_q));
     std::iota(rows.begin(), rows.end(), 0);
     for (bool simple : {false, true}) {
@@ -346,9 +353,13 @@ TEST(MlaGpuPrefill, GoldenCases) {
       dlse.poison();
       dml.poison();
       const auto mv = dview(dml.get(), DType::f32, {s_q, h_q});
-      mla::sparse_prefill(dview(dq.get(), DType::bf16, {s_q, h_q, d_qk}), dview(dkv.get(), DType::bf16, {s_kv, 1, d_qk}),
-                          dview(didx.get(), DType::i32, {s_q, 1, topk}), dview(dout.get(), DType::bf16, {s_q, h_q, 512}),
-                          &mv, dview(dlse.get(), DType::f32, {s_q, h_q}), params, nullptr);
+      tensors.q = dview(dq.get(), DType::bf16, {s_q, h_q, d_qk});
+      tensors.kv = dview(dkv.get(), DType::bf16, {s_kv, 1, d_qk});
+      tensors.indices = dview(didx.get(), DType::i32, {s_q, 1, topk});
+      tensors.out = dview(dout.get(), DType::bf16, {s_q, h_q, 512});
+      tensors.max_logits = &mv;
+      tensors.lse = dview(dlse.get(), DType::f32, {s_q, h_q});
+      mla::sparse_prefill(tensors, params, nullptr);
       CUDA_OK(cudaDeviceSynchronize());
       const auto raw = dout.download();
       std::vector<uint16_t> out(raw.size() / 2);
@@ -573,9 +584,14 @@ void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
                                       {c.h_q * c.s_q, 1, c.s_q});
   const auto sv = dview(dsink.get(), DType::f32, {c.h_q});
   const auto lenv = dview(dlen.get(), DType::i32, {c.b});
-  mla::SparseDecodeOptions params{.sm_scale = sm_scale};
-  if (c.sink) params.attn_sink = &sv;
-  if (c.topk_len) params.topk_length = &lenv;
+  const mla::SparseDecodeOptions params{.sm_scale = sm_scale};
+  const mla::SparseDecodeTensors tensors{.q = qv,
+                                         .kv_cache = cv,
+                                         .indices = iv,
+                                         .topk_length = c.topk_len ? &lenv : nullptr,
+                                         .attn_sink = c.sink ? &sv : nullptr,
+                                         .out = ov,
+                                         .lse = lv};
 
   const auto rows = sample_rows(c.b * c.s_q, c.max_ref_rows, rng);
   // The reference reads the same cache (host copy, same strides).
@@ -620,19 +636,19 @@ void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
       ForceSimple fs(simple);
       dout.poison();
       dlse.poison();
-      plan.run(qv, cv, iv, ov, lv, params, stream);
+      plan.run(tensors, params, stream);
       check(simple ? "simple" : "dispatched");
     }
     return;
   }
   // CUDA graph: capture run once, replay it several times (outputs poisoned before each replay). One
   // eager run first, so that one-time setup (kernel attributes) happens outside the capture.
-  plan.run(qv, cv, iv, ov, lv, params, stream);
+  plan.run(tensors, params, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
   cudaGraph_t g = nullptr;
   cudaGraphExec_t ge = nullptr;
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  plan.run(qv, cv, iv, ov, lv, params, stream);
+  plan.run(tensors, params, stream);
   CUDA_OK(cudaStreamEndCapture(stream, &g));
   CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
   for (int rep = 0; rep < 3; ++rep) {
@@ -659,16 +675,17 @@ TEST(MlaGpuDecode, GoldenCases) {
     Dev<float> dlse(static_cast<size_t>(b * s_q * h_q));
     std::optional<Dev<uint8_t>> dsink;
     TensorView sv, sink_h;
-    mla::SparseDecodeOptions params{.sm_scale = sm_scale};
+    const mla::SparseDecodeOptions params{.sm_scale = sm_scale};
+    mla::SparseDecodeTensors tensors;
     if (g.has_input("attn_sink")) {
       dsink.emplace(g.inputs.at("attn_sink").bytes);
       sv = dview(dsink->get(), DType::f32, {h_q});
       sink_h = g.inputs.at("attn_sink").view();
-      params.attn_sink = &sv;
+      tensors.attn_sink = &sv;
     }
     const auto ref = reference::mla_sparse_decode_reference(g.inputs.at("q").view(), g.inputs.at("k_cache_fp8").view(),
                                                             g.inputs.at("indices").view(),
-                                                            params.attn_sink ? &sink_h : nullptr, nullptr, sm_scale);
+                                                            tensors.attn_sink ? &sink_h : nullptr, nullptr, sm_scale);
     std::vector<int64_t> rows(static_cast<size_t>(b * s_q));
     std::iota(rows.begin(), rows.end(), 0);
     for (int num_sms : {0, 5}) {  // the device's split and a tiny-SM split that cuts requests
@@ -676,10 +693,12 @@ TEST(MlaGpuDecode, GoldenCases) {
           {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 576, .topk = int(topk), .num_sms = num_sms}, 0, nullptr);
       dout.poison();
       dlse.poison();
-      plan.run(dview(dq.get(), DType::bf16, {b, s_q, h_q, 576}), dview(dc.get(), DType::u8, {nb, bs, 1, 656}),
-               dview(di.get(), DType::i32, {b, s_q, topk}), dview(dout.get(), DType::bf16, {b, s_q, h_q, 512}),
-               TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {b, s_q, h_q}, {h_q * s_q, 1, s_q}), params,
-               nullptr);
+      tensors.q = dview(dq.get(), DType::bf16, {b, s_q, h_q, 576});
+      tensors.kv_cache = dview(dc.get(), DType::u8, {nb, bs, 1, 656});
+      tensors.indices = dview(di.get(), DType::i32, {b, s_q, topk});
+      tensors.out = dview(dout.get(), DType::bf16, {b, s_q, h_q, 512});
+      tensors.lse = TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {b, s_q, h_q}, {h_q * s_q, 1, s_q});
+      plan.run(tensors, params, nullptr);
       CUDA_OK(cudaDeviceSynchronize());
       const auto out = dout.download();
       const auto lse = dlse.download();
@@ -886,8 +905,8 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   const auto lv = TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {c.b, c.s_q, c.h_q},
                                       {c.h_q * c.s_q, 1, c.s_q});
   const auto sv = dview(dsink.get(), DType::f32, {c.h_q});
-  mla::DenseDecodeOptions opts{.sm_scale = sm_scale};
-  if (c.sink) opts.attn_sink = &sv;
+  const mla::DenseDecodeOptions opts{.sm_scale = sm_scale};
+  const mla::DenseDecodeTensors tensors{.q = qv, .kv_cache = cv, .attn_sink = c.sink ? &sv : nullptr, .out = ov, .lse = lv};
 
   const auto hq = hview(q.data(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
   const auto hs = hview(sink.data(), DType::f32, {c.h_q});
@@ -917,7 +936,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   // A decode step: the plan, then a layer (a second layer's run on the same plan, as an engine runs them).
   auto step = [&] {
     plan.plan(tv, lenv, stream);
-    plan.run(qv, cv, ov, lv, opts, stream);
+    plan.run(tensors, opts, stream);
   };
   auto check = [&](const char* what) {
     CUDA_OK(cudaStreamSynchronize(stream));
@@ -938,7 +957,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
       check(simple ? "simple" : "dispatched");
       dout.poison();  // the step's next layer: the same plan again
       dlse.poison();
-      plan.run(qv, cv, ov, lv, opts, stream);
+      plan.run(tensors, opts, stream);
       check(simple ? "simple, second layer" : "dispatched, second layer");
     }
     return;
@@ -1062,30 +1081,31 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
   Dev<float> dlse(static_cast<size_t>(b * s_q * h_q));
   std::optional<Dev<float>> dsink;
   TensorView sink_d, sink_h, len_d, len_h, xlen_d, xlen_h, xidx_d, xcache_d;
-  mla::SparseDecodeV4Options params{.sm_scale = sm_scale};
+  const mla::SparseDecodeOptions params{.sm_scale = sm_scale};
+  mla::SparseDecodeTensors tensors;  // the optional tensors here, the rest per plan below
   if (!sink.empty()) {
     dsink.emplace(sink);
     sink_d = dview(dsink->get(), DType::f32, {h_q});
     sink_h = hview(sink.data(), DType::f32, {h_q});
-    params.attn_sink = &sink_d;
+    tensors.attn_sink = &sink_d;
   }
   reference::MlaV4Pool hmain{main.hcache(), hview(main.idx.data(), DType::i32, {b, s_q, main.topk})}, hextra;
   if (!main.len.empty()) {
     len_d = dview(main.dlen->get(), DType::i32, {b});
     len_h = hview(main.len.data(), DType::i32, {b});
-    params.topk_length = &len_d;
+    tensors.topk_length = &len_d;
     hmain.topk_length = &len_h;
   }
   if (extra) {
     xcache_d = extra->dcache();
     xidx_d = padded ? xidx_layout.view(pxidx->get(), DType::i32) : dview(extra->didx->get(), DType::i32, {b, s_q, extra->topk});
-    params.extra_kv_cache = &xcache_d;
-    params.extra_indices = &xidx_d;
+    tensors.extra_kv_cache = &xcache_d;
+    tensors.extra_indices = &xidx_d;
     hextra = {extra->hcache(), hview(extra->idx.data(), DType::i32, {b, s_q, extra->topk})};
     if (!extra->len.empty()) {
       xlen_d = dview(extra->dlen->get(), DType::i32, {b});
       xlen_h = hview(extra->len.data(), DType::i32, {b});
-      params.extra_topk_length = &xlen_d;
+      tensors.extra_topk_length = &xlen_d;
       hextra.topk_length = &xlen_h;
     }
   }
@@ -1096,7 +1116,7 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
   std::iota(rows.begin(), rows.end(), 0);
   // With lengths the plans are also made by them: the run's own, and stale ones (each request planned with another
   // request's lengths, as a step that runs before it plans again), which must give the same results.
-  const bool lengths = params.topk_length != nullptr || params.extra_topk_length != nullptr;
+  const bool lengths = tensors.topk_length != nullptr || tensors.extra_topk_length != nullptr;
   std::vector<int32_t> stale_main(main.len.rbegin(), main.len.rend());
   std::vector<int32_t> stale_extra;
   if (extra) stale_extra.assign(extra->len.rbegin(), extra->len.rend());
@@ -1122,9 +1142,9 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
     const int num_sms = pc.num_sms;
     if (planned != Planned::by_shape && !lengths) continue;
     mla::DecodePlanLengths plan_lengths;
-    if (planned == Planned::by_lengths) plan_lengths = {params.topk_length, params.extra_topk_length};
+    if (planned == Planned::by_lengths) plan_lengths = {tensors.topk_length, tensors.extra_topk_length};
     if (planned == Planned::by_stale_lengths)
-      plan_lengths = {params.topk_length ? &stale_main_d : nullptr, params.extra_topk_length ? &stale_extra_d : nullptr};
+      plan_lengths = {tensors.topk_length ? &stale_main_d : nullptr, tensors.extra_topk_length ? &stale_extra_d : nullptr};
     const mla::DecodePlan plan = mla::DecodePlan::create({.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 512,
                                                           .topk = int(main.topk), .extra_topk = extra ? int(extra->topk) : 0,
                                                           .num_sms = num_sms},
@@ -1137,9 +1157,12 @@ void run_v4_decode(const std::vector<uint16_t>& q, int64_t b, int64_t s_q, int64
         padded ? idx_layout.view(pidx->get(), DType::i32) : dview(main.didx->get(), DType::i32, {b, s_q, main.topk});
     const TensorView ov =
         padded ? out_layout.view(dout.get(), DType::bf16) : dview(dout.get(), DType::bf16, {b, s_q, h_q, 512});
-    plan.run(qv, main.dcache(), iv, ov,
-             TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {b, s_q, h_q}, {h_q * s_q, 1, s_q}), params,
-             nullptr);
+    tensors.q = qv;
+    tensors.kv_cache = main.dcache();
+    tensors.indices = iv;
+    tensors.out = ov;
+    tensors.lse = TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {b, s_q, h_q}, {h_q * s_q, 1, s_q});
+    plan.run(tensors, params, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<uint16_t> out = dout.download();
     if (padded) {

@@ -442,8 +442,12 @@ TEST(MultiGpu, SparseMlaPrefillAndQuantizerOnDeviceOne) {
   const auto got = run_with_current(1, 0, [&](On& on) {
     const TensorView out = on.out(DType::bf16, {s_q, h, 512}), lse = on.out(DType::f32, {s_q, h});
     const TensorView kvd = on.put(kv, DType::bf16, {s_kv, 1, 576});
-    mla::sparse_prefill(on.put(q, DType::bf16, {s_q, h, 576}), kvd, on.put(idx, DType::i32, {s_q, 1, topk}), out,
-                        nullptr, lse, {.sm_scale = scale}, on.stream());
+    mla::sparse_prefill({.q = on.put(q, DType::bf16, {s_q, h, 576}),
+                         .kv = kvd,
+                         .indices = on.put(idx, DType::i32, {s_q, 1, topk}),
+                         .out = out,
+                         .lse = lse},
+                        {.sm_scale = scale}, on.stream());
     const TensorView fp8 = on.out(DType::u8, {s_kv, 656});
     mla::quantize_kv_cache_fp8(TensorView::contiguous(kvd.data, DType::bf16, kvd.device, {s_kv, 576}), fp8, on.stream());
     return std::make_pair(on.get(out), on.get<uint8_t>(fp8));

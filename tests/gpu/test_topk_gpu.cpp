@@ -462,7 +462,7 @@ TEST_F(TopkGpu, IndexerTopKFeedsSparseDecode) {
   const mla::DecodePlan plan = mla::DecodePlan::create(
       {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 576, .topk = int(k)}, 0, stream);
   const mla::SparseDecodeOptions options{.sm_scale = sm_scale};
-  plan.run(q.dview(), cview, iview, out.dview(), lse.dview(), options, stream);
+  plan.run({.q = q.dview(), .kv_cache = cview, .indices = iview, .out = out.dview(), .lse = lse.dview()}, options, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
   indices.download();
   out.download();

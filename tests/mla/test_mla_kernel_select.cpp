@@ -55,8 +55,8 @@ kernels::SparseAttentionParams decode_params() {
 }
 
 // An H200 (132 SMs, 66 whole clusters of the unsplit V4 32-head instantiation), or a GPU without the Hopper kernels.
-kernels::DeviceFacts facts(bool hopper, int64_t cluster_slots = 66) {
-  kernels::DeviceFacts f;
+kernels::KernelSupport facts(bool hopper, int64_t cluster_slots = 66) {
+  kernels::KernelSupport f;
   f.device_id = 0;
   f.cc_major = hopper ? 9 : 8;
   f.sm_count = 132;

@@ -72,10 +72,15 @@ struct PrefillArgs {
   bool use_sink = true, use_len = true, use_ml = true;
   mla::SparsePrefillOptions params{.sm_scale = 0.05};
   void call() {
-    mla::SparsePrefillOptions p = params;
-    p.attn_sink = use_sink ? &sink : nullptr;
-    p.topk_length = use_len ? &len : nullptr;
-    mla::sparse_prefill(q, kv, indices, out, use_ml ? &max_logits : nullptr, lse, p, nullptr);
+    mla::sparse_prefill({.q = q,
+                         .kv = kv,
+                         .indices = indices,
+                         .attn_sink = use_sink ? &sink : nullptr,
+                         .topk_length = use_len ? &len : nullptr,
+                         .out = out,
+                         .max_logits = use_ml ? &max_logits : nullptr,
+                         .lse = lse},
+                        params, nullptr);
   }
 };
 
@@ -324,12 +329,10 @@ struct DecodeArgs {
                           TensorView::contiguous(fake(10), DType::f32, kDev, {sizes.lse_accum_elems}),
                           TensorView::contiguous(fake(11), DType::f32, kDev, {sizes.o_accum_elems})};
   mla::SparseDecodeOptions params{.sm_scale = 0.04};
-  void call() {
-    mla::SparseDecodeOptions p = params;
-    p.attn_sink = &sink;
-    p.topk_length = &len;
-    mla::sparse_decode(q, kv, indices, out, lse, ws, p, nullptr);
+  mla::SparseDecodeTensors tensors() {
+    return {.q = q, .kv_cache = kv, .indices = indices, .topk_length = &len, .attn_sink = &sink, .out = out, .lse = lse};
   }
+  void call() { mla::sparse_decode(tensors(), ws, params, nullptr); }
 };
 
 TEST(MlaValidation, DecodeBaselinePassesValidation) {
@@ -400,6 +403,24 @@ TEST(MlaValidation, DecodeEveryRuleFails) {
   expect_rule([&] { mla::decode_plan(a.ws, kFakeDevice, nullptr); }, "mla::decode_plan", "num_splits", "plan num_splits");
 }
 
+// The V3.2 cache has no extra pool: sparse_decode refuses each extra_* member of the shared bundle, naming it.
+TEST(MlaValidation, DecodeV32RefusesTheExtraPool) {
+  DecodeArgs a;
+  const TensorView extra = TensorView::contiguous(fake(20), DType::i32, kDev, {a.b, a.s_q, 64});
+  using T = mla::SparseDecodeTensors;
+  for (const auto& [member, arg] : {std::pair{&T::extra_kv_cache, "extra_kv_cache"},
+                                    std::pair{&T::extra_indices, "extra_indices"},
+                                    std::pair{&T::extra_topk_length, "extra_topk_length"}}) {
+    T t = a.tensors();
+    t.*member = &extra;
+    const Error e = expect_error([&] { mla::sparse_decode(t, a.ws, a.params, nullptr); });
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(e.message().find(std::string("mla::sparse_decode: argument '") + arg + "' must be nullptr"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Dense decode (bf16 cache or V3.2 FP8 rows, block table, lengths).
 struct DenseArgs {
   int64_t b = 3, s_q = 2, h_q = 64, nb = 40, bs = 64, mb = 5;
@@ -422,9 +443,7 @@ struct DenseArgs {
                                TensorView::contiguous(fake(15), DType::i32, kDev, {sizes.token_lengths_elems})};
   mla::DenseDecodeOptions options{.sm_scale = 0.04};
   void call() {
-    mla::DenseDecodeOptions o = options;
-    o.attn_sink = &sink;
-    mla::dense_decode(q, kv, out, lse, ws, o, nullptr);
+    mla::dense_decode({.q = q, .kv_cache = kv, .attn_sink = &sink, .out = out, .lse = lse}, ws, options, nullptr);
   }
   void plan() { mla::dense_decode_plan(ws, table, lengths, nullptr); }
 };
@@ -559,16 +578,20 @@ struct DecodeV4Args {
                           TensorView::contiguous(fake(9), DType::i32, kDev, {b + 1}),
                           TensorView::contiguous(fake(10), DType::f32, kDev, {sizes.lse_accum_elems}),
                           TensorView::contiguous(fake(11), DType::f32, kDev, {sizes.o_accum_elems})};
-  mla::SparseDecodeV4Options params{.sm_scale = 0.04};
+  mla::SparseDecodeOptions params{.sm_scale = 0.04};
   bool with_extra = true, with_extra_indices = true, with_extra_len = true;
   void call() {
-    mla::SparseDecodeV4Options p = params;
-    p.attn_sink = &sink;
-    p.topk_length = &len;
-    if (with_extra) p.extra_kv_cache = &xkv;
-    if (with_extra_indices) p.extra_indices = &xindices;
-    if (with_extra_len) p.extra_topk_length = &xlen;
-    mla::sparse_decode_v4(q, kv, indices, out, lse, ws, p, nullptr);
+    mla::sparse_decode_v4({.q = q,
+                           .kv_cache = kv,
+                           .indices = indices,
+                           .topk_length = &len,
+                           .attn_sink = &sink,
+                           .out = out,
+                           .lse = lse,
+                           .extra_kv_cache = with_extra ? &xkv : nullptr,
+                           .extra_indices = with_extra_indices ? &xindices : nullptr,
+                           .extra_topk_length = with_extra_len ? &xlen : nullptr},
+                          ws, params, nullptr);
   }
 };
 

@@ -153,7 +153,8 @@ TEST_F(Devices, RealDeviceCountBoundsEveryFamily) {
   EXPECT_INVALID(mla::quantize_kv_cache_fp8(kv, kv8, nullptr), "device id " + std::to_string(n));
   auto q = dev(DType::bf16, {2, 64, 576}, n), kvp = dev(DType::bf16, {8, 1, 576}, n);
   auto idx = dev(DType::i32, {2, 1, 64}, n);
-  EXPECT_INVALID((void)mla::sparse_prefill(q, kvp, idx, {.sm_scale = 0.1}, nullptr), "device id " + std::to_string(n));
+  EXPECT_INVALID((void)mla::sparse_prefill(q, kvp, idx, nullptr, nullptr, {.sm_scale = 0.1}, nullptr),
+                 "device id " + std::to_string(n));
   EXPECT_EQ(recorded(), "");
 }
 
@@ -419,16 +420,25 @@ TEST_F(Devices, SparseMlaRefusesTensorsOnTwoDevices) {
   auto q = dev(DType::bf16, {2, 64, 576}), kv = dev(DType::bf16, {300, 1, 576}), idx = dev(DType::i32, {2, 1, 128});
   auto out = dev(DType::bf16, {2, 64, 512}), ml = dev(DType::f32, {2, 64}), lse = dev(DType::f32, {2, 64});
   const mla::SparsePrefillOptions p{.sm_scale = 0.1};
-  EXPECT_INVALID(mla::sparse_prefill(q, on(kv, 1), idx, out, &ml, lse, p, nullptr), "argument 'kv' must be on the device of 'q'");
-  EXPECT_INVALID(mla::sparse_prefill(q, kv, on(idx, 1), out, &ml, lse, p, nullptr), "argument 'indices' must be on the device of 'q'");
-  EXPECT_INVALID(mla::sparse_prefill(q, kv, idx, on(out, 1), &ml, lse, p, nullptr), "argument 'out' must be on the device of 'q'");
+  const mla::SparsePrefillTensors t{.q = q, .kv = kv, .indices = idx, .out = out, .max_logits = &ml, .lse = lse};
+  // `t` with one member replaced.
+  auto with = [&t](auto member, auto value) {
+    mla::SparsePrefillTensors r = t;
+    r.*member = value;
+    return r;
+  };
+  using T = mla::SparsePrefillTensors;
+  EXPECT_INVALID(mla::sparse_prefill(with(&T::kv, on(kv, 1)), p, nullptr), "argument 'kv' must be on the device of 'q'");
+  EXPECT_INVALID(mla::sparse_prefill(with(&T::indices, on(idx, 1)), p, nullptr),
+                 "argument 'indices' must be on the device of 'q'");
+  EXPECT_INVALID(mla::sparse_prefill(with(&T::out, on(out, 1)), p, nullptr), "argument 'out' must be on the device of 'q'");
   const TensorView ml1 = on(ml, 1);
-  EXPECT_INVALID(mla::sparse_prefill(q, kv, idx, out, &ml1, lse, p, nullptr), "argument 'max_logits' must be on the device of 'q'");
-  EXPECT_INVALID(mla::sparse_prefill(q, kv, idx, out, &ml, on(lse, 1), p, nullptr), "argument 'lse' must be on the device of 'q'");
+  EXPECT_INVALID(mla::sparse_prefill(with(&T::max_logits, &ml1), p, nullptr),
+                 "argument 'max_logits' must be on the device of 'q'");
+  EXPECT_INVALID(mla::sparse_prefill(with(&T::lse, on(lse, 1)), p, nullptr), "argument 'lse' must be on the device of 'q'");
   const TensorView sink = dev(DType::f32, {64}, 1);
-  mla::SparsePrefillOptions ps = p;
-  ps.attn_sink = &sink;
-  EXPECT_INVALID(mla::sparse_prefill(q, kv, idx, out, &ml, lse, ps, nullptr), "argument 'attn_sink' must be on the device of 'q'");
+  EXPECT_INVALID(mla::sparse_prefill(with(&T::attn_sink, &sink), p, nullptr),
+                 "argument 'attn_sink' must be on the device of 'q'");
 
   auto kvb = dev(DType::bf16, {4, 576}), kv8 = dev(DType::u8, {4, 656});
   EXPECT_INVALID(mla::quantize_kv_cache_fp8(kvb, on(kv8, 1), nullptr), "argument 'out' must be on the device of 'kv'");
@@ -439,13 +449,20 @@ TEST_F(Devices, SparseMlaRefusesTensorsOnTwoDevices) {
   auto dq = dev(DType::bf16, {2, 1, 64, 576}), cache = dev(DType::u8, {8, 64, 1, 656});
   auto didx = dev(DType::i32, {2, 1, 128}), dout = dev(DType::bf16, {2, 1, 64, 512}), dlse = dev(DType::f32, {2, 1, 64});
   const mla::SparseDecodeOptions dp{.sm_scale = 0.1};
-  EXPECT_INVALID(mla::sparse_decode(dq, on(cache, 1), didx, dout, dlse, ws, dp, nullptr),
+  const mla::SparseDecodeTensors dt{.q = dq, .kv_cache = cache, .indices = didx, .out = dout, .lse = dlse};
+  auto dwith = [&dt](auto member, const TensorView& value) {
+    mla::SparseDecodeTensors r = dt;
+    r.*member = value;
+    return r;
+  };
+  using D = mla::SparseDecodeTensors;
+  EXPECT_INVALID(mla::sparse_decode(dwith(&D::kv_cache, on(cache, 1)), ws, dp, nullptr),
                  "argument 'kv_cache' must be on the device of 'q'");
-  EXPECT_INVALID(mla::sparse_decode(dq, cache, on(didx, 1), dout, dlse, ws, dp, nullptr),
+  EXPECT_INVALID(mla::sparse_decode(dwith(&D::indices, on(didx, 1)), ws, dp, nullptr),
                  "argument 'indices' must be on the device of 'q'");
-  EXPECT_INVALID(mla::sparse_decode(dq, cache, didx, on(dout, 1), dlse, ws, dp, nullptr),
+  EXPECT_INVALID(mla::sparse_decode(dwith(&D::out, on(dout, 1)), ws, dp, nullptr),
                  "argument 'out' must be on the device of 'q'");
-  EXPECT_INVALID(mla::sparse_decode(dq, cache, didx, dout, on(dlse, 1), ws, dp, nullptr),
+  EXPECT_INVALID(mla::sparse_decode(dwith(&D::lse, on(dlse, 1)), ws, dp, nullptr),
                  "argument 'lse' must be on the device of 'q'");
 }
 

@@ -102,7 +102,7 @@ double graph_replay_ms(const MlaBenchOptions& o, cudaStream_t stream, Run&& run)
 // asks (mla::kernels::choose). The benchmarks fill `p` as the library fills it for their contiguous
 // tensors (selector_params and the lines after it), so the label names the kernel that was timed.
 const char* selected_kernel(const mla::kernels::SparseAttentionParams& p, int device) {
-  return mla::kernels::plan_label(mla::kernels::choose(p, mla::kernels::device_facts(device)));
+  return mla::kernels::plan_label(mla::kernels::choose(p, mla::kernels::kernel_support(device)));
 }
 
 // The selector's inputs common to prefill (q [s_q, h_q, d_qk]) and decode (q [b, s_q, h_q, d_qk]): sizes,
@@ -169,10 +169,10 @@ void bench_prefill(const MlaBenchOptions& o, cudaStream_t stream) {
     FLASHCPP_CUDA_CHECK(cudaMemcpy(idx.get(), hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice));
     const auto kvv = TensorView::contiguous(kv.get(), DType::bf16, dev, {s_kv, 1, d_qk});
     const auto iv = TensorView::contiguous(idx.get(), DType::i32, dev, {s_q, 1, topk});
-    const mla::SparsePrefillOptions params{.sm_scale = 1.0 / std::sqrt(192.0), .attn_sink = &sv};
-    const double ms = median_ms(o.warmup, o.iters, stream, [&] {
-      mla::sparse_prefill(qv, kvv, iv, ov, &mv, lv, params, stream);
-    });
+    const mla::SparsePrefillTensors tensors{
+        .q = qv, .kv = kvv, .indices = iv, .attn_sink = &sv, .out = ov, .max_logits = &mv, .lse = lv};
+    const mla::SparsePrefillOptions params{.sm_scale = 1.0 / std::sqrt(192.0)};
+    const double ms = median_ms(o.warmup, o.iters, stream, [&] { mla::sparse_prefill(tensors, params, stream); });
     const double flop = 2.0 * static_cast<double>(s_q * h_q * topk) * (d_qk + 512);
     char shape[200];
     std::snprintf(shape, sizeof shape, "\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":%lld,\"topk\":%lld,\"s_kv\":%lld",
@@ -215,7 +215,8 @@ void bench_decode(const MlaBenchOptions& o, cudaStream_t stream) {
     const mla::DecodePlan plan = mla::DecodePlan::create(
         {.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 576, .topk = int(topk), .num_sms = o.num_sms},
         o.device, stream);
-    const double ms = graph_replay_ms(o, stream, [&] { plan.run(qv, cv, iv, ov, lv, params, stream); });
+    const mla::SparseDecodeTensors tensors{.q = qv, .kv_cache = cv, .indices = iv, .out = ov, .lse = lv};
+    const double ms = graph_replay_ms(o, stream, [&] { plan.run(tensors, params, stream); });
     const double flop = 2.0 * static_cast<double>(b * s_q * h_q * topk) * (576 + 512);
     char shape[240];
     std::snprintf(shape, sizeof shape,
@@ -269,12 +270,14 @@ void bench_decode_v4(const MlaBenchOptions& o, cudaStream_t stream) {
     const auto xiv = TensorView::contiguous(xidx.get(), DType::i32, dev, {b, s_q, extra_topk});
     const auto ov = TensorView::contiguous(out.get(), DType::bf16, dev, {b, s_q, h_q, 512});
     const auto lv = TensorView::contiguous(lse.get(), DType::f32, dev, {b, s_q, h_q});
-    const mla::SparseDecodeV4Options params{.sm_scale = std::pow(512.0, -0.5), .extra_kv_cache = &xv, .extra_indices = &xiv};
+    const mla::SparseDecodeOptions params{.sm_scale = std::pow(512.0, -0.5)};
+    const mla::SparseDecodeTensors tensors{.q = qv, .kv_cache = cv, .indices = iv, .out = ov, .lse = lv,
+                                           .extra_kv_cache = &xv, .extra_indices = &xiv};
     const mla::DecodePlan plan = mla::DecodePlan::create({.batch = int(b), .s_q = int(s_q), .h_q = int(h_q), .d_qk = 512,
                                                           .topk = int(topk), .extra_topk = int(extra_topk),
                                                           .num_sms = o.num_sms},
                                                          o.device, stream);
-    const double ms = graph_replay_ms(o, stream, [&] { plan.run(qv, cv, iv, ov, lv, params, stream); });
+    const double ms = graph_replay_ms(o, stream, [&] { plan.run(tensors, params, stream); });
     const double flop = 2.0 * static_cast<double>(b * s_q * h_q * (topk + extra_topk)) * (512 + 512);
     char shape[240];
     std::snprintf(shape, sizeof shape,

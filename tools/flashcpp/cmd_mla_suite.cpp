@@ -346,7 +346,7 @@ void report_suite(const char* op, const std::string& case_name, const std::strin
 }
 
 const char* kernel_label(const mla::kernels::SparseAttentionParams& p, int device) {
-  return mla::kernels::plan_label(mla::kernels::choose(p, mla::kernels::device_facts(device)));
+  return mla::kernels::plan_label(mla::kernels::choose(p, mla::kernels::kernel_support(device)));
 }
 
 // The selector's inputs for a decode call, filled as mla.cpp's decode_params fills them for these strided views,
@@ -426,21 +426,19 @@ void run_decode_case(const MlaSuiteOptions& o, const DecodeCase& c, const std::s
                                                         .d_qk = int(d_qk), .topk = int(c.topk),
                                                         .extra_topk = int(c.extra_topk), .num_sms = o.num_sms},
                                                        o.device, stream);
-  SuiteTiming t;
-  if (d_qk == 576) {
-    const mla::SparseDecodeOptions params{.sm_scale = sm_scale, .attn_sink = &sv};
-    t = time_case(o, flush, stream,
-                  [&] { plan.run(qv, main_pool.cache, main_pool.index_view, ov, lv, params, stream); });
-  } else {
-    const mla::SparseDecodeV4Options params{
-        .sm_scale = sm_scale,
-        .attn_sink = &sv,
-        .extra_kv_cache = has_extra ? &extra_pool.cache : nullptr,
-        .extra_indices = has_extra ? &extra_pool.index_view : nullptr,
-        .extra_topk_length = has_extra && c.extra_topk_length ? &extra_pool.length_view : nullptr};
-    t = time_case(o, flush, stream,
-                  [&] { plan.run(qv, main_pool.cache, main_pool.index_view, ov, lv, params, stream); });
-  }
+  // One bundle for both caches; the plan's d_qk picks sparse_decode (576) or sparse_decode_v4 (512).
+  const mla::SparseDecodeTensors tensors{
+      .q = qv,
+      .kv_cache = main_pool.cache,
+      .indices = main_pool.index_view,
+      .attn_sink = &sv,
+      .out = ov,
+      .lse = lv,
+      .extra_kv_cache = has_extra ? &extra_pool.cache : nullptr,
+      .extra_indices = has_extra ? &extra_pool.index_view : nullptr,
+      .extra_topk_length = has_extra && c.extra_topk_length ? &extra_pool.length_view : nullptr};
+  const mla::SparseDecodeOptions params{.sm_scale = sm_scale};
+  const SuiteTiming t = time_case(o, flush, stream, [&] { plan.run(tensors, params, stream); });
   const int64_t attended = main_pool.attended + (has_extra ? extra_pool.attended : 0);
   const double flop =
       2.0 * static_cast<double>(h_q) * static_cast<double>(attended) * static_cast<double>(d_qk + mla::kDv);
@@ -491,9 +489,10 @@ void run_prefill_case(const MlaSuiteOptions& o, const PrefillCase& c, const std:
   const TensorView mv = TensorView::contiguous(max_logits.get(), DType::f32, dev, {s_q, h_q});
   const TensorView lv = TensorView::contiguous(lse.get(), DType::f32, dev, {s_q, h_q});
   const TensorView sv = TensorView::contiguous(sink.get(), DType::f32, dev, {h_q});
-  const mla::SparsePrefillOptions params{.sm_scale = 0.5, .attn_sink = &sv};
-  const SuiteTiming t =
-      time_case(o, flush, stream, [&] { mla::sparse_prefill(qv, kvv, iv, ov, &mv, lv, params, stream); });
+  const mla::SparsePrefillTensors tensors{
+      .q = qv, .kv = kvv, .indices = iv, .attn_sink = &sv, .out = ov, .max_logits = &mv, .lse = lv};
+  const mla::SparsePrefillOptions params{.sm_scale = 0.5};
+  const SuiteTiming t = time_case(o, flush, stream, [&] { mla::sparse_prefill(tensors, params, stream); });
   const double flop = 2.0 * static_cast<double>(s_q * topk * h_q) * static_cast<double>(d_qk + mla::kDv);
   char shape[200];
   std::snprintf(shape, sizeof shape, "\"s_q\":%lld,\"h_q\":%lld,\"d_qk\":%lld,\"topk\":%lld,\"s_kv\":%lld",
@@ -607,7 +606,8 @@ void run_dense_case(const MlaSuiteOptions& o, const DenseCase& c, const std::str
   double bf16_us = 0;
   for (const TensorView* cache : {&kvv, &fp8v}) {
     const bool is_fp8 = cache == &fp8v;
-    const SuiteTiming t = time_case(o, flush, stream, [&] { plan.run(qv, *cache, ov, lv, options, stream); });
+    const mla::DenseDecodeTensors tensors{.q = qv, .kv_cache = *cache, .out = ov, .lse = lv};
+    const SuiteTiming t = time_case(o, flush, stream, [&] { plan.run(tensors, options, stream); });
     if (!is_fp8) bf16_us = t.median_us;
     const double moved = static_cast<double>(b) * (mean_len * (is_fp8 ? mla::kFp8BytesPerToken : kD * 2) +
                                                    static_cast<double>(s_q * h_q * (kD + mla::kDv) * 2));
