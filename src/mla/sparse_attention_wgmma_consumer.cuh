@@ -225,6 +225,18 @@ __device__ __forceinline__ uint32_t epilogue_stage(const Smem<C>& sm, int warp) 
   return sm.q() + (W * 4 + warp) * 8192;
 }
 
+// A consumer thread's lane, its warp of the warpgroup and its two rows (heads) of the 64: r0 = 16 warp + g, r1 = r0 + 8
+// (g = lane >> 2; t = lane & 3 picks the columns 2t, 2t + 1 of each 8-column block).
+struct ConsumerLane {
+  int lane, warp_in_wg, g, t, r0, r1;
+};
+__device__ __forceinline__ ConsumerLane consumer_lane() {
+  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;
+  return {lane, warp_in_wg, g, t, r0, r1};
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Two tiles per iteration: consumer W's fixed operands (TwoTiles), its phases (tile_row_max; consumer 0's
 // pv_a_left, share_p_a, pv_b_left; consumer 1's pv_consumer1; combine_row_sums), then consumer() itself.
@@ -420,9 +432,7 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
                                          float* s_max, float* s_sum, const ItemInfo* s_item,
                                          const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
-  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
-  const int g = lane >> 2, t = lane & 3;
-  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+  const auto [lane, warp_in_wg, g, t, r0, r1] = consumer_lane();
   const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
   const uint64_t desc_k = make_desc(sm.tile(W), 16, 1024);
   const uint64_t desc_v_own = make_desc(sm.tile(W) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
@@ -517,7 +527,7 @@ __device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const 
   const SparseAttentionParams& p = args.p;
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, quad = lane & 3;
-  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // consumer_lane(), spelled out: it moved a register choice here
 
   constexpr uint64_t kTileStep = static_cast<uint64_t>(C::kKBytes >> 4);  // descriptor of tile 1 - tile 0
   const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
