@@ -59,7 +59,7 @@ using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::ld_shared
 using namespace mma_sm90;
 static_assert(kTileKv == sched::kBlockSlots, "a schedule block must be one KV tile");
 
-struct KernelArgs {
+struct KernelParams {
   SparseAttentionParams p;
   float scale_log2;  // sm_scale * log2(e)
   int groups;        // ceil(h_q / 64)
@@ -228,7 +228,7 @@ struct Fp8Row {
 };
 // Row `grow` of tile buffer `dst` is KV row `idx`: its address, RoPE part, scales and valid flag (s_valid_row).
 template <int D_QK>
-__device__ __forceinline__ void fp8_begin(Fp8Row& kv, const KernelArgs& args, uint32_t dst, int* s_valid_row, int idx,
+__device__ __forceinline__ void fp8_begin(Fp8Row& kv, const KernelParams& args, uint32_t dst, int* s_valid_row, int idx,
                                           int grow, int gsub) {
   const SparseAttentionParams& p = args.p;
   kv.valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
@@ -281,7 +281,7 @@ __device__ __forceinline__ void fp8_store_half(const Fp8Row& kv, uint32_t dst, i
 }
 // The whole row at once (the prologue's tile; the tile loop interleaves the steps with its GEMMs).
 template <int D_QK>
-__device__ __forceinline__ void fp8_gather_row(Fp8Row& kv, const KernelArgs& args, uint32_t dst, int* s_valid_row,
+__device__ __forceinline__ void fp8_gather_row(Fp8Row& kv, const KernelParams& args, uint32_t dst, int* s_valid_row,
                                                int idx, int grow, int gsub) {
   fp8_begin<D_QK>(kv, args, dst, s_valid_row, idx, grow, gsub);
   fp8_load_half(kv, gsub, 0);
@@ -431,7 +431,7 @@ __device__ __forceinline__ void init_state(float (&o_acc)[2][16][4], float (&m_r
 // ---------------------------------------------------------------------------------------------------
 // SPLIT: the split-KV decode variant (a separate instantiation, so the unsplit kernel keeps its registers).
 template <int D_QK, bool SPLIT>
-__global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(const __grid_constant__ KernelArgs args) {
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(const __grid_constant__ KernelParams args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   using Plan = SmemPlan<D_QK>;
   constexpr int kRowBytes = Plan::kRowBytes;
@@ -591,7 +591,7 @@ bool launch_variant(const SparseAttentionParams& p, cudaStream_t stream) {
   if (!sm90a_kernel_ready<sparse_attention_sm90_kernel<D_QK, SPLIT>>(device, SmemPlan<D_QK>::kBytes))
     return false;
   if (p.num_tokens == 0) return true;
-  KernelArgs args;
+  KernelParams args;
   args.p = p;
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   args.groups = (p.h_q + kHeadsPerCta - 1) / kHeadsPerCta;

@@ -428,7 +428,7 @@ __device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, in
 // the other consumer's GEMMs keep the tensor cores busy, and consumer 0 issues the next S_A while its
 // P_B V_B-left runs. (Both softmaxes after one shared max exchange left the tensor cores idle meanwhile.)
 template <class C, bool SPLIT, int W>
-__device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
+__device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>& sm, const uint8_t* s_valid,
                                          float* s_max, float* s_sum, const ItemInfo* s_item,
                                          const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
@@ -514,14 +514,14 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
   }
 }
 
-// Tile by tile (Config::kPerTile, the FP8 cluster): consumer 0 (W 0) computes S of every tile over all of
+// Tile by tile (Traits::kPerTile, the FP8 cluster): consumer 0 (W 0) computes S of every tile over all of
 // d_qk, the softmax and O columns 0..255 with P from registers; it publishes P (shared memory) and each row's
 // rescale factor, and consumer 1 (W 1) adds P V over O columns 256..511. No row-max exchange is needed: one
 // warpgroup owns whole rows of S. P has one buffer (P_B's), free again when consumer 1's P V is done: it
 // must not live in a tile's RoPE atom here, because this CTA's rows of that atom are also the source of a
 // bulk copy to the peer whose reads nothing here waits for.
 template <class C, bool SPLIT, int W>
-__device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
+__device__ __forceinline__ void consumer_per_tile(const KernelParams& args, const Smem<C>& sm, const uint8_t* s_valid,
                                                   float* s_alpha, float* s_sum, const ItemInfo* s_item,
                                                   const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
