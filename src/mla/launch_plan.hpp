@@ -30,15 +30,15 @@ struct KernelSupport {
 /// unknown id).
 const KernelSupport& kernel_support(int device_id);
 
-/// The wgmma kernel's instantiations (sparse_attention_wgmma_config.hpp, Config<D_QK, FP8, CLUSTER, RAW>).
+/// The wgmma kernel's instantiations (sparse_attention_wgmma_config.hpp, Traits<D_QK, FP8, CLUSTER, RAW>).
 enum class WgmmaVariant : int {
   none = 0,   ///< another kernel runs
-  bf16_576,   ///< Config<576, false>: sparse prefill with d_qk 576, and dense decode's split work
-  bf16_512,   ///< Config<512, false>: sparse prefill with d_qk 512 (unsplit only)
-  v32_alone,  ///< Config<576, true, 1, 2>: V3.2 FP8 decode, h_q <= 64, one CTA tile by tile
-  v32_pair,   ///< Config<576, true, 2, 2>: V3.2 FP8 decode, h_q 65..128, the two head groups as a 2-CTA cluster
-  v4_alone,   ///< Config<512, true, 1, 2>: V4 pages, one CTA of 64 heads tile by tile
-  v4_pair,    ///< Config<512, true, 2, 2>: V4 pages, a 2-CTA cluster (h_q 65..128, or 33..64 as two CTAs of 32 heads)
+  bf16_576,   ///< Traits<576, false>: sparse prefill with d_qk 576, and dense decode's split work
+  bf16_512,   ///< Traits<512, false>: sparse prefill with d_qk 512 (unsplit only)
+  v32_alone,  ///< Traits<576, true, 1, 2>: V3.2 FP8 decode, h_q <= 64, one CTA tile by tile
+  v32_pair,   ///< Traits<576, true, 2, 2>: V3.2 FP8 decode, h_q 65..128, the two head groups as a 2-CTA cluster
+  v4_alone,   ///< Traits<512, true, 1, 2>: V4 pages, one CTA of 64 heads tile by tile
+  v4_pair,    ///< Traits<512, true, 2, 2>: V4 pages, a 2-CTA cluster (h_q 65..128, or 33..64 as two CTAs of 32 heads)
 };
 
 /// The whole decision for one problem. For the wgmma kernel: its instantiation, the heads each CTA computes

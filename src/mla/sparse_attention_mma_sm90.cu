@@ -59,7 +59,7 @@ using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::ld_shared
 using namespace mma_sm90;
 static_assert(kTileKv == sched::kBlockSlots, "a schedule block must be one KV tile");
 
-struct KernelArgs {
+struct KernelParams {
   SparseAttentionParams p;
   float scale_log2;  // sm_scale * log2(e)
   int groups;        // ceil(h_q / 64)
@@ -99,9 +99,21 @@ __device__ __forceinline__ uint32_t dequant_e4m3x2(uint32_t two, float scale) {
 __device__ __forceinline__ uint32_t swz(int row, int chunk, int row_bytes) {
   return static_cast<uint32_t>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
 }
+// f(mt, hf, r, row) for each of this thread's four rows: r = 2 mt + hf -> row 32 mw + 16 mt + 8 hf + g.
+template <class F>
+__device__ __forceinline__ void for_each_row(int mw, int g, F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) f(mt, hf, 2 * mt + hf, mw * 32 + mt * 16 + hf * 8 + g);
+}
+// Row `row`'s sum over the four quarters' partial sums (s_sum: [4][64]).
+__device__ __forceinline__ float row_sum(const float* s_sum, int row) {
+  return s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
+}
 
 // ---------------------------------------------------------------------------------------------------
-// The tile loop's phases: qk, the mask and row maxima (in the kernel), barrier B, softmax_update, barrier C, pv.
+// The tile loop's phases: qk, the mask (in the kernel), row_max, barrier B, softmax_update, barrier C, pv.
 // A thread's rows: r = 2 mt + hf -> row 32 mw + 16 mt + 8 hf + g; S columns 16 nq .., O columns 128 nq ...
 
 // S = Q K^T (k = D_QK) from this lane's ldmatrix rows a_row (Q), b_row (K). 64 columns (one swizzle period) an outer
@@ -129,6 +141,20 @@ __device__ __forceinline__ void qk(float (&s_acc)[2][2][4], uint32_t a_row, uint
   }
 }
 
+// The row maxima over this warp's 16 columns to its quarter's slot of s_max ([4][64]).
+__device__ __forceinline__ void row_max(const float (&s_acc)[2][2][4], float* s_max, int mw, int nq, int g, int t) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = fmaxf(fmaxf(s_acc[mt][0][2 * hf], s_acc[mt][0][2 * hf + 1]),
+                       fmaxf(s_acc[mt][1][2 * hf], s_acc[mt][1][2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      if (t == 0) s_max[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = mx;
+    }
+}
+
 // Online softmax: the new row maxima (all four quarters'), O and the running sums rescaled (skipped when no row
 // of the warp changed its maximum), P (bf16) to smem at sP.
 template <int D_QK>
@@ -137,18 +163,13 @@ __device__ __forceinline__ void softmax_update(const float (&s_acc)[2][2][4], fl
                                                int mw, int nq, int g, int t) {
   float alpha[4];
   float m_use[4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = 2 * mt + hf;
-      const int row = mw * 32 + mt * 16 + hf * 8 + g;
-      const float m_new = fmaxf(fmaxf(m_run[r], fmaxf(s_max[row], s_max[64 + row])),
-                                fmaxf(s_max[128 + row], s_max[192 + row]));
-      m_use[r] = (m_new == -INFINITY) ? 0.f : m_new;  // keeps (-inf) - (-inf) out
-      alpha[r] = fast_exp2(m_run[r] - m_use[r]);       // m_run = -inf -> 0
-      m_run[r] = m_new;
-    }
+  for_each_row(mw, g, [&](int, int, int r, int row) {
+    const float m_new = fmaxf(fmaxf(m_run[r], fmaxf(s_max[row], s_max[64 + row])),
+                              fmaxf(s_max[128 + row], s_max[192 + row]));
+    m_use[r] = (m_new == -INFINITY) ? 0.f : m_new;  // keeps (-inf) - (-inf) out
+    alpha[r] = fast_exp2(m_run[r] - m_use[r]);       // m_run = -inf -> 0
+    m_run[r] = m_new;
+  });
   const bool rescale = !(alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f);
   if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
@@ -158,23 +179,18 @@ __device__ __forceinline__ void softmax_update(const float (&s_acc)[2][2][4], fl
 #pragma unroll
         for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] *= alpha[2 * mt + (e >> 1)];
   }
+  for_each_row(mw, g, [&](int mt, int hf, int r, int row) {
+    float sum = 0.f;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = 2 * mt + hf;
-      const int row = mw * 32 + mt * 16 + hf * 8 + g;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const float p0 = fast_exp2(s_acc[mt][nt][2 * hf] - m_use[r]);
-        const float p1 = fast_exp2(s_acc[mt][nt][2 * hf + 1] - m_use[r]);
-        sum += p0 + p1;
-        const int chunk = nq * 2 + nt;  // 8 columns per chunk
-        st_shared_u32(sP + row * SmemPlan<D_QK>::kPRowBytes + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(p0, p1));
-      }
-      l_run[r] = l_run[r] * alpha[r] + sum;
+    for (int nt = 0; nt < 2; ++nt) {
+      const float p0 = fast_exp2(s_acc[mt][nt][2 * hf] - m_use[r]);
+      const float p1 = fast_exp2(s_acc[mt][nt][2 * hf + 1] - m_use[r]);
+      sum += p0 + p1;
+      const int chunk = nq * 2 + nt;  // 8 columns per chunk
+      st_shared_u32(sP + row * SmemPlan<D_QK>::kPRowBytes + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(p0, p1));
     }
+    l_run[r] = l_run[r] * alpha[r] + sum;
+  });
 }
 
 // O += P V (k = the tile's 64 rows) from this lane's ldmatrix rows p_row (P), v_row (V: the tile's K buffer).
@@ -212,7 +228,7 @@ struct Fp8Row {
 };
 // Row `grow` of tile buffer `dst` is KV row `idx`: its address, RoPE part, scales and valid flag (s_valid_row).
 template <int D_QK>
-__device__ __forceinline__ void fp8_begin(Fp8Row& kv, const KernelArgs& args, uint32_t dst, int* s_valid_row, int idx,
+__device__ __forceinline__ void fp8_begin(Fp8Row& kv, const KernelParams& args, uint32_t dst, int* s_valid_row, int idx,
                                           int grow, int gsub) {
   const SparseAttentionParams& p = args.p;
   kv.valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
@@ -263,6 +279,16 @@ __device__ __forceinline__ void fp8_store_half(const Fp8Row& kv, uint32_t dst, i
     st_shared_v4(dst + swz(grow, 2 * c + 1, SmemPlan<D_QK>::kRowBytes), hi);
   }
 }
+// The whole row at once (the prologue's tile; the tile loop interleaves the steps with its GEMMs).
+template <int D_QK>
+__device__ __forceinline__ void fp8_gather_row(Fp8Row& kv, const KernelParams& args, uint32_t dst, int* s_valid_row,
+                                               int idx, int grow, int gsub) {
+  fp8_begin<D_QK>(kv, args, dst, s_valid_row, idx, grow, gsub);
+  fp8_load_half(kv, gsub, 0);
+  fp8_store_half<D_QK>(kv, dst, grow, gsub, 0);
+  fp8_load_half(kv, gsub, 1);
+  fp8_store_half<D_QK>(kv, dst, grow, gsub, 1);
+}
 
 // Q: this thread's chunks of row `grow` (64 heads x D_QK), rows past h_q zero-filled.
 template <int D_QK>
@@ -287,25 +313,20 @@ __device__ __forceinline__ void write_partial_row(const SparseAttentionParams& p
                                               const float (&m_run)[4], const float* s_sum, int64_t accum_row,
                                               int head0, int mw, int nq, int g, int t) {
   constexpr float kLn2 = 0.6931471805599453f;
+  for_each_row(mw, g, [&](int mt, int hf, int r, int row) {
+    const int head = head0 + row;
+    if (head >= p.h_q) return;
+    const float m = m_run[r];
+    const bool empty = (m == -INFINITY);
+    const float l = row_sum(s_sum, row);
+    const float inv = empty ? 0.f : 1.f / l;
+    float* dst = p.o_accum + (accum_row * p.h_q + head) * kDv + nq * 128 + 2 * t;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = 2 * mt + hf;
-      const int row = mw * 32 + mt * 16 + hf * 8 + g;
-      const int head = head0 + row;
-      if (head >= p.h_q) continue;
-      const float m = m_run[r];
-      const bool empty = (m == -INFINITY);
-      const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
-      const float inv = empty ? 0.f : 1.f / l;
-      float* dst = p.o_accum + (accum_row * p.h_q + head) * kDv + nq * 128 + 2 * t;
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt)
-        *reinterpret_cast<float2*>(dst + nt * 8) =
-            make_float2(o_acc[mt][nt][2 * hf] * inv, o_acc[mt][nt][2 * hf + 1] * inv);
-      if (nq == 0 && t == 0) p.lse_accum[accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
-    }
+    for (int nt = 0; nt < 16; ++nt)
+      *reinterpret_cast<float2*>(dst + nt * 8) =
+          make_float2(o_acc[mt][nt][2 * hf] * inv, o_acc[mt][nt][2 * hf + 1] * inv);
+    if (nq == 0 && t == 0) p.lse_accum[accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
+  });
 }
 
 // The final output: O / (l + the sink's share) in bf16 (0 when empty), staged in K buffer 0 (sK; every warp is
@@ -317,36 +338,31 @@ __device__ __forceinline__ void write_output(const SparseAttentionParams& p, con
   constexpr float kLn2 = 0.6931471805599453f;
   constexpr float kLog2e = 1.4426950408889634f;
   const uint32_t s_stage = sK;  // 64 rows x 1024 B, swizzled
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = 2 * mt + hf;
-      const int row = mw * 32 + mt * 16 + hf * 8 + g;
-      const int head = head0 + row;
-      const float m = m_run[r];
-      const bool empty = (m == -INFINITY);
-      const float l = s_sum[row] + s_sum[64 + row] + s_sum[128 + row] + s_sum[192 + row];
-      float denom = l;
-      if (p.attn_sink != nullptr && head < p.h_q) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
-      const float inv = empty ? 0.f : 1.f / denom;
-      if (nq == 0 && t == 0 && head < p.h_q) {
-        if (p.lse != nullptr) {
-          const int64_t lse_token = p.token_offset(token, p.lse_stride_token, p.lse_stride_request);
-          p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
-        }
-        if (p.max_logits != nullptr)
-          p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
-              empty ? -INFINITY : m * kLn2;
+  for_each_row(mw, g, [&](int mt, int hf, int r, int row) {
+    const int head = head0 + row;
+    const float m = m_run[r];
+    const bool empty = (m == -INFINITY);
+    const float l = row_sum(s_sum, row);
+    float denom = l;
+    if (p.attn_sink != nullptr && head < p.h_q) denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - m);
+    const float inv = empty ? 0.f : 1.f / denom;
+    if (nq == 0 && t == 0 && head < p.h_q) {
+      if (p.lse != nullptr) {
+        const int64_t lse_token = p.token_offset(token, p.lse_stride_token, p.lse_stride_request);
+        p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
       }
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        const int chunk = nq * 16 + nt;
-        const float v0 = empty ? 0.f : o_acc[mt][nt][2 * hf] * inv;
-        const float v1 = empty ? 0.f : o_acc[mt][nt][2 * hf + 1] * inv;
-        st_shared_u32(s_stage + row * (kDv * 2) + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(v0, v1));
-      }
+      if (p.max_logits != nullptr)
+        p.max_logits[token * p.max_logits_stride_token + head * p.max_logits_stride_head] =
+            empty ? -INFINITY : m * kLn2;
     }
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+      const int chunk = nq * 16 + nt;
+      const float v0 = empty ? 0.f : o_acc[mt][nt][2 * hf] * inv;
+      const float v1 = empty ? 0.f : o_acc[mt][nt][2 * hf + 1] * inv;
+      st_shared_u32(s_stage + row * (kDv * 2) + ((chunk ^ g) << 4) + 4 * t, pack_bf16x2(v0, v1));
+    }
+  });
   __syncthreads();
 
   __nv_bfloat16* out =
@@ -364,9 +380,58 @@ __device__ __forceinline__ void write_output(const SparseAttentionParams& p, con
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Epilogue, its first step: this thread's row sums over its quad, one per quarter nq to s_sum ([4][64]).
+__device__ __forceinline__ void publish_row_sums(float (&l_run)[4], float* s_sum, int mw, int nq, int g, int t) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+  if (t == 0) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) s_sum[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = l_run[2 * mt + hf];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Work items (see the kernel): a split-KV part's requests and each request's piece, else the whole of a token.
+
+// The requests [r_first, r_last] of part `outer / tokens_per_request` (r_last < r_first: none), its metadata (meta)
+// and the token of each request it attends for (tok_in_req).
+__device__ __forceinline__ void part_requests(const SparseAttentionParams& p, int64_t outer,
+                                              const sched::PartMeta*& meta, int& r_first, int& r_last,
+                                              int& tok_in_req) {
+  meta = static_cast<const sched::PartMeta*>(p.sched) + outer / p.tokens_per_request;
+  tok_in_req = static_cast<int>(outer % p.tokens_per_request);
+  r_first = meta->begin_req < 0 ? 0 : meta->begin_req;
+  r_last = meta->end_req < p.num_requests ? meta->end_req : p.num_requests - 1;  // empty part: r_last < r_first
+}
+
+// The work item's token, tiles [tile_begin, tile_end) (the token's own count still to clamp to) and partial row
+// (accum_row >= 0, written where write_partial; -1: the final output).
+template <bool SPLIT>
+__device__ __forceinline__ SplitPiece work_item(const SparseAttentionParams& p, const sched::PartMeta* meta, int req,
+                                                int nb, int tok_in_req, int64_t outer) {
+  if constexpr (SPLIT) return split_piece(p, *meta, req, nb, tok_in_req);
+  return SplitPiece{outer, 0, INT_MAX, -1, false};
+}
+
+// A work item's running state: O = 0, row maxima -inf, row sums 0.
+__device__ __forceinline__ void init_state(float (&o_acc)[2][16][4], float (&m_run)[4], float (&l_run)[4]) {
+  sm90::zero_fill(o_acc);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    m_run[r] = -INFINITY;
+    l_run[r] = 0.f;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // SPLIT: the split-KV decode variant (a separate instantiation, so the unsplit kernel keeps its registers).
 template <int D_QK, bool SPLIT>
-__global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(const __grid_constant__ KernelArgs args) {
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(const __grid_constant__ KernelParams args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   using Plan = SmemPlan<D_QK>;
   constexpr int kRowBytes = Plan::kRowBytes;
@@ -405,25 +470,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
   // The part's metadata is read again where it is used (global, L1-resident): holding its fields in
   // registers across the tile loop would spill.
   const sched::PartMeta* meta = nullptr;
-  if (split) {
-    meta = static_cast<const sched::PartMeta*>(p.sched) + outer / p.tokens_per_request;
-    tok_in_req = static_cast<int>(outer % p.tokens_per_request);
-    r_first = meta->begin_req < 0 ? 0 : meta->begin_req;
-    r_last = meta->end_req < p.num_requests ? meta->end_req : p.num_requests - 1;  // empty part: r_last < r_first
-  }
+  if (split) part_requests(p, outer, meta, r_first, r_last, tok_in_req);
   for (int req = r_first; req <= r_last; ++req) {
-    int64_t token = outer;
-    int tile_begin = 0, tile_end = INT_MAX;
-    int64_t accum_row = -1;  // >= 0: this item writes partial row accum_row; -1: the final output
-    bool write_partial = false;
-    if (split) {
-      const SplitPiece piece = split_piece(p, *meta, req, nb, tok_in_req);
-      token = piece.token;
-      tile_begin = piece.tile_begin;
-      tile_end = piece.tile_end;
-      accum_row = piece.accum_row;
-      write_partial = piece.write_partial;
-    }
+    const auto [token, tile_begin, tile_end, accum_row, write_partial] =
+        work_item<SPLIT>(p, meta, req, nb, tok_in_req, outer);
 
     // Effective number of slots for this token, and this item's tiles [j_begin, j_end).
     const int eff = effective_topk(p, token);
@@ -451,25 +501,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
     // ---- Prologue: tile 0 into buffer 0.
     int idx_next = -1;
     if (j_begin < j_end) {
-      const int idx0 = load_index(j_begin);
-      fp8_begin<D_QK>(kv, args, sK, s_valid + grow, idx0, grow, gsub);
-      fp8_load_half(kv, gsub, 0);
-      fp8_store_half<D_QK>(kv, sK, grow, gsub, 0);
-      fp8_load_half(kv, gsub, 1);
-      fp8_store_half<D_QK>(kv, sK, grow, gsub, 1);
+      fp8_gather_row<D_QK>(kv, args, sK, s_valid + grow, load_index(j_begin), grow, gsub);
       idx_next = load_index(j_begin + 1);
     }
     cp_async_commit();
 
     // ---- Per-thread state. Rows of this thread: r = 2*mt + hf -> row 32*mw + 16*mt + 8*hf + g.
-    float o_acc[2][16][4];
-    sm90::zero_fill(o_acc);
-    float m_run[4], l_run[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      m_run[r] = -INFINITY;
-      l_run[r] = 0.f;
-    }
+    float o_acc[2][16][4], m_run[4], l_run[4];
+    init_state(o_acc, m_run, l_run);
 
     const uint32_t a_row = sQ + (mw * 32 + (lane & 15)) * kRowBytes;            // + mt * 16 rows
     const uint32_t b_row_off = (nq * 16 + (lane & 7) + (hi16 << 3)) * kRowBytes;  // in a K buffer
@@ -498,8 +537,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
         fp8_store_half<D_QK>(kv, sK + (buf ^ 1) * Plan::kKBytes, grow, gsub, 0);
         fp8_load_half(kv, gsub, 1);
       }
-
-      // ---- Mask, scale to base 2, row max over this warp's 16 columns, exchange through smem.
       {
         const int* vf = s_valid + buf * kTileKv + nq * 16 + 2 * t;
         const int2 v0 = *reinterpret_cast<const int2*>(vf);
@@ -512,20 +549,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
 #pragma unroll
             for (int e = 0; e < 4; ++e)
               s_acc[mt][nt][e] = col_ok[nt][e & 1] ? s_acc[mt][nt][e] * args.scale_log2 : -INFINITY;
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            float mx = fmaxf(fmaxf(s_acc[mt][0][2 * hf], s_acc[mt][0][2 * hf + 1]),
-                             fmaxf(s_acc[mt][1][2 * hf], s_acc[mt][1][2 * hf + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            if (t == 0) s_max[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = mx;
-          }
       }
+      row_max(s_acc, s_max, mw, nq, g, t);
       __syncthreads();  // (B)
 
-      // ---- Online softmax; P (bf16) to smem.
       softmax_update<D_QK>(s_acc, o_acc, m_run, l_run, s_max, sP, mw, nq, g, t);
       __syncthreads();  // (C)
 
@@ -536,17 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
 
     // ---- Epilogue.
     cp_async_wait_all();
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-      l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-    }
-    if (t == 0) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) s_sum[nq * 64 + mw * 32 + mt * 16 + hf * 8 + g] = l_run[2 * mt + hf];
-    }
+    publish_row_sums(l_run, s_sum, mw, nq, g, t);
     __syncthreads();  // s_sum complete; every warp is done reading the K buffers (O staging reuses buffer 0)
 
     // A split item writes its partial row (where it has one), the others the final output.
@@ -574,7 +591,7 @@ bool launch_variant(const SparseAttentionParams& p, cudaStream_t stream) {
   if (!sm90a_kernel_ready<sparse_attention_sm90_kernel<D_QK, SPLIT>>(device, SmemPlan<D_QK>::kBytes))
     return false;
   if (p.num_tokens == 0) return true;
-  KernelArgs args;
+  KernelParams args;
   args.p = p;
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   args.groups = (p.h_q + kHeadsPerCta - 1) / kHeadsPerCta;

@@ -1,6 +1,6 @@
 // Sparse MLA attention for Hopper (sm_90a): a warp-specialized wgmma kernel with FlashMLA's semantics
 // (sparse_attention_kernel.hpp, docs/MLA.md), for sparse prefill over bf16 KV and sparse decode over the
-// DeepSeek V3.2 FP8 cache (split-KV or not). Configuration: sparse_attention_wgmma_config.hpp;
+// DeepSeek V3.2 FP8 cache (split-KV or not). Traits: sparse_attention_wgmma_config.hpp;
 // instantiations: sparse_attention_wgmma_bf16.cu, sparse_attention_wgmma_fp8.cu. This file holds the kernel
 // entry and the host launch; its pieces: sparse_attention_wgmma_device.cuh (PTX helpers, Smem, work lists),
 // sparse_attention_wgmma_producer.cuh and sparse_attention_wgmma_consumer.cuh (with the epilogue).
@@ -17,12 +17,12 @@
 //     then its extra pool's, each pool masked by its own length (the producer's load_indices).
 //     (Tile A's RoPE atom also holds P_A: how its writes are ordered, see bar_rope_landed.)
 //   * FP8 with h_q 65..128 runs as a 2-CTA cluster (the two head groups of a token, which need the same
-//     tiles; V4 with h_q 33..64 also, as two groups of 32 heads: KernelArgs::group_heads, the CTA's other
+//     tiles; V4 with h_q 33..64 also, as two groups of 32 heads: KernelParams::group_heads, the CTA's other
 //     rows compute on zero Q and are never written): each CTA's producer dequantizes half of every tile's
 //     rows into its own tile, and one thread bulk-copies those rows into the peer's tile (completing
 //     transactions on the peer's full barrier); a half-tile is free only when the consumers of both CTAs
 //     released it (they arrive on both CTAs' empty barriers).
-//     The cluster runs tile by tile (Config::kPerTile, consumer_per_tile): consumer 0 computes S of each whole
+//     The cluster runs tile by tile (Traits::kPerTile, consumer_per_tile): consumer 0 computes S of each whole
 //     tile and the softmax, consumer 1 only its half of P V, and the producer holds two raw buffers (a tile's
 //     loads are in flight a whole tile ahead). DeepSeek V4 pages run tile by tile alone too (64 heads per CTA;
 //     the RoPE atom by cp.async). The rest of this list describes the two-tile iteration of the other
@@ -69,7 +69,7 @@
 namespace flashcpp::mla::kernels::wgmma {
 
 template <class C, bool SPLIT>
-__global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(const __grid_constant__ KernelArgs args) {
+__global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(const __grid_constant__ KernelParams args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -209,7 +209,7 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads
   }
   if (!sm90a_kernel_ready<sparse_attention_wgmma_kernel<C, SPLIT>>(device, C::kSmemBytes)) return false;
   if (p.num_tokens == 0) return true;
-  KernelArgs args;
+  KernelParams args;
   args.p = p;
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   if (group_heads < 1 || group_heads > C::kHeads) return false;

@@ -6,8 +6,8 @@
 namespace flashcpp::mla::kernels {
 
 bool launch_sparse_attention_wgmma_bf16(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream) {
-  using D576 = wgmma::Config<576, false>;
-  using D512 = wgmma::Config<512, false>;
+  using D576 = wgmma::Traits<576, false>;
+  using D512 = wgmma::Traits<512, false>;
   if (p.kv_format != KvFormat::bf16) return false;
   switch (plan.variant) {
     case WgmmaVariant::bf16_576:

@@ -1,6 +1,6 @@
-// Configuration of the warp-specialized wgmma sparse-attention kernel for Hopper
+// Traits of the warp-specialized wgmma sparse-attention kernel for Hopper
 // (sparse_attention_wgmma.cuh): tile sizes, thread roles, register split and the shared-memory plan, with
-// the budget checked at compile time. One Config per instantiation: bf16 KV (prefill) with d_qk 576 or
+// the budget checked at compile time. One Traits per instantiation: bf16 KV (prefill) with d_qk 576 or
 // 512, the DeepSeek V3.2 FP8 cache (decode, d_qk 576) and the DeepSeek V4 FP8 pages (decode, d_qk 512).
 #pragma once
 #include <cstdint>
@@ -10,7 +10,7 @@ namespace flashcpp::mla::kernels::wgmma {
 inline constexpr int kSmemOptinLimit = 232448;  // sm_90 opt-in shared memory per block (227 KiB)
 
 template <int D_QK, bool FP8, int CLUSTER_CTAS = 1, int RAW_BUFFERS = 1>
-struct Config {
+struct Traits {
   static_assert(D_QK == 576 || D_QK == 512, "d_qk is 576 (512 NoPE + 64 RoPE) or 512");
   static_assert(CLUSTER_CTAS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2),
                 "only the FP8 cache is shared across a cluster (of the two head groups of a token), tile by tile");

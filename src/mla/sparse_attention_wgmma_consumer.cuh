@@ -225,6 +225,18 @@ __device__ __forceinline__ uint32_t epilogue_stage(const Smem<C>& sm, int warp) 
   return sm.q() + (W * 4 + warp) * 8192;
 }
 
+// A consumer thread's lane, its warp of the warpgroup and its two rows (heads) of the 64: r0 = 16 warp + g, r1 = r0 + 8
+// (g = lane >> 2; t = lane & 3 picks the columns 2t, 2t + 1 of each 8-column block).
+struct ConsumerLane {
+  int lane, warp_in_wg, g, t, r0, r1;
+};
+__device__ __forceinline__ ConsumerLane consumer_lane() {
+  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;
+  return {lane, warp_in_wg, g, t, r0, r1};
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Two tiles per iteration: consumer W's fixed operands (TwoTiles), its phases (tile_row_max; consumer 0's
 // pv_a_left, share_p_a, pv_b_left; consumer 1's pv_consumer1; combine_row_sums), then consumer() itself.
@@ -416,13 +428,11 @@ __device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, in
 // the other consumer's GEMMs keep the tensor cores busy, and consumer 0 issues the next S_A while its
 // P_B V_B-left runs. (Both softmaxes after one shared max exchange left the tensor cores idle meanwhile.)
 template <class C, bool SPLIT, int W>
-__device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
+__device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>& sm, const uint8_t* s_valid,
                                          float* s_max, float* s_sum, const ItemInfo* s_item,
                                          const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
-  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
-  const int g = lane >> 2, t = lane & 3;
-  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+  const auto [lane, warp_in_wg, g, t, r0, r1] = consumer_lane();
   const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
   const uint64_t desc_k = make_desc(sm.tile(W), 16, 1024);
   const uint64_t desc_v_own = make_desc(sm.tile(W) + W * C::kLeftAtoms * C::kAtomBytes, C::kAtomBytes, 1024);
@@ -504,20 +514,20 @@ __device__ __forceinline__ void consumer(const KernelArgs& args, const Smem<C>& 
   }
 }
 
-// Tile by tile (Config::kPerTile, the FP8 cluster): consumer 0 (W 0) computes S of every tile over all of
+// Tile by tile (Traits::kPerTile, the FP8 cluster): consumer 0 (W 0) computes S of every tile over all of
 // d_qk, the softmax and O columns 0..255 with P from registers; it publishes P (shared memory) and each row's
 // rescale factor, and consumer 1 (W 1) adds P V over O columns 256..511. No row-max exchange is needed: one
 // warpgroup owns whole rows of S. P has one buffer (P_B's), free again when consumer 1's P V is done: it
 // must not live in a tile's RoPE atom here, because this CTA's rows of that atom are also the source of a
 // bulk copy to the peer whose reads nothing here waits for.
 template <class C, bool SPLIT, int W>
-__device__ __forceinline__ void consumer_per_tile(const KernelArgs& args, const Smem<C>& sm, const uint8_t* s_valid,
+__device__ __forceinline__ void consumer_per_tile(const KernelParams& args, const Smem<C>& sm, const uint8_t* s_valid,
                                                   float* s_alpha, float* s_sum, const ItemInfo* s_item,
                                                   const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, quad = lane & 3;
-  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // this thread's two rows (heads) of the 64
+  const int r0 = warp_in_wg * 16 + g, r1 = r0 + 8;  // consumer_lane(), spelled out: it moved a register choice here
 
   constexpr uint64_t kTileStep = static_cast<uint64_t>(C::kKBytes >> 4);  // descriptor of tile 1 - tile 0
   const uint64_t desc_q = make_desc(sm.q(), 16, 1024);

@@ -18,7 +18,7 @@ namespace flashcpp::mla::kernels::wgmma {
 using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::ld_shared_v4, sm90::pack_bf16x2,
     sm90::smem_addr, sm90::st_shared_u32, sm90::st_shared_v4;
 
-struct KernelArgs {
+struct KernelParams {
   SparseAttentionParams p;
   float scale_log2;   // sm_scale * log2(e)
   int groups;         // head groups per token: ceil(h_q / group_heads)
@@ -252,7 +252,7 @@ struct WorkItem {
 struct alignas(16) ItemInfo {
   int64_t token;
   int64_t accum_row;
-  int32_t n_iters;  // tile by tile (Config::kPerTile): the item's tiles
+  int32_t n_iters;  // tile by tile (Traits::kPerTile): the item's tiles
   int32_t write_partial;
   int32_t pad[2];
 };
@@ -319,7 +319,7 @@ struct WorkList {
   }
 };
 
-// Longest first (KernelArgs::longest_first): the token the CTA of unsplit token slot `outer` runs: the request whose
+// Longest first (KernelParams::longest_first): the token the CTA of unsplit token slot `outer` runs: the request whose
 // rank by tiles (more first, ties by index) is outer / s_q; the same in both CTAs of a cluster. A counting rank, in
 // `scratch` (Q's buffer, which no other phase uses yet): every thread adds its requests' tile counts to a histogram;
 // warp 0 finds the bin holding the wanted rank (requests in bins above it rank first) and the rank within the bin; then

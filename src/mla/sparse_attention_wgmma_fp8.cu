@@ -15,10 +15,10 @@
 
 namespace flashcpp::mla::kernels {
 namespace {
-using V32Alone = wgmma::Config<576, true, 1, 2>;
-using V32Pair = wgmma::Config<576, true, 2, 2>;
-using V4Alone = wgmma::Config<512, true, 1, 2>;
-using V4Pair = wgmma::Config<512, true, 2, 2>;
+using V32Alone = wgmma::Traits<576, true, 1, 2>;
+using V32Pair = wgmma::Traits<576, true, 2, 2>;
+using V4Alone = wgmma::Traits<512, true, 1, 2>;
+using V4Pair = wgmma::Traits<512, true, 2, 2>;
 
 template <class C>
 bool launch_variant(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream) {

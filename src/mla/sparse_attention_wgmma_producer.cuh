@@ -13,7 +13,7 @@
 namespace flashcpp::mla::kernels::wgmma {
 
 // V4 (fp8_v4.hpp): the byte offsets of index `idx`'s token record and scale record in pool `extra`.
-__device__ __forceinline__ void v4_record_offsets(const KernelArgs& args, bool extra, int idx, int64_t& token_off,
+__device__ __forceinline__ void v4_record_offsets(const KernelParams& args, bool extra, int idx, int64_t& token_off,
                                                   int64_t& scale_off) {
   const mla::FastDivmod& d = extra ? args.extra_page : args.page;
   const uint32_t page = d.div(static_cast<uint32_t>(idx));
@@ -24,7 +24,7 @@ __device__ __forceinline__ void v4_record_offsets(const KernelArgs& args, bool e
 }
 
 // Byte offset of FP8 cache row `idx` (0 <= idx < num_kv).
-__device__ __forceinline__ int64_t fp8_row_offset(const KernelArgs& args, int idx) {
+__device__ __forceinline__ int64_t fp8_row_offset(const KernelParams& args, int idx) {
   const uint32_t page = args.page.div(static_cast<uint32_t>(idx));
   const uint32_t slot = static_cast<uint32_t>(idx) - page * args.page.divisor;
   return static_cast<int64_t>(page) * args.p.kv_block_stride_bytes +
@@ -129,7 +129,7 @@ struct RowAddr {
   const uint8_t* scales;  // V4
 };
 template <class C>
-__device__ __forceinline__ RowAddr locate(const KernelArgs& args, const uint8_t* cache, int id, bool extra) {
+__device__ __forceinline__ RowAddr locate(const KernelParams& args, const uint8_t* cache, int id, bool extra) {
   const SparseAttentionParams& p = args.p;
   RowAddr a{nullptr, nullptr};
   if (!row_valid<C>(p, id, extra)) return a;
@@ -156,7 +156,7 @@ using RowAddrs = RowAddr[kCacheRowAddr<C> ? C::kDequantRowsPerThread : 1];
 // This CTA's rows of a half tile (indices `idx`, pool `extra`): their raw chunks and scales, and (kRopeInRegs) the
 // right half's RoPE pieces, into one raw buffer.
 template <class C>
-__device__ __forceinline__ void load_fp8(const KernelArgs& args, const uint8_t* cache, int sub, int rank,
+__device__ __forceinline__ void load_fp8(const KernelParams& args, const uint8_t* cache, int sub, int rank,
                                          RowAddrs<C>& row_addr, const int (&idx)[C::kRowsPerThread], int half,
                                          bool extra, Fp8RawChunks<C>& b_raw, Fp8RawScales<C>& b_scale,
                                          Fp8RawRope<C>& b_rope) {
@@ -274,7 +274,7 @@ __device__ __forceinline__ void store_rows(int group, int sub, int rank, uint32_
 // Alone, tile by tile: the RoPE atom of tile `tile_no` (bf16 in the cache) by cp.async, every row (indices `idx`),
 // once the right half is stored; its arrival on the half's full barrier comes when the copies land.
 template <class C>
-__device__ __forceinline__ void copy_rope(const KernelArgs& args, const uint8_t* cache, int group, int sub,
+__device__ __forceinline__ void copy_rope(const KernelParams& args, const uint8_t* cache, int group, int sub,
                                           const WorkItem& w, const int (&idx)[C::kRowsPerThread], uint32_t tile,
                                           int tile_no, uint32_t full_bar) {
 #pragma unroll
@@ -323,7 +323,7 @@ __device__ __forceinline__ void publish_half(const Smem<C>& sm, int ptid, int ra
 // jj + 1; idx_next[0]: jj + 2) two tiles ahead.
 // `iter`: the tiles before this item's.
 template <class C>
-__device__ __forceinline__ void fill_tile_by_tile(const KernelArgs& args, const uint8_t* cache, const Smem<C>& sm,
+__device__ __forceinline__ void fill_tile_by_tile(const KernelParams& args, const uint8_t* cache, const Smem<C>& sm,
                                                  int ptid, int group, int sub, int rank, const WorkItem& w, int n_tiles,
                                                  int iter,
                                                  uint8_t* s_valid,
@@ -379,7 +379,7 @@ __device__ __forceinline__ void fill_tile_by_tile(const KernelArgs& args, const 
 // Two tiles per iteration (bf16; V3.2 alone with one raw buffer: raw, scale, rope): per iteration the halves of
 // tiles A and B in release order; `iter`: the iterations before this item's. Indices one iteration ahead.
 template <class C>
-__device__ __forceinline__ void fill_two_tiles(const KernelArgs& args, const uint8_t* cache, const Smem<C>& sm,
+__device__ __forceinline__ void fill_two_tiles(const KernelParams& args, const uint8_t* cache, const Smem<C>& sm,
                                                int group, int sub, int rank, const WorkItem& w, int n_iters, int iter,
                                                uint8_t* s_valid,
                                                int64_t idx_start, const int32_t* idx_row, int64_t extra_start,
@@ -498,7 +498,7 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Sme
 
 // Per work item: the first indices, Q, then the KV tiles (tile by tile, or two tiles per iteration).
 template <class C, bool SPLIT>
-__device__ __forceinline__ void producer(const KernelArgs& args, const Smem<C>& sm, uint8_t* s_valid,
+__device__ __forceinline__ void producer(const KernelParams& args, const Smem<C>& sm, uint8_t* s_valid,
                                          ItemInfo* s_item, const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const int ptid = threadIdx.x - C::kConsumerThreads;
