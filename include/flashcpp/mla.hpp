@@ -105,6 +105,30 @@ inline constexpr int kFp8V4BytesPerToken = 584;  ///< 448 e4m3 + 64 bf16 (576-by
 void quantize_kv_cache_fp8_v4(const TensorView& kv, const TensorView& out, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------
+// FP8 KV cache back to bf16 (both layouts)
+// ---------------------------------------------------------------------------------------------------
+
+/// The inverse of quantize_kv_cache_fp8: each 656-byte V3.2 row back to its 576 bf16 values, dims 0..511 as e4m3 value
+/// times its tile's scale (exact: the product of an e4m3 value and a power of two is a bf16 value; the very values
+/// sparse_decode's kernels attend), dims 512..575 the stored bf16. With it an engine that keeps only the FP8 cache runs
+/// prefill as dequantize + sparse_prefill: a cache of pages [num_blocks, block_size, 1, 656] gives bf16
+/// [num_blocks, block_size, 1, 576], whose view [num_blocks * block_size, 1, 576] takes the decode indices
+/// (block * block_size + offset) unchanged.
+///  cache  u8 / i8 / e4m3 [..., 656] (rank 2..4); last dim contiguous
+///  out    bf16 [..., 576] with the same leading shape (written); last dim contiguous
+/// Both in host memory (runs on the calling thread; `stream` unused), or both on one CUDA device (asynchronous on
+/// `stream`; there the cache's data and leading strides are 16-byte multiples, out's data is 16-byte aligned and its
+/// strides are multiples of 8 values). Host and device give the same bytes.
+void dequantize_kv_cache_fp8(const TensorView& cache, const TensorView& out, cudaStream_t stream);
+
+/// The inverse of quantize_kv_cache_fp8_v4: each token of the V4 pages back to its 512 bf16 values (dims 0..447 e4m3
+/// value times its tile's e8m0 scale, exact; dims 448..511 the stored bf16).
+///  cache  u8 / i8 / e4m3 [num_blocks, block_size, 1, 584], the page rules of quantize_kv_cache_fp8_v4's out
+///  out    bf16 [num_blocks, block_size, 1, 512] (written); last dim contiguous
+/// Devices, stream and layout on a GPU as dequantize_kv_cache_fp8 (the page stride is a 16-byte multiple already).
+void dequantize_kv_cache_fp8_v4(const TensorView& cache, const TensorView& out, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------
 // Sparse decode over the FP8 cache: plan (split-KV schedule) + run (split kernel + combine)
 // ---------------------------------------------------------------------------------------------------
 

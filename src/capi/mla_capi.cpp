@@ -123,10 +123,12 @@ void fill_sizes(const mla::DecodePlanSizes& s, flashcpp_mla_decode_plan_sizes* o
 }
 
 // Both cache quantizers take (kv, out, stream) alike.
-flashcpp_status quantize_entry(void (*quantize)(const TensorView&, const TensorView&, cudaStream_t), const char* op,
-                               const flashcpp_tensor* kv, const flashcpp_tensor* out, void* stream) {
+// The cache quantizers and dequantizers: `src` (named src_arg) into `out`.
+flashcpp_status convert_entry(void (*convert)(const TensorView&, const TensorView&, cudaStream_t), const char* op,
+                              const flashcpp_tensor* src, const char* src_arg, const flashcpp_tensor* out,
+                              void* stream) {
   return flashcpp::capi::guard(
-      [&] { quantize(to_view(kv, op, "kv"), to_view(out, op, "out"), static_cast<cudaStream_t>(stream)); });
+      [&] { convert(to_view(src, op, src_arg), to_view(out, op, "out"), static_cast<cudaStream_t>(stream)); });
 }
 
 // flashcpp_mla_decode_plan and _decode_plan_by_lengths: the size query (both buffers NULL) or the plan.
@@ -309,12 +311,24 @@ flashcpp_status flashcpp_mla_dense_decode(const flashcpp_mla_dense_decode_config
 
 flashcpp_status flashcpp_mla_quantize_kv_cache_fp8(const flashcpp_tensor* kv, const flashcpp_tensor* out,
                                                    void* stream) {
-  return quantize_entry(mla::quantize_kv_cache_fp8, "flashcpp_mla_quantize_kv_cache_fp8", kv, out, stream);
+  return convert_entry(mla::quantize_kv_cache_fp8, "flashcpp_mla_quantize_kv_cache_fp8", kv, "kv", out, stream);
 }
 
 flashcpp_status flashcpp_mla_quantize_kv_cache_fp8_v4(const flashcpp_tensor* kv, const flashcpp_tensor* out,
                                                       void* stream) {
-  return quantize_entry(mla::quantize_kv_cache_fp8_v4, "flashcpp_mla_quantize_kv_cache_fp8_v4", kv, out, stream);
+  return convert_entry(mla::quantize_kv_cache_fp8_v4, "flashcpp_mla_quantize_kv_cache_fp8_v4", kv, "kv", out, stream);
+}
+
+flashcpp_status flashcpp_mla_dequantize_kv_cache_fp8(const flashcpp_tensor* cache, const flashcpp_tensor* out,
+                                                     void* stream) {
+  return convert_entry(mla::dequantize_kv_cache_fp8, "flashcpp_mla_dequantize_kv_cache_fp8", cache, "cache", out,
+                       stream);
+}
+
+flashcpp_status flashcpp_mla_dequantize_kv_cache_fp8_v4(const flashcpp_tensor* cache, const flashcpp_tensor* out,
+                                                        void* stream) {
+  return convert_entry(mla::dequantize_kv_cache_fp8_v4, "flashcpp_mla_dequantize_kv_cache_fp8_v4", cache, "cache", out,
+                       stream);
 }
 
 }  // extern "C"

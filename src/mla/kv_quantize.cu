@@ -1,5 +1,6 @@
 // The FP8 cache quantizers (sparse_attention_kernel.hpp, launch_quantize_v32 / launch_quantize_v4): bf16 rows into
-// DeepSeek V3.2's 656-byte rows and V4's 584-byte page records, FlashMLA's bytes.
+// DeepSeek V3.2's 656-byte rows and V4's 584-byte page records, FlashMLA's bytes; and the dequantizers back (exact:
+// an e4m3 value times a power-of-two scale is a bf16 value).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -15,14 +16,14 @@ namespace flashcpp::mla::kernels {
 namespace {
 
 // Quantizer: one warp per 576-value row; lane owns 4 consecutive values of each 128-value tile.
-__global__ void __launch_bounds__(256) quantize_v32_kernel(const QuantizeParams p) {
+__global__ void __launch_bounds__(256) quantize_v32_kernel(const V32RowsParams p) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= p.num_rows) return;
   int64_t src_off, dst_off;
   p.row_offsets(row, src_off, dst_off);
-  const auto* src = static_cast<const uint16_t*>(p.src) + src_off;
-  auto* dst = static_cast<unsigned char*>(p.dst) + dst_off;
+  const auto* src = static_cast<const uint16_t*>(p.bf16) + src_off;
+  auto* dst = static_cast<unsigned char*>(p.fp8) + dst_off;
 #pragma unroll
   for (int t = 0; t < fp8::kNumScales; ++t) {
     float x[4];
@@ -52,14 +53,14 @@ __global__ void __launch_bounds__(256) quantize_v32_kernel(const QuantizeParams 
 
 // V4 quantizer: one warp per token; lane owns values 2 lane, 2 lane + 1 of each 64-value tile and of the RoPE
 // dims. The same arithmetic as fp8_v4::quantize_token (max is order-free, so the bytes match the host's).
-__global__ void __launch_bounds__(256) quantize_v4_kernel(const QuantizeV4Params p) {
+__global__ void __launch_bounds__(256) quantize_v4_kernel(const V4PagesParams p) {
   namespace v4 = fp8_v4;
   const int64_t token = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (token >= p.num_blocks * p.block_size) return;
   const int64_t blk = token / p.block_size, slot = token % p.block_size;
-  const auto* src = static_cast<const uint16_t*>(p.src) + blk * p.src_block_stride + slot * p.src_token_stride;
-  auto* page = static_cast<unsigned char*>(p.dst) + blk * p.dst_page_stride;
+  const auto* src = static_cast<const uint16_t*>(p.bf16) + blk * p.bf16_block_stride + slot * p.bf16_token_stride;
+  auto* page = static_cast<unsigned char*>(p.pages) + blk * p.page_stride;
   unsigned char* record = page + v4::token_record_offset(slot);
   unsigned char* scales = page + v4::scale_record_offset(p.block_size, slot);
 #pragma unroll
@@ -80,16 +81,78 @@ __global__ void __launch_bounds__(256) quantize_v4_kernel(const QuantizeV4Params
   }
 }
 
-}  // namespace
-
-void launch_quantize_v32(const QuantizeParams& p, cudaStream_t stream) {
-  const int64_t blocks = (p.num_rows + 7) / 8;
-  quantize_v32_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+// Sixteen e4m3 bytes times `scale` as sixteen bf16 values (exact), stored as two 16-byte vectors.
+__device__ __forceinline__ void dequantize16(const uint4 bytes, float scale, uint4* dst) {
+  const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+  uint32_t packed[8];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t lo = fp8::float_to_bf16(fp8::e4m3_to_float((words[w] >> (16 * h)) & 0xffu) * scale);
+      const uint32_t hi = fp8::float_to_bf16(fp8::e4m3_to_float((words[w] >> (16 * h + 8)) & 0xffu) * scale);
+      packed[w * 2 + h] = lo | (hi << 16);
+    }
+  }
+  dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
-void launch_quantize_v4(const QuantizeV4Params& p, cudaStream_t stream) {
-  const int64_t blocks = (p.num_blocks * p.block_size + 7) / 8;
-  quantize_v4_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+// V3.2 dequantizer: one warp per row; lane l turns bytes [16 l, 16 l + 16) of the NoPE part (tile l / 8) into 16 bf16
+// values, lanes 0..7 copy one 16-byte piece of the RoPE part each.
+__global__ void __launch_bounds__(256) dequantize_v32_kernel(const V32RowsParams p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= p.num_rows) return;
+  int64_t bf16_off, fp8_off;
+  p.row_offsets(row, bf16_off, fp8_off);
+  const auto* src = static_cast<const unsigned char*>(p.fp8) + fp8_off;
+  auto* dst = static_cast<uint16_t*>(p.bf16) + bf16_off;
+  const float scale = *reinterpret_cast<const float*>(src + fp8::kScaleOffset + (lane / 8) * 4);
+  dequantize16(*reinterpret_cast<const uint4*>(src + lane * 16), scale, reinterpret_cast<uint4*>(dst + lane * 16));
+  if (lane < fp8::kRopeDims * 2 / 16)
+    reinterpret_cast<uint4*>(dst + fp8::kNopeDims)[lane] = reinterpret_cast<const uint4*>(src + fp8::kRopeOffset)[lane];
+}
+
+// V4 dequantizer: one warp per token; lanes 0..27 turn 16 bytes of the NoPE part (tile l / 4) into 16 bf16 values,
+// lanes 28..31 and 0..3 copy the RoPE part's eight 16-byte pieces.
+__global__ void __launch_bounds__(256) dequantize_v4_kernel(const V4PagesParams p) {
+  namespace v4 = fp8_v4;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (token >= p.num_blocks * p.block_size) return;
+  const int64_t blk = token / p.block_size, slot = token % p.block_size;
+  const auto* page = static_cast<const unsigned char*>(p.pages) + blk * p.page_stride;
+  const unsigned char* record = page + v4::token_record_offset(slot);
+  const unsigned char* scales = page + v4::scale_record_offset(p.block_size, slot);
+  auto* dst = static_cast<uint16_t*>(p.bf16) + blk * p.bf16_block_stride + slot * p.bf16_token_stride;
+  constexpr int kNopeLanes = v4::kNopeDims / 16;  // 28
+  if (lane < kNopeLanes) {
+    const float scale = v4::pow2_of_e8m0(scales[lane / 4]);
+    dequantize16(*reinterpret_cast<const uint4*>(record + lane * 16), scale,
+                 reinterpret_cast<uint4*>(dst + lane * 16));
+  }
+  const int rope_piece = (lane + 32 - kNopeLanes) % 32;  // lanes 28..31 -> 0..3, lanes 0..3 -> 4..7
+  if (rope_piece < v4::kRopeDims * 2 / 16)
+    reinterpret_cast<uint4*>(dst + v4::kNopeDims)[rope_piece] =
+        reinterpret_cast<const uint4*>(record + v4::kRopeOffset)[rope_piece];
+}
+
+}  // namespace
+
+// One warp per row or token, eight to a block of 256 threads.
+void launch_quantize_v32(const V32RowsParams& p, cudaStream_t stream) {
+  quantize_v32_kernel<<<static_cast<unsigned>((p.num_rows + 7) / 8), 256, 0, stream>>>(p);
+}
+void launch_dequantize_v32(const V32RowsParams& p, cudaStream_t stream) {
+  dequantize_v32_kernel<<<static_cast<unsigned>((p.num_rows + 7) / 8), 256, 0, stream>>>(p);
+}
+
+void launch_quantize_v4(const V4PagesParams& p, cudaStream_t stream) {
+  quantize_v4_kernel<<<static_cast<unsigned>((p.num_blocks * p.block_size + 7) / 8), 256, 0, stream>>>(p);
+}
+void launch_dequantize_v4(const V4PagesParams& p, cudaStream_t stream) {
+  dequantize_v4_kernel<<<static_cast<unsigned>((p.num_blocks * p.block_size + 7) / 8), 256, 0, stream>>>(p);
 }
 
 }  // namespace flashcpp::mla::kernels

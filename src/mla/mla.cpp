@@ -69,16 +69,16 @@ void v4_page_rules(const Validator& v, const TensorView& t, const char* arg) {
                        std::to_string(t.stride(0)));
 }
 
-// Where a quantizer runs: both tensors in host memory (the calling thread) or on one CUDA device. Returns
+// Where a cache (de)quantizer runs: both tensors in host memory (the calling thread) or on one CUDA device. Returns
 // true for the host. The output never overlaps the source (no in-place form: the sizes differ).
-bool quantizer_on_host(const Validator& v, const TensorView& kv, const TensorView& out) {
-  const bool host = kv.device.is_host();
+bool converter_on_host(const Validator& v, const TensorView& src, const char* src_arg, const TensorView& out) {
+  const bool host = src.device.is_host();
   if (host) {
-    v.on_host(kv, "kv").on_host(out, "out");  // both read or written right here: their extents bounded
+    v.on_host(src, src_arg).on_host(out, "out");  // both read or written right here: their extents bounded
   } else {
-    v.on_cuda(kv, "kv").same_device(out, "out", kv, "kv");
+    v.on_cuda(src, src_arg).same_device(out, "out", src, src_arg);
   }
-  v.disjoint(out, "out", kv, "kv");
+  v.disjoint(out, "out", src, src_arg);
   return host;
 }
 

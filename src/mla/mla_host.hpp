@@ -31,8 +31,9 @@ void optional_vector(const Validator& v, OptionalTensor t, const char* arg, DTyp
 void validate_topk(const Validator& v, int64_t topk, const char* arg);
 /// The page rules of a V4 cache view [num_blocks, block_size, 1, 584] (FlashMLA's view of its pages).
 void v4_page_rules(const Validator& v, const TensorView& t, const char* arg);
-/// Where a quantizer runs: true for host memory (both tensors), false for one CUDA device; out never overlaps kv.
-bool quantizer_on_host(const Validator& v, const TensorView& kv, const TensorView& out);
+/// Where a cache quantizer or dequantizer runs: true for host memory (both tensors), false for one CUDA device; `out`
+/// never overlaps the source `src` (named `src_arg` in messages).
+bool converter_on_host(const Validator& v, const TensorView& src, const char* src_arg, const TensorView& out);
 /// The SM count a plan-size query schedules for: config_num_sms when > 0, else `num_sms`; either way in
 /// [1, kMaxSms] (argument "num_sms").
 int planned_sms(const Validator& v, int config_num_sms, int num_sms);

@@ -186,44 +186,49 @@ int sparse_attention_simple_smem_bytes();
 /// Whether this build has code for the current device (false on GPUs the fatbin does not cover).
 bool sparse_attention_simple_available();
 
-/// Quantizes `num_rows` bf16 rows of 576 values (row r at src + row_offset(r) elements) into 656-byte
-/// V3.2 rows (row r at dst + dst_row_offset(r) bytes). Rows are addressed through up to 3 leading dims.
-struct QuantizeParams {
-  const void* src = nullptr;
-  void* dst = nullptr;
+/// `num_rows` V3.2 cache rows (656 bytes, mla/fp8_v32.hpp) beside the bf16 rows of 576 values they stand for, both
+/// walked through up to 3 leading dims (row-major, outermost first). The quantizer reads `bf16` and writes `fp8`, the
+/// dequantizer the reverse.
+struct V32RowsParams {
+  void* bf16 = nullptr;
+  void* fp8 = nullptr;
   int64_t num_rows = 0;
-  int num_lead = 0;                       // leading dims (1..3), outermost first
+  int num_lead = 0;                        // leading dims (1..3), outermost first
   int64_t lead_shape[3] = {1, 1, 1};
-  int64_t src_lead_stride[3] = {0, 0, 0};  // elements
-  int64_t dst_lead_stride[3] = {0, 0, 0};  // bytes
+  int64_t bf16_lead_stride[3] = {0, 0, 0};  // elements
+  int64_t fp8_lead_stride[3] = {0, 0, 0};   // bytes
 
-  /// Row `row` (row-major over the lead dims): its first source element and first destination byte. The
-  /// device kernel and the host path walk rows the same way.
-  FLASHCPP_HD void row_offsets(int64_t row, int64_t& src_off, int64_t& dst_off) const {
+  /// Row `row`: its first bf16 element and first FP8 byte. The device kernels and the host paths walk rows the same
+  /// way.
+  FLASHCPP_HD void row_offsets(int64_t row, int64_t& bf16_off, int64_t& fp8_off) const {
     int64_t rem = row;
-    src_off = 0;
-    dst_off = 0;
+    bf16_off = 0;
+    fp8_off = 0;
     for (int d = num_lead - 1; d >= 0; --d) {
       const int64_t i = rem % lead_shape[d];
       rem /= lead_shape[d];
-      src_off += i * src_lead_stride[d];
-      dst_off += i * dst_lead_stride[d];
+      bf16_off += i * bf16_lead_stride[d];
+      fp8_off += i * fp8_lead_stride[d];
     }
   }
 };
-void launch_quantize_v32(const QuantizeParams& p, cudaStream_t stream);
+void launch_quantize_v32(const V32RowsParams& p, cudaStream_t stream);
+/// Needs `fp8` and every fp8 stride 16-byte aligned, `bf16` 16-byte aligned and its strides multiples of 8.
+void launch_dequantize_v32(const V32RowsParams& p, cudaStream_t stream);
 
-/// The V4 quantizer over pages (mla/fp8_v4.hpp): token t of block b reads src + b * src_block_stride +
-/// t * src_token_stride (bf16 elements, 512 consecutive values) and writes its two records into the page at
-/// dst + b * dst_page_stride (bytes).
-struct QuantizeV4Params {
-  const void* src = nullptr;
-  void* dst = nullptr;
+/// V4 pages (mla/fp8_v4.hpp) beside their bf16 tokens: token t of block b is 512 consecutive bf16 values at
+/// bf16 + b * bf16_block_stride + t * bf16_token_stride (elements), its records in the page at pages + b * page_stride
+/// (bytes). The quantizer reads `bf16` and writes `pages`, the dequantizer the reverse.
+struct V4PagesParams {
+  void* bf16 = nullptr;
+  void* pages = nullptr;
   int64_t num_blocks = 0, block_size = 0;
-  int64_t src_block_stride = 0, src_token_stride = 0;  // elements
-  int64_t dst_page_stride = 0;                          // bytes
+  int64_t bf16_block_stride = 0, bf16_token_stride = 0;  // elements
+  int64_t page_stride = 0;                               // bytes
 };
-void launch_quantize_v4(const QuantizeV4Params& p, cudaStream_t stream);
+void launch_quantize_v4(const V4PagesParams& p, cudaStream_t stream);
+/// Needs `pages` and page_stride 16-byte aligned, `bf16` 16-byte aligned and its strides multiples of 8.
+void launch_dequantize_v4(const V4PagesParams& p, cudaStream_t stream);
 
 /// Test / benchmark switch: when true the host never tries launch_sparse_attention_sm90 (the simple kernel
 /// runs everywhere). Initialised from the environment variable FLASHCPP_MLA_FORCE_SIMPLE=1.

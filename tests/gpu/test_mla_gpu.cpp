@@ -503,6 +503,60 @@ TEST(MlaGpuQuantize, V4MatchesFlashMlaBytesAndHostPath) {
   ASSERT_EQ(ddst.download(), host);
 }
 
+// The dequantizers on the device: the host path's bytes (which the CPU tests prove equal to the reference
+// dequantization) on random caches quantized from random bf16, V3.2 rows under a padded output, V4 padded pages;
+// the output's padding untouched (still poisoned).
+TEST(MlaGpuQuantize, DequantizersMatchHostPath) {
+  FLASHCPP_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  {
+    const int64_t rows = 3001, out_tok = 584;  // out: 8 values of padding per token
+    auto src = random_bf16(static_cast<size_t>(rows * 576), rng, 3.0);
+    std::vector<uint8_t> cache(static_cast<size_t>(rows * 656));
+    mla::quantize_kv_cache_fp8(hview(src.data(), DType::bf16, {rows, 576}), hview(cache.data(), DType::u8, {rows, 656}),
+                               nullptr);
+    std::vector<uint16_t> host(static_cast<size_t>(rows * out_tok), 0x5a5a);
+    const auto out_view = [&](void* p, Device d) {
+      return TensorView::strided(p, DType::bf16, d, {rows, 576}, {out_tok, 1});
+    };
+    mla::dequantize_kv_cache_fp8(hview(cache.data(), DType::u8, {rows, 656}), out_view(host.data(), Device::cpu()),
+                                 nullptr);
+    Dev<uint8_t> dcache(cache);
+    Dev<uint16_t> dout(host.size());
+    dout.poison();
+    mla::dequantize_kv_cache_fp8(dview(dcache.get(), DType::u8, {rows, 656}), out_view(dout.get(), Device::cuda(0)),
+                                 nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = dout.download();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < out_tok; ++c) {
+        const size_t k = static_cast<size_t>(r * out_tok + c);
+        if (c < 576) ASSERT_EQ(got[k], host[k]) << "row " << r << " dim " << c;
+        else ASSERT_EQ(got[k], kPoisonBf16) << "padding of row " << r;
+      }
+  }
+  {
+    const int64_t nb = 37, bs = 61, page = 35632;  // 61 * 584 = 35624 bytes, padded to 2227 * 16
+    auto src = random_bf16(static_cast<size_t>(nb * bs * 512), rng, 3.0);
+    std::vector<uint8_t> pages(static_cast<size_t>(nb * page));
+    const auto page_view = [&](void* p, Device d) {
+      return TensorView::strided(p, DType::u8, d, {nb, bs, 1, 584}, {page, 584, 584, 1});
+    };
+    mla::quantize_kv_cache_fp8_v4(hview(src.data(), DType::bf16, {nb, bs, 1, 512}), page_view(pages.data(), Device::cpu()),
+                                  nullptr);
+    std::vector<uint16_t> host(src.size());
+    mla::dequantize_kv_cache_fp8_v4(page_view(pages.data(), Device::cpu()), hview(host.data(), DType::bf16, {nb, bs, 1, 512}),
+                                    nullptr);
+    Dev<uint8_t> dpages(pages);
+    Dev<uint16_t> dout(host.size());
+    dout.poison();
+    mla::dequantize_kv_cache_fp8_v4(page_view(dpages.get(), Device::cuda(0)), dview(dout.get(), DType::bf16, {nb, bs, 1, 512}),
+                                    nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    ASSERT_EQ(dout.download(), host);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Decode
 

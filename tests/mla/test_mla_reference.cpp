@@ -8,6 +8,7 @@
 #include <random>
 
 #include "flashcpp/error.hpp"
+#include "flashcpp/flashcpp.h"
 #include "flashcpp/mla.hpp"
 #include "mla/mla_test_support.hpp"
 #include "reference/mla_reference.hpp"
@@ -381,6 +382,43 @@ TEST(MlaFp8, LibraryQuantizerMatchesReferenceOnStridedInput) {
   float s;
   std::memcpy(&s, out.data() + 512 + 12, 4);
   EXPECT_EQ(s, std::exp2(-13.f));
+}
+
+// The dequantizer is exact: every value equals the reference dequantization (the values the FP8 decode kernels and the
+// decode reference attend), on rank-4 pages with a padded token stride in the output; the output's padding untouched.
+TEST(MlaFp8, LibraryDequantizerIsTheReferenceDequantization) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_real_distribution<float> mag(-20.f, 6.f);
+  const int64_t nb = 5, bs = 7, rows = nb * bs, out_tok = 600;
+  std::vector<uint16_t> src(static_cast<size_t>(rows * 576));
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = float_to_bf16_bits(nd(rng) * std::exp2(mag(rng) * (i % 576 < 128 ? 0.1f : 1.f)));
+  std::vector<uint8_t> cache(static_cast<size_t>(rows * 656));
+  mla::quantize_kv_cache_fp8(TensorView::contiguous(src.data(), DType::bf16, Device::cpu(), {nb, bs, 1, 576}),
+                             TensorView::contiguous(cache.data(), DType::u8, Device::cpu(), {nb, bs, 1, 656}), nullptr);
+  std::vector<uint16_t> out(static_cast<size_t>(rows * out_tok), 0x7fc1);
+  mla::dequantize_kv_cache_fp8(TensorView::contiguous(cache.data(), DType::u8, Device::cpu(), {nb, bs, 1, 656}),
+                               TensorView::strided(out.data(), DType::bf16, Device::cpu(), {nb, bs, 1, 576},
+                                                   {bs * out_tok, out_tok, out_tok, 1}),
+                               nullptr);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto want = reference::mla_dequantize_v32_row(cache.data() + r * 656);
+    for (int64_t c = 0; c < 576; ++c) {
+      const uint16_t got = out[static_cast<size_t>(r * out_tok + c)];
+      ASSERT_EQ(static_cast<double>(bf16_bits_to_float(got)), want[static_cast<size_t>(c)]) << "row " << r << " dim " << c;
+      if (c >= 512) ASSERT_EQ(got, src[static_cast<size_t>(r * 576 + c)]) << "RoPE dim " << c << " of row " << r;
+    }
+    for (int64_t c = 576; c < out_tok; ++c) ASSERT_EQ(out[static_cast<size_t>(r * out_tok + c)], 0x7fc1) << "padding";
+  }
+  // Rank 2 through the C ABI gives the same bytes.
+  std::vector<uint16_t> flat(static_cast<size_t>(rows * 576), 0);
+  const flashcpp_tensor c_cache = {cache.data(), FLASHCPP_U8, FLASHCPP_CPU, 0, 2, {rows, 656}, {656, 1}};
+  const flashcpp_tensor c_out = {flat.data(), FLASHCPP_BF16, FLASHCPP_CPU, 0, 2, {rows, 576}, {576, 1}};
+  ASSERT_EQ(flashcpp_mla_dequantize_kv_cache_fp8(&c_cache, &c_out, nullptr), FLASHCPP_SUCCESS) << flashcpp_last_error();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 576; ++c)
+      ASSERT_EQ(flat[static_cast<size_t>(r * 576 + c)], out[static_cast<size_t>(r * out_tok + c)]) << r << " " << c;
 }
 
 }  // namespace

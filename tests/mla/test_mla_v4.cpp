@@ -165,6 +165,37 @@ TEST(MlaV4Fp8, LibraryQuantizerMatchesReferenceOnStridedPaddedInput) {
   }
 }
 
+// The V4 dequantizer is exact: every value equals the reference dequantization of its token, on padded pages into a
+// padded output; RoPE dims are the source's bits, the output's padding untouched.
+TEST(MlaV4Fp8, LibraryDequantizerIsTheReferenceDequantization) {
+  std::mt19937 rng(43);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_real_distribution<float> mag(-20.f, 6.f);
+  const int64_t nb = 4, bs = 6, page = 3520, out_tok = 520;  // 6 * 584 = 3504 bytes, padded to 220 * 16
+  std::vector<uint16_t> src(static_cast<size_t>(nb * bs * 512));
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = float_to_bf16_bits(nd(rng) * std::exp2(mag(rng) * (i % 512 < 64 ? 0.1f : 1.f)));
+  std::vector<uint8_t> pages(static_cast<size_t>(nb * page), 0xCD);
+  mla::quantize_kv_cache_fp8_v4(TensorView::contiguous(src.data(), DType::bf16, Device::cpu(), {nb, bs, 1, 512}),
+                                page_view(pages.data(), nb, bs, page), nullptr);
+  std::vector<uint16_t> out(static_cast<size_t>(nb * bs * out_tok), 0x7fc1);
+  mla::dequantize_kv_cache_fp8_v4(page_view(pages.data(), nb, bs, page),
+                                  TensorView::strided(out.data(), DType::bf16, Device::cpu(), {nb, bs, 1, 512},
+                                                      {bs * out_tok, out_tok, out_tok, 1}),
+                                  nullptr);
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t t = 0; t < bs; ++t) {
+      const auto want = reference::mla_dequantize_v4_token(pages.data() + b * page, bs, t);
+      const uint16_t* got = out.data() + (b * bs + t) * out_tok;
+      for (int64_t c = 0; c < 512; ++c) {
+        ASSERT_EQ(static_cast<double>(bf16_bits_to_float(got[c])), want[static_cast<size_t>(c)])
+            << "block " << b << " token " << t << " dim " << c;
+        if (c >= 448) ASSERT_EQ(got[c], src[static_cast<size_t>((b * bs + t) * 512 + c)]) << "RoPE dim " << c;
+      }
+      for (int64_t c = 512; c < out_tok; ++c) ASSERT_EQ(got[c], 0x7fc1) << "padding";
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Decode reference semantics
 

@@ -750,6 +750,60 @@ TEST(MlaValidation, QuantizerRulesAndNothingWrittenOnFailure) {
   }
 }
 
+// The dequantizers: every rule fails naming the argument and the rule, and nothing is written; on a GPU (fake device
+// tensors: refused before any CUDA call) the vector layout rules too.
+TEST(MlaValidation, DequantizerRulesAndNothingWrittenOnFailure) {
+  constexpr int64_t kPage = 3 * 584 + 8;  // 1760 = 110 * 16
+  alignas(16) static uint8_t rows[2 * 3 * 656], pages[2 * kPage];
+  alignas(16) static uint16_t out[2 * 3 * 576];
+  std::fill(std::begin(out), std::end(out), uint16_t{0xEEEE});
+  const TensorView rows_ok = TensorView::contiguous(rows, DType::u8, Device::cpu(), {2, 3, 1, 656});
+  const TensorView out_ok = TensorView::contiguous(out, DType::bf16, Device::cpu(), {2, 3, 1, 576});
+  const TensorView pages_ok = TensorView::strided(pages, DType::u8, Device::cpu(), {2, 3, 1, 584}, {kPage, 584, 584, 1});
+  const TensorView out4_ok = TensorView::contiguous(out, DType::bf16, Device::cpu(), {2, 3, 1, 512});
+  struct Case {
+    bool v4;
+    const char* arg;
+    const char* rule;
+    std::function<void(TensorView&, TensorView&)> mutate;
+  };
+  auto on_gpu = [](TensorView& c, TensorView& o) { c.device = kDev, o.device = kDev; };
+  const std::vector<Case> cases = {
+      {false, "cache", "must have dtype", [](TensorView& c, TensorView&) { c.dtype = DType::bf16; }},
+      {false, "cache", "656 bytes per token", [](TensorView& c, TensorView&) { c.shape[3] = 584; }},
+      {false, "cache", "rank 2, 3 or 4", [](TensorView& c, TensorView&) { c = TensorView::contiguous(c.data, DType::u8, Device::cpu(), {656}); }},
+      {false, "cache", "stride 1 in its last dim", [](TensorView& c, TensorView&) { c.strides[3] = 2; }},
+      {false, "out", "must have dtype", [](TensorView&, TensorView& o) { o.dtype = DType::f16; }},
+      {false, "out", "576 values per token", [](TensorView&, TensorView& o) { o.shape[3] = 512; }},
+      {false, "out", "cache's leading dims", [](TensorView&, TensorView& o) { o.shape[1] = 2; }},
+      {false, "out", "must be in host memory", [](TensorView&, TensorView& o) { o.device = kDev; }},
+      {false, "cache", "multiples of 16 bytes on a GPU; dim 0 has 1976",
+       [&](TensorView& c, TensorView& o) { on_gpu(c, o), c.strides[0] = 1976; }},
+      {false, "out", "multiples of 8 values on a GPU; dim 1 has 580",
+       [&](TensorView& c, TensorView& o) { on_gpu(c, o), o.strides[1] = 580, o.strides[0] = 1744; }},
+      {false, "out", "aligned", [&](TensorView& c, TensorView& o) { on_gpu(c, o), o.data = out + 1; }},
+      {true, "cache", "stride 584 in dim 1", [](TensorView& c, TensorView&) { c.strides[1] = 576; }},
+      {true, "cache", "multiple of 16 bytes; got 1768", [](TensorView& c, TensorView&) { c.strides[0] = kPage + 8; }},
+      {true, "out", "512 values per token", [](TensorView&, TensorView& o) { o.shape[3] = 576; }},
+      {true, "out", "cache.size(1) (block_size)", [](TensorView&, TensorView& o) { o.shape[1] = 2; }},
+      {true, "out", "multiples of 8 values on a GPU; dim 1 has 516",
+       [&](TensorView& c, TensorView& o) { on_gpu(c, o), o.strides[1] = 516, o.strides[0] = 1552; }},
+      {true, "cache", "aligned", [&](TensorView& c, TensorView& o) { on_gpu(c, o), c.data = pages + 8; }},
+  };
+  for (const auto& c : cases) {
+    TensorView cache = c.v4 ? pages_ok : rows_ok, o = c.v4 ? out4_ok : out_ok;
+    c.mutate(cache, o);
+    const std::string op = c.v4 ? "mla::dequantize_kv_cache_fp8_v4" : "mla::dequantize_kv_cache_fp8";
+    const Error e = expect_error([&] {
+      c.v4 ? mla::dequantize_kv_cache_fp8_v4(cache, o, nullptr) : mla::dequantize_kv_cache_fp8(cache, o, nullptr);
+    });
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << c.rule << ": " << e.what();
+    EXPECT_NE(e.message().find(op + ": argument '" + c.arg + "'"), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find(c.rule), std::string::npos) << "expected \"" << c.rule << "\" in: " << e.what();
+    for (uint16_t v : out) ASSERT_EQ(v, 0xEEEE) << c.rule << ": output written on a failed call";
+  }
+}
+
 // The V4 quantizer: every rule fails with the argument and the rule named, and nothing is written.
 TEST(MlaValidation, QuantizerV4RulesAndNothingWrittenOnFailure) {
   constexpr int64_t kPage = 3 * 584 + 8;  // 1760 = 110 * 16

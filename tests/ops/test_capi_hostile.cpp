@@ -1867,6 +1867,18 @@ std::vector<Spec> CapiHostile::specs() {
     s.call = [f](const Ptrs& p) { return f(p[0], p[1], nullptr); };
     all.push_back(std::move(s));
   }
+  for (int which = 0; which < 2; ++which) {
+    const bool v4 = which == 1;
+    Spec s;
+    s.fn = v4 ? "flashcpp_mla_dequantize_kv_cache_fp8_v4" : "flashcpp_mla_dequantize_kv_cache_fp8";
+    auto f = v4 ? flashcpp_mla_dequantize_kv_cache_fp8_v4 : flashcpp_mla_dequantize_kv_cache_fp8;
+    if (v4)
+      s.slots = {{"cache", host(DType::u8, {2, 2, 1, 584}), kIn | kHost}, {"out", host(DType::bf16, {2, 2, 1, 512}), kOut | kHost}};
+    else
+      s.slots = {{"cache", host(DType::u8, {2, 656}), kIn | kHost}, {"out", host(DType::bf16, {2, 576}), kOut | kHost}};
+    s.call = [f](const Ptrs& p) { return f(p[0], p[1], nullptr); };
+    all.push_back(std::move(s));
+  }
   {
     Spec s;
     s.fn = "flashcpp_mla_get_device_info";
@@ -2065,7 +2077,7 @@ TEST_F(CapiHostile, TheHeadersDeclareTheFunctionsThisTestCovers) {
   const std::set<std::string> declared = declared_functions();
   std::set<std::string> covered;
   for (const Spec& s : specs()) covered.insert(s.fn);
-  EXPECT_EQ(declared.size(), 79u);
+  EXPECT_EQ(declared.size(), 81u);
   EXPECT_EQ(declared, covered);
 }
 
@@ -2146,7 +2158,7 @@ TEST_F(CapiHostile, EveryExportedFunctionRefusesHostileInputWithoutASignal) {
   EXPECT_EQ(success_on_invalid, 0);
   EXPECT_EQ(silent, 0);
   EXPECT_EQ(refused, invalid);
-  EXPECT_EQ(fns.size(), 79u);
+  EXPECT_EQ(fns.size(), 81u);
   EXPECT_GT(cases.size(), 1500u);
 }
 

@@ -26,7 +26,8 @@ extern "C" {
  * flashcpp_rope_quantize_append_args; 4.0.0: the bundles of tensors begin with their size too and have an *_INIT
  * initializer: flashcpp_mla_prefill_tensors, _mla_decode_tensors, _mla_dense_decode_workspace,
  * _mla_dense_decode_tensors, _batch_mla_cache, _paged_kv_cache, _paged_mla_kv_cache, _workspace, _ragged_kv,
- * _sampling_workspace, so every struct the library reads can grow in a MINOR release).
+ * _sampling_workspace, so every struct the library reads can grow in a MINOR release); 4.1.0: the FP8 cache
+ * dequantizers flashcpp_mla_dequantize_kv_cache_fp8, _dequantize_kv_cache_fp8_v4).
  * FLASHCPP_C_ABI_VERSION packs the three as MAJOR * 10000 + MINOR * 100 + PATCH; flashcpp_abi_version() returns the
  * loaded library's, so a caller can check it is at least the one it was compiled with and of the same MAJOR.
  *
@@ -44,7 +45,7 @@ extern "C" {
  * sm_scale (the softmax scale applied to q.k), in every struct that has one: 0 selects the default, 1/sqrt of
  * the op's q.k head dimension (the C++ API's unset std::optional); any other value must be finite and > 0. */
 #define FLASHCPP_C_ABI_VERSION_MAJOR 4u
-#define FLASHCPP_C_ABI_VERSION_MINOR 0u
+#define FLASHCPP_C_ABI_VERSION_MINOR 1u
 #define FLASHCPP_C_ABI_VERSION_PATCH 0u
 #define FLASHCPP_C_ABI_VERSION \
   (FLASHCPP_C_ABI_VERSION_MAJOR * 10000u + FLASHCPP_C_ABI_VERSION_MINOR * 100u + FLASHCPP_C_ABI_VERSION_PATCH)
@@ -114,7 +115,7 @@ typedef struct flashcpp_tensor {
 const char* flashcpp_last_error(void);
 /* FLASHCPP_C_ABI_VERSION of the loaded library (MAJOR * 10000 + MINOR * 100 + PATCH). */
 uint32_t flashcpp_abi_version(void);
-/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 4.0.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
+/* The loaded library in one static line: "flashcpp 0.1.0 (C ABI 4.1.0, FlashInfer 0.6.3, TVM-FFI 0.1.9, built with
  * CUDA 13.0.88)": its version, the C ABI version, the pinned FlashInfer and TVM-FFI, the CUDA it was built with. */
 const char* flashcpp_version(void);
 /* A short, static name for a status ("invalid argument", ...). */

@@ -218,6 +218,16 @@ flashcpp_status flashcpp_mla_quantize_kv_cache_fp8(const flashcpp_tensor* kv, co
 flashcpp_status flashcpp_mla_quantize_kv_cache_fp8_v4(const flashcpp_tensor* kv, const flashcpp_tensor* out,
                                                       void* stream);
 
+/* The inverses (since ABI 4.1.0; flashcpp/mla.hpp, dequantize_kv_cache_fp8 / _v4): the V3.2 rows cache u8/i8/e4m3
+ * [..., 656] back to bf16 out [..., 576], or the V4 pages cache [num_blocks, block_size, 1, 584] (the page rules of
+ * the V4 quantizer's out) back to bf16 out [num_blocks, block_size, 1, 512]; exact. Both tensors in host memory, or
+ * both on one CUDA device (asynchronous; there cache data and leading strides are 16-byte multiples, out's data
+ * 16-byte aligned with strides that are multiples of 8 values). */
+flashcpp_status flashcpp_mla_dequantize_kv_cache_fp8(const flashcpp_tensor* cache, const flashcpp_tensor* out,
+                                                     void* stream);
+flashcpp_status flashcpp_mla_dequantize_kv_cache_fp8_v4(const flashcpp_tensor* cache, const flashcpp_tensor* out,
+                                                        void* stream);
+
 #ifdef __cplusplus
 }
 #endif
