@@ -22,7 +22,8 @@ eager calls back to back, wall time per call. One line per case:
              "tflops" (ours, FlashMLA's FLOP count), "host_us", "flashmla_host_us", "max_abs_diff", ...}
 
 Prefill from the FP8 cache (--op prefill_fp8): the prefill cases with the KV quantized to FP8 (V3.2 rows, V4 pages),
-run by the FP8 decode kernels with one request per query token, beside our bf16 prefill in turn (bf16_over_fp8).
+run by the FP8 decode kernels with one request per query token, beside our bf16 prefill (bf16_over_fp8) and the
+cache dequantized then the bf16 prefill over it (ratio = that time / the FP8 time, issue 29's), all in turn.
 
 Dense decode (--op dense): FlashMLA's dense decoding performance cases (tests/test_flash_mla_dense_decoding.py) with
 its generator, flashcpp on the bf16 cache (ratio: FlashMLA time / ours) and on the V3.2 FP8 rows quantized from it
@@ -231,6 +232,16 @@ class Flashcpp:
     def quantize(self, kv, out, v4):
         fn = self.lib.flashcpp_mla_quantize_kv_cache_fp8_v4 if v4 else self.lib.flashcpp_mla_quantize_kv_cache_fp8
         self.check(fn(self.ref(kv), self.ref(out), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "quantize")
+
+    def prepare_dequantize(self, cache, out, v4):
+        """The FP8 cache back to bf16 (C ABI 4.1.0); returns the call, on the current stream."""
+        fn = self.lib.flashcpp_mla_dequantize_kv_cache_fp8_v4 if v4 else self.lib.flashcpp_mla_dequantize_kv_cache_fp8
+        c, o = self.ref(cache), self.ref(out)
+        self._keep += [c, o]
+
+        def run():
+            self.check(fn(c, o, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "dequantize")
+        return run
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -750,8 +761,20 @@ def run_prefill_fp8(flashcpp, flash_mla, timer, c):
     lse8 = torch.empty((s_q, 1, h_q), dtype=torch.float32, device=dev)
     fp8, split = flashcpp.prepare_decode(inp, inp["q"].unsqueeze(1), cache, inp["indices"], None, inp["sink"], out8,
                                          lse8, None, None, None)
+    # What an engine that keeps only the FP8 cache runs today: the cache back to bf16, then the bf16 prefill over it
+    # (the decode indices address the dequantized rows unchanged).
+    dq_kv = torch.empty((s_kv // block, block, 1, d_qk), dtype=torch.bfloat16, device=dev)
+    dequantize = flashcpp.prepare_dequantize(cache, dq_kv, v4=(d_qk == 512))
+    out_dq, max_logits_dq, lse_dq = torch.empty_like(out), torch.empty_like(max_logits), torch.empty_like(lse)
+    prefill_dq = flashcpp.prepare_prefill(inp, inp["q"], dq_kv.view(s_kv, 1, d_qk), inp["indices"], inp["sink"], None,
+                                          out_dq, max_logits_dq, lse_dq)
+
+    def dequant_bf16():
+        dequantize()
+        prefill_dq()
     rec = dict(op="prefill_fp8", case=c["name"], s_q=s_q, s_kv=s_kv, h_q=h_q, d_qk=d_qk, topk=c["topk"], split=split)
-    rec.update(timer.time_contenders({"bf16_prefill_us": bf16, "fp8_us": fp8}))
+    rec.update(timer.time_contenders({"bf16_prefill_us": bf16, "fp8_us": fp8, "dequant_bf16_us": dequant_bf16,
+                                      "dequantize_us": dequantize}))
     bf16()
     fp8()
     torch.cuda.synchronize()
@@ -760,6 +783,12 @@ def run_prefill_fp8(flashcpp, flash_mla, timer, c):
     flop = 2.0 * s_q * c["topk"] * h_q * (d_qk + 512)
     rec["fp8_tflops"] = flop / (rec["fp8_us"] * 1e-6) / 1e12
     rec["bf16_over_fp8"] = rec["bf16_prefill_us"] / rec["fp8_us"]
+    # Issue 29's ratio: (our dequantize + bf16 prefill) / (prefill from the FP8 cache).
+    rec["ratio"] = rec["dequant_bf16_us"] / rec["fp8_us"]
+    dequant_bf16()
+    torch.cuda.synchronize()
+    rec["dequant_vs_fp8_max_abs_diff"], _ = diff(out_dq, out8.view(s_q, h_q, 512))
+    rec["dequantize_gbps"] = (dq_kv.numel() * 2 + cache.numel()) / (rec["dequantize_us"] * 1e-6) / 1e9
     return rec
 
 
