@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/per_device.hpp"
 #include "core/test_hooks.hpp"
 
 namespace flashcpp {
@@ -56,13 +57,11 @@ const DeviceFacts& device_facts(int device_id) {
     throw Error(ErrorCode::invalid_argument, "device id " + std::to_string(device_id) + " is outside [0, " +
                                                  std::to_string(n) + ") (visible CUDA devices: " + std::to_string(n) + ")");
   // Read once per device, lock-free afterwards: every op call asks.
-  static const std::unique_ptr<std::once_flag[]> once(new std::once_flag[static_cast<size_t>(n)]);
-  static const std::unique_ptr<DeviceFacts[]> facts(new DeviceFacts[static_cast<size_t>(n)]);
-  DeviceFacts& f = facts[static_cast<size_t>(device_id)];
-  std::call_once(once[static_cast<size_t>(device_id)], [&f, device_id] {
+  static PerDevice<DeviceFacts> facts(n);
+  return facts.get(device_id, [](int id, DeviceFacts& f) {
     cudaDeviceProp prop{};
-    FLASHCPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_id));
-    f.id = device_id;
+    FLASHCPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, id));
+    f.id = id;
     f.name = prop.name;
     f.sm_count = prop.multiProcessorCount;
     f.cc_major = prop.major;
@@ -71,7 +70,6 @@ const DeviceFacts& device_facts(int device_id) {
     f.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
     f.max_smem_per_block_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
   });
-  return f;
 }
 
 DeviceGuard::DeviceGuard(int device_id) {

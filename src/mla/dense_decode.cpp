@@ -298,17 +298,13 @@ DenseDecodePlan DenseDecodePlan::create(const DenseDecodeConfig& config, int dev
 }
 
 void DenseDecodePlan::plan(const TensorView& block_table, const TensorView& cache_seqlens, cudaStream_t stream) const {
-  if (block_table.device.type == DeviceType::cuda && block_table.device.id != device_)
-    Validator("mla::DenseDecodePlan::plan")
-        .fail("block_table", block_table, "must be on the plan's device " + std::to_string(device_));
+  require_plan_device("mla::DenseDecodePlan::plan", block_table, "block_table", device_);
   dense_decode_plan(ws_, block_table, cache_seqlens, stream);
 }
 
 void DenseDecodePlan::run(const DenseDecodeTensors& tensors, const DenseDecodeOptions& options,
                           cudaStream_t stream) const {
-  const TensorView& q = tensors.q;
-  if (q.device.type == DeviceType::cuda && q.device.id != device_)
-    Validator("mla::DenseDecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
+  require_plan_device("mla::DenseDecodePlan::run", tensors.q, "q", device_);
   dense_decode(tensors, ws_, options, stream);
 }
 

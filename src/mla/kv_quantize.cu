@@ -15,15 +15,41 @@
 namespace flashcpp::mla::kernels {
 namespace {
 
+// Every kernel here gives a row (V3.2) or token (V4) to a warp, eight warps to a block of 256 threads.
+__device__ __forceinline__ int64_t warp_item() { return static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5); }
+
+// A V3.2 row's bf16 values and FP8 bytes.
+struct V32Row {
+  uint16_t* bf16;
+  unsigned char* fp8;
+};
+__device__ __forceinline__ V32Row v32_row(const V32RowsParams& p, int64_t row) {
+  int64_t bf16_off, fp8_off;
+  p.row_offsets(row, bf16_off, fp8_off);
+  return {static_cast<uint16_t*>(p.bf16) + bf16_off, static_cast<unsigned char*>(p.fp8) + fp8_off};
+}
+
+// A V4 token's bf16 values and its two records in its page.
+struct V4Token {
+  uint16_t* bf16;
+  unsigned char* record;
+  unsigned char* scales;
+};
+__device__ __forceinline__ V4Token v4_token(const V4PagesParams& p, int64_t token) {
+  const int64_t blk = token / p.block_size, slot = token % p.block_size;
+  unsigned char* page = static_cast<unsigned char*>(p.pages) + blk * p.page_stride;
+  return {static_cast<uint16_t*>(p.bf16) + blk * p.bf16_block_stride + slot * p.bf16_token_stride,
+          page + fp8_v4::token_record_offset(slot), page + fp8_v4::scale_record_offset(p.block_size, slot)};
+}
+
 // Quantizer: one warp per 576-value row; lane owns 4 consecutive values of each 128-value tile.
 __global__ void __launch_bounds__(256) quantize_v32_kernel(const V32RowsParams p) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int64_t row = warp_item();
   const int lane = threadIdx.x & 31;
   if (row >= p.num_rows) return;
-  int64_t src_off, dst_off;
-  p.row_offsets(row, src_off, dst_off);
-  const auto* src = static_cast<const uint16_t*>(p.bf16) + src_off;
-  auto* dst = static_cast<unsigned char*>(p.fp8) + dst_off;
+  const V32Row r = v32_row(p, row);
+  const uint16_t* src = r.bf16;
+  unsigned char* dst = r.fp8;
 #pragma unroll
   for (int t = 0; t < fp8::kNumScales; ++t) {
     float x[4];
@@ -55,14 +81,13 @@ __global__ void __launch_bounds__(256) quantize_v32_kernel(const V32RowsParams p
 // dims. The same arithmetic as fp8_v4::quantize_token (max is order-free, so the bytes match the host's).
 __global__ void __launch_bounds__(256) quantize_v4_kernel(const V4PagesParams p) {
   namespace v4 = fp8_v4;
-  const int64_t token = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int64_t token = warp_item();
   const int lane = threadIdx.x & 31;
   if (token >= p.num_blocks * p.block_size) return;
-  const int64_t blk = token / p.block_size, slot = token % p.block_size;
-  const auto* src = static_cast<const uint16_t*>(p.bf16) + blk * p.bf16_block_stride + slot * p.bf16_token_stride;
-  auto* page = static_cast<unsigned char*>(p.pages) + blk * p.page_stride;
-  unsigned char* record = page + v4::token_record_offset(slot);
-  unsigned char* scales = page + v4::scale_record_offset(p.block_size, slot);
+  const V4Token k = v4_token(p, token);
+  const uint16_t* src = k.bf16;
+  unsigned char* record = k.record;
+  unsigned char* scales = k.scales;
 #pragma unroll
   for (int t = 0; t < v4::kNumScales; ++t) {
     const float x0 = fp8::bf16_to_float(src[t * v4::kTileDims + lane * 2]);
@@ -81,35 +106,18 @@ __global__ void __launch_bounds__(256) quantize_v4_kernel(const V4PagesParams p)
   }
 }
 
-// Sixteen e4m3 bytes times `scale` as sixteen bf16 values (exact), stored as two 16-byte vectors.
-__device__ __forceinline__ void dequantize16(const uint4 bytes, float scale, uint4* dst) {
-  const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-  uint32_t packed[8];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t lo = fp8::float_to_bf16(fp8::e4m3_to_float((words[w] >> (16 * h)) & 0xffu) * scale);
-      const uint32_t hi = fp8::float_to_bf16(fp8::e4m3_to_float((words[w] >> (16 * h + 8)) & 0xffu) * scale);
-      packed[w * 2 + h] = lo | (hi << 16);
-    }
-  }
-  dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-}
-
 // V3.2 dequantizer: one warp per row; lane l turns bytes [16 l, 16 l + 16) of the NoPE part (tile l / 8) into 16 bf16
 // values, lanes 0..7 copy one 16-byte piece of the RoPE part each.
 __global__ void __launch_bounds__(256) dequantize_v32_kernel(const V32RowsParams p) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int64_t row = warp_item();
   const int lane = threadIdx.x & 31;
   if (row >= p.num_rows) return;
-  int64_t bf16_off, fp8_off;
-  p.row_offsets(row, bf16_off, fp8_off);
-  const auto* src = static_cast<const unsigned char*>(p.fp8) + fp8_off;
-  auto* dst = static_cast<uint16_t*>(p.bf16) + bf16_off;
+  const V32Row r = v32_row(p, row);
+  const unsigned char* src = r.fp8;
+  uint16_t* dst = r.bf16;
   const float scale = *reinterpret_cast<const float*>(src + fp8::kScaleOffset + (lane / 8) * 4);
-  dequantize16(*reinterpret_cast<const uint4*>(src + lane * 16), scale, reinterpret_cast<uint4*>(dst + lane * 16));
+  auto* out = reinterpret_cast<uint4*>(dst + lane * 16);
+  dequant_fp8x16(*reinterpret_cast<const uint4*>(src + lane * 16), scale, out[0], out[1]);
   if (lane < fp8::kRopeDims * 2 / 16)
     reinterpret_cast<uint4*>(dst + fp8::kNopeDims)[lane] = reinterpret_cast<const uint4*>(src + fp8::kRopeOffset)[lane];
 }
@@ -118,24 +126,20 @@ __global__ void __launch_bounds__(256) dequantize_v32_kernel(const V32RowsParams
 // lanes 28..31 and 0..3 copy the RoPE part's eight 16-byte pieces.
 __global__ void __launch_bounds__(256) dequantize_v4_kernel(const V4PagesParams p) {
   namespace v4 = fp8_v4;
-  const int64_t token = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int64_t token = warp_item();
   const int lane = threadIdx.x & 31;
   if (token >= p.num_blocks * p.block_size) return;
-  const int64_t blk = token / p.block_size, slot = token % p.block_size;
-  const auto* page = static_cast<const unsigned char*>(p.pages) + blk * p.page_stride;
-  const unsigned char* record = page + v4::token_record_offset(slot);
-  const unsigned char* scales = page + v4::scale_record_offset(p.block_size, slot);
-  auto* dst = static_cast<uint16_t*>(p.bf16) + blk * p.bf16_block_stride + slot * p.bf16_token_stride;
+  const V4Token k = v4_token(p, token);
   constexpr int kNopeLanes = v4::kNopeDims / 16;  // 28
   if (lane < kNopeLanes) {
-    const float scale = v4::pow2_of_e8m0(scales[lane / 4]);
-    dequantize16(*reinterpret_cast<const uint4*>(record + lane * 16), scale,
-                 reinterpret_cast<uint4*>(dst + lane * 16));
+    auto* out = reinterpret_cast<uint4*>(k.bf16 + lane * 16);
+    dequant_fp8x16(*reinterpret_cast<const uint4*>(k.record + lane * 16), v4::pow2_of_e8m0(k.scales[lane / 4]), out[0],
+                   out[1]);
   }
   const int rope_piece = (lane + 32 - kNopeLanes) % 32;  // lanes 28..31 -> 0..3, lanes 0..3 -> 4..7
   if (rope_piece < v4::kRopeDims * 2 / 16)
-    reinterpret_cast<uint4*>(dst + v4::kNopeDims)[rope_piece] =
-        reinterpret_cast<const uint4*>(record + v4::kRopeOffset)[rope_piece];
+    reinterpret_cast<uint4*>(k.bf16 + v4::kNopeDims)[rope_piece] =
+        reinterpret_cast<const uint4*>(k.record + v4::kRopeOffset)[rope_piece];
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "core/check.hpp"
 #include "core/env.hpp"
+#include "core/per_device.hpp"
 #include "mla/decode_schedule.hpp"
 #include "mla/fp8_v32.hpp"
 #include "mla/fp8_v4.hpp"
@@ -67,6 +68,11 @@ void v4_page_rules(const Validator& v, const TensorView& t, const char* arg) {
     v.fail(arg, t, "must have a page stride (dim 0) of at least block_size * 584 = " +
                        std::to_string(block_size * kFp8V4BytesPerToken) + " bytes (pages must not overlap); got " +
                        std::to_string(t.stride(0)));
+}
+
+void require_plan_device(const char* op, const TensorView& t, const char* arg, int plan_device) {
+  if (t.device.type == DeviceType::cuda && t.device.id != plan_device)
+    Validator(op).fail(arg, t, "must be on the plan's device " + std::to_string(plan_device));
 }
 
 // Where a cache (de)quantizer runs: both tensors in host memory (the calling thread) or on one CUDA device. Returns
@@ -135,26 +141,19 @@ const KernelSupport& kernel_support(int device_id) {
                                                  std::to_string(n) + ") (visible CUDA devices: " + std::to_string(n) +
                                                  ")");
   // Read once per device, thread-safe, lock-free afterwards: every call of every op asks.
-  constexpr int kMaxDevices = 64;
-  static std::once_flag once[kMaxDevices];
-  static KernelSupport support[kMaxDevices];
-  if (device_id >= kMaxDevices)
-    throw Error(ErrorCode::unsupported, "sparse MLA: device " + std::to_string(device_id) + " is past the " +
-                                            std::to_string(kMaxDevices) + " devices it keeps kernel support for");
-  std::call_once(once[device_id], [&info, device_id] {
-    KernelSupport& f = support[device_id];
-    f.device_id = device_id;
+  static PerDevice<KernelSupport> support(cuda_device_count());
+  return support.get(device_id, [&info](int id, KernelSupport& f) {
+    f.device_id = id;
     f.cc_major = info.cc_major;
     f.cc_minor = info.cc_minor;
     f.sm_count = info.sm_count;
-    DeviceGuard guard(device_id);
+    DeviceGuard guard(id);
     const bool has_code = sparse_attention_simple_available();
     f.sparse_supported = info.cc_major >= 8 && has_code &&
                          info.max_smem_per_block_optin >= sparse_attention_simple_smem_bytes();
     f.hopper = f.sparse_supported && info.cc_major == 9 && info.cc_minor == 0;
-    if (f.hopper) f.v4_half_heads_cluster_slots = wgmma_v4_pair_cluster_slots(device_id);
+    if (f.hopper) f.v4_half_heads_cluster_slots = wgmma_v4_pair_cluster_slots(id);
   });
-  return support[device_id];
 }
 
 void set_force_simple_kernel(bool on) { force_simple_flag().store(on); }

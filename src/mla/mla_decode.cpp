@@ -529,9 +529,7 @@ void DecodePlan::replan(const DecodePlanLengths& lengths, cudaStream_t stream) c
 
 void DecodePlan::run(const SparseDecodeTensors& tensors, const SparseDecodeOptions& options,
                      cudaStream_t stream) const {
-  const TensorView& q = tensors.q;
-  if (q.device.type == DeviceType::cuda && q.device.id != device_)
-    Validator("mla::DecodePlan::run").fail("q", q, "must be on the plan's device " + std::to_string(device_));
+  require_plan_device("mla::DecodePlan::run", tensors.q, "q", device_);
   // The planned config says which cache: d_qk 512 is V4 (validate_config admits only 576 and 512).
   if (ws_.config.d_qk == fp8_v4::kDims) {
     sparse_decode_v4(tensors, ws_, options, stream);

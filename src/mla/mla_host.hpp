@@ -31,6 +31,8 @@ void optional_vector(const Validator& v, OptionalTensor t, const char* arg, DTyp
 void validate_topk(const Validator& v, int64_t topk, const char* arg);
 /// The page rules of a V4 cache view [num_blocks, block_size, 1, 584] (FlashMLA's view of its pages).
 void v4_page_rules(const Validator& v, const TensorView& t, const char* arg);
+/// A plan's run (or plan) refuses a CUDA tensor of another device than the plan's, naming it and the plan's device.
+void require_plan_device(const char* op, const TensorView& t, const char* arg, int plan_device);
 /// Where a cache quantizer or dequantizer runs: true for host memory (both tensors), false for one CUDA device; `out`
 /// never overlaps the source `src` (named `src_arg` in messages).
 bool converter_on_host(const Validator& v, const TensorView& src, const char* src_arg, const TensorView& out);

@@ -1,8 +1,11 @@
 // The FP8 cache quantizers and dequantizers, host side (include/flashcpp/mla.hpp): validation, then the host path
-// (host tensors) or one kernel launch.
+// (host tensors, on the calling thread) or one kernel launch. Each conversion reads `src` (named as the public
+// function names it) and writes `out`; the V3.2 pair is a bf16 tensor [..., 576] and rows [..., 656] of the same
+// leading shape, the V4 pair bf16 [num_blocks, block_size, 1, 512] and the pages of quantize_kv_cache_fp8_v4.
 #include <cmath>
 #include <cstring>
 #include <string>
+
 #include "core/check.hpp"
 #include "flashcpp/mla.hpp"
 #include "mla/fp8_v32.hpp"
@@ -14,6 +17,61 @@ namespace flashcpp::mla {
 using namespace detail;
 
 namespace {
+
+enum class Direction { quantize, dequantize };
+
+// The V3.2 pair's rules: src of rank 2..4, out with src's leading dims; bf16 on one side, rows on the other.
+void v32_rules(const Validator& v, const TensorView& src, const char* src_arg, const TensorView& out, Direction dir) {
+  const bool q = dir == Direction::quantize;
+  const std::initializer_list<DType> bf16 = {DType::bf16}, rows = {DType::u8, DType::i8, DType::e4m3};
+  const auto last = [](bool is_bf16) { return is_bf16 ? int64_t{fp8::kDims} : int64_t{kFp8BytesPerToken}; };
+  const auto last_rule = [](bool is_bf16) { return is_bf16 ? "576 values per token" : "656 bytes per token"; };
+  v.defined(src, src_arg).dtype(src, src_arg, q ? bf16 : rows).no_negative_strides(src, src_arg);
+  if (src.rank < 2 || src.rank > 4) v.fail(src_arg, src, "must have rank 2, 3 or 4");
+  v.dim(src, src_arg, src.rank - 1, last(q), last_rule(q)).last_dim_contiguous(src, src_arg);
+  v.defined(out, "out").dtype(out, "out", q ? rows : bf16).rank(out, "out", src.rank);
+  const std::string leading = std::string(src_arg) + "'s leading dims";
+  for (int d = 0; d + 1 < src.rank; ++d) v.dim(out, "out", d, src.size(d), leading);
+  v.dim(out, "out", out.rank - 1, last(!q), last_rule(!q)).last_dim_contiguous(out, "out");
+  v.no_negative_strides(out, "out");
+}
+
+// The V4 pair's rules: bf16 [num_blocks, block_size, 1, 512] on one side, pages (v4_page_rules) on the other.
+void v4_rules(const Validator& v, const TensorView& src, const char* src_arg, const TensorView& out, Direction dir) {
+  const auto bf16_rules = [&v](const TensorView& t, const char* arg) {
+    v.defined(t, arg).dtype(t, arg, {DType::bf16}).rank(t, arg, 4).no_negative_strides(t, arg);
+    v.dim(t, arg, 2, 1, "h_kv").dim(t, arg, 3, fp8_v4::kDims, "512 values per token").last_dim_contiguous(t, arg);
+  };
+  if (dir == Direction::quantize) {
+    bf16_rules(src, src_arg);
+    v4_page_rules(v, out, "out");
+  } else {
+    v4_page_rules(v, src, src_arg);
+    bf16_rules(out, "out");
+  }
+  const std::string arg = src_arg;
+  v.dim(out, "out", 0, src.size(0), arg + ".size(0) (num_blocks)");
+  v.dim(out, "out", 1, src.size(1), arg + ".size(1) (block_size)");
+}
+
+// The device dequantizers move 16-byte vectors: the cache's data and the strides of its first `cache_dims` dims (those
+// its rows are found by) 16-byte multiples, out's data 16-byte aligned and its strides multiples of 8 values.
+void check_vector_layout(const Validator& v, const TensorView& cache, int cache_dims, const TensorView& out) {
+  v.aligned(cache, "cache", 16).aligned(out, "out", 16);
+  for (int d = 0; d + 1 < out.rank; ++d) {
+    if (d < cache_dims && cache.size(d) > 1 && cache.stride(d) % 16 != 0)
+      v.fail("cache", cache, "must have strides that are multiples of 16 bytes on a GPU; dim " + std::to_string(d) +
+                                 " has " + std::to_string(cache.stride(d)));
+    if (out.size(d) > 1 && out.stride(d) % 8 != 0)
+      v.fail("out", out, "must have strides that are multiples of 8 values on a GPU; dim " + std::to_string(d) +
+                             " has " + std::to_string(out.stride(d)));
+  }
+}
+
+// One warp per token on the device: the grid's block count (8 tokens a block) must fit in int32.
+void check_token_count(const Validator& v, int64_t tokens, const TensorView& src, const char* src_arg) {
+  if ((tokens + 7) / 8 > INT32_MAX) v.fail(src_arg, src, "must have at most 2^34 tokens");
+}
 
 // The rows of a V3.2 cache and their bf16 values, walked through the leading dims the two share.
 kernels::V32RowsParams v32_rows(const TensorView& bf16, const TensorView& fp8_rows) {
@@ -43,168 +101,127 @@ kernels::V4PagesParams v4_pages(const TensorView& bf16, const TensorView& pages)
   return p;
 }
 
-// The device dequantizers move 16-byte vectors: the cache's data and the strides of its first `cache_dims` dims (those
-// its rows are found by) 16-byte multiples, out's data 16-byte aligned and its strides multiples of 8 values.
-void check_vector_layout(const Validator& v, const TensorView& cache, int cache_dims, const TensorView& out) {
-  v.aligned(cache, "cache", 16).aligned(out, "out", 16);
-  for (int d = 0; d + 1 < out.rank; ++d) {
-    if (d < cache_dims && cache.size(d) > 1 && cache.stride(d) % 16 != 0)
-      v.fail("cache", cache, "must have strides that are multiples of 16 bytes on a GPU; dim " + std::to_string(d) +
-                                 " has " + std::to_string(cache.stride(d)));
-    if (out.size(d) > 1 && out.stride(d) % 8 != 0)
-      v.fail("out", out, "must have strides that are multiples of 8 values on a GPU; dim " + std::to_string(d) +
-                             " has " + std::to_string(out.stride(d)));
+// The host paths: fn(bf16 values, row bytes) for every V3.2 row; fn(bf16 values, token record, scale record) for
+// every V4 token. Rows and tokens are walked as the kernels walk them.
+template <class Fn>
+void for_each_v32_row(const kernels::V32RowsParams& p, Fn&& fn) {
+  for (int64_t r = 0; r < p.num_rows; ++r) {
+    int64_t bf16_off, fp8_off;
+    p.row_offsets(r, bf16_off, fp8_off);
+    fn(static_cast<uint16_t*>(p.bf16) + bf16_off, static_cast<uint8_t*>(p.fp8) + fp8_off);
   }
+}
+
+template <class Fn>
+void for_each_v4_token(const kernels::V4PagesParams& p, Fn&& fn) {
+  for (int64_t blk = 0; blk < p.num_blocks; ++blk) {
+    uint8_t* page = static_cast<uint8_t*>(p.pages) + blk * p.page_stride;
+    for (int64_t t = 0; t < p.block_size; ++t)
+      fn(static_cast<uint16_t*>(p.bf16) + blk * p.bf16_block_stride + t * p.bf16_token_stride,
+         page + fp8_v4::token_record_offset(t), page + fp8_v4::scale_record_offset(p.block_size, t));
+  }
+}
+
+// The device path: one launch on the tensors' device.
+template <class Launch>
+void launch_on_device(const char* op, int device, const char* what, Launch&& launch) {
+  require_supported(op, device);
+  DeviceGuard guard(device);
+  launch();
+  check_launch(what);
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
-// Quantizer
+// Quantizers
 
 void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStream_t stream) {
-  const Validator v("mla::quantize_kv_cache_fp8");
-  v.defined(kv, "kv").dtype(kv, "kv", {DType::bf16}).no_negative_strides(kv, "kv");
-  if (kv.rank < 2 || kv.rank > 4) v.fail("kv", kv, "must have rank 2, 3 or 4");
-  v.dim(kv, "kv", kv.rank - 1, fp8::kDims, "576 values per token").last_dim_contiguous(kv, "kv");
-  v.defined(out, "out").dtype(out, "out", {DType::u8, DType::i8, DType::e4m3}).rank(out, "out", kv.rank);
-  for (int d = 0; d + 1 < kv.rank; ++d) v.dim(out, "out", d, kv.size(d), "kv's leading dims");
-  v.dim(out, "out", out.rank - 1, kFp8BytesPerToken, "656 bytes per token").last_dim_contiguous(out, "out");
-  v.no_negative_strides(out, "out");
+  constexpr const char* kOp = "mla::quantize_kv_cache_fp8";
+  const Validator v(kOp);
+  v32_rules(v, kv, "kv", out, Direction::quantize);
   const bool host = converter_on_host(v, kv, "kv", out);
   const kernels::V32RowsParams p = v32_rows(kv, out);
-  if (!host && (p.num_rows + 7) / 8 > INT32_MAX) v.fail("kv", kv, "must have at most 2^34 tokens");
+  if (!host) check_token_count(v, p.num_rows, kv, "kv");
   if (p.num_rows == 0) return;
-  if (host) {
-    for (int64_t r = 0; r < p.num_rows; ++r) {
-      int64_t so, dout;
-      p.row_offsets(r, so, dout);
-      const auto* src = static_cast<const uint16_t*>(p.bf16) + so;
-      auto* dst = static_cast<unsigned char*>(p.fp8) + dout;
-      for (int t = 0; t < fp8::kNumScales; ++t) {
-        float amax = 0.f;
-        for (int c = 0; c < fp8::kTileDims; ++c) {
-          const float x = std::fabs(fp8::bf16_to_float(src[t * fp8::kTileDims + c]));
-          amax = x > amax ? x : amax;
-        }
-        const float scale = fp8::pow2_scale(amax);
-        for (int c = 0; c < fp8::kTileDims; ++c)
-          dst[t * fp8::kTileDims + c] = fp8::float_to_e4m3(fp8::bf16_to_float(src[t * fp8::kTileDims + c]) / scale);
-        std::memcpy(dst + fp8::kScaleOffset + t * 4, &scale, 4);
+  if (!host) return launch_on_device(kOp, kv.device.id, "FP8 quantizer kernel launch",
+                                     [&] { kernels::launch_quantize_v32(p, stream); });
+  for_each_v32_row(p, [](const uint16_t* src, uint8_t* dst) {
+    for (int t = 0; t < fp8::kNumScales; ++t) {
+      float amax = 0.f;
+      for (int c = 0; c < fp8::kTileDims; ++c) {
+        const float x = std::fabs(fp8::bf16_to_float(src[t * fp8::kTileDims + c]));
+        amax = x > amax ? x : amax;
       }
-      std::memcpy(dst + fp8::kRopeOffset, src + fp8::kNopeDims, fp8::kRopeDims * 2);
+      const float scale = fp8::pow2_scale(amax);
+      for (int c = 0; c < fp8::kTileDims; ++c)
+        dst[t * fp8::kTileDims + c] = fp8::float_to_e4m3(fp8::bf16_to_float(src[t * fp8::kTileDims + c]) / scale);
+      std::memcpy(dst + fp8::kScaleOffset + t * 4, &scale, 4);
     }
-    return;
-  }
-  require_supported("mla::quantize_kv_cache_fp8", kv.device.id);
-  DeviceGuard guard(kv.device.id);
-  kernels::launch_quantize_v32(p, stream);
-  check_launch("FP8 quantizer kernel launch");
+    std::memcpy(dst + fp8::kRopeOffset, src + fp8::kNopeDims, fp8::kRopeDims * 2);
+  });
 }
 
 void quantize_kv_cache_fp8_v4(const TensorView& kv, const TensorView& out, cudaStream_t stream) {
-  const Validator v("mla::quantize_kv_cache_fp8_v4");
-  v.defined(kv, "kv").dtype(kv, "kv", {DType::bf16}).rank(kv, "kv", 4).no_negative_strides(kv, "kv");
-  v.dim(kv, "kv", 2, 1, "h_kv").dim(kv, "kv", 3, fp8_v4::kDims, "512 values per token").last_dim_contiguous(kv, "kv");
-  v4_page_rules(v, out, "out");
-  v.dim(out, "out", 0, kv.size(0), "kv.size(0) (num_blocks)").dim(out, "out", 1, kv.size(1), "kv.size(1) (block_size)");
-  const int64_t num_blocks = kv.size(0), block_size = kv.size(1);
+  constexpr const char* kOp = "mla::quantize_kv_cache_fp8_v4";
+  const Validator v(kOp);
+  v4_rules(v, kv, "kv", out, Direction::quantize);
   const bool host = converter_on_host(v, kv, "kv", out);
-  const int64_t num_tokens = num_blocks * block_size;
-  if (!host && (num_tokens + 7) / 8 > INT32_MAX) v.fail("kv", kv, "must have at most 2^34 tokens");
-  if (num_tokens == 0) return;
   const kernels::V4PagesParams p = v4_pages(kv, out);
-  if (host) {
-    for (int64_t blk = 0; blk < num_blocks; ++blk) {
-      auto* page = static_cast<uint8_t*>(p.pages) + blk * p.page_stride;
-      for (int64_t t = 0; t < block_size; ++t) {
-        const auto* src = static_cast<const uint16_t*>(p.bf16) + blk * p.bf16_block_stride + t * p.bf16_token_stride;
-        fp8_v4::quantize_token(src, page + fp8_v4::token_record_offset(t),
-                               page + fp8_v4::scale_record_offset(block_size, t));
-      }
-    }
-    return;
-  }
-  require_supported("mla::quantize_kv_cache_fp8_v4", kv.device.id);
-  DeviceGuard guard(kv.device.id);
-  kernels::launch_quantize_v4(p, stream);
-  check_launch("FP8 V4 quantizer kernel launch");
+  if (!host) check_token_count(v, p.num_blocks * p.block_size, kv, "kv");
+  if (p.num_blocks * p.block_size == 0) return;
+  if (!host) return launch_on_device(kOp, kv.device.id, "FP8 V4 quantizer kernel launch",
+                                     [&] { kernels::launch_quantize_v4(p, stream); });
+  for_each_v4_token(p, [](const uint16_t* src, uint8_t* record, uint8_t* scales) {
+    fp8_v4::quantize_token(src, record, scales);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Dequantizer
+// Dequantizers
 
 void dequantize_kv_cache_fp8(const TensorView& cache, const TensorView& out, cudaStream_t stream) {
-  const Validator v("mla::dequantize_kv_cache_fp8");
-  v.defined(cache, "cache").dtype(cache, "cache", {DType::u8, DType::i8, DType::e4m3}).no_negative_strides(cache, "cache");
-  if (cache.rank < 2 || cache.rank > 4) v.fail("cache", cache, "must have rank 2, 3 or 4");
-  v.dim(cache, "cache", cache.rank - 1, kFp8BytesPerToken, "656 bytes per token").last_dim_contiguous(cache, "cache");
-  v.defined(out, "out").dtype(out, "out", {DType::bf16}).rank(out, "out", cache.rank);
-  for (int d = 0; d + 1 < cache.rank; ++d) v.dim(out, "out", d, cache.size(d), "cache's leading dims");
-  v.dim(out, "out", out.rank - 1, fp8::kDims, "576 values per token").last_dim_contiguous(out, "out");
-  v.no_negative_strides(out, "out");
+  constexpr const char* kOp = "mla::dequantize_kv_cache_fp8";
+  const Validator v(kOp);
+  v32_rules(v, cache, "cache", out, Direction::dequantize);
   const bool host = converter_on_host(v, cache, "cache", out);
   const kernels::V32RowsParams p = v32_rows(out, cache);
   if (!host) {
     check_vector_layout(v, cache, cache.rank - 1, out);
-    if ((p.num_rows + 7) / 8 > INT32_MAX) v.fail("cache", cache, "must have at most 2^34 tokens");
+    check_token_count(v, p.num_rows, cache, "cache");
   }
   if (p.num_rows == 0) return;
-  if (host) {
-    for (int64_t r = 0; r < p.num_rows; ++r) {
-      int64_t bf16_off, fp8_off;
-      p.row_offsets(r, bf16_off, fp8_off);
-      const auto* src = static_cast<const uint8_t*>(p.fp8) + fp8_off;
-      auto* dst = static_cast<uint16_t*>(p.bf16) + bf16_off;
-      for (int t = 0; t < fp8::kNumScales; ++t) {
-        float scale;
-        std::memcpy(&scale, src + fp8::kScaleOffset + t * 4, 4);
-        for (int c = 0; c < fp8::kTileDims; ++c)
-          dst[t * fp8::kTileDims + c] = fp8::float_to_bf16(fp8::e4m3_to_float(src[t * fp8::kTileDims + c]) * scale);
-      }
-      std::memcpy(dst + fp8::kNopeDims, src + fp8::kRopeOffset, fp8::kRopeDims * 2);
+  if (!host) return launch_on_device(kOp, cache.device.id, "FP8 dequantizer kernel launch",
+                                     [&] { kernels::launch_dequantize_v32(p, stream); });
+  for_each_v32_row(p, [](uint16_t* dst, const uint8_t* src) {
+    for (int t = 0; t < fp8::kNumScales; ++t) {
+      float scale;
+      std::memcpy(&scale, src + fp8::kScaleOffset + t * 4, 4);
+      for (int c = 0; c < fp8::kTileDims; ++c)
+        dst[t * fp8::kTileDims + c] = fp8::float_to_bf16(fp8::e4m3_to_float(src[t * fp8::kTileDims + c]) * scale);
     }
-    return;
-  }
-  require_supported("mla::dequantize_kv_cache_fp8", cache.device.id);
-  DeviceGuard guard(cache.device.id);
-  kernels::launch_dequantize_v32(p, stream);
-  check_launch("FP8 dequantizer kernel launch");
+    std::memcpy(dst + fp8::kNopeDims, src + fp8::kRopeOffset, fp8::kRopeDims * 2);
+  });
 }
 
 void dequantize_kv_cache_fp8_v4(const TensorView& cache, const TensorView& out, cudaStream_t stream) {
-  const Validator v("mla::dequantize_kv_cache_fp8_v4");
-  v4_page_rules(v, cache, "cache");
-  v.defined(out, "out").dtype(out, "out", {DType::bf16}).rank(out, "out", 4).no_negative_strides(out, "out");
-  v.dim(out, "out", 0, cache.size(0), "cache.size(0) (num_blocks)").dim(out, "out", 1, cache.size(1), "cache.size(1) (block_size)");
-  v.dim(out, "out", 2, 1, "h_kv").dim(out, "out", 3, fp8_v4::kDims, "512 values per token").last_dim_contiguous(out, "out");
-  const int64_t num_blocks = cache.size(0), block_size = cache.size(1);
+  constexpr const char* kOp = "mla::dequantize_kv_cache_fp8_v4";
+  const Validator v(kOp);
+  v4_rules(v, cache, "cache", out, Direction::dequantize);
   const bool host = converter_on_host(v, cache, "cache", out);
-  const int64_t num_tokens = num_blocks * block_size;
+  const kernels::V4PagesParams p = v4_pages(out, cache);
   if (!host) {
     check_vector_layout(v, cache, 1, out);  // tokens sit at fixed offsets in their page
-    if ((num_tokens + 7) / 8 > INT32_MAX) v.fail("cache", cache, "must have at most 2^34 tokens");
+    check_token_count(v, p.num_blocks * p.block_size, cache, "cache");
   }
-  if (num_tokens == 0) return;
-  const kernels::V4PagesParams p = v4_pages(out, cache);
-  if (host) {
-    for (int64_t blk = 0; blk < num_blocks; ++blk) {
-      const auto* page = static_cast<const uint8_t*>(p.pages) + blk * p.page_stride;
-      for (int64_t t = 0; t < block_size; ++t) {
-        const uint8_t* record = page + fp8_v4::token_record_offset(t);
-        const uint8_t* scales = page + fp8_v4::scale_record_offset(block_size, t);
-        auto* dst = static_cast<uint16_t*>(p.bf16) + blk * p.bf16_block_stride + t * p.bf16_token_stride;
-        for (int c = 0; c < fp8_v4::kNopeDims; ++c)
-          dst[c] = fp8::float_to_bf16(fp8::e4m3_to_float(record[c]) * fp8_v4::pow2_of_e8m0(scales[c / fp8_v4::kTileDims]));
-        std::memcpy(dst + fp8_v4::kNopeDims, record + fp8_v4::kRopeOffset, fp8_v4::kRopeDims * 2);
-      }
-    }
-    return;
-  }
-  require_supported("mla::dequantize_kv_cache_fp8_v4", cache.device.id);
-  DeviceGuard guard(cache.device.id);
-  kernels::launch_dequantize_v4(p, stream);
-  check_launch("FP8 V4 dequantizer kernel launch");
+  if (p.num_blocks * p.block_size == 0) return;
+  if (!host) return launch_on_device(kOp, cache.device.id, "FP8 V4 dequantizer kernel launch",
+                                     [&] { kernels::launch_dequantize_v4(p, stream); });
+  for_each_v4_token(p, [](uint16_t* dst, const uint8_t* record, const uint8_t* scales) {
+    for (int c = 0; c < fp8_v4::kNopeDims; ++c)
+      dst[c] = fp8::float_to_bf16(fp8::e4m3_to_float(record[c]) * fp8_v4::pow2_of_e8m0(scales[c / fp8_v4::kTileDims]));
+    std::memcpy(dst + fp8_v4::kNopeDims, record + fp8_v4::kRopeOffset, fp8_v4::kRopeDims * 2);
+  });
 }
 
 }  // namespace flashcpp::mla

@@ -1,10 +1,11 @@
 // Device helpers the portable kernels share (sparse_attention_simple.cu, sparse_attention_combine.cu, kv_quantize.cu): warp
-// reductions, bf16 pair stores and the lse element of a (token, head).
+// reductions, bf16 pair stores, the lse element of a (token, head) and the FP8 dequantization of 16 values.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "mla/fp8_v32.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 
 namespace flashcpp::mla::kernels {
@@ -28,6 +29,26 @@ __device__ __forceinline__ int64_t lse_offset(const SparseAttentionParams& p, in
 __device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* dst, float a, float b) {
   dst[0] = __float2bfloat16_rn(a);
   dst[1] = __float2bfloat16_rn(b);
+}
+
+// 16 e4m3 values (one 16-byte load) times their tile's scale as 16 bf16 in two 16-byte words: e4m3 -> f32 exact,
+// times the f32 scale, rounded once to bf16 (exact for power-of-two scales: FlashMLA's bf16(e4m3) * bf16(scale)).
+__device__ __forceinline__ void dequant_fp8x16(const uint4 raw, const float scale, uint4& out0, uint4& out1) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t packed[8];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t b0 = static_cast<uint8_t>(words[w] >> (16 * h));
+      const uint8_t b1 = static_cast<uint8_t>(words[w] >> (16 * h + 8));
+      const uint32_t lo = fp8::float_to_bf16(fp8::e4m3_to_float(b0) * scale);
+      const uint32_t hi = fp8::float_to_bf16(fp8::e4m3_to_float(b1) * scale);
+      packed[w * 2 + h] = lo | (hi << 16);
+    }
+  }
+  out0 = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  out1 = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
 }  // namespace flashcpp::mla::kernels

@@ -51,26 +51,6 @@ __device__ __forceinline__ int64_t kv_row_offset(const SparseAttentionParams& p,
   return block * p.kv_block_stride_bytes + slot * p.kv_slot_stride_bytes;
 }
 
-// 16 e4m3 values (one 16-byte load) times their tile's scale as 16 bf16 in two 16-byte words: e4m3 -> f32 exact,
-// times the f32 scale, rounded once to bf16 (exact for power-of-two scales: FlashMLA's bf16(e4m3) * bf16(scale)).
-__device__ __forceinline__ void dequant_fp8x16(const uint4 raw, const float scale, uint4& out0, uint4& out1) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t packed[8];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t b0 = static_cast<uint8_t>(words[w] >> (16 * h));
-      const uint8_t b1 = static_cast<uint8_t>(words[w] >> (16 * h + 8));
-      const uint32_t lo = fp8::float_to_bf16(fp8::e4m3_to_float(b0) * scale);
-      const uint32_t hi = fp8::float_to_bf16(fp8::e4m3_to_float(b1) * scale);
-      packed[w * 2 + h] = lo | (hi << 16);
-    }
-  }
-  out0 = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  out1 = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-}
-
 // fp8_v4: where slot `slot` of `token`'s list lives. Sets row_off (token record; -1 when masked), scale_off and
 // pool. A slot is valid iff it is below its pool's length and its index lies inside its pool.
 __device__ __forceinline__ void v4_slot(const SparseAttentionParams& p, int64_t token, int slot, int64_t& row_off,
