@@ -1,7 +1,8 @@
 // CUTLASS fused mixture-of-experts (FlashInfer's fused_moe_{90,100,103,120} modules).
 //
 //   auto runner = flashcpp::FusedMoeRunner::create(*rt, {.activation_dtype = DType::bf16, ...});
-//   runner.run(args, stream);   // as often as needed; the FlashInfer runner object is created once
+//   runner.run(tensors, {.activation = MoeActivation::swiglu}, stream);  // as often as needed
+//   // FusedMoeTensors: the call's tensors; FusedMoeOptions: its scalars. The FlashInfer runner object is created once.
 //
 // For every token t and every k < top_k, with e = token_selected_experts[t, k]:
 //   h   = fc1[e] · x_t                         fc1[e]: [N1, hidden]
@@ -56,7 +57,7 @@ struct FusedMoeConfig {
   bool auto_tune = true;
 };
 
-/// One MoE call. T tokens, K = top_k, E = experts on this rank, H = hidden, I = intermediate.
+/// One MoE call's tensors. T tokens, K = top_k, E = experts on this rank, H = hidden, I = intermediate.
 /// All tensors contiguous, on the config's device.
 struct FusedMoeTensors {
   TensorView output;                  ///< [T, H] output_dtype
@@ -80,9 +81,19 @@ struct FusedMoeTensors {
   // deepseek_fp8_block_scale scales (f32): weight block (i, j) of expert e is scaled by scales[e, i, j].
   OptionalTensor fc1_block_scales = nullptr;   ///< [E, N1/128, H/128]
   OptionalTensor fc2_block_scales = nullptr;   ///< [E, H/128, I/128]
+};
+
+/// One MoE call's scalars (validated with the tensors by run(), tune() and validate_fused_moe()).
+struct FusedMoeOptions {
+  /// Activation after fc1: one FlashInfer knows (MoeActivation's values); gated ones (swiglu, geglu) make
+  /// fc1_weights [E, 2I, H]. swiglu only for deepseek_fp8_block_scale.
   MoeActivation activation = MoeActivation::swiglu;
-  int64_t tp_size = 1, tp_rank = 0, ep_size = 1, ep_rank = 0;
-  bool enable_pdl = false;
+  /// Tensor parallelism (passed to FlashInfer as given): tp_size in [1, 65536], tp_rank in [0, tp_size).
+  int64_t tp_size = 1, tp_rank = 0;
+  /// Expert parallelism: ep_size in [1, 65536], ep_rank in [0, ep_size). This rank's E experts are the global
+  /// ids [ep_rank·E, (ep_rank+1)·E); a token's slots routed to other experts add nothing to its output here.
+  int64_t ep_size = 1, ep_rank = 0;
+  bool enable_pdl = false;  ///< launch with programmatic dependent launch (SM90+)
 };
 
 /// The GEMM configurations ("tactics") the runner uses for its two grouped GEMMs: indices into FlashInfer's
@@ -94,19 +105,19 @@ struct MoeTactics {
 
 /// The problem shape a call's tactics belong to, besides its token count: what FlashInfer's profiler sizes and
 /// builds the grouped GEMMs from (everything tune() passes it but the tensors' data, the token count and
-/// enable_pdl, a launch attribute). Tactics chosen on one shape are not used for another (they may be slow
+/// options.enable_pdl, a launch attribute). Tactics chosen on one shape are not used for another (they may be slow
 /// there, or not run at all).
 struct MoeProblemShape {
   int64_t hidden = 0;        ///< H: input.size(1)
   int64_t intermediate = 0;  ///< I: fc2_weights.size(2)
   int64_t experts = 0;       ///< E, the experts on this rank: fc2_weights.size(0)
   int64_t top_k = 0;         ///< K: token_selected_experts.size(1)
-  MoeActivation activation = MoeActivation::swiglu;
+  MoeActivation activation = MoeActivation::swiglu;  ///< options.activation
   bool bias = false;  ///< fc1_bias and fc2_bias given
-  int64_t tp_size = 1, tp_rank = 0, ep_size = 1, ep_rank = 0;
+  int64_t tp_size = 1, tp_rank = 0, ep_size = 1, ep_rank = 0;  ///< options' tp/ep sizes and ranks
 
-  /// The shape of a call (`args` as run() takes them; not validated here).
-  static MoeProblemShape of(const FusedMoeTensors& args);
+  /// The shape of a call (`tensors` and `options` as run() takes them; not validated here).
+  static MoeProblemShape of(const FusedMoeTensors& tensors, const FusedMoeOptions& options);
   bool operator==(const MoeProblemShape&) const = default;
 };
 
@@ -121,9 +132,10 @@ class FusedMoeRunner {
   /// A runner shared per (runtime, configuration) from a process-wide cache.
   static std::shared_ptr<FusedMoeRunner> shared(const Runtime& rt, const FusedMoeConfig& config);
 
-  /// Validates `args` against the configuration (shapes, dtypes, alignment of H and I, scales),
-  /// makes the device current (the runner does not) and launches on `stream`.
-  void run(const FusedMoeTensors& args, cudaStream_t stream) const;
+  /// Validates `tensors` and `options` against the configuration (shapes, dtypes, alignment of H and I, scales,
+  /// the activation, the tp/ep sizes and ranks), makes the device current (the runner does not) and launches on
+  /// `stream`.
+  void run(const FusedMoeTensors& tensors, const FusedMoeOptions& options, cudaStream_t stream) const;
 
   /// Tactics are kept per token-count bucket (the next power of two of the token count), and within a bucket
   /// per problem shape (MoeProblemShape). A call of T tokens and shape P runs with, in this order:
@@ -134,12 +146,12 @@ class FusedMoeRunner {
   /// A later tune() or set_tactics() of the same entry replaces it. A runner shared by several models
   /// (FusedMoeRunner::shared caches one per configuration, not per shape) so keeps each model's tuning.
 
-  /// Chooses the tactics for calls shaped like `args` (validated as run() does): FlashInfer's profiler runs
-  /// each candidate of gemm1, then of gemm2, on `args`' shapes (routing from its own synthetic data; no
-  /// tensor of `args` is written), timed with CUDA events (median of 3 after one warm-up); candidates that
-  /// fail to launch are skipped. The fastest pair is kept for the token-count bucket of args.input.size(0)
-  /// and the shape MoeProblemShape::of(args) (rule 1 above): later run()s of that bucket and shape use it;
-  /// other shapes and buckets are unaffected.
+  /// Chooses the tactics for calls shaped like `tensors` and `options` (validated as run() does): FlashInfer's
+  /// profiler runs each candidate of gemm1, then of gemm2, on the tensors' shapes (routing from its own
+  /// synthetic data; no tensor of `tensors` is written), timed with CUDA events (median of 3 after one
+  /// warm-up); candidates that fail to launch are skipped. The fastest pair is kept for the token-count bucket
+  /// of tensors.input.size(0) and the shape MoeProblemShape::of(tensors, options) (rule 1 above): later run()s
+  /// of that bucket and shape use it; other shapes and buckets are unaffected.
   /// The profiler runs on a stream the runner owns (FlashInfer keeps its profiler workspace, freed on the
   /// stream it came from), after the work queued on `stream`; later work on `stream` waits for it. Blocks
   /// until done (call it at start-up, for the token counts and shapes you serve). Returns the tactics kept.
@@ -148,7 +160,7 @@ class FusedMoeRunner {
   /// run() may run concurrently.
   /// DeepSeek FP8 block-scale has one fixed configuration in FlashInfer 0.6.3: returns {-1, -1} at once
   /// (nothing is kept).
-  MoeTactics tune(const FusedMoeTensors& args, cudaStream_t stream);
+  MoeTactics tune(const FusedMoeTensors& tensors, const FusedMoeOptions& options, cudaStream_t stream);
   /// The tactics run() uses for `tokens` tokens of `shape` (rules 1-3 above; {-1, -1}: the defaults). Validated:
   /// tokens >= 1 (both overloads).
   MoeTactics tactics_for(int64_t tokens, const MoeProblemShape& shape) const;
@@ -183,6 +195,6 @@ class FusedMoeRunner {
 };
 
 /// Validation only (what run() checks before launching); for callers and tests.
-void validate_fused_moe(const FusedMoeConfig& config, const FusedMoeTensors& args);
+void validate_fused_moe(const FusedMoeConfig& config, const FusedMoeTensors& tensors, const FusedMoeOptions& options);
 
 }  // namespace flashcpp

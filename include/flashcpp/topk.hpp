@@ -28,7 +28,7 @@
 //                               i32 [rows, k], k >= 1: offsets[r] + p_j for j < lengths[r], -1 after.
 // For the transforms k may exceed max_len (every row is then short: DSA's first k decode steps).
 //
-// Row states (options.row_states): for long rows FlashInfer's radix path spreads one row over several CTAs, which
+// Row states (row_states): for long rows FlashInfer's radix path spreads one row over several CTAs, which
 // meet at barriers in a caller-owned workspace of per-group counters and histograms (FlashInfer's RadixRowState).
 // Rules: 1-D, contiguous, any dtype, at least kTopKRowStatesBytes (what FlashInfer's Python API allocates: enough
 // for 339 row groups, so for any GPU up to 678 SMs), 4-byte aligned; zero-filled before its first use (cudaMemset);
@@ -79,27 +79,23 @@ class Runtime;
 /// The least size of the row-states workspace (bytes): FlashInfer's own (1 MiB).
 inline constexpr int64_t kTopKRowStatesBytes = int64_t{1} << 20;
 
-struct TopKOptions {
-  OptionalTensor row_states = nullptr;  ///< the multi-CTA workspace (header comment), may be null
-};
-
-struct TopKPageTableOptions {
-  OptionalTensor row_to_batch = nullptr;  ///< i32 [rows]: the page-table row of each input row; null: row r uses r
-  OptionalTensor row_states = nullptr;    ///< the multi-CTA workspace (header comment), may be null
-};
+// The optional tensors are named parameters (nullptr: absent): row_states, the multi-CTA workspace (header comment),
+// and for the page-table transform row_to_batch, i32 [rows], the page-table row of each input row (absent: row r
+// uses table row r).
 
 /// indices, values = the k = indices.size(1) largest entries of each row of input (unordered).
 void top_k(const Runtime& rt, const TensorView& input, const TensorView& indices, const TensorView& values,
-           const TopKOptions& options = {}, cudaStream_t stream = nullptr);
+           OptionalTensor row_states = nullptr, cudaStream_t stream = nullptr);
 
 /// output_page_table[r] = src_page_table[row_to_batch[r]] at the top-k positions of input[r][0 .. lengths[r]).
 void top_k_page_table_transform(const Runtime& rt, const TensorView& input, const TensorView& lengths,
                                 const TensorView& src_page_table, const TensorView& output_page_table,
-                                const TopKPageTableOptions& options = {}, cudaStream_t stream = nullptr);
+                                OptionalTensor row_to_batch = nullptr, OptionalTensor row_states = nullptr,
+                                cudaStream_t stream = nullptr);
 
 /// output_indices[r] = offsets[r] + the top-k positions of input[r][0 .. lengths[r]).
 void top_k_ragged_transform(const Runtime& rt, const TensorView& input, const TensorView& offsets,
                             const TensorView& lengths, const TensorView& output_indices,
-                            const TopKOptions& options = {}, cudaStream_t stream = nullptr);
+                            OptionalTensor row_states = nullptr, cudaStream_t stream = nullptr);
 
 }  // namespace flashcpp

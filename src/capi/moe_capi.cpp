@@ -17,10 +17,16 @@ using capi::dtype_of;
 using capi::optional;
 
 namespace {
-// The C++ arguments of a run or tune call; `s` holds the optional tensors' views for the call.
-FusedMoeTensors moe_args(const flashcpp_fused_moe_args* a, const char* op, TensorView (&s)[8]) {
+// The C++ arguments of a run or tune call, from the C struct that holds both: its tensors (`s` holds the optional
+// tensors' views for the call) and its scalars.
+struct MoeCall {
+  FusedMoeTensors tensors;
+  FusedMoeOptions options;
+};
+MoeCall moe_call(const flashcpp_fused_moe_args* a, const char* op, TensorView (&s)[8]) {
   const flashcpp_fused_moe_args args = capi::read_struct(a, op, "args");
-  FusedMoeTensors m;
+  MoeCall c;
+  FusedMoeTensors& m = c.tensors;
   m.output = capi::to_view(args.output, op, "output");
   m.input = capi::to_view(args.input, op, "input");
   m.token_selected_experts = capi::to_view(args.token_selected_experts, op, "token_selected_experts");
@@ -35,13 +41,14 @@ FusedMoeTensors moe_args(const flashcpp_fused_moe_args* a, const char* op, Tenso
   m.fc1_input_dequant = optional(args.fc1_input_dequant, op, "fc1_input_dequant", s[5]);
   m.fc1_block_scales = optional(args.fc1_block_scales, op, "fc1_block_scales", s[6]);
   m.fc2_block_scales = optional(args.fc2_block_scales, op, "fc2_block_scales", s[7]);
-  m.activation = static_cast<MoeActivation>(args.activation);
-  m.tp_size = args.tp_size;
-  m.tp_rank = args.tp_rank;
-  m.ep_size = args.ep_size;
-  m.ep_rank = args.ep_rank;
-  m.enable_pdl = capi::flag_of(args.enable_pdl, op, "enable_pdl");
-  return m;
+  FusedMoeOptions& o = c.options;
+  o.activation = static_cast<MoeActivation>(args.activation);
+  o.tp_size = args.tp_size;
+  o.tp_rank = args.tp_rank;
+  o.ep_size = args.ep_size;
+  o.ep_rank = args.ep_rank;
+  o.enable_pdl = capi::flag_of(args.enable_pdl, op, "enable_pdl");
+  return c;
 }
 }  // namespace
 
@@ -76,7 +83,8 @@ flashcpp_status flashcpp_fused_moe_run(const flashcpp_fused_moe_runner* r, const
     const char* op = "flashcpp_fused_moe_run";
     capi::require_non_null(r, op, "runner");
     TensorView s[8];
-    r->runner.run(moe_args(a, op, s), static_cast<cudaStream_t>(stream));
+    const MoeCall c = moe_call(a, op, s);
+    r->runner.run(c.tensors, c.options, static_cast<cudaStream_t>(stream));
   });
 }
 
@@ -86,7 +94,8 @@ flashcpp_status flashcpp_fused_moe_tune(flashcpp_fused_moe_runner* r, const flas
     const char* op = "flashcpp_fused_moe_tune";
     capi::require_non_null(r, op, "runner");
     TensorView s[8];
-    const MoeTactics t = r->runner.tune(moe_args(a, op, s), static_cast<cudaStream_t>(stream));
+    const MoeCall c = moe_call(a, op, s);
+    const MoeTactics t = r->runner.tune(c.tensors, c.options, static_cast<cudaStream_t>(stream));
     if (out_gemm1) *out_gemm1 = t.gemm1;
     if (out_gemm2) *out_gemm2 = t.gemm2;
   });

@@ -21,7 +21,7 @@ flashcpp_status flashcpp_top_k(const flashcpp_tensor* input, const flashcpp_tens
   return guard([&] {
     TensorView rs;
     top_k(*default_runtime(), to_view(input, op, "input"), to_view(indices, op, "indices"),
-          to_view(values, op, "values"), {.row_states = optional(row_states, op, "row_states", rs)},
+          to_view(values, op, "values"), optional(row_states, op, "row_states", rs),
           static_cast<cudaStream_t>(stream));
   });
 }
@@ -34,11 +34,11 @@ flashcpp_status flashcpp_top_k_page_table_transform(const flashcpp_tensor* input
   constexpr const char* op = "top_k_page_table_transform";
   return guard([&] {
     TensorView rb, rs;
-    const TopKPageTableOptions o{.row_to_batch = optional(row_to_batch, op, "row_to_batch", rb),
-                                 .row_states = optional(row_states, op, "row_states", rs)};
+    const OptionalTensor r2b = optional(row_to_batch, op, "row_to_batch", rb);
+    const OptionalTensor states = optional(row_states, op, "row_states", rs);
     top_k_page_table_transform(*default_runtime(), to_view(input, op, "input"), to_view(lengths, op, "lengths"),
                                to_view(src_page_table, op, "src_page_table"),
-                               to_view(output_page_table, op, "output_page_table"), o,
+                               to_view(output_page_table, op, "output_page_table"), r2b, states,
                                static_cast<cudaStream_t>(stream));
   });
 }
@@ -51,8 +51,7 @@ flashcpp_status flashcpp_top_k_ragged_transform(const flashcpp_tensor* input, co
     TensorView rs;
     top_k_ragged_transform(*default_runtime(), to_view(input, op, "input"), to_view(offsets, op, "offsets"),
                            to_view(lengths, op, "lengths"), to_view(output_indices, op, "output_indices"),
-                           {.row_states = optional(row_states, op, "row_states", rs)},
-                           static_cast<cudaStream_t>(stream));
+                           optional(row_states, op, "row_states", rs), static_cast<cudaStream_t>(stream));
   });
 }
 

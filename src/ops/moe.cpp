@@ -124,7 +124,7 @@ static void validate_config(const Validator& v, const FusedMoeConfig& c) {
   ops::check_device_id(v, c.device, "config.device");
 }
 
-void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeTensors& a) {
+void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeTensors& a, const FusedMoeOptions& o) {
   const Validator v(kRunOp);
   validate_config(v, c);
   const TensorView& x = a.input;
@@ -151,11 +151,11 @@ void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeTensors& a) {
       .dtype(a.token_final_scales, "token_final_scales", {DType::f32}).shape(a.token_final_scales, "token_final_scales", {T, K})
       .contiguous(a.token_final_scales, "token_final_scales");
 
-  v.one_of(static_cast<int64_t>(a.activation), "activation", {0, 1, 2, 3, 4, 6, 7});
+  v.one_of(static_cast<int64_t>(o.activation), "activation", {0, 1, 2, 3, 4, 6, 7});
   v.rank(a.fc2_weights, "fc2_weights", 3);
   const int64_t E = a.fc2_weights.size(0), I = a.fc2_weights.size(2);
   v.require(E >= 1 && I >= 1, "fc2_weights", "must not be empty; got " + a.fc2_weights.describe());
-  const bool gated = moe_activation_is_gated(a.activation);
+  const bool gated = moe_activation_is_gated(o.activation);
   const int64_t N1 = gated ? 2 * I : I;
   dense(a.fc2_weights, "fc2_weights", c.weight_dtype, {E, H, I});
   v.rank(a.fc1_weights, "fc1_weights", 3).dim(a.fc1_weights, "fc1_weights", 0, E, "fc2_weights.size(0)")
@@ -177,12 +177,12 @@ void validate_fused_moe(const FusedMoeConfig& c, const FusedMoeTensors& a) {
     dense(*a.fc1_bias, "fc1_bias", c.output_dtype, {E, N1});
     dense(*a.fc2_bias, "fc2_bias", c.output_dtype, {E, H});
   }
-  v.in_range(a.tp_size, "tp_size", 1, 1 << 16);
-  v.in_range(a.tp_rank, "tp_rank", 0, a.tp_size - 1);
-  v.in_range(a.ep_size, "ep_size", 1, 1 << 16);
-  v.in_range(a.ep_rank, "ep_rank", 0, a.ep_size - 1);
+  v.in_range(o.tp_size, "tp_size", 1, 1 << 16);
+  v.in_range(o.tp_rank, "tp_rank", 0, o.tp_size - 1);
+  v.in_range(o.ep_size, "ep_size", 1, 1 << 16);
+  v.in_range(o.ep_rank, "ep_rank", 0, o.ep_size - 1);
   if (c.quantization == MoeQuantization::deepseek_fp8_block_scale)
-    v.require(a.activation == MoeActivation::swiglu, "activation", "must be swiglu for deepseek_fp8_block_scale");
+    v.require(o.activation == MoeActivation::swiglu, "activation", "must be swiglu for deepseek_fp8_block_scale");
 
   const bool fp8 = c.quantization == MoeQuantization::fp8_per_tensor;
   const bool ds = c.quantization == MoeQuantization::deepseek_fp8_block_scale;
@@ -271,18 +271,18 @@ std::shared_ptr<FusedMoeRunner> FusedMoeRunner::shared(const Runtime& rt, const 
   return runner;
 }
 
-void FusedMoeRunner::run(const FusedMoeTensors& a, cudaStream_t stream) const {
+void FusedMoeRunner::run(const FusedMoeTensors& a, const FusedMoeOptions& o, cudaStream_t stream) const {
   ops::check_plan_alive(Validator(kRunOp), s_.get(), "runner");
   State& s = *s_;
-  validate_fused_moe(s.config, a);
+  validate_fused_moe(s.config, a, o);
   if (s.config.auto_tune && s.config.quantization != MoeQuantization::deepseek_fp8_block_scale) {
-    const MoeProblemShape shape = MoeProblemShape::of(a);
+    const MoeProblemShape shape = MoeProblemShape::of(a, o);
     bool known = false;
     {
       std::lock_guard lock(s.tuned_mu);
       known = s.tuned[ops::token_bucket(a.input.size(0))].find(shape) != nullptr;
     }
-    if (!known && !ops::stream_capturing(stream)) ops::auto_tune(s, a, shape, stream);
+    if (!known && !ops::stream_capturing(stream)) ops::auto_tune(s, a, o, shape, stream);
   }
 
   // quant_scales: an Array of Tensor objects (borrowing the caller's memory for this call).
@@ -299,7 +299,7 @@ void FusedMoeRunner::run(const FusedMoeTensors& a, cudaStream_t stream) const {
   }
   ffi::ObjectRef profile_ids;  // None: the runner's default tactics
   {
-    const MoeProblemShape shape = MoeProblemShape::of(a);
+    const MoeProblemShape shape = MoeProblemShape::of(a, o);
     std::lock_guard lock(s.tuned_mu);
     if (const State::Tuned* t = s.tuned[ops::token_bucket(a.input.size(0))].find(shape)) profile_ids = t->profile_ids;
   }
@@ -307,9 +307,9 @@ void FusedMoeRunner::run(const FusedMoeTensors& a, cudaStream_t stream) const {
   ffi::invoke(s.run_moe, ffi::StreamBinding{a.input.device, stream}, nullptr, a.output, a.input,
               a.token_selected_experts, a.token_final_scales, a.fc1_weights, a.fc1_bias, a.fc2_weights, a.fc2_bias,
               quant_scales, nullptr /*input_sf*/, nullptr /*swiglu_alpha*/, nullptr /*swiglu_beta*/,
-              nullptr /*swiglu_limit*/, a.tp_size, a.tp_rank, a.ep_size, a.ep_rank, int64_t{1} /*cluster_size*/,
+              nullptr /*swiglu_limit*/, o.tp_size, o.tp_rank, o.ep_size, o.ep_rank, int64_t{1} /*cluster_size*/,
               int64_t{0} /*cluster_rank*/, false /*enable_alltoall*/, false /*min_latency_mode*/,
-              profile_ids, a.enable_pdl, static_cast<int64_t>(a.activation));
+              profile_ids, o.enable_pdl, static_cast<int64_t>(o.activation));
 }
 
 }  // namespace flashcpp

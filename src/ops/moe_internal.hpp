@@ -70,7 +70,8 @@ inline size_t token_bucket(int64_t tokens) {
 bool stream_capturing(cudaStream_t stream);
 // run()'s first call of an untuned bucket and shape (FusedMoeConfig::auto_tune): the recorded tactics, else tune()
 // and record them.
-void auto_tune(FusedMoeRunner::State& s, const FusedMoeTensors& a, const MoeProblemShape& shape, cudaStream_t stream);
+void auto_tune(FusedMoeRunner::State& s, const FusedMoeTensors& a, const FusedMoeOptions& o,
+               const MoeProblemShape& shape, cudaStream_t stream);
 
 }  // namespace ops
 }  // namespace flashcpp

@@ -65,21 +65,22 @@ void keep_tactics(FusedMoeRunner::State& s, int64_t tokens, const MoeProblemShap
 // set_tactics' checks of the tactics themselves.
 void validate_tactics(const Validator& v, const FusedMoeRunner::State& s, const MoeTactics& tactics);
 // tune()'s work, with tune_mu held by the caller.
-MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeTensors& a, cudaStream_t stream);
+MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeTensors& a, const FusedMoeOptions& o,
+                       cudaStream_t stream);
 }  // namespace
 
-MoeProblemShape MoeProblemShape::of(const FusedMoeTensors& a) {
+MoeProblemShape MoeProblemShape::of(const FusedMoeTensors& a, const FusedMoeOptions& o) {
   MoeProblemShape p;
   p.hidden = a.input.size(1);
   p.intermediate = a.fc2_weights.size(2);
   p.experts = a.fc2_weights.size(0);
   p.top_k = a.token_selected_experts.size(1);
-  p.activation = a.activation;
+  p.activation = o.activation;
   p.bias = a.fc1_bias != nullptr;
-  p.tp_size = a.tp_size;
-  p.tp_rank = a.tp_rank;
-  p.ep_size = a.ep_size;
-  p.ep_rank = a.ep_rank;
+  p.tp_size = o.tp_size;
+  p.tp_rank = o.tp_rank;
+  p.ep_size = o.ep_size;
+  p.ep_rank = o.ep_rank;
   return p;
 }
 
@@ -101,17 +102,18 @@ MoeTactics FusedMoeRunner::tactics_for(int64_t tokens, const MoeProblemShape& sh
   return t ? t->tactics : MoeTactics{};
 }
 
-MoeTactics FusedMoeRunner::tune(const FusedMoeTensors& a, cudaStream_t stream) {
+MoeTactics FusedMoeRunner::tune(const FusedMoeTensors& a, const FusedMoeOptions& o, cudaStream_t stream) {
   ops::check_plan_alive(Validator(kTuneOp), s_.get(), "runner");
   State& s = *s_;
-  validate_fused_moe(s.config, a);
+  validate_fused_moe(s.config, a, o);
   if (s.config.quantization == MoeQuantization::deepseek_fp8_block_scale) return {};
   std::lock_guard tune_lock(s.tune_mu);
-  return tune_locked(s, a, stream);
+  return tune_locked(s, a, o, stream);
 }
 
 namespace {
-MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeTensors& a, cudaStream_t stream) {
+MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeTensors& a, const FusedMoeOptions& o,
+                       cudaStream_t stream) {
   const int64_t tokens = a.input.size(0), top_k = a.token_selected_experts.size(1);
   // The profiler entries, resolved here: a runner that is never tuned does not depend on them.
   const ffi::Function run_gemm_profile = s.runner.method("run_gemm_profile");
@@ -130,9 +132,9 @@ MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeTensors& a, cudaS
   // `gemm` on these shapes; `prepare` first builds the profiler's routing and workspace for them.
   auto profile = [&](int64_t gemm, int64_t id, bool prepare) {
     ffi::invoke(run_gemm_profile, binding, nullptr, a.input, a.fc1_weights, a.fc1_bias, a.fc2_weights, a.fc2_bias,
-                top_k, a.tp_size, a.tp_rank, a.ep_size, a.ep_rank, int64_t{1} /*cluster_size*/,
+                top_k, o.tp_size, o.tp_rank, o.ep_size, o.ep_rank, int64_t{1} /*cluster_size*/,
                 int64_t{0} /*cluster_rank*/, false /*enable_alltoall*/, false /*min_latency_mode*/, gemm, id, prepare,
-                a.enable_pdl, static_cast<int64_t>(a.activation));
+                o.enable_pdl, static_cast<int64_t>(o.activation));
   };
   // Runs `call` (work on `ts`) and waits for it. True when it ran; false when it was refused (FlashInfer
   // raised, or a launch left a non-sticky error, cleared); with `must_run` a refusal throws instead. A sticky
@@ -204,7 +206,7 @@ MoeTactics tune_locked(FusedMoeRunner::State& s, const FusedMoeTensors& a, cudaS
     done.record(ts);
     cuda_check(cudaStreamWaitEvent(stream, done.get(), 0), kTuneOp);
   }
-  const MoeProblemShape shape = MoeProblemShape::of(a);
+  const MoeProblemShape shape = MoeProblemShape::of(a, o);
   keep_tactics(s, tokens, &shape, chosen);
   return chosen;
 }
@@ -317,7 +319,8 @@ bool stream_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-void auto_tune(FusedMoeRunner::State& s, const FusedMoeTensors& a, const MoeProblemShape& shape, cudaStream_t stream) {
+void auto_tune(FusedMoeRunner::State& s, const FusedMoeTensors& a, const FusedMoeOptions& o,
+               const MoeProblemShape& shape, cudaStream_t stream) {
   const size_t bucket = token_bucket(a.input.size(0));
   std::lock_guard tune_lock(s.tune_mu);
   {
@@ -331,7 +334,7 @@ void auto_tune(FusedMoeRunner::State& s, const FusedMoeTensors& a, const MoeProb
       keep_tactics(s, a.input.size(0), &shape, *t);
       return;
     }
-  const MoeTactics t = tune_locked(s, a, stream);
+  const MoeTactics t = tune_locked(s, a, o, stream);
   if (!file.empty()) record_tactics(s, file, key, t);
 }
 

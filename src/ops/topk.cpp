@@ -71,7 +71,7 @@ void check_row_states(const Validator& v, OptionalTensor row_states, const Tenso
 }  // namespace
 
 void top_k(const Runtime& rt, const TensorView& input, const TensorView& indices, const TensorView& values,
-           const TopKOptions& options, cudaStream_t stream) {
+           OptionalTensor row_states, cudaStream_t stream) {
   const Validator v("top_k");
   const int64_t d = check_input(v, input);
   const int64_t k = check_index_output(v, indices, "indices", input);
@@ -81,18 +81,17 @@ void top_k(const Runtime& rt, const TensorView& input, const TensorView& indices
   ops::check_same_device(v, values, "values", input, "input");
   v.same_dtype(values, "values", input, "input").same_shape(values, "values", indices, "indices");
   v.contiguous(values, "values");
-  check_row_states(v, options.row_states, input, d);
-  v.no_overlap({{&indices, "indices"}, {&values, "values"}, {options.row_states, "row_states"}}, {{&input, "input"}});
+  check_row_states(v, row_states, input, d);
+  v.no_overlap({{&indices, "indices"}, {&values, "values"}, {row_states, "row_states"}}, {{&input, "input"}});
   if (input.shape[0] == 0) return;
   const auto mod = topk_module(rt);
   const ops::CurrentDeviceScope device_scope(input.device.id);  // FlashInfer sets it and leaves it set
-  ffi::invoke(mod.fns[kRadixTopk], ops::binding_for(input, stream), nullptr, input, indices, values,
-              options.row_states, k);
+  ffi::invoke(mod.fns[kRadixTopk], ops::binding_for(input, stream), nullptr, input, indices, values, row_states, k);
 }
 
 void top_k_page_table_transform(const Runtime& rt, const TensorView& input, const TensorView& lengths,
                                 const TensorView& src_page_table, const TensorView& output_page_table,
-                                const TopKPageTableOptions& options, cudaStream_t stream) {
+                                OptionalTensor row_to_batch, OptionalTensor row_states, cudaStream_t stream) {
   const Validator v("top_k_page_table_transform");
   const int64_t max_len = check_input(v, input);
   const int64_t rows = input.shape[0];
@@ -104,8 +103,8 @@ void top_k_page_table_transform(const Runtime& rt, const TensorView& input, cons
   if (src_page_table.shape[1] < max_len)
     v.fail("src_page_table", "must have at least max_len = input.size(1) = " + std::to_string(max_len) +
                                  " columns; got " + src_page_table.describe());
-  if (options.row_to_batch) {
-    ops::check_device_index_array(v, *options.row_to_batch, "row_to_batch", rows, input, "input");
+  if (row_to_batch) {
+    ops::check_device_index_array(v, *row_to_batch, "row_to_batch", rows, input, "input");
     if (rows != 0 && src_page_table.shape[0] < 1)
       v.fail("src_page_table",
              "must have at least one row (row_to_batch names its rows); got " + src_page_table.describe());
@@ -114,19 +113,19 @@ void top_k_page_table_transform(const Runtime& rt, const TensorView& input, cons
       v.fail("src_page_table", "must have a row per input row (" + std::to_string(rows) +
                                    ") when row_to_batch is absent; got " + src_page_table.describe());
   }
-  check_row_states(v, options.row_states, input, max_len);
-  v.no_overlap({{&output_page_table, "output_page_table"}, {options.row_states, "row_states"}},
+  check_row_states(v, row_states, input, max_len);
+  v.no_overlap({{&output_page_table, "output_page_table"}, {row_states, "row_states"}},
                {{&input, "input"}, {&lengths, "lengths"}, {&src_page_table, "src_page_table"},
-                {options.row_to_batch, "row_to_batch"}});
+                {row_to_batch, "row_to_batch"}});
   if (rows == 0) return;
   const auto mod = topk_module(rt);
   const ops::CurrentDeviceScope device_scope(input.device.id);  // FlashInfer sets it and leaves it set
   ffi::invoke(mod.fns[kPageTableTransform], ops::binding_for(input, stream), nullptr, input, output_page_table,
-              src_page_table, options.row_to_batch, lengths, options.row_states, k);
+              src_page_table, row_to_batch, lengths, row_states, k);
 }
 
 void top_k_ragged_transform(const Runtime& rt, const TensorView& input, const TensorView& offsets,
-                            const TensorView& lengths, const TensorView& output_indices, const TopKOptions& options,
+                            const TensorView& lengths, const TensorView& output_indices, OptionalTensor row_states,
                             cudaStream_t stream) {
   const Validator v("top_k_ragged_transform");
   const int64_t max_len = check_input(v, input);
@@ -134,14 +133,14 @@ void top_k_ragged_transform(const Runtime& rt, const TensorView& input, const Te
   const int64_t k = check_index_output(v, output_indices, "output_indices", input);
   ops::check_device_index_array(v, offsets, "offsets", rows, input, "input");
   ops::check_device_index_array(v, lengths, "lengths", rows, input, "input");
-  check_row_states(v, options.row_states, input, max_len);
-  v.no_overlap({{&output_indices, "output_indices"}, {options.row_states, "row_states"}},
+  check_row_states(v, row_states, input, max_len);
+  v.no_overlap({{&output_indices, "output_indices"}, {row_states, "row_states"}},
                {{&input, "input"}, {&offsets, "offsets"}, {&lengths, "lengths"}});
   if (rows == 0) return;
   const auto mod = topk_module(rt);
   const ops::CurrentDeviceScope device_scope(input.device.id);  // FlashInfer sets it and leaves it set
   ffi::invoke(mod.fns[kRaggedTransform], ops::binding_for(input, stream), nullptr, input, output_indices, offsets,
-              lengths, options.row_states, k);
+              lengths, row_states, k);
 }
 
 }  // namespace flashcpp

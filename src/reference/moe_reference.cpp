@@ -36,10 +36,11 @@ void quantize_blocks_e4m3(std::vector<double>& v) {
 }
 }  // namespace
 
-void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeTensors& a, std::vector<double>& out, int threads) {
+void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeTensors& a, const FusedMoeOptions& opts,
+                         std::vector<double>& out, int threads) {
   const int64_t T = a.input.size(0), H = a.input.size(1), K = a.token_selected_experts.size(1);
   const int64_t E = a.fc2_weights.size(0), I = a.fc2_weights.size(2);
-  const bool gated = moe_activation_is_gated(a.activation);
+  const bool gated = moe_activation_is_gated(opts.activation);
   const int64_t N1 = gated ? 2 * I : I;
   // The reference reads host memory by these shapes: make sure they agree before reading anything.
   const Validator v("fused_moe_reference");
@@ -50,7 +51,7 @@ void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeTensors& a, std:
       .shape(a.token_final_scales, "token_final_scales", {T, K});
   const bool fp8 = c.quantization == MoeQuantization::fp8_per_tensor;
   const bool ds = c.quantization == MoeQuantization::deepseek_fp8_block_scale;
-  const int64_t expert_base = a.ep_rank * E;  // experts of this rank: [ep_rank·E, (ep_rank+1)·E)
+  const int64_t expert_base = opts.ep_rank * E;  // experts of this rank: [ep_rank·E, (ep_rank+1)·E)
   out.assign(static_cast<size_t>(T * H), 0.0);
   // The fc2 input dtype: what the kernel stores the activation in.
   const DType act_store = fp8 ? DType::e4m3 : (ds ? DType::bf16 : c.activation_dtype);
@@ -91,7 +92,8 @@ void fused_moe_reference(const FusedMoeConfig& c, const FusedMoeTensors& a, std:
       }
       const double q2 = fp8 ? (a.fc2_quant->rank == 0 ? at(*a.fc2_quant, {}) : at(*a.fc2_quant, {e})) : 1.0;
       for (int64_t i = 0; i < I; ++i) {
-        const double v = gated ? moe_activation(a.activation, h[I + i]) * h[i] : moe_activation(a.activation, h[i]);
+        const double v =
+            gated ? moe_activation(opts.activation, h[I + i]) * h[i] : moe_activation(opts.activation, h[i]);
         act[i] = round_through(act_store, static_cast<float>(v * q2));
       }
       if (ds) quantize_blocks_e4m3(act);

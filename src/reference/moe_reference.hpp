@@ -11,9 +11,10 @@
 namespace flashcpp::reference {
 
 /// Host views with the shapes and dtypes FusedMoeTensors documents (fc1_input_dequant is not used:
-/// the fp8 input is taken as given and fc1_dequant holds the combined input × weight scale).
-void fused_moe_reference(const FusedMoeConfig& config, const FusedMoeTensors& args, std::vector<double>& out,
-                         int threads = 1);
+/// the fp8 input is taken as given and fc1_dequant holds the combined input × weight scale). Of `options`,
+/// activation and ep_rank are read (tp_size, tp_rank and enable_pdl are not).
+void fused_moe_reference(const FusedMoeConfig& config, const FusedMoeTensors& tensors, const FusedMoeOptions& options,
+                         std::vector<double>& out, int threads = 1);
 
 /// act(x) of a non-gated activation, or act(gate) for a gated one (silu for swiglu, gelu for geglu).
 double moe_activation(MoeActivation a, double x) noexcept;

@@ -444,6 +444,7 @@ void run_moe(const MoeCase& c) {
     a.fc2_dequant = &d2;
     a.fc1_input_dequant = &di;
   }
+  const FusedMoeOptions opts;  // swiglu, one rank
   auto runner = FusedMoeRunner::shared(*runtime(), cfg);
   Stream stream(0);
   if (c.tune) {
@@ -454,23 +455,23 @@ void run_moe(const MoeCase& c) {
                                   std::to_string(Hd) + " I" + std::to_string(I);
     SCOPED_TRACE(case_name);
     MoeTactics chosen;
-    ASSERT_NO_THROW(chosen = runner->tune(a, stream)) << case_name << ": tune() threw";
+    ASSERT_NO_THROW(chosen = runner->tune(a, opts, stream)) << case_name << ": tune() threw";
     std::cout << "[ tuned    ] " << case_name << ": tune() chose gemm1 " << chosen.gemm1 << ", gemm2 " << chosen.gemm2
               << std::endl;
     SCOPED_TRACE("tactics from tune(): gemm1 " + std::to_string(chosen.gemm1) + ", gemm2 " + std::to_string(chosen.gemm2));
     ASSERT_NO_THROW(stream.synchronize()) << case_name << ": the stream failed right after tune(), before run()";
     EXPECT_GE(chosen.gemm1, 0) << "no gemm1 candidate ran";
     EXPECT_GE(chosen.gemm2, 0) << "no gemm2 candidate ran";
-    const MoeTactics kept = runner->tactics_for(T, MoeProblemShape::of(a));
+    const MoeTactics kept = runner->tactics_for(T, MoeProblemShape::of(a, opts));
     EXPECT_EQ(kept.gemm1, chosen.gemm1);
     EXPECT_EQ(kept.gemm2, chosen.gemm2);
     out.poison();
-    ASSERT_NO_THROW(runner->run(a, stream)) << case_name << ": run() with the tuned tactics threw";
+    ASSERT_NO_THROW(runner->run(a, opts, stream)) << case_name << ": run() with the tuned tactics threw";
     ASSERT_NO_THROW(stream.synchronize()) << case_name << ": the stream failed after run() with the tuned tactics "
                                           << "(gemm1 " << chosen.gemm1 << ", gemm2 " << chosen.gemm2
                                           << "); tune() and the synchronize after it had succeeded";
   } else {
-    runner->run(a, stream);
+    runner->run(a, opts, stream);
     stream.synchronize();
   }
   out.download();
@@ -497,7 +498,7 @@ void run_moe(const MoeCase& c) {
     h.fc1_input_dequant = &hdi;
   }
   std::vector<double> want;
-  ref::fused_moe_reference(runner->config(), h, want, threads());
+  ref::fused_moe_reference(runner->config(), h, opts, want, threads());
   if (ds) expect_close("moe deepseek fp8 block-scale", DType::bf16, out.host.data(), want, 3e-2, 1e-1, 4e-2);
   else if (pt) expect_close("moe fp8 per-tensor", DType::bf16, out.host.data(), want, 3e-2, 1e-1, 4e-2);
   else expect_close("moe bf16", DType::bf16, out.host.data(), want, 1e-2, 5e-2, 1e-2);

@@ -511,7 +511,7 @@ TEST(MultiGpu, FusedMoeOnDeviceOneMatchesDeviceZero) {
     a.token_final_scales = on.put(scales, DType::f32, {Tm, K});
     a.fc1_weights = on.put(w1, DType::bf16, {E, 2 * Im, Hm});
     a.fc2_weights = on.put(w2, DType::bf16, {E, Hm, Im});
-    runner.run(a, on.stream());
+    runner.run(a, {.activation = MoeActivation::swiglu}, on.stream());
     return on.get(a.output);
   };
   std::vector<uint16_t> e1, e0;

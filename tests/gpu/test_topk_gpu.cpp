@@ -223,7 +223,7 @@ TEST_F(TopkGpu, TopKMatchesTheReferenceAsSets) {
     const TensorView vview = TensorView::contiguous(val.get(), c.dtype, Device::cuda(0), {c.rows, c.k});
     idx.poison();
     CUDA_OK(cudaMemset(val.get(), kTopkPoisonByte, vbytes));
-    top_k(runtime(), s.dview(), idx.dview(), vview, {.row_states = c.row_states ? &rs.view : nullptr});
+    top_k(runtime(), s.dview(), idx.dview(), vview, c.row_states ? &rs.view : nullptr);
     idx.download();
     std::vector<uint8_t> vhost(vbytes);
     CUDA_OK(cudaMemcpy(vhost.data(), val.get(), vbytes, cudaMemcpyDeviceToHost));
@@ -296,7 +296,7 @@ TEST_F(TopkGpu, PageTableTransformMatchesTheReferenceAsSets) {
     const TensorView r2bv = r2b.dview();
     const bool one_to_one = c.s_q == 1;
     top_k_page_table_transform(runtime(), s.dview(), len.dview(), table.dview(), out.dview(),
-                               {.row_to_batch = one_to_one ? nullptr : &r2bv, .row_states = &rs.view});
+                               one_to_one ? nullptr : &r2bv, &rs.view);
     out.download();
     const TensorView r2bh = r2b.hview();
     ref::top_k_page_table_transform(s.hview(), len.hview(), table.hview(), want.hview(), one_to_one ? nullptr : &r2bh);
@@ -348,7 +348,7 @@ TEST_F(TopkGpu, RaggedTransformMatchesTheReferenceAsSets) {
     len.upload();
     off.upload();
     out.poison();
-    top_k_ragged_transform(runtime(), s.dview(), off.dview(), len.dview(), out.dview(), {.row_states = &rs.view});
+    top_k_ragged_transform(runtime(), s.dview(), off.dview(), len.dview(), out.dview(), &rs.view);
     out.download();
     ref::top_k_ragged_transform(s.hview(), off.hview(), len.hview(), want.hview());
     std::vector<std::string> why(static_cast<size_t>(rows));
@@ -380,7 +380,7 @@ TEST_F(TopkGpu, RowStatesAreReusableAcrossLaunches) {
     Arr<double> want_val(DType::f64, {1, 2048});
     idx.poison();
     val.poison();
-    top_k(runtime(), s.dview(), idx.dview(), val.dview(), {.row_states = &rs.view});
+    top_k(runtime(), s.dview(), idx.dview(), val.dview(), &rs.view);
     idx.download();
     ref::top_k(s.hview(), want.hview(), want_val.hview());
     std::vector<int64_t> got(idx.host.begin(), idx.host.end()), wp(want.host.begin(), want.host.end());
@@ -443,7 +443,7 @@ TEST_F(TopkGpu, IndexerTopKFeedsSparseDecode) {
   indices.poison();
   const TensorView r2bv = r2b.dview();
   top_k_page_table_transform(runtime(), logits.dview(), len.dview(), table.dview(), indices.dview(),
-                             {.row_to_batch = &r2bv, .row_states = &rs.view}, stream);
+                             &r2bv, &rs.view, stream);
 
   // Sparse decode on the same stream, reading top-k's output as its indices [b, s_q, k] (the same bytes).
   Arr<uint16_t> q(DType::bf16, {b, s_q, h_q, 576});

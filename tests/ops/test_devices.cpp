@@ -373,11 +373,11 @@ TEST_F(Devices, MoeRefusesTensorsOffTheRunnersDevice) {
   a.token_final_scales = dev(DType::f32, {4, 2});
   a.fc1_weights = dev(DType::bf16, {8, 256, 256});
   a.fc2_weights = dev(DType::bf16, {8, 256, 128});
-  validate_fused_moe(cfg, a);  // the baseline is valid
+  validate_fused_moe(cfg, a, {});  // the baseline is valid
   auto with = [&](auto mutate) {
     FusedMoeTensors m = a;
     mutate(m);
-    validate_fused_moe(cfg, m);
+    validate_fused_moe(cfg, m, {});
   };
   EXPECT_INVALID(with([](FusedMoeTensors& m) { m.input = on(m.input, 1); }), "argument 'input' must be on the runner's device cuda:0");
   EXPECT_INVALID(with([](FusedMoeTensors& m) { m.output = on(m.output, 1); }), "argument 'output' must be on the device of 'input'");
@@ -401,12 +401,12 @@ TEST_F(Devices, MoeRefusesTensorsOffTheRunnersDevice) {
   one.device = 1;
   auto runner = FusedMoeRunner::create(rt(), one);
   (void)recorded_extra("fused_moe_90");
-  EXPECT_INVALID(runner.run(a, nullptr), "argument 'input' must be on the runner's device cuda:1");
+  EXPECT_INVALID(runner.run(a, {}, nullptr), "argument 'input' must be on the runner's device cuda:1");
   FusedMoeTensors a1 = a;
   for (TensorView* t : {&a1.output, &a1.input, &a1.token_selected_experts, &a1.token_final_scales, &a1.fc1_weights,
                         &a1.fc2_weights})
     *t = on(*t, 1);
-  runner.run(a1, nullptr);
+  runner.run(a1, {}, nullptr);
   const auto calls = lines(recorded_extra("fused_moe_90"));
   ASSERT_EQ(calls.size(), 1u);
   expect_all_on(calls[0], 1);

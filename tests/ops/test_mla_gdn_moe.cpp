@@ -435,6 +435,7 @@ struct MoeFixture {
   // 4 tokens, top-2, 8 experts, hidden 256, intermediate 128, swiglu.
   FusedMoeConfig cfg;
   FusedMoeTensors a;
+  FusedMoeOptions o;  // swiglu, no tensor or expert parallelism
   TensorView fc1_dq, fc2_q, fc2_dq, in_dq, bs1, bs2, b1, b2;
   explicit MoeFixture(MoeQuantization q = MoeQuantization::none) {
     cfg.quantization = q;
@@ -483,7 +484,7 @@ TEST_F(MlaGdnMoeOps, MoeRunnerCreatedOnceAndPacked) {
   for (int i = 4; i < 8; ++i) EXPECT_EQ(init[i], "b:0");
 
   for (int call = 0; call < 2; ++call) {
-    runner.run(f.a, nullptr);
+    runner.run(f.a, f.o, nullptr);
     auto a = split(recorded("fused_moe_90"));  // run_moe only: init is not repeated
     ASSERT_EQ(a.size(), 25u);
     EXPECT_EQ(a[0], "run_moe");
@@ -512,10 +513,10 @@ TEST_F(MlaGdnMoeOps, MoeRunnerCreatedOnceAndPacked) {
   MoeFixture g;
   g.a.fc1_bias = &g.b1;
   g.a.fc2_bias = &g.b2;
-  g.a.activation = MoeActivation::relu;
+  g.o.activation = MoeActivation::relu;
   g.a.fc1_weights = cuda_view(0x5000000, DType::bf16, {8, 128, 256});
   g.b1 = cuda_view(0x7600000, DType::bf16, {8, 128});
-  runner.run(g.a, nullptr);
+  runner.run(g.a, g.o, nullptr);
   auto a = split(recorded("fused_moe_90"));
   ASSERT_EQ(a.size(), 25u);
   EXPECT_EQ(a[6], tensor_str(g.b1));
@@ -528,7 +529,7 @@ TEST_F(MlaGdnMoeOps, MoeTunePacksTheProfilerCallsAndRunsPassTheTactics) {
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
   EXPECT_EQ(runner.tactics_for(4).gemm1, -1);
-  const MoeTactics t = runner.tune(f.a, nullptr);  // no candidates offered: defaults kept
+  const MoeTactics t = runner.tune(f.a, f.o, nullptr);  // no candidates offered: defaults kept
   EXPECT_EQ(t.gemm1, -1);
   EXPECT_EQ(t.gemm2, -1);
   auto lines = split(recorded("fused_moe_90"), '\n');
@@ -549,7 +550,7 @@ TEST_F(MlaGdnMoeOps, MoeTunePacksTheProfilerCallsAndRunsPassTheTactics) {
     EXPECT_EQ(p[19], "i:3");   // swiglu
   }
   // Runs in the tuned bucket (4 tokens: bucket 4) pass the tactics; another bucket passes None.
-  runner.run(f.a, nullptr);
+  runner.run(f.a, f.o, nullptr);
   auto a = split(recorded("fused_moe_90"));
   ASSERT_EQ(a.size(), 25u);
   EXPECT_EQ(a[22], "[i:-1,i:-1]");
@@ -558,19 +559,19 @@ TEST_F(MlaGdnMoeOps, MoeTunePacksTheProfilerCallsAndRunsPassTheTactics) {
   g.a.input = cuda_view(0x2000000, DType::bf16, {16, 256});
   g.a.token_selected_experts = cuda_view(0x3000000, DType::i32, {16, 2});
   g.a.token_final_scales = cuda_view(0x4000000, DType::f32, {16, 2});
-  runner.run(g.a, nullptr);
+  runner.run(g.a, g.o, nullptr);
   a = split(recorded("fused_moe_90"));
   ASSERT_EQ(a.size(), 25u);
   EXPECT_EQ(a[22], "None");
   // Tuning validates as run does, and block-scale runners have nothing to tune.
   f.a.token_final_scales = cuda_view(0x4000000, DType::f32, {4, 3});
-  EXPECT_INVALID(runner.tune(f.a, nullptr), "token_final_scales");
+  EXPECT_INVALID(runner.tune(f.a, f.o, nullptr), "token_final_scales");
   EXPECT_EQ(recorded("fused_moe_90"), "");
   MoeFixture d(MoeQuantization::deepseek_fp8_block_scale);
   d.a.input = cuda_view(0x2000000, DType::bf16, {4, 256});
   auto block = FusedMoeRunner::create(*rt_, d.cfg);
   (void)recorded("fused_moe_90");
-  EXPECT_EQ(block.tune(d.a, nullptr).gemm1, -1);
+  EXPECT_EQ(block.tune(d.a, d.o, nullptr).gemm1, -1);
   EXPECT_EQ(recorded("fused_moe_90"), "");
 }
 
@@ -586,7 +587,7 @@ TEST_F(MlaGdnMoeOps, MoeSetTacticsIsValidatedAndPassedByRun) {
   EXPECT_EQ(recorded("fused_moe_90"), "");
   runner.set_tactics(3, {-1, -1});  // bucket 4, as the fixture's 4 tokens
   EXPECT_EQ(runner.tactics_for(4).gemm1, -1);
-  runner.run(f.a, nullptr);
+  runner.run(f.a, f.o, nullptr);
   auto a = split(recorded("fused_moe_90"));
   ASSERT_EQ(a.size(), 25u);
   EXPECT_EQ(a[22], "[i:-1,i:-1]");
@@ -618,9 +619,9 @@ TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
   const V tuned_then_run = {"run_gemm_profile", "run_gemm_profile", "run_moe"}, run_only = {"run_moe"};
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
-  runner.run(f.a, nullptr);
+  runner.run(f.a, f.o, nullptr);
   EXPECT_EQ(calls(), tuned_then_run);
-  runner.run(f.a, nullptr);
+  runner.run(f.a, f.o, nullptr);
   EXPECT_EQ(calls(), run_only);
   ASSERT_TRUE(fs::is_directory(records));
   fs::path file;
@@ -635,7 +636,7 @@ TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
   // A new runner (as in the next process) reads the record: no tuning.
   auto second = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
-  second.run(f.a, nullptr);
+  second.run(f.a, f.o, nullptr);
   EXPECT_EQ(calls(), run_only);
   // Another bucket of the same shape is tuned and added to the same record.
   MoeFixture g;
@@ -644,7 +645,7 @@ TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
   g.a.input = cuda_view(0x2000000, DType::bf16, {16, 256});
   g.a.token_selected_experts = cuda_view(0x3000000, DType::i32, {16, 2});
   g.a.token_final_scales = cuda_view(0x4000000, DType::f32, {16, 2});
-  second.run(g.a, nullptr);
+  second.run(g.a, g.o, nullptr);
   EXPECT_EQ(calls(), tuned_then_run);
   std::stringstream both;
   both << std::ifstream(file).rdbuf();
@@ -655,7 +656,7 @@ TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
   { std::ofstream(file) << "{ not json"; }
   auto third = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
-  third.run(f.a, nullptr);
+  third.run(f.a, f.o, nullptr);
   EXPECT_EQ(calls(), tuned_then_run);
   std::stringstream rewritten;
   rewritten << std::ifstream(file).rdbuf();
@@ -664,7 +665,7 @@ TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
   { std::ofstream(file) << "{\"module_sha256\": 5, \"tactics\": [1, 2]}"; }
   auto typed = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
-  typed.run(f.a, nullptr);
+  typed.run(f.a, f.o, nullptr);
   EXPECT_EQ(calls(), tuned_then_run);
   rewritten.str("");
   rewritten << std::ifstream(file).rdbuf();
@@ -677,7 +678,7 @@ TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
   }
   auto fourth = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
-  fourth.run(f.a, nullptr);
+  fourth.run(f.a, f.o, nullptr);
   EXPECT_EQ(calls(), tuned_then_run);
   // One another user could have written (group-writable) is neither used nor written.
   fs::permissions(file, fs::perms::group_write, fs::perm_options::add);
@@ -685,7 +686,7 @@ TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
   before << std::ifstream(file).rdbuf();
   auto fifth = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
-  fifth.run(f.a, nullptr);
+  fifth.run(f.a, f.o, nullptr);
   EXPECT_EQ(calls(), tuned_then_run);
   std::stringstream after;
   after << std::ifstream(file).rdbuf();
@@ -696,7 +697,7 @@ TEST_F(MlaGdnMoeOps, MoeAutoTuneTunesOnceRecordsTheTacticsAndReusesTheRecord) {
   MoeFixture off;
   auto plain = FusedMoeRunner::create(*rt_, off.cfg);
   (void)recorded("fused_moe_90");
-  plain.run(off.a, nullptr);
+  plain.run(off.a, off.o, nullptr);
   auto a = split(recorded("fused_moe_90"));
   ASSERT_EQ(a.size(), 25u);
   EXPECT_EQ(a[0], "run_moe");
@@ -708,8 +709,8 @@ TEST_F(MlaGdnMoeOps, MoeTacticsAreKeptPerProblemShape) {
   MoeFixture f;  // 4 tokens (bucket 4), H 256, I 128, E 8, top 2, swiglu
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
-  auto profile_ids_of_run = [&](const FusedMoeTensors& args) {
-    runner.run(args, nullptr);
+  auto profile_ids_of_run = [&](const MoeFixture& m) {
+    runner.run(m.a, m.o, nullptr);
     auto a = split(recorded("fused_moe_90"));
     return a.size() == 25u ? a[22] : "unexpected record of " + std::to_string(a.size()) + " fields";
   };
@@ -731,51 +732,51 @@ TEST_F(MlaGdnMoeOps, MoeTacticsAreKeptPerProblemShape) {
   inter.a.fc2_weights = cuda_view(0x6000000, DType::bf16, {8, 256, 64});
   top_k.a.token_selected_experts = cuda_view(0x3000000, DType::i32, {4, 1});
   top_k.a.token_final_scales = cuda_view(0x4000000, DType::f32, {4, 1});
-  act.a.activation = MoeActivation::geglu;
+  act.o.activation = MoeActivation::geglu;
   bias.a.fc1_bias = &bias.b1;
   bias.a.fc2_bias = &bias.b2;
-  tp.a.tp_size = 2;
-  ep.a.ep_size = 2;
-  rank.a.ep_size = 2;
-  rank.a.ep_rank = 1;
+  tp.o.tp_size = 2;
+  ep.o.ep_size = 2;
+  rank.o.ep_size = 2;
+  rank.o.ep_rank = 1;
   const std::pair<const char*, MoeFixture*> others[] = {{"experts", &experts}, {"hidden", &hidden}, {"intermediate", &inter},
                                                         {"top_k", &top_k},     {"activation", &act}, {"bias", &bias},
                                                         {"tp_size", &tp},      {"ep_size", &ep},     {"ep_size and rank", &rank}};
-  EXPECT_EQ(profile_ids_of_run(f.a), "None");
-  runner.tune(f.a, nullptr);
+  EXPECT_EQ(profile_ids_of_run(f), "None");
+  runner.tune(f.a, f.o, nullptr);
   (void)recorded("fused_moe_90");  // the profiler's preparation
-  EXPECT_EQ(profile_ids_of_run(f.a), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(f), "[i:-1,i:-1]");
   for (const auto& [what, m] : others) {
-    EXPECT_NE(MoeProblemShape::of(m->a), MoeProblemShape::of(f.a)) << what;
-    EXPECT_EQ(profile_ids_of_run(m->a), "None") << "another " << what << " must not use f's tuned tactics";
+    EXPECT_NE(MoeProblemShape::of(m->a, m->o), MoeProblemShape::of(f.a, f.o)) << what;
+    EXPECT_EQ(profile_ids_of_run(*m), "None") << "another " << what << " must not use f's tuned tactics";
   }
   // The rank alone tells shapes apart too.
-  runner.tune(ep.a, nullptr);
+  runner.tune(ep.a, ep.o, nullptr);
   (void)recorded("fused_moe_90");
-  EXPECT_EQ(profile_ids_of_run(ep.a), "[i:-1,i:-1]");
-  EXPECT_EQ(profile_ids_of_run(rank.a), "None");
+  EXPECT_EQ(profile_ids_of_run(ep), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(rank), "None");
   // Same shape, other token counts: 3 tokens share the bucket, 5 do not.
   MoeFixture t3, t5;
   with_tokens(t3, 3);
   with_tokens(t5, 5);
-  EXPECT_EQ(MoeProblemShape::of(t3.a), MoeProblemShape::of(f.a));
-  EXPECT_EQ(profile_ids_of_run(t3.a), "[i:-1,i:-1]");
-  EXPECT_EQ(profile_ids_of_run(t5.a), "None");
+  EXPECT_EQ(MoeProblemShape::of(t3.a, t3.o), MoeProblemShape::of(f.a, f.o));
+  EXPECT_EQ(profile_ids_of_run(t3), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(t5), "None");
 
   // A second shape tuned in the same bucket: both keep their own.
-  runner.tune(experts.a, nullptr);
+  runner.tune(experts.a, experts.o, nullptr);
   (void)recorded("fused_moe_90");
-  EXPECT_EQ(profile_ids_of_run(experts.a), "[i:-1,i:-1]");
-  EXPECT_EQ(profile_ids_of_run(f.a), "[i:-1,i:-1]");
-  EXPECT_EQ(profile_ids_of_run(hidden.a), "None");
+  EXPECT_EQ(profile_ids_of_run(experts), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(f), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(hidden), "None");
 
   // set_tactics(tokens, t) applies to every shape of the bucket without tactics of its own; tactics_for(tokens)
   // reads those, tactics_for(tokens, shape) what run() uses.
   EXPECT_EQ(runner.tactics_for(4).gemm1, -1);
   runner.set_tactics(4, MoeTactics{});
-  EXPECT_EQ(profile_ids_of_run(hidden.a), "[i:-1,i:-1]");
-  EXPECT_EQ(profile_ids_of_run(t5.a), "None");  // bucket 8
-  EXPECT_EQ(runner.tactics_for(4, MoeProblemShape::of(hidden.a)).gemm2, -1);
+  EXPECT_EQ(profile_ids_of_run(hidden), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(t5), "None");  // bucket 8
+  EXPECT_EQ(runner.tactics_for(4, MoeProblemShape::of(hidden.a, hidden.o)).gemm2, -1);
 
   // set_tactics(tokens, shape, t): that shape only; validated.
   MoeFixture t16, inter16;
@@ -783,25 +784,25 @@ TEST_F(MlaGdnMoeOps, MoeTacticsAreKeptPerProblemShape) {
   with_tokens(inter16, 16);
   inter16.a.fc1_weights = inter.a.fc1_weights;
   inter16.a.fc2_weights = inter.a.fc2_weights;
-  runner.set_tactics(9, MoeProblemShape::of(t16.a), MoeTactics{});  // bucket 16
+  runner.set_tactics(9, MoeProblemShape::of(t16.a, t16.o), MoeTactics{});  // bucket 16
   (void)recorded("fused_moe_90");
-  EXPECT_EQ(profile_ids_of_run(t16.a), "[i:-1,i:-1]");
-  EXPECT_EQ(profile_ids_of_run(inter16.a), "None");
-  MoeProblemShape bad = MoeProblemShape::of(f.a);
+  EXPECT_EQ(profile_ids_of_run(t16), "[i:-1,i:-1]");
+  EXPECT_EQ(profile_ids_of_run(inter16), "None");
+  MoeProblemShape bad = MoeProblemShape::of(f.a, f.o);
   bad.hidden = 0;
   EXPECT_INVALID(runner.set_tactics(4, bad, MoeTactics{}), "'shape.hidden' must be >= 1");
-  bad = MoeProblemShape::of(f.a);
+  bad = MoeProblemShape::of(f.a, f.o);
   bad.top_k = -1;
   EXPECT_INVALID(runner.set_tactics(4, bad, MoeTactics{}), "shape.top_k");
-  bad = MoeProblemShape::of(f.a);
+  bad = MoeProblemShape::of(f.a, f.o);
   bad.ep_rank = 2;
   bad.ep_size = 2;
   EXPECT_INVALID(runner.set_tactics(4, bad, MoeTactics{}), "shape.ep_rank");
-  bad = MoeProblemShape::of(f.a);
+  bad = MoeProblemShape::of(f.a, f.o);
   bad.activation = static_cast<MoeActivation>(5);
   EXPECT_INVALID(runner.set_tactics(4, bad, MoeTactics{}), "shape.activation");
-  EXPECT_INVALID(runner.set_tactics(0, MoeProblemShape::of(f.a), MoeTactics{}), "'tokens' must be >= 1");
-  EXPECT_INVALID(runner.set_tactics(4, MoeProblemShape::of(f.a), MoeTactics{0, -1}), "'tactics.gemm1' must be -1 or in [0, 0)");
+  EXPECT_INVALID(runner.set_tactics(0, MoeProblemShape::of(f.a, f.o), MoeTactics{}), "'tokens' must be >= 1");
+  EXPECT_INVALID(runner.set_tactics(4, MoeProblemShape::of(f.a, f.o), MoeTactics{0, -1}), "'tactics.gemm1' must be -1 or in [0, 0)");
   EXPECT_EQ(recorded("fused_moe_90"), "");
 }
 
@@ -813,7 +814,7 @@ TEST_F(MlaGdnMoeOps, MoeFp8PerTensorScalesAreTensorObjects) {
   EXPECT_EQ(init[1], "dt:10.8");
   EXPECT_EQ(init[2], "dt:10.8");
   EXPECT_EQ(init[3], "dt:4.16");
-  runner.run(f.a, nullptr);
+  runner.run(f.a, f.o, nullptr);
   auto a = split(recorded("fused_moe_90"));
   ASSERT_EQ(a.size(), 25u);
   EXPECT_EQ(a[9], "[" + tensor_str(f.fc1_dq, "O") + "," + tensor_str(f.fc2_q, "O") + "," + tensor_str(f.fc2_dq, "O") +
@@ -835,7 +836,7 @@ TEST_F(MlaGdnMoeOps, MoeDeepSeekBlockScale) {
   EXPECT_EQ(init[1], "dt:4.16");
   EXPECT_EQ(init[2], "dt:10.8");
   EXPECT_EQ(init[4], "b:1");
-  runner.run(f.a, nullptr);
+  runner.run(f.a, f.o, nullptr);
   auto a = split(recorded("fused_moe_90"));
   ASSERT_EQ(a.size(), 25u);
   EXPECT_EQ(a[9], "[" + tensor_str(f.bs1, "O") + "," + tensor_str(f.bs2, "O") + "]");
@@ -887,11 +888,11 @@ TEST_F(MlaGdnMoeOps, MoeValidation) {
     MoeFixture f(q);
     if (q == MoeQuantization::deepseek_fp8_block_scale) f.a.input = cuda_view(0x2000000, DType::bf16, {4, 256});
     mutate(f);
-    EXPECT_INVALID(validate_fused_moe(f.cfg, f.a), fragment);
+    EXPECT_INVALID(validate_fused_moe(f.cfg, f.a, f.o), fragment);
   };
   using Q = MoeQuantization;
   // The valid fixtures pass.
-  for (Q q : {Q::none, Q::fp8_per_tensor}) EXPECT_NO_THROW(validate_fused_moe(MoeFixture(q).cfg, MoeFixture(q).a));
+  for (Q q : {Q::none, Q::fp8_per_tensor}) EXPECT_NO_THROW(validate_fused_moe(MoeFixture(q).cfg, MoeFixture(q).a, {}));
   check(Q::none, [](MoeFixture& f) { f.a.input.dtype = DType::f16; }, "'input'");
   check(Q::none, [](MoeFixture& f) { f.a.output = cuda_view(0x1000000, DType::bf16, {3, 256}); }, "output");
   check(Q::none, [](MoeFixture& f) { f.a.token_selected_experts.dtype = DType::i64; }, "token_selected_experts");
@@ -912,9 +913,9 @@ TEST_F(MlaGdnMoeOps, MoeValidation) {
   }, "hidden size");
   check(Q::none, [](MoeFixture& f) { f.a.fc1_bias = &f.b1; }, "together");
   check(Q::none, [](MoeFixture& f) { f.a.fc1_dequant = &f.fc1_dq; }, "absent");
-  check(Q::none, [](MoeFixture& f) { f.a.tp_rank = 1; }, "tp_rank");
-  check(Q::none, [](MoeFixture& f) { f.a.ep_size = 0; }, "ep_size");
-  check(Q::none, [](MoeFixture& f) { f.a.activation = static_cast<MoeActivation>(5); }, "activation");
+  check(Q::none, [](MoeFixture& f) { f.o.tp_rank = 1; }, "tp_rank");
+  check(Q::none, [](MoeFixture& f) { f.o.ep_size = 0; }, "ep_size");
+  check(Q::none, [](MoeFixture& f) { f.o.activation = static_cast<MoeActivation>(5); }, "activation");
   check(Q::none, [](MoeFixture& f) { f.cfg.weight_dtype = DType::e4m3; }, "config.weight_dtype");
   check(Q::none, [](MoeFixture& f) { f.a.input = cuda_view(0x2000000, DType::bf16, {4, 256}, 1); }, "device");
   check(Q::none, [](MoeFixture& f) { f.a.fc2_weights.strides[0] = 1 << 20; }, "contiguous");
@@ -930,7 +931,7 @@ TEST_F(MlaGdnMoeOps, MoeValidation) {
   }, "128 bits");
   check(Q::deepseek_fp8_block_scale, [](MoeFixture& f) { f.bs1 = cuda_view(0x7400000, DType::f32, {8, 2, 1}); },
         "fc1_block_scales");
-  check(Q::deepseek_fp8_block_scale, [](MoeFixture& f) { f.a.activation = MoeActivation::geglu; }, "swiglu");
+  check(Q::deepseek_fp8_block_scale, [](MoeFixture& f) { f.o.activation = MoeActivation::geglu; }, "swiglu");
   check(Q::deepseek_fp8_block_scale, [](MoeFixture& f) {
     f.a.input = cuda_view(0x2000000, DType::bf16, {4, 192});
     f.a.output = cuda_view(0x1000000, DType::bf16, {4, 192});
@@ -944,7 +945,7 @@ TEST_F(MlaGdnMoeOps, MoeValidation) {
   auto runner = FusedMoeRunner::create(*rt_, f.cfg);
   (void)recorded("fused_moe_90");
   f.a.token_final_scales.dtype = DType::bf16;
-  EXPECT_INVALID(runner.run(f.a, nullptr), "token_final_scales");
+  EXPECT_INVALID(runner.run(f.a, f.o, nullptr), "token_final_scales");
   EXPECT_EQ(recorded("fused_moe_90"), "");
 }
 
@@ -961,7 +962,7 @@ TEST_F(MlaGdnMoeOps, MovedFromPlanAndRunnerAreRefused) {
   auto runner = FusedMoeRunner::create(*rt_, m.cfg);
   FusedMoeRunner moved_runner = std::move(runner);
   (void)recorded("fused_moe_90");
-  EXPECT_INVALID(runner.run(m.a, nullptr), "'runner' was moved from");
+  EXPECT_INVALID(runner.run(m.a, m.o, nullptr), "'runner' was moved from");
   EXPECT_EQ(recorded("fused_moe_90"), "");
 }
 

@@ -164,18 +164,19 @@ TEST(MlaGdnMoeReference, MoeSwigluGateOrderAndRouting) {
   a.token_final_scales = host(scales, {1, 2});
   a.fc1_weights = host(w1, {2, 2, 2});
   a.fc2_weights = host(w2, {2, 2, 1});
-  a.activation = MoeActivation::swiglu;
+  FusedMoeOptions o;
+  o.activation = MoeActivation::swiglu;
   std::vector<double> out;
-  fused_moe_reference(c, a, out);
+  fused_moe_reference(c, a, o, out);
   auto silu = [](double z) { return z / (1 + std::exp(-z)); };
   // expert 0: linear = 1, gate = 2 → a = silu(2)·1; expert 1: linear = 2, gate = 3 → a = silu(3)·2.
   const double a0 = silu(2.0) * 1.0, a1 = silu(3.0) * 2.0;
   EXPECT_NEAR(out[0], 0.25 * 1 * a0 + 0.75 * 3 * a1, 1e-5);
   EXPECT_NEAR(out[1], 0.25 * 2 * a0 + 0.75 * 4 * a1, 1e-5);
   // Expert parallelism: rank 1 of 2 owns experts 2..3, so neither selection counts.
-  a.ep_size = 2;
-  a.ep_rank = 1;
-  fused_moe_reference(c, a, out);
+  o.ep_size = 2;
+  o.ep_rank = 1;
+  fused_moe_reference(c, a, o, out);
   EXPECT_EQ(out[0], 0.0);
 }
 
@@ -201,9 +202,8 @@ TEST(MlaGdnMoeReference, MoeFp8PerTensorDequantizesExactly) {
   a.fc2_quant = &v2;
   a.fc2_dequant = &v3;
   a.fc1_input_dequant = &v4;
-  a.activation = MoeActivation::identity;
   std::vector<double> out;
-  fused_moe_reference(c, a, out);
+  fused_moe_reference(c, a, {.activation = MoeActivation::identity}, out);
   // h = 3·0.5 = 1.5; q = e4m3(1.5·2) = 3; fc2 = 3·3·0.25 = 2.25.
   ASSERT_EQ(out.size(), 2u);
   EXPECT_DOUBLE_EQ(out[0], 2.25);

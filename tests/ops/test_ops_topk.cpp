@@ -36,7 +36,7 @@ class TopkOps : public OpsFixture {
 TEST_F(TopkOps, TopKPassesInputOutputsRowStatesAndKFromTheOutputWidth) {
   auto in = dev(DType::f32, {64, 65536}), idx = dev(DType::i32, {64, 2048}), val = dev(DType::f32, {64, 2048});
   auto rs = row_states();
-  top_k(rt(), in, idx, val, {.row_states = &rs});
+  top_k(rt(), in, idx, val, &rs);
   expect_args(one_call("radix_topk"), {T(in), T(idx), T(val), T(rs), I(2048)});
   // Rows short enough for one CTA on any device need no row states (FlashInfer gets None).
   auto in16 = dev(DType::bf16, {3, 8192}), idx16 = dev(DType::i32, {3, 8192}), val16 = dev(DType::bf16, {3, 8192});
@@ -49,7 +49,7 @@ TEST_F(TopkOps, PageTableTransformPassesFlashInfersArgumentOrder) {
   auto logits = dev(DType::f32, {8, 8192}), lengths = dev(DType::i32, {8}), r2b = dev(DType::i32, {8});
   auto table = dev(DType::i32, {4, 12000}), out = dev(DType::i32, {8, 2048});
   auto rs = row_states();
-  top_k_page_table_transform(rt(), logits, lengths, table, out, {.row_to_batch = &r2b, .row_states = &rs});
+  top_k_page_table_transform(rt(), logits, lengths, table, out, &r2b, &rs);
   expect_args(one_call("radix_topk_page_table_transform"),
               {T(logits), T(out), T(table), T(r2b), T(lengths), T(rs), I(2048)});
   // Without row_to_batch (a table row per input row) and without row states (max_len 4096, f16).
@@ -63,7 +63,7 @@ TEST_F(TopkOps, RaggedTransformPassesFlashInfersArgumentOrder) {
   auto logits = dev(DType::bf16, {7, 65536}), offsets = dev(DType::i32, {7}), lengths = dev(DType::i32, {7});
   auto out = dev(DType::i32, {7, 2048});
   auto rs = row_states();
-  top_k_ragged_transform(rt(), logits, offsets, lengths, out, {.row_states = &rs});
+  top_k_ragged_transform(rt(), logits, offsets, lengths, out, &rs);
   expect_args(one_call("radix_topk_ragged_transform"), {T(logits), T(out), T(offsets), T(lengths), T(rs), I(2048)});
 }
 
@@ -78,9 +78,9 @@ TEST_F(TopkOps, TransformsTakeKAboveMaxLenAndZeroRowsLaunchNothing) {
 
   // The rules do not depend on the row count: a 65536-wide input needs its row states even with no rows.
   auto rs = row_states();
-  top_k(rt(), dev(DType::f32, {0, 65536}), dev(DType::i32, {0, 2048}), dev(DType::f32, {0, 2048}), {.row_states = &rs});
+  top_k(rt(), dev(DType::f32, {0, 65536}), dev(DType::i32, {0, 2048}), dev(DType::f32, {0, 2048}), &rs);
   top_k_page_table_transform(rt(), dev(DType::f32, {0, 65536}), dev(DType::i32, {0}), dev(DType::i32, {0, 65536}),
-                             dev(DType::i32, {0, 2048}), {.row_states = &rs});
+                             dev(DType::i32, {0, 2048}), nullptr, &rs);
   top_k_ragged_transform(rt(), dev(DType::f32, {0, 4096}), dev(DType::i32, {0}), dev(DType::i32, {0}),
                          dev(DType::i32, {0, 2048}));
   expect_nothing_called();
@@ -147,24 +147,24 @@ TEST_F(TopkOps, TopKRulesAreCheckedBeforeTheCall) {
                  "argument 'values' must not overlap 'input'");
   auto big = dev(DType::f32, {4, 65536}), rs = row_states();
   const TensorView rs_on_idx = TensorView::contiguous(idx.data, DType::u8, idx.device, {kTopKRowStatesBytes});
-  EXPECT_INVALID(top_k(rt(), big, idx, val, {.row_states = &rs_on_idx}), "'row_states'");
+  EXPECT_INVALID(top_k(rt(), big, idx, val, &rs_on_idx), "'row_states'");
   expect_nothing_called();
 
   // The row states: 1-D, >= kTopKRowStatesBytes, 4-byte aligned, on input's device.
   auto small = dev(DType::u8, {kTopKRowStatesBytes - 1});
-  EXPECT_INVALID(top_k(rt(), big, idx, val, {.row_states = &small}),
+  EXPECT_INVALID(top_k(rt(), big, idx, val, &small),
                  "argument 'row_states' must hold at least 1048576 bytes");
   auto two_d = dev(DType::u8, {2, kTopKRowStatesBytes});
-  EXPECT_INVALID(top_k(rt(), big, idx, val, {.row_states = &two_d}), "argument 'row_states' must have rank 1");
+  EXPECT_INVALID(top_k(rt(), big, idx, val, &two_d), "argument 'row_states' must have rank 1");
   TensorView shifted = rs;
   shifted.data = static_cast<char*>(rs.data) + 2;
-  EXPECT_INVALID(top_k(rt(), big, idx, val, {.row_states = &shifted}),
+  EXPECT_INVALID(top_k(rt(), big, idx, val, &shifted),
                  "argument 'row_states' must have a data pointer aligned to 4 bytes");
   auto elsewhere = dev(DType::u8, {kTopKRowStatesBytes}, 1);
-  EXPECT_INVALID(top_k(rt(), big, idx, val, {.row_states = &elsewhere}),
+  EXPECT_INVALID(top_k(rt(), big, idx, val, &elsewhere),
                  "argument 'row_states' must be on the device of 'input'");
   auto as_i32 = dev(DType::i32, {kTopKRowStatesBytes / 4});  // any dtype: FlashInfer sees bytes
-  top_k(rt(), big, idx, val, {.row_states = &as_i32});
+  top_k(rt(), big, idx, val, &as_i32);
   EXPECT_EQ(lines(recorded()).size(), 1u);
   expect_nothing_called();
 }
@@ -187,13 +187,13 @@ TEST_F(TopkOps, TransformRulesAreCheckedBeforeTheCall) {
   EXPECT_INVALID(top_k_page_table_transform(rt(), in, len, dev(DType::i32, {5, 2048}), out),
                  "argument 'src_page_table' must have a row per input row (6) when row_to_batch is absent");
   auto two = dev(DType::i32, {2, 2048});
-  top_k_page_table_transform(rt(), in, len, two, out, {.row_to_batch = &r2b});  // rows map onto 2 requests
+  top_k_page_table_transform(rt(), in, len, two, out, &r2b);  // rows map onto 2 requests
   EXPECT_EQ(lines(recorded()).size(), 1u);
   auto r2b_short = dev(DType::i32, {3});
-  EXPECT_INVALID(top_k_page_table_transform(rt(), in, len, two, out, {.row_to_batch = &r2b_short}),
+  EXPECT_INVALID(top_k_page_table_transform(rt(), in, len, two, out, &r2b_short),
                  "argument 'row_to_batch' must have size 6 in dim 0");
   auto none = dev(DType::i32, {0, 2048});
-  EXPECT_INVALID(top_k_page_table_transform(rt(), in, len, none, out, {.row_to_batch = &r2b}),
+  EXPECT_INVALID(top_k_page_table_transform(rt(), in, len, none, out, &r2b),
                  "argument 'src_page_table' must have at least one row");
   EXPECT_INVALID(top_k_page_table_transform(rt(), in, len, table, dev(DType::i32, {6, 0})),
                  "argument 'output_page_table' must have k = size(1) >= 1");

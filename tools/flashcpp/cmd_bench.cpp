@@ -241,7 +241,7 @@ struct Bench {
       const double in_bytes = static_cast<double>(rows * max_len * 4);
       if (wanted("top_k"))
         report("top_k", cfg,
-               measure([&] { top_k(rt, logits.view, idx.view, val.view, {.row_states = &rs}, stream); }, stream, o),
+               measure([&] { top_k(rt, logits.view, idx.view, val.view, &rs, stream); }, stream, o),
                in_bytes + rows * k * 8.0, 0);
       if (wanted("top_k_page_table_transform")) {
         std::vector<int32_t> tab(static_cast<size_t>(rows * max_len));
@@ -250,14 +250,14 @@ struct Bench {
         FLASHCPP_CUDA_CHECK(cudaMemcpy(table.buf.get(), tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
         report("top_k_page_table_transform", cfg,
                measure([&] {
-                 top_k_page_table_transform(rt, logits.view, len.view, table.view, idx.view, {.row_states = &rs}, stream);
+                 top_k_page_table_transform(rt, logits.view, len.view, table.view, idx.view, nullptr, &rs, stream);
                }, stream, o),
                in_bytes + rows * k * 8.0, 0);  // plus the gathered table entries
       }
       if (wanted("top_k_ragged_transform"))
         report("top_k_ragged_transform", cfg,
                measure([&] {
-                 top_k_ragged_transform(rt, logits.view, off.view, len.view, idx.view, {.row_states = &rs}, stream);
+                 top_k_ragged_transform(rt, logits.view, off.view, len.view, idx.view, &rs, stream);
                }, stream, o),
                in_bytes + rows * k * 4.0, 0);
     }

@@ -207,15 +207,16 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
       a.fc1_block_scales = &s1;
       a.fc2_block_scales = &s2;
     }
+    const FusedMoeOptions opts;  // swiglu, one rank
     // Warm-up first (it fills the pool), then the steady state is measured: allocations per call and
     // whether the pool had to reserve more memory from the driver (a miss) during the timed calls.
     auto measure_and_report = [&](const char* tactics_label, const std::shared_ptr<FusedMoeRunner>& runner) {
       const int warmup = 5;
-      for (int i = 0; i < warmup; ++i) runner->run(a, stream);
+      for (int i = 0; i < warmup; ++i) runner->run(a, opts, stream);
       FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
       const auto before = ffi::allocator_stats();
       const uint64_t reserved_before = reserved();
-      const Timing t = measure([&](cudaStream_t st) { runner->run(a, st); }, stream, 0, iters);
+      const Timing t = measure([&](cudaStream_t st) { runner->run(a, opts, st); }, stream, 0, iters);
       const uint64_t reserved_after = reserved();
       const auto after = ffi::allocator_stats();
       const double flops = 2.0 * double(T * K) * double(Hd * N1 + I * Hd);
@@ -242,7 +243,7 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
     // kept per (token bucket, problem shape): another shape's tuning never applies here, but an earlier
     // token count of this shape in the same power-of-two bucket may have been tuned; {-1, -1} for this
     // shape overrides that (run_moe treats it as no profile ids).
-    const MoeProblemShape problem = MoeProblemShape::of(a);
+    const MoeProblemShape problem = MoeProblemShape::of(a, opts);
     if (tune) runner->set_tactics(T, problem, MoeTactics{});
     const MoeTactics used = runner->tactics_for(T, problem);
     if (used.gemm1 != -1 || used.gemm2 != -1)
@@ -254,7 +255,7 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
     if (!ds) {
       FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
       const auto t0 = std::chrono::steady_clock::now();
-      auto_runner->run(a, stream);
+      auto_runner->run(a, opts, stream);
       FLASHCPP_CUDA_CHECK(cudaStreamSynchronize(stream));
       const double first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       const MoeTactics at = auto_runner->tactics_for(T, problem);
@@ -265,7 +266,7 @@ void bench_moe_shape(const Runtime& rt, int device, int iters, const MoeShape& s
       measure_and_report(label, auto_runner);
     }
     if (tune) {
-      const MoeTactics t = runner->tune(a, stream);
+      const MoeTactics t = runner->tune(a, opts, stream);
       char label[48];
       std::snprintf(label, sizeof label, "tuned(%lld,%lld)", (long long)t.gemm1, (long long)t.gemm2);
       measure_and_report(label, runner);
