@@ -17,16 +17,21 @@ namespace {
 
 // Every kernel here gives a row (V3.2) or token (V4) to a warp, eight warps to a block of 256 threads.
 __device__ __forceinline__ int64_t warp_item() { return static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5); }
+__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 
 // A V3.2 row's bf16 values and FP8 bytes.
 struct V32Row {
   uint16_t* bf16;
   unsigned char* fp8;
 };
-__device__ __forceinline__ V32Row v32_row(const V32RowsParams& p, int64_t row) {
+// This warp's row, or false past the last one.
+__device__ __forceinline__ bool warp_v32_row(const V32RowsParams& p, V32Row& r) {
+  const int64_t row = warp_item();
+  if (row >= p.num_rows) return false;
   int64_t bf16_off, fp8_off;
   p.row_offsets(row, bf16_off, fp8_off);
-  return {static_cast<uint16_t*>(p.bf16) + bf16_off, static_cast<unsigned char*>(p.fp8) + fp8_off};
+  r = {static_cast<uint16_t*>(p.bf16) + bf16_off, static_cast<unsigned char*>(p.fp8) + fp8_off};
+  return true;
 }
 
 // A V4 token's bf16 values and its two records in its page.
@@ -35,19 +40,32 @@ struct V4Token {
   unsigned char* record;
   unsigned char* scales;
 };
-__device__ __forceinline__ V4Token v4_token(const V4PagesParams& p, int64_t token) {
+// This warp's token, or false past the last one.
+__device__ __forceinline__ bool warp_v4_token(const V4PagesParams& p, V4Token& k) {
+  const int64_t token = warp_item();
+  if (token >= p.num_blocks * p.block_size) return false;
   const int64_t blk = token / p.block_size, slot = token % p.block_size;
   unsigned char* page = static_cast<unsigned char*>(p.pages) + blk * p.page_stride;
-  return {static_cast<uint16_t*>(p.bf16) + blk * p.bf16_block_stride + slot * p.bf16_token_stride,
-          page + fp8_v4::token_record_offset(slot), page + fp8_v4::scale_record_offset(p.block_size, slot)};
+  k = {static_cast<uint16_t*>(p.bf16) + blk * p.bf16_block_stride + slot * p.bf16_token_stride,
+       page + fp8_v4::token_record_offset(slot), page + fp8_v4::scale_record_offset(p.block_size, slot)};
+  return true;
+}
+
+// The quantizers' RoPE dims: lane copies bf16 values 2 lane and 2 lane + 1 of the 64 as their bytes (little endian).
+__device__ __forceinline__ void copy_rope_pair(const uint16_t* rope, unsigned char* dst, int lane) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint16_t v = rope[lane * 2 + i];
+    dst[(lane * 2 + i) * 2] = static_cast<unsigned char>(v & 0xff);
+    dst[(lane * 2 + i) * 2 + 1] = static_cast<unsigned char>(v >> 8);
+  }
 }
 
 // Quantizer: one warp per 576-value row; lane owns 4 consecutive values of each 128-value tile.
 __global__ void __launch_bounds__(256) quantize_v32_kernel(const V32RowsParams p) {
-  const int64_t row = warp_item();
-  const int lane = threadIdx.x & 31;
-  if (row >= p.num_rows) return;
-  const V32Row r = v32_row(p, row);
+  V32Row r;
+  if (!warp_v32_row(p, r)) return;
+  const int lane = lane_id();
   const uint16_t* src = r.bf16;
   unsigned char* dst = r.fp8;
 #pragma unroll
@@ -69,25 +87,18 @@ __global__ void __launch_bounds__(256) quantize_v32_kernel(const V32RowsParams p
       for (int b = 0; b < 4; ++b) dst[fp8::kScaleOffset + t * 4 + b] = static_cast<unsigned char>(bits >> (8 * b));
     }
   }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const uint16_t v = src[fp8::kNopeDims + lane * 2 + i];
-    dst[fp8::kRopeOffset + (lane * 2 + i) * 2] = static_cast<unsigned char>(v & 0xff);
-    dst[fp8::kRopeOffset + (lane * 2 + i) * 2 + 1] = static_cast<unsigned char>(v >> 8);
-  }
+  copy_rope_pair(src + fp8::kNopeDims, dst + fp8::kRopeOffset, lane);
 }
 
 // V4 quantizer: one warp per token; lane owns values 2 lane, 2 lane + 1 of each 64-value tile and of the RoPE
 // dims. The same arithmetic as fp8_v4::quantize_token (max is order-free, so the bytes match the host's).
 __global__ void __launch_bounds__(256) quantize_v4_kernel(const V4PagesParams p) {
   namespace v4 = fp8_v4;
-  const int64_t token = warp_item();
-  const int lane = threadIdx.x & 31;
-  if (token >= p.num_blocks * p.block_size) return;
-  const V4Token k = v4_token(p, token);
+  V4Token k;
+  if (!warp_v4_token(p, k)) return;
+  const int lane = lane_id();
   const uint16_t* src = k.bf16;
-  unsigned char* record = k.record;
-  unsigned char* scales = k.scales;
+  unsigned char *record = k.record, *scales = k.scales;
 #pragma unroll
   for (int t = 0; t < v4::kNumScales; ++t) {
     const float x0 = fp8::bf16_to_float(src[t * v4::kTileDims + lane * 2]);
@@ -98,21 +109,15 @@ __global__ void __launch_bounds__(256) quantize_v4_kernel(const V4PagesParams p)
     if (lane == t) scales[t] = v4::e8m0_of_pow2(scale);
   }
   if (lane == v4::kNumScales) scales[v4::kNumScales] = 0;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const uint16_t v = src[v4::kNopeDims + lane * 2 + i];
-    record[v4::kRopeOffset + (lane * 2 + i) * 2] = static_cast<unsigned char>(v & 0xff);
-    record[v4::kRopeOffset + (lane * 2 + i) * 2 + 1] = static_cast<unsigned char>(v >> 8);
-  }
+  copy_rope_pair(src + v4::kNopeDims, record + v4::kRopeOffset, lane);
 }
 
 // V3.2 dequantizer: one warp per row; lane l turns bytes [16 l, 16 l + 16) of the NoPE part (tile l / 8) into 16 bf16
 // values, lanes 0..7 copy one 16-byte piece of the RoPE part each.
 __global__ void __launch_bounds__(256) dequantize_v32_kernel(const V32RowsParams p) {
-  const int64_t row = warp_item();
-  const int lane = threadIdx.x & 31;
-  if (row >= p.num_rows) return;
-  const V32Row r = v32_row(p, row);
+  V32Row r;
+  if (!warp_v32_row(p, r)) return;
+  const int lane = lane_id();
   const unsigned char* src = r.fp8;
   uint16_t* dst = r.bf16;
   const float scale = *reinterpret_cast<const float*>(src + fp8::kScaleOffset + (lane / 8) * 4);
@@ -126,10 +131,9 @@ __global__ void __launch_bounds__(256) dequantize_v32_kernel(const V32RowsParams
 // lanes 28..31 and 0..3 copy the RoPE part's eight 16-byte pieces.
 __global__ void __launch_bounds__(256) dequantize_v4_kernel(const V4PagesParams p) {
   namespace v4 = fp8_v4;
-  const int64_t token = warp_item();
-  const int lane = threadIdx.x & 31;
-  if (token >= p.num_blocks * p.block_size) return;
-  const V4Token k = v4_token(p, token);
+  V4Token k;
+  if (!warp_v4_token(p, k)) return;
+  const int lane = lane_id();
   constexpr int kNopeLanes = v4::kNopeDims / 16;  // 28
   if (lane < kNopeLanes) {
     auto* out = reinterpret_cast<uint4*>(k.bf16 + lane * 16);

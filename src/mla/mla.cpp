@@ -162,14 +162,8 @@ bool force_simple_kernel() { return force_simple_flag().load(std::memory_order_r
 
 MlaDeviceSupport device_support(int device_id) {
   const kernels::KernelSupport& f = kernels::kernel_support(device_id);
-  MlaDeviceSupport s;
-  s.device_id = device_id;
-  s.cc_major = f.cc_major;
-  s.cc_minor = f.cc_minor;
-  s.sm_count = f.sm_count;
-  s.sparse_supported = f.sparse_supported;
-  s.hopper_kernel = f.hopper;
-  return s;
+  return {.device_id = device_id, .cc_major = f.cc_major, .cc_minor = f.cc_minor, .sm_count = f.sm_count,
+          .sparse_supported = f.sparse_supported, .hopper_kernel = f.hopper};
 }
 
 namespace detail {

@@ -131,97 +131,99 @@ void launch_on_device(const char* op, int device, const char* what, Launch&& lau
   check_launch(what);
 }
 
+// The host paths' per-row and per-token work (the kernels do the same arithmetic spread over a warp).
+void quantize_v32_row(const uint16_t* src, uint8_t* dst) {
+  for (int t = 0; t < fp8::kNumScales; ++t) {
+    float amax = 0.f;
+    for (int c = 0; c < fp8::kTileDims; ++c) {
+      const float x = std::fabs(fp8::bf16_to_float(src[t * fp8::kTileDims + c]));
+      amax = x > amax ? x : amax;
+    }
+    const float scale = fp8::pow2_scale(amax);
+    for (int c = 0; c < fp8::kTileDims; ++c)
+      dst[t * fp8::kTileDims + c] = fp8::float_to_e4m3(fp8::bf16_to_float(src[t * fp8::kTileDims + c]) / scale);
+    std::memcpy(dst + fp8::kScaleOffset + t * 4, &scale, 4);
+  }
+  std::memcpy(dst + fp8::kRopeOffset, src + fp8::kNopeDims, fp8::kRopeDims * 2);
+}
+
+void dequantize_v32_row(uint16_t* dst, const uint8_t* src) {
+  for (int t = 0; t < fp8::kNumScales; ++t) {
+    float scale;
+    std::memcpy(&scale, src + fp8::kScaleOffset + t * 4, 4);
+    for (int c = 0; c < fp8::kTileDims; ++c)
+      dst[t * fp8::kTileDims + c] = fp8::float_to_bf16(fp8::e4m3_to_float(src[t * fp8::kTileDims + c]) * scale);
+  }
+  std::memcpy(dst + fp8::kNopeDims, src + fp8::kRopeOffset, fp8::kRopeDims * 2);
+}
+
+void dequantize_v4_token(uint16_t* dst, const uint8_t* record, const uint8_t* scales) {
+  for (int c = 0; c < fp8_v4::kNopeDims; ++c)
+    dst[c] = fp8::float_to_bf16(fp8::e4m3_to_float(record[c]) * fp8_v4::pow2_of_e8m0(scales[c / fp8_v4::kTileDims]));
+  std::memcpy(dst + fp8_v4::kNopeDims, record + fp8_v4::kRopeOffset, fp8_v4::kRopeDims * 2);
+}
+
+enum class Layout { v32_rows, v4_pages };
+
+// One conversion between a bf16 tensor and an FP8 cache of either layout, either way: the rules, then the host walk
+// or one launch.
+void convert(const char* op, Layout layout, const TensorView& src, const char* src_arg, const TensorView& out,
+             Direction dir, cudaStream_t stream) {
+  const bool q = dir == Direction::quantize, v4 = layout == Layout::v4_pages;
+  const Validator v(op);
+  if (v4) {
+    v4_rules(v, src, src_arg, out, dir);
+  } else {
+    v32_rules(v, src, src_arg, out, dir);
+  }
+  const bool host = converter_on_host(v, src, src_arg, out);
+  const TensorView& bf16 = q ? src : out;
+  const TensorView& fp8 = q ? out : src;
+  const kernels::V32RowsParams rows = v4 ? kernels::V32RowsParams{} : v32_rows(bf16, fp8);
+  const kernels::V4PagesParams pages = v4 ? v4_pages(bf16, fp8) : kernels::V4PagesParams{};
+  const int64_t tokens = v4 ? pages.num_blocks * pages.block_size : rows.num_rows;
+  if (!host) {
+    // V4 tokens sit at fixed offsets in their page: only the page stride is free.
+    if (!q) check_vector_layout(v, src, v4 ? 1 : src.rank - 1, out);
+    check_token_count(v, tokens, src, src_arg);
+  }
+  if (tokens == 0) return;
+  if (host && v4) {
+    for_each_v4_token(pages, [q](uint16_t* values, uint8_t* record, uint8_t* scales) {
+      q ? fp8_v4::quantize_token(values, record, scales) : dequantize_v4_token(values, record, scales);
+    });
+  } else if (host) {
+    for_each_v32_row(rows, [q](uint16_t* values, uint8_t* row) {
+      q ? quantize_v32_row(values, row) : dequantize_v32_row(values, row);
+    });
+  } else {
+    launch_on_device(op, src.device.id, q ? "FP8 cache quantizer kernel launch" : "FP8 cache dequantizer kernel launch",
+                     [&] {
+                       if (v4) {
+                         q ? kernels::launch_quantize_v4(pages, stream) : kernels::launch_dequantize_v4(pages, stream);
+                       } else {
+                         q ? kernels::launch_quantize_v32(rows, stream) : kernels::launch_dequantize_v32(rows, stream);
+                       }
+                     });
+  }
+}
+
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------------
-// Quantizers
-
 void quantize_kv_cache_fp8(const TensorView& kv, const TensorView& out, cudaStream_t stream) {
-  constexpr const char* kOp = "mla::quantize_kv_cache_fp8";
-  const Validator v(kOp);
-  v32_rules(v, kv, "kv", out, Direction::quantize);
-  const bool host = converter_on_host(v, kv, "kv", out);
-  const kernels::V32RowsParams p = v32_rows(kv, out);
-  if (!host) check_token_count(v, p.num_rows, kv, "kv");
-  if (p.num_rows == 0) return;
-  if (!host) return launch_on_device(kOp, kv.device.id, "FP8 quantizer kernel launch",
-                                     [&] { kernels::launch_quantize_v32(p, stream); });
-  for_each_v32_row(p, [](const uint16_t* src, uint8_t* dst) {
-    for (int t = 0; t < fp8::kNumScales; ++t) {
-      float amax = 0.f;
-      for (int c = 0; c < fp8::kTileDims; ++c) {
-        const float x = std::fabs(fp8::bf16_to_float(src[t * fp8::kTileDims + c]));
-        amax = x > amax ? x : amax;
-      }
-      const float scale = fp8::pow2_scale(amax);
-      for (int c = 0; c < fp8::kTileDims; ++c)
-        dst[t * fp8::kTileDims + c] = fp8::float_to_e4m3(fp8::bf16_to_float(src[t * fp8::kTileDims + c]) / scale);
-      std::memcpy(dst + fp8::kScaleOffset + t * 4, &scale, 4);
-    }
-    std::memcpy(dst + fp8::kRopeOffset, src + fp8::kNopeDims, fp8::kRopeDims * 2);
-  });
+  convert("mla::quantize_kv_cache_fp8", Layout::v32_rows, kv, "kv", out, Direction::quantize, stream);
 }
 
 void quantize_kv_cache_fp8_v4(const TensorView& kv, const TensorView& out, cudaStream_t stream) {
-  constexpr const char* kOp = "mla::quantize_kv_cache_fp8_v4";
-  const Validator v(kOp);
-  v4_rules(v, kv, "kv", out, Direction::quantize);
-  const bool host = converter_on_host(v, kv, "kv", out);
-  const kernels::V4PagesParams p = v4_pages(kv, out);
-  if (!host) check_token_count(v, p.num_blocks * p.block_size, kv, "kv");
-  if (p.num_blocks * p.block_size == 0) return;
-  if (!host) return launch_on_device(kOp, kv.device.id, "FP8 V4 quantizer kernel launch",
-                                     [&] { kernels::launch_quantize_v4(p, stream); });
-  for_each_v4_token(p, [](const uint16_t* src, uint8_t* record, uint8_t* scales) {
-    fp8_v4::quantize_token(src, record, scales);
-  });
+  convert("mla::quantize_kv_cache_fp8_v4", Layout::v4_pages, kv, "kv", out, Direction::quantize, stream);
 }
 
-// ---------------------------------------------------------------------------------------------------
-// Dequantizers
-
 void dequantize_kv_cache_fp8(const TensorView& cache, const TensorView& out, cudaStream_t stream) {
-  constexpr const char* kOp = "mla::dequantize_kv_cache_fp8";
-  const Validator v(kOp);
-  v32_rules(v, cache, "cache", out, Direction::dequantize);
-  const bool host = converter_on_host(v, cache, "cache", out);
-  const kernels::V32RowsParams p = v32_rows(out, cache);
-  if (!host) {
-    check_vector_layout(v, cache, cache.rank - 1, out);
-    check_token_count(v, p.num_rows, cache, "cache");
-  }
-  if (p.num_rows == 0) return;
-  if (!host) return launch_on_device(kOp, cache.device.id, "FP8 dequantizer kernel launch",
-                                     [&] { kernels::launch_dequantize_v32(p, stream); });
-  for_each_v32_row(p, [](uint16_t* dst, const uint8_t* src) {
-    for (int t = 0; t < fp8::kNumScales; ++t) {
-      float scale;
-      std::memcpy(&scale, src + fp8::kScaleOffset + t * 4, 4);
-      for (int c = 0; c < fp8::kTileDims; ++c)
-        dst[t * fp8::kTileDims + c] = fp8::float_to_bf16(fp8::e4m3_to_float(src[t * fp8::kTileDims + c]) * scale);
-    }
-    std::memcpy(dst + fp8::kNopeDims, src + fp8::kRopeOffset, fp8::kRopeDims * 2);
-  });
+  convert("mla::dequantize_kv_cache_fp8", Layout::v32_rows, cache, "cache", out, Direction::dequantize, stream);
 }
 
 void dequantize_kv_cache_fp8_v4(const TensorView& cache, const TensorView& out, cudaStream_t stream) {
-  constexpr const char* kOp = "mla::dequantize_kv_cache_fp8_v4";
-  const Validator v(kOp);
-  v4_rules(v, cache, "cache", out, Direction::dequantize);
-  const bool host = converter_on_host(v, cache, "cache", out);
-  const kernels::V4PagesParams p = v4_pages(out, cache);
-  if (!host) {
-    check_vector_layout(v, cache, 1, out);  // tokens sit at fixed offsets in their page
-    check_token_count(v, p.num_blocks * p.block_size, cache, "cache");
-  }
-  if (p.num_blocks * p.block_size == 0) return;
-  if (!host) return launch_on_device(kOp, cache.device.id, "FP8 V4 dequantizer kernel launch",
-                                     [&] { kernels::launch_dequantize_v4(p, stream); });
-  for_each_v4_token(p, [](uint16_t* dst, const uint8_t* record, const uint8_t* scales) {
-    for (int c = 0; c < fp8_v4::kNopeDims; ++c)
-      dst[c] = fp8::float_to_bf16(fp8::e4m3_to_float(record[c]) * fp8_v4::pow2_of_e8m0(scales[c / fp8_v4::kTileDims]));
-    std::memcpy(dst + fp8_v4::kNopeDims, record + fp8_v4::kRopeOffset, fp8_v4::kRopeDims * 2);
-  });
+  convert("mla::dequantize_kv_cache_fp8_v4", Layout::v4_pages, cache, "cache", out, Direction::dequantize, stream);
 }
 
 }  // namespace flashcpp::mla
