@@ -1855,28 +1855,28 @@ std::vector<Spec> CapiHostile::specs() {
     }
     all.push_back(std::move(s));
   }
-  for (int which = 0; which < 2; ++which) {
-    const bool v4 = which == 1;
+  // The FP8 cache conversions: bf16 [2, 576] <-> V3.2 rows [2, 656], bf16 [2, 2, 1, 512] <-> V4 pages [2, 2, 1, 584].
+  using Convert = flashcpp_status (*)(const flashcpp_tensor*, const flashcpp_tensor*, void*);
+  const struct {
+    const char* fn;
+    Convert f;
+    bool v4, quantize;
+  } conversions[] = {
+      {"flashcpp_mla_quantize_kv_cache_fp8", flashcpp_mla_quantize_kv_cache_fp8, false, true},
+      {"flashcpp_mla_quantize_kv_cache_fp8_v4", flashcpp_mla_quantize_kv_cache_fp8_v4, true, true},
+      {"flashcpp_mla_dequantize_kv_cache_fp8", flashcpp_mla_dequantize_kv_cache_fp8, false, false},
+      {"flashcpp_mla_dequantize_kv_cache_fp8_v4", flashcpp_mla_dequantize_kv_cache_fp8_v4, true, false},
+  };
+  for (const auto& c : conversions) {
     Spec s;
-    s.fn = v4 ? "flashcpp_mla_quantize_kv_cache_fp8_v4" : "flashcpp_mla_quantize_kv_cache_fp8";
-    auto f = v4 ? flashcpp_mla_quantize_kv_cache_fp8_v4 : flashcpp_mla_quantize_kv_cache_fp8;
-    if (v4)
-      s.slots = {{"kv", host(DType::bf16, {2, 2, 1, 512}), kIn | kHost}, {"out", host(DType::u8, {2, 2, 1, 584}), kOut | kHost}};
+    s.fn = c.fn;
+    const auto values = c.v4 ? host(DType::bf16, {2, 2, 1, 512}) : host(DType::bf16, {2, 576});
+    const auto fp8 = c.v4 ? host(DType::u8, {2, 2, 1, 584}) : host(DType::u8, {2, 656});
+    if (c.quantize)
+      s.slots = {{"kv", values, kIn | kHost}, {"out", fp8, kOut | kHost}};
     else
-      s.slots = {{"kv", host(DType::bf16, {2, 576}), kIn | kHost}, {"out", host(DType::u8, {2, 656}), kOut | kHost}};
-    s.call = [f](const Ptrs& p) { return f(p[0], p[1], nullptr); };
-    all.push_back(std::move(s));
-  }
-  for (int which = 0; which < 2; ++which) {
-    const bool v4 = which == 1;
-    Spec s;
-    s.fn = v4 ? "flashcpp_mla_dequantize_kv_cache_fp8_v4" : "flashcpp_mla_dequantize_kv_cache_fp8";
-    auto f = v4 ? flashcpp_mla_dequantize_kv_cache_fp8_v4 : flashcpp_mla_dequantize_kv_cache_fp8;
-    if (v4)
-      s.slots = {{"cache", host(DType::u8, {2, 2, 1, 584}), kIn | kHost}, {"out", host(DType::bf16, {2, 2, 1, 512}), kOut | kHost}};
-    else
-      s.slots = {{"cache", host(DType::u8, {2, 656}), kIn | kHost}, {"out", host(DType::bf16, {2, 576}), kOut | kHost}};
-    s.call = [f](const Ptrs& p) { return f(p[0], p[1], nullptr); };
+      s.slots = {{"cache", fp8, kIn | kHost}, {"out", values, kOut | kHost}};
+    s.call = [f = c.f](const Ptrs& p) { return f(p[0], p[1], nullptr); };
     all.push_back(std::move(s));
   }
   {
