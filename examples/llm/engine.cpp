@@ -273,6 +273,9 @@ void setup_gpu(Impl& s) {
   for (DeviceBuffer* b : {&s.residual, &s.h, &s.qkv, &s.attn, &s.gu, &s.act, &s.hl, &s.logits, &s.probs})
     FLASHCPP_CUDA_CHECK(cudaMemset(b->get(), 0xff, b->size()));
   for (DeviceBuffer* b : {&s.k_cache, &s.v_cache}) FLASHCPP_CUDA_CHECK(cudaMemset(b->get(), 0x40, b->size()));
+  // The copies and fills above run on the legacy default stream and may still be in flight on return; the engine's
+  // stream is non-blocking and would not wait for them (a fill could land after the first KV append).
+  FLASHCPP_CUDA_CHECK(cudaDeviceSynchronize());
   s.off = index_offsets(s.opt);
   s.index_dev = DeviceBuffer(static_cast<size_t>(s.off.total * 4), dev);
   s.index_host = PinnedBuffer(static_cast<size_t>(s.off.total * 4));

@@ -27,6 +27,8 @@ DeviceBuffer upload(const void* host, size_t bytes, int device) {
   DeviceBuffer b(std::max<size_t>(bytes, 16), device);
   DeviceGuard guard(device);
   cuda_check(cudaMemcpy(b.get(), host, bytes, cudaMemcpyHostToDevice), "tp_decode: cudaMemcpy (upload)");
+  // A pageable copy may still be in flight on return, on the legacy stream the step's streams do not wait for.
+  cuda_check(cudaDeviceSynchronize(), "tp_decode: cudaDeviceSynchronize (upload)");
   return b;
 }
 

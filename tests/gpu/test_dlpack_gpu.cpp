@@ -35,8 +35,8 @@ TEST(DLPackGpu, QuantizerThroughTheCAbiFromCudaDLTensors) {
                              nullptr);
 
   DeviceBuffer kv(host_kv.size() * sizeof(uint16_t), 0), out(kRows * kBytes, 0);
-  CUDA_OK(cudaMemcpy(kv.get(), host_kv.data(), kv.size(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(out.get(), ::flashcpp::testing::kPoisonByte, out.size()));
+  CUDA_OK(::flashcpp::testing::upload_bytes(kv.get(), host_kv.data(), kv.size()));
+  CUDA_OK(::flashcpp::testing::fill_bytes(out.get(), ::flashcpp::testing::kPoisonByte, out.size()));
 
   int64_t kv_shape[3] = {kRows, 1, kDim}, out_shape[3] = {kRows, 1, kBytes};
   DLTensor dkv{}, dout{};

@@ -44,9 +44,9 @@ struct Buf {
   std::vector<T> host;
   DeviceBuffer dev;
   explicit Buf(size_t n) : host(n), dev(std::max<size_t>(n, 1) * sizeof(T)) {}
-  void upload() { cuda_check(cudaMemcpy(dev.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  void upload() { cuda_check(flashcpp::testing::upload_bytes(dev.get(), host.data(), host.size() * sizeof(T)), "upload"); }
   void download() { cuda_check(cudaMemcpy(host.data(), dev.get(), host.size() * sizeof(T), cudaMemcpyDeviceToHost), "download"); }
-  void poison() { cuda_check(cudaMemset(dev.get(), flashcpp::testing::kPoisonByte, host.size() * sizeof(T)), "poison"); }
+  void poison() { cuda_check(flashcpp::testing::fill_bytes(dev.get(), flashcpp::testing::kPoisonByte, host.size() * sizeof(T)), "poison"); }
   TensorView view(DType t, std::initializer_list<int64_t> shape) const {
     return TensorView::contiguous(dev.get(), t, Device::cuda(0), shape);
   }

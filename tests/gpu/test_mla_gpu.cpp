@@ -48,14 +48,14 @@ struct Dev {
   explicit Dev(size_t count) : buf(std::max<size_t>(count, 1) * sizeof(T), 0), n(count) {}
   explicit Dev(const std::vector<T>& h) : Dev(h.size()) { upload(h); }
   void upload(const std::vector<T>& h) {
-    cuda_check(cudaMemcpy(buf.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    cuda_check(::flashcpp::testing::upload_bytes(buf.get(), h.data(), h.size() * sizeof(T)), "upload");
   }
   std::vector<T> download() const {
     std::vector<T> h(n);
     cuda_check(cudaMemcpy(h.data(), buf.get(), n * sizeof(T), cudaMemcpyDeviceToHost), "download");
     return h;
   }
-  void poison() { cuda_check(cudaMemset(buf.get(), ::flashcpp::testing::kPoisonByte, std::max<size_t>(n, 1) * sizeof(T)), "poison"); }
+  void poison() { cuda_check(::flashcpp::testing::fill_bytes(buf.get(), ::flashcpp::testing::kPoisonByte, std::max<size_t>(n, 1) * sizeof(T)), "poison"); }
   T* get() const { return buf.as<T>(); }
 };
 

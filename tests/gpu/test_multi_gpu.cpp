@@ -115,7 +115,7 @@ class On {
   TensorView put(const std::vector<T>& host, DType t, std::initializer_list<int64_t> shape) {
     DeviceBuffer& b = keep(host.size() * sizeof(T));
     DeviceGuard g(device_);
-    cuda_check(cudaMemcpy(b.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    cuda_check(::flashcpp::testing::upload_bytes(b.get(), host.data(), host.size() * sizeof(T)), "upload");
     return TensorView::contiguous(b.get(), t, Device::cuda(device_), shape);
   }
   /// An output, poisoned with 0xFF (NaN for floats) before the op runs.
@@ -123,7 +123,7 @@ class On {
     const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
     DeviceBuffer& b = keep(static_cast<size_t>(n * dtype_size(t)));
     DeviceGuard g(device_);
-    cuda_check(cudaMemset(b.get(), kPoisonByte, b.size()), "poison");
+    cuda_check(::flashcpp::testing::fill_bytes(b.get(), kPoisonByte, b.size()), "poison");
     return TensorView::contiguous(b.get(), t, Device::cuda(device_), shape);
   }
   template <class T = uint16_t>

@@ -528,7 +528,7 @@ TEST_F(OpsGpu, SamplersDrawFromTheirDistributions) {
   upload(logits);
   upload(probs);
   Buf idx = make(DType::i32, {n}), samples = make(DType::i32, {n}), scratch = make(DType::f32, {1, vocab});
-  ASSERT_EQ(cudaMemset(idx.dev.get(), 0, idx.bytes()), cudaSuccess);  // every sample from row 0
+  ASSERT_EQ(fill_bytes(idx.dev.get(), 0, idx.bytes()), cudaSuccess);  // every sample from row 0
   const TensorView iv = idx.dev_view();
   Buf dist_buf = make(DType::f64, {1, vocab}, false);
   auto dist = [&]() {

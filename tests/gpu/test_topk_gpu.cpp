@@ -69,9 +69,9 @@ struct Arr {
     return TensorView::contiguous(dev.get(), dtype, Device::cuda(0), std::span<const int64_t>(shape));
   }
   void upload() {
-    ASSERT_EQ(cudaMemcpy(dev.get(), host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(upload_bytes(dev.get(), host.data(), bytes()), cudaSuccess);
   }
-  void poison() { ASSERT_EQ(cudaMemset(dev.get(), kTopkPoisonByte, std::max<size_t>(bytes(), 16)), cudaSuccess); }
+  void poison() { ASSERT_EQ(fill_bytes(dev.get(), kTopkPoisonByte, std::max<size_t>(bytes(), 16)), cudaSuccess); }
   void download() {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(host.data(), dev.get(), bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -131,7 +131,7 @@ Scores make_scores(DType t, int64_t rows, int64_t d, std::mt19937& rng, bool dis
   const size_t bytes = n * dtype_size(t);
   s.dev = DeviceBuffer(std::max<size_t>(bytes, 16), 0);
   const void* src = t == DType::f32 ? static_cast<const void*>(s.h32.data()) : static_cast<const void*>(s.h16.data());
-  cuda_check(cudaMemcpy(s.dev.get(), src, bytes, cudaMemcpyHostToDevice), "upload scores");
+  cuda_check(upload_bytes(s.dev.get(), src, bytes), "upload scores");
   return s;
 }
 
@@ -176,7 +176,7 @@ void expect_rows(const std::vector<std::string>& why, const std::string& what) {
 struct RowStates {
   DeviceBuffer buf{static_cast<size_t>(kTopKRowStatesBytes), 0};
   TensorView view = TensorView::contiguous(buf.get(), DType::u8, Device::cuda(0), {kTopKRowStatesBytes});
-  RowStates() { cuda_check(cudaMemset(buf.get(), 0, buf.size()), "zero row states"); }
+  RowStates() { cuda_check(fill_bytes(buf.get(), 0, buf.size()), "zero row states"); }
 };
 
 class TopkGpu : public ::testing::Test {
@@ -222,7 +222,7 @@ TEST_F(TopkGpu, TopKMatchesTheReferenceAsSets) {
     DeviceBuffer val(std::max<size_t>(vbytes, 16), 0);
     const TensorView vview = TensorView::contiguous(val.get(), c.dtype, Device::cuda(0), {c.rows, c.k});
     idx.poison();
-    CUDA_OK(cudaMemset(val.get(), kTopkPoisonByte, vbytes));
+    CUDA_OK(fill_bytes(val.get(), kTopkPoisonByte, vbytes));
     top_k(runtime(), s.dview(), idx.dview(), vview, c.row_states ? &rs.view : nullptr);
     idx.download();
     std::vector<uint8_t> vhost(vbytes);
@@ -432,7 +432,7 @@ TEST_F(TopkGpu, IndexerTopKFeedsSparseDecode) {
   for (int64_t r = 0; r < b * s_q; ++r)
     for (int64_t t = len.host[static_cast<size_t>(r)]; t < max_len; ++t)
       logits.h32[static_cast<size_t>(r * max_len + t)] = 100.0f + static_cast<float>(t);
-  CUDA_OK(cudaMemcpy(logits.dev.get(), logits.h32.data(), logits.h32.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_bytes(logits.dev.get(), logits.h32.data(), logits.h32.size() * 4));
   table.upload();
   len.upload();
   r2b.upload();
@@ -450,7 +450,7 @@ TEST_F(TopkGpu, IndexerTopKFeedsSparseDecode) {
   q.host = random_bf16(q.host.size(), rng, 1.0);
   q.upload();
   DeviceBuffer dcache(cache.size(), 0);
-  CUDA_OK(cudaMemcpy(dcache.get(), cache.data(), cache.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(upload_bytes(dcache.get(), cache.data(), cache.size()));
   Arr<uint16_t> out(DType::bf16, {b, s_q, h_q, 512});
   Arr<float> lse(DType::f32, {b, s_q, h_q});
   out.poison();

@@ -20,6 +20,19 @@ inline bool gpu_tests_enabled() {
 /// kernel failed to write can never match the reference.
 inline constexpr int kPoisonByte = 0xFF;
 
+/// Host-to-device copy and byte fill that have completed on return. cudaMemcpy from pageable memory and cudaMemset
+/// may return before the device has written the bytes, and they run on the legacy default stream, which the
+/// library's non-blocking streams do not wait for: a kernel launched next on such a stream could read stale inputs,
+/// or have its outputs overwritten by the poison afterwards (seen with several test processes sharing one GPU).
+inline cudaError_t upload_bytes(void* dst, const void* src, size_t bytes) {
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  return e != cudaSuccess ? e : cudaDeviceSynchronize();
+}
+inline cudaError_t fill_bytes(void* dst, int value, size_t bytes) {
+  const cudaError_t e = cudaMemset(dst, value, bytes);
+  return e != cudaSuccess ? e : cudaDeviceSynchronize();
+}
+
 }  // namespace flashcpp::testing
 
 /// Skips the test unless FLASHCPP_GPU_TESTS=1 and a CUDA device is visible.

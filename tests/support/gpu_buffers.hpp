@@ -80,9 +80,9 @@ inline void fill_random(Buf& b, uint64_t seed, double lo = -1.0, double hi = 1.0
 }
 
 inline void upload(Buf& b) {
-  if (b.bytes() > 0) CUDA_OK(cudaMemcpy(b.dev.get(), b.host.data(), b.bytes(), cudaMemcpyHostToDevice));
+  if (b.bytes() > 0) CUDA_OK(upload_bytes(b.dev.get(), b.host.data(), b.bytes()));
 }
-inline void poison(Buf& b) { CUDA_OK(cudaMemset(b.dev.get(), kPoisonByte, std::max<size_t>(b.bytes() + b.slack, 16))); }
+inline void poison(Buf& b) { CUDA_OK(fill_bytes(b.dev.get(), kPoisonByte, std::max<size_t>(b.bytes() + b.slack, 16))); }
 /// Waits for the device (and checks it reported no error), then copies b back.
 inline void download(Buf& b) {
   CUDA_OK(cudaDeviceSynchronize());

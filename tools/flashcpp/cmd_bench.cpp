@@ -83,13 +83,16 @@ struct Dev {
     int64_t n = 1;
     for (int64_t x : shape) n *= x;
     buf = DeviceBuffer(static_cast<size_t>(std::max<int64_t>(n * dtype_size(t), 16)), 0);
+    // Completed before returning: the fill runs on the legacy stream, which the benchmark's stream does not wait for.
     FLASHCPP_CUDA_CHECK(cudaMemset(buf.get(), pattern, buf.size()));
+    FLASHCPP_CUDA_CHECK(cudaDeviceSynchronize());
     view = TensorView::contiguous(buf.get(), t, Device::cuda(0), shape);
   }
 };
 Dev upload_i32(const std::vector<int32_t>& v) {
   Dev d(DType::i32, {static_cast<int64_t>(v.size())}, 0);
   FLASHCPP_CUDA_CHECK(cudaMemcpy(d.buf.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  FLASHCPP_CUDA_CHECK(cudaDeviceSynchronize());
   return d;
 }
 
