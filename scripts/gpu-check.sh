@@ -2,13 +2,14 @@
 # Runs on the GPU machine in one call: doctor, module builds, GPU tests, benchmarks. Results go to $OUT.
 # Expects build-gpu/ and .gpu/ from scripts/gpu-prepare.sh (carried). Steps can be chosen:
 #   bash scripts/gpu-check.sh [doctor] [modules] [tests] [multigpu] [mla] [mla-quick] [mla-v4] [mla-small]
-#                             [mla-profile] [mla-suite] [moe] [flashinfer-python] [bench] [sanitize]
+#                             [mla-profile] [mla-suite] [mla-dense] [moe] [flashinfer-python] [bench] [sanitize]
 #   Default: doctor modules tests multigpu mla bench sanitize. Others: mla-quick (the sparse MLA check, tests
 #   and the issues' timing cases), mla-v4, mla-small (small batches against the part count), mla-profile
 #   (Nsight Compute on decode, samples by warpgroup), moe (the fused MoE tests, its benchmark with and without
 #   tuned tactics and the PyTorch side; needs fused_moe_90), flashinfer-python (FlashInfer's own Python API
 #   beside flashcpp; needs the wheels in .whl/, below), mla-suite (FlashMLA's own sparse MLA suites beside
-#   flashcpp: bench/flashmla_side_by_side.py, FlashMLA when its package is importable).
+#   flashcpp: bench/flashmla_side_by_side.py, FlashMLA when its package is importable), mla-dense (the dense decode
+#   kernel: its tests, compute-sanitizer, FlashMLA's dense suite with it and with the gather kernel).
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -228,6 +229,47 @@ for line in open(sys.argv[1]):
               "%.1f" % r["flashmla_us"] if "flashmla_us" in r else "-", "%.3f" % r["ratio"] if "ratio" in r else "-",
               r["host_us"], "%.1f" % r["flashmla_host_us"] if "flashmla_host_us" in r else "-"))' "$out/mla-suite.txt" |
     tee "$out/mla-suite-table.txt"
+fi
+
+if has mla-dense; then
+  # The dense decode kernel (FLASHCPP_MLA_DENSE_KERNEL=tiles): a hang check, the dense GPU tests (which run it, the
+  # gather kernel and the simple one on every bf16 case with whole tiles), compute-sanitizer on one case, then
+  # FlashMLA's dense suite with each kernel (each process times FlashMLA on the same tensors).
+  log "dense MLA decode: the dense kernel's tests"
+  FLASHCPP_GPU_TESTS=1 timeout 90 build-gpu/tests/gpu/test_mla_gpu --gtest_filter='MlaGpuDenseDecode.CudaGraph*' \
+    > "$out/mla-dense-graph.txt" 2>&1
+  rc=$?
+  grep -E '^\[  (PASSED|FAILED)|tests ran' "$out/mla-dense-graph.txt" | tee -a "$out/summary.txt"
+  if [[ $rc == 124 ]]; then
+    log "dense MLA decode: the graph test timed out (a hang); the rest of this step skipped"
+  else
+    for s in 0 1 2; do
+      FLASHCPP_GPU_TESTS=1 GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=$s timeout 300 build-gpu/tests/gpu/test_mla_gpu \
+        --gtest_filter='MlaGpuDenseDecode.*-*CudaGraph*' > "$out/mla-dense-tests-$s.txt" 2>&1 &
+    done
+    wait
+    cat "$out"/mla-dense-tests-*.txt | grep -E '^\[  (PASSED|FAILED)|tests ran|Failure' | head -20 | tee -a "$out/summary.txt"
+    for tool in memcheck racecheck; do
+      FLASHCPP_MLA_DENSE_KERNEL=tiles FLASHCPP_GPU_TESTS=1 timeout 180 compute-sanitizer --tool $tool --error-exitcode 3 \
+        build-gpu/tests/gpu/test_mla_gpu --gtest_filter='MlaGpuDenseDecode.CudaGraph*' 2>&1 | tail -4 |
+        tee -a "$out/mla-dense-sanitize.txt"
+    done
+    for kernel in tiles gather; do
+      log "dense MLA decode: FlashMLA's dense suite, FLASHCPP_MLA_DENSE_KERNEL=$kernel"
+      FLASHCPP_MLA_DENSE_KERNEL=$kernel PYTHONUNBUFFERED=1 timeout 200 python3 bench/flashmla_side_by_side.py \
+        --lib build-gpu/libflashcpp.so --op dense --iters 20 --no-host-time > "$out/mla-dense-suite-$kernel.txt" 2>&1
+      grep '^MLA_SUITE' "$out/mla-dense-suite-$kernel.txt" | python3 -c '
+import json, math, sys
+rows = [json.loads(l[10:]) for l in sys.stdin if l.startswith("MLA_SUITE ")]
+bf16 = [r for r in rows if r.get("kv") == "bf16" and "ratio" in r]
+for r in bf16:
+    print("%-10s h_q %3d s_q %d s_k %5d %-6s ours %8.1f us  FlashMLA %8.1f  ratio %.3f" % (r["case"], r["h_q"], r["s_q"],
+          r["s_k"], "causal" if r["causal"] else "", r["flashcpp_us"], r["flashmla_us"], r["ratio"]))
+if bf16:
+    print("geometric mean %.3f, min %.3f" % (math.exp(sum(math.log(r["ratio"]) for r in bf16) / len(bf16)),
+                                             min(r["ratio"] for r in bf16)))' | tee -a "$out/summary.txt"
+    done
+  fi
 fi
 
 if has sanitize; then

@@ -253,6 +253,7 @@ void dense_decode(const DenseDecodeTensors& tensors, const DenseDecodeWorkspace&
   p.num_kv = cache.num_blocks * cache.block_size;
   if (cache.format == kernels::KvFormat::bf16) {
     p.kv_row_stride = cache.row_stride;
+    p.kv_dense_tiles = cache.block_size % 64 == 0;  // every 64-slot tile is 64 consecutive rows of one block
   } else {
     p.block_size = cache.block_size;
     p.kv_block_stride_bytes = kv_cache.stride(0);

@@ -82,6 +82,17 @@ std::optional<SparseKernel> fp8_decode_kernel() {
   return static_cast<SparseKernel>(v);
 }
 
+namespace {
+// Off by default until the dense kernel has run on an H200 (written 2026-12-05 without a device: docs/MLA.md).
+std::atomic<bool>& dense_tiles_flag() {
+  static std::atomic<bool> flag{env::choice("FLASHCPP_MLA_DENSE_KERNEL").value_or("gather") == "tiles"};
+  return flag;
+}
+}  // namespace
+
+void set_dense_tiles_kernel(bool on) { dense_tiles_flag().store(on); }
+bool dense_tiles_kernel() { return dense_tiles_flag().load(std::memory_order_relaxed); }
+
 SparseKernel auto_fp8_kernel(const SparseAttentionParams& p) {
   return p.h_q <= 2 * kGroupHeads ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90;
 }
@@ -106,6 +117,9 @@ void choose_wgmma(const SparseAttentionParams& p, const KernelSupport& f, Launch
   switch (p.kv_format) {
     case KvFormat::bf16:
       plan.variant = p.d_qk == 576 ? WgmmaVariant::bf16_576 : WgmmaVariant::bf16_512;
+      // Dense decode over whole tiles: the dense kernel (its TMA copies need the driver's tensor-map encoder).
+      if (plan.split && p.d_qk == 576 && p.kv_dense_tiles && f.tensor_maps && dense_tiles_kernel())
+        plan.variant = WgmmaVariant::dense_bf16;
       break;
     case KvFormat::fp8_v32:
       plan.variant = pair ? WgmmaVariant::v32_pair : WgmmaVariant::v32_alone;
@@ -149,6 +163,7 @@ const char* plan_label(const LaunchPlan& plan) {
     case WgmmaVariant::v32_pair: return "wgmma_sm90/v32_pair/64h";
     case WgmmaVariant::v4_alone: return "wgmma_sm90/v4_alone/64h";
     case WgmmaVariant::v4_pair: return plan.group_heads == 32 ? "wgmma_sm90/v4_pair/32h" : "wgmma_sm90/v4_pair/64h";
+    case WgmmaVariant::dense_bf16: return "wgmma_sm90/dense_bf16/64h";
     case WgmmaVariant::none: break;
   }
   return kernel_name(plan.kernel);
@@ -163,6 +178,7 @@ bool launch(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t
     case SparseKernel::mma_sm90:
       return launch_sparse_attention_mma_fp8(p, stream);
     case SparseKernel::wgmma_sm90: {
+      if (plan.variant == WgmmaVariant::dense_bf16) return launch_dense_decode_wgmma(plan, p, stream);
       const bool bf16 = plan.variant == WgmmaVariant::bf16_576 || plan.variant == WgmmaVariant::bf16_512;
       return bf16 ? launch_sparse_attention_wgmma_bf16(plan, p, stream)
                   : launch_sparse_attention_wgmma_fp8(plan, p, stream);

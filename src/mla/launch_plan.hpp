@@ -24,6 +24,8 @@ struct KernelSupport {
   /// Whole 2-CTA clusters of the unsplit V4 32-head instantiation (v4_pair at 32 heads) resident at once; 0 where
   /// none fits or the device is not Hopper (then unsplit V4 h_q 33..64 runs one CTA of 64 heads per token).
   int64_t v4_half_heads_cluster_slots = 0;
+  /// The driver encodes tensor maps (the dense decode kernel's bulk tensor copies); Hopper only.
+  bool tensor_maps = false;
 };
 
 /// What the kernels can do on `device_id`, read once per device, thread-safe (mla.cpp; throws invalid_argument for an
@@ -39,6 +41,8 @@ enum class WgmmaVariant : int {
   v32_pair,   ///< Traits<576, true, 2, 2>: V3.2 FP8 decode, h_q 65..128, the two head groups as a 2-CTA cluster
   v4_alone,   ///< Traits<512, true, 1, 2>: V4 pages, one CTA of 64 heads tile by tile
   v4_pair,    ///< Traits<512, true, 2, 2>: V4 pages, a 2-CTA cluster (h_q 65..128, or 33..64 as two CTAs of 32 heads)
+  dense_bf16, ///< dense::Traits (dense_decode_wgmma.cu): dense decode's split work over whole bf16 tiles
+              ///< (SparseAttentionParams::kv_dense_tiles), copied by TMA
 };
 
 /// The whole decision for one problem. For the wgmma kernel: its instantiation, the heads each CTA computes
@@ -72,6 +76,16 @@ bool launch(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t
 bool launch_sparse_attention_wgmma_bf16(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_sparse_attention_wgmma_fp8(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_sparse_attention_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
+bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
+
+/// Whether the driver has the tensor-map encoder the dense decode kernel needs (looked up once).
+bool dense_decode_tensor_maps_available();
+
+/// Which kernel runs dense decode's split work over whole bf16 tiles: true the dense kernel (WgmmaVariant::dense_bf16),
+/// false (the default until it has run on an H200) the bf16 sparse kernel over the plan's indices (bf16_576).
+/// Initialised from FLASHCPP_MLA_DENSE_KERNEL=tiles|gather; for benchmarks and tests.
+void set_dense_tiles_kernel(bool on);
+bool dense_tiles_kernel();
 
 /// Whole clusters of the unsplit v4_pair instantiation resident at once on `device` (0 without code for it there).
 /// Queried by kernel_support once per device.

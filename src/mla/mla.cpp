@@ -152,7 +152,10 @@ const KernelSupport& kernel_support(int device_id) {
     f.sparse_supported = info.cc_major >= 8 && has_code &&
                          info.max_smem_per_block_optin >= sparse_attention_simple_smem_bytes();
     f.hopper = f.sparse_supported && info.cc_major == 9 && info.cc_minor == 0;
-    if (f.hopper) f.v4_half_heads_cluster_slots = wgmma_v4_pair_cluster_slots(id);
+    if (f.hopper) {
+      f.v4_half_heads_cluster_slots = wgmma_v4_pair_cluster_slots(id);
+      f.tensor_maps = dense_decode_tensor_maps_available();
+    }
   });
 }
 

@@ -47,6 +47,10 @@ struct SparseAttentionParams {
   const void* kv = nullptr;
   int64_t num_kv = 0;             // valid index range [0, num_kv)
   int64_t kv_row_stride = 0;      // bf16: elements between rows
+  // bf16 dense decode over a cache whose block size is a multiple of 64: slot s of a token is row
+  // indices[s - s % 64] + s % 64 (each 64-slot tile is 64 consecutive rows of one block), and a tile whose first index
+  // is not a row is masked whole. Lets the dense kernel (dense_decode_wgmma.cu) copy whole tiles.
+  bool kv_dense_tiles = false;
   // fp8_v32 paged cache [num_blocks, block_size, 1, 656]: row r lives at block r / block_size, slot r % block_size.
   int64_t block_size = 0;
   int64_t kv_block_stride_bytes = 0, kv_slot_stride_bytes = 656;

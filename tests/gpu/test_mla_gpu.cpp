@@ -26,6 +26,7 @@
 
 #include "flashcpp/cuda.hpp"
 #include "flashcpp/mla.hpp"
+#include "mla/launch_plan.hpp"
 #include "mla/mla_test_support.hpp"
 #include "mla/sparse_attention_kernel.hpp"
 #include "reference/mla_reference.hpp"
@@ -201,6 +202,12 @@ void expect_close(const std::vector<uint16_t>& out, const std::vector<float>& ls
 struct ForceSimple {
   explicit ForceSimple(bool on) : prev(mla::kernels::force_simple_kernel()) { mla::kernels::set_force_simple_kernel(on); }
   ~ForceSimple() { mla::kernels::set_force_simple_kernel(prev); }
+  bool prev;
+};
+// Dense decode's whole bf16 tiles on the dense kernel (on) or the sparse kernel's gathers (off), for a scope.
+struct DenseTiles {
+  explicit DenseTiles(bool on) : prev(mla::kernels::dense_tiles_kernel()) { mla::kernels::set_dense_tiles_kernel(on); }
+  ~DenseTiles() { mla::kernels::set_dense_tiles_kernel(prev); }
   bool prev;
 };
 
@@ -871,6 +878,8 @@ struct DenseCase {
   int num_sms = 0;
   bool padded_rows = false;  // bf16: tokens 640 elements apart (pages of block_size of them)
   int64_t max_ref_rows = 6;
+  bool bad_blocks = false;  // every fifth block of the table invalid (negative, or past the cache): masked
+  std::vector<int32_t> lengths = {};  // the requests' lengths, cycled (instead of s_k and varlen)
 };
 
 // FlashMLA's generator (tests/test_flash_mla_dense_decoding.py): lengths normal(s_k, s_k / 2), at least s_q, some 0
@@ -886,6 +895,10 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   std::mt19937 rng(seed);
   auto draw_lengths = [&] {
     std::vector<int32_t> len(static_cast<size_t>(c.b), static_cast<int32_t>(c.s_k));
+    if (!c.lengths.empty()) {
+      for (size_t r = 0; r < len.size(); ++r) len[r] = c.lengths[r % c.lengths.size()];
+      return len;
+    }
     std::normal_distribution<double> nd(static_cast<double>(c.s_k), static_cast<double>(c.s_k) / 2);
     for (auto& l : len) {
       if (c.varlen) l = static_cast<int32_t>(std::max<double>(nd(rng), static_cast<double>(c.s_q)));
@@ -938,6 +951,10 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   };
   // A graph replay gets new lengths over the same cache: every token is valid data there.
   fill(/*nan_past_lengths=*/!graph);
+  if (c.bad_blocks)
+    for (int64_t r = 0; r < c.b; ++r)
+      for (int64_t k = 2; k < max_blocks; k += 5)
+        table[static_cast<size_t>(r * max_blocks + k)] = (k / 5) % 2 == 0 ? -1 : static_cast<int32_t>(num_blocks + 7);
   auto q = random_bf16(static_cast<size_t>(c.b * c.s_q * c.h_q * 576), rng, 1.0);
   std::vector<float> sink(static_cast<size_t>(c.h_q));
   std::normal_distribution<float> snd;
@@ -1002,20 +1019,27 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
         lse_rows[static_cast<size_t>(r * c.h_q + h)] = lse[static_cast<size_t>((r / c.s_q) * c.h_q * c.s_q + h * c.s_q + r % c.s_q)];
     expect_close(out, lse_rows, nullptr, rows, ref, c.h_q, what);
   };
+  // The kernels: the dispatched one with the dense kernel for whole tiles (bf16, block size a multiple of 64) and
+  // without it (the sparse kernel gathers them), then the simple one.
+  const bool whole_tiles = !c.fp8 && c.block_size % 64 == 0;
   if (!graph) {
-    for (bool simple : {false, true}) {
-      ForceSimple fs(simple);
+    for (const char* kernel : {"dispatched", "dispatched, gather", "simple"}) {
+      const bool gather = std::string(kernel) == "dispatched, gather";
+      if (gather && !whole_tiles) continue;
+      ForceSimple fs(std::string(kernel) == "simple");
+      DenseTiles dt(!gather);
       dout.poison();
       dlse.poison();
       step();
-      check(simple ? "simple" : "dispatched");
+      check(kernel);
       dout.poison();  // the step's next layer: the same plan again
       dlse.poison();
       plan.run(tensors, opts, stream);
-      check(simple ? "simple, second layer" : "dispatched, second layer");
+      check((std::string(kernel) + ", second layer").c_str());
     }
     return;
   }
+  DenseTiles dt(true);  // the graph captures the dense kernel where the tiles are whole
   step();  // one-time setup outside the capture
   CUDA_OK(cudaStreamSynchronize(stream));
   cudaGraph_t g = nullptr;
@@ -1081,6 +1105,32 @@ TEST(MlaGpuDenseDecode, CornerCases) {
   run_dense_case({.b = 7, .s_q = 2, .h_q = 128, .s_k = 2000, .varlen = true, .causal = true, .fp8 = true, .num_sms = 5},
                  seed++);
   run_dense_case({.b = 2, .s_q = 1, .h_q = 256, .s_k = 1000, .varlen = true, .sink = true}, seed++);
+  // Whole 64-row tiles (block sizes that are multiples of 64: the dense kernel on Hopper): block 128 with padded rows
+  // and many splits; invalid blocks inside the lengths (bf16 and FP8); 20 heads with the sink.
+  run_dense_case({.b = 7, .s_q = 2, .h_q = 128, .s_k = 2000, .varlen = true, .causal = true, .block_size = 128,
+                  .num_sms = 5, .padded_rows = true},
+                 seed++);
+  run_dense_case({.b = 6, .s_q = 1, .h_q = 64, .s_k = 1200, .varlen = true, .bad_blocks = true}, seed++);
+  run_dense_case({.b = 6, .s_q = 2, .h_q = 128, .s_k = 1200, .varlen = true, .causal = true, .fp8 = true,
+                  .bad_blocks = true},
+                 seed++);
+  run_dense_case({.b = 3, .s_q = 3, .h_q = 20, .s_k = 700, .varlen = true, .causal = true, .sink = true}, seed++);
+}
+
+// Every tile count a work item can have (0..6 tiles, the last full or partial), in requests cut at different places by
+// part counts of 3, 17 and the device's, so that items of every length follow each other in one CTA; causal and not,
+// one and two head groups; every row against the reference.
+TEST(MlaGpuDenseDecode, EveryTileCountAndCut) {
+  FLASHCPP_REQUIRE_GPU();
+  const std::vector<int32_t> lengths = {0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 320, 383, 384, 2};
+  uint32_t seed = 3700;
+  for (int num_sms : {3, 17, 0})
+    for (int64_t h_q : {64, 128})
+      for (int64_t s_q : {1, 2})
+        run_dense_case({.b = static_cast<int64_t>(lengths.size()), .s_q = s_q, .h_q = h_q, .s_k = 200,
+                        .causal = s_q == 2, .sink = h_q == 128, .num_sms = num_sms, .max_ref_rows = 64,
+                        .lengths = lengths},
+                       seed++);
 }
 
 // Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe).

@@ -63,6 +63,7 @@ kernels::KernelSupport facts(bool hopper, int64_t cluster_slots = 66) {
   f.sparse_supported = true;
   f.hopper = hopper;
   f.v4_half_heads_cluster_slots = hopper ? cluster_slots : 0;
+  f.tensor_maps = hopper;
   return f;
 }
 
@@ -230,6 +231,19 @@ TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
 }
 
 // `p` as split-KV work of 2 requests over 33 parts, planned for `group_heads` heads per CTA (0: the rule's).
+// FLASHCPP_MLA_DENSE_KERNEL for a scope: tiles (on) or gather.
+struct DenseTilesScope {
+  explicit DenseTilesScope(bool on) : prev(kernels::dense_tiles_kernel()) { kernels::set_dense_tiles_kernel(on); }
+  ~DenseTilesScope() { kernels::set_dense_tiles_kernel(prev); }
+  bool prev;
+};
+
+// Dense decode over a cache whose block size is a multiple of 64 (every tile is 64 consecutive rows).
+kernels::SparseAttentionParams whole_tiles(kernels::SparseAttentionParams p) {
+  p.kv_dense_tiles = true;
+  return p;
+}
+
 kernels::SparseAttentionParams with_split(kernels::SparseAttentionParams p, int group_heads = 0) {
   p.sched = g_buffer;
   p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
@@ -264,6 +278,7 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
     LaunchPlan plan;
     const char* label;
     int64_t cluster_slots = 66;
+    bool tiles_kernel = false;  // FLASHCPP_MLA_DENSE_KERNEL=tiles
   };
   using enum WgmmaVariant;
   const SparseKernel wg = SparseKernel::wgmma_sm90;
@@ -272,6 +287,10 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
       {"prefill d_qk 512", prefill512, {wg, bf16_512, false, 64, 1}, "wgmma_sm90/bf16_512/64h"},
       {"dense decode (split bf16)", with_split(prefill_params()),
         {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
+      {"dense decode (split bf16, whole tiles)", whole_tiles(with_split(prefill_params())),
+        {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
+      {"dense decode (split bf16, whole tiles, the dense kernel)", whole_tiles(with_split(prefill_params())),
+        {wg, dense_bf16, true, 64, 1}, "wgmma_sm90/dense_bf16/64h", 66, true},
       {"V3.2 h_q 128", decode_params(), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
       {"V3.2 h_q 128 split", with_split(decode_params()), {wg, v32_pair, true, 64, 2}, "wgmma_sm90/v32_pair/64h"},
       {"V3.2 h_q 65", heads(decode_params(), 65), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
@@ -294,6 +313,7 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
       {"V4 h_q 32 split", with_split(heads(v4, 32)), {wg, v4_alone, true, 64, 1}, "wgmma_sm90/v4_alone/64h"},
   };
   for (const Row& r : rows) {
+    DenseTilesScope tiles(r.tiles_kernel);
     const LaunchPlan plan = kernels::choose(r.p, facts(true, r.cluster_slots));
     EXPECT_EQ(plan, r.plan) << r.what << ": got " << kernels::plan_label(plan) << " split " << plan.split << " heads "
                             << plan.group_heads << " cluster " << plan.cluster_ctas;
@@ -328,13 +348,17 @@ TEST(MlaLaunchPlan, DocsTableMatchesTheChooser) {
     }
     ASSERT_GE(cells.size(), 7u) << line;
     const std::string &op = cells[0], &kv = cells[1], &plan = cells[6];
-    kernels::SparseAttentionParams p = kv == "bf16" ? prefill_params() : decode_params();
+    const bool tiles_kernel = kv == "bf16, whole tiles, FLASHCPP_MLA_DENSE_KERNEL=tiles";
+    const bool bf16 = kv == "bf16" || kv == "bf16, whole tiles" || tiles_kernel;
+    kernels::SparseAttentionParams p = bf16 ? prefill_params() : decode_params();
+    p.kv_dense_tiles = bf16 && kv != "bf16";
+    DenseTilesScope tiles(tiles_kernel);
     if (kv == "v4") {
       p.kv_format = KvFormat::fp8_v4;
       p.topk = p.main_topk = 128;
       p.kv_block_stride_bytes = 64 * 584;
     } else {
-      ASSERT_TRUE(kv == "bf16" || kv == "v32") << line;
+      ASSERT_TRUE(bf16 || kv == "v32") << line;
     }
     p.d_qk = std::stoi(cells[2]);
     p.h_q = std::stoi(cells[3]);
@@ -370,6 +394,30 @@ TEST(MlaLaunchPlan, LaunchRefusesAPlanThatDoesNotFitTheProblem) {
   LaunchPlan d512 = kernels::choose(prefill, facts(true));
   d512.variant = WgmmaVariant::bf16_512;  // d_qk 576 problem, d_qk 512 instantiation
   EXPECT_FALSE(kernels::launch(d512, prefill, nullptr));
+  DenseTilesScope tiles(true);
+  LaunchPlan dense = kernels::choose(whole_tiles(with_split(prefill)), facts(true));
+  ASSERT_EQ(dense.variant, WgmmaVariant::dense_bf16);
+  EXPECT_FALSE(kernels::launch(dense, with_split(prefill), nullptr));  // tiles that are not whole
+  EXPECT_FALSE(kernels::launch(dense, whole_tiles(with_split(decode_params())), nullptr));  // an FP8 cache
+  LaunchPlan dense_unsplit = dense;
+  dense_unsplit.split = false;
+  EXPECT_FALSE(kernels::launch(dense_unsplit, whole_tiles(prefill), nullptr));  // no schedule
+}
+
+// Dense decode's whole tiles run the dense kernel only where the driver encodes tensor maps and it is switched on
+// (FLASHCPP_MLA_DENSE_KERNEL=tiles); otherwise the sparse kernel gathers them through the plan's indices.
+TEST(MlaLaunchPlan, DenseTilesFallBackToTheGatherKernel) {
+  const kernels::SparseAttentionParams p = whole_tiles(with_split(prefill_params()));
+  DenseTilesScope tiles(true);
+  EXPECT_EQ(kernels::choose(p, facts(true)).variant, WgmmaVariant::dense_bf16);
+  kernels::KernelSupport no_maps = facts(true);
+  no_maps.tensor_maps = false;
+  EXPECT_EQ(kernels::choose(p, no_maps).variant, WgmmaVariant::bf16_576);
+  kernels::set_dense_tiles_kernel(false);
+  EXPECT_EQ(kernels::choose(p, facts(true)).variant, WgmmaVariant::bf16_576);
+  kernels::set_dense_tiles_kernel(true);
+  // Unsplit problems and prefill never take it.
+  EXPECT_EQ(kernels::choose(whole_tiles(prefill_params()), facts(true)).variant, WgmmaVariant::bf16_576);
 }
 
 TEST(MlaKernelSelect, NamesEveryKernel) {

@@ -1,0 +1,539 @@
+// Dense MLA decode for Hopper (sm_90a): the split-KV work of dense_decode (include/flashcpp/mla.hpp) over a bf16 cache
+// whose block size is a multiple of 64, with the sparse kernels' semantics, schedule, partial rows and combine
+// (sparse_attention_kernel.hpp). Traits: dense_decode_wgmma_config.hpp. Chosen by launch_plan.cpp (variant dense_bf16).
+//
+// Design (the layout of FlashMLA's dense decode kernel, written with our own pieces):
+//   * One CTA = one query token x 64 heads over a schedule part's work items; 256 threads = two warpgroups, no producer.
+//     A dense tile (64 cached tokens of one block) is 64 consecutive cache rows, so it arrives by the bulk tensor copy
+//     engine (TMA): nine 64 x 64 boxes, 128-byte swizzled as wgmma reads them, each completing its own mbarrier, so
+//     S = Q K^T starts on the first atom while the others are in flight. A tile whose block id is invalid is copied
+//     from outside the tensor (zeros) and masked.
+//   * Two tile buffers: even tiles in buffer 0, odd tiles in buffer 1. Warpgroup 0 computes S of the even tile of a
+//     pair, warpgroup 1 of the odd one; warpgroup 0 owns O columns 0..255 (V atoms 0..3), warpgroup 1 columns
+//     256..511 (atoms 4..7). Per pair (FlashMLA's "seesaw"):
+//         wg 0: softmax of S_even with the running max -> P_e, alpha_e;  O_L += P_e V_e,L (P from registers)
+//         wg 1: softmax of S_odd after wg 0's max -> P_o, alpha_o;       O_R += P_o V_o,R (registers)
+//         wg 0: P_e rescaled to the pair's max, stored;                  O_L += P_o V_o,L (P_o from shared memory)
+//         wg 1:                                                          O_R += P_e V_e,R (P_e from shared memory)
+//     then each issues the next pair's S GEMM. P of a tile lives in that tile's RoPE atom (dims 512..575), which only
+//     its S GEMM reads.
+//   * Copies are issued by one thread of the warpgroup that read the atoms last: buffer 0's atoms 0..3 by warpgroup 0
+//     after O_L += P_e V_e,L, atoms 4..8 by warpgroup 1 after O_R += P_e V_e,R; buffer 1's atoms 4..7 by warpgroup 1
+//     after O_R += P_o V_o,R, atoms 0..3 and the RoPE atom (P_o) by warpgroup 0 after O_L += P_o V_o,L. Warpgroup 0
+//     waits on buffer 0's barriers, warpgroup 1 on buffer 1's; each sees the other buffer's data through the named
+//     barriers that order the pair's steps.
+//   * Masking: slot s of a tile is valid iff s < the token's length (the plan's token_lengths) and the tile's first
+//     index is a cache row. Rows past the length in a tile's last rows may hold anything (NaN): their logits are -inf
+//     and their V rows are zeroed in shared memory before any P V reads them.
+//   * Epilogue: the sparse kernel's (write_item_rows): partial rows for split requests, out / lse with the sink for
+//     the others, staged through buffer 0.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "mla/dense_decode_wgmma_config.hpp"
+#include "mla/launch_plan.hpp"
+#include "mla/sm90_kernel_ready.hpp"
+#include "mla/sparse_attention_wgmma_consumer.cuh"
+
+namespace flashcpp::mla::kernels::dense {
+
+using namespace wgmma;  // the PTX helpers, softmax pieces and epilogue the sparse wgmma kernel defines
+using T = Traits;
+
+struct Params {
+  CUtensorMap kv_map;  // the cache as [num_kv, 576] bf16 rows: 64 x 64 boxes, 128-byte swizzle
+  SparseAttentionParams p;
+  float scale_log2;  // sm_scale * log2(e)
+  int groups;        // head groups of 64 per token
+};
+
+// Named barriers (bar 1 is wgmma::kBarMax, the epilogue's row-sum exchange).
+enum Barrier : int { kScale0Ready = 2, kScale1Ready = 3, kP0Ready = 4, kP1Ready = 5, kWarpgroup0 = 6 };
+__device__ __forceinline__ void warpgroup_sync(int w) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(kWarpgroup0 + w) : "memory");
+}
+
+struct Smem {
+  uint32_t base;
+  __device__ uint32_t q() const { return base + T::kOffQ; }
+  __device__ uint32_t tile(int b) const { return base + T::kOffK + b * T::kKBytes; }
+  __device__ uint32_t atom(int b, int a) const { return tile(b) + a * T::kAtomBytes; }
+  __device__ uint32_t p(int b) const { return atom(b, T::kRopeAtom); }
+  __device__ uint32_t bar(int b, int a) const { return base + T::kOffBar + 8 * (b * T::kAtoms + a); }
+};
+
+// One box of `map` at (col, row) into shared memory at `dst`, completing its bytes on `bar`. Elements outside the
+// tensor (negative rows too) are written as zeros and count.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
+      : "memory");
+}
+
+// Atoms [A0, A1) of the tile at cache row `row` into buffer `b`.
+template <int A0, int A1>
+__device__ __forceinline__ void copy_atoms(const Params& a, const Smem& sm, int b, int row) {
+#pragma unroll
+  for (int at = A0; at < A1; ++at) {
+    mbar_arrive_expect_tx(sm.bar(b, at), T::kAtomBytes);
+    tma_load_2d(sm.atom(b, at), &a.kv_map, at * T::kAtomCols, row, sm.bar(b, at));
+  }
+}
+
+// The tiles of one work item: item tile j is tile first + j of the token's slot list.
+struct ItemTiles {
+  const int32_t* slots;  // the token's slot list (the plan's indices)
+  int64_t num_kv;
+  int eff, first, n;     // the token's valid slots, the item's first tile, its tile count
+  // The tile's first cache row, or -kTile (outside the tensor: zeros) when its block id is invalid.
+  __device__ int row(int j) const {
+    const int v = __ldg(slots + static_cast<int64_t>(first + j) * T::kTile);
+    return v >= 0 && v < num_kv ? v : -T::kTile;
+  }
+  // Valid slots of tile j (first row `row`): 0 for an invalid block, else up to the token's length.
+  __device__ int valid(int j, int row) const {
+    const int left = eff - (first + j) * T::kTile;
+    return row < 0 ? 0 : (left < T::kTile ? left : T::kTile);
+  }
+};
+
+// Masks S columns >= nv (-inf), scales it to base 2 and returns rows r0 / r1's max over the tile.
+__device__ __forceinline__ void mask_rowmax(float (&s)[32], int nv, int t, float scale_log2, float& mx0, float& mx1) {
+  mx0 = -INFINITY;
+  mx1 = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int c = 8 * j + 2 * t;
+    const bool v0 = c < nv, v1 = c + 1 < nv;
+    s[4 * j + 0] = v0 ? s[4 * j + 0] * scale_log2 : -INFINITY;
+    s[4 * j + 1] = v1 ? s[4 * j + 1] * scale_log2 : -INFINITY;
+    s[4 * j + 2] = v0 ? s[4 * j + 2] * scale_log2 : -INFINITY;
+    s[4 * j + 3] = v1 ? s[4 * j + 3] * scale_log2 : -INFINITY;
+    mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+}
+
+// Warpgroup W zeroes V rows nv..63 of its half (atoms 4W .. 4W + 3) of buffer b: rows past the token's length may
+// hold NaN, and 0 x NaN would reach O. Only a token's last tile is partial, so this runs at most once per item.
+template <int W>
+__device__ __forceinline__ void zero_v_rows(const Smem& sm, int b, int nv, int idx) {
+  const int chunks = (T::kTile - nv) * T::kLeftAtoms * 8;
+  for (int c = idx; c < chunks; c += 128) {
+    const int r = nv + c / (T::kLeftAtoms * 8), a = W * T::kLeftAtoms + (c / 8) % T::kLeftAtoms;
+    sm90::st_shared_v4(sm.atom(b, a) + r * 128 + (c % 8) * 16, make_uint4(0u, 0u, 0u, 0u));
+  }
+  fence_proxy_async();
+  warpgroup_sync(W);
+}
+
+// S (+)= Q K^T over atoms [A0, A1) of buffer b, each once its copy landed (barrier phase `phase`).
+template <int A0, int A1, bool FIRST>
+__device__ __forceinline__ void qk_atoms(float (&s)[32], uint64_t desc_q, uint64_t desc_k, const Smem& sm, int b,
+                                         int phase) {
+#pragma unroll
+  for (int a = A0; a < A1; ++a) {
+    mbar_wait(sm.bar(b, a), phase);
+    wgmma_fence();  // after each wait, as the first: ptxas otherwise injects its own (and serializes the GEMMs)
+#pragma unroll
+    for (int ks = 0; ks < T::kAtomCols / 16; ++ks) {
+      const uint64_t off = static_cast<uint64_t>((a * T::kAtomBytes + ks * 32) >> 4);
+      wgmma_m64n64k16_ss(s, desc_q + off, desc_k + off, (FIRST && a == A0 && ks == 0) ? 0 : 1);
+    }
+  }
+}
+
+// O (64 x 256) += P V, P from registers (pf: softmax_numerators' fragments), uncommitted.
+__device__ __forceinline__ void pv_registers(float (&o)[128], const uint32_t (&pf)[16], uint64_t desc_v) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
+    wgmma_m64n256k16_rs(o, a, desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+  }
+}
+// O += P V, P from shared memory, uncommitted.
+__device__ __forceinline__ void pv_shared(float (&o)[128], uint64_t desc_p, uint64_t desc_v) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    wgmma_m64n256k16_ss(o, desc_p + static_cast<uint64_t>((kk * 32) >> 4),
+                        desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+}
+
+// What warpgroup W keeps for the whole CTA: its lane and rows (r0 = 16 warp + g, r1 = r0 + 8; t = lane & 3), the
+// descriptors of its GEMMs, and the running max and rescale factors in shared memory.
+template <int W>
+struct Group {
+  const Params& a;
+  Smem sm;
+  int idx, t, g, r0, r1;
+  bool leader;  // the thread that issues this warpgroup's copies
+  float* s_max;    // [64]
+  float* s_scale;  // [2][64]: warpgroup 0's factor of the pair, then warpgroup 1's
+  // wgmma descriptors, computed where used (kept in registers they pushed the pair's values into local memory).
+  __device__ uint64_t desc_q() const { return make_desc(sm.q(), 16, 1024); }
+  __device__ uint64_t desc_k(int b) const { return make_desc(sm.tile(b), 16, 1024); }
+  __device__ uint64_t desc_v(int b) const { return make_desc(sm.atom(b, W * T::kLeftAtoms), T::kAtomBytes, 1024); }
+  __device__ uint64_t desc_p(int b) const { return make_desc(sm.p(b), 16, 1024); }
+};
+
+// Warpgroup 0, the pair of item tiles j0 (buffer 0) and j0 + 1 (buffer 1). On entry s holds S of tile j0; on return
+// S of tile j0 + 2 when there is one. B0_LAST: j0 is the item's last tile; B1_LAST: j0 + 1 is.
+template <bool B0_LAST, bool B1_LAST>
+__device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it, int j0, float (&o)[128],
+                                         float (&s)[32], float& l0, float& l1, int& phase) {
+  const int nv0 = it.valid(j0, it.row(j0));
+  int nv1 = 0, next0 = 0, next1 = 0;
+  if constexpr (!B0_LAST) nv1 = it.valid(j0 + 1, it.row(j0 + 1));
+  if constexpr (!B0_LAST && !B1_LAST) {
+    if (c.leader) {
+      next0 = it.row(j0 + 2);
+      if (j0 + 3 < it.n) next1 = it.row(j0 + 3);
+    }
+  }
+  // ---- Softmax of the even tile against the running max.
+  float mx0, mx1;
+  mask_rowmax(s, nv0, c.t, c.a.scale_log2, mx0, mx1);
+  const float old0 = c.s_max[c.r0], old1 = c.s_max[c.r1];
+  const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
+  const float mu0 = n0 == -INFINITY ? 0.f : n0, mu1 = n1 == -INFINITY ? 0.f : n1;  // keeps (-inf) - (-inf) out
+  const float alpha0 = fast_exp2(old0 - mu0), alpha1 = fast_exp2(old1 - mu1);
+  __syncwarp();  // the row's lanes have read the old max
+  if (c.t == 0) {
+    c.s_max[c.r0] = n0;
+    c.s_max[c.r1] = n1;
+    c.s_scale[c.r0] = alpha0;
+    c.s_scale[c.r1] = alpha1;
+  }
+  uint32_t pf[16];
+  float sum0 = 0.f, sum1 = 0.f;
+  softmax_numerators<true>(s, mu0, mu1, pf, sum0, sum1);
+  l0 = l0 * alpha0 + sum0;
+  l1 = l1 * alpha1 + sum1;
+  rescale_rows(o, alpha0, alpha1);
+  named_arrive(kScale0Ready);
+
+  // ---- O_L += P_e V_e,L; then buffer 0's atoms 0..3 are free for tile j0 + 2.
+  if (nv0 > 0 && nv0 < T::kTile) zero_v_rows<0>(c.sm, 0, nv0, c.idx);
+  fence_regs(o);
+  wgmma_fence();
+  pv_registers(o, pf, c.desc_v(0));
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(o);
+
+  // ---- Warpgroup 1's max: P_e, O_L and the sums rescaled to it; P_e to buffer 0's RoPE atom for warpgroup 1.
+  named_sync(kScale1Ready);
+  if constexpr (!B0_LAST && !B1_LAST) {
+    if (c.leader) copy_atoms<0, T::kLeftAtoms>(c.a, c.sm, 0, next0);
+  }
+  const float b0 = c.s_scale[T::kHeads + c.r0], b1 = c.s_scale[T::kHeads + c.r1];
+  scaled_p(s, b0, b1, pf);
+  store_p(c.sm.p(0), pf, c.r0, c.r1, c.g, c.t);
+  fence_proxy_async();
+  named_arrive(kP0Ready);
+  rescale_rows(o, b0, b1);
+  l0 *= b0;
+  l1 *= b1;
+
+  // ---- O_L += P_o V_o,L once warpgroup 1 stored P_o.
+  if constexpr (!B0_LAST) {
+    named_sync(kP1Ready);
+    if (nv1 > 0 && nv1 < T::kTile) zero_v_rows<0>(c.sm, 1, nv1, c.idx);
+    fence_regs(o);
+    wgmma_fence();
+    pv_shared(o, c.desc_p(1), c.desc_v(1));
+    wgmma_commit();
+  }
+  // ---- S of tile j0 + 2: atoms 0..3 (copied first), then 4..8 (copied by warpgroup 1). Between them, once
+  // O_L += P_o V_o,L is done, buffer 1's atoms 0..3 and its RoPE atom (P_o) are free for tile j0 + 3.
+  if constexpr (!B0_LAST && !B1_LAST) {
+    fence_regs(s);
+    wgmma_fence();
+    qk_atoms<0, T::kLeftAtoms, true>(s, c.desc_q(), c.desc_k(0), c.sm, 0, phase);
+    wgmma_commit();
+    if (j0 + 3 < it.n) {
+      wgmma_wait<1>();
+      if (c.leader) {
+        copy_atoms<0, T::kLeftAtoms>(c.a, c.sm, 1, next1);
+        copy_atoms<T::kRopeAtom, T::kAtoms>(c.a, c.sm, 1, next1);
+      }
+    }
+    qk_atoms<T::kLeftAtoms, T::kAtoms, false>(s, c.desc_q(), c.desc_k(0), c.sm, 0, phase);
+    wgmma_commit();
+    phase ^= 1;
+  }
+  wgmma_wait<0>();
+  fence_regs(o);
+  fence_regs(s);
+}
+
+// Warpgroup 1, the same pair. On entry s holds S of tile j0 + 1 (unless B0_LAST: there is none); on return S of tile
+// j0 + 3 when there is one. B2_LAST: j0 + 2 is the item's last tile.
+template <bool B0_LAST, bool B1_LAST, bool B2_LAST>
+__device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it, int j0, float (&o)[128],
+                                         float (&s)[32], float& l0, float& l1, int& phase) {
+  const int nv0 = it.valid(j0, it.row(j0));
+  int nv1 = 0, next0 = 0, next1 = 0;
+  if constexpr (!B0_LAST) nv1 = it.valid(j0 + 1, it.row(j0 + 1));
+  if constexpr (!B0_LAST && !B1_LAST) {
+    if (c.leader) {
+      next0 = it.row(j0 + 2);
+      if constexpr (!B2_LAST) next1 = it.row(j0 + 3);
+    }
+  }
+  // ---- Softmax of the odd tile after warpgroup 0's max (the pair's max).
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+  if constexpr (!B0_LAST) mask_rowmax(s, nv1, c.t, c.a.scale_log2, mx0, mx1);
+  named_sync(kScale0Ready);
+  const float old0 = c.s_max[c.r0], old1 = c.s_max[c.r1];
+  const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
+  const float mu0 = n0 == -INFINITY ? 0.f : n0, mu1 = n1 == -INFINITY ? 0.f : n1;
+  const float beta0 = fast_exp2(old0 - mu0), beta1 = fast_exp2(old1 - mu1);
+  __syncwarp();
+  if (c.t == 0) {
+    c.s_max[c.r0] = n0;
+    c.s_max[c.r1] = n1;
+    c.s_scale[T::kHeads + c.r0] = beta0;
+    c.s_scale[T::kHeads + c.r1] = beta1;
+  }
+  uint32_t pf[16];
+  float sum0 = 0.f, sum1 = 0.f;
+  if constexpr (!B0_LAST) softmax_numerators(s, mu0, mu1, pf, sum0, sum1);
+  // O_R was at the max before warpgroup 0's step: its factor, then this one.
+  const float f0 = beta0 * c.s_scale[c.r0], f1 = beta1 * c.s_scale[c.r1];
+  rescale_rows(o, f0, f1);
+  l0 = l0 * f0 + sum0;
+  l1 = l1 * f1 + sum1;
+  named_arrive(kScale1Ready);
+
+  // ---- P_o to buffer 1's RoPE atom for warpgroup 0; O_R += P_o V_o,R.
+  if constexpr (!B0_LAST) {
+    store_p(c.sm.p(1), pf, c.r0, c.r1, c.g, c.t);
+    if (nv1 > 0 && nv1 < T::kTile) zero_v_rows<1>(c.sm, 1, nv1, c.idx);
+    fence_regs(o);
+    wgmma_fence();
+    pv_registers(o, pf, c.desc_v(1));
+    wgmma_commit();
+    fence_proxy_async();  // P_o's stores, for warpgroup 0's wgmma
+  }
+  // ---- O_R += P_e V_e,R once warpgroup 0 stored P_e.
+  named_sync(kP0Ready);
+  if (nv0 > 0 && nv0 < T::kTile) zero_v_rows<1>(c.sm, 0, nv0, c.idx);
+  wgmma_fence();
+  pv_shared(o, c.desc_p(0), c.desc_v(0));
+  wgmma_commit();
+  if constexpr (!B0_LAST) named_arrive(kP1Ready);
+  // ---- Buffer 1's atoms 4..7 free for tile j0 + 3, buffer 0's atoms 4..8 (with P_e) for tile j0 + 2.
+  if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
+    wgmma_wait<1>();
+    if (c.leader) copy_atoms<T::kLeftAtoms, T::kRopeAtom>(c.a, c.sm, 1, next1);
+  }
+  if constexpr (!B0_LAST && !B1_LAST) {
+    wgmma_wait<0>();
+    if (c.leader) copy_atoms<T::kLeftAtoms, T::kAtoms>(c.a, c.sm, 0, next0);
+  }
+  // ---- S of tile j0 + 3: atoms 4..7 (copied first), then 0..3 and 8 (copied by warpgroup 0).
+  if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
+    fence_regs(s);
+    wgmma_fence();
+    qk_atoms<T::kLeftAtoms, T::kRopeAtom, true>(s, c.desc_q(), c.desc_k(1), c.sm, 1, phase);
+    qk_atoms<0, T::kLeftAtoms, false>(s, c.desc_q(), c.desc_k(1), c.sm, 1, phase);
+    qk_atoms<T::kRopeAtom, T::kAtoms, false>(s, c.desc_q(), c.desc_k(1), c.sm, 1, phase);
+    wgmma_commit();
+    phase ^= 1;
+  }
+  wgmma_wait<0>();
+  fence_regs(o);
+  fence_regs(s);
+}
+
+// The item's tiles for warpgroup W: the first S GEMM, then the pairs (FlashMLA's dispatch on which tile is last).
+template <int W>
+__device__ __forceinline__ void run_tiles(const Group<W>& c, const ItemTiles& it, float (&o)[128], float& l0,
+                                          float& l1, int& phase) {
+  const int n = it.n;
+  float s[32];
+  if (n <= W) return;
+  wgmma_fence();
+  qk_atoms<0, T::kAtoms, true>(s, c.desc_q(), c.desc_k(W), c.sm, W, phase);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(s);
+  phase ^= 1;
+  int j0 = 0;
+  if constexpr (W == 0) {
+    for (; j0 < n - 2; j0 += 2) pair_wg0<false, false>(c, it, j0, o, s, l0, l1, phase);
+    if (j0 + 1 < n) pair_wg0<false, true>(c, it, j0, o, s, l0, l1, phase);
+    else pair_wg0<true, false>(c, it, j0, o, s, l0, l1, phase);
+  } else {
+    for (; j0 < n - 3; j0 += 2) pair_wg1<false, false, false>(c, it, j0, o, s, l0, l1, phase);
+    if (j0 + 2 < n) {
+      pair_wg1<false, false, true>(c, it, j0, o, s, l0, l1, phase);
+      pair_wg1<true, false, false>(c, it, j0 + 2, o, s, l0, l1, phase);
+    } else if (j0 + 1 < n) {
+      pair_wg1<false, true, false>(c, it, j0, o, s, l0, l1, phase);
+    }
+  }
+}
+
+// Warpgroup 1 with a single tile still takes part in the pair's exchange (its softmax over no tile, P_e V_e,R).
+__device__ __forceinline__ void single_tile_wg1(const Group<1>& c, const ItemTiles& it, float (&o)[128], float& l0,
+                                                float& l1, int& phase) {
+  float s[32];
+  pair_wg1<true, false, false>(c, it, 0, o, s, l0, l1, phase);
+}
+
+template <int W>
+__device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const WorkList<true>& work, HeadRange heads,
+                                          float* s_max, float* s_scale, float* s_sum) {
+  const SparseAttentionParams& p = a.p;
+  [[maybe_unused]] const auto [lane, warp_in_wg, g, t, r0, r1] = consumer_lane();
+  const int idx = threadIdx.x & 127;
+  const Group<W> c{a, sm, idx, t, g, r0, r1, idx == 0, s_max, s_scale};
+  const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
+  int phase = 0;  // of this warpgroup's buffer's barriers
+  for (int k = work.first; k <= work.last; ++k) {
+    const WorkItem w = work.item(k);
+    const ItemTiles it{p.indices + p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request),
+                       p.num_kv, w.eff, w.tile_begin, w.n_tiles()};
+    // ---- Item start: the first two tiles' copies, Q (64 heads x 576, zeros past the CTA's heads), the running max.
+    if (threadIdx.x == 0 && it.n > 0) {
+      copy_atoms<0, T::kAtoms>(a, sm, 0, it.row(0));
+      if (it.n > 1) copy_atoms<0, T::kAtoms>(a, sm, 1, it.row(1));
+    }
+    const __nv_bfloat16* q =
+        static_cast<const __nv_bfloat16*>(p.q) + p.token_offset(w.token, p.q_stride_token, p.q_stride_request);
+    constexpr int kChunksPerRow = T::kDqk / 8;
+    for (int ch = threadIdx.x; ch < T::kHeads * kChunksPerRow; ch += T::kThreads) {
+      const int row = ch / kChunksPerRow, col = ch % kChunksPerRow;
+      const bool valid = heads.first + row < heads.end;
+      const __nv_bfloat16* src = q + static_cast<int64_t>(valid ? heads.first + row : heads.first) * p.q_stride_head + col * 8;
+      sm90::cp_async_16(sm.q() + (col / 8) * T::kAtomBytes + row * 128 + (((col % 8) ^ (row & 7)) << 4), src,
+                        valid ? 16 : 0);
+    }
+    cp_async_wait_all();
+    fence_proxy_async();
+    if (threadIdx.x < T::kHeads) s_max[threadIdx.x] = -INFINITY;
+    __syncthreads();
+
+    float o[128];
+    sm90::zero_fill(o);
+    float l0 = 0.f, l1 = 0.f;
+    if constexpr (W == 1) {
+      if (it.n == 1) single_tile_wg1(c, it, o, l0, l1, phase);
+    }
+    run_tiles<W>(c, it, o, l0, l1, phase);
+
+    // ---- Epilogue: the two warpgroups' row sums, then O / (l + sink term) or the partial row.
+    combine_row_sums<T, W>(s_sum, r0, r1, t, l0, l1);
+    const float m0 = s_max[r0], m1 = s_max[r1];
+    const ItemInfo info{w.token, w.accum_row, it.n, w.write_partial ? 1 : 0, {0, 0}};
+    write_item_rows<T, W>(
+        p, info, heads, r0, r1, t, o, m0, m1, [&](int h) {
+          const int row = h == 0 ? r0 : r1;
+          return s_sum[row] + s_sum[T::kHeads + row];
+        },
+        sinks, sm.tile(0) + (W * 4 + warp_in_wg) * T::kStageBytesPerWarp);
+    fence_proxy_async();  // the staging's ordinary accesses before the next item's copies into buffer 0
+    __syncthreads();
+  }
+}
+
+__global__ void __launch_bounds__(T::kThreads, 1) dense_decode_wgmma_kernel(const __grid_constant__ Params args) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = sm90::smem_addr(smem_raw);
+  const uint32_t aligned = (raw + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (aligned - raw);
+  const Smem sm{aligned};
+  float* s_max = reinterpret_cast<float*>(smem + T::kOffMax);
+  float* s_scale = reinterpret_cast<float*>(smem + T::kOffScale);
+  float* s_sum = reinterpret_cast<float*>(smem + T::kOffSum);
+
+  const int first_head = static_cast<int>(blockIdx.x % args.groups) * T::kHeads;
+  const HeadRange heads{first_head, min(first_head + T::kHeads, args.p.h_q)};
+  const WorkList<true> work(args.p, blockIdx.x / args.groups);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < T::kNumBars; ++i) mbar_init(sm.base + T::kOffBar + 8 * i, 1);
+    fence_proxy_async();  // the initialised barriers, for the copy engine
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&args.kv_map)) : "memory");
+  }
+  __syncthreads();
+  launch_dependents();  // the combine kernel may be scheduled; it waits for this grid to finish
+  if (threadIdx.x < 128) warpgroup<0>(args, sm, work, heads, s_max, s_scale, s_sum);
+  else warpgroup<1>(args, sm, work, heads, s_max, s_scale, s_sum);
+#else
+  __trap();  // built for an architecture without wgmma; the launcher never gets here
+#endif
+}
+
+// The driver's tensor-map encoder, looked up once (null where the driver has none).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+}  // namespace flashcpp::mla::kernels::dense
+
+namespace flashcpp::mla::kernels {
+
+bool dense_decode_tensor_maps_available() { return dense::tensor_map_encoder() != nullptr; }
+
+bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream) {
+  using dense::T;
+  if (plan.variant != WgmmaVariant::dense_bf16 || !plan.split || p.sched == nullptr || p.kv_format != KvFormat::bf16 ||
+      p.d_qk != T::kDqk || p.d_v != T::kDv || !p.kv_dense_tiles || p.num_kv < 1 || p.num_kv > INT32_MAX ||
+      p.kv_row_stride < T::kDqk)
+    return false;
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (!sm90a_kernel_ready<dense::dense_decode_wgmma_kernel>(device, T::kSmemBytes)) return false;
+  if (p.num_tokens == 0) return true;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = dense::tensor_map_encoder();
+  if (encode == nullptr) return false;
+  dense::Params args{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(T::kDqk), static_cast<cuuint64_t>(p.num_kv)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.kv_row_stride) * 2};
+  const cuuint32_t box[2] = {T::kAtomCols, T::kTile}, elem_strides[2] = {1, 1};
+  if (encode(&args.kv_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.kv), dims, strides, box,
+             elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return false;
+  args.p = p;
+  args.scale_log2 = p.sm_scale * 1.4426950408889634f;
+  args.groups = (p.h_q + T::kHeads - 1) / T::kHeads;
+  const int64_t blocks = static_cast<int64_t>(p.num_parts) * p.tokens_per_request * args.groups;
+  if (blocks < 1 || blocks > INT_MAX) return false;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(T::kThreads);
+  config.dynamicSmemBytes = T::kSmemBytes;
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, dense::dense_decode_wgmma_kernel, args) == cudaSuccess &&
+         cudaGetLastError() == cudaSuccess;
+}
+
+}  // namespace flashcpp::mla::kernels

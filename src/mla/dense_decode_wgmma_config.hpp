@@ -1,0 +1,57 @@
+// Traits of the dense MLA decode kernel for Hopper (dense_decode_wgmma.cu): tiles, thread roles and the shared-memory
+// plan, with the budget checked at compile time. One instantiation: a bf16 cache of 576 values per token (512 latent +
+// 64 RoPE) whose block size is a multiple of 64, so every 64-token tile of a request is 64 consecutive cache rows.
+#pragma once
+#include <cstdint>
+
+#include "mla/sparse_attention_wgmma_config.hpp"  // kSmemOptinLimit
+
+namespace flashcpp::mla::kernels::dense {
+
+struct Traits {
+  // One CTA = one query token x 64 heads (the wgmma M) over a split-KV part's work items, as the sparse kernel.
+  static constexpr int kDqk = 576;
+  static constexpr int kDv = 512;
+  static constexpr int kHeads = 64;
+  static constexpr int kTile = 64;                        // cached tokens per tile (a schedule block)
+  static constexpr int kAtomCols = 64;                    // bf16 columns of one 128-byte swizzle atom
+  static constexpr int kAtoms = kDqk / kAtomCols;         // 9
+  static constexpr int kAtomBytes = kTile * 128;          // one 64-row x 128-byte column block (one TMA box)
+  static constexpr int kLeftAtoms = 4;                    // V dims 0..255: warpgroup 0's O columns
+  static constexpr int kHalfDv = kDv / 2;
+  static constexpr int kRopeAtom = kAtoms - 1;            // dims 512..575: only S = Q K^T reads them
+
+  // Roles: two warpgroups and no producer. Each owns half of O's columns; they take the tiles of a pair in turn
+  // (warpgroup 0 computes S of the even tile, warpgroup 1 of the odd one) and exchange P and the row rescale factors
+  // through shared memory (FlashMLA's "seesaw" schedule). One thread of each issues the bulk tensor copies of the
+  // atoms its warpgroup has finished reading.
+  static constexpr int kThreads = 256;
+
+  // Shared memory (offsets from a 1024-byte aligned base; swizzled atoms must be 1024-aligned). Q and two K tiles take
+  // 216 KiB; P of each tile lives in that tile's RoPE atom, free once its S GEMM is done (there is no room for two
+  // more 8 KiB buffers).
+  static constexpr int kQBytes = kAtoms * kAtomBytes;
+  static constexpr int kKBytes = kAtoms * kAtomBytes;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = kOffQ + kQBytes;             // tiles 0 (even) and 1 (odd)
+  static constexpr int kOffMax = kOffK + 2 * kKBytes;       // float [64]: the rows' running max (base 2)
+  static constexpr int kOffScale = kOffMax + kHeads * 4;    // float [2][64]: each warpgroup's rescale factors
+  static constexpr int kOffSum = kOffScale + 2 * kHeads * 4;  // float [2][64]: row sums in the epilogue
+  static constexpr int kOffBar = kOffSum + 2 * kHeads * 4;  // mbarriers [2][kAtoms]: one per atom of each tile
+  static constexpr int kNumBars = 2 * kAtoms;
+  static constexpr int kUsedBytes = kOffBar + kNumBars * 8;
+  static constexpr int kAlignSlack = 1024;                  // the dynamic base is aligned up in the kernel
+  static constexpr int kSmemBytes = kUsedBytes + kAlignSlack;
+
+  // The epilogue stages each warp's 16 output rows (8 KiB) in tile 0, free by then.
+  static constexpr int kStageBytesPerWarp = 8192;
+
+  static_assert(kOffK % 1024 == 0 && kKBytes % 1024 == 0, "swizzled buffers need 1024-B alignment");
+  static_assert(kOffBar % 8 == 0, "mbarriers are 8-byte aligned");
+  static_assert(kKBytes >= (kThreads / 32) * kStageBytesPerWarp, "the staged output fits tile 0");
+  static_assert(kLeftAtoms * kAtomCols == kHalfDv && (kRopeAtom - kLeftAtoms) * kAtomCols == kHalfDv,
+                "atoms 0..3 hold V's left half, 4..7 its right half");
+  static_assert(kSmemBytes <= wgmma::kSmemOptinLimit, "shared-memory plan exceeds the sm_90 opt-in limit");
+};
+
+}  // namespace flashcpp::mla::kernels::dense
