@@ -78,18 +78,18 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 
 // Atoms [A0, A1) of the tile at cache row `row` into buffer `b`.
 template <int A0, int A1>
-__device__ __forceinline__ void copy_atoms(const Params& a, const Smem& sm, int b, int row) {
+__device__ __forceinline__ void copy_atoms(const CUtensorMap* map, const Smem& sm, int b, int row) {
 #pragma unroll
   for (int at = A0; at < A1; ++at) {
     mbar_arrive_expect_tx(sm.bar(b, at), T::kAtomBytes);
-    tma_load_2d(sm.atom(b, at), &a.kv_map, at * T::kAtomCols, row, sm.bar(b, at));
+    tma_load_2d(sm.atom(b, at), map, at * T::kAtomCols, row, sm.bar(b, at));
   }
 }
 
 // The tiles of one work item: item tile j is tile first + j of the token's slot list.
 struct ItemTiles {
   const int32_t* slots;  // the token's slot list (the plan's indices)
-  int64_t num_kv;
+  int num_kv;            // cache rows (at most 2^31 - 1: the launcher checks)
   int eff, first, n;     // the token's valid slots, the item's first tile, its tile count
   // The tile's first cache row, or -kTile (outside the tensor: zeros) when its block id is invalid.
   __device__ int row(int j) const {
@@ -137,6 +137,14 @@ __device__ __forceinline__ void zero_v_rows(const Smem& sm, int b, int nv, int i
   warpgroup_sync(W);
 }
 
+// Descriptor `desc` advanced by `bytes` (a multiple of 16), computed where the GEMM issues: the 100-odd distinct
+// descriptors of a pair are loop-invariant, and ptxas kept them all, spilling them to local memory (ptxas, CUDA 13.0).
+__device__ __forceinline__ uint64_t desc_plus(uint64_t desc, uint32_t bytes) {
+  uint64_t d;
+  asm volatile("add.s64 %0, %1, %2;\n" : "=l"(d) : "l"(desc), "l"(static_cast<uint64_t>(bytes >> 4)));
+  return d;
+}
+
 // S (+)= Q K^T over atoms [A0, A1) of buffer b, each once its copy landed (barrier phase `phase`).
 template <int A0, int A1, bool FIRST>
 __device__ __forceinline__ void qk_atoms(float (&s)[32], uint64_t desc_q, uint64_t desc_k, const Smem& sm, int b,
@@ -147,8 +155,8 @@ __device__ __forceinline__ void qk_atoms(float (&s)[32], uint64_t desc_q, uint64
     wgmma_fence();  // after each wait, as the first: ptxas otherwise injects its own (and serializes the GEMMs)
 #pragma unroll
     for (int ks = 0; ks < T::kAtomCols / 16; ++ks) {
-      const uint64_t off = static_cast<uint64_t>((a * T::kAtomBytes + ks * 32) >> 4);
-      wgmma_m64n64k16_ss(s, desc_q + off, desc_k + off, (FIRST && a == A0 && ks == 0) ? 0 : 1);
+      const uint32_t off = a * T::kAtomBytes + ks * 32;
+      wgmma_m64n64k16_ss(s, desc_plus(desc_q, off), desc_plus(desc_k, off), (FIRST && a == A0 && ks == 0) ? 0 : 1);
     }
   }
 }
@@ -158,22 +166,22 @@ __device__ __forceinline__ void pv_registers(float (&o)[128], const uint32_t (&p
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
-    wgmma_m64n256k16_rs(o, a, desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+    wgmma_m64n256k16_rs(o, a, desc_plus(desc_v, kk * 16 * 128));
   }
 }
 // O += P V, P from shared memory, uncommitted.
 __device__ __forceinline__ void pv_shared(float (&o)[128], uint64_t desc_p, uint64_t desc_v) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
-    wgmma_m64n256k16_ss(o, desc_p + static_cast<uint64_t>((kk * 32) >> 4),
-                        desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+    wgmma_m64n256k16_ss(o, desc_plus(desc_p, kk * 32), desc_plus(desc_v, kk * 16 * 128));
 }
 
 // What warpgroup W keeps for the whole CTA: its lane and rows (r0 = 16 warp + g, r1 = r0 + 8; t = lane & 3), the
 // descriptors of its GEMMs, and the running max and rescale factors in shared memory.
 template <int W>
 struct Group {
-  const Params& a;
+  const CUtensorMap* map;  // Params::kv_map
+  float scale_log2;
   Smem sm;
   int idx, t, g, r0, r1;
   bool leader;  // the thread that issues this warpgroup's copies
@@ -202,7 +210,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it,
   }
   // ---- Softmax of the even tile against the running max.
   float mx0, mx1;
-  mask_rowmax(s, nv0, c.t, c.a.scale_log2, mx0, mx1);
+  mask_rowmax(s, nv0, c.t, c.scale_log2, mx0, mx1);
   const float old0 = c.s_max[c.r0], old1 = c.s_max[c.r1];
   const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
   const float mu0 = n0 == -INFINITY ? 0.f : n0, mu1 = n1 == -INFINITY ? 0.f : n1;  // keeps (-inf) - (-inf) out
@@ -234,7 +242,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it,
   // ---- Warpgroup 1's max: P_e, O_L and the sums rescaled to it; P_e to buffer 0's RoPE atom for warpgroup 1.
   named_sync(kScale1Ready);
   if constexpr (!B0_LAST && !B1_LAST) {
-    if (c.leader) copy_atoms<0, T::kLeftAtoms>(c.a, c.sm, 0, next0);
+    if (c.leader) copy_atoms<0, T::kLeftAtoms>(c.map, c.sm, 0, next0);
   }
   const float b0 = c.s_scale[T::kHeads + c.r0], b1 = c.s_scale[T::kHeads + c.r1];
   scaled_p(s, b0, b1, pf);
@@ -264,8 +272,8 @@ __device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it,
     if (j0 + 3 < it.n) {
       wgmma_wait<1>();
       if (c.leader) {
-        copy_atoms<0, T::kLeftAtoms>(c.a, c.sm, 1, next1);
-        copy_atoms<T::kRopeAtom, T::kAtoms>(c.a, c.sm, 1, next1);
+        copy_atoms<0, T::kLeftAtoms>(c.map, c.sm, 1, next1);
+        copy_atoms<T::kRopeAtom, T::kAtoms>(c.map, c.sm, 1, next1);
       }
     }
     qk_atoms<T::kLeftAtoms, T::kAtoms, false>(s, c.desc_q(), c.desc_k(0), c.sm, 0, phase);
@@ -293,7 +301,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it,
   }
   // ---- Softmax of the odd tile after warpgroup 0's max (the pair's max).
   float mx0 = -INFINITY, mx1 = -INFINITY;
-  if constexpr (!B0_LAST) mask_rowmax(s, nv1, c.t, c.a.scale_log2, mx0, mx1);
+  if constexpr (!B0_LAST) mask_rowmax(s, nv1, c.t, c.scale_log2, mx0, mx1);
   named_sync(kScale0Ready);
   const float old0 = c.s_max[c.r0], old1 = c.s_max[c.r1];
   const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
@@ -329,6 +337,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it,
   // ---- O_R += P_e V_e,R once warpgroup 0 stored P_e.
   named_sync(kP0Ready);
   if (nv0 > 0 && nv0 < T::kTile) zero_v_rows<1>(c.sm, 0, nv0, c.idx);
+  if constexpr (B0_LAST) fence_regs(o);  // the rescale above stays before the fence (no GEMM is in flight here)
   wgmma_fence();
   pv_shared(o, c.desc_p(0), c.desc_v(0));
   wgmma_commit();
@@ -336,11 +345,11 @@ __device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it,
   // ---- Buffer 1's atoms 4..7 free for tile j0 + 3, buffer 0's atoms 4..8 (with P_e) for tile j0 + 2.
   if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
     wgmma_wait<1>();
-    if (c.leader) copy_atoms<T::kLeftAtoms, T::kRopeAtom>(c.a, c.sm, 1, next1);
+    if (c.leader) copy_atoms<T::kLeftAtoms, T::kRopeAtom>(c.map, c.sm, 1, next1);
   }
   if constexpr (!B0_LAST && !B1_LAST) {
     wgmma_wait<0>();
-    if (c.leader) copy_atoms<T::kLeftAtoms, T::kAtoms>(c.a, c.sm, 0, next0);
+    if (c.leader) copy_atoms<T::kLeftAtoms, T::kAtoms>(c.map, c.sm, 0, next0);
   }
   // ---- S of tile j0 + 3: atoms 4..7 (copied first), then 0..3 and 8 (copied by warpgroup 0).
   if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
@@ -399,17 +408,17 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
   const SparseAttentionParams& p = a.p;
   [[maybe_unused]] const auto [lane, warp_in_wg, g, t, r0, r1] = consumer_lane();
   const int idx = threadIdx.x & 127;
-  const Group<W> c{a, sm, idx, t, g, r0, r1, idx == 0, s_max, s_scale};
+  const Group<W> c{&a.kv_map, a.scale_log2, sm, idx, t, g, r0, r1, idx == 0, s_max, s_scale};
   const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
   int phase = 0;  // of this warpgroup's buffer's barriers
   for (int k = work.first; k <= work.last; ++k) {
     const WorkItem w = work.item(k);
     const ItemTiles it{p.indices + p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request),
-                       p.num_kv, w.eff, w.tile_begin, w.n_tiles()};
+                       static_cast<int>(p.num_kv), w.eff, w.tile_begin, w.n_tiles()};
     // ---- Item start: the first two tiles' copies, Q (64 heads x 576, zeros past the CTA's heads), the running max.
     if (threadIdx.x == 0 && it.n > 0) {
-      copy_atoms<0, T::kAtoms>(a, sm, 0, it.row(0));
-      if (it.n > 1) copy_atoms<0, T::kAtoms>(a, sm, 1, it.row(1));
+      copy_atoms<0, T::kAtoms>(&a.kv_map, sm, 0, it.row(0));
+      if (it.n > 1) copy_atoms<0, T::kAtoms>(&a.kv_map, sm, 1, it.row(1));
     }
     const __nv_bfloat16* q =
         static_cast<const __nv_bfloat16*>(p.q) + p.token_offset(w.token, p.q_stride_token, p.q_stride_request);

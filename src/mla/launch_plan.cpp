@@ -1,6 +1,7 @@
 // The launch plan of sparse MLA (launch_plan.hpp): which kernel, instantiation, head grouping and cluster run a
 // problem, and the one launch switch over them.
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -118,7 +119,8 @@ void choose_wgmma(const SparseAttentionParams& p, const KernelSupport& f, Launch
     case KvFormat::bf16:
       plan.variant = p.d_qk == 576 ? WgmmaVariant::bf16_576 : WgmmaVariant::bf16_512;
       // Dense decode over whole tiles: the dense kernel (its TMA copies need the driver's tensor-map encoder).
-      if (plan.split && p.d_qk == 576 && p.kv_dense_tiles && f.tensor_maps && dense_tiles_kernel())
+      if (plan.split && p.d_qk == 576 && p.kv_dense_tiles && p.num_kv >= 1 && p.num_kv <= INT32_MAX &&
+          p.kv_row_stride >= 576 && f.tensor_maps && dense_tiles_kernel())
         plan.variant = WgmmaVariant::dense_bf16;
       break;
     case KvFormat::fp8_v32:

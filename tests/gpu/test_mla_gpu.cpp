@@ -951,10 +951,14 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   };
   // A graph replay gets new lengths over the same cache: every token is valid data there.
   fill(/*nan_past_lengths=*/!graph);
-  if (c.bad_blocks)
-    for (int64_t r = 0; r < c.b; ++r)
+  if (c.bad_blocks)  // at even and odd tiles, and as some requests' first or last block
+    for (int64_t r = 0; r < c.b; ++r) {
+      const int64_t used = (len[static_cast<size_t>(r)] + c.block_size - 1) / c.block_size;
       for (int64_t k = 2; k < max_blocks; k += 5)
         table[static_cast<size_t>(r * max_blocks + k)] = (k / 5) % 2 == 0 ? -1 : static_cast<int32_t>(num_blocks + 7);
+      if (r % 2 == 1) table[static_cast<size_t>(r * max_blocks)] = -1;
+      if (r % 3 == 0 && used > 0) table[static_cast<size_t>(r * max_blocks + used - 1)] = static_cast<int32_t>(num_blocks);
+    }
   auto q = random_bf16(static_cast<size_t>(c.b * c.s_q * c.h_q * 576), rng, 1.0);
   std::vector<float> sink(static_cast<size_t>(c.h_q));
   std::normal_distribution<float> snd;
