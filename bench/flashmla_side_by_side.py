@@ -33,15 +33,21 @@ The bf16 contenders (FlashMLA, ours, --lib-b) are replayed in turn; the FP8 rows
 
 Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|dense|all]
        [--filter SUBSTR] [--iters N] [--no-flush] [--no-flashmla] [--lib-b OTHER/libflashcpp.so]
---lib-b loads a second flashcpp build beside the first (an A/B of two builds in one process, on the same tensors).
+--lib-b loads a second flashcpp build beside the first (an A/B of two builds in one process, on the same tensors);
+--lib-env / --lib-b-env give each its switches (the same build twice: e.g. --lib L --lib-b L --lib-env
+FLASHCPP_MLA_DENSE_KERNEL=tiles --lib-b-env FLASHCPP_MLA_DENSE_KERNEL=gather times the dense kernel against the gather
+kernel, and FlashMLA, in turn on the same tensors).
 """
 import argparse
 import ctypes
 import json
 import math
+import os
 import random
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
@@ -128,11 +134,32 @@ class DenseOptions(ctypes.Structure):
 
 
 class Flashcpp:
-    def __init__(self, path):
+    def __init__(self, path, env=None):
         self.lib = ctypes.CDLL(path)
         self.lib.flashcpp_last_error.restype = ctypes.c_char_p
         self.lib.flashcpp_version.restype = ctypes.c_char_p
         self._keep = []  # the ctypes structs a prepared call points to
+        self.env = dict(env or {})  # --lib-env / --lib-b-env: the environment of this build's first calls
+        self._warm = False
+
+    def warm(self, fn):
+        """Runs fn once; the first time with this build's environment (--lib-env, --lib-b-env), so that the switches
+        the library reads once (FLASHCPP_MLA_DENSE_KERNEL, FLASHCPP_MLA_FP8_KERNEL, ...) take that build's values."""
+        if self._warm or not self.env:
+            fn()
+            return
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            fn()
+            torch.cuda.synchronize()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            self._warm = True
 
     def check(self, status, what):
         if status != 0:
@@ -462,6 +489,7 @@ def run_dense(flashcpp, flash_mla, timer, c):
         lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device="cuda")
         plan, run = lib.prepare_dense(q, cache, inp["table"], inp["seqlens"], c["causal"], out, lse.transpose(1, 2))
         plan()
+        lib.warm(run)
         return plan, run, out, lse
 
     plan_bf16, run_bf16, out_bf16, lse_bf16 = prepare(flashcpp, k)
@@ -806,7 +834,12 @@ def main():
     ap.add_argument("--sequential", action="store_true",
                     help="time the contenders one after the other (ours first), as before 2026-12-04, not in turn")
     ap.add_argument("--lib-b", help="a second libflashcpp.so timed on the same tensors (flashcpp_b_us, b_speedup: "
-                    "its time / the first's; decode, prefill and dense bf16)")
+                    "its time / the first's; decode, prefill and dense bf16); the same file as --lib is loaded as a "
+                    "copy, so that with --lib-b-env the two differ by a switch")
+    ap.add_argument("--lib-env", nargs="*", default=[], metavar="NAME=VALUE",
+                    help="environment of --lib's first calls (dense decode), e.g. FLASHCPP_MLA_DENSE_KERNEL=tiles")
+    ap.add_argument("--lib-b-env", nargs="*", default=[], metavar="NAME=VALUE",
+                    help="environment of --lib-b's first calls, e.g. FLASHCPP_MLA_DENSE_KERNEL=gather")
     ap.add_argument("--equal-lengths", action="store_true", help="experiment: every request's cache length s_k")
     ap.add_argument("--no-permute", action="store_true", help="experiment: an identity block table")
     ap.add_argument("--plan-without-lengths", action="store_true",
@@ -820,9 +853,16 @@ def main():
                       num_sms=args.num_sms, plan_by_lengths=not args.plan_without_lengths,
                       sequential=args.sequential, profile_order=args.profile_order)
 
-    flashcpp = Flashcpp(args.lib)
+    def env_of(pairs):
+        return dict(p.split("=", 1) for p in pairs)
+    flashcpp = Flashcpp(args.lib, env_of(args.lib_env))
     if args.lib_b:
-        OTHER_BUILD["lib"] = Flashcpp(args.lib_b)
+        path_b = args.lib_b
+        if os.path.realpath(path_b) == os.path.realpath(args.lib):  # one file loads once: take a copy
+            copy_dir = tempfile.mkdtemp(prefix="flashcpp-lib-b-")
+            path_b = os.path.join(copy_dir, os.path.basename(os.path.realpath(args.lib)))
+            shutil.copy2(os.path.realpath(args.lib), path_b)
+        OTHER_BUILD["lib"] = Flashcpp(path_b, env_of(args.lib_b_env))
     flash_mla = None
     if not args.no_flashmla:
         try:

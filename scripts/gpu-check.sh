@@ -254,21 +254,22 @@ if has mla-dense; then
         build-gpu/tests/gpu/test_mla_gpu --gtest_filter='MlaGpuDenseDecode.CudaGraph*' 2>&1 | tail -4 |
         tee -a "$out/mla-dense-sanitize.txt"
     done
-    for kernel in tiles gather; do
-      log "dense MLA decode: FlashMLA's dense suite, FLASHCPP_MLA_DENSE_KERNEL=$kernel"
-      FLASHCPP_MLA_DENSE_KERNEL=$kernel PYTHONUNBUFFERED=1 timeout 200 python3 bench/flashmla_side_by_side.py \
-        --lib build-gpu/libflashcpp.so --op dense --iters 20 --no-host-time > "$out/mla-dense-suite-$kernel.txt" 2>&1
-      grep '^MLA_SUITE' "$out/mla-dense-suite-$kernel.txt" | python3 -c '
+    # FlashMLA, the dense kernel (--lib) and the gather kernel (--lib-b: the same build, switched) in turn.
+    log "dense MLA decode: FlashMLA's dense suite, the dense kernel against FlashMLA and the gather kernel"
+    PYTHONUNBUFFERED=1 timeout 300 python3 bench/flashmla_side_by_side.py --lib build-gpu/libflashcpp.so \
+      --lib-b build-gpu/libflashcpp.so --lib-env FLASHCPP_MLA_DENSE_KERNEL=tiles \
+      --lib-b-env FLASHCPP_MLA_DENSE_KERNEL=gather --op dense --iters 20 --no-host-time > "$out/mla-dense-suite.txt" 2>&1
+    grep '^MLA_SUITE' "$out/mla-dense-suite.txt" | python3 -c '
 import json, math, sys
 rows = [json.loads(l[10:]) for l in sys.stdin if l.startswith("MLA_SUITE ")]
 bf16 = [r for r in rows if r.get("kv") == "bf16" and "ratio" in r]
 for r in bf16:
-    print("%-10s h_q %3d s_q %d s_k %5d %-6s ours %8.1f us  FlashMLA %8.1f  ratio %.3f" % (r["case"], r["h_q"], r["s_q"],
-          r["s_k"], "causal" if r["causal"] else "", r["flashcpp_us"], r["flashmla_us"], r["ratio"]))
+    print("%-10s h_q %3d s_q %d s_k %5d %-6s dense kernel %8.1f us  FlashMLA %8.1f  ratio %.3f  gather/dense %s" % (
+          r["case"], r["h_q"], r["s_q"], r["s_k"], "causal" if r["causal"] else "", r["flashcpp_us"], r["flashmla_us"],
+          r["ratio"], "%.3f" % r["b_speedup"] if "b_speedup" in r else "-"))
 if bf16:
     print("geometric mean %.3f, min %.3f" % (math.exp(sum(math.log(r["ratio"]) for r in bf16) / len(bf16)),
                                              min(r["ratio"] for r in bf16)))' | tee -a "$out/summary.txt"
-    done
   fi
 fi
 
