@@ -105,23 +105,8 @@ struct ItemTiles {
 
 // Masks S columns >= nv (-inf), scales it to base 2 and returns rows r0 / r1's max over the tile.
 __device__ __forceinline__ void mask_rowmax(float (&s)[32], int nv, int t, float scale_log2, float& mx0, float& mx1) {
-  mx0 = -INFINITY;
-  mx1 = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int c = 8 * j + 2 * t;
-    const bool v0 = c < nv, v1 = c + 1 < nv;
-    s[4 * j + 0] = v0 ? s[4 * j + 0] * scale_log2 : -INFINITY;
-    s[4 * j + 1] = v1 ? s[4 * j + 1] * scale_log2 : -INFINITY;
-    s[4 * j + 2] = v0 ? s[4 * j + 2] * scale_log2 : -INFINITY;
-    s[4 * j + 3] = v1 ? s[4 * j + 3] * scale_log2 : -INFINITY;
-    mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
-    mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-  }
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  mask_scale_rowmax_by(
+      s, [nv, t](int j) { return ColumnPair{8 * j + 2 * t < nv, 8 * j + 2 * t + 1 < nv}; }, scale_log2, mx0, mx1);
 }
 
 // Warpgroup W zeroes V rows nv..63 of its half (atoms 4W .. 4W + 3) of buffer b: rows past the token's length may
@@ -194,34 +179,59 @@ struct Group {
   __device__ uint64_t desc_p(int b) const { return make_desc(sm.p(b), 16, 1024); }
 };
 
+// The rows' running max after a tile whose maxima are mx0 / mx1 (-inf: none): the new max goes to s_max and the factor
+// from the old max to it (base 2) to warpgroup W's slot of s_scale; returns the exponent offsets (0 for a row still
+// without a valid slot, which keeps (-inf) - (-inf) out) and the factors.
+struct MaxStep {
+  float mu0, mu1, f0, f1;
+};
+template <int W>
+__device__ __forceinline__ MaxStep advance_max(const Group<W>& c, float mx0, float mx1) {
+  const float old0 = c.s_max[c.r0], old1 = c.s_max[c.r1];
+  const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
+  MaxStep m;
+  m.mu0 = n0 == -INFINITY ? 0.f : n0;
+  m.mu1 = n1 == -INFINITY ? 0.f : n1;
+  m.f0 = fast_exp2(old0 - m.mu0);
+  m.f1 = fast_exp2(old1 - m.mu1);
+  __syncwarp();  // the row's lanes have read the old max
+  if (c.t == 0) {
+    c.s_max[c.r0] = n0;
+    c.s_max[c.r1] = n1;
+    c.s_scale[W * T::kHeads + c.r0] = m.f0;
+    c.s_scale[W * T::kHeads + c.r1] = m.f1;
+  }
+  return m;
+}
+
+// What a pair needs of its tiles: the valid slots of tiles j0 and j0 + 1, and for the copies the leader issues, the
+// first rows of tiles j0 + 2 and j0 + 3 where the pair refills its buffers with them.
+struct PairTiles {
+  int nv0, nv1, next0, next1;
+};
+template <bool B0_LAST, bool B1_LAST>
+__device__ __forceinline__ PairTiles pair_tiles(const ItemTiles& it, int j0, bool leader) {
+  PairTiles p{it.valid(j0, it.row(j0)), 0, 0, 0};
+  if constexpr (!B0_LAST) p.nv1 = it.valid(j0 + 1, it.row(j0 + 1));
+  if constexpr (!B0_LAST && !B1_LAST) {
+    if (leader) {
+      p.next0 = it.row(j0 + 2);
+      if (j0 + 3 < it.n) p.next1 = it.row(j0 + 3);
+    }
+  }
+  return p;
+}
+
 // Warpgroup 0, the pair of item tiles j0 (buffer 0) and j0 + 1 (buffer 1). On entry s holds S of tile j0; on return
 // S of tile j0 + 2 when there is one. B0_LAST: j0 is the item's last tile; B1_LAST: j0 + 1 is.
 template <bool B0_LAST, bool B1_LAST>
 __device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it, int j0, float (&o)[128],
                                          float (&s)[32], float& l0, float& l1, int& phase) {
-  const int nv0 = it.valid(j0, it.row(j0));
-  int nv1 = 0, next0 = 0, next1 = 0;
-  if constexpr (!B0_LAST) nv1 = it.valid(j0 + 1, it.row(j0 + 1));
-  if constexpr (!B0_LAST && !B1_LAST) {
-    if (c.leader) {
-      next0 = it.row(j0 + 2);
-      if (j0 + 3 < it.n) next1 = it.row(j0 + 3);
-    }
-  }
+  const auto [nv0, nv1, next0, next1] = pair_tiles<B0_LAST, B1_LAST>(it, j0, c.leader);
   // ---- Softmax of the even tile against the running max.
   float mx0, mx1;
   mask_rowmax(s, nv0, c.t, c.scale_log2, mx0, mx1);
-  const float old0 = c.s_max[c.r0], old1 = c.s_max[c.r1];
-  const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
-  const float mu0 = n0 == -INFINITY ? 0.f : n0, mu1 = n1 == -INFINITY ? 0.f : n1;  // keeps (-inf) - (-inf) out
-  const float alpha0 = fast_exp2(old0 - mu0), alpha1 = fast_exp2(old1 - mu1);
-  __syncwarp();  // the row's lanes have read the old max
-  if (c.t == 0) {
-    c.s_max[c.r0] = n0;
-    c.s_max[c.r1] = n1;
-    c.s_scale[c.r0] = alpha0;
-    c.s_scale[c.r1] = alpha1;
-  }
+  const auto [mu0, mu1, alpha0, alpha1] = advance_max(c, mx0, mx1);
   uint32_t pf[16];
   float sum0 = 0.f, sum1 = 0.f;
   softmax_numerators<true>(s, mu0, mu1, pf, sum0, sum1);
@@ -290,30 +300,12 @@ __device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it,
 template <bool B0_LAST, bool B1_LAST, bool B2_LAST>
 __device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it, int j0, float (&o)[128],
                                          float (&s)[32], float& l0, float& l1, int& phase) {
-  const int nv0 = it.valid(j0, it.row(j0));
-  int nv1 = 0, next0 = 0, next1 = 0;
-  if constexpr (!B0_LAST) nv1 = it.valid(j0 + 1, it.row(j0 + 1));
-  if constexpr (!B0_LAST && !B1_LAST) {
-    if (c.leader) {
-      next0 = it.row(j0 + 2);
-      if constexpr (!B2_LAST) next1 = it.row(j0 + 3);
-    }
-  }
+  const auto [nv0, nv1, next0, next1] = pair_tiles<B0_LAST, B1_LAST>(it, j0, c.leader);
   // ---- Softmax of the odd tile after warpgroup 0's max (the pair's max).
   float mx0 = -INFINITY, mx1 = -INFINITY;
   if constexpr (!B0_LAST) mask_rowmax(s, nv1, c.t, c.scale_log2, mx0, mx1);
   named_sync(kScale0Ready);
-  const float old0 = c.s_max[c.r0], old1 = c.s_max[c.r1];
-  const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
-  const float mu0 = n0 == -INFINITY ? 0.f : n0, mu1 = n1 == -INFINITY ? 0.f : n1;
-  const float beta0 = fast_exp2(old0 - mu0), beta1 = fast_exp2(old1 - mu1);
-  __syncwarp();
-  if (c.t == 0) {
-    c.s_max[c.r0] = n0;
-    c.s_max[c.r1] = n1;
-    c.s_scale[T::kHeads + c.r0] = beta0;
-    c.s_scale[T::kHeads + c.r1] = beta1;
-  }
+  const auto [mu0, mu1, beta0, beta1] = advance_max(c, mx0, mx1);
   uint32_t pf[16];
   float sum0 = 0.f, sum1 = 0.f;
   if constexpr (!B0_LAST) softmax_numerators(s, mu0, mu1, pf, sum0, sum1);

@@ -27,16 +27,21 @@ __device__ __forceinline__ void gemm_qk(float (&s)[32], uint64_t desc_q, uint64_
 // Consumer pieces shared by both schedules (two tiles per iteration, and tile by tile). A thread holds rows
 // r0 = 16 warp + g and r1 = r0 + 8 of the 64, columns 2t, 2t + 1 of each 8-column block (t = lane & 3).
 
-// Masks S (slots whose valid flag is 0 become -inf; `flags` = the tile's flags + 2t), scales it to base 2 and
-// returns the two rows' maxima over the tile (reduced over the four lanes of a row).
-__device__ __forceinline__ void mask_scale_rowmax(float (&s)[32], const uint8_t* flags, float scale_log2, float& mx0,
-                                                  float& mx1) {
+// Whether this thread's two columns of 8-column block j (2t, 2t + 1) hold valid slots.
+struct ColumnPair {
+  bool v0, v1;
+};
+
+// Masks S (columns the validity `valid(j)` (a ColumnPair) marks invalid become -inf), scales it to base 2 and returns
+// the two rows' maxima over the tile (reduced over the four lanes of a row).
+template <class Valid>
+__device__ __forceinline__ void mask_scale_rowmax_by(float (&s)[32], Valid valid, float scale_log2, float& mx0,
+                                                     float& mx1) {
   mx0 = -INFINITY;
   mx1 = -INFINITY;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const uint32_t v = *reinterpret_cast<const uint16_t*>(flags + 8 * j);
-    const bool v0 = (v & 0xffu) != 0, v1 = (v >> 8) != 0;
+    const auto [v0, v1] = valid(j);
     s[4 * j + 0] = v0 ? s[4 * j + 0] * scale_log2 : -INFINITY;
     s[4 * j + 1] = v1 ? s[4 * j + 1] * scale_log2 : -INFINITY;
     s[4 * j + 2] = v0 ? s[4 * j + 2] * scale_log2 : -INFINITY;
@@ -48,6 +53,18 @@ __device__ __forceinline__ void mask_scale_rowmax(float (&s)[32], const uint8_t*
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+}
+
+// mask_scale_rowmax_by over the tile's valid flags in shared memory (`flags` = the tile's flags + 2t).
+__device__ __forceinline__ void mask_scale_rowmax(float (&s)[32], const uint8_t* flags, float scale_log2, float& mx0,
+                                                  float& mx1) {
+  mask_scale_rowmax_by(
+      s,
+      [flags](int j) {
+        const uint32_t v = *reinterpret_cast<const uint16_t*>(flags + 8 * j);
+        return ColumnPair{(v & 0xffu) != 0, (v >> 8) != 0};
+      },
+      scale_log2, mx0, mx1);
 }
 
 // P = exp2(S - mu) (bf16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks 2 kk,
