@@ -26,7 +26,8 @@
 //     index is a cache row. Rows past the length in a tile's last rows may hold anything (NaN): their logits are -inf
 //     and their V rows are zeroed in shared memory before any P V reads them.
 //   * Epilogue: the sparse kernel's (write_item_rows): partial rows for split requests, out / lse with the sink for
-//     the others, staged through buffer 0.
+//     the others, staged through buffer 0. The next work item's Q (and its first tiles, where buffer 0 is not the
+//     staging) is copied while this item's stores run.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
@@ -394,6 +395,21 @@ __device__ __forceinline__ void single_tile_wg1(const Group<1>& c, const ItemTil
   pair_wg1<true, false, false>(c, it, 0, o, s, l0, l1, phase);
 }
 
+// Q of `token` (64 heads x 576, zeros past the CTA's heads) into its buffer by every thread's cp.async (waited for
+// at the item's start). Not inlined: the two places that start it would double its 18-step loop in the code.
+__device__ __noinline__ void copy_q_rows(const SparseAttentionParams& p, const Smem& sm, int64_t token, HeadRange heads) {
+  const __nv_bfloat16* q =
+      static_cast<const __nv_bfloat16*>(p.q) + p.token_offset(token, p.q_stride_token, p.q_stride_request);
+  constexpr int kChunksPerRow = T::kDqk / 8;
+  for (int ch = threadIdx.x; ch < T::kHeads * kChunksPerRow; ch += T::kThreads) {
+    const int row = ch / kChunksPerRow, col = ch % kChunksPerRow;
+    const bool valid = heads.first + row < heads.end;
+    const __nv_bfloat16* src = q + static_cast<int64_t>(valid ? heads.first + row : heads.first) * p.q_stride_head + col * 8;
+    sm90::cp_async_16(sm.q() + (col / 8) * T::kAtomBytes + row * 128 + (((col % 8) ^ (row & 7)) << 4), src,
+                      valid ? 16 : 0);
+  }
+}
+
 template <int W>
 __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const WorkList<true>& work, HeadRange heads,
                                           float* s_max, float* s_scale, float* s_sum) {
@@ -403,25 +419,26 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
   const Group<W> c{&a.kv_map, a.scale_log2, sm, idx, t, g, r0, r1, idx == 0, s_max, s_scale};
   const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
   int phase = 0;  // of this warpgroup's buffer's barriers
-  for (int k = work.first; k <= work.last; ++k) {
-    const WorkItem w = work.item(k);
-    const ItemTiles it{p.indices + p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request),
-                       static_cast<int>(p.num_kv), w.eff, w.tile_begin, w.n_tiles()};
-    // ---- Item start: the first two tiles' copies, Q (64 heads x 576, zeros past the CTA's heads), the running max.
+  auto tiles_of = [&](const WorkItem& w) {
+    return ItemTiles{p.indices + p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request),
+                     static_cast<int>(p.num_kv), w.eff, w.tile_begin, w.n_tiles()};
+  };
+  // An item's first two tiles into buffers 0 and 1 (one thread), and its Q.
+  auto copy_first_tiles = [&](const ItemTiles& it) {
     if (threadIdx.x == 0 && it.n > 0) {
       copy_atoms<0, T::kAtoms>(&a.kv_map, sm, 0, it.row(0));
       if (it.n > 1) copy_atoms<0, T::kAtoms>(&a.kv_map, sm, 1, it.row(1));
     }
-    const __nv_bfloat16* q =
-        static_cast<const __nv_bfloat16*>(p.q) + p.token_offset(w.token, p.q_stride_token, p.q_stride_request);
-    constexpr int kChunksPerRow = T::kDqk / 8;
-    for (int ch = threadIdx.x; ch < T::kHeads * kChunksPerRow; ch += T::kThreads) {
-      const int row = ch / kChunksPerRow, col = ch % kChunksPerRow;
-      const bool valid = heads.first + row < heads.end;
-      const __nv_bfloat16* src = q + static_cast<int64_t>(valid ? heads.first + row : heads.first) * p.q_stride_head + col * 8;
-      sm90::cp_async_16(sm.q() + (col / 8) * T::kAtomBytes + row * 128 + (((col % 8) ^ (row & 7)) << 4), src,
-                        valid ? 16 : 0);
-    }
+  };
+  auto copy_q = [&](const WorkItem& w) { copy_q_rows(p, sm, w.token, heads); };
+  if (work.first > work.last) return;
+  WorkItem w = work.item(work.first);
+  bool q_copied = false, tiles_copied = false;  // by the previous item's epilogue
+  for (int k = work.first; k <= work.last; ++k) {
+    const ItemTiles it = tiles_of(w);
+    // ---- Item start: Q and the first tiles (unless the previous item's epilogue started them), the running max.
+    if (!tiles_copied) copy_first_tiles(it);
+    if (!q_copied) copy_q(w);
     cp_async_wait_all();
     fence_proxy_async();
     if (threadIdx.x < T::kHeads) s_max[threadIdx.x] = -INFINITY;
@@ -435,9 +452,22 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     }
     run_tiles<W>(c, it, o, l0, l1, phase);
 
-    // ---- Epilogue: the two warpgroups' row sums, then O / (l + sink term) or the partial row.
+    // ---- Epilogue: the two warpgroups' row sums (after which no GEMM of this item is in flight in either), then the
+    // next item's Q and, unless this item's output is staged in buffer 0, its first tiles, so that their copies overlap
+    // this item's stores (FlashMLA loads the next Q there too); then O / (l + sink term) or the partial row.
     combine_row_sums<T, W>(s_sum, r0, r1, t, l0, l1);
     const float m0 = s_max[r0], m1 = s_max[r1];
+    WorkItem next{};
+    q_copied = tiles_copied = false;
+    if (k < work.last) {
+      next = work.item(k + 1);
+      copy_q(next);
+      q_copied = true;
+      if (w.accum_row >= 0) {  // a partial row: written from registers, buffer 0 stays free
+        copy_first_tiles(tiles_of(next));
+        tiles_copied = true;
+      }
+    }
     const ItemInfo info{w.token, w.accum_row, it.n, w.write_partial ? 1 : 0, {0, 0}};
     write_item_rows<T, W>(
         p, info, heads, r0, r1, t, o, m0, m1, [&](int h) {
@@ -447,6 +477,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
         sinks, sm.tile(0) + (W * 4 + warp_in_wg) * T::kStageBytesPerWarp);
     fence_proxy_async();  // the staging's ordinary accesses before the next item's copies into buffer 0
     __syncthreads();
+    w = next;
   }
 }
 
