@@ -3,7 +3,6 @@
 // combine over the indices the plan wrote).
 #include <algorithm>
 #include <climits>
-#include <functional>
 #include <string>
 
 #include "core/check.hpp"
@@ -130,8 +129,9 @@ CacheLayout validate_cache(const Validator& v, const TensorView& kv, const Tenso
 
 // The workspace against its config (on `ref`'s device): the config's rules, then, with config.num_sms set, the buffers
 // before the device is asked anything; returns the sizes.
+template <class OverlapRule>  // a template, not std::function: its closure would be allocated on every call
 DenseDecodePlanSizes checked_sizes(const Validator& v, const DenseDecodeWorkspace& ws, const TensorView& ref,
-                                   const std::function<void()>& overlap_rule) {
+                                   const OverlapRule& overlap_rule) {
   const DenseDecodeConfig& c = ws.config;
   validate_config(v, c);
   if (c.num_sms > 0) {
