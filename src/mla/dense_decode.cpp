@@ -139,7 +139,7 @@ DenseDecodePlanSizes checked_sizes(const Validator& v, const DenseDecodeWorkspac
     validate_workspace(v, ws, s, ref);
     overlap_rule();
   }
-  require_supported(std::string(v.op()).c_str(), ref.device.id);
+  require_supported(v.op(), ref.device.id);
   const DenseDecodePlanSizes s = sizes_for(c, sms_of(c, ref.device.id));
   if (c.num_sms <= 0) {
     validate_workspace(v, ws, s, ref);

@@ -97,7 +97,7 @@ int planned_sms(const Validator& v, int config_num_sms, int num_sms) {
 }
 
 // Device gate: throws unsupported unless the kernels can run on `device_id`.
-void require_supported(const char* op, int device_id) {
+void require_supported(std::string_view op, int device_id) {
   const kernels::KernelSupport& s = kernel_support(device_id);
   if (!s.sparse_supported)
     throw Error(ErrorCode::unsupported,

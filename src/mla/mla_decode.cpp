@@ -293,7 +293,7 @@ DecodePlanSizes validate_planned(const Validator& v, const DecodeWorkspace& ws, 
     validate_workspace(v, ws, sizes);
     check_split_overlap(sizes);
   }
-  require_supported(std::string(v.op()).c_str(), q.device.id);
+  require_supported(v.op(), q.device.id);
   if (c.num_sms <= 0) {
     sizes = sizes_for(c, kernel_support(q.device.id).sm_count);
     validate_workspace(v, ws, sizes);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <string_view>
 
 #include "core/check.hpp"
 #include "flashcpp/mla.hpp"
@@ -40,7 +41,7 @@ bool converter_on_host(const Validator& v, const TensorView& src, const char* sr
 /// [1, kMaxSms] (argument "num_sms").
 int planned_sms(const Validator& v, int config_num_sms, int num_sms);
 /// Throws unsupported unless the MLA kernels can run on `device_id`.
-void require_supported(const char* op, int device_id);
+void require_supported(std::string_view op, int device_id);
 /// cuda_check of cudaGetLastError() after a launch.
 void check_launch(const char* what);
 /// Runs the attention, split-KV or not, as choose() plans it (unsupported if the plan cannot launch).
