@@ -57,6 +57,9 @@ enum Barrier : int { kScale0Ready = 2, kScale1Ready = 3, kP0Ready = 4, kP1Ready 
 __device__ __forceinline__ void warpgroup_sync(int w) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(kWarpgroup0 + w) : "memory");
 }
+// The whole CTA meets, each warpgroup at its own copy of the item loop: the non-aligned barrier (__syncthreads is
+// bar.sync, .aligned, which requires every thread at the same instruction; compute-sanitizer's synccheck stops there).
+__device__ __forceinline__ void cta_sync() { asm volatile("barrier.sync 0;\n" ::: "memory"); }
 
 struct Smem {
   uint32_t base;
@@ -423,7 +426,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     return ItemTiles{p.indices + p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request),
                      static_cast<int>(p.num_kv), w.eff, w.tile_begin, w.n_tiles()};
   };
-  // An item's first two tiles into buffers 0 and 1 (one thread), and its Q.
+  // An item's first two tiles into buffers 0 and 1 (one thread).
   auto copy_first_tiles = [&](const ItemTiles& it) {
     if (threadIdx.x == 0 && it.n > 0) {
       copy_atoms<0, T::kAtoms>(&a.kv_map, sm, 0, it.row(0));
@@ -442,7 +445,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     cp_async_wait_all();
     fence_proxy_async();
     if (threadIdx.x < T::kHeads) s_max[threadIdx.x] = -INFINITY;
-    __syncthreads();
+    cta_sync();
 
     float o[128];
     sm90::zero_fill(o);
@@ -476,7 +479,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
         },
         sinks, sm.tile(0) + (W * 4 + warp_in_wg) * T::kStageBytesPerWarp);
     fence_proxy_async();  // the staging's ordinary accesses before the next item's copies into buffer 0
-    __syncthreads();
+    cta_sync();
     w = next;
   }
 }
