@@ -26,8 +26,8 @@
 //     index is a cache row. Rows past the length in a tile's last rows may hold anything (NaN): their logits are -inf
 //     and their V rows are zeroed in shared memory before any P V reads them.
 //   * Epilogue: the sparse kernel's (write_item_rows): partial rows for split requests, out / lse with the sink for
-//     the others, staged through buffer 0. The next work item's Q (and its first tiles, where buffer 0 is not the
-//     staging) is copied while this item's stores run.
+//     the others, staged through buffer 1. The next work item's Q and first tile (and its second, where buffer 1 is
+//     not the staging) are copied while this item's stores run.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
@@ -426,22 +426,22 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     return ItemTiles{p.indices + p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request),
                      static_cast<int>(p.num_kv), w.eff, w.tile_begin, w.n_tiles()};
   };
-  // An item's first two tiles into buffers 0 and 1 (one thread).
-  auto copy_first_tiles = [&](const ItemTiles& it) {
-    if (threadIdx.x == 0 && it.n > 0) {
-      copy_atoms<0, T::kAtoms>(&a.kv_map, sm, 0, it.row(0));
-      if (it.n > 1) copy_atoms<0, T::kAtoms>(&a.kv_map, sm, 1, it.row(1));
-    }
+  // Item tile b (0 or 1) into buffer b (one thread).
+  auto copy_tile = [&](const ItemTiles& it, int b) {
+    if (threadIdx.x == 0 && it.n > b) copy_atoms<0, T::kAtoms>(&a.kv_map, sm, b, it.row(b));
   };
   auto copy_q = [&](const WorkItem& w) { copy_q_rows(p, sm, w.token, heads); };
   if (work.first > work.last) return;
   WorkItem w = work.item(work.first);
-  bool q_copied = false, tiles_copied = false;  // by the previous item's epilogue
+  bool copied_early = false, tile1_copied = false;  // by the previous item's epilogue: Q and tile 0; tile 1
   for (int k = work.first; k <= work.last; ++k) {
     const ItemTiles it = tiles_of(w);
     // ---- Item start: Q and the first tiles (unless the previous item's epilogue started them), the running max.
-    if (!tiles_copied) copy_first_tiles(it);
-    if (!q_copied) copy_q(w);
+    if (!copied_early) {
+      copy_tile(it, 0);
+      copy_q(w);
+    }
+    if (!tile1_copied) copy_tile(it, 1);
     cp_async_wait_all();
     fence_proxy_async();
     if (threadIdx.x < T::kHeads) s_max[threadIdx.x] = -INFINITY;
@@ -456,19 +456,22 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     run_tiles<W>(c, it, o, l0, l1, phase);
 
     // ---- Epilogue: the two warpgroups' row sums (after which no GEMM of this item is in flight in either), then the
-    // next item's Q and, unless this item's output is staged in buffer 0, its first tiles, so that their copies overlap
-    // this item's stores (FlashMLA loads the next Q there too); then O / (l + sink term) or the partial row.
+    // next item's Q and first tile, and its second unless this item's output is staged in buffer 1, so that their
+    // copies overlap this item's stores (FlashMLA loads the next Q there too); then O / (l + sink term) or the
+    // partial row.
     combine_row_sums<T, W>(s_sum, r0, r1, t, l0, l1);
     const float m0 = s_max[r0], m1 = s_max[r1];
     WorkItem next{};
-    q_copied = tiles_copied = false;
+    copied_early = tile1_copied = false;
     if (k < work.last) {
       next = work.item(k + 1);
+      const ItemTiles next_tiles = tiles_of(next);
+      copy_tile(next_tiles, 0);
       copy_q(next);
-      q_copied = true;
-      if (w.accum_row >= 0) {  // a partial row: written from registers, buffer 0 stays free
-        copy_first_tiles(tiles_of(next));
-        tiles_copied = true;
+      copied_early = true;
+      if (w.accum_row >= 0) {  // a partial row: written from registers, buffer 1 stays free
+        copy_tile(next_tiles, 1);
+        tile1_copied = true;
       }
     }
     const ItemInfo info{w.token, w.accum_row, it.n, w.write_partial ? 1 : 0, {0, 0}};
@@ -477,8 +480,8 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
           const int row = h == 0 ? r0 : r1;
           return s_sum[row] + s_sum[T::kHeads + row];
         },
-        sinks, sm.tile(0) + (W * 4 + warp_in_wg) * T::kStageBytesPerWarp);
-    fence_proxy_async();  // the staging's ordinary accesses before the next item's copies into buffer 0
+        sinks, sm.tile(1) + (W * 4 + warp_in_wg) * T::kStageBytesPerWarp);
+    fence_proxy_async();  // the staging's ordinary accesses before the next item's copies into buffer 1
     cta_sync();
     w = next;
   }

@@ -43,12 +43,13 @@ struct Traits {
   static constexpr int kAlignSlack = 1024;                  // the dynamic base is aligned up in the kernel
   static constexpr int kSmemBytes = kUsedBytes + kAlignSlack;
 
-  // The epilogue stages each warp's 16 output rows (8 KiB) in tile 0, free by then.
+  // The epilogue stages each warp's 16 output rows (8 KiB) in tile buffer 1, free by then (buffer 0 is already
+  // receiving the next work item's first tile).
   static constexpr int kStageBytesPerWarp = 8192;
 
   static_assert(kOffK % 1024 == 0 && kKBytes % 1024 == 0, "swizzled buffers need 1024-B alignment");
   static_assert(kOffBar % 8 == 0, "mbarriers are 8-byte aligned");
-  static_assert(kKBytes >= (kThreads / 32) * kStageBytesPerWarp, "the staged output fits tile 0");
+  static_assert(kKBytes >= (kThreads / 32) * kStageBytesPerWarp, "the staged output fits a tile buffer");
   static_assert(kLeftAtoms * kAtomCols == kHalfDv && (kRopeAtom - kLeftAtoms) * kAtomCols == kHalfDv,
                 "atoms 0..3 hold V's left half, 4..7 its right half");
   static_assert(kSmemBytes <= wgmma::kSmemOptinLimit, "shared-memory plan exceeds the sm_90 opt-in limit");
