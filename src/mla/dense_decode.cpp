@@ -251,9 +251,9 @@ void dense_decode(const DenseDecodeTensors& tensors, const DenseDecodeWorkspace&
   p.kv_format = cache.format;
   p.kv = kv_cache.data;
   p.num_kv = cache.num_blocks * cache.block_size;
+  p.kv_dense_tiles = cache.block_size % 64 == 0;  // every 64-slot tile is 64 consecutive rows of one block
   if (cache.format == kernels::KvFormat::bf16) {
     p.kv_row_stride = cache.row_stride;
-    p.kv_dense_tiles = cache.block_size % 64 == 0;  // every 64-slot tile is 64 consecutive rows of one block
   } else {
     p.block_size = cache.block_size;
     p.kv_block_stride_bytes = kv_cache.stride(0);

@@ -1,6 +1,7 @@
-// Dense MLA decode for Hopper (sm_90a): the split-KV work of dense_decode (include/flashcpp/mla.hpp) over a bf16 cache
-// whose block size is a multiple of 64, with the sparse kernels' semantics, schedule, partial rows and combine
-// (sparse_attention_kernel.hpp). Traits: dense_decode_wgmma_config.hpp. Chosen by launch_plan.cpp (variant dense_bf16).
+// Dense MLA decode for Hopper (sm_90a): the split-KV work of dense_decode (include/flashcpp/mla.hpp) over a bf16 or V3.2
+// FP8 cache whose block size is a multiple of 64, with the sparse kernels' semantics, schedule, partial rows and combine
+// (sparse_attention_kernel.hpp). Traits: dense_decode_wgmma_config.hpp. Chosen by launch_plan.cpp (variants dense_bf16,
+// dense_fp8).
 //
 // Design (the layout of FlashMLA's dense decode kernel, written with our own pieces):
 //   * One CTA = one query token x 64 heads over a schedule part's work items; 256 threads = two warpgroups, no producer.
@@ -25,6 +26,9 @@
 //   * Masking: slot s of a tile is valid iff s < the token's length (the plan's token_lengths) and the tile's first
 //     index is a cache row. Rows past the length in a tile's last rows may hold anything (NaN): their logits are -inf
 //     and their V rows are zeroed in shared memory before any P V reads them.
+//   * FP8: a tile arrives as its raw bytes (e4m3 chunks in the V half the warpgroup computing its S reads, scales,
+//     RoPE values as bf16 in the RoPE atom) and that warpgroup dequantizes it in place before its S GEMM (rows past
+//     the length as zeros); the copies are issued at the same points as bf16's (Traits, "FP8").
 //   * Epilogue: the sparse kernel's (write_item_rows): partial rows for split requests, out / lse with the sink for
 //     the others, staged through buffer 1. The next work item's Q and first tile (and its second, where buffer 1 is
 //     not the staging) are copied while this item's stores run.
@@ -36,6 +40,7 @@
 #include <cstdint>
 
 #include "mla/dense_decode_wgmma_config.hpp"
+#include "mla/fp8_v32_dequant.cuh"
 #include "mla/launch_plan.hpp"
 #include "mla/sm90_kernel_ready.hpp"
 #include "mla/sparse_attention_wgmma_consumer.cuh"
@@ -46,10 +51,14 @@ using namespace wgmma;  // the PTX helpers, softmax pieces and epilogue the spar
 using T = Traits;
 
 struct Params {
-  CUtensorMap kv_map;  // the cache as [num_kv, 576] bf16 rows: 64 x 64 boxes, 128-byte swizzle
+  // bf16: the cache as [num_kv, 576] rows, 64 x 64 boxes. FP8: the cache's bytes as [num_blocks, block_size, 656],
+  // 64-row x 128-byte boxes (the e4m3 chunks, the RoPE values). Both 128-byte swizzled, as wgmma reads them.
+  CUtensorMap kv_map;
+  CUtensorMap scale_map;  // FP8: the same bytes, 64-row x 16-byte boxes (the scales), unswizzled
   SparseAttentionParams p;
   float scale_log2;  // sm_scale * log2(e)
   int groups;        // head groups of 64 per token
+  int block_size;    // FP8: cache rows per block
 };
 
 // Named barriers (bar 1 is wgmma::kBarMax, the epilogue's row-sum exchange).
@@ -67,6 +76,7 @@ struct Smem {
   __device__ uint32_t tile(int b) const { return base + T::kOffK + b * T::kKBytes; }
   __device__ uint32_t atom(int b, int a) const { return tile(b) + a * T::kAtomBytes; }
   __device__ uint32_t p(int b) const { return atom(b, T::kRopeAtom); }
+  __device__ uint32_t scales(int b) const { return base + T::kOffScales + b * T::kTile * T::kScaleRowBytes; }
   __device__ uint32_t bar(int b, int a) const { return base + T::kOffBar + 8 * (b * T::kAtoms + a); }
 };
 
@@ -80,6 +90,20 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 // Atoms [A0, A1) of the tile at cache row `row` into buffer `b`.
 template <int A0, int A1>
 __device__ __forceinline__ void copy_atoms(const CUtensorMap* map, const Smem& sm, int b, int row) {
@@ -89,6 +113,60 @@ __device__ __forceinline__ void copy_atoms(const CUtensorMap* map, const Smem& s
     tma_load_2d(sm.atom(b, at), map, at * T::kAtomCols, row, sm.bar(b, at));
   }
 }
+
+// The copies of a tile into buffer B (`row`: the cache row of its first slot, -kTile outside the cache: zeros), each
+// issued by one thread. A buffer's tile comes in two parts: own_half, the V half that warpgroup B (which computes the
+// tile's S) reads, issued by warpgroup B once its P V of the buffer's previous tile is done; and rest, issued by the
+// other warpgroup once it has finished reading the buffer. bf16: those atoms, each on its own barrier. FP8: own_half
+// is the e4m3 chunks (into the same atoms) and the scales on barrier 0, rest the RoPE values on barrier 1.
+template <bool FP8>
+struct TileCopies {
+  const Params* a;
+  Smem sm;
+  struct Coords {
+    int slot, block;
+  };
+  __device__ Coords fp8_coords(int row) const {
+    return row < 0 ? Coords{-T::kTile, 0} : Coords{row % a->block_size, row / a->block_size};
+  }
+  template <int B>
+  __device__ void own_half(int row) const {
+    if constexpr (FP8) {
+      const Coords at = fp8_coords(row);
+      mbar_arrive_expect_tx(sm.bar(B, 0), T::kFp8Chunks * T::kAtomBytes + T::kTile * T::kScaleRowBytes);
+#pragma unroll
+      for (int c = 0; c < T::kFp8Chunks; ++c)
+        tma_load_3d(sm.atom(B, B * T::kLeftAtoms + c), &a->kv_map, c * T::kFp8ChunkBytes, at.slot, at.block,
+                    sm.bar(B, 0));
+      tma_load_3d(sm.scales(B), &a->scale_map, T::kFp8ScaleCol, at.slot, at.block, sm.bar(B, 0));
+    } else {
+      copy_atoms<B * T::kLeftAtoms, (B + 1) * T::kLeftAtoms>(&a->kv_map, sm, B, row);
+    }
+  }
+  template <int B>
+  __device__ void rest(int row) const {
+    if constexpr (FP8) {
+      const Coords at = fp8_coords(row);
+      mbar_arrive_expect_tx(sm.bar(B, 1), T::kAtomBytes);
+      tma_load_3d(sm.atom(B, T::kRopeAtom), &a->kv_map, T::kFp8RopeCol, at.slot, at.block, sm.bar(B, 1));
+    } else if constexpr (B == 0) {
+      copy_atoms<T::kLeftAtoms, T::kAtoms>(&a->kv_map, sm, 0, row);
+    } else {
+      copy_atoms<0, T::kLeftAtoms>(&a->kv_map, sm, 1, row);
+      copy_atoms<T::kRopeAtom, T::kAtoms>(&a->kv_map, sm, 1, row);
+    }
+  }
+  // The whole tile (at an item's start, or early in the previous item's epilogue).
+  template <int B>
+  __device__ void tile(int row) const {
+    if constexpr (FP8) {
+      own_half<B>(row);
+      rest<B>(row);
+    } else {
+      copy_atoms<0, T::kAtoms>(&a->kv_map, sm, B, row);
+    }
+  }
+};
 
 // The tiles of one work item: item tile j is tile first + j of the token's slot list.
 struct ItemTiles {
@@ -134,14 +212,17 @@ __device__ __forceinline__ uint64_t desc_plus(uint64_t desc, uint32_t bytes) {
   return d;
 }
 
-// S (+)= Q K^T over atoms [A0, A1) of buffer b, each once its copy landed (barrier phase `phase`).
-template <int A0, int A1, bool FIRST>
+// S (+)= Q K^T over atoms [A0, A1) of buffer b, each once its copy landed (barrier phase `phase`; WAIT false: the
+// caller has seen the whole tile, FP8's dequantized one).
+template <int A0, int A1, bool FIRST, bool WAIT = true>
 __device__ __forceinline__ void qk_atoms(float (&s)[32], uint64_t desc_q, uint64_t desc_k, const Smem& sm, int b,
                                          int phase) {
 #pragma unroll
   for (int a = A0; a < A1; ++a) {
-    mbar_wait(sm.bar(b, a), phase);
-    wgmma_fence();  // after each wait, as the first: ptxas otherwise injects its own (and serializes the GEMMs)
+    if constexpr (WAIT) {
+      mbar_wait(sm.bar(b, a), phase);
+      wgmma_fence();  // after each wait, as the first: ptxas otherwise injects its own (and serializes the GEMMs)
+    }
 #pragma unroll
     for (int ks = 0; ks < T::kAtomCols / 16; ++ks) {
       const uint32_t off = a * T::kAtomBytes + ks * 32;
@@ -167,9 +248,9 @@ __device__ __forceinline__ void pv_shared(float (&o)[128], uint64_t desc_p, uint
 
 // What warpgroup W keeps for the whole CTA: its lane and rows (r0 = 16 warp + g, r1 = r0 + 8; t = lane & 3), the
 // descriptors of its GEMMs, and the running max and rescale factors in shared memory.
-template <int W>
+template <int W, bool FP8>
 struct Group {
-  const CUtensorMap* map;  // Params::kv_map
+  TileCopies<FP8> copies;
   float scale_log2;
   Smem sm;
   int idx, t, g, r0, r1;
@@ -189,8 +270,8 @@ struct Group {
 struct MaxStep {
   float mu0, mu1, f0, f1;
 };
-template <int W>
-__device__ __forceinline__ MaxStep advance_max(const Group<W>& c, float mx0, float mx1) {
+template <int W, bool FP8>
+__device__ __forceinline__ MaxStep advance_max(const Group<W, FP8>& c, float mx0, float mx1) {
   const float old0 = c.s_max[c.r0], old1 = c.s_max[c.r1];
   const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
   MaxStep m;
@@ -206,6 +287,61 @@ __device__ __forceinline__ MaxStep advance_max(const Group<W>& c, float mx0, flo
     c.s_scale[W * T::kHeads + c.r1] = m.f1;
   }
   return m;
+}
+
+// FP8: warpgroup W dequantizes the tile in its buffer W in place, once both parts landed (barrier 1 also means the
+// other warpgroup has finished reading the buffer): e4m3 chunk c (dims 128 c .. 128 c + 127, in atom 4 W + c) to bf16
+// atoms 2 c and 2 c + 1, rows from nv on as zeros (they may hold anything, and 0 x NaN would reach O). The two chunks
+// whose bf16 atoms hold no raw bytes go first (W 0: chunks 2, 3 to atoms 4..7; W 1: chunks 0, 1 to atoms 0..3); the
+// other two are read, the warpgroup meets, then written. Thread layout: 8 threads per 128-byte chunk row (16 e4m3
+// each), 16 rows per pass; a quarter warp reads one whole row and writes 8 distinct 16-byte columns of the swizzle
+// (threads 4..7 store their upper 8 values first).
+template <int W>
+__device__ __forceinline__ void dequant_tile(const Group<W, true>& c, int nv, int phase) {
+  const Smem& sm = c.sm;
+  mbar_wait(sm.bar(W, 0), phase);
+  mbar_wait(sm.bar(W, 1), phase);
+  const int u = c.idx & 7, r_first = c.idx >> 3;
+  const bool upper_first = u >= 4;
+  const fp8::E4m3Selectors sel = fp8::e4m3_selectors(upper_first);
+  constexpr int kEarly = W == 0 ? 2 : 0, kLate = 2 - kEarly;  // first chunk of each pair
+  constexpr int kPasses = T::kTile / 16;
+  auto raw_at = [&](int chunk, int r) {
+    return sm.atom(W, W * T::kLeftAtoms + chunk) + r * 128 + ((u ^ (r & 7)) << 4);
+  };
+  auto put = [&](int chunk, int r, uint4 raw) {
+    uint4 first = make_uint4(0u, 0u, 0u, 0u), second = first;
+    if (r < nv) {
+      const float scale = ld_shared_f32(sm.scales(W) + r * T::kScaleRowBytes + chunk * 4);
+      if (fp8::e4m3_fast_scale_ok(scale)) {
+        fp8::dequant_e4m3x16_fast(raw, fp8::e4m3_fast_scale(scale), sel, first, second);
+      } else {
+        fp8::dequant_e4m3x16(raw, scale, first, second);
+        if (upper_first) {
+          const uint4 lo = first;
+          first = second;
+          second = lo;
+        }
+      }
+    }
+    const uint32_t row = sm.atom(W, 2 * chunk + u / 4) + r * 128;
+    const int unit = 2 * (u % 4) + (upper_first ? 1 : 0);  // the 16-byte column of `first`; `second` is its pair
+    sm90::st_shared_v4(row + ((unit ^ (r & 7)) << 4), first);
+    sm90::st_shared_v4(row + (((unit ^ 1) ^ (r & 7)) << 4), second);
+  };
+#pragma unroll
+  for (int i = 0; i < 2 * kPasses; ++i) {
+    const int chunk = kEarly + i / kPasses, r = r_first + 16 * (i % kPasses);
+    put(chunk, r, sm90::ld_shared_v4(raw_at(chunk, r)));
+  }
+  uint4 late[2 * kPasses];
+#pragma unroll
+  for (int i = 0; i < 2 * kPasses; ++i) late[i] = sm90::ld_shared_v4(raw_at(kLate + i / kPasses, r_first + 16 * (i % kPasses)));
+  warpgroup_sync(W);  // every raw chunk read before any is overwritten
+#pragma unroll
+  for (int i = 0; i < 2 * kPasses; ++i) put(kLate + i / kPasses, r_first + 16 * (i % kPasses), late[i]);
+  fence_proxy_async();  // the dequantized tile, for the tensor cores (and the other warpgroup's P V after the pair's
+  warpgroup_sync(W);    // named barriers)
 }
 
 // What a pair needs of its tiles: the valid slots of tiles j0 and j0 + 1, and for the copies the leader issues, the
@@ -228,8 +364,8 @@ __device__ __forceinline__ PairTiles pair_tiles(const ItemTiles& it, int j0, boo
 
 // Warpgroup 0, the pair of item tiles j0 (buffer 0) and j0 + 1 (buffer 1). On entry s holds S of tile j0; on return
 // S of tile j0 + 2 when there is one. B0_LAST: j0 is the item's last tile; B1_LAST: j0 + 1 is.
-template <bool B0_LAST, bool B1_LAST>
-__device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it, int j0, float (&o)[128],
+template <bool B0_LAST, bool B1_LAST, bool FP8>
+__device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles& it, int j0, float (&o)[128],
                                          float (&s)[32], float& l0, float& l1, int& phase) {
   const auto [nv0, nv1, next0, next1] = pair_tiles<B0_LAST, B1_LAST>(it, j0, c.leader);
   // ---- Softmax of the even tile against the running max.
@@ -245,7 +381,9 @@ __device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it,
   named_arrive(kScale0Ready);
 
   // ---- O_L += P_e V_e,L; then buffer 0's atoms 0..3 are free for tile j0 + 2.
-  if (nv0 > 0 && nv0 < T::kTile) zero_v_rows<0>(c.sm, 0, nv0, c.idx);
+  if constexpr (!FP8) {  // FP8's dequantization wrote zeros there
+    if (nv0 > 0 && nv0 < T::kTile) zero_v_rows<0>(c.sm, 0, nv0, c.idx);
+  }
   fence_regs(o);
   wgmma_fence();
   pv_registers(o, pf, c.desc_v(0));
@@ -256,7 +394,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it,
   // ---- Warpgroup 1's max: P_e, O_L and the sums rescaled to it; P_e to buffer 0's RoPE atom for warpgroup 1.
   named_sync(kScale1Ready);
   if constexpr (!B0_LAST && !B1_LAST) {
-    if (c.leader) copy_atoms<0, T::kLeftAtoms>(c.map, c.sm, 0, next0);
+    if (c.leader) c.copies.template own_half<0>(next0);
   }
   const float b0 = c.s_scale[T::kHeads + c.r0], b1 = c.s_scale[T::kHeads + c.r1];
   scaled_p(s, b0, b1, pf);
@@ -270,25 +408,36 @@ __device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it,
   // ---- O_L += P_o V_o,L once warpgroup 1 stored P_o.
   if constexpr (!B0_LAST) {
     named_sync(kP1Ready);
-    if (nv1 > 0 && nv1 < T::kTile) zero_v_rows<0>(c.sm, 1, nv1, c.idx);
+    if constexpr (!FP8) {
+      if (nv1 > 0 && nv1 < T::kTile) zero_v_rows<0>(c.sm, 1, nv1, c.idx);
+    }
     fence_regs(o);
     wgmma_fence();
     pv_shared(o, c.desc_p(1), c.desc_v(1));
     wgmma_commit();
   }
   // ---- S of tile j0 + 2: atoms 0..3 (copied first), then 4..8 (copied by warpgroup 1). Between them, once
-  // O_L += P_o V_o,L is done, buffer 1's atoms 0..3 and its RoPE atom (P_o) are free for tile j0 + 3.
-  if constexpr (!B0_LAST && !B1_LAST) {
+  // O_L += P_o V_o,L is done, buffer 1's atoms 0..3 and its RoPE atom (P_o) are free for tile j0 + 3. FP8: that
+  // copy first (warpgroup 1 waits for it), then the tile's dequantization, then the whole S GEMM.
+  if constexpr (!B0_LAST && !B1_LAST && FP8) {
+    if (j0 + 3 < it.n) {
+      wgmma_wait<0>();
+      if (c.leader) c.copies.template rest<1>(next1);
+    }
+    dequant_tile<0>(c, it.valid(j0 + 2, it.row(j0 + 2)), phase);
+    fence_regs(s);
+    wgmma_fence();
+    qk_atoms<0, T::kAtoms, true, false>(s, c.desc_q(), c.desc_k(0), c.sm, 0, phase);
+    wgmma_commit();
+    phase ^= 1;
+  } else if constexpr (!B0_LAST && !B1_LAST) {
     fence_regs(s);
     wgmma_fence();
     qk_atoms<0, T::kLeftAtoms, true>(s, c.desc_q(), c.desc_k(0), c.sm, 0, phase);
     wgmma_commit();
     if (j0 + 3 < it.n) {
       wgmma_wait<1>();
-      if (c.leader) {
-        copy_atoms<0, T::kLeftAtoms>(c.map, c.sm, 1, next1);
-        copy_atoms<T::kRopeAtom, T::kAtoms>(c.map, c.sm, 1, next1);
-      }
+      if (c.leader) c.copies.template rest<1>(next1);
     }
     qk_atoms<T::kLeftAtoms, T::kAtoms, false>(s, c.desc_q(), c.desc_k(0), c.sm, 0, phase);
     wgmma_commit();
@@ -301,8 +450,8 @@ __device__ __forceinline__ void pair_wg0(const Group<0>& c, const ItemTiles& it,
 
 // Warpgroup 1, the same pair. On entry s holds S of tile j0 + 1 (unless B0_LAST: there is none); on return S of tile
 // j0 + 3 when there is one. B2_LAST: j0 + 2 is the item's last tile.
-template <bool B0_LAST, bool B1_LAST, bool B2_LAST>
-__device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it, int j0, float (&o)[128],
+template <bool B0_LAST, bool B1_LAST, bool B2_LAST, bool FP8>
+__device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles& it, int j0, float (&o)[128],
                                          float (&s)[32], float& l0, float& l1, int& phase) {
   const auto [nv0, nv1, next0, next1] = pair_tiles<B0_LAST, B1_LAST>(it, j0, c.leader);
   // ---- Softmax of the odd tile after warpgroup 0's max (the pair's max).
@@ -323,7 +472,9 @@ __device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it,
   // ---- P_o to buffer 1's RoPE atom for warpgroup 0; O_R += P_o V_o,R.
   if constexpr (!B0_LAST) {
     store_p(c.sm.p(1), pf, c.r0, c.r1, c.g, c.t);
-    if (nv1 > 0 && nv1 < T::kTile) zero_v_rows<1>(c.sm, 1, nv1, c.idx);
+    if constexpr (!FP8) {
+      if (nv1 > 0 && nv1 < T::kTile) zero_v_rows<1>(c.sm, 1, nv1, c.idx);
+    }
     fence_regs(o);
     wgmma_fence();
     pv_registers(o, pf, c.desc_v(1));
@@ -332,7 +483,9 @@ __device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it,
   }
   // ---- O_R += P_e V_e,R once warpgroup 0 stored P_e.
   named_sync(kP0Ready);
-  if (nv0 > 0 && nv0 < T::kTile) zero_v_rows<1>(c.sm, 0, nv0, c.idx);
+  if constexpr (!FP8) {
+    if (nv0 > 0 && nv0 < T::kTile) zero_v_rows<1>(c.sm, 0, nv0, c.idx);
+  }
   if constexpr (B0_LAST) fence_regs(o);  // the rescale above stays before the fence (no GEMM is in flight here)
   wgmma_fence();
   pv_shared(o, c.desc_p(0), c.desc_v(0));
@@ -341,14 +494,22 @@ __device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it,
   // ---- Buffer 1's atoms 4..7 free for tile j0 + 3, buffer 0's atoms 4..8 (with P_e) for tile j0 + 2.
   if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
     wgmma_wait<1>();
-    if (c.leader) copy_atoms<T::kLeftAtoms, T::kRopeAtom>(c.map, c.sm, 1, next1);
+    if (c.leader) c.copies.template own_half<1>(next1);
   }
   if constexpr (!B0_LAST && !B1_LAST) {
     wgmma_wait<0>();
-    if (c.leader) copy_atoms<T::kLeftAtoms, T::kAtoms>(c.map, c.sm, 0, next0);
+    if (c.leader) c.copies.template rest<0>(next0);
   }
-  // ---- S of tile j0 + 3: atoms 4..7 (copied first), then 0..3 and 8 (copied by warpgroup 0).
-  if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
+  // ---- S of tile j0 + 3: atoms 4..7 (copied first), then 0..3 and 8 (copied by warpgroup 0). FP8: the tile's
+  // dequantization, then the whole S GEMM.
+  if constexpr (!B0_LAST && !B1_LAST && !B2_LAST && FP8) {
+    dequant_tile<1>(c, it.valid(j0 + 3, it.row(j0 + 3)), phase);
+    fence_regs(s);
+    wgmma_fence();
+    qk_atoms<0, T::kAtoms, true, false>(s, c.desc_q(), c.desc_k(1), c.sm, 1, phase);
+    wgmma_commit();
+    phase ^= 1;
+  } else if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
     fence_regs(s);
     wgmma_fence();
     qk_atoms<T::kLeftAtoms, T::kRopeAtom, true>(s, c.desc_q(), c.desc_k(1), c.sm, 1, phase);
@@ -363,14 +524,15 @@ __device__ __forceinline__ void pair_wg1(const Group<1>& c, const ItemTiles& it,
 }
 
 // The item's tiles for warpgroup W: the first S GEMM, then the pairs (FlashMLA's dispatch on which tile is last).
-template <int W>
-__device__ __forceinline__ void run_tiles(const Group<W>& c, const ItemTiles& it, float (&o)[128], float& l0,
+template <int W, bool FP8>
+__device__ __forceinline__ void run_tiles(const Group<W, FP8>& c, const ItemTiles& it, float (&o)[128], float& l0,
                                           float& l1, int& phase) {
   const int n = it.n;
   float s[32];
   if (n <= W) return;
+  if constexpr (FP8) dequant_tile<W>(c, it.valid(W, it.row(W)), phase);
   wgmma_fence();
-  qk_atoms<0, T::kAtoms, true>(s, c.desc_q(), c.desc_k(W), c.sm, W, phase);
+  qk_atoms<0, T::kAtoms, true, !FP8>(s, c.desc_q(), c.desc_k(W), c.sm, W, phase);
   wgmma_commit();
   wgmma_wait<0>();
   fence_regs(s);
@@ -392,8 +554,9 @@ __device__ __forceinline__ void run_tiles(const Group<W>& c, const ItemTiles& it
 }
 
 // Warpgroup 1 with a single tile still takes part in the pair's exchange (its softmax over no tile, P_e V_e,R).
-__device__ __forceinline__ void single_tile_wg1(const Group<1>& c, const ItemTiles& it, float (&o)[128], float& l0,
-                                                float& l1, int& phase) {
+template <bool FP8>
+__device__ __forceinline__ void single_tile_wg1(const Group<1, FP8>& c, const ItemTiles& it, float (&o)[128],
+                                                float& l0, float& l1, int& phase) {
   float s[32];
   pair_wg1<true, false, false>(c, it, 0, o, s, l0, l1, phase);
 }
@@ -413,13 +576,14 @@ __device__ __noinline__ void copy_q_rows(const SparseAttentionParams& p, const S
   }
 }
 
-template <int W>
+template <int W, bool FP8>
 __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const WorkList<true>& work, HeadRange heads,
                                           float* s_max, float* s_scale, float* s_sum) {
   const SparseAttentionParams& p = a.p;
   [[maybe_unused]] const auto [lane, warp_in_wg, g, t, r0, r1] = consumer_lane();
   const int idx = threadIdx.x & 127;
-  const Group<W> c{&a.kv_map, a.scale_log2, sm, idx, t, g, r0, r1, idx == 0, s_max, s_scale};
+  const TileCopies<FP8> copies{&a, sm};
+  const Group<W, FP8> c{copies, a.scale_log2, sm, idx, t, g, r0, r1, idx == 0, s_max, s_scale};
   const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
   int phase = 0;  // of this warpgroup's buffer's barriers
   auto tiles_of = [&](const WorkItem& w) {
@@ -428,7 +592,9 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
   };
   // Item tile b (0 or 1) into buffer b (one thread).
   auto copy_tile = [&](const ItemTiles& it, int b) {
-    if (threadIdx.x == 0 && it.n > b) copy_atoms<0, T::kAtoms>(&a.kv_map, sm, b, it.row(b));
+    if (threadIdx.x != 0 || it.n <= b) return;
+    if (b == 0) copies.template tile<0>(it.row(0));
+    else copies.template tile<1>(it.row(1));
   };
   auto copy_q = [&](const WorkItem& w) { copy_q_rows(p, sm, w.token, heads); };
   if (work.first > work.last) return;
@@ -487,6 +653,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
   }
 }
 
+template <bool FP8>
 __global__ void __launch_bounds__(T::kThreads, 1) dense_decode_wgmma_kernel(const __grid_constant__ Params args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
@@ -505,11 +672,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) dense_decode_wgmma_kernel(cons
     for (int i = 0; i < T::kNumBars; ++i) mbar_init(sm.base + T::kOffBar + 8 * i, 1);
     fence_proxy_async();  // the initialised barriers, for the copy engine
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&args.kv_map)) : "memory");
+    if constexpr (FP8) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&args.scale_map)) : "memory");
   }
   __syncthreads();
   launch_dependents();  // the combine kernel may be scheduled; it waits for this grid to finish
-  if (threadIdx.x < 128) warpgroup<0>(args, sm, work, heads, s_max, s_scale, s_sum);
-  else warpgroup<1>(args, sm, work, heads, s_max, s_scale, s_sum);
+  if (threadIdx.x < 128) warpgroup<0, FP8>(args, sm, work, heads, s_max, s_scale, s_sum);
+  else warpgroup<1, FP8>(args, sm, work, heads, s_max, s_scale, s_sum);
 #else
   __trap();  // built for an architecture without wgmma; the launcher never gets here
 #endif
@@ -539,27 +707,51 @@ bool dense_decode_tensor_maps_available() { return dense::tensor_map_encoder() !
 
 bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream) {
   using dense::T;
-  if (plan.variant != WgmmaVariant::dense_bf16 || !plan.split || p.sched == nullptr || p.kv_format != KvFormat::bf16 ||
-      p.d_qk != T::kDqk || p.d_v != T::kDv || !p.kv_dense_tiles || p.num_kv < 1 || p.num_kv > INT32_MAX ||
-      p.kv_row_stride < T::kDqk)
+  const bool fp8 = plan.variant == WgmmaVariant::dense_fp8;
+  if ((plan.variant != WgmmaVariant::dense_bf16 && !fp8) || !plan.split || p.sched == nullptr ||
+      p.kv_format != (fp8 ? KvFormat::fp8_v32 : KvFormat::bf16) || p.d_v != T::kDv ||
+      !dense_tiles_fit(p, /*tensor_maps=*/true))
     return false;
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  if (!sm90a_kernel_ready<dense::dense_decode_wgmma_kernel>(device, T::kSmemBytes)) return false;
+  const auto kernel = fp8 ? dense::dense_decode_wgmma_kernel<true> : dense::dense_decode_wgmma_kernel<false>;
+  if (fp8 ? !sm90a_kernel_ready<dense::dense_decode_wgmma_kernel<true>>(device, T::kSmemBytes)
+          : !sm90a_kernel_ready<dense::dense_decode_wgmma_kernel<false>>(device, T::kSmemBytes))
+    return false;
   if (p.num_tokens == 0) return true;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = dense::tensor_map_encoder();
   if (encode == nullptr) return false;
   dense::Params args{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(T::kDqk), static_cast<cuuint64_t>(p.num_kv)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.kv_row_stride) * 2};
-  const cuuint32_t box[2] = {T::kAtomCols, T::kTile}, elem_strides[2] = {1, 1};
-  if (encode(&args.kv_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.kv), dims, strides, box,
-             elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    return false;
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  void* kv = const_cast<void*>(p.kv);
+  if (fp8) {
+    // The cache's bytes as [num_blocks, block_size, 656]: 64-row boxes of the e4m3 chunks and RoPE values (128 bytes,
+    // swizzled) and of the scales (16 bytes).
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(T::kFp8RowBytes), static_cast<cuuint64_t>(p.block_size),
+                                static_cast<cuuint64_t>(p.num_kv / p.block_size)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.kv_slot_stride_bytes),
+                                   static_cast<cuuint64_t>(p.kv_block_stride_bytes)};
+    const cuuint32_t box[3] = {T::kFp8ChunkBytes, T::kTile, 1}, scale_box[3] = {T::kScaleRowBytes, T::kTile, 1};
+    if (encode(&args.kv_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, kv, dims, strides, box, elem_strides,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS ||
+        encode(&args.scale_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, kv, dims, strides, scale_box, elem_strides,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+    args.block_size = static_cast<int>(p.block_size);
+  } else {
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(T::kDqk), static_cast<cuuint64_t>(p.num_kv)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.kv_row_stride) * 2};
+    const cuuint32_t box[2] = {T::kAtomCols, T::kTile};
+    if (encode(&args.kv_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, kv, dims, strides, box, elem_strides,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
   args.p = p;
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   args.groups = (p.h_q + T::kHeads - 1) / T::kHeads;
@@ -570,8 +762,7 @@ bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionPara
   config.blockDim = dim3(T::kThreads);
   config.dynamicSmemBytes = T::kSmemBytes;
   config.stream = stream;
-  return cudaLaunchKernelEx(&config, dense::dense_decode_wgmma_kernel, args) == cudaSuccess &&
-         cudaGetLastError() == cudaSuccess;
+  return cudaLaunchKernelEx(&config, kernel, args) == cudaSuccess && cudaGetLastError() == cudaSuccess;
 }
 
 }  // namespace flashcpp::mla::kernels

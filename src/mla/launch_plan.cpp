@@ -94,6 +94,21 @@ std::atomic<bool>& dense_tiles_flag() {
 void set_dense_tiles_kernel(bool on) { dense_tiles_flag().store(on); }
 bool dense_tiles_kernel() { return dense_tiles_flag().load(std::memory_order_relaxed); }
 
+bool dense_tiles_fit(const SparseAttentionParams& p, bool tensor_maps) {
+  // The bulk tensor copies: a 16-byte aligned base and strides that are multiples of 16 bytes; coordinates in int32.
+  if (!tensor_maps || !p.kv_dense_tiles || p.d_qk != 576 || p.kv == nullptr ||
+      reinterpret_cast<uintptr_t>(p.kv) % 16 != 0 || p.num_kv < 1 || p.num_kv > INT32_MAX)
+    return false;
+  switch (p.kv_format) {
+    case KvFormat::bf16: return p.kv_row_stride >= 576 && p.kv_row_stride % 8 == 0;
+    case KvFormat::fp8_v32:
+      return p.block_size >= 64 && p.block_size % 64 == 0 && p.num_kv % p.block_size == 0 &&
+             p.kv_slot_stride_bytes >= 656 && p.kv_slot_stride_bytes % 16 == 0 && p.kv_block_stride_bytes % 16 == 0;
+    case KvFormat::fp8_v4: return false;
+  }
+  return false;
+}
+
 SparseKernel auto_fp8_kernel(const SparseAttentionParams& p) {
   return p.h_q <= 2 * kGroupHeads ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90;
 }
@@ -118,13 +133,12 @@ void choose_wgmma(const SparseAttentionParams& p, const KernelSupport& f, Launch
   switch (p.kv_format) {
     case KvFormat::bf16:
       plan.variant = p.d_qk == 576 ? WgmmaVariant::bf16_576 : WgmmaVariant::bf16_512;
-      // Dense decode over whole tiles: the dense kernel (its TMA copies need the driver's tensor-map encoder).
-      if (plan.split && p.d_qk == 576 && p.kv_dense_tiles && p.num_kv >= 1 && p.num_kv <= INT32_MAX &&
-          p.kv_row_stride >= 576 && f.tensor_maps && dense_tiles_kernel())
-        plan.variant = WgmmaVariant::dense_bf16;
+      // Dense decode over whole tiles: the dense kernel.
+      if (plan.split && dense_tiles_fit(p, f.tensor_maps) && dense_tiles_kernel()) plan.variant = WgmmaVariant::dense_bf16;
       break;
     case KvFormat::fp8_v32:
       plan.variant = pair ? WgmmaVariant::v32_pair : WgmmaVariant::v32_alone;
+      if (plan.split && dense_tiles_fit(p, f.tensor_maps) && dense_tiles_kernel()) plan.variant = WgmmaVariant::dense_fp8;
       break;
     case KvFormat::fp8_v4: {
       plan.variant = pair ? WgmmaVariant::v4_pair : WgmmaVariant::v4_alone;
@@ -166,6 +180,7 @@ const char* plan_label(const LaunchPlan& plan) {
     case WgmmaVariant::v4_alone: return "wgmma_sm90/v4_alone/64h";
     case WgmmaVariant::v4_pair: return plan.group_heads == 32 ? "wgmma_sm90/v4_pair/32h" : "wgmma_sm90/v4_pair/64h";
     case WgmmaVariant::dense_bf16: return "wgmma_sm90/dense_bf16/64h";
+    case WgmmaVariant::dense_fp8: return "wgmma_sm90/dense_fp8/64h";
     case WgmmaVariant::none: break;
   }
   return kernel_name(plan.kernel);
@@ -180,7 +195,8 @@ bool launch(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t
     case SparseKernel::mma_sm90:
       return launch_sparse_attention_mma_fp8(p, stream);
     case SparseKernel::wgmma_sm90: {
-      if (plan.variant == WgmmaVariant::dense_bf16) return launch_dense_decode_wgmma(plan, p, stream);
+      if (plan.variant == WgmmaVariant::dense_bf16 || plan.variant == WgmmaVariant::dense_fp8)
+        return launch_dense_decode_wgmma(plan, p, stream);
       const bool bf16 = plan.variant == WgmmaVariant::bf16_576 || plan.variant == WgmmaVariant::bf16_512;
       return bf16 ? launch_sparse_attention_wgmma_bf16(plan, p, stream)
                   : launch_sparse_attention_wgmma_fp8(plan, p, stream);

@@ -43,7 +43,13 @@ enum class WgmmaVariant : int {
   v4_pair,    ///< Traits<512, true, 2, 2>: V4 pages, a 2-CTA cluster (h_q 65..128, or 33..64 as two CTAs of 32 heads)
   dense_bf16, ///< dense::Traits (dense_decode_wgmma.cu): dense decode's split work over whole bf16 tiles
               ///< (SparseAttentionParams::kv_dense_tiles), copied by TMA
+  dense_fp8,  ///< the same kernel over whole tiles of the V3.2 FP8 cache (h_q <= 128), dequantized in shared memory
 };
+
+/// Whether dense decode's split work in `p` is whole tiles the dense kernel can copy by TMA (kv_dense_tiles, d_qk
+/// 576, row and page strides and the cache's address as the tensor maps need them, a driver that encodes tensor
+/// maps). The chooser's condition for dense_bf16 / dense_fp8 (with dense_tiles_kernel()), and the launcher's.
+bool dense_tiles_fit(const SparseAttentionParams& p, bool tensor_maps);
 
 /// The whole decision for one problem. For the wgmma kernel: its instantiation, the heads each CTA computes
 /// (64, or 32 for V4's half-heads cluster; the CTA's other rows compute on zero Q and are never written) and the
@@ -81,8 +87,9 @@ bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionPara
 /// Whether the driver has the tensor-map encoder the dense decode kernel needs (looked up once).
 bool dense_decode_tensor_maps_available();
 
-/// Which kernel runs dense decode's split work over whole bf16 tiles: true the dense kernel (WgmmaVariant::dense_bf16),
-/// false (the default until it has run on an H200) the bf16 sparse kernel over the plan's indices (bf16_576).
+/// Which kernel runs dense decode's split work over whole tiles: true the dense kernel (WgmmaVariant::dense_bf16 and
+/// dense_fp8), false (the default until it has run on an H200) the sparse kernels over the plan's indices (bf16_576,
+/// v32_alone / v32_pair).
 /// Initialised from FLASHCPP_MLA_DENSE_KERNEL=tiles|gather; for benchmarks and tests.
 void set_dense_tiles_kernel(bool on);
 bool dense_tiles_kernel();

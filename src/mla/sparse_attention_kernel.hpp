@@ -47,7 +47,7 @@ struct SparseAttentionParams {
   const void* kv = nullptr;
   int64_t num_kv = 0;             // valid index range [0, num_kv)
   int64_t kv_row_stride = 0;      // bf16: elements between rows
-  // bf16 dense decode over a cache whose block size is a multiple of 64: slot s of a token is row
+  // Dense decode over a cache (bf16 or fp8_v32) whose block size is a multiple of 64: slot s of a token is row
   // indices[s - s % 64] + s % 64 (each 64-slot tile is 64 consecutive rows of one block), and a tile whose first index
   // is not a row is masked whole. Lets the dense kernel (dense_decode_wgmma.cu) copy whole tiles.
   bool kv_dense_tiles = false;

@@ -1023,9 +1023,9 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
         lse_rows[static_cast<size_t>(r * c.h_q + h)] = lse[static_cast<size_t>((r / c.s_q) * c.h_q * c.s_q + h * c.s_q + r % c.s_q)];
     expect_close(out, lse_rows, nullptr, rows, ref, c.h_q, what);
   };
-  // The kernels: the dispatched one with the dense kernel for whole tiles (bf16, block size a multiple of 64) and
-  // without it (the sparse kernel gathers them), then the simple one.
-  const bool whole_tiles = !c.fp8 && c.block_size % 64 == 0;
+  // The kernels: the dispatched one with the dense kernel for whole tiles (block size a multiple of 64) and without it
+  // (the sparse kernels gather them), then the simple one.
+  const bool whole_tiles = c.block_size % 64 == 0;
   if (!graph) {
     for (const char* kernel : {"dispatched", "dispatched, gather", "simple"}) {
       const bool gather = std::string(kernel) == "dispatched, gather";
@@ -1123,18 +1123,19 @@ TEST(MlaGpuDenseDecode, CornerCases) {
 
 // Every tile count a work item can have (0..6 tiles, the last full or partial), in requests cut at different places by
 // part counts of 3, 17 and the device's, so that items of every length follow each other in one CTA; causal and not,
-// one and two head groups; every row against the reference.
+// one and two head groups, both caches; every row against the reference.
 TEST(MlaGpuDenseDecode, EveryTileCountAndCut) {
   FLASHCPP_REQUIRE_GPU();
   const std::vector<int32_t> lengths = {0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 320, 383, 384, 2};
   uint32_t seed = 3700;
-  for (int num_sms : {3, 17, 0})
-    for (int64_t h_q : {64, 128})
-      for (int64_t s_q : {1, 2})
-        run_dense_case({.b = static_cast<int64_t>(lengths.size()), .s_q = s_q, .h_q = h_q, .s_k = 200,
-                        .causal = s_q == 2, .sink = h_q == 128, .num_sms = num_sms, .max_ref_rows = 64,
-                        .lengths = lengths},
-                       seed++);
+  for (bool fp8 : {false, true})
+    for (int num_sms : {3, 17, 0})
+      for (int64_t h_q : {64, 128})
+        for (int64_t s_q : {1, 2})
+          run_dense_case({.b = static_cast<int64_t>(lengths.size()), .s_q = s_q, .h_q = h_q, .s_k = 200,
+                          .causal = s_q == 2, .fp8 = fp8, .sink = h_q == 128, .num_sms = num_sms, .max_ref_rows = 64,
+                          .lengths = lengths},
+                         seed++);
 }
 
 // Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe).

@@ -291,6 +291,13 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
         {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
       {"dense decode (split bf16, whole tiles, the dense kernel)", whole_tiles(with_split(prefill_params())),
         {wg, dense_bf16, true, 64, 1}, "wgmma_sm90/dense_bf16/64h", 66, true},
+      {"dense decode (split V3.2 FP8, whole tiles)", whole_tiles(with_split(decode_params())),
+        {wg, v32_pair, true, 64, 2}, "wgmma_sm90/v32_pair/64h"},
+      {"dense decode (split V3.2 FP8, whole tiles, the dense kernel)", whole_tiles(with_split(decode_params())),
+        {wg, dense_fp8, true, 64, 1}, "wgmma_sm90/dense_fp8/64h", 66, true},
+      {"dense decode (split V3.2 FP8 h_q 16, whole tiles, the dense kernel)",
+        whole_tiles(with_split(heads(decode_params(), 16))), {wg, dense_fp8, true, 64, 1}, "wgmma_sm90/dense_fp8/64h",
+        66, true},
       {"V3.2 h_q 128", decode_params(), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
       {"V3.2 h_q 128 split", with_split(decode_params()), {wg, v32_pair, true, 64, 2}, "wgmma_sm90/v32_pair/64h"},
       {"V3.2 h_q 65", heads(decode_params(), 65), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
@@ -348,17 +355,20 @@ TEST(MlaLaunchPlan, DocsTableMatchesTheChooser) {
     }
     ASSERT_GE(cells.size(), 7u) << line;
     const std::string &op = cells[0], &kv = cells[1], &plan = cells[6];
-    const bool tiles_kernel = kv == "bf16, whole tiles, FLASHCPP_MLA_DENSE_KERNEL=tiles";
-    const bool bf16 = kv == "bf16" || kv == "bf16, whole tiles" || tiles_kernel;
+    // "bf16" / "v32" / "v4", then ", whole tiles" (dense decode over a block size that is a multiple of 64), then
+    // ", FLASHCPP_MLA_DENSE_KERNEL=tiles".
+    const std::string format = kv.substr(0, kv.find(','));
+    const bool tiles_kernel = kv.ends_with(", FLASHCPP_MLA_DENSE_KERNEL=tiles");
+    const bool bf16 = format == "bf16";
     kernels::SparseAttentionParams p = bf16 ? prefill_params() : decode_params();
-    p.kv_dense_tiles = bf16 && kv != "bf16";
+    p.kv_dense_tiles = kv.find(", whole tiles") != std::string::npos;
     DenseTilesScope tiles(tiles_kernel);
-    if (kv == "v4") {
+    if (format == "v4") {
       p.kv_format = KvFormat::fp8_v4;
       p.topk = p.main_topk = 128;
       p.kv_block_stride_bytes = 64 * 584;
     } else {
-      ASSERT_TRUE(bf16 || kv == "v32") << line;
+      ASSERT_TRUE(bf16 || format == "v32") << line;
     }
     p.d_qk = std::stoi(cells[2]);
     p.h_q = std::stoi(cells[3]);
@@ -399,6 +409,12 @@ TEST(MlaLaunchPlan, LaunchRefusesAPlanThatDoesNotFitTheProblem) {
   ASSERT_EQ(dense.variant, WgmmaVariant::dense_bf16);
   EXPECT_FALSE(kernels::launch(dense, with_split(prefill), nullptr));  // tiles that are not whole
   EXPECT_FALSE(kernels::launch(dense, whole_tiles(with_split(decode_params())), nullptr));  // an FP8 cache
+  LaunchPlan dense_fp8 = kernels::choose(whole_tiles(with_split(decode_params())), facts(true));
+  ASSERT_EQ(dense_fp8.variant, WgmmaVariant::dense_fp8);
+  EXPECT_FALSE(kernels::launch(dense_fp8, whole_tiles(with_split(prefill)), nullptr));  // a bf16 cache
+  kernels::SparseAttentionParams odd_pages = whole_tiles(with_split(decode_params()));
+  odd_pages.kv_block_stride_bytes = 64 * 656 + 8;  // not a multiple of 16 bytes: no tensor map
+  EXPECT_FALSE(kernels::launch(dense_fp8, odd_pages, nullptr));
   LaunchPlan dense_unsplit = dense;
   dense_unsplit.split = false;
   EXPECT_FALSE(kernels::launch(dense_unsplit, whole_tiles(prefill), nullptr));  // no schedule
@@ -418,6 +434,30 @@ TEST(MlaLaunchPlan, DenseTilesFallBackToTheGatherKernel) {
   kernels::set_dense_tiles_kernel(true);
   // Unsplit problems and prefill never take it.
   EXPECT_EQ(kernels::choose(whole_tiles(prefill_params()), facts(true)).variant, WgmmaVariant::bf16_576);
+  // What the bulk tensor copies cannot take (the Hopper kernels refuse these too, so the chooser never gets there):
+  // an unaligned base, a row or page stride that is not a multiple of 16 bytes.
+  EXPECT_TRUE(kernels::dense_tiles_fit(p, true));
+  EXPECT_FALSE(kernels::dense_tiles_fit(p, false));
+  kernels::SparseAttentionParams unaligned = p;
+  unaligned.kv = g_buffer + 8;
+  EXPECT_FALSE(kernels::dense_tiles_fit(unaligned, true));
+  kernels::SparseAttentionParams odd_rows = p;
+  odd_rows.kv_row_stride = 580;
+  EXPECT_FALSE(kernels::dense_tiles_fit(odd_rows, true));
+  // The V3.2 FP8 cache the same way, falling back to its decode kernels.
+  const kernels::SparseAttentionParams fp8 = whole_tiles(with_split(decode_params()));
+  EXPECT_TRUE(kernels::dense_tiles_fit(fp8, true));
+  EXPECT_EQ(kernels::choose(fp8, facts(true)).variant, WgmmaVariant::dense_fp8);
+  EXPECT_EQ(kernels::choose(fp8, no_maps).variant, WgmmaVariant::v32_pair);
+  kernels::SparseAttentionParams odd_pages = fp8;
+  odd_pages.kv_block_stride_bytes = 64 * 656 + 8;
+  EXPECT_FALSE(kernels::dense_tiles_fit(odd_pages, true));
+  kernels::SparseAttentionParams block_32 = fp8;
+  block_32.block_size = 32;
+  block_32.kv_block_stride_bytes = 32 * 656;
+  EXPECT_EQ(kernels::choose(block_32, facts(true)).variant, WgmmaVariant::v32_pair);
+  kernels::set_dense_tiles_kernel(false);
+  EXPECT_EQ(kernels::choose(fp8, facts(true)).variant, WgmmaVariant::v32_pair);
 }
 
 TEST(MlaKernelSelect, NamesEveryKernel) {
