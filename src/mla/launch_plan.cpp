@@ -103,7 +103,8 @@ bool dense_tiles_fit(const SparseAttentionParams& p, bool tensor_maps) {
     case KvFormat::bf16: return p.kv_row_stride >= 576 && p.kv_row_stride % 8 == 0;
     case KvFormat::fp8_v32:
       return p.block_size >= 64 && p.block_size % 64 == 0 && p.num_kv % p.block_size == 0 &&
-             p.kv_slot_stride_bytes >= 656 && p.kv_slot_stride_bytes % 16 == 0 && p.kv_block_stride_bytes % 16 == 0;
+             p.kv_slot_stride_bytes >= 656 && p.kv_slot_stride_bytes % 16 == 0 && p.kv_block_stride_bytes % 16 == 0 &&
+             p.kv_block_stride_bytes >= p.block_size * p.kv_slot_stride_bytes;  // a tensor map's strides nest
     case KvFormat::fp8_v4: return false;
   }
   return false;

@@ -452,6 +452,11 @@ TEST(MlaLaunchPlan, DenseTilesFallBackToTheGatherKernel) {
   kernels::SparseAttentionParams odd_pages = fp8;
   odd_pages.kv_block_stride_bytes = 64 * 656 + 8;
   EXPECT_FALSE(kernels::dense_tiles_fit(odd_pages, true));
+  kernels::SparseAttentionParams overlapping_pages = fp8;  // one block's stride, never walked, of 0 or too small
+  overlapping_pages.kv_block_stride_bytes = 0;
+  EXPECT_FALSE(kernels::dense_tiles_fit(overlapping_pages, true));
+  overlapping_pages.kv_block_stride_bytes = 32 * 656;
+  EXPECT_FALSE(kernels::dense_tiles_fit(overlapping_pages, true));
   kernels::SparseAttentionParams block_32 = fp8;
   block_32.block_size = 32;
   block_32.kv_block_stride_bytes = 32 * 656;
