@@ -64,7 +64,7 @@ struct Params {
 // Named barriers (bar 1 is wgmma::kBarMax, the epilogue's row-sum exchange).
 enum Barrier : int { kScale0Ready = 2, kScale1Ready = 3, kP0Ready = 4, kP1Ready = 5, kWarpgroup0 = 6 };
 __device__ __forceinline__ void warpgroup_sync(int w) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(kWarpgroup0 + w) : "memory");
+  asm volatile("barrier.sync %0, 128;\n" ::"r"(kWarpgroup0 + w) : "memory");
 }
 // The whole CTA meets, each warpgroup at its own copy of the item loop: the non-aligned barrier (__syncthreads is
 // bar.sync, .aligned, which requires every thread at the same instruction; compute-sanitizer's synccheck stops there).
@@ -378,7 +378,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
   l0 = l0 * alpha0 + sum0;
   l1 = l1 * alpha1 + sum1;
   rescale_rows(o, alpha0, alpha1);
-  named_arrive(kScale0Ready);
+  named_arrive_unaligned(kScale0Ready);
 
   // ---- O_L += P_e V_e,L; then buffer 0's atoms 0..3 are free for tile j0 + 2.
   if constexpr (!FP8) {  // FP8's dequantization wrote zeros there
@@ -392,7 +392,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
   fence_regs(o);
 
   // ---- Warpgroup 1's max: P_e, O_L and the sums rescaled to it; P_e to buffer 0's RoPE atom for warpgroup 1.
-  named_sync(kScale1Ready);
+  named_sync_unaligned(kScale1Ready);
   if constexpr (!B0_LAST && !B1_LAST) {
     if (c.leader) c.copies.template own_half<0>(next0);
   }
@@ -400,14 +400,14 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
   scaled_p(s, b0, b1, pf);
   store_p(c.sm.p(0), pf, c.r0, c.r1, c.g, c.t);
   fence_proxy_async();
-  named_arrive(kP0Ready);
+  named_arrive_unaligned(kP0Ready);
   rescale_rows(o, b0, b1);
   l0 *= b0;
   l1 *= b1;
 
   // ---- O_L += P_o V_o,L once warpgroup 1 stored P_o.
   if constexpr (!B0_LAST) {
-    named_sync(kP1Ready);
+    named_sync_unaligned(kP1Ready);
     if constexpr (!FP8) {
       if (nv1 > 0 && nv1 < T::kTile) zero_v_rows<0>(c.sm, 1, nv1, c.idx);
     }
@@ -457,7 +457,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
   // ---- Softmax of the odd tile after warpgroup 0's max (the pair's max).
   float mx0 = -INFINITY, mx1 = -INFINITY;
   if constexpr (!B0_LAST) mask_rowmax(s, nv1, c.t, c.scale_log2, mx0, mx1);
-  named_sync(kScale0Ready);
+  named_sync_unaligned(kScale0Ready);
   const auto [mu0, mu1, beta0, beta1] = advance_max(c, mx0, mx1);
   uint32_t pf[16];
   float sum0 = 0.f, sum1 = 0.f;
@@ -467,7 +467,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
   rescale_rows(o, f0, f1);
   l0 = l0 * f0 + sum0;
   l1 = l1 * f1 + sum1;
-  named_arrive(kScale1Ready);
+  named_arrive_unaligned(kScale1Ready);
 
   // ---- P_o to buffer 1's RoPE atom for warpgroup 0; O_R += P_o V_o,R.
   if constexpr (!B0_LAST) {
@@ -482,7 +482,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
     fence_proxy_async();  // P_o's stores, for warpgroup 0's wgmma
   }
   // ---- O_R += P_e V_e,R once warpgroup 0 stored P_e.
-  named_sync(kP0Ready);
+  named_sync_unaligned(kP0Ready);
   if constexpr (!FP8) {
     if (nv0 > 0 && nv0 < T::kTile) zero_v_rows<1>(c.sm, 0, nv0, c.idx);
   }
@@ -490,7 +490,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
   wgmma_fence();
   pv_shared(o, c.desc_p(0), c.desc_v(0));
   wgmma_commit();
-  if constexpr (!B0_LAST) named_arrive(kP1Ready);
+  if constexpr (!B0_LAST) named_arrive_unaligned(kP1Ready);
   // ---- Buffer 1's atoms 4..7 free for tile j0 + 3, buffer 0's atoms 4..8 (with P_e) for tile j0 + 2.
   if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
     wgmma_wait<1>();
@@ -625,7 +625,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     // next item's Q and first tile, and its second unless this item's output is staged in buffer 1, so that their
     // copies overlap this item's stores (FlashMLA loads the next Q there too); then O / (l + sink term) or the
     // partial row.
-    combine_row_sums<T, W>(s_sum, r0, r1, t, l0, l1);
+    combine_row_sums<T, W, /*UNALIGNED=*/true>(s_sum, r0, r1, t, l0, l1);
     const float m0 = s_max[r0], m1 = s_max[r1];
     WorkItem next{};
     copied_early = tile1_copied = false;

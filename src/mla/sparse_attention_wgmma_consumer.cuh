@@ -424,8 +424,8 @@ __device__ __forceinline__ void pv_consumer1(const TwoTiles<C, 1>& c, float (&o)
 }
 
 // Phase epilogue, its first step: this consumer's part of rows r0 and r1's sums (l0, l1: this thread's) to `sums`,
-// and the two consumers meet, after which each reads both parts.
-template <class C, int W>
+// and the two consumers meet, after which each reads both parts. UNALIGNED: they meet at different instructions.
+template <class C, int W, bool UNALIGNED = false>
 __device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, int t, float l0, float l1) {
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -435,7 +435,8 @@ __device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, in
     sums[W * C::kHeads + r0] = l0;
     sums[W * C::kHeads + r1] = l1;
   }
-  named_sync(kBarMax);
+  if constexpr (UNALIGNED) named_sync_unaligned(kBarMax);
+  else named_sync(kBarMax);
 }
 
 // Consumer warpgroup W (two tiles per iteration): S of tile W, its softmax, O columns W*256 .. +256. The two

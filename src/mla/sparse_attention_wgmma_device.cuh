@@ -106,6 +106,15 @@ __device__ __forceinline__ void named_sync(int id) {
 __device__ __forceinline__ void named_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
+// The same meeting where the two warpgroups reach it at different instructions (each runs its own copy of the code):
+// the non-aligned form (bar.sync is barrier.sync.aligned, which wants every thread at one instruction; synccheck
+// reports the aligned form there).
+__device__ __forceinline__ void named_sync_unaligned(int id) {
+  asm volatile("barrier.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void named_arrive_unaligned(int id) {
+  asm volatile("barrier.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
 // Among the 128 producer threads.
 __device__ __forceinline__ void producer_sync(int id) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
