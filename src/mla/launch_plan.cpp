@@ -84,7 +84,7 @@ std::optional<SparseKernel> fp8_decode_kernel() {
 }
 
 namespace {
-// Off by default until the dense kernel has run on an H200 (written 2026-12-05 without a device: docs/MLA.md).
+// Off by default: measured slower than the gather kernels (2026-12-05, docs/PERFORMANCE.md, "The dense kernel measured").
 std::atomic<bool>& dense_tiles_flag() {
   static std::atomic<bool> flag{env::choice("FLASHCPP_MLA_DENSE_KERNEL").value_or("gather") == "tiles"};
   return flag;

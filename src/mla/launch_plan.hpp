@@ -88,7 +88,7 @@ bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionPara
 bool dense_decode_tensor_maps_available();
 
 /// Which kernel runs dense decode's split work over whole tiles: true the dense kernel (WgmmaVariant::dense_bf16 and
-/// dense_fp8), false (the default until it has run on an H200) the sparse kernels over the plan's indices (bf16_576,
+/// dense_fp8), false (the default: the dense kernel measured slower, docs/PERFORMANCE.md) the sparse kernels over the plan's indices (bf16_576,
 /// v32_alone / v32_pair).
 /// Initialised from FLASHCPP_MLA_DENSE_KERNEL=tiles|gather; for benchmarks and tests.
 void set_dense_tiles_kernel(bool on);
