@@ -344,6 +344,19 @@ __device__ __forceinline__ void dequant_tile(const Group<W, true>& c, int nv, in
   warpgroup_sync(W);    // named barriers)
 }
 
+// FP8: S of item tile j, whose copies are in flight into buffer W: the tile dequantized, then the whole S GEMM issued
+// and committed (the caller waits).
+template <int W>
+__device__ __forceinline__ void fp8_tile_s(const Group<W, true>& c, const ItemTiles& it, int j, float (&s)[32],
+                                           int& phase) {
+  dequant_tile<W>(c, it.valid(j, it.row(j)), phase);
+  fence_regs(s);
+  wgmma_fence();
+  qk_atoms<0, T::kAtoms, true, false>(s, c.desc_q(), c.desc_k(W), c.sm, W, phase);
+  wgmma_commit();
+  phase ^= 1;
+}
+
 // What a pair needs of its tiles: the valid slots of tiles j0 and j0 + 1, and for the copies the leader issues, the
 // first rows of tiles j0 + 2 and j0 + 3 where the pair refills its buffers with them.
 struct PairTiles {
@@ -424,12 +437,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
       wgmma_wait<0>();
       if (c.leader) c.copies.template rest<1>(next1);
     }
-    dequant_tile<0>(c, it.valid(j0 + 2, it.row(j0 + 2)), phase);
-    fence_regs(s);
-    wgmma_fence();
-    qk_atoms<0, T::kAtoms, true, false>(s, c.desc_q(), c.desc_k(0), c.sm, 0, phase);
-    wgmma_commit();
-    phase ^= 1;
+    fp8_tile_s(c, it, j0 + 2, s, phase);
   } else if constexpr (!B0_LAST && !B1_LAST) {
     fence_regs(s);
     wgmma_fence();
@@ -503,12 +511,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
   // ---- S of tile j0 + 3: atoms 4..7 (copied first), then 0..3 and 8 (copied by warpgroup 0). FP8: the tile's
   // dequantization, then the whole S GEMM.
   if constexpr (!B0_LAST && !B1_LAST && !B2_LAST && FP8) {
-    dequant_tile<1>(c, it.valid(j0 + 3, it.row(j0 + 3)), phase);
-    fence_regs(s);
-    wgmma_fence();
-    qk_atoms<0, T::kAtoms, true, false>(s, c.desc_q(), c.desc_k(1), c.sm, 1, phase);
-    wgmma_commit();
-    phase ^= 1;
+    fp8_tile_s(c, it, j0 + 3, s, phase);
   } else if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
     fence_regs(s);
     wgmma_fence();
