@@ -628,7 +628,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     // next item's Q and first tile, and its second unless this item's output is staged in buffer 1, so that their
     // copies overlap this item's stores (FlashMLA loads the next Q there too); then O / (l + sink term) or the
     // partial row.
-    combine_row_sums<T, W, /*UNALIGNED=*/true>(s_sum, r0, r1, t, l0, l1);
+    combine_row_sums<T, W>(s_sum, r0, r1, t, l0, l1);
     const float m0 = s_max[r0], m1 = s_max[r1];
     WorkItem next{};
     copied_early = tile1_copied = false;
@@ -644,7 +644,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
       }
     }
     const ItemInfo info{w.token, w.accum_row, it.n, w.write_partial ? 1 : 0, {0, 0}};
-    write_item_rows<T, W>(
+    write_item_rows<T, W, /*PARTIAL=*/true, /*STAGED=*/true>(
         p, info, heads, r0, r1, t, o, m0, m1, [&](int h) {
           const int row = h == 0 ? r0 : r1;
           return s_sum[row] + s_sum[T::kHeads + row];

@@ -150,15 +150,17 @@ __device__ __forceinline__ RowSinks load_row_sinks(const SparseAttentionParams& 
 
 // The item's result for this thread's rows of O columns W*256 .. +256: the split's partial row (O / l in f32,
 // lse; -inf when empty), or out = O / (l + sink term) with lse and max_logits. `row_sum(h)`: the full row sum
-// of row r0 (h 0) or r1 (h 1). `stage` (not 0): 8 KiB of shared memory no one else uses now, through which the
-// warp writes its 16 rows of out as whole 512-byte rows (16-byte stores; written directly, a thread's 4-byte
-// pieces leave every store half a sector).
-template <class C, int W, class RowSum>
+// of row r0 (h 0) or r1 (h 1). The ways an instantiation writes are fixed at compile time, so that none carries code
+// it never runs (the unsplit FP8 kernels 11-15% smaller): PARTIAL, items may be split pieces
+// (w.accum_row >= 0); STAGED, out goes through `stage`, 8 KiB of shared memory no one else uses now, through which
+// the warp writes its 16 rows as whole 512-byte rows (16-byte stores), else each thread writes its pieces directly
+// (4-byte stores, each leaving a store half a sector).
+template <class C, int W, bool PARTIAL, bool STAGED, class RowSum>
 __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, const ItemInfo& w, HeadRange heads,
                                                 int r0, int r1, int t, const float (&o)[128], float m0, float m1,
                                                 RowSum row_sum, RowSinks sinks, uint32_t stage) {
   constexpr float kLn2 = 0.6931471805599453f;
-  if (w.accum_row >= 0) {
+  if (PARTIAL && w.accum_row >= 0) {
     if (w.write_partial == 0) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -198,7 +200,7 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
         p.max_logits[w.token * p.max_logits_stride_token + head * p.max_logits_stride_head] = empty ? -INFINITY : m * kLn2;
     }
   }
-  if (stage != 0) {
+  if constexpr (STAGED) {
     // Row i of the warp's 16 (r0 = 16 warp + g is row g, r1 row g + 8): 512 bytes, 16-byte chunk j at j ^ (i & 7),
     // so the quads' 4-byte stores and the row reads below are free of bank conflicts.
     const int g = r0 & 7, lane = 4 * g + t;
@@ -218,23 +220,23 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
             ld_shared_v4(stage + i * 512 + ((lane ^ (i & 7)) << 4));
     }
     __syncwarp();
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int head = heads.first + (h == 0 ? r0 : r1);
-    if (head >= heads.end) continue;
-    uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head + 2 * t);
+    for (int h = 0; h < 2; ++h) {
+      const int head = heads.first + (h == 0 ? r0 : r1);
+      if (head >= heads.end) continue;
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head + 2 * t);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+      for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+    }
   }
 }
 
-// Where warp `warp` of consumer W stages its rows of the output (write_item_rows), or 0: Q's buffer, 8 KiB per warp,
-// in the unsplit grid (one work item: no Q is loaded after it, and every S GEMM, Q's only reader, is done when the
-// consumers meet before the epilogue). Out's rows allow the 16-byte stores: sparse_attention_sm90_handles takes only
-// a 16-byte aligned out with strides in multiples of 8 elements. (Split work writes directly: both paths in one
-// instantiation spill the consumers' registers.)
+// Where warp `warp` of consumer W stages its rows of the output (write_item_rows<..., PARTIAL = SPLIT, STAGED =
+// !SPLIT>), or 0 (split: written directly; both ways in one instantiation spill the consumers' registers): Q's
+// buffer, 8 KiB per warp, in the unsplit grid (one work item: no Q is loaded after it, and every S GEMM, Q's only
+// reader, is done when the consumers meet before the epilogue). Out's rows allow the 16-byte stores:
+// sparse_attention_sm90_handles takes only a 16-byte aligned out with strides in multiples of 8 elements.
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ uint32_t epilogue_stage(const Smem<C>& sm, int warp) {
   static_assert(2 * 4 * 8192 <= C::kQBytes, "the staged output fits Q's buffer");
@@ -424,8 +426,9 @@ __device__ __forceinline__ void pv_consumer1(const TwoTiles<C, 1>& c, float (&o)
 }
 
 // Phase epilogue, its first step: this consumer's part of rows r0 and r1's sums (l0, l1: this thread's) to `sums`,
-// and the two consumers meet, after which each reads both parts. UNALIGNED: they meet at different instructions.
-template <class C, int W, bool UNALIGNED = false>
+// and the two consumers meet, after which each reads both parts. They meet at different instructions (each runs its
+// own copy of the code): the non-aligned barrier form (synccheck reports the aligned one there).
+template <class C, int W>
 __device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, int t, float l0, float l1) {
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -435,8 +438,7 @@ __device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, in
     sums[W * C::kHeads + r0] = l0;
     sums[W * C::kHeads + r1] = l1;
   }
-  if constexpr (UNALIGNED) named_sync_unaligned(kBarMax);
-  else named_sync(kBarMax);
+  named_sync_unaligned(kBarMax);
 }
 
 // Consumer warpgroup W (two tiles per iteration): S of tile W, its softmax, O columns W*256 .. +256. The two
@@ -522,7 +524,7 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
     // may still read the last item's); lse, max_logits; O / (l + sink term), or the partial row.
     float* sums = s_sum + ((k - work.first) & 1) * 2 * C::kHeads;
     combine_row_sums<C, W>(sums, r0, r1, t, l0, l1);
-    write_item_rows<C, W>(
+    write_item_rows<C, W, SPLIT, !SPLIT>(
         p, w, heads, r0, r1, t, o, m0, m1,
         [&](int h) {
           const int row = h == 0 ? r0 : r1;
@@ -667,15 +669,16 @@ __device__ __forceinline__ void consumer_per_tile(const KernelParams& args, cons
         sums[C::kHeads + r1] = m1;
       }
     }
-    named_sync(kBarMax);
+    named_sync_unaligned(kBarMax);  // the two warpgroups meet here at different instructions
     if constexpr (W == 1) {
       l0 = sums[r0];
       l1 = sums[r1];
       m0 = sums[C::kHeads + r0];
       m1 = sums[C::kHeads + r1];
     }
-    write_item_rows<C, W>(p, w, heads, r0, r1, quad, o, m0, m1, [l0, l1](int h) { return h == 0 ? l0 : l1; }, sinks,
-                          epilogue_stage<C, SPLIT, W>(sm, warp_in_wg));
+    write_item_rows<C, W, SPLIT, !SPLIT>(p, w, heads, r0, r1, quad, o, m0, m1,
+                                         [l0, l1](int h) { return h == 0 ? l0 : l1; }, sinks,
+                                         epilogue_stage<C, SPLIT, W>(sm, warp_in_wg));
   }
   if constexpr (W == 0) {
     if (tiles_before > 0) named_sync(kBarPFree);  // consumer 1's arrival after the last tile
