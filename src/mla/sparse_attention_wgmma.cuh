@@ -101,6 +101,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
     mbar_init(sm.bar_q_full(), C::kProducerThreads + 1);  // cp.async arrivals + the item's publisher
     mbar_init(sm.bar_q_empty(), C::kPerTile ? C::kConsumerThreads / 2 : C::kConsumerThreads);  // Q's readers
     if constexpr (C::kPAInRope) mbar_init(sm.bar_rope_landed(), C::kProducerThreads);
+    if constexpr (!C::kPerTile)
+      for (int w = 0; w < 2; ++w) mbar_init(sm.bar_max(w), C::kConsumerThreads / 2);
     for (int t = 0; t < 2; ++t)
       for (int half = 0; half < 2; ++half) {
         // Arrivals per fill, from every producer thread: a cp.async one (bf16: all copies; FP8: the RoPE

@@ -105,7 +105,8 @@ struct Traits {
   static constexpr int kOffSum = kOffMax + 2 * kHeads * 4;    // float [2 (work-item parity)][2][64]: row sums
   static constexpr int kOffItem = kOffSum + 4 * kHeads * 4;   // 2 (work-item parity) x ItemInfo (32 B)
   static constexpr int kOffBar = kOffItem + 2 * 32;           // mbarriers
-  static constexpr int kNumBars = 2 + 4 + 4 + 1;  // Q full, Q empty; full[tile][half]; empty[tile][half]; RoPE landed
+  // Q full, Q empty; full[tile][half]; empty[tile][half]; RoPE landed; max published[consumer] (two tiles per iteration)
+  static constexpr int kNumBars = 2 + 4 + 4 + 1 + 2;
   static constexpr int kUsedBytes = kOffBar + kNumBars * 8;
   static constexpr int kAlignSlack = 1024;                    // the dynamic base is aligned up in the kernel
   static constexpr int kSmemBytes = kUsedBytes + kAlignSlack;

@@ -270,8 +270,8 @@ struct TwoTiles {
   int lane, g, t, r0, r1;
   uint64_t desc_q, desc_k, desc_v_own, desc_v_other, desc_p_other;
   uint32_t p_own;
-  // Each consumer publishes its rows' running max in its own slot of s_max ([2][64]): consumer 0's over tile A
-  // (kBarMaxA), read by consumer 1; consumer 1's, the iteration's (kBarMaxB), read by consumer 0. (One slot the
+  // Each consumer publishes its rows' running max in its own slot of s_max ([2][64]) and arrives on bar_max(W):
+  // consumer 0's over tile A, read by consumer 1; consumer 1's, the iteration's, read by consumer 0. (One slot the
   // two wrote in turn was ordered by the barrier chain, but racecheck reported the reuse as a hazard.)
   float* max_own;
   const float* max_other;
@@ -313,14 +313,15 @@ struct TwoTiles {
     wgmma_wait<0>();
   }
 
-  // Publishes rows r0, r1 of this consumer's running max (n0, n1) and arrives on `bar`.
-  __device__ __forceinline__ void publish_max(float n0, float n1, int bar) const {
+  // Publishes rows r0, r1 of this consumer's running max (n0, n1): every thread arrives on bar_max(W), so its
+  // earlier reads of the other slot are ordered before the other consumer's next write there too.
+  __device__ __forceinline__ void publish_max(float n0, float n1) const {
     __syncwarp();  // the warp meets before its t == 0 lanes publish (the one-slot layout needed it; kept as verified)
     if (t == 0) {
       max_own[r0] = n0;
       max_own[r1] = n1;
     }
-    named_arrive(bar);
+    mbar_arrive(sm.bar_max(W));
   }
 
   // O_W += P_other V_other (P from shared memory), uncommitted.
@@ -339,10 +340,10 @@ struct TwoTiles {
 // (consumer 1: with consumer 0's over tile A, the iteration's).
 template <class C, int W>
 __device__ __forceinline__ void tile_row_max(const TwoTiles<C, W>& c, float (&s)[32], const uint8_t* s_valid,
-                                             float scale_log2, float& mx0, float& mx1) {
+                                             float scale_log2, int phase, float& mx0, float& mx1) {
   mask_scale_rowmax(s, s_valid + W * C::kTile + 2 * c.t, scale_log2, mx0, mx1);
   if constexpr (W == 1) {
-    named_sync(kBarMaxA);
+    mbar_wait(c.sm.bar_max(0), phase);
     mx0 = fmaxf(mx0, c.max_other[c.r0]);
     mx1 = fmaxf(mx1, c.max_other[c.r1]);
   }
@@ -482,7 +483,7 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
       fence_regs(s);
       // ---- Phase softmax: mask, scale to base 2; consumer 0 on its own, consumer 1 after consumer 0's max.
       float mx0, mx1;
-      tile_row_max(c, s, s_valid, args.scale_log2, mx0, mx1);
+      tile_row_max(c, s, s_valid, args.scale_log2, phase, mx0, mx1);
       const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
       const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
       const float mu1 = n1 == -INFINITY ? 0.f : n1;
@@ -495,14 +496,14 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
       rescale_rows(o, alpha0, alpha1);
-      c.publish_max(n0, n1, W == 0 ? kBarMaxA : kBarMaxB);
+      c.publish_max(n0, n1);
 
       // ---- Phase PV: O_W += P_W V_W (P from registers), then O_W += P_other V_other (P from smem).
       if constexpr (W == 0) {
         pv_a_left(c, o, pf);
         // The iteration's max: P_A, O and the row sums rescaled to it (beta 1 for a row with no valid slot yet,
         // whose terms are all 0).
-        named_sync(kBarMaxB);
+        mbar_wait(c.sm.bar_max(1), phase);
         const float b0 = n0 == -INFINITY ? 1.f : fast_exp2(n0 - c.max_other[c.r0]);
         const float b1 = n1 == -INFINITY ? 1.f : fast_exp2(n1 - c.max_other[c.r1]);
         m0 = c.max_other[c.r0];
