@@ -21,8 +21,8 @@
 //   * Copies are issued by one thread of the warpgroup that read the atoms last: buffer 0's atoms 0..3 by warpgroup 0
 //     after O_L += P_e V_e,L, atoms 4..8 by warpgroup 1 after O_R += P_e V_e,R; buffer 1's atoms 4..7 by warpgroup 1
 //     after O_R += P_o V_o,R, atoms 0..3 and the RoPE atom (P_o) by warpgroup 0 after O_L += P_o V_o,L. Warpgroup 0
-//     waits on buffer 0's barriers, warpgroup 1 on buffer 1's; each sees the other buffer's data through the named
-//     barriers that order the pair's steps.
+//     waits on buffer 0's barriers, warpgroup 1 on buffer 1's; each sees the other buffer's data through the barriers
+//     that order the pair's steps (the rescale exchanges' mbarriers, the P exchanges' named barriers).
 //   * Masking: slot s of a tile is valid iff s < the token's length (the plan's token_lengths) and the tile's first
 //     index is a cache row. Rows past the length in a tile's last rows may hold anything (NaN): their logits are -inf
 //     and their V rows are zeroed in shared memory before any P V reads them.
@@ -62,7 +62,7 @@ struct Params {
 };
 
 // Named barriers (bar 1 is wgmma::kBarMax, the epilogue's row-sum exchange).
-enum Barrier : int { kScale0Ready = 2, kScale1Ready = 3, kP0Ready = 4, kP1Ready = 5, kWarpgroup0 = 6 };
+enum Barrier : int { kP0Ready = 4, kP1Ready = 5, kWarpgroup0 = 6 };  // (the rescale exchanges: Smem::bar_scale)
 __device__ __forceinline__ void warpgroup_sync(int w) {
   asm volatile("barrier.sync %0, 128;\n" ::"r"(kWarpgroup0 + w) : "memory");
 }
@@ -78,6 +78,11 @@ struct Smem {
   __device__ uint32_t p(int b) const { return atom(b, T::kRopeAtom); }
   __device__ uint32_t scales(int b) const { return base + T::kOffScales + b * T::kTile * T::kScaleRowBytes; }
   __device__ uint32_t bar(int b, int a) const { return base + T::kOffBar + 8 * (b * T::kAtoms + a); }
+  // Warpgroup w's new max and rescale factors are in s_max / s_scale (the pair's exchange; parity: the CTA's pair
+  // count). Mbarriers rather than named barriers: every thread arrives itself, so its own reads and writes of the
+  // slots are ordered before the other warpgroup's, which is the order compute-sanitizer's racecheck follows (with
+  // bar.arrive / bar.sync it reported each slot's next write against the other warpgroup's read).
+  __device__ uint32_t bar_scale(int w) const { return base + T::kOffBar + 8 * (T::kNumTileBars + w); }
 };
 
 // One box of `map` at (col, row) into shared memory at `dst`, completing its bytes on `bar`. Elements outside the
@@ -379,8 +384,9 @@ __device__ __forceinline__ PairTiles pair_tiles(const ItemTiles& it, int j0, boo
 // S of tile j0 + 2 when there is one. B0_LAST: j0 is the item's last tile; B1_LAST: j0 + 1 is.
 template <bool B0_LAST, bool B1_LAST, bool FP8>
 __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles& it, int j0, float (&o)[128],
-                                         float (&s)[32], float& l0, float& l1, int& phase) {
+                                         float (&s)[32], float& l0, float& l1, int& phase, int& pairs) {
   const auto [nv0, nv1, next0, next1] = pair_tiles<B0_LAST, B1_LAST>(it, j0, c.leader);
+  const int xphase = pairs++ & 1;
   // ---- Softmax of the even tile against the running max.
   float mx0, mx1;
   mask_rowmax(s, nv0, c.t, c.scale_log2, mx0, mx1);
@@ -391,7 +397,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
   l0 = l0 * alpha0 + sum0;
   l1 = l1 * alpha1 + sum1;
   rescale_rows(o, alpha0, alpha1);
-  named_arrive_unaligned(kScale0Ready);
+  mbar_arrive(c.sm.bar_scale(0));
 
   // ---- O_L += P_e V_e,L; then buffer 0's atoms 0..3 are free for tile j0 + 2.
   if constexpr (!FP8) {  // FP8's dequantization wrote zeros there
@@ -405,7 +411,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
   fence_regs(o);
 
   // ---- Warpgroup 1's max: P_e, O_L and the sums rescaled to it; P_e to buffer 0's RoPE atom for warpgroup 1.
-  named_sync_unaligned(kScale1Ready);
+  mbar_wait(c.sm.bar_scale(1), xphase);
   if constexpr (!B0_LAST && !B1_LAST) {
     if (c.leader) c.copies.template own_half<0>(next0);
   }
@@ -460,12 +466,13 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
 // j0 + 3 when there is one. B2_LAST: j0 + 2 is the item's last tile.
 template <bool B0_LAST, bool B1_LAST, bool B2_LAST, bool FP8>
 __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles& it, int j0, float (&o)[128],
-                                         float (&s)[32], float& l0, float& l1, int& phase) {
+                                         float (&s)[32], float& l0, float& l1, int& phase, int& pairs) {
   const auto [nv0, nv1, next0, next1] = pair_tiles<B0_LAST, B1_LAST>(it, j0, c.leader);
+  const int xphase = pairs++ & 1;
   // ---- Softmax of the odd tile after warpgroup 0's max (the pair's max).
   float mx0 = -INFINITY, mx1 = -INFINITY;
   if constexpr (!B0_LAST) mask_rowmax(s, nv1, c.t, c.scale_log2, mx0, mx1);
-  named_sync_unaligned(kScale0Ready);
+  mbar_wait(c.sm.bar_scale(0), xphase);
   const auto [mu0, mu1, beta0, beta1] = advance_max(c, mx0, mx1);
   uint32_t pf[16];
   float sum0 = 0.f, sum1 = 0.f;
@@ -475,7 +482,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
   rescale_rows(o, f0, f1);
   l0 = l0 * f0 + sum0;
   l1 = l1 * f1 + sum1;
-  named_arrive_unaligned(kScale1Ready);
+  mbar_arrive(c.sm.bar_scale(1));
 
   // ---- P_o to buffer 1's RoPE atom for warpgroup 0; O_R += P_o V_o,R.
   if constexpr (!B0_LAST) {
@@ -529,7 +536,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
 // The item's tiles for warpgroup W: the first S GEMM, then the pairs (FlashMLA's dispatch on which tile is last).
 template <int W, bool FP8>
 __device__ __forceinline__ void run_tiles(const Group<W, FP8>& c, const ItemTiles& it, float (&o)[128], float& l0,
-                                          float& l1, int& phase) {
+                                          float& l1, int& phase, int& pairs) {
   const int n = it.n;
   float s[32];
   if (n <= W) return;
@@ -542,16 +549,16 @@ __device__ __forceinline__ void run_tiles(const Group<W, FP8>& c, const ItemTile
   phase ^= 1;
   int j0 = 0;
   if constexpr (W == 0) {
-    for (; j0 < n - 2; j0 += 2) pair_wg0<false, false>(c, it, j0, o, s, l0, l1, phase);
-    if (j0 + 1 < n) pair_wg0<false, true>(c, it, j0, o, s, l0, l1, phase);
-    else pair_wg0<true, false>(c, it, j0, o, s, l0, l1, phase);
+    for (; j0 < n - 2; j0 += 2) pair_wg0<false, false>(c, it, j0, o, s, l0, l1, phase, pairs);
+    if (j0 + 1 < n) pair_wg0<false, true>(c, it, j0, o, s, l0, l1, phase, pairs);
+    else pair_wg0<true, false>(c, it, j0, o, s, l0, l1, phase, pairs);
   } else {
-    for (; j0 < n - 3; j0 += 2) pair_wg1<false, false, false>(c, it, j0, o, s, l0, l1, phase);
+    for (; j0 < n - 3; j0 += 2) pair_wg1<false, false, false>(c, it, j0, o, s, l0, l1, phase, pairs);
     if (j0 + 2 < n) {
-      pair_wg1<false, false, true>(c, it, j0, o, s, l0, l1, phase);
-      pair_wg1<true, false, false>(c, it, j0 + 2, o, s, l0, l1, phase);
+      pair_wg1<false, false, true>(c, it, j0, o, s, l0, l1, phase, pairs);
+      pair_wg1<true, false, false>(c, it, j0 + 2, o, s, l0, l1, phase, pairs);
     } else if (j0 + 1 < n) {
-      pair_wg1<false, true, false>(c, it, j0, o, s, l0, l1, phase);
+      pair_wg1<false, true, false>(c, it, j0, o, s, l0, l1, phase, pairs);
     }
   }
 }
@@ -559,9 +566,9 @@ __device__ __forceinline__ void run_tiles(const Group<W, FP8>& c, const ItemTile
 // Warpgroup 1 with a single tile still takes part in the pair's exchange (its softmax over no tile, P_e V_e,R).
 template <bool FP8>
 __device__ __forceinline__ void single_tile_wg1(const Group<1, FP8>& c, const ItemTiles& it, float (&o)[128],
-                                                float& l0, float& l1, int& phase) {
+                                                float& l0, float& l1, int& phase, int& pairs) {
   float s[32];
-  pair_wg1<true, false, false>(c, it, 0, o, s, l0, l1, phase);
+  pair_wg1<true, false, false>(c, it, 0, o, s, l0, l1, phase, pairs);
 }
 
 // Q of `token` (64 heads x 576, zeros past the CTA's heads) into its buffer by every thread's cp.async (waited for
@@ -589,6 +596,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
   const Group<W, FP8> c{copies, a.scale_log2, sm, idx, t, g, r0, r1, idx == 0, s_max, s_scale};
   const RowSinks sinks = load_row_sinks(p, heads, r0, r1);
   int phase = 0;  // of this warpgroup's buffer's barriers
+  int pairs = 0;  // tile pairs so far (both warpgroups take part in each): the rescale exchanges' parity
   auto tiles_of = [&](const WorkItem& w) {
     return ItemTiles{p.indices + p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request),
                      static_cast<int>(p.num_kv), w.eff, w.tile_begin, w.n_tiles()};
@@ -620,15 +628,16 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     sm90::zero_fill(o);
     float l0 = 0.f, l1 = 0.f;
     if constexpr (W == 1) {
-      if (it.n == 1) single_tile_wg1(c, it, o, l0, l1, phase);
+      if (it.n == 1) single_tile_wg1(c, it, o, l0, l1, phase, pairs);
     }
-    run_tiles<W>(c, it, o, l0, l1, phase);
+    run_tiles<W>(c, it, o, l0, l1, phase, pairs);
 
     // ---- Epilogue: the two warpgroups' row sums (after which no GEMM of this item is in flight in either), then the
     // next item's Q and first tile, and its second unless this item's output is staged in buffer 1, so that their
     // copies overlap this item's stores (FlashMLA loads the next Q there too); then O / (l + sink term) or the
     // partial row.
-    combine_row_sums<T, W>(s_sum, r0, r1, t, l0, l1);
+    float* sums = s_sum + ((k - work.first) & 1) * 2 * T::kHeads;  // by item parity (see T::kOffSum)
+    combine_row_sums<T, W>(sums, r0, r1, t, l0, l1);
     const float m0 = s_max[r0], m1 = s_max[r1];
     WorkItem next{};
     copied_early = tile1_copied = false;
@@ -647,7 +656,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     write_item_rows<T, W, /*PARTIAL=*/true, /*STAGED=*/true>(
         p, info, heads, r0, r1, t, o, m0, m1, [&](int h) {
           const int row = h == 0 ? r0 : r1;
-          return s_sum[row] + s_sum[T::kHeads + row];
+          return sums[row] + sums[T::kHeads + row];
         },
         sinks, sm.tile(1) + (W * 4 + warp_in_wg) * T::kStageBytesPerWarp);
     fence_proxy_async();  // the staging's ordinary accesses before the next item's copies into buffer 1
@@ -672,7 +681,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) dense_decode_wgmma_kernel(cons
   const HeadRange heads{first_head, min(first_head + T::kHeads, args.p.h_q)};
   const WorkList<true> work(args.p, blockIdx.x / args.groups);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < T::kNumBars; ++i) mbar_init(sm.base + T::kOffBar + 8 * i, 1);
+    for (int i = 0; i < T::kNumTileBars; ++i) mbar_init(sm.base + T::kOffBar + 8 * i, 1);
+    for (int w = 0; w < 2; ++w) mbar_init(sm.bar_scale(w), T::kThreads / 2);
     fence_proxy_async();  // the initialised barriers, for the copy engine
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&args.kv_map)) : "memory");
     if constexpr (FP8) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&args.scale_map)) : "memory");

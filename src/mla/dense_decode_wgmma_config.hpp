@@ -39,9 +39,13 @@ struct Traits {
   static constexpr int kScaleRowBytes = 16;
   static constexpr int kOffMax = kOffScales + 2 * kTile * kScaleRowBytes;  // float [64]: the rows' running max (base 2)
   static constexpr int kOffScale = kOffMax + kHeads * 4;    // float [2][64]: each warpgroup's rescale factors
-  static constexpr int kOffSum = kOffScale + 2 * kHeads * 4;  // float [2][64]: row sums in the epilogue
-  static constexpr int kOffBar = kOffSum + 2 * kHeads * 4;  // mbarriers [2][kAtoms]: one per atom of each tile
-  static constexpr int kNumBars = 2 * kAtoms;
+  // float [2 (work-item parity)][2][64]: row sums in the epilogue (the other warpgroup may still read the last item's)
+  static constexpr int kOffSum = kOffScale + 2 * kHeads * 4;
+  // mbarriers: [2][kAtoms], one per atom of each tile (count 1, the copy's transactions), then the two rescale
+  // exchanges (count 128: every thread of the publishing warpgroup)
+  static constexpr int kOffBar = kOffSum + 4 * kHeads * 4;
+  static constexpr int kNumTileBars = 2 * kAtoms;
+  static constexpr int kNumBars = kNumTileBars + 2;
   static constexpr int kUsedBytes = kOffBar + kNumBars * 8;
   static constexpr int kAlignSlack = 1024;                  // the dynamic base is aligned up in the kernel
   static constexpr int kSmemBytes = kUsedBytes + kAlignSlack;
