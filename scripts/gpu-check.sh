@@ -285,5 +285,8 @@ if has sanitize; then
     FLASHCPP_MLA_FP8_KERNEL=wgmma timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 \
       build-gpu/bench/bench_sparse_attention_sm90 --quick 2>&1 | tail -3 | tee -a "$out/sanitize.txt"
   done
+  # Which barrier forms racecheck follows (one kernel per form; its report names the kernels it flags).
+  timeout 120 compute-sanitizer --tool racecheck build-gpu/bench/racecheck_barrier_forms > "$out/racecheck-barrier-forms.txt" 2>&1
+  grep -E "^kernel|Race reported|SUMMARY" "$out/racecheck-barrier-forms.txt" | tee -a "$out/sanitize.txt"
 fi
 log "done"
