@@ -81,7 +81,7 @@ struct Smem {
   // Warpgroup w's new max and rescale factors are in s_max / s_scale (the pair's exchange; parity: the CTA's pair
   // count). Mbarriers rather than named barriers: every thread arrives itself, so its own reads and writes of the
   // slots are ordered before the other warpgroup's, which is the order compute-sanitizer's racecheck follows (with
-  // bar.arrive / bar.sync it reported each slot's next write against the other warpgroup's read).
+  // named barriers it reported each slot's next write against the other warpgroup's read).
   __device__ uint32_t bar_scale(int w) const { return base + T::kOffBar + 8 * (T::kNumTileBars + w); }
 };
 

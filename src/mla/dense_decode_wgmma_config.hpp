@@ -39,7 +39,7 @@ struct Traits {
   static constexpr int kScaleRowBytes = 16;
   static constexpr int kOffMax = kOffScales + 2 * kTile * kScaleRowBytes;  // float [64]: the rows' running max (base 2)
   static constexpr int kOffScale = kOffMax + kHeads * 4;    // float [2][64]: each warpgroup's rescale factors
-  // float [2 (work-item parity)][2][64]: row sums in the epilogue (the other warpgroup may still read the last item's)
+  // float [2 (work-item parity)][2][64]: row sums in the epilogue (by parity, a buffer's reuse is an item's pairs away)
   static constexpr int kOffSum = kOffScale + 2 * kHeads * 4;
   // mbarriers: [2][kAtoms], one per atom of each tile (count 1, the copy's transactions), then the two rescale
   // exchanges (count 128: every thread of the publishing warpgroup)
