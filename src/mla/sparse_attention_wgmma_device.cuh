@@ -287,16 +287,22 @@ struct WorkList {
   const SparseAttentionParams* p;
   int64_t outer;  // blockIdx.x / groups
   int first = 0, last = 0;
-  const sched::PartMeta* meta = nullptr;
+  // The part's metadata, read once at entry as two 16-byte loads: item() then needs no global read before its
+  // index loads but num_splits (whose address depends on the request alone), where re-reading fields through a
+  // pointer after the prologue's barriers chained three dependent loads.
+  sched::PartMeta meta{};
   int tok_in_req = 0;
 
   __device__ WorkList(const SparseAttentionParams& params, int64_t outer_index) : p(&params), outer(outer_index) {
     if constexpr (SPLIT) {
-      meta = static_cast<const sched::PartMeta*>(p->sched) + outer / p->tokens_per_request;
+      static_assert(sizeof(sched::PartMeta) == 32, "two 16-byte loads");
+      const int4* src = reinterpret_cast<const int4*>(static_cast<const sched::PartMeta*>(p->sched) +
+                                                      outer / p->tokens_per_request);
+      const int4 lo = src[0], hi = src[1];
+      meta = sched::PartMeta{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
       tok_in_req = static_cast<int>(outer % p->tokens_per_request);
-      const sched::PartMeta m = *meta;
-      first = m.begin_req < 0 ? 0 : m.begin_req;
-      last = m.end_req < p->num_requests ? m.end_req : p->num_requests - 1;  // empty part: last < first
+      first = meta.begin_req < 0 ? 0 : meta.begin_req;
+      last = meta.end_req < p->num_requests ? meta.end_req : p->num_requests - 1;  // empty part: last < first
     }
   }
 
@@ -305,7 +311,7 @@ struct WorkList {
     int tile_begin = 0, tile_end = INT_MAX;
     w.token = outer;
     if constexpr (SPLIT) {
-      const SplitPiece piece = split_piece(*p, *meta, k, sched::blocks_of(p->topk), tok_in_req);
+      const SplitPiece piece = split_piece(*p, meta, k, sched::blocks_of(p->topk), tok_in_req);
       tile_begin = piece.tile_begin;
       tile_end = piece.tile_end;
       w.token = piece.token;
