@@ -4,8 +4,8 @@
 // warpgroup 1 reads another thread's slot (read-after-write), warpgroup 0 writes it again (write-after-read), four
 // rounds, one kernel per barrier form. The program checks the sums; the verdict is racecheck's report per kernel:
 //   compute-sanitizer --tool racecheck build/bench/racecheck_barrier_forms
-// (docs/PERFORMANCE.md, 2026-12-05 fifth session: the dense tiles kernel's remaining reports are orders through the
-// non-aligned CTA barrier and the non-aligned named barrier; the mbarrier form is followed.)
+// Verdict on an H100 (CUDA 13.0, 2026-12-05, docs/PERFORMANCE.md): every form is followed but the aligned arrive /
+// sync pair (kernel 4, bar.arrive then bar.sync: a hazard each round); kernels 6-8 are clean too.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -75,6 +75,41 @@ __global__ void __launch_bounds__(256) arrive_then_sync(float* out) {
   out[threadIdx.x] = acc;
 }
 
+// The dense kernel's row-sum exchange: one lane in four writes its rows' sums, both warpgroups meet at the non-aligned
+// counted barrier, every thread reads both halves; double-buffered by round parity, the whole CTA meeting at the end
+// of each round (the non-aligned barrier 0). With MIXED, the warpgroups also hand a slot over by the non-aligned
+// arrive / sync pair on barrier 4 each round (as the dense kernel's P exchange did): does its presence change what
+// racecheck makes of the other barriers? WARPGROUP_BARRIERS: each warpgroup also meets on a barrier of its own every
+// round (the FP8 dequantization's form).
+template <bool MIXED, bool WARPGROUP_BARRIERS = false>
+__global__ void __launch_bounds__(256) row_sum_exchange(float* out) {
+  __shared__ float sums[2][2][32];
+  __shared__ float handed[128];
+  const int w = threadIdx.x / 128, i = threadIdx.x % 128, t = i % 4, row = i / 4;
+  float acc = 0.f;
+  for (int r = 0; r < kRounds; ++r) {
+    float* s = &sums[r & 1][0][0];
+    if (t == 0) s[w * 32 + row] = r + 1.f;
+    asm volatile("barrier.sync 1, 256;\n" ::: "memory");
+    if (MIXED) {
+      if (w == 0) {
+        handed[i] = r + 1.f;
+        asm volatile("barrier.arrive 4, 256;\n" ::: "memory");
+      } else {
+        asm volatile("barrier.sync 4, 256;\n" ::: "memory");
+        acc += handed[127 - i] - (r + 1.f);  // adds 0
+      }
+    }
+    if (WARPGROUP_BARRIERS) {  // each warpgroup meets on its own barrier, 128 threads (the FP8 dequantization's form)
+      if (w == 0) asm volatile("barrier.sync 6, 128;\n" ::: "memory");
+      else asm volatile("barrier.sync 7, 128;\n" ::: "memory");
+    }
+    acc += 0.5f * (s[row] + s[32 + row]);
+    asm volatile("barrier.sync 0;\n" ::: "memory");
+  }
+  out[threadIdx.x] = acc;
+}
+
 }  // namespace
 
 int main() {
@@ -89,6 +124,10 @@ int main() {
       {"bar.sync 0 (aligned, __syncthreads)", meet_twice<kAligned, 0>},
       {"bar.arrive / bar.sync pair (aligned)", arrive_then_sync<true>},
       {"barrier.arrive / barrier.sync pair (non-aligned)", arrive_then_sync<false>},
+      {"row sums by barrier.sync 1, 256, buffers by barrier.sync 0 (the dense epilogue)", row_sum_exchange<false>},
+      {"the same, with a barrier.arrive / barrier.sync pair on barrier 4 each round", row_sum_exchange<true>},
+      {"the same, with each warpgroup also meeting on its own barrier (barrier.sync 6 / 7, 128)",
+       row_sum_exchange<false, true>},
   };
   float* out = nullptr;
   if (cudaError_t e = cudaMalloc(&out, 256 * sizeof(float)); e != cudaSuccess) {

@@ -22,7 +22,7 @@
 //     after O_L += P_e V_e,L, atoms 4..8 by warpgroup 1 after O_R += P_e V_e,R; buffer 1's atoms 4..7 by warpgroup 1
 //     after O_R += P_o V_o,R, atoms 0..3 and the RoPE atom (P_o) by warpgroup 0 after O_L += P_o V_o,L. Warpgroup 0
 //     waits on buffer 0's barriers, warpgroup 1 on buffer 1's; each sees the other buffer's data through the barriers
-//     that order the pair's steps (the rescale exchanges' mbarriers, the P exchanges' named barriers).
+//     that order the pair's steps (the rescale and P exchanges' mbarriers).
 //   * Masking: slot s of a tile is valid iff s < the token's length (the plan's token_lengths) and the tile's first
 //     index is a cache row. Rows past the length in a tile's last rows may hold anything (NaN): their logits are -inf
 //     and their V rows are zeroed in shared memory before any P V reads them.
@@ -62,7 +62,7 @@ struct Params {
 };
 
 // Named barriers (bar 1 is wgmma::kBarMax, the epilogue's row-sum exchange).
-enum Barrier : int { kP0Ready = 4, kP1Ready = 5, kWarpgroup0 = 6 };  // (the rescale exchanges: Smem::bar_scale)
+enum Barrier : int { kWarpgroup0 = 6 };  // (the rescale and P exchanges: Smem::bar_scale, Smem::bar_p)
 __device__ __forceinline__ void warpgroup_sync(int w) {
   asm volatile("barrier.sync %0, 128;\n" ::"r"(kWarpgroup0 + w) : "memory");
 }
@@ -83,6 +83,11 @@ struct Smem {
   // slots are ordered before the other warpgroup's, which is the order compute-sanitizer's racecheck follows (with
   // named barriers it reported each slot's next write against the other warpgroup's read).
   __device__ uint32_t bar_scale(int w) const { return base + T::kOffBar + 8 * (T::kNumTileBars + w); }
+  // Warpgroup w's P of the pair is in its tile's RoPE atom (the same parity). Mbarriers too: with the P exchanges on
+  // named barriers (non-aligned arrive / sync), racecheck reported the bf16 kernel's row sums and running max (7 sites,
+  // orders through the CTA barrier), and none with these, though bench/racecheck_barrier_forms finds each form
+  // followed on its own.
+  __device__ uint32_t bar_p(int w) const { return base + T::kOffBar + 8 * (T::kNumTileBars + 2 + w); }
 };
 
 // One box of `map` at (col, row) into shared memory at `dst`, completing its bytes on `bar`. Elements outside the
@@ -419,14 +424,14 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
   scaled_p(s, b0, b1, pf);
   store_p(c.sm.p(0), pf, c.r0, c.r1, c.g, c.t);
   fence_proxy_async();
-  named_arrive_unaligned(kP0Ready);
+  mbar_arrive(c.sm.bar_p(0));
   rescale_rows(o, b0, b1);
   l0 *= b0;
   l1 *= b1;
 
   // ---- O_L += P_o V_o,L once warpgroup 1 stored P_o.
   if constexpr (!B0_LAST) {
-    named_sync_unaligned(kP1Ready);
+    mbar_wait(c.sm.bar_p(1), xphase);
     if constexpr (!FP8) {
       if (nv1 > 0 && nv1 < T::kTile) zero_v_rows<0>(c.sm, 1, nv1, c.idx);
     }
@@ -497,7 +502,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
     fence_proxy_async();  // P_o's stores, for warpgroup 0's wgmma
   }
   // ---- O_R += P_e V_e,R once warpgroup 0 stored P_e.
-  named_sync_unaligned(kP0Ready);
+  mbar_wait(c.sm.bar_p(0), xphase);
   if constexpr (!FP8) {
     if (nv0 > 0 && nv0 < T::kTile) zero_v_rows<1>(c.sm, 0, nv0, c.idx);
   }
@@ -505,7 +510,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
   wgmma_fence();
   pv_shared(o, c.desc_p(0), c.desc_v(0));
   wgmma_commit();
-  if constexpr (!B0_LAST) named_arrive_unaligned(kP1Ready);
+  mbar_arrive(c.sm.bar_p(1));  // also without P_o (B0_LAST), so that the barrier's parity stays the pair count's
   // ---- Buffer 1's atoms 4..7 free for tile j0 + 3, buffer 0's atoms 4..8 (with P_e) for tile j0 + 2.
   if constexpr (!B0_LAST && !B1_LAST && !B2_LAST) {
     wgmma_wait<1>();
@@ -682,7 +687,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) dense_decode_wgmma_kernel(cons
   const WorkList<true> work(args.p, blockIdx.x / args.groups);
   if (threadIdx.x == 0) {
     for (int i = 0; i < T::kNumTileBars; ++i) mbar_init(sm.base + T::kOffBar + 8 * i, 1);
-    for (int w = 0; w < 2; ++w) mbar_init(sm.bar_scale(w), T::kThreads / 2);
+    for (int w = 0; w < 2; ++w) {
+      mbar_init(sm.bar_scale(w), T::kThreads / 2);
+      mbar_init(sm.bar_p(w), T::kThreads / 2);
+    }
     fence_proxy_async();  // the initialised barriers, for the copy engine
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&args.kv_map)) : "memory");
     if constexpr (FP8) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&args.scale_map)) : "memory");

@@ -42,10 +42,10 @@ struct Traits {
   // float [2 (work-item parity)][2][64]: row sums in the epilogue (by parity, a buffer's reuse is an item's pairs away)
   static constexpr int kOffSum = kOffScale + 2 * kHeads * 4;
   // mbarriers: [2][kAtoms], one per atom of each tile (count 1, the copy's transactions), then the two rescale
-  // exchanges (count 128: every thread of the publishing warpgroup)
+  // exchanges and the two P exchanges (count 128: every thread of the publishing warpgroup)
   static constexpr int kOffBar = kOffSum + 4 * kHeads * 4;
   static constexpr int kNumTileBars = 2 * kAtoms;
-  static constexpr int kNumBars = kNumTileBars + 2;
+  static constexpr int kNumBars = kNumTileBars + 4;
   static constexpr int kUsedBytes = kOffBar + kNumBars * 8;
   static constexpr int kAlignSlack = 1024;                  // the dynamic base is aligned up in the kernel
   static constexpr int kSmemBytes = kUsedBytes + kAlignSlack;
