@@ -422,7 +422,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
   }
   const float b0 = c.s_scale[T::kHeads + c.r0], b1 = c.s_scale[T::kHeads + c.r1];
   scaled_p(s, b0, b1, pf);
-  store_p(c.sm.p(0), pf, c.r0, c.r1, c.g, c.t);
+  store_p(c.sm.p(0), pf, c.r0, c.g, c.t);
   fence_proxy_async();
   mbar_arrive(c.sm.bar_p(0));
   rescale_rows(o, b0, b1);
@@ -491,7 +491,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
 
   // ---- P_o to buffer 1's RoPE atom for warpgroup 0; O_R += P_o V_o,R.
   if constexpr (!B0_LAST) {
-    store_p(c.sm.p(1), pf, c.r0, c.r1, c.g, c.t);
+    store_p(c.sm.p(1), pf, c.r0, c.g, c.t);
     if constexpr (!FP8) {
       if (nv1 > 0 && nv1 < T::kTile) zero_v_rows<1>(c.sm, 1, nv1, c.idx);
     }
