@@ -37,6 +37,9 @@ Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op d
 --lib-env / --lib-b-env give each its switches (the same build twice: e.g. --lib L --lib-b L --lib-env
 FLASHCPP_MLA_DENSE_KERNEL=tiles --lib-b-env FLASHCPP_MLA_DENSE_KERNEL=gather times the dense kernel against the gather
 kernel, and FlashMLA, in turn on the same tensors).
+--lib-more NAME=PATH ... adds further builds to the same rotation (decode, prefill, dense), each reported as
+flashcpp_<NAME>_us, <NAME>_speedup (its time / --lib's) and <NAME>_max_abs_diff: several experiment builds ranked on
+the same tensors in one process, FlashMLA beside them.
 """
 import argparse
 import ctypes
@@ -306,6 +309,8 @@ EXPERIMENT = dict(equal_lengths=False, no_permute=False, host_time=True, num_sms
                   sequential=False)
 # --lib-b: a second flashcpp build (another libflashcpp.so, loaded beside the first) timed on the same tensors.
 OTHER_BUILD = dict(lib=None)
+# --lib-more: further builds in the same rotation, {name: Flashcpp}.
+EXTRA_BUILDS = {}
 
 
 def kv_scope(flashcpp, b, s_q, s_k, block_size, topk, d_qk, have_topk_length, is_varlen=True):
@@ -498,18 +503,27 @@ def run_dense(flashcpp, flash_mla, timer, c):
         _, run_b, out_b, _ = prepare(OTHER_BUILD["lib"], k)
         bf16_contenders["flashcpp_b_us"] = run_b
         outputs["b"] = out_b
+    extra_bf16 = {}  # {name: (run, out, lse)}
+    for name, lib in EXTRA_BUILDS.items():
+        extra_bf16[name] = prepare(lib, k)[1:]
+        bf16_contenders[f"flashcpp_{name}_us"] = extra_bf16[name][0]
     times = timer.time_contenders(bf16_contenders)
     rows = []
     for kind in ("bf16", "fp8"):
         if kind == "bf16":
             plan, run, out, lse = plan_bf16, run_bf16, out_bf16, lse_bf16
             r = dict(rec, kv=kind, **times)
+            extra_runs = extra_bf16
         else:
             plan, run, out, lse = prepare(flashcpp, fp8)
             fp8_contenders = {"flashcpp_us": run}
             if OTHER_BUILD["lib"] is not None:  # the other build on the same FP8 rows, in turn
                 _, run_b, outputs["b"], _ = prepare(OTHER_BUILD["lib"], fp8)
                 fp8_contenders["flashcpp_b_us"] = run_b
+            extra_runs = {}
+            for name, lib in EXTRA_BUILDS.items():
+                extra_runs[name] = prepare(lib, fp8)[1:]
+                fp8_contenders[f"flashcpp_{name}_us"] = extra_runs[name][0]
             r = dict(rec, kv=kind, **timer.time_contenders(fp8_contenders))
             if "flashmla_us" in times:
                 r["flashmla_us"] = times["flashmla_us"]
@@ -530,6 +544,7 @@ def run_dense(flashcpp, flash_mla, timer, c):
         if "flashcpp_b_us" in r:
             r["b_max_abs_diff"], r["b_nonfinite_mismatch"] = diff(outputs["b"], out)
             r["b_speedup"] = r["flashcpp_b_us"] / r["flashcpp_us"]
+        compare_extra_builds(r, run, out, extra_runs)
         rows.append(r)
     rows[1]["fp8_speedup"] = rows[0]["flashcpp_us"] / rows[1]["flashcpp_us"]
     return rows
@@ -636,6 +651,17 @@ def compare_other_build(rec, ours, out, theirs_b, out_b):
     rec["b_speedup"] = rec["flashcpp_b_us"] / rec["flashcpp_us"]
 
 
+def compare_extra_builds(rec, ours, out, runs):
+    """--lib-more: each build's output against ours (each run once more, ours last) and its time against ours.
+    runs: {name: (run, out, the other tensors its call writes: kept alive with it)}."""
+    for name, (run, out_x, *_) in runs.items():
+        run()
+        ours()
+        torch.cuda.synchronize()
+        rec[f"{name}_max_abs_diff"], rec[f"{name}_nonfinite_mismatch"] = diff(out, out_x)
+        rec[f"{name}_speedup"] = rec[f"flashcpp_{name}_us"] / rec["flashcpp_us"]
+
+
 def prepare_ours(lib, inp, out, lse, num_sms=0):
     """A flashcpp build's decode on the decode inputs, into out and lse (FlashMLA's [b, h_q, s_q]): (run, split)."""
     main, extra = inp["main"], inp["extra"]
@@ -703,12 +729,18 @@ def run_decode(flashcpp, flash_mla, timer, c):
         out_b, lse_b = torch.empty_like(out), torch.empty_like(lse)
         theirs_b, _ = prepare_ours(OTHER_BUILD["lib"], inp, out_b, lse_b)
         contenders["flashcpp_b_us"] = theirs_b
+    extra_runs = {}
+    for name, lib in EXTRA_BUILDS.items():
+        out_x, lse_x = torch.empty_like(out), torch.empty_like(lse)
+        extra_runs[name] = (prepare_ours(lib, inp, out_x, lse_x)[0], out_x, lse_x)
+        contenders[f"flashcpp_{name}_us"] = extra_runs[name][0]
     if theirs is not None:
         ref_out, ref_lse = theirs()
         contenders["flashmla_us"] = theirs
     rec.update(timer.time_contenders(contenders))
     if theirs_b is not None:
         compare_other_build(rec, ours, out, theirs_b, out_b)
+    compare_extra_builds(rec, ours, out, extra_runs)
     for n in EXPERIMENT["num_sms"]:  # the same tensors planned for n SMs (the split schedule's parts)
         out_n = torch.empty_like(out)
         ours_n, split_n = prepare_ours(flashcpp, inp, out_n, torch.empty_like(lse), num_sms=n)
@@ -743,6 +775,13 @@ def run_prefill(flashcpp, flash_mla, timer, c):
         theirs_b = OTHER_BUILD["lib"].prepare_prefill(inp, inp["q"], inp["kv"], inp["indices"], inp["sink"], None, out_b,
                                                       max_logits_b, lse_b)  # alive while the call is timed
         contenders["flashcpp_b_us"] = theirs_b
+    extra_runs = {}
+    for name, lib in EXTRA_BUILDS.items():
+        out_x, max_logits_x, lse_x = torch.empty_like(out), torch.empty_like(max_logits), torch.empty_like(lse)
+        run_x = lib.prepare_prefill(inp, inp["q"], inp["kv"], inp["indices"], inp["sink"], None, out_x, max_logits_x,
+                                    lse_x)
+        extra_runs[name] = (run_x, out_x, max_logits_x, lse_x)
+        contenders[f"flashcpp_{name}_us"] = run_x
     if flash_mla is not None:
         def theirs():
             return flash_mla.flash_mla_sparse_fwd(inp["q"], inp["kv"], inp["indices"], sm_scale=inp["sm_scale"],
@@ -752,6 +791,7 @@ def run_prefill(flashcpp, flash_mla, timer, c):
     rec.update(timer.time_contenders(contenders))
     if theirs_b is not None:
         compare_other_build(rec, ours, out, theirs_b, out_b)
+    compare_extra_builds(rec, ours, out, extra_runs)
     if EXPERIMENT["host_time"]:
         rec["host_us"] = timer.host_us(ours, calls=10)
     rec["tflops"] = flop / (rec["flashcpp_us"] * 1e-6) / 1e12
@@ -844,6 +884,9 @@ def main():
                     help="environment of --lib's first calls (dense decode), e.g. FLASHCPP_MLA_DENSE_KERNEL=tiles")
     ap.add_argument("--lib-b-env", nargs="*", default=[], metavar="NAME=VALUE",
                     help="environment of --lib-b's first calls, e.g. FLASHCPP_MLA_DENSE_KERNEL=gather")
+    ap.add_argument("--lib-more", nargs="*", default=[], metavar="NAME=PATH",
+                    help="further libflashcpp.so builds in the same rotation (decode, prefill, dense): "
+                         "flashcpp_<NAME>_us, <NAME>_speedup (its time / --lib's), <NAME>_max_abs_diff")
     ap.add_argument("--equal-lengths", action="store_true", help="experiment: every request's cache length s_k")
     ap.add_argument("--no-permute", action="store_true", help="experiment: an identity block table")
     ap.add_argument("--plan-without-lengths", action="store_true",
@@ -860,13 +903,23 @@ def main():
     def env_of(pairs):
         return dict(p.split("=", 1) for p in pairs)
     flashcpp = Flashcpp(args.lib, env_of(args.lib_env))
+    loaded = {os.path.realpath(args.lib)}
+
+    def distinct(path):  # one file loads once: a build given twice is loaded from a copy
+        real = os.path.realpath(path)
+        if real in loaded:
+            copy_dir = tempfile.mkdtemp(prefix="flashcpp-lib-copy-")
+            path = os.path.join(copy_dir, os.path.basename(real))
+            shutil.copy2(real, path)
+        loaded.add(os.path.realpath(path))
+        return path
     if args.lib_b:
-        path_b = args.lib_b
-        if os.path.realpath(path_b) == os.path.realpath(args.lib):  # one file loads once: take a copy
-            copy_dir = tempfile.mkdtemp(prefix="flashcpp-lib-b-")
-            path_b = os.path.join(copy_dir, os.path.basename(os.path.realpath(args.lib)))
-            shutil.copy2(os.path.realpath(args.lib), path_b)
-        OTHER_BUILD["lib"] = Flashcpp(path_b, env_of(args.lib_b_env))
+        OTHER_BUILD["lib"] = Flashcpp(distinct(args.lib_b), env_of(args.lib_b_env))
+    for spec in args.lib_more:
+        name, _, path = spec.partition("=")
+        if not name.isidentifier() or not path or name in EXTRA_BUILDS or name == "b":
+            ap.error(f"--lib-more takes NAME=PATH with distinct identifier names other than b, got {spec!r}")
+        EXTRA_BUILDS[name] = Flashcpp(distinct(path), {})
     flash_mla = None
     if not args.no_flashmla:
         try:
