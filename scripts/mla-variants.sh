@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Kernel experiments ranked in one device call: builds of libflashcpp whose MLA kernel translation units
+# (src/mla/*wgmma*.cu) are recompiled with a patch and/or extra nvcc flags, timed side by side with the unchanged
+# build (and FlashMLA, when its package is importable there) on the same tensors in one process
+# (bench/flashmla_side_by_side.py --lib-more), then their MLA GPU tests.
+#
+# On the CPU machine, from a configured and built tree of HEAD (e.g. build-gpu-full, with compile_commands.json):
+#   bash scripts/mla-variants.sh build BUILD_DIR KIT_DIR SPEC...
+#     SPEC is NAME (BUILD_DIR's own library), NAME=PATCH, NAME@FLAGS or NAME=PATCH@FLAGS, e.g.
+#     head  pf=docs/gpu-runs/2026-12-05/seventh-next-l2-prefetch.patch@-DFLASHCPP_EXP_L2_PREFETCH=2
+#   Writes KIT_DIR/<NAME>/ (stripped libraries), KIT_DIR/lib (their non-system dependencies), test_mla_gpu, the
+#   golden data when FLASHCPP_GOLDEN_DIR names it, FlashMLA's Python package when FLASHMLA_PKG names a built one
+#   (this script never builds it), and KIT_DIR.tgz to carry (a device call carries 64 MiB at most).
+# On the GPU machine, with the kit carried:
+#   bash scripts/mla-variants.sh run KIT_TGZ OPS BASE NAME... [-- GTEST_FILTER]   (tests: MlaGpuPrefill.*:MlaGpuDecode*)
+#     OPS: comma-separated ops of flashmla_side_by_side.py (decode, prefill, dense); each is timed twice, BASE first
+#     and then the last NAME first (the order effect), FlashMLA in turn when present. Output under $OUT.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+die() { echo "mla-variants: $*" >&2; exit 2; }
+
+# One variant library: the MLA kernel objects recompiled (patch applied to the working tree for the compile, then
+# reverted) and linked with BUILD_DIR's other objects.
+build_variant() {
+  local build=$1 out=$2 patch=$3 flags=$4
+  local obj=$out/obj
+  mkdir -p "$obj"
+  if [[ -n $patch ]]; then
+    git apply --check "$patch" || die "$patch does not apply to the working tree"
+    git apply "$patch"
+    applied_patch=$patch
+  fi
+  python3 - "$build" "$obj" "$flags" > "$out/compile.sh" <<'PY'
+import json, shlex, sys, os
+build, obj, flags = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
+for e in json.load(open(os.path.join(build, "compile_commands.json"))):
+    if "/src/mla/" in e["file"] and "wgmma" in os.path.basename(e["file"]) and e["file"].endswith(".cu"):
+        cmd = e["command"]
+        target = e.get("output") or cmd.split(" -o ")[1].split()[0]
+        cmd = cmd.replace(" -o " + target, " -o " + shlex.quote(os.path.join(obj, os.path.basename(target))))
+        cmd = cmd.replace(" -c ", f" {flags} -c ", 1)
+        print(f"(cd {shlex.quote(e['directory'])} && {cmd}) &")
+print("wait")
+PY
+  bash "$out/compile.sh"
+  revert_patch
+  local n objs
+  n=$(grep -c '&$' "$out/compile.sh")
+  objs=$(compgen -G "$obj/*.o" | wc -l)
+  [[ $n -gt 0 && $objs -eq $n ]] || die "compiling the kernels of $out failed ($objs of $n objects)"
+  local link
+  link=$(ninja -C "$build" -t commands flashcpp | grep -- '-o libflashcpp.so.[0-9.]*' | tail -1)
+  [[ -n $link ]] || die "no link command for libflashcpp in $build"
+  for o in "$obj"/*.o; do
+    link=${link// CMakeFiles\/flashcpp.dir\/src\/mla\/$(basename "$o") / $(realpath "$o") }
+  done
+  local so
+  so=$(sed -E 's/.* -o (libflashcpp\.so\.[0-9.]+) .*/\1/' <<<"$link")
+  link=${link// -o $so / -o $(realpath "$out")/$so }
+  (cd "$build" && eval "$link")
+  ln -sf "$so" "$out/libflashcpp.so"
+}
+
+applied_patch=""
+revert_patch() {  # the working tree back to HEAD's sources after a variant's compile (also on any exit)
+  if [[ -n $applied_patch ]]; then git apply -R "$applied_patch"; applied_patch=""; fi
+}
+trap revert_patch EXIT
+
+stage_lib() {  # stage_lib SRC_DIR DST_DIR: the library, stripped, with its soname links
+  local src=$1 dst=$2 real
+  real=$(basename "$(readlink -f "$src/libflashcpp.so")")
+  mkdir -p "$dst"
+  cp "$src/$real" "$dst/" && strip --strip-debug "$dst/$real"
+  ln -sf "$real" "$dst/libflashcpp.so"
+  local soname
+  soname=$(objdump -p "$dst/$real" | awk '/SONAME/ {print $2}')
+  [[ -n $soname && $soname != "$real" ]] && ln -sf "$real" "$dst/$soname"
+  return 0
+}
+
+cmd_build() {
+  [[ $# -ge 3 ]] || die "build BUILD_DIR KIT_DIR SPEC..."
+  local build kit
+  build=$(realpath "$1"); kit=$2; shift 2
+  [[ -f $build/compile_commands.json ]] || die "$build has no compile_commands.json (configure with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)"
+  git diff --quiet -- src || die "src/ has uncommitted changes: variants are built against HEAD"
+  ninja -C "$build" flashcpp test_mla_gpu >/dev/null
+  rm -rf "$kit" && mkdir -p "$kit/lib"
+  for spec in "$@"; do
+    local name=${spec%%[=@]*} rest patch="" flags=""
+    rest=${spec#"$name"}
+    [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ && $name != b ]] || die "bad variant name in $spec (an identifier, not b)"
+    if [[ $rest == =* ]]; then patch=${rest#=}; patch=${patch%%@*}; fi
+    [[ $rest == *@* ]] && flags=${rest#*@}
+    if [[ -z $patch && -z $flags ]]; then
+      stage_lib "$build" "$kit/$name"
+    else
+      echo "== $name: patch '${patch:-none}', flags '${flags:-none}'"
+      local work
+      work=$(mktemp -d)
+      build_variant "$build" "$work" "$patch" "$flags"
+      stage_lib "$work" "$kit/$name"
+      rm -rf "$work"
+    fi
+  done
+  cp "$build/tests/gpu/test_mla_gpu" "$kit/" && strip --strip-debug "$kit/test_mla_gpu"
+  for l in "$build"/tests/libflashcpp_test_hooks.so*; do [[ -e $l ]] && cp -P "$l" "$kit/lib/"; done
+  ldd "$build/libflashcpp.so" "$build/tests/gpu/test_mla_gpu" | awk '$3 ~ /^\// {print $3}' | sort -u |
+    grep -v -E '/(libflashcpp|libc|libm|libdl|librt|libpthread|libresolv|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart)\.so' |
+    while read -r l; do cp -L "$l" "$kit/lib/"; done
+  [[ -n ${FLASHCPP_GOLDEN_DIR:-} ]] && cp -r "$FLASHCPP_GOLDEN_DIR" "$kit/golden"
+  [[ -n ${FLASHMLA_PKG:-} ]] && mkdir -p "$kit/py" && cp -r "$FLASHMLA_PKG" "$kit/py/"
+  tar czf "$kit.tgz" -C "$kit" .
+  du -sh "$kit.tgz"
+}
+
+cmd_run() {
+  [[ $# -ge 4 ]] || die "run KIT_TGZ OPS BASE NAME... [-- GTEST_FILTER]"
+  local tgz=$1 ops=$2 base=$3; shift 3
+  local names=() filter='MlaGpuPrefill.*:MlaGpuDecode*'
+  while [[ $# -gt 0 ]]; do
+    if [[ $1 == -- ]]; then filter=${2:-$filter}; break; fi
+    names+=("$1"); shift
+  done
+  local out=${OUT:-$root/out} kit
+  kit=$(mktemp -d)
+  mkdir -p "$out"
+  tar xzf "$tgz" -C "$kit"
+  export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
+  [[ -d $kit/golden ]] && export FLASHCPP_GOLDEN_DIR=$kit/golden
+  [[ -d $kit/py ]] && export PYTHONPATH=$kit/py${PYTHONPATH:+:$PYTHONPATH}
+  export LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+  more() { local first=$1 n; shift; for n in "$@"; do [[ $n != "$first" ]] && printf '%s=%s ' "$n" "$kit/$n/libflashcpp.so"; done; }
+  local last=${names[${#names[@]}-1]} op
+  for op in ${ops//,/ }; do
+    for first in "$base" "$last"; do
+      echo "== $op, $first first"
+      # shellcheck disable=SC2046
+      timeout 280 python3 bench/flashmla_side_by_side.py --lib "$kit/$first/libflashcpp.so" --op "$op" --iters 10 \
+        --no-host-time --lib-more $(more "$first" "$base" "${names[@]}") > "$out/$op-$first-first.txt" 2>&1 ||
+        echo "   (exit $?)"
+      grep '^#' "$out/$op-$first-first.txt" | tail -2
+    done
+  done
+  for n in "${names[@]}"; do
+    echo "== tests of $n ($filter)"
+    LD_LIBRARY_PATH=$kit/$n:$LD_LIBRARY_PATH timeout 200 "$kit/test_mla_gpu" --gtest_filter="$filter" \
+      > "$out/tests-$n.txt" 2>&1 || echo "   (exit $?)"
+    grep -E '^\[  (PASSED|FAILED)|FAILED \]' "$out/tests-$n.txt" || tail -3 "$out/tests-$n.txt"
+  done
+  rm -rf "$kit"
+}
+
+case ${1:-} in
+  build) shift; cmd_build "$@" ;;
+  run) shift; cmd_run "$@" ;;
+  *) sed -n '2,20p' "$0"; exit 2 ;;
+esac
