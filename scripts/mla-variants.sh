@@ -14,7 +14,8 @@
 # On the GPU machine, with the kit carried:
 #   bash scripts/mla-variants.sh run KIT_TGZ OPS BASE NAME... [-- GTEST_FILTER]   (tests: MlaGpuPrefill.*:MlaGpuDecode*)
 #     OPS: comma-separated ops of flashmla_side_by_side.py (decode, prefill, dense); each is timed twice, BASE first
-#     and then the last NAME first (the order effect), FlashMLA in turn when present. Output under $OUT.
+#     and then the last NAME first (the order effect), FlashMLA in turn when present; bench/mla_suite_summary.py
+#     ranks the builds over both runs. Output under $OUT.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -145,6 +146,8 @@ cmd_run() {
         echo "   (exit $?)"
       grep '^#' "$out/$op-$first-first.txt" | tail -2
     done
+    python3 bench/mla_suite_summary.py "$out/$op-$base-first.txt:$base" "$out/$op-$last-first.txt:$last" |
+      tee "$out/$op-summary.txt" | sed -n '/^== all runs/,$p'
   done
   for n in "${names[@]}"; do
     echo "== tests of $n ($filter)"
