@@ -146,8 +146,9 @@ cmd_run() {
         echo "   (exit $?)"
       grep '^#' "$out/$op-$first-first.txt" | tail -2
     done
-    python3 bench/mla_suite_summary.py "$out/$op-$base-first.txt:$base" "$out/$op-$last-first.txt:$last" |
-      tee "$out/$op-summary.txt" | sed -n '/^== all runs/,$p'
+    python3 bench/mla_suite_summary.py "$out/$op-$base-first.txt:$base" "$out/$op-$last-first.txt:$last" \
+      > "$out/$op-summary.txt" 2>&1 || true
+    sed -n '/^== all runs/,$p' "$out/$op-summary.txt"
   done
   for n in "${names[@]}"; do
     echo "== tests of $n ($filter)"
