@@ -12,7 +12,8 @@
 #   golden data when FLASHCPP_GOLDEN_DIR names it, FlashMLA's Python package when FLASHMLA_PKG names a built one
 #   (this script never builds it), and KIT_DIR.tgz to carry (a device call carries 64 MiB at most).
 # On the GPU machine, with the kit carried:
-#   bash scripts/mla-variants.sh run KIT_TGZ OPS BASE NAME... [-- GTEST_FILTER]   (tests: MlaGpuPrefill.*:MlaGpuDecode*)
+#   bash scripts/mla-variants.sh run KIT_TGZ OPS BASE NAME... [-- GTEST_FILTER]   (default MlaGpuPrefill.*:MlaGpuDecode*;
+#     none: no tests)
 #     OPS: comma-separated ops of flashmla_side_by_side.py (decode, prefill, dense); each is timed twice, BASE first
 #     and then the last NAME first (the order effect), FlashMLA in turn when present; bench/mla_suite_summary.py
 #     ranks the builds over both runs. Output under $OUT.
@@ -150,6 +151,7 @@ cmd_run() {
       > "$out/$op-summary.txt" 2>&1 || true
     sed -n '/^== all runs/,$p' "$out/$op-summary.txt"
   done
+  [[ $filter == none ]] && names=()
   for n in "${names[@]}"; do
     echo "== tests of $n ($filter)"
     LD_LIBRARY_PATH=$kit/$n:$LD_LIBRARY_PATH timeout 200 "$kit/test_mla_gpu" --gtest_filter="$filter" \
