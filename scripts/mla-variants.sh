@@ -96,7 +96,7 @@ cmd_build() {
     rest=${spec#"$name"}
     [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ && $name != b ]] || die "bad variant name in $spec (an identifier, not b)"
     if [[ $rest == =* ]]; then patch=${rest#=}; patch=${patch%%@*}; fi
-    [[ $rest == *@* ]] && flags=${rest#*@}
+    if [[ $rest == *@* ]]; then flags=${rest#*@}; fi
     if [[ -z $patch && -z $flags ]]; then
       stage_lib "$build" "$kit/$name"
     else
@@ -109,12 +109,14 @@ cmd_build() {
     fi
   done
   cp "$build/tests/gpu/test_mla_gpu" "$kit/" && strip --strip-debug "$kit/test_mla_gpu"
-  for l in "$build"/tests/libflashcpp_test_hooks.so*; do [[ -e $l ]] && cp -P "$l" "$kit/lib/"; done
+  for l in "$build"/tests/libflashcpp_test_hooks.so*; do
+    if [[ -e $l ]]; then cp -P "$l" "$kit/lib/"; fi
+  done
   ldd "$build/libflashcpp.so" "$build/tests/gpu/test_mla_gpu" | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -v -E '/(libflashcpp|libc|libm|libdl|librt|libpthread|libresolv|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart)\.so' |
     while read -r l; do cp -L "$l" "$kit/lib/"; done
-  [[ -n ${FLASHCPP_GOLDEN_DIR:-} ]] && cp -r "$FLASHCPP_GOLDEN_DIR" "$kit/golden"
-  [[ -n ${FLASHMLA_PKG:-} ]] && mkdir -p "$kit/py" && cp -r "$FLASHMLA_PKG" "$kit/py/"
+  if [[ -n ${FLASHCPP_GOLDEN_DIR:-} ]]; then cp -r "$FLASHCPP_GOLDEN_DIR" "$kit/golden"; fi
+  if [[ -n ${FLASHMLA_PKG:-} ]]; then mkdir -p "$kit/py" && cp -r "$FLASHMLA_PKG" "$kit/py/"; fi
   tar czf "$kit.tgz" -C "$kit" .
   du -sh "$kit.tgz"
 }
@@ -132,8 +134,8 @@ cmd_run() {
   mkdir -p "$out"
   tar xzf "$tgz" -C "$kit"
   export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
-  [[ -d $kit/golden ]] && export FLASHCPP_GOLDEN_DIR=$kit/golden
-  [[ -d $kit/py ]] && export PYTHONPATH=$kit/py${PYTHONPATH:+:$PYTHONPATH}
+  if [[ -d $kit/golden ]]; then export FLASHCPP_GOLDEN_DIR=$kit/golden; fi
+  if [[ -d $kit/py ]]; then export PYTHONPATH=$kit/py${PYTHONPATH:+:$PYTHONPATH}; fi
   export LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
   more() { local first=$1 n; shift; for n in "$@"; do [[ $n != "$first" ]] && printf '%s=%s ' "$n" "$kit/$n/libflashcpp.so"; done; }
@@ -145,13 +147,13 @@ cmd_run() {
       timeout 280 python3 bench/flashmla_side_by_side.py --lib "$kit/$first/libflashcpp.so" --op "$op" --iters 10 \
         --no-host-time --lib-more $(more "$first" "$base" "${names[@]}") > "$out/$op-$first-first.txt" 2>&1 ||
         echo "   (exit $?)"
-      grep '^#' "$out/$op-$first-first.txt" | tail -2
+      grep '^#' "$out/$op-$first-first.txt" | tail -2 || true
     done
     python3 bench/mla_suite_summary.py "$out/$op-$base-first.txt:$base" "$out/$op-$last-first.txt:$last" \
       > "$out/$op-summary.txt" 2>&1 || true
     sed -n '/^== all runs/,$p' "$out/$op-summary.txt"
   done
-  [[ $filter == none ]] && names=()
+  if [[ $filter == none ]]; then names=(); fi
   for n in "${names[@]}"; do
     echo "== tests of $n ($filter)"
     LD_LIBRARY_PATH=$kit/$n:$LD_LIBRARY_PATH timeout 200 "$kit/test_mla_gpu" --gtest_filter="$filter" \
