@@ -29,7 +29,10 @@ Dense decode (--op dense): FlashMLA's dense decoding performance cases (tests/te
 its generator, flashcpp on the bf16 cache (ratio: FlashMLA time / ours) and on the V3.2 FP8 rows quantized from it
 (fp8_speedup: our bf16 time / our FP8 time); flashcpp times one layer's run on the step's plan (plan_us apart), as
 FlashMLA's replay reuses its scheduler metadata; copy_fraction: bytes moved / time / the copy bandwidth of this run.
-The bf16 contenders (FlashMLA, ours, --lib-b) are replayed in turn; the FP8 rows are timed alone after them.
+FlashInfer's batch MLA (its module through flashcpp's C ABI, when the runtime finds it; --no-flashinfer: not timed) runs
+on the same bf16 cache: flashinfer_us and flashinfer_ratio (its time / ours; on the FP8 rows its bf16 time / our FP8
+time), flashinfer_max_abs_diff against our output, or flashinfer_error where it cannot run.
+The bf16 contenders (FlashMLA, FlashInfer, ours, --lib-b) are replayed in turn; the FP8 rows are timed after them.
 
 Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|dense|all]
        [--filter SUBSTR] [--iters N] [--no-flush] [--no-flashmla] [--lib-b OTHER/libflashcpp.so]
@@ -52,6 +55,7 @@ import statistics
 import sys
 import tempfile
 import time
+import weakref
 
 import torch
 
@@ -134,6 +138,17 @@ class DenseTensors(ctypes.Structure):
 
 class DenseOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("sm_scale", ctypes.c_float)]
+
+
+# FlashInfer's batch MLA through flashcpp's C ABI (include/flashcpp/c/mla_attention.h).
+class BatchMlaConfig(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("num_heads", ctypes.c_int64), ("page_size", ctypes.c_int64),
+                ("q_dtype", ctypes.c_int32), ("kv_dtype", ctypes.c_int32), ("causal", ctypes.c_int32),
+                ("return_lse_base_on_e", ctypes.c_int32), ("backend", ctypes.c_int32), ("sm_scale", ctypes.c_double)]
+
+
+class BatchMlaCache(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("ckv_cache", P), ("kpe_cache", P), ("kv_indices", P)]
 
 
 class Flashcpp:
@@ -259,6 +274,50 @@ class Flashcpp:
                 ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "dense decode")
         return plan, run
 
+    def prepare_batch_mla(self, q, cache, block_table, seqlens, causal, out):
+        """FlashInfer's batch MLA (its module, through flashcpp's C ABI, automatic backend) on the dense decode inputs:
+        q [b, s_q, h_q, 576] viewed as [b s_q, h_q, 512 | 64], the cache's pages [P, page, 1, 576] as the ckv / kpe
+        caches (no copy), each request's used pages from the block table, the same default scale (576^-0.5) and
+        causal rule. Plans now (raises where FlashInfer's module or the shape is refused); returns run, writing
+        out [b s_q, h_q, 512]. The plan and its workspaces live as long as run."""
+        b, s_q, h_q, d = q.shape
+        page = cache.shape[1]
+        lens = seqlens.to(torch.int64).cpu()
+        pages = (lens + page - 1) // page
+        kv_indptr = torch.zeros(b + 1, dtype=torch.int32)
+        kv_indptr[1:] = torch.cumsum(pages, 0).to(torch.int32)
+        kv_indices = torch.cat([block_table[i, :int(pages[i])] for i in range(b)]).to(torch.int32).contiguous()
+        qo_indptr = torch.arange(0, (b + 1) * s_q, s_q, dtype=torch.int32)
+        kv_len = lens.to(torch.int32)
+        dev = q.device
+        ws = [torch.empty(128 << 20, dtype=torch.uint8, device=dev), torch.empty(8 << 20, dtype=torch.uint8, device=dev),
+              torch.empty(8 << 20, dtype=torch.uint8, pin_memory=True)]
+        cfg = BatchMlaConfig(ctypes.sizeof(BatchMlaConfig), h_q, page, DTYPES[q.dtype], DTYPES[cache.dtype], int(causal),
+                             1, 0, 0.0)
+        keep = [cfg, ws, qo_indptr, kv_indptr, kv_len, kv_indices]
+        cref = lambda t: (keep.append(ctensor(t)), ctypes.pointer(keep[-1]))[1]  # noqa: E731
+        plan = ctypes.c_void_p()
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self.lib.flashcpp_batch_mla_plan_destroy.argtypes = [ctypes.c_void_p]
+        self.check(self.lib.flashcpp_batch_mla_plan_create(
+            ctypes.byref(cfg), cref(ws[0]), cref(ws[1]), cref(ws[2]), cref(qo_indptr), cref(kv_indptr), cref(kv_len),
+            stream, ctypes.byref(plan)), "batch MLA plan")
+        torch.cuda.synchronize()  # the plan's copy out of the page-locked workspace
+        qf = q.reshape(b * s_q, h_q, d)
+        kv = cache[:, :, 0, :]
+        tensors = (cref(qf[..., :512]), cref(qf[..., 512:]))
+        kv_cache = BatchMlaCache(ctypes.sizeof(BatchMlaCache), cref(kv[..., :512]), cref(kv[..., 512:]), cref(kv_indices))
+        out_ref = cref(out)
+        keep += [qf, kv, kv_cache, out]
+        lib, check = self.lib, self.check
+
+        def run():
+            check(lib.flashcpp_batch_mla_run(plan, *tensors, ctypes.byref(kv_cache), out_ref, None,
+                                             ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "batch MLA run")
+        run.keep = keep
+        weakref.finalize(run, lib.flashcpp_batch_mla_plan_destroy, plan).atexit = False  # freed with run, not at exit
+        return run
+
     def quantize(self, kv, out, v4):
         fn = self.lib.flashcpp_mla_quantize_kv_cache_fp8_v4 if v4 else self.lib.flashcpp_mla_quantize_kv_cache_fp8
         self.check(fn(self.ref(kv), self.ref(out), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "quantize")
@@ -306,7 +365,7 @@ def randperm_batch(perm_range, perm_size, paddings):
 
 # Experiments (--equal-lengths, --no-permute): FlashMLA's inputs with one of its features turned off.
 EXPERIMENT = dict(equal_lengths=False, no_permute=False, host_time=True, num_sms=[], plan_by_lengths=True,
-                  sequential=False)
+                  sequential=False, flashinfer=True)
 # --lib-b: a second flashcpp build (another libflashcpp.so, loaded beside the first) timed on the same tensors.
 OTHER_BUILD = dict(lib=None)
 # --lib-more: further builds in the same rotation, {name: Flashcpp}.
@@ -487,6 +546,21 @@ def run_dense(flashcpp, flash_mla, timer, c):
         ref_out, ref_lse = theirs()
         torch.cuda.synchronize()
         bf16_contenders["flashmla_us"] = theirs
+    out_fi = None
+    if EXPERIMENT["flashinfer"]:  # FlashInfer's batch MLA on the same bf16 cache, in the same rotation
+        out_fi = torch.empty((b * s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
+        try:
+            run_fi = flashcpp.prepare_batch_mla(q, k, inp["table"], inp["seqlens"], c["causal"], out_fi)
+            run_fi()
+            torch.cuda.synchronize()
+            probe = torch.cuda.CUDAGraph()  # the rotation replays a captured call
+            with torch.cuda.graph(probe):
+                run_fi()
+            del probe
+            bf16_contenders["flashinfer_us"] = run_fi
+        except RuntimeError as e:  # no batch_mla module here, or a shape FlashInfer refuses
+            rec["flashinfer_error"] = str(e).splitlines()[0][:300]
+            out_fi = None
     outputs = {}
 
     def prepare(lib, cache):
@@ -525,8 +599,9 @@ def run_dense(flashcpp, flash_mla, timer, c):
                 extra_runs[name] = prepare(lib, fp8)[1:]
                 fp8_contenders[f"flashcpp_{name}_us"] = extra_runs[name][0]
             r = dict(rec, kv=kind, **timer.time_contenders(fp8_contenders))
-            if "flashmla_us" in times:
-                r["flashmla_us"] = times["flashmla_us"]
+            for other in ("flashmla_us", "flashinfer_us"):  # the bf16 contenders' times, beside our FP8 rows
+                if other in times:
+                    r[other] = times[other]
         r["plan_us"] = timer.graph_us(plan)
         plan()
         run()
@@ -541,6 +616,10 @@ def run_dense(flashcpp, flash_mla, timer, c):
             r["lse_max_abs_diff"], _ = diff(lse, ref_lse)
             if kind == "bf16":
                 r["ratio"] = r["flashmla_us"] / r["flashcpp_us"]
+        if "flashinfer_us" in r:
+            r["flashinfer_ratio"] = r["flashinfer_us"] / r["flashcpp_us"]
+            if kind == "bf16":
+                r["flashinfer_max_abs_diff"], r["flashinfer_nonfinite_mismatch"] = diff(out_fi.view_as(out), out)
         if "flashcpp_b_us" in r:
             r["b_max_abs_diff"], r["b_nonfinite_mismatch"] = diff(outputs["b"], out)
             r["b_speedup"] = r["flashcpp_b_us"] / r["flashcpp_us"]
@@ -874,6 +953,8 @@ def main():
     ap.add_argument("--no-flush", action="store_true", help="do not evict the L2 before each timed replay")
     ap.add_argument("--no-flashmla", action="store_true", help="time flashcpp alone")
     ap.add_argument("--no-host-time", action="store_true", help="skip the eager host-time loops (e.g. under a profiler)")
+    ap.add_argument("--no-flashinfer", action="store_true",
+                    help="dense decode without FlashInfer's batch MLA beside it (flashinfer_us, flashinfer_ratio)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sequential", action="store_true",
                     help="time the contenders one after the other (ours first), as before 2026-12-04, not in turn")
@@ -898,7 +979,7 @@ def main():
     args = ap.parse_args()
     EXPERIMENT.update(equal_lengths=args.equal_lengths, no_permute=args.no_permute, host_time=not args.no_host_time,
                       num_sms=args.num_sms, plan_by_lengths=not args.plan_without_lengths,
-                      sequential=args.sequential, profile_order=args.profile_order)
+                      sequential=args.sequential, profile_order=args.profile_order, flashinfer=not args.no_flashinfer)
 
     def env_of(pairs):
         return dict(p.split("=", 1) for p in pairs)
