@@ -145,7 +145,7 @@ cmd_run() {
       echo "== $op, $first first"
       # shellcheck disable=SC2046
       timeout 280 python3 bench/flashmla_side_by_side.py --lib "$kit/$first/libflashcpp.so" --op "$op" --iters 10 \
-        --no-host-time --lib-more $(more "$first" "$base" "${names[@]}") > "$out/$op-$first-first.txt" 2>&1 ||
+        --no-host-time --no-flashinfer --lib-more $(more "$first" "$base" "${names[@]}") > "$out/$op-$first-first.txt" 2>&1 ||
         echo "   (exit $?)"
       grep '^#' "$out/$op-$first-first.txt" | tail -2 || true
     done
