@@ -224,10 +224,12 @@ import json, sys
 for line in open(sys.argv[1]):
     if line.startswith("MLA_SUITE "):
         r = json.loads(line[10:])
-        print("%-8s %-12s %-34s ours %9.1f us  FlashMLA %9s  ratio %5s  host %6.1f / %s us" % (r["op"], r["case"],
-              " ".join("%s %s" % (k, r[k]) for k in ("b", "s_q", "h_q", "s_kv") if k in r), r["flashcpp_us"],
-              "%.1f" % r["flashmla_us"] if "flashmla_us" in r else "-", "%.3f" % r["ratio"] if "ratio" in r else "-",
-              r["host_us"], "%.1f" % r["flashmla_host_us"] if "flashmla_host_us" in r else "-"))' "$out/mla-suite.txt" |
+        opt = lambda k, f: f % r[k] if k in r else "-"
+        print("%-12s %-12s %-40s ours %9.1f us  FlashMLA %9s  ratio %5s  FlashInfer ratio %5s  host %s / %s us" % (
+              r["op"] + (" " + r["kv"] if "kv" in r else ""), r["case"],
+              " ".join("%s %s" % (k, r[k]) for k in ("b", "s_q", "h_q", "s_kv", "s_k") if k in r), r["flashcpp_us"],
+              opt("flashmla_us", "%.1f"), opt("ratio", "%.3f"), opt("flashinfer_ratio", "%.3f"),
+              opt("host_us", "%.1f"), opt("flashmla_host_us", "%.1f")))' "$out/mla-suite.txt" |
     tee "$out/mla-suite-table.txt"
 fi
 
