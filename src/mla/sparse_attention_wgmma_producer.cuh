@@ -298,6 +298,12 @@ __device__ __forceinline__ void publish_half(const Smem<C>& sm, int ptid, int ra
     // b 128: their issue cost sat on the producer's path.)
     producer_sync(kBarProducerStored);
     if (ptid == 0) {
+      // This CTA's valid flags and stores (release; the local consumers fence before their reads), the peer's rows
+      // to come as transactions ...
+      mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
+      // ... then every producer thread's stores (ordered before this point by the barrier) for the bulk copies,
+      // which read them through the async proxy: the one proxy fence of the half, in the thread that copies.
+      fence_proxy_async();
       // This CTA's rows of every atom of the half (RoPE included) to the peer's tile.
       constexpr int kBlockBytes = C::kAtomBytes / C::kClusterCtas;
       const uint32_t peer_full = sm.peer(sm.bar_full(t, half));
@@ -305,8 +311,6 @@ __device__ __forceinline__ void publish_half(const Smem<C>& sm, int ptid, int ra
         const uint32_t block = tile + a * C::kAtomBytes + rank * kBlockBytes;
         bulk_copy_to_peer(sm.peer(block), block, kBlockBytes, peer_full);
       }
-      // ... and the valid flags and stores (release); the peer's rows come as transactions.
-      mbar_arrive_expect_tx(sm.bar_full(t, half), half == 0 ? C::kPeerBytesLeft : C::kPeerBytesRight);
     } else {
       mbar_arrive(sm.bar_full(t, half));
     }
@@ -359,11 +363,13 @@ __device__ __forceinline__ void fill_tile_by_tile(const KernelParams& args, cons
           s_valid[t * C::kTile + r * C::kRowsPerPass + group] =
               row_valid<C>(p, idx_cur[0][r], tile_extra<C>(p, w, tile_no)) ? 1 : 0;
       }
-      fence_proxy_async();  // the stores, for the tensor cores (and the bulk copy)
+      // No proxy fence here: the consumers' fence.proxy.async after their full-barrier wait orders these stores
+      // (and the RoPE copies) before their wgmma reads (the PTX memory model wants a generic-to-async proxy fence
+      // on the causality path from the stores to the reads, in either thread). A fence here compiled to
+      // MEMBAR.ALL.CTA, which waited for this thread's loads of the next tile in flight (about 1 us a half tile):
+      // without it decode ran 0.990x and dense FP8 0.974x the time (H100, 2026-12-05). In a cluster, the thread
+      // that sends the rows to the peer fences once for all (publish_half).
       if constexpr (!C::kRopeInRegs) {
-        // After the fence, which waits for this thread's copies in flight (issued before it, they cost 8%: V4 h_q
-        // 64 b 64 / 128 / 148 51.8 / 102.4 / 145.1 against 47.4 / 96.7 / 134.1 us, H200, 2026-12-01). The
-        // consumers' own fence after the full barrier covers them.
         if (half == 1) copy_rope<C>(args, cache, group, sub, w, idx_cur[0], tile, tile_no, sm.bar_full(t, half));
       }
       publish_half<C>(sm, ptid, rank, tile, t, half);
@@ -434,8 +440,9 @@ __device__ __forceinline__ void fill_two_tiles(const KernelParams& args, const u
           }
           if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
         }
-        fence_proxy_async();  // the dequantized stores, for the tensor cores
-        mbar_arrive(sm.bar_full(t, half));  // ... and the valid flags (release)
+        // The dequantized stores and the valid flags (release); the consumers fence before their wgmma reads (see
+        // fill_tile_by_tile).
+        mbar_arrive(sm.bar_full(t, half));
         if (fill_has_cp_async<C>(t, half)) cp_async_arrive(sm.bar_full(t, half));
       }
     }
