@@ -16,7 +16,10 @@
 #     none: no tests)
 #     OPS: comma-separated ops of flashmla_side_by_side.py (decode, prefill, dense); each is timed twice, BASE first
 #     and then the last NAME first (the order effect), FlashMLA in turn when present; bench/mla_suite_summary.py
-#     ranks the builds over both runs. Output under $OUT.
+#     ranks the builds over both runs. Under $OUT: device.txt, one <op>-summary.txt per op and raw.tgz (every run's
+#     and test's output, repacked after each step), so that a call the device tool stops at its limit still returns
+#     what ran, in few files (it returns at most 8). A step that would start with under 20 s of MLA_VARIANTS_BUDGET_S
+#     (default 540) left is skipped, and each step's timeout is cut to what is left.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -129,8 +132,9 @@ cmd_run() {
     if [[ $1 == -- ]]; then filter=${2:-$filter}; break; fi
     names+=("$1"); shift
   done
-  local out=${OUT:-$root/out} kit
+  local out=${OUT:-$root/out} kit raw
   kit=$(mktemp -d)
+  raw=$(mktemp -d)
   mkdir -p "$out"
   tar xzf "$tgz" -C "$kit"
   export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
@@ -138,28 +142,43 @@ cmd_run() {
   if [[ -d $kit/py ]]; then export PYTHONPATH=$kit/py${PYTHONPATH:+:$PYTHONPATH}; fi
   export LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+  local budget=${MLA_VARIANTS_BUDGET_S:-540} start=$SECONDS want_s limit
+  # A step's timeout: want_s, or what is left of the budget; fails (the step is skipped) under 20 s.
+  step_limit() {
+    local left=$((budget - (SECONDS - start)))
+    if ((left < 20)); then echo "   (skipped: ${left} s of the budget left)" >&2; return 1; fi
+    echo $((want_s < left ? want_s : left))
+  }
+  pack() { tar czf "$out/raw.tgz.part" -C "$raw" . && mv "$out/raw.tgz.part" "$out/raw.tgz"; }
   more() { local first=$1 n; shift; for n in "$@"; do [[ $n != "$first" ]] && printf '%s=%s ' "$n" "$kit/$n/libflashcpp.so"; done; }
   local last=${names[${#names[@]}-1]} op
   for op in ${ops//,/ }; do
     for first in "$base" "$last"; do
       echo "== $op, $first first"
+      want_s=280
+      limit=$(step_limit) || continue
       # shellcheck disable=SC2046
-      timeout 280 python3 bench/flashmla_side_by_side.py --lib "$kit/$first/libflashcpp.so" --op "$op" --iters 10 \
-        --no-host-time --no-flashinfer --lib-more $(more "$first" "$base" "${names[@]}") > "$out/$op-$first-first.txt" 2>&1 ||
+      timeout "$limit" python3 bench/flashmla_side_by_side.py --lib "$kit/$first/libflashcpp.so" --op "$op" --iters 10 \
+        --no-host-time --no-flashinfer --lib-more $(more "$first" "$base" "${names[@]}") > "$raw/$op-$first-first.txt" 2>&1 ||
         echo "   (exit $?)"
-      grep '^#' "$out/$op-$first-first.txt" | tail -2 || true
+      grep '^#' "$raw/$op-$first-first.txt" | tail -2 || true
+      pack
     done
-    python3 bench/mla_suite_summary.py "$out/$op-$base-first.txt:$base" "$out/$op-$last-first.txt:$last" \
+    python3 bench/mla_suite_summary.py "$raw/$op-$base-first.txt:$base" "$raw/$op-$last-first.txt:$last" \
       > "$out/$op-summary.txt" 2>&1 || true
     sed -n '/^== all runs/,$p' "$out/$op-summary.txt"
   done
   if [[ $filter == none ]]; then names=(); fi
   for n in "${names[@]}"; do
     echo "== tests of $n ($filter)"
-    LD_LIBRARY_PATH=$kit/$n:$LD_LIBRARY_PATH timeout 200 "$kit/test_mla_gpu" --gtest_filter="$filter" \
-      > "$out/tests-$n.txt" 2>&1 || echo "   (exit $?)"
-    grep -E '^\[  (PASSED|FAILED)|FAILED \]' "$out/tests-$n.txt" || tail -3 "$out/tests-$n.txt"
+    want_s=200
+    limit=$(step_limit) || continue
+    LD_LIBRARY_PATH=$kit/$n:$LD_LIBRARY_PATH timeout "$limit" "$kit/test_mla_gpu" --gtest_filter="$filter" \
+      > "$raw/tests-$n.txt" 2>&1 || echo "   (exit $?)"
+    grep -E '^\[  (PASSED|FAILED)|FAILED \]' "$raw/tests-$n.txt" || tail -3 "$raw/tests-$n.txt"
+    pack
   done
+  rm -rf "$raw"
   rm -rf "$kit"
 }
 
