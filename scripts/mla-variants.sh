@@ -20,6 +20,13 @@
 #     and test's output, repacked after each step), so that a call the device tool stops at its limit still returns
 #     what ran, in few files (it returns at most 8). A step that would start with under 20 s of MLA_VARIANTS_BUDGET_S
 #     (default 540) left is skipped, and each step's timeout is cut to what is left.
+#   bash scripts/mla-variants.sh profile KIT_TGZ NAME OP CASE [-- ARGS...]
+#     Nsight Compute on one case of flashmla_side_by_side.py (OP; CASE: its --filter, e.g. "dense b 128 s_q 2 h_q
+#     128 s_k 8192 causal False"), build NAME with FlashMLA in the same process: every launch of FlashMLA's and our sm90
+#     MLA kernels (speed of light, compute and memory workload, warp states, scheduler, instruction mix, occupancy,
+#     per-instruction source counters), clocks left alone, caches flushed. ARGS go to flashmla_side_by_side.py, @KIT@
+#     standing for the unpacked kit (e.g. --lib-env FLASHCPP_MLA_DENSE_KERNEL=tiles --lib-b @KIT@/head/libflashcpp.so).
+#     Under $OUT: ncu-details.txt, ncu-source.csv.gz, ncu-summary.txt (bench/ncu_source_summary.py), ncu-run.txt.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -182,8 +189,40 @@ cmd_run() {
   rm -rf "$kit"
 }
 
+cmd_profile() {
+  [[ $# -ge 4 ]] || die "profile KIT_TGZ NAME OP CASE [-- ARGS...]"
+  local tgz=$1 name=$2 op=$3 case_label=$4 kit arg args=()
+  shift 4
+  [[ ${1:-} == -- ]] && shift
+  local out=${OUT:-$root/out}
+  kit=$(mktemp -d)
+  mkdir -p "$out"
+  tar xzf "$tgz" -C "$kit"
+  [[ -f $kit/$name/libflashcpp.so ]] || die "the kit has no build '$name'"
+  for arg in "$@"; do args+=("${arg//@KIT@/$kit}"); done
+  export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off PYTHONUNBUFFERED=1
+  if [[ -d $kit/py ]]; then export PYTHONPATH=$kit/py${PYTHONPATH:+:$PYTHONPATH}; fi
+  export LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  local rep=$kit/ncu-report
+  timeout "${MLA_VARIANTS_BUDGET_S:-400}" ncu --clock-control none --cache-control all -f -o "$rep" \
+    -k 'regex:flash_fwd_splitkv_mla|sparse_attn_fwd|sparse_attention_wgmma|dense_decode_wgmma' \
+    --launch-count "${MLA_VARIANTS_NCU_LAUNCHES:-30}" \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+    --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters \
+    --section Occupancy \
+    python3 bench/flashmla_side_by_side.py --lib "$kit/$name/libflashcpp.so" --op "$op" --filter "$case_label" \
+    --iters 2 --no-host-time --no-flashinfer "${args[@]}" > "$out/ncu-run.txt" 2>&1 || echo "   (ncu exit $?)"
+  ncu -i "$rep.ncu-rep" --page details > "$out/ncu-details.txt" 2>&1 || true
+  ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$kit/ncu-source.csv" 2>&1 || true
+  python3 bench/ncu_source_summary.py "$kit/ncu-source.csv" > "$out/ncu-summary.txt" 2>&1 || true
+  gzip -c "$kit/ncu-source.csv" > "$out/ncu-source.csv.gz"
+  grep -E '^  [^ ]' "$out/ncu-details.txt" | cut -c1-120 | sort | uniq -c || true
+  rm -rf "$kit"
+}
+
 case ${1:-} in
   build) shift; cmd_build "$@" ;;
   run) shift; cmd_run "$@" ;;
-  *) sed -n '2,20p' "$0"; exit 2 ;;
+  profile) shift; cmd_profile "$@" ;;
+  *) sed -n '2,29p' "$0"; exit 2 ;;
 esac
