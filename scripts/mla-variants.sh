@@ -131,6 +131,16 @@ cmd_build() {
   du -sh "$kit.tgz"
 }
 
+# Unpacks kit $1 into the directory $2 and points the process at it: offline, no JIT, GPU tests on, its golden data,
+# FlashMLA's package and the builds' dependencies.
+use_kit() {
+  tar xzf "$1" -C "$2"
+  export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
+  if [[ -d $2/golden ]]; then export FLASHCPP_GOLDEN_DIR=$2/golden; fi
+  if [[ -d $2/py ]]; then export PYTHONPATH=$2/py${PYTHONPATH:+:$PYTHONPATH}; fi
+  export LD_LIBRARY_PATH=$2/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
 cmd_run() {
   [[ $# -ge 4 ]] || die "run KIT_TGZ OPS BASE NAME... [-- GTEST_FILTER]"
   local tgz=$1 ops=$2 base=$3; shift 3
@@ -143,11 +153,7 @@ cmd_run() {
   kit=$(mktemp -d)
   raw=$(mktemp -d)
   mkdir -p "$out"
-  tar xzf "$tgz" -C "$kit"
-  export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
-  if [[ -d $kit/golden ]]; then export FLASHCPP_GOLDEN_DIR=$kit/golden; fi
-  if [[ -d $kit/py ]]; then export PYTHONPATH=$kit/py${PYTHONPATH:+:$PYTHONPATH}; fi
-  export LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  use_kit "$tgz" "$kit"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
   local budget=${MLA_VARIANTS_BUDGET_S:-540} start=$SECONDS want_s limit
   # A step's timeout: want_s, or what is left of the budget; fails (the step is skipped) under 20 s.
@@ -197,12 +203,9 @@ cmd_profile() {
   local out=${OUT:-$root/out}
   kit=$(mktemp -d)
   mkdir -p "$out"
-  tar xzf "$tgz" -C "$kit"
+  use_kit "$tgz" "$kit"
   [[ -f $kit/$name/libflashcpp.so ]] || die "the kit has no build '$name'"
   for arg in "$@"; do args+=("${arg//@KIT@/$kit}"); done
-  export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off PYTHONUNBUFFERED=1
-  if [[ -d $kit/py ]]; then export PYTHONPATH=$kit/py${PYTHONPATH:+:$PYTHONPATH}; fi
-  export LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   local rep=$kit/ncu-report
   timeout "${MLA_VARIANTS_BUDGET_S:-400}" ncu --clock-control none --cache-control all -f -o "$rep" \
     -k 'regex:flash_fwd_splitkv_mla|sparse_attn_fwd|sparse_attention_wgmma|dense_decode_wgmma' \
