@@ -324,14 +324,15 @@ struct DenseDecodeOptions {
 /// The tensors of a dense decode, in the order of the C bundle flashcpp_mla_dense_decode_tensors; all on the
 /// workspace's device. out and lse (written) may share no byte with any other tensor nor with the workspace.
 struct DenseDecodeTensors {
-  TensorView q;  ///< bf16 [batch, s_q, h_q, 576]; last dim contiguous, data 16-byte aligned, strides multiples of 8
-  /// bf16 [num_blocks, block_size, 1, 576]: last dim contiguous, token stride (dim 1) >= 576 and a multiple of 8, page
-  /// stride (dim 0) block_size token strides, data 16-byte aligned; or the V3.2 FP8 layout u8 / i8 / e4m3
-  /// [num_blocks, block_size, 1, 656] (quantize_kv_cache_fp8): stride(1) 656, page stride a multiple of 16 bytes.
-  /// At most 2^31 - 1 tokens.
+  /// bf16 or fp16 [batch, s_q, h_q, 576]; last dim contiguous, data 16-byte aligned, strides multiples of 8
+  TensorView q;
+  /// q's dtype (bf16 or fp16) [num_blocks, block_size, 1, 576]: last dim contiguous, token stride (dim 1) >= 576 and a
+  /// multiple of 8, page stride (dim 0) block_size token strides, data 16-byte aligned; or, with a bf16 q, the V3.2 FP8
+  /// layout u8 / i8 / e4m3 [num_blocks, block_size, 1, 656] (quantize_kv_cache_fp8): stride(1) 656, page stride a
+  /// multiple of 16 bytes. At most 2^31 - 1 tokens.
   TensorView kv_cache;
   OptionalTensor attn_sink = nullptr;  ///< f32 [h_q], contiguous; nullptr: no sink
-  TensorView out;                      ///< bf16 [batch, s_q, h_q, 512] (written)
+  TensorView out;                      ///< q's dtype [batch, s_q, h_q, 512] (written)
   TensorView lse;  ///< f32 [batch, s_q, h_q] (written; any strides, e.g. a view of FlashMLA's [batch, h_q, s_q])
 };
 

@@ -87,13 +87,19 @@ void validate_workspace(const Validator& v, const DenseDecodeWorkspace& ws, cons
 struct CacheLayout {
   kernels::KvFormat format{};
   int64_t num_blocks = 0, block_size = 0;
-  int64_t row_stride = 0;  // bf16: elements between consecutive tokens (pages included)
+  int64_t row_stride = 0;  // bf16 / fp16: elements between consecutive tokens (pages included)
 };
 
-// kv_cache: bf16 [num_blocks, block_size, 1, 576] (tokens evenly spaced across pages) or the V3.2 FP8 rows
-// [num_blocks, block_size, 1, 656]; at most 2^31 - 1 tokens (int32 indices).
+// kv_cache: bf16 or fp16 (q's dtype) [num_blocks, block_size, 1, 576] (tokens evenly spaced across pages) or, with a
+// bf16 q, the V3.2 FP8 rows [num_blocks, block_size, 1, 656]; at most 2^31 - 1 tokens (int32 indices).
 CacheLayout validate_cache(const Validator& v, const TensorView& kv, const TensorView& q) {
-  v.defined(kv, "kv_cache").dtype(kv, "kv_cache", {DType::bf16, DType::u8, DType::i8, DType::e4m3});
+  v.defined(kv, "kv_cache").dtype(kv, "kv_cache", {DType::bf16, DType::f16, DType::u8, DType::i8, DType::e4m3});
+  const bool sixteen_bit = kv.dtype == DType::bf16 || kv.dtype == DType::f16;
+  if (sixteen_bit && kv.dtype != q.dtype)
+    v.fail("kv_cache", kv,
+           "must have q's dtype (" + std::string(dtype_name(q.dtype)) + ") when it holds 16-bit values");
+  if (!sixteen_bit && q.dtype != DType::bf16)
+    v.fail("q", q, "must be bf16 with the V3.2 FP8 cache (its RoPE dims are bf16)");
   v.rank(kv, "kv_cache", 4).on_cuda(kv, "kv_cache").same_device(kv, "kv_cache", q, "q");
   v.no_negative_strides(kv, "kv_cache").dim(kv, "kv_cache", 2, 1, "h_kv").last_dim_contiguous(kv, "kv_cache");
   v.aligned(kv, "kv_cache", 16);
@@ -103,8 +109,8 @@ CacheLayout validate_cache(const Validator& v, const TensorView& kv, const Tenso
   if (c.block_size < 1) v.fail("kv_cache", kv, "must have block_size (dim 1) >= 1");
   if (c.num_blocks > (INT32_MAX / c.block_size))
     v.fail("kv_cache", kv, "must hold at most 2^31 - 1 tokens (int32 indices)");
-  if (kv.dtype == DType::bf16) {
-    c.format = kernels::KvFormat::bf16;
+  if (sixteen_bit) {
+    c.format = kv.dtype == DType::f16 ? kernels::KvFormat::f16 : kernels::KvFormat::bf16;
     v.dim(kv, "kv_cache", 3, kDqk, "576 values per token");
     // Token t of block k is row k * block_size + t, `row_stride` elements apart.
     const bool paged = c.block_size > 1;
@@ -200,7 +206,7 @@ void dense_decode(const DenseDecodeTensors& tensors, const DenseDecodeWorkspace&
   const Validator v("mla::dense_decode");
   const auto& [q, kv_cache, attn_sink, out, lse] = tensors;
   if (options.sm_scale) v.positive(*options.sm_scale, "sm_scale");
-  cuda_tensor(v, q, "q", {DType::bf16}, 4);
+  cuda_tensor(v, q, "q", {DType::bf16, DType::f16}, 4);
   v.last_dim_contiguous(q, "q").dim(q, "q", 3, kDqk, "d_qk 576 (512 latent + 64 RoPE)");
   const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2);
   if (b < 1) v.fail("q", q, "must have batch (dim 0) >= 1");
@@ -208,7 +214,7 @@ void dense_decode(const DenseDecodeTensors& tensors, const DenseDecodeWorkspace&
   if (h_q < 1 || h_q > kMaxHeads) v.fail("q", q, "must have h_q (dim 2) in [1, 1024]");
   vector_aligned(v, q, "q");
   const CacheLayout cache = validate_cache(v, kv_cache, q);
-  cuda_tensor(v, out, "out", {DType::bf16}, 4);
+  cuda_tensor(v, out, "out", {q.dtype}, 4);  // q's dtype
   v.same_device(out, "out", q, "q").shape(out, "out", {b, s_q, h_q, kDv}).last_dim_contiguous(out, "out");
   v.aligned(out, "out", 2);
   cuda_tensor(v, lse, "lse", {DType::f32}, 3);
@@ -252,7 +258,7 @@ void dense_decode(const DenseDecodeTensors& tensors, const DenseDecodeWorkspace&
   p.kv = kv_cache.data;
   p.num_kv = cache.num_blocks * cache.block_size;
   p.kv_dense_tiles = cache.block_size % 64 == 0;  // every 64-slot tile is 64 consecutive rows of one block
-  if (cache.format == kernels::KvFormat::bf16) {
+  if (kernels::kv_is_16bit(cache.format)) {
     p.kv_row_stride = cache.row_stride;
   } else {
     p.block_size = cache.block_size;

@@ -236,7 +236,7 @@ __device__ __forceinline__ void qk_atoms(float (&s)[32], uint64_t desc_q, uint64
 #pragma unroll
     for (int ks = 0; ks < T::kAtomCols / 16; ++ks) {
       const uint32_t off = a * T::kAtomBytes + ks * 32;
-      wgmma_m64n64k16_ss(s, desc_plus(desc_q, off), desc_plus(desc_k, off), (FIRST && a == A0 && ks == 0) ? 0 : 1);
+      wgmma_m64n64k16_ss<T::kF16>(s, desc_plus(desc_q, off), desc_plus(desc_k, off), (FIRST && a == A0 && ks == 0) ? 0 : 1);
     }
   }
 }
@@ -246,14 +246,14 @@ __device__ __forceinline__ void pv_registers(float (&o)[128], const uint32_t (&p
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
-    wgmma_m64n256k16_rs(o, a, desc_plus(desc_v, kk * 16 * 128));
+    wgmma_m64n256k16_rs<T::kF16>(o, a, desc_plus(desc_v, kk * 16 * 128));
   }
 }
 // O += P V, P from shared memory, uncommitted.
 __device__ __forceinline__ void pv_shared(float (&o)[128], uint64_t desc_p, uint64_t desc_v) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
-    wgmma_m64n256k16_ss(o, desc_plus(desc_p, kk * 32), desc_plus(desc_v, kk * 16 * 128));
+    wgmma_m64n256k16_ss<T::kF16>(o, desc_plus(desc_p, kk * 32), desc_plus(desc_v, kk * 16 * 128));
 }
 
 // What warpgroup W keeps for the whole CTA: its lane and rows (r0 = 16 warp + g, r1 = r0 + 8; t = lane & 3), the
@@ -398,7 +398,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
   const auto [mu0, mu1, alpha0, alpha1] = advance_max(c, mx0, mx1);
   uint32_t pf[16];
   float sum0 = 0.f, sum1 = 0.f;
-  softmax_numerators<true>(s, mu0, mu1, pf, sum0, sum1);
+  softmax_numerators<T::kF16, true>(s, mu0, mu1, pf, sum0, sum1);
   l0 = l0 * alpha0 + sum0;
   l1 = l1 * alpha1 + sum1;
   rescale_rows(o, alpha0, alpha1);
@@ -421,7 +421,7 @@ __device__ __forceinline__ void pair_wg0(const Group<0, FP8>& c, const ItemTiles
     if (c.leader) c.copies.template own_half<0>(next0);
   }
   const float b0 = c.s_scale[T::kHeads + c.r0], b1 = c.s_scale[T::kHeads + c.r1];
-  scaled_p(s, b0, b1, pf);
+  scaled_p<T::kF16>(s, b0, b1, pf);
   store_p(c.sm.p(0), pf, c.r0, c.g, c.t);
   fence_proxy_async();
   mbar_arrive(c.sm.bar_p(0));
@@ -481,7 +481,7 @@ __device__ __forceinline__ void pair_wg1(const Group<1, FP8>& c, const ItemTiles
   const auto [mu0, mu1, beta0, beta1] = advance_max(c, mx0, mx1);
   uint32_t pf[16];
   float sum0 = 0.f, sum1 = 0.f;
-  if constexpr (!B0_LAST) softmax_numerators(s, mu0, mu1, pf, sum0, sum1);
+  if constexpr (!B0_LAST) softmax_numerators<T::kF16>(s, mu0, mu1, pf, sum0, sum1);
   // O_R was at the max before warpgroup 0's step: its factor, then this one.
   const float f0 = beta0 * c.s_scale[c.r0], f1 = beta1 * c.s_scale[c.r1];
   rescale_rows(o, f0, f1);

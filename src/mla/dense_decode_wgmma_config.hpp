@@ -13,6 +13,7 @@ struct Traits {
   // One CTA = one query token x 64 heads (the wgmma M) over a split-KV part's work items, as the sparse kernel.
   static constexpr int kDqk = 576;
   static constexpr int kDv = 512;
+  static constexpr bool kF16 = false;  // bf16 q, tiles, P and out (fp16 caches run the sparse kernel's gathers)
   static constexpr int kHeads = 64;
   static constexpr int kTile = 64;                        // cached tokens per tile (a schedule block)
   static constexpr int kAtomCols = 64;                    // bf16 columns of one 128-byte swizzle atom

@@ -39,6 +39,8 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p) {
   switch (p.kv_format) {
     case KvFormat::bf16:  // prefill (d_qk 576 or 512) unsplit; dense decode (576) split
       return (p.d_qk == 576 || (p.d_qk == 512 && p.sched == nullptr)) && p.kv_row_stride % 8 == 0;
+    case KvFormat::f16:  // dense decode (576)
+      return p.d_qk == 576 && p.kv_row_stride % 8 == 0;
     case KvFormat::fp8_v32:
       return p.d_qk == 576 && p.block_size >= 1 && p.kv_block_stride_bytes % 16 == 0 &&
              p.kv_slot_stride_bytes % 16 == 0 && p.kv_slot_stride_bytes >= kFp8RowBytes;
@@ -105,7 +107,8 @@ bool dense_tiles_fit(const SparseAttentionParams& p, bool tensor_maps) {
       return p.block_size >= 64 && p.block_size % 64 == 0 && p.num_kv % p.block_size == 0 &&
              p.kv_slot_stride_bytes >= 656 && p.kv_slot_stride_bytes % 16 == 0 && p.kv_block_stride_bytes % 16 == 0 &&
              p.kv_block_stride_bytes >= p.block_size * p.kv_slot_stride_bytes;  // a tensor map's strides nest
-    case KvFormat::fp8_v4: return false;
+    case KvFormat::fp8_v4:
+    case KvFormat::f16: return false;  // the dense kernel is instantiated for bf16 and the V3.2 FP8 cache only
   }
   return false;
 }
@@ -118,7 +121,7 @@ namespace {
 
 SparseKernel select_kernel(const SparseAttentionParams& p, bool hopper) {
   if (force_simple_kernel() || !hopper || !sparse_attention_sm90_handles(p)) return SparseKernel::simple;
-  if (p.kv_format == KvFormat::bf16) return SparseKernel::wgmma_sm90;
+  if (kv_is_16bit(p.kv_format)) return SparseKernel::wgmma_sm90;
   // V4 pages: the wgmma kernel (its GPU tests passed on the H200, 2026-12-01); the mma.sync kernel has no V4
   // path, so forcing it runs the simple kernel.
   if (p.kv_format == KvFormat::fp8_v4)
@@ -136,6 +139,9 @@ void choose_wgmma(const SparseAttentionParams& p, const KernelSupport& f, Launch
       plan.variant = p.d_qk == 576 ? WgmmaVariant::bf16_576 : WgmmaVariant::bf16_512;
       // Dense decode over whole tiles: the dense kernel.
       if (plan.split && dense_tiles_fit(p, f.tensor_maps) && dense_tiles_kernel()) plan.variant = WgmmaVariant::dense_bf16;
+      break;
+    case KvFormat::f16:
+      plan.variant = WgmmaVariant::f16_576;
       break;
     case KvFormat::fp8_v32:
       plan.variant = pair ? WgmmaVariant::v32_pair : WgmmaVariant::v32_alone;
@@ -176,6 +182,7 @@ const char* plan_label(const LaunchPlan& plan) {
   switch (plan.variant) {
     case WgmmaVariant::bf16_576: return "wgmma_sm90/bf16_576/64h";
     case WgmmaVariant::bf16_512: return "wgmma_sm90/bf16_512/64h";
+    case WgmmaVariant::f16_576: return "wgmma_sm90/f16_576/64h";
     case WgmmaVariant::v32_alone: return "wgmma_sm90/v32_alone/64h";
     case WgmmaVariant::v32_pair: return "wgmma_sm90/v32_pair/64h";
     case WgmmaVariant::v4_alone: return "wgmma_sm90/v4_alone/64h";
@@ -198,6 +205,7 @@ bool launch(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t
     case SparseKernel::wgmma_sm90: {
       if (plan.variant == WgmmaVariant::dense_bf16 || plan.variant == WgmmaVariant::dense_fp8)
         return launch_dense_decode_wgmma(plan, p, stream);
+      if (plan.variant == WgmmaVariant::f16_576) return launch_sparse_attention_wgmma_f16(plan, p, stream);
       const bool bf16 = plan.variant == WgmmaVariant::bf16_576 || plan.variant == WgmmaVariant::bf16_512;
       return bf16 ? launch_sparse_attention_wgmma_bf16(plan, p, stream)
                   : launch_sparse_attention_wgmma_fp8(plan, p, stream);

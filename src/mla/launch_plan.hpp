@@ -2,9 +2,9 @@
 // launch plan (kernel, wgmma instantiation, heads per CTA, cluster shape, split or not) and launch(plan, params)
 // runs exactly that plan. Dispatch (mla.cpp), the benchmarks' kernel labels and the tests all take their decisions
 // from choose(), so none of them can plan for one kernel while another runs; the instantiation files only
-// instantiate (sparse_attention_wgmma_bf16.cu / _fp8.cu switch on the plan's variant). The decode planner's split
-// rule shares split_decode_group_heads() with choose() (the plan sizes are a function of the config alone, so the
-// planner cannot see a device).
+// instantiate (sparse_attention_wgmma_bf16.cu / _f16.cu / _fp8.cu switch on the plan's variant). The decode planner's
+// split rule shares split_decode_group_heads() with choose() (the plan sizes are a function of the config alone, so
+// the planner cannot see a device).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -37,6 +37,7 @@ enum class WgmmaVariant : int {
   none = 0,   ///< another kernel runs
   bf16_576,   ///< Traits<576, false>: sparse prefill with d_qk 576, and dense decode's split work
   bf16_512,   ///< Traits<512, false>: sparse prefill with d_qk 512 (unsplit only)
+  f16_576,    ///< Traits<576, false, 1, 1, true>: dense decode over an fp16 cache (fp16 q and out), split or not
   v32_alone,  ///< Traits<576, true, 1, 2>: V3.2 FP8 decode, h_q <= 64, one CTA tile by tile
   v32_pair,   ///< Traits<576, true, 2, 2>: V3.2 FP8 decode, h_q 65..128, the two head groups as a 2-CTA cluster
   v4_alone,   ///< Traits<512, true, 1, 2>: V4 pages, one CTA of 64 heads tile by tile
@@ -65,7 +66,7 @@ struct LaunchPlan {
 
 /// The plan for `p` on a device whose kernel support is `f`: the simple kernel when forced (set_force_simple_kernel),
 /// when the Hopper kernels cannot run there (!f.hopper) or do not handle the problem (sparse_attention_sm90_handles);
-/// otherwise the wgmma kernel for bf16 KV and, for the FP8 cache, fp8_decode_kernel() or else auto_fp8_kernel(p),
+/// otherwise the wgmma kernel for bf16 and fp16 KV and, for the FP8 cache, fp8_decode_kernel() or else auto_fp8_kernel(p),
 /// with the wgmma instantiation, head grouping and cluster each format and head count take (docs/MLA.md).
 LaunchPlan choose(const SparseAttentionParams& p, const KernelSupport& f);
 
@@ -80,6 +81,7 @@ bool launch(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t
 
 /// Kernel entry points, called only through launch(): each runs the plan's variant and nothing else.
 bool launch_sparse_attention_wgmma_bf16(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
+bool launch_sparse_attention_wgmma_f16(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_sparse_attention_wgmma_fp8(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_sparse_attention_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);

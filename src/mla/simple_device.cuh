@@ -1,7 +1,8 @@
 // Device helpers the portable kernels share (sparse_attention_simple.cu, sparse_attention_combine.cu, kv_quantize.cu): warp
-// reductions, bf16 pair stores, the lse element of a (token, head) and the FP8 dequantization of 16 values.
+// reductions, bf16 / fp16 pair stores, the lse element of a (token, head) and the FP8 dequantization of 16 values.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -29,6 +30,16 @@ __device__ __forceinline__ int64_t lse_offset(const SparseAttentionParams& p, in
 __device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* dst, float a, float b) {
   dst[0] = __float2bfloat16_rn(a);
   dst[1] = __float2bfloat16_rn(b);
+}
+// Two output values as fp16 (F16: out of KvFormat::f16) or bf16.
+template <bool F16>
+__device__ __forceinline__ void store_16bit_pair(uint16_t* dst, float a, float b) {
+  if constexpr (F16) {
+    dst[0] = __half_as_ushort(__float2half_rn(a));
+    dst[1] = __half_as_ushort(__float2half_rn(b));
+  } else {
+    store_bf16_pair(reinterpret_cast<__nv_bfloat16*>(dst), a, b);
+  }
 }
 
 // 16 e4m3 values (one 16-byte load) times their tile's scale as 16 bf16 in two 16-byte words: e4m3 -> f32 exact,

@@ -1,7 +1,8 @@
 // Device helpers shared by the Hopper sparse-attention kernels (sparse_attention_mma_sm90.cu and
-// sparse_attention_wgmma.cuh): shared-memory addresses, 16-byte copies, loads and stores, bf16 packing, exp2.
+// sparse_attention_wgmma.cuh): shared-memory addresses, 16-byte copies, loads and stores, bf16 / fp16 packing, exp2.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -53,6 +54,16 @@ __device__ __forceinline__ void zero_fill(T (&a)[N]) {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+// Two floats as the 16-bit type of an instantiation's operands: fp16 (F16) or bf16.
+template <bool F16>
+__device__ __forceinline__ uint32_t pack_16x2(float lo, float hi) {
+  if constexpr (F16) return pack_f16x2(lo, hi);
+  else return pack_bf16x2(lo, hi);
 }
 __device__ __forceinline__ float fast_exp2(float x) {  // ex2(-inf) = +0
   float y;

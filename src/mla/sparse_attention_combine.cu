@@ -22,7 +22,8 @@ constexpr int kDv = 512;
 // tokens x heads alone fill the GPU (few splits each), column chunks and deep batches for few tokens with tens of
 // splits (H200, 2026-12-01, FlashMLA's suite: V3.2 b 16, two splits a row, 23 us with 4 chunks x 16 rows at 122
 // registers, 2 CTAs an SM; FlashMLA's whole-row combine 8 us).
-template <int CHUNKS, int BATCH, int HEADS>  // HEADS: warps (heads) per CTA
+// F16: out in fp16 (KvFormat::f16), else bf16.
+template <int CHUNKS, int BATCH, int HEADS, bool F16>  // HEADS: warps (heads) per CTA
 __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(const SparseAttentionParams p) {
   static_assert(kDv % (CHUNKS * 128) == 0 && 32 % BATCH == 0, "lanes own whole float4s; batches tile 32 splits");
   constexpr int kVecs = kDv / CHUNKS / 128;  // float4s of one split row per lane
@@ -104,12 +105,12 @@ __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(co
       }
     }
   }
-  auto* out = static_cast<__nv_bfloat16*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request) +
+  auto* out = static_cast<uint16_t*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request) +
               head * p.out_stride_head + col;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
-    store_bf16_pair(out + i * 128, o[i].x, o[i].y);
-    store_bf16_pair(out + i * 128 + 2, o[i].z, o[i].w);
+    store_16bit_pair<F16>(out + i * 128, o[i].x, o[i].y);
+    store_16bit_pair<F16>(out + i * 128 + 2, o[i].z, o[i].w);
   }
   if (lane == 0 && blockIdx.z == 0) p.lse[lse_offset(p, token, head)] = lse == -INFINITY ? INFINITY : lse;
 }
@@ -125,8 +126,8 @@ CombineShape combine_shape(int64_t rows, int num_parts, int num_requests) {
   return {4, splits <= 8 ? 8 : 16};
 }
 
-template <int CHUNKS, int BATCH, int HEADS>
-cudaError_t launch_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
+template <int CHUNKS, int BATCH, int HEADS, bool F16>
+cudaError_t launch_combine_of(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.h_q + HEADS - 1) / HEADS), CHUNKS);
   config.blockDim = dim3(HEADS * 32);
@@ -138,7 +139,13 @@ cudaError_t launch_combine(const SparseAttentionParams& p, cudaStream_t stream, 
   pdl.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &pdl;
   config.numAttrs = programmatic ? 1 : 0;
-  return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<CHUNKS, BATCH, HEADS>, p);
+  return cudaLaunchKernelEx(&config, sparse_attention_combine_kernel<CHUNKS, BATCH, HEADS, F16>, p);
+}
+
+template <int CHUNKS, int BATCH, int HEADS>
+cudaError_t launch_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {
+  return p.kv_format == KvFormat::f16 ? launch_combine_of<CHUNKS, BATCH, HEADS, true>(p, stream, programmatic)
+                                      : launch_combine_of<CHUNKS, BATCH, HEADS, false>(p, stream, programmatic);
 }
 
 cudaError_t launch_sparse_attention_combine(const SparseAttentionParams& p, cudaStream_t stream, bool programmatic) {

@@ -13,12 +13,16 @@
 
 namespace flashcpp::mla::kernels {
 
-/// Where K/V rows come from.
+/// Where K/V rows come from. The 16-bit type of q and out follows it: fp16 with the fp16 cache, else bf16.
 enum class KvFormat : int {
   bf16 = 0,       ///< kv [num_kv, d_qk] bf16, row stride kv_row_stride (elements)
   fp8_v32 = 1,    ///< DeepSeek V3.2 656-byte rows: 512 e4m3, 4 f32 scales (per 128), 64 bf16 rope
   fp8_v4 = 2,     ///< DeepSeek V4 pages (mla/fp8_v4.hpp), d_qk 512, with an optional extra pool; decode only
+  f16 = 3,        ///< as bf16, in fp16 (q and out fp16 too); dense decode only (d_qk 576)
 };
+
+/// Whether K/V rows are 16-bit values copied as they are (bf16 or fp16), not an FP8 format dequantized.
+FLASHCPP_HD constexpr bool kv_is_16bit(KvFormat f) { return f == KvFormat::bf16 || f == KvFormat::f16; }
 
 /// One sparse attention problem over `num_rows` query tokens, each attending (all h_q heads) to
 /// its own list of `topk` KV rows. Prefill: a token is a q row (s). Decode: a token is (b, s).
@@ -26,7 +30,7 @@ struct SparseAttentionParams {
   // Decode groups tokens into requests of `tokens_per_request` (s_q) consecutive tokens; each per-token tensor
   // (q, indices, extra_indices, out, lse) then has a request stride besides its token stride, so views whose
   // requests are not evenly spaced (FlashMLA's padded tensors) need no copy. token_offset() is the one rule.
-  // Queries: bf16 [num_tokens, h_q, d_qk], last dim contiguous; strides in elements.
+  // Queries: bf16 (fp16 with KvFormat::f16) [num_tokens, h_q, d_qk], last dim contiguous; strides in elements.
   const void* q = nullptr;
   int64_t q_stride_token = 0, q_stride_head = 0, q_stride_request = 0;
   int num_tokens = 0, h_q = 0, d_qk = 576, d_v = 512, topk = 0;
@@ -46,7 +50,7 @@ struct SparseAttentionParams {
   KvFormat kv_format = KvFormat::bf16;
   const void* kv = nullptr;
   int64_t num_kv = 0;             // valid index range [0, num_kv)
-  int64_t kv_row_stride = 0;      // bf16: elements between rows
+  int64_t kv_row_stride = 0;      // bf16 / f16: elements between rows
   // Dense decode over a cache (bf16 or fp8_v32) whose block size is a multiple of 64: slot s of a token is row
   // indices[s - s % 64] + s % 64 (each 64-slot tile is 64 consecutive rows of one block), and a tile whose first index
   // is not a row is masked whole. Lets the dense kernel (dense_decode_wgmma.cu) copy whole tiles.
@@ -65,8 +69,8 @@ struct SparseAttentionParams {
   int64_t extra_indices_stride_token = 0, extra_indices_stride_request = 0;
   const int32_t* extra_topk_length = nullptr;
 
-  // Outputs: out bf16 [num_tokens, h_q, d_v] (strides in elements); lse / max_logits f32 [num_tokens, h_q]
-  // with element strides (max_logits may be null).
+  // Outputs: out bf16 (fp16 with KvFormat::f16) [num_tokens, h_q, d_v] (strides in elements); lse / max_logits f32
+  // [num_tokens, h_q] with element strides (max_logits may be null).
   void* out = nullptr;
   int64_t out_stride_token = 0, out_stride_head = 0, out_stride_request = 0;
   float* lse = nullptr;

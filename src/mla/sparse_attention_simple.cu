@@ -31,8 +31,8 @@ static_assert(kThreads * 2 == kDv, "each thread owns two output columns");
 static_assert(kThreads == kTile * (kHeads / 4), "score phase: one slot x four heads per thread");
 
 struct Smem {
-  uint16_t kv[kTile][kKvPitch];  // bf16 bits of the gathered (dequantized) K/V rows; zeros when masked
-  uint16_t q[kHeads][kMaxDqk];   // bf16 bits of the CTA's query heads
+  uint16_t kv[kTile][kKvPitch];  // bf16 (KvFormat::f16: fp16) bits of the gathered (dequantized) K/V rows; 0: masked
+  uint16_t q[kHeads][kMaxDqk];   // the CTA's query heads, in the same type
   float p[kTile][kHeads];        // scores, then probabilities
   float m[kHeads], l[kHeads], alpha[kHeads];
   int64_t row_off[kTile];        // byte offset of each slot's KV row; -1 when masked
@@ -40,13 +40,22 @@ struct Smem {
   uint8_t row_pool[kTile];       // fp8_v4: 0 main pool, 1 extra pool
 };
 
-__device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+// The low / high 16-bit value of a word as float: fp16 (F16) or bf16.
+template <bool F16>
+__device__ __forceinline__ float lo16(uint32_t w) {
+  if constexpr (F16) return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
+  else return __uint_as_float(w << 16);
+}
+template <bool F16>
+__device__ __forceinline__ float hi16(uint32_t w) {
+  if constexpr (F16) return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+  else return __uint_as_float(w & 0xffff0000u);
+}
 
 // Byte offset of KV row `idx`, or -1 when the index is masked.
 __device__ __forceinline__ int64_t kv_row_offset(const SparseAttentionParams& p, int32_t idx) {
   if (idx < 0 || static_cast<int64_t>(idx) >= p.num_kv) return -1;
-  if (p.kv_format == KvFormat::bf16) return static_cast<int64_t>(idx) * p.kv_row_stride * 2;
+  if (kv_is_16bit(p.kv_format)) return static_cast<int64_t>(idx) * p.kv_row_stride * 2;
   const int64_t block = idx / p.block_size, slot = idx % p.block_size;
   return block * p.kv_block_stride_bytes + slot * p.kv_slot_stride_bytes;
 }
@@ -106,7 +115,7 @@ __device__ void load_kv_tile(const SparseAttentionParams& p, Smem& s) {
     }
     return;
   }
-  if (p.kv_format == KvFormat::bf16) {
+  if (kv_is_16bit(p.kv_format)) {
     const int chunks = p.d_qk / 8;  // 16-B chunks per row
     for (int i = threadIdx.x; i < kTile * chunks; i += kThreads) {
       const int row = i / chunks, c = i % chunks;
@@ -138,17 +147,18 @@ __device__ void load_kv_tile(const SparseAttentionParams& p, Smem& s) {
   }
 }
 
-// Attention of one token's heads [head0, head0 + 16) over slots [slot_begin, slot_end) of its topk.
+// Attention of one token's heads [head0, head0 + 16) over slots [slot_begin, slot_end) of its topk; q and the rows
+// in fp16 (F16: KvFormat::f16) or bf16.
 // On return acc holds the unnormalized output columns (2 tid, 2 tid + 1) and s.m / s.l the running max
 // (scaled logits, natural units) and sum for each head (-inf / 0 when no slot was valid).
+template <bool F16>
 __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, int head0, int slot_begin,
                        int slot_end, float (&acc)[kHeads][2]) {
   const int tid = threadIdx.x;
   __syncthreads();  // the previous user of s (an epilogue) is done
   {
     const int chunks = p.d_qk / 8;
-    const auto* qbase =
-        static_cast<const __nv_bfloat16*>(p.q) + p.token_offset(token, p.q_stride_token, p.q_stride_request);
+    const auto* qbase = static_cast<const uint16_t*>(p.q) + p.token_offset(token, p.q_stride_token, p.q_stride_request);
     for (int i = tid; i < kHeads * chunks; i += kThreads) {
       const int h = i / chunks, c = i % chunks;
       uint4 v = make_uint4(0, 0, 0, 0);
@@ -193,20 +203,20 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
       float dot[4] = {0.f, 0.f, 0.f, 0.f};
       for (int c = 0; c < p.d_qk; c += 8) {
         const uint4 k = *reinterpret_cast<const uint4*>(&s.kv[j][c]);
-        const float kf[8] = {bf_lo(k.x), bf_hi(k.x), bf_lo(k.y), bf_hi(k.y),
-                             bf_lo(k.z), bf_hi(k.z), bf_lo(k.w), bf_hi(k.w)};
+        const float kf[8] = {lo16<F16>(k.x), hi16<F16>(k.x), lo16<F16>(k.y), hi16<F16>(k.y),
+                             lo16<F16>(k.z), hi16<F16>(k.z), lo16<F16>(k.w), hi16<F16>(k.w)};
 #pragma unroll
         for (int h = 0; h < 4; ++h) {
           const uint4 q = *reinterpret_cast<const uint4*>(&s.q[hq * 4 + h][c]);
           float d = dot[h];
-          d = fmaf(bf_lo(q.x), kf[0], d);
-          d = fmaf(bf_hi(q.x), kf[1], d);
-          d = fmaf(bf_lo(q.y), kf[2], d);
-          d = fmaf(bf_hi(q.y), kf[3], d);
-          d = fmaf(bf_lo(q.z), kf[4], d);
-          d = fmaf(bf_hi(q.z), kf[5], d);
-          d = fmaf(bf_lo(q.w), kf[6], d);
-          d = fmaf(bf_hi(q.w), kf[7], d);
+          d = fmaf(lo16<F16>(q.x), kf[0], d);
+          d = fmaf(hi16<F16>(q.x), kf[1], d);
+          d = fmaf(lo16<F16>(q.y), kf[2], d);
+          d = fmaf(hi16<F16>(q.y), kf[3], d);
+          d = fmaf(lo16<F16>(q.z), kf[4], d);
+          d = fmaf(hi16<F16>(q.z), kf[5], d);
+          d = fmaf(lo16<F16>(q.w), kf[6], d);
+          d = fmaf(hi16<F16>(q.w), kf[7], d);
           dot[h] = d;
         }
       }
@@ -255,7 +265,7 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
       const int n = end - tile < kTile ? end - tile : kTile;
       for (int j = 0; j < n; ++j) {
         const uint32_t v = *reinterpret_cast<const uint32_t*>(&s.kv[j][2 * tid]);
-        const float v0 = bf_lo(v), v1 = bf_hi(v);
+        const float v0 = lo16<F16>(v), v1 = hi16<F16>(v);
         const float4* prow = reinterpret_cast<const float4*>(&s.p[j][0]);
 #pragma unroll
         for (int g = 0; g < kHeads / 4; ++g) {
@@ -279,7 +289,7 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
 // lse = m + ln l, max_logits = m; an empty row gives out 0, lse +inf, max_logits -inf. PARTIAL, at
 // accumulator row `row`: o_accum = acc / l (0 if empty), lse_accum = m + ln l (-inf if empty), no sink
 // (the combine kernel folds it in).
-template <bool PARTIAL>
+template <bool PARTIAL, bool F16>
 __device__ void store_rows(const SparseAttentionParams& p, const Smem& s, int64_t row, int head0,
                            const float (&acc)[kHeads][2]) {
   const int tid = threadIdx.x;
@@ -295,9 +305,9 @@ __device__ void store_rows(const SparseAttentionParams& p, const Smem& s, int64_
       float2* dst = reinterpret_cast<float2*>(p.o_accum + (row * p.h_q + head) * kDv) + tid;
       *dst = make_float2(acc[h][0] * inv, acc[h][1] * inv);
     } else {
-      auto* out = static_cast<__nv_bfloat16*>(p.out) + p.token_offset(row, p.out_stride_token, p.out_stride_request) +
+      auto* out = static_cast<uint16_t*>(p.out) + p.token_offset(row, p.out_stride_token, p.out_stride_request) +
                   head * p.out_stride_head;
-      store_bf16_pair(out + 2 * tid, acc[h][0] * inv, acc[h][1] * inv);
+      store_16bit_pair<F16>(out + 2 * tid, acc[h][0] * inv, acc[h][1] * inv);
     }
   }
   if (tid < kHeads && head0 + tid < p.h_q) {
@@ -314,17 +324,19 @@ __device__ void store_rows(const SparseAttentionParams& p, const Smem& s, int64_
   }
 }
 
+template <bool F16>
 __global__ void __launch_bounds__(kThreads) sparse_attention_simple_kernel(const SparseAttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& s = *reinterpret_cast<Smem*>(smem_raw);
   const int64_t token = blockIdx.x;
   const int head0 = static_cast<int>(blockIdx.y) * kHeads;
   float acc[kHeads][2];
-  attend(p, s, token, head0, 0, p.topk, acc);
-  store_rows<false>(p, s, token, head0, acc);
+  attend<F16>(p, s, token, head0, 0, p.topk, acc);
+  store_rows<false, F16>(p, s, token, head0, acc);
 }
 
 // Split-KV decode: grid (num_parts, tokens_per_request, head groups).
+template <bool F16>
 __global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const SparseAttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& s = *reinterpret_cast<Smem*>(smem_raw);
@@ -339,11 +351,11 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_split_kernel(const 
   for (int r = first; r <= last; ++r) {
     const SplitPiece piece = split_piece(p, meta, r, nb, tok_in_req);
     const int slot_end = piece.tile_end * sched::kBlockSlots < p.topk ? piece.tile_end * sched::kBlockSlots : p.topk;
-    attend(p, s, piece.token, head0, piece.tile_begin * sched::kBlockSlots, slot_end, acc);
+    attend<F16>(p, s, piece.token, head0, piece.tile_begin * sched::kBlockSlots, slot_end, acc);
     if (piece.accum_row < 0) {
-      store_rows<false>(p, s, piece.token, head0, acc);
+      store_rows<false, F16>(p, s, piece.token, head0, acc);
     } else if (piece.write_partial) {
-      store_rows<true>(p, s, piece.accum_row, head0, acc);
+      store_rows<true, F16>(p, s, piece.accum_row, head0, acc);
     }
   }
 }
@@ -355,8 +367,11 @@ void prepare_smem() {
   if (cudaGetDevice(&dev) != cudaSuccess) return;
   if (prepared_for == dev) return;
   const int bytes = static_cast<int>(sizeof(Smem));
-  (void)cudaFuncSetAttribute(sparse_attention_simple_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  (void)cudaFuncSetAttribute(sparse_attention_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  for (const void* kernel : {reinterpret_cast<const void*>(sparse_attention_simple_kernel<false>),
+                             reinterpret_cast<const void*>(sparse_attention_simple_kernel<true>),
+                             reinterpret_cast<const void*>(sparse_attention_split_kernel<false>),
+                             reinterpret_cast<const void*>(sparse_attention_split_kernel<true>)})
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   prepared_for = dev;
 }
 
@@ -366,7 +381,7 @@ int sparse_attention_simple_smem_bytes() { return static_cast<int>(sizeof(Smem))
 
 bool sparse_attention_simple_available() {
   cudaFuncAttributes attr{};
-  const cudaError_t e = cudaFuncGetAttributes(&attr, sparse_attention_simple_kernel);
+  const cudaError_t e = cudaFuncGetAttributes(&attr, sparse_attention_simple_kernel<false>);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
@@ -377,12 +392,15 @@ bool sparse_attention_simple_available() {
 void launch_sparse_attention_simple(const SparseAttentionParams& p, cudaStream_t stream) {
   prepare_smem();
   const unsigned head_groups = static_cast<unsigned>((p.h_q + kHeads - 1) / kHeads);
+  const bool f16 = p.kv_format == KvFormat::f16;
   if (p.sched == nullptr) {
     dim3 grid(static_cast<unsigned>(p.num_tokens), head_groups);
-    sparse_attention_simple_kernel<<<grid, kThreads, sizeof(Smem), stream>>>(p);
+    auto* kernel = f16 ? sparse_attention_simple_kernel<true> : sparse_attention_simple_kernel<false>;
+    kernel<<<grid, kThreads, sizeof(Smem), stream>>>(p);
   } else {
     dim3 grid(static_cast<unsigned>(p.num_parts), static_cast<unsigned>(p.tokens_per_request), head_groups);
-    sparse_attention_split_kernel<<<grid, kThreads, sizeof(Smem), stream>>>(p);
+    auto* kernel = f16 ? sparse_attention_split_kernel<true> : sparse_attention_split_kernel<false>;
+    kernel<<<grid, kThreads, sizeof(Smem), stream>>>(p);
   }
 }
 

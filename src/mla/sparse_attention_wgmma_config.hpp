@@ -1,7 +1,8 @@
 // Traits of the warp-specialized wgmma sparse-attention kernel for Hopper
 // (sparse_attention_wgmma.cuh): tile sizes, thread roles, register split and the shared-memory plan, with
 // the budget checked at compile time. One Traits per instantiation: bf16 KV (prefill) with d_qk 576 or
-// 512, the DeepSeek V3.2 FP8 cache (decode, d_qk 576) and the DeepSeek V4 FP8 pages (decode, d_qk 512).
+// 512 (and fp16, d_qk 576: dense decode over an fp16 cache), the DeepSeek V3.2 FP8 cache (decode, d_qk 576) and the
+// DeepSeek V4 FP8 pages (decode, d_qk 512).
 #pragma once
 #include <cstdint>
 
@@ -9,15 +10,18 @@ namespace flashcpp::mla::kernels::wgmma {
 
 inline constexpr int kSmemOptinLimit = 232448;  // sm_90 opt-in shared memory per block (227 KiB)
 
-template <int D_QK, bool FP8, int CLUSTER_CTAS = 1, int RAW_BUFFERS = 1>
+template <int D_QK, bool FP8, int CLUSTER_CTAS = 1, int RAW_BUFFERS = 1, bool F16 = false>
 struct Traits {
   static_assert(D_QK == 576 || D_QK == 512, "d_qk is 576 (512 NoPE + 64 RoPE) or 512");
   static_assert(CLUSTER_CTAS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2),
                 "only the FP8 cache is shared across a cluster (of the two head groups of a token), tile by tile");
   static_assert(RAW_BUFFERS == 1 || (FP8 && RAW_BUFFERS == 2),
                 "FP8 runs with one raw buffer, or tile by tile with two");
+  static_assert(!(F16 && FP8), "fp16 is a 16-bit cache's type; the FP8 caches dequantize to bf16");
   static constexpr int kDqk = D_QK;
   static constexpr bool kFp8 = FP8;
+  // Q, the 16-bit K/V rows, P and out in fp16 instead of bf16 (the same layouts, wgmma's .f16 inputs).
+  static constexpr bool kF16 = F16;
   static constexpr bool kFp8V4 = FP8 && D_QK == 512;  // DeepSeek V4 pages (mla/fp8_v4.hpp); else V3.2 rows
   static constexpr int kClusterCtas = CLUSTER_CTAS;
   static constexpr bool kCluster = CLUSTER_CTAS > 1;

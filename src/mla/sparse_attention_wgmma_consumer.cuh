@@ -19,7 +19,7 @@ __device__ __forceinline__ void gemm_qk(float (&s)[32], uint64_t desc_q, uint64_
 #pragma unroll
     for (int ks = 0; ks < C::kAtomCols / 16; ++ks) {
       const uint64_t off = static_cast<uint64_t>((a * C::kAtomBytes + ks * 32) >> 4);
-      wgmma_m64n64k16_ss(s, desc_q + off, desc_k + off, (FIRST && a == A0 && ks == 0) ? 0 : 1);
+      wgmma_m64n64k16_ss<C::kF16>(s, desc_q + off, desc_k + off, (FIRST && a == A0 && ks == 0) ? 0 : 1);
     }
 }
 
@@ -67,9 +67,9 @@ __device__ __forceinline__ void mask_scale_rowmax(float (&s)[32], const uint8_t*
       scale_log2, mx0, mx1);
 }
 
-// P = exp2(S - mu) (bf16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks 2 kk,
-// 2 kk + 1); adds this thread's part of each row's sum. KEEP: s keeps the f32 numerators (for scaled_p).
-template <bool KEEP = false>
+// P = exp2(S - mu) (bf16, fp16 where F16) as wgmma A fragments: k-step kk covers S columns 16 kk .. +16 (n8 blocks
+// 2 kk, 2 kk + 1); adds this thread's part of each row's sum. KEEP: s keeps the f32 numerators (for scaled_p).
+template <bool F16, bool KEEP = false>
 __device__ __forceinline__ void softmax_numerators(float (&s)[32], float mu0, float mu1, uint32_t (&pf)[16],
                                                    float& sum0, float& sum1) {
 #pragma unroll
@@ -83,19 +83,20 @@ __device__ __forceinline__ void softmax_numerators(float (&s)[32], float mu0, fl
     }
     sum0 += e[0] + e[1] + e[4] + e[5];
     sum1 += e[2] + e[3] + e[6] + e[7];
-    pf[4 * kk + 0] = pack_bf16x2(e[0], e[1]);  // row r0, columns 16 kk + 2t
-    pf[4 * kk + 1] = pack_bf16x2(e[2], e[3]);  // row r1
-    pf[4 * kk + 2] = pack_bf16x2(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2t
-    pf[4 * kk + 3] = pack_bf16x2(e[6], e[7]);  // row r1
+    pf[4 * kk + 0] = pack_16x2<F16>(e[0], e[1]);  // row r0, columns 16 kk + 2t
+    pf[4 * kk + 1] = pack_16x2<F16>(e[2], e[3]);  // row r1
+    pf[4 * kk + 2] = pack_16x2<F16>(e[4], e[5]);  // row r0, columns 16 kk + 8 + 2t
+    pf[4 * kk + 3] = pack_16x2<F16>(e[6], e[7]);  // row r1
   }
 }
 
 // The fragments of P = numerators (softmax_numerators<true>'s s) x b0 (row r0) or b1 (row r1), in pf's layout.
+template <bool F16>
 __device__ __forceinline__ void scaled_p(const float (&e)[32], float b0, float b1, uint32_t (&pf)[16]) {
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const float b = (j & 1) ? b1 : b0;
-    pf[j] = pack_bf16x2(e[2 * j] * b, e[2 * j + 1] * b);
+    pf[j] = pack_16x2<F16>(e[2 * j] * b, e[2 * j + 1] * b);
   }
 }
 
@@ -187,8 +188,8 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
     }
     return;
   }
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) +
-                       p.token_offset(w.token, p.out_stride_token, p.out_stride_request) + W * C::kHalfDv;
+  uint16_t* out = static_cast<uint16_t*>(p.out) +  // bf16 or fp16 (C::kF16)
+                  p.token_offset(w.token, p.out_stride_token, p.out_stride_request) + W * C::kHalfDv;
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -217,7 +218,7 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         st_shared_u32(stage + (g + 8 * h) * 512 + ((j ^ g) << 4) + 4 * t,
-                      pack_bf16x2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
+                      pack_16x2<C::kF16>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
     __syncwarp();
     const int first_row = r0 - g;
 #pragma unroll
@@ -235,7 +236,8 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
       if (head >= heads.end) continue;
       uint32_t* dst = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(head) * p.out_stride_head + 2 * t);
 #pragma unroll
-      for (int j = 0; j < 32; ++j) dst[4 * j] = pack_bf16x2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+      for (int j = 0; j < 32; ++j)
+        dst[4 * j] = pack_16x2<C::kF16>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
     }
   }
 }
@@ -336,7 +338,7 @@ struct TwoTiles {
   __device__ __forceinline__ void gemm_pv_other(float (&o)[128]) const {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64n256k16_ss(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
+      wgmma_m64n256k16_ss<C::kF16>(o, desc_p_other + static_cast<uint64_t>((kk * 32) >> 4),
                           desc_v_other + static_cast<uint64_t>((kk * 16 * 128) >> 4));
   }
 };
@@ -365,7 +367,7 @@ __device__ __forceinline__ void gemm_pv_own(const TwoTiles<C, W>& c, float (&o)[
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
-    wgmma_m64n256k16_rs(o, a, c.desc_v_own + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+    wgmma_m64n256k16_rs<C::kF16>(o, a, c.desc_v_own + static_cast<uint64_t>((kk * 16 * 128) >> 4));
   }
   wgmma_commit();
 }
@@ -385,7 +387,7 @@ __device__ __forceinline__ void pv_a_left(const TwoTiles<C, 0>& c, float (&o)[12
 template <class C>
 __device__ __forceinline__ void share_p_a(const TwoTiles<C, 0>& c, const float (&s)[32], uint32_t (&pf)[16], float b0,
                                           float b1, int phase) {
-  scaled_p(s, b0, b1, pf);
+  scaled_p<C::kF16>(s, b0, b1, pf);
   // P_A overwrites tile A's RoPE atom: its copies are confirmed landed (bar_rope_landed; complete by now
   // in practice, S_A has read them).
   if constexpr (C::kPAInRope) mbar_wait(c.sm.bar_rope_landed(), phase);
@@ -504,7 +506,7 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
       m1 = n1;
       uint32_t pf[16];
       float sum0 = 0.f, sum1 = 0.f;
-      softmax_numerators<W == 0>(s, mu0, mu1, pf, sum0, sum1);
+      softmax_numerators<C::kF16, W == 0>(s, mu0, mu1, pf, sum0, sum1);
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
       rescale_rows<kRescaleAlways>(o, alpha0, alpha1);
@@ -616,7 +618,7 @@ __device__ __forceinline__ void consumer_per_tile(const KernelParams& args, cons
         m0 = n0;
         m1 = n1;
         float sum0 = 0.f, sum1 = 0.f;
-        softmax_numerators(s, mu0, mu1, pf, sum0, sum1);
+        softmax_numerators<C::kF16>(s, mu0, mu1, pf, sum0, sum1);
         l0 = l0 * alpha0 + sum0;
         l1 = l1 * alpha1 + sum1;
         // P (K-major, 128-byte swizzle: chunk j of row r at j ^ (r & 7)) and the rescale factors for consumer 1,
@@ -647,13 +649,13 @@ __device__ __forceinline__ void consumer_per_tile(const KernelParams& args, cons
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint32_t a[4] = {pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3]};
-          wgmma_m64n256k16_rs(o, a, desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
+          wgmma_m64n256k16_rs<C::kF16>(o, a, desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
         }
       } else {
         const uint64_t desc_p = make_desc(p_smem, 16, 1024);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-          wgmma_m64n256k16_ss(o, desc_p + static_cast<uint64_t>((kk * 32) >> 4),
+          wgmma_m64n256k16_ss<C::kF16>(o, desc_p + static_cast<uint64_t>((kk * 32) >> 4),
                               desc_v + static_cast<uint64_t>((kk * 16 * 128) >> 4));
       }
       wgmma_commit();

@@ -406,7 +406,7 @@ __device__ __forceinline__ void fill_two_tiles(const KernelParams& args, const u
       const uint32_t tile = sm.tile(t);
       if constexpr (!C::kFp8) {
         if (g_it > 0) mbar_wait(sm.bar_empty(t, half), (g_it - 1) & 1);
-        const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(p.kv);
+        const uint16_t* kv = static_cast<const uint16_t*>(p.kv);  // bf16 or fp16 (C::kF16), copied as bytes
         const int a0 = half == 0 ? 0 : C::kLeftAtoms;
         const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
 #pragma unroll
@@ -414,7 +414,7 @@ __device__ __forceinline__ void fill_two_tiles(const KernelParams& args, const u
           const int row = r * C::kRowsPerPass + group;
           const int idx = idx_cur[t][r];
           const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
-          const __nv_bfloat16* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
+          const uint16_t* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
 #pragma unroll
           for (int a = a0; a < a1; ++a)
             cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
@@ -486,8 +486,8 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Sme
     const int row = r * C::kRowsPerPass + group;
     const int head = heads.first + row;
     const bool ok = head < heads.end;
-    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + q_row +
-                               static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
+    const uint16_t* src = static_cast<const uint16_t*>(p.q) + q_row +  // bf16 or fp16 (C::kF16), copied as bytes
+                          static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
 #pragma unroll
     for (int a = 0; a < C::kAtoms; ++a)
       cp_async_16(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0);

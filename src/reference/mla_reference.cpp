@@ -23,6 +23,13 @@ double bf16_at(const TensorView& t, int64_t off) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+// A 16-bit float element of `t`: fp16 when t is f16, else bf16.
+double half_at(const TensorView& t, int64_t off) {
+  if (t.dtype != DType::f16) return bf16_at(t, off);
+  uint16_t h;
+  std::memcpy(&h, static_cast<const char*>(t.data) + off * 2, 2);
+  return half_to_float(h);
+}
 template <class T>
 T value_at(const TensorView& t, int64_t off) {
   T v;
@@ -132,7 +139,7 @@ void load_decode_query(const TensorView& q, int64_t bi, int64_t si, std::vector<
   const int64_t h_q = q.size(2), d_qk = q.size(3);
   for (int64_t h = 0; h < h_q; ++h)
     for (int64_t c = 0; c < d_qk; ++c)
-      qv[static_cast<size_t>(h * d_qk + c)] = bf16_at(q, bi * q.stride(0) + si * q.stride(1) + h * q.stride(2) + c * q.stride(3));
+      qv[static_cast<size_t>(h * d_qk + c)] = half_at(q, bi * q.stride(0) + si * q.stride(1) + h * q.stride(2) + c * q.stride(3));
 }
 
 // The power-of-two scale of a tile whose largest magnitude is `amax`, as FlashMLA computes it: amax / 448
@@ -288,7 +295,7 @@ MlaReferenceResult mla_dense_decode_reference(const TensorView& q, const TensorV
   require_host(cache_seqlens, "cache_seqlens");
   const int64_t s_q = q.size(1), d_qk = q.size(3);
   const int64_t num_blocks = kv_cache.size(0), block_size = kv_cache.size(1), max_blocks = block_table.size(1);
-  const bool fp8 = kv_cache.dtype != DType::bf16;
+  const bool fp8 = kv_cache.dtype != DType::bf16 && kv_cache.dtype != DType::f16;
   return decode_reference(q, attn_sink, sm_scale, tokens, [&](int64_t bi, int64_t si, std::vector<std::vector<double>>& rows) {
     int64_t len = std::clamp<int64_t>(value_at<int32_t>(cache_seqlens, bi * cache_seqlens.stride(0)), 0,
                                       max_blocks * block_size);
@@ -301,7 +308,7 @@ MlaReferenceResult mla_dense_decode_reference(const TensorView& q, const TensorV
         rows.push_back(mla_dequantize_v32_row(static_cast<const uint8_t*>(kv_cache.data) + off));
       } else {
         std::vector<double> row(static_cast<size_t>(d_qk));
-        for (int64_t c = 0; c < d_qk; ++c) row[static_cast<size_t>(c)] = bf16_at(kv_cache, off + c * kv_cache.stride(3));
+        for (int64_t c = 0; c < d_qk; ++c) row[static_cast<size_t>(c)] = half_at(kv_cache, off + c * kv_cache.stride(3));
         rows.push_back(std::move(row));
       }
     }

@@ -41,9 +41,9 @@ MlaReferenceResult mla_sparse_decode_reference(const TensorView& q, const Tensor
 
 /// Dense decode (FlashMLA's flash_mla_with_kvcache): request r's tokens attend to its first cache_seqlens[r] cached
 /// tokens (clamped to [0, max_blocks * block_size]; causal: token s sees length - (s_q - 1 - s)), token j in block
-/// block_table[r][j / block_size] (an id outside [0, num_blocks) masks the token). q bf16 [b, s_q, h_q, 576];
-/// kv_cache bf16 [num_blocks, block_size, 1, 576] or the V3.2 FP8 rows u8/i8/e4m3 [num_blocks, block_size, 1, 656]
-/// (dequantized); block_table i32 [b, max_blocks]; cache_seqlens i32 [b]; attn_sink f32 [h_q] or null.
+/// block_table[r][j / block_size] (an id outside [0, num_blocks) masks the token). q bf16 or fp16 [b, s_q, h_q, 576];
+/// kv_cache bf16 or fp16 [num_blocks, block_size, 1, 576] or the V3.2 FP8 rows u8/i8/e4m3 [num_blocks, block_size, 1,
+/// 656] (dequantized); block_table i32 [b, max_blocks]; cache_seqlens i32 [b]; attn_sink f32 [h_q] or null.
 /// `tokens` as for sparse decode. max_logits is filled too.
 MlaReferenceResult mla_dense_decode_reference(const TensorView& q, const TensorView& kv_cache,
                                               const TensorView& block_table, const TensorView& cache_seqlens,

@@ -168,11 +168,14 @@ std::vector<int64_t> sample_rows(int64_t n, int64_t max_rows, std::mt19937& rng)
 // Kernel rows `rows` of out [*, h_q, 512] bf16 / lse [*, h_q] vs the reference.
 void expect_close(const std::vector<uint16_t>& out, const std::vector<float>& lse, const std::vector<float>* max_logits,
                   const std::vector<int64_t>& rows, const reference::MlaReferenceResult& ref, int64_t h_q,
-                  const std::string& what, int64_t lse_row_stride = -1, int64_t lse_head_stride = 1) {
+                  const std::string& what, int64_t lse_row_stride = -1, int64_t lse_head_stride = 1, bool f16 = false) {
   if (lse_row_stride < 0) lse_row_stride = h_q;
   std::vector<double> got_out, got_lse, got_ml;
   for (int64_t r : rows) {
-    for (int64_t i = 0; i < h_q * 512; ++i) got_out.push_back(bf16_bits_to_float(out[static_cast<size_t>(r * h_q * 512 + i)]));
+    for (int64_t i = 0; i < h_q * 512; ++i) {
+      const uint16_t bits = out[static_cast<size_t>(r * h_q * 512 + i)];
+      got_out.push_back(f16 ? reference::half_to_float(bits) : bf16_bits_to_float(bits));
+    }
     for (int64_t h = 0; h < h_q; ++h) {
       got_lse.push_back(lse[static_cast<size_t>(r * lse_row_stride + h * lse_head_stride)]);
       if (max_logits) got_ml.push_back((*max_logits)[static_cast<size_t>(r * h_q + h)]);
@@ -185,10 +188,12 @@ void expect_close(const std::vector<uint16_t>& out, const std::vector<float>& ls
   // bits, a relative error of at most 2^-8 per term p_j v_j, so at most 2^-8 m in all; rounding out to bf16
   // adds at most 2^-8 |out| (f32 accumulation is far below both). Where the terms cancel (few valid slots,
   // |out| << m) the first exceeds abs 8e-4 on whole rows, in a small case on more than the 0.1% allowance
-  // (V4 random pools, b 5 h_q 20: 63 of 51200 elements, |d| up to 2^-8.2 m).
+  // (V4 random pools, b 5 h_q 20: 63 of 51200 elements, |d| up to 2^-8.2 m). fp16 (P and out with 11 significant
+  // bits, 2^-11 each) within 2^-10: a kernel that rounded P or out to bf16 would not pass.
   ASSERT_EQ(ref.out_magnitude.size(), ref.out.size());
   std::vector<double> bound(ref.out.size());
-  for (size_t i = 0; i < bound.size(); ++i) bound[i] = std::ldexp(ref.out_magnitude[i] + std::fabs(ref.out[i]), -8);
+  for (size_t i = 0; i < bound.size(); ++i)
+    bound[i] = std::ldexp(ref.out_magnitude[i] + std::fabs(ref.out[i]), f16 ? -10 : -8);
   const auto strict = compare(got_out, ref.out, kOutAbsTol, kOutRelTol, kOutCosDiffTol, what + " out (strict)", bound);
   EXPECT_LE(strict.failures, static_cast<int64_t>(0.001 * static_cast<double>(got_out.size()))) << strict.message;
   const auto l = compare(got_lse, ref.lse, kLseAbsTol, kLseRelTol, 1.0, what + " lse");
@@ -868,11 +873,12 @@ TEST(MlaGpuDecode, CudaGraphReplay) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Dense decode (every cached token; bf16 cache and the V3.2 FP8 rows)
+// Dense decode (every cached token; bf16 and fp16 caches and the V3.2 FP8 rows)
 
 struct DenseCase {
   int64_t b, s_q, h_q, s_k;  // s_k: every request's length, or their mean when varlen
   bool varlen = false, causal = false, zero_lengths = false, fp8 = false;
+  bool f16 = false;  // q, the cache and out in fp16 (not with fp8)
   int64_t block_size = 64;
   bool sink = false;
   int num_sms = 0;
@@ -889,9 +895,14 @@ struct DenseCase {
 void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   SCOPED_TRACE("dense b " + std::to_string(c.b) + " s_q " + std::to_string(c.s_q) + " h_q " + std::to_string(c.h_q) +
                " s_k " + std::to_string(c.s_k) + (c.varlen ? " varlen" : "") + (c.causal ? " causal" : "") +
-               (c.zero_lengths ? " zero lengths" : "") + (c.fp8 ? " fp8" : " bf16") + " block " +
+               (c.zero_lengths ? " zero lengths" : "") + (c.fp8 ? " fp8" : c.f16 ? " fp16" : " bf16") + " block " +
                std::to_string(c.block_size) + (c.sink ? " sink" : "") + " num_sms " + std::to_string(c.num_sms) +
                (c.padded_rows ? " padded rows" : "") + (graph ? " graph" : ""));
+  ASSERT_FALSE(c.fp8 && c.f16) << "the FP8 cache takes a bf16 q";
+  const DType half = c.f16 ? DType::f16 : DType::bf16;  // q, a 16-bit cache and out
+  auto random_half = [&](size_t n, std::mt19937& g, double scale) {
+    return c.f16 ? random_f16(n, g, scale) : random_bf16(n, g, scale);
+  };
   std::mt19937 rng(seed);
   auto draw_lengths = [&] {
     std::vector<int32_t> len(static_cast<size_t>(c.b), static_cast<int32_t>(c.s_k));
@@ -913,11 +924,11 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   const int64_t cap_len = std::max<int64_t>((std::max<int64_t>(max_len, graph ? 2 * c.s_k + c.s_q : 1) + 255) / 256 * 256, 256);
   const int64_t max_blocks = (cap_len + c.block_size - 1) / c.block_size;
   const int64_t num_blocks = c.b * max_blocks;
-  const int64_t row = c.fp8 ? 656 : 576;                            // bytes (FP8) or bf16 elements per token
+  const int64_t row = c.fp8 ? 656 : 576;                            // bytes (FP8) or 16-bit elements per token
   const int64_t row_stride = !c.fp8 && c.padded_rows ? 640 : row;   // between tokens
   // FP8 pages padded by a token (FlashMLA's tests); bf16 pages of block_size rows.
   const int64_t page = c.fp8 ? (c.block_size + 1) * row : c.block_size * row_stride;
-  auto kv_rows = random_bf16(static_cast<size_t>(num_blocks * c.block_size * 576), rng);
+  auto kv_rows = random_half(static_cast<size_t>(num_blocks * c.block_size * 576), rng, 0.1);
   std::vector<uint8_t> packed;
   if (c.fp8) {
     packed.resize(static_cast<size_t>(num_blocks * c.block_size * 656));
@@ -959,23 +970,23 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
       if (r % 2 == 1) table[static_cast<size_t>(r * max_blocks)] = -1;
       if (r % 3 == 0 && used > 0) table[static_cast<size_t>(r * max_blocks + used - 1)] = static_cast<int32_t>(num_blocks);
     }
-  auto q = random_bf16(static_cast<size_t>(c.b * c.s_q * c.h_q * 576), rng, 1.0);
+  auto q = random_half(static_cast<size_t>(c.b * c.s_q * c.h_q * 576), rng, 1.0);
   std::vector<float> sink(static_cast<size_t>(c.h_q));
   std::normal_distribution<float> snd;
   for (auto& x : sink) x = snd(rng);
   const double sm_scale = std::pow(576.0, -0.5);
 
-  const DType kv_dtype = c.fp8 ? DType::u8 : DType::bf16;
+  const DType kv_dtype = c.fp8 ? DType::u8 : half;
   Dev<uint16_t> dq(q), dout(static_cast<size_t>(c.b * c.s_q * c.h_q * 512));
   Dev<uint8_t> dcache(cache);
   Dev<int32_t> dtable(table), dlen(len);
   Dev<float> dsink(sink), dlse(static_cast<size_t>(c.b * c.s_q * c.h_q));
-  const auto qv = dview(dq.get(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
+  const auto qv = dview(dq.get(), half, {c.b, c.s_q, c.h_q, 576});
   const auto cv = TensorView::strided(dcache.get(), kv_dtype, Device::cuda(0), {num_blocks, c.block_size, 1, row},
                                       {page, row_stride, row_stride, 1});
   const auto tv = dview(dtable.get(), DType::i32, {c.b, max_blocks});
   const auto lenv = dview(dlen.get(), DType::i32, {c.b});
-  const auto ov = dview(dout.get(), DType::bf16, {c.b, c.s_q, c.h_q, 512});
+  const auto ov = dview(dout.get(), half, {c.b, c.s_q, c.h_q, 512});
   // FlashMLA's lse layout [b, h_q, s_q], seen as [b, s_q, h_q].
   const auto lv = TensorView::strided(dlse.get(), DType::f32, Device::cuda(0), {c.b, c.s_q, c.h_q},
                                       {c.h_q * c.s_q, 1, c.s_q});
@@ -983,7 +994,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   const mla::DenseDecodeOptions opts{.sm_scale = sm_scale};
   const mla::DenseDecodeTensors tensors{.q = qv, .kv_cache = cv, .attn_sink = c.sink ? &sv : nullptr, .out = ov, .lse = lv};
 
-  const auto hq = hview(q.data(), DType::bf16, {c.b, c.s_q, c.h_q, 576});
+  const auto hq = hview(q.data(), half, {c.b, c.s_q, c.h_q, 576});
   const auto hs = hview(sink.data(), DType::f32, {c.h_q});
   auto reference_for = [&](const std::vector<int64_t>& rows) {
     const auto hc = TensorView::strided(cache.data(), kv_dtype, Device::cpu(), {num_blocks, c.block_size, 1, row},
@@ -1021,7 +1032,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
     for (int64_t r = 0; r < c.b * c.s_q; ++r)
       for (int64_t h = 0; h < c.h_q; ++h)
         lse_rows[static_cast<size_t>(r * c.h_q + h)] = lse[static_cast<size_t>((r / c.s_q) * c.h_q * c.s_q + h * c.s_q + r % c.s_q)];
-    expect_close(out, lse_rows, nullptr, rows, ref, c.h_q, what);
+    expect_close(out, lse_rows, nullptr, rows, ref, c.h_q, what, -1, 1, c.f16);
   };
   // The kernels: the dispatched one with the dense kernel for whole tiles (block size a multiple of 64) and without it
   // (the sparse kernels gather them), then the simple one.
@@ -1029,7 +1040,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
   if (!graph) {
     for (const char* kernel : {"dispatched", "dispatched, gather", "simple"}) {
       const bool gather = std::string(kernel) == "dispatched, gather";
-      if (gather && !whole_tiles) continue;
+      if (gather && (!whole_tiles || c.f16)) continue;  // fp16 always gathers (the dense kernel has no fp16)
       ForceSimple fs(std::string(kernel) == "simple");
       DenseTiles dt(!gather);
       dout.poison();
@@ -1136,6 +1147,38 @@ TEST(MlaGpuDenseDecode, EveryTileCountAndCut) {
                           .causal = s_q == 2, .fp8 = fp8, .sink = h_q == 128, .num_sms = num_sms, .max_ref_rows = 64,
                           .lengths = lengths},
                          seed++);
+}
+
+// The fp16 cache (fp16 q and out): FlashMLA's grid of heads and query tokens over short and long caches, varlen,
+// causal and the sink in turn; its corner case of half the requests empty; our odd block sizes, padded rows, a small
+// SM count (many splits), whole 64-row tiles (still gathered: the dense kernel has no fp16) and a graph replay. Each on
+// the dispatched kernel and the simple one, against the float64 reference within fp16's bounds.
+TEST(MlaGpuDenseDecode, Fp16Cache) {
+  FLASHCPP_REQUIRE_GPU();
+  uint32_t seed = 3800;
+  int turn = 0;
+  for (int64_t h_q : {1, 3, 9, 63, 64, 126, 128})
+    for (int64_t s_q : {1, 2, 4}) {
+      const int64_t b = std::array<int64_t, 4>{1, 2, 6, 64}[static_cast<size_t>(turn % 4)];
+      run_dense_case({.b = b, .s_q = s_q, .h_q = h_q, .s_k = turn % 2 == 0 ? 140 : 4096, .varlen = (turn / 4) % 2 == 1,
+                      .causal = turn % 3 != 0, .f16 = true, .sink = turn % 5 == 0},
+                     seed++);
+      ++turn;
+    }
+  run_dense_case({.b = 128, .s_q = 2, .h_q = 128, .s_k = 4096, .varlen = true, .causal = true, .zero_lengths = true,
+                  .f16 = true},
+                 seed++);
+  run_dense_case({.b = 3, .s_q = 3, .h_q = 20, .s_k = 700, .varlen = true, .causal = true, .f16 = true,
+                  .block_size = 61, .sink = true},
+                 seed++);
+  run_dense_case({.b = 4, .s_q = 2, .h_q = 64, .s_k = 900, .varlen = true, .f16 = true, .block_size = 16,
+                  .padded_rows = true},
+                 seed++);
+  run_dense_case({.b = 7, .s_q = 2, .h_q = 128, .s_k = 2000, .varlen = true, .causal = true, .f16 = true,
+                  .block_size = 128, .num_sms = 5, .padded_rows = true, .bad_blocks = true},
+                 seed++);
+  run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true, .f16 = true}, seed++,
+                 /*graph=*/true);
 }
 
 // Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe).

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "flashcpp/reference.hpp"
 #include "flashcpp/tensor.hpp"
 #include "mla/fp8_v32.hpp"
 
@@ -161,10 +162,11 @@ inline GoldenCase load_golden(const std::filesystem::path& dir, const std::strin
 inline float bf16_bits_to_float(uint16_t h) { return mla::fp8::bf16_to_float(h); }
 inline uint16_t float_to_bf16_bits(float f) { return mla::fp8::float_to_bf16(f); }
 
-/// FlashMLA's test data: randn / 10 + U(-0.05, 0.05), clamped to [-10, 10], as bf16 bits. The normal
-/// variate is the (scaled) sum of four uniforms from a xorshift generator seeded by `rng`: fast enough for
+/// FlashMLA's test data: randn / 10 + U(-0.05, 0.05), clamped to [-10, 10], as 16-bit float bits (`to_bits`). The
+/// normal variate is the (scaled) sum of four uniforms from a xorshift generator seeded by `rng`: fast enough for
 /// the 300M-element GPU test inputs, and as good as randn for this purpose.
-inline std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng, double scale = 0.1) {
+template <class ToBits>
+std::vector<uint16_t> random_16bit(size_t n, std::mt19937& rng, double scale, ToBits to_bits) {
   uint64_t x = (static_cast<uint64_t>(rng()) << 32) | rng() | 1u;
   auto uniform = [&x] {  // [0, 1)
     x ^= x << 13;
@@ -176,9 +178,16 @@ inline std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng, double sca
   const float s = static_cast<float>(scale) * 1.7320508f;  // sum of 4 U(0,1) has variance 1/3
   for (auto& e : v) {
     const float normal = (uniform() + uniform() + uniform() + uniform() - 2.f) * s;
-    e = float_to_bf16_bits(std::clamp(normal + (uniform() - 0.5f) * 0.1f, -10.f, 10.f));
+    e = to_bits(std::clamp(normal + (uniform() - 0.5f) * 0.1f, -10.f, 10.f));
   }
   return v;
+}
+inline std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng, double scale = 0.1) {
+  return random_16bit(n, rng, scale, float_to_bf16_bits);
+}
+/// As fp16 bits, drawn in f32 (all 11 significant bits used, not bf16 values widened).
+inline std::vector<uint16_t> random_f16(size_t n, std::mt19937& rng, double scale = 0.1) {
+  return random_16bit(n, rng, scale, [](float f) { return reference::float_to_half(f); });
 }
 
 // ---------------------------------------------------------------------------------------------------

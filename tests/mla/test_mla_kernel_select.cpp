@@ -355,12 +355,13 @@ TEST(MlaLaunchPlan, DocsTableMatchesTheChooser) {
     }
     ASSERT_GE(cells.size(), 7u) << line;
     const std::string &op = cells[0], &kv = cells[1], &plan = cells[6];
-    // "bf16" / "v32" / "v4", then ", whole tiles" (dense decode over a block size that is a multiple of 64), then
-    // ", FLASHCPP_MLA_DENSE_KERNEL=tiles".
+    // "bf16" / "f16" / "v32" / "v4", then ", whole tiles" (dense decode over a block size that is a multiple of 64),
+    // then ", FLASHCPP_MLA_DENSE_KERNEL=tiles".
     const std::string format = kv.substr(0, kv.find(','));
     const bool tiles_kernel = kv.ends_with(", FLASHCPP_MLA_DENSE_KERNEL=tiles");
-    const bool bf16 = format == "bf16";
+    const bool bf16 = format == "bf16" || format == "f16";
     kernels::SparseAttentionParams p = bf16 ? prefill_params() : decode_params();
+    if (format == "f16") p.kv_format = KvFormat::f16;
     p.kv_dense_tiles = kv.find(", whole tiles") != std::string::npos;
     DenseTilesScope tiles(tiles_kernel);
     if (format == "v4") {
@@ -463,6 +464,32 @@ TEST(MlaLaunchPlan, DenseTilesFallBackToTheGatherKernel) {
   EXPECT_EQ(kernels::choose(block_32, facts(true)).variant, WgmmaVariant::v32_pair);
   kernels::set_dense_tiles_kernel(false);
   EXPECT_EQ(kernels::choose(fp8, facts(true)).variant, WgmmaVariant::v32_pair);
+}
+
+// Dense decode over an fp16 cache (fp16 q and out): its own instantiation of the sparse kernel's gathers, split or not
+// by the plan, never the dense kernel (instantiated for bf16 and the V3.2 FP8 cache only); the simple kernel off Hopper.
+TEST(MlaLaunchPlan, Fp16CacheRunsItsOwnInstantiation) {
+  kernels::SparseAttentionParams p = whole_tiles(with_split(prefill_params()));
+  p.kv_format = kernels::KvFormat::f16;
+  DenseTilesScope tiles(true);
+  EXPECT_FALSE(kernels::dense_tiles_fit(p, true));
+  const LaunchPlan plan = kernels::choose(p, facts(true));
+  EXPECT_EQ(plan.kernel, SparseKernel::wgmma_sm90);
+  EXPECT_EQ(plan.variant, WgmmaVariant::f16_576);
+  EXPECT_TRUE(plan.split);
+  EXPECT_STREQ(kernels::plan_label(plan), "wgmma_sm90/f16_576/64h");
+  EXPECT_EQ(kernels::choose(p, facts(false)).kernel, SparseKernel::simple);
+  // d_qk 512 (prefill's V4 shape) is not an fp16 problem the Hopper kernels take.
+  kernels::SparseAttentionParams d512 = p;
+  d512.d_qk = 512;
+  EXPECT_EQ(kernels::choose(d512, facts(true)).kernel, SparseKernel::simple);
+  // The fp16 instantiation refuses a bf16 problem, and the bf16 ones an fp16 problem (nothing launched).
+  kernels::SparseAttentionParams bf16 = p;
+  bf16.kv_format = kernels::KvFormat::bf16;
+  EXPECT_FALSE(kernels::launch(plan, bf16, nullptr));
+  LaunchPlan bf16_plan = plan;
+  bf16_plan.variant = WgmmaVariant::bf16_576;
+  EXPECT_FALSE(kernels::launch(bf16_plan, p, nullptr));
 }
 
 TEST(MlaKernelSelect, NamesEveryKernel) {

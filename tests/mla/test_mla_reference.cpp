@@ -303,6 +303,32 @@ TEST(MlaReference, DenseDecodeIsSparseDecodeOverEveryCachedToken) {
   const auto single = reference::mla_dense_decode_reference(qv, kvv, t1, l1, false, nullptr, 0.04);
   for (int64_t c = 0; c < 512; ++c)
     ASSERT_EQ(single.out_at(5, 3, c), bf16_bits_to_float(kv[static_cast<size_t>(4 * bs * 576 + c)])) << c;
+  // The fp16 cache and q read as fp16: the same values in fp16 give the same result, bit for bit (bf16 values are
+  // exact in fp16 down to its normal range; smaller ones are set to 0 in both).
+  auto in_f16_range = [](std::vector<uint16_t> v) {
+    for (auto& e : v)
+      if (std::fabs(bf16_bits_to_float(e)) < 0x1p-14f) e = 0;
+    return v;
+  };
+  auto to_f16 = [](const std::vector<uint16_t>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float f = bf16_bits_to_float(v[i]);
+      h[i] = reference::float_to_half(f);
+      EXPECT_EQ(reference::half_to_float(h[i]), f) << "not exact in fp16: " << f;
+    }
+    return h;
+  };
+  auto kv_x = in_f16_range(kv), q_x = in_f16_range(q);
+  auto kv16 = to_f16(kv_x), q16 = to_f16(q_x);
+  const TensorView kvv_x = TensorView::contiguous(kv_x.data(), DType::bf16, Device::cpu(), {nb, bs, 1, 576});
+  const TensorView qv_x = TensorView::contiguous(q_x.data(), DType::bf16, Device::cpu(), {b, s_q, h_q, 576});
+  const TensorView kvv16 = TensorView::contiguous(kv16.data(), DType::f16, Device::cpu(), {nb, bs, 1, 576});
+  const TensorView qv16 = TensorView::contiguous(q16.data(), DType::f16, Device::cpu(), {b, s_q, h_q, 576});
+  const auto bf16_cache = reference::mla_dense_decode_reference(qv_x, kvv_x, tv, lv, true, &sv, 0.04);
+  const auto f16_cache = reference::mla_dense_decode_reference(qv16, kvv16, tv, lv, true, &sv, 0.04);
+  ASSERT_EQ(f16_cache.out, bf16_cache.out);
+  ASSERT_EQ(f16_cache.lse, bf16_cache.lse);
 }
 
 // ---------------------------------------------------------------------------------------------------

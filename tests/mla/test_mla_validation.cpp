@@ -488,6 +488,10 @@ TEST(MlaValidation, DenseDecodeBaselinePassesValidation) {
   // A block table with padded rows.
   a.table = TensorView::strided(fake(3), DType::i32, kDev, {3, 5}, {8, 1});
   expect_passes_validation([&] { a.plan(); });
+  // fp16 q, cache and out.
+  DenseArgs h;
+  h.q.dtype = h.kv.dtype = h.out.dtype = DType::f16;
+  expect_passes_validation([&] { h.call(); });
 }
 
 TEST(MlaValidation, DenseDecodeEveryRuleFails) {
@@ -499,7 +503,15 @@ TEST(MlaValidation, DenseDecodeEveryRuleFails) {
   };
   const std::vector<Case> cases = {
       {"sm_scale 0", "sm_scale", [](DenseArgs& a) { a.options.sm_scale = 0; }},
-      {"q dtype", "q", [](DenseArgs& a) { a.q.dtype = DType::f16; }},
+      {"q dtype", "q", [](DenseArgs& a) { a.q.dtype = DType::f32; }},
+      {"q fp16, cache bf16", "kv_cache", [](DenseArgs& a) { a.q.dtype = DType::f16; }},
+      {"q fp16, the FP8 cache", "q",
+       [](DenseArgs& a) {
+         a.q.dtype = a.out.dtype = DType::f16;
+         a.kv = TensorView::contiguous(fake(2), DType::u8, kDev, {40, 64, 1, 656});
+       }},
+      {"out fp16, q bf16", "out", [](DenseArgs& a) { a.out.dtype = DType::f16; }},
+      {"out bf16, q and cache fp16", "out", [](DenseArgs& a) { a.q.dtype = a.kv.dtype = DType::f16; }},
       {"q d_qk 512", "q", [](DenseArgs& a) { a.q.shape[3] = 512; }},
       {"q misaligned", "q", [](DenseArgs& a) { a.q.data = static_cast<char*>(a.q.data) + 4; }},
       {"kv dtype f16", "kv_cache", [](DenseArgs& a) { a.kv.dtype = DType::f16; }},

@@ -135,9 +135,9 @@ flashcpp_status flashcpp_mla_sparse_decode_v4(const flashcpp_mla_decode_config* 
                                               const flashcpp_mla_options* options, void* stream);
 
 /* Dense decode (flashcpp/mla.hpp, dense_decode_plan / dense_decode): every cached token of each request attended,
- * over a bf16 paged cache or the V3.2 FP8 rows. Plan once per decode step (the schedule, slot lists and token
- * lengths, built on the device from that step's block table and lengths), then run each layer on it; both
- * asynchronous and CUDA-graph safe. Since ABI 3.2.0. */
+ * over a bf16 or (since ABI 4.2.0) fp16 paged cache, or the V3.2 FP8 rows. Plan once per decode step (the
+ * schedule, slot lists and token lengths, built on the device from that step's block table and lengths), then run
+ * each layer on it; both asynchronous and CUDA-graph safe. Since ABI 3.2.0. */
 typedef struct flashcpp_mla_dense_decode_config {
   uint32_t struct_size;          /* sizeof(flashcpp_mla_dense_decode_config): FLASHCPP_MLA_DENSE_DECODE_CONFIG_INIT */
   int32_t batch, s_q, h_q;       /* s_q in [1, 65535], h_q in [1, 1024] */
@@ -192,10 +192,10 @@ typedef struct flashcpp_mla_dense_decode_options {
  * ABI 4.0.0 it begins with its size. */
 typedef struct flashcpp_mla_dense_decode_tensors {
   uint32_t struct_size;              /* sizeof(flashcpp_mla_dense_decode_tensors): FLASHCPP_MLA_DENSE_DECODE_TENSORS_INIT */
-  const flashcpp_tensor* q;          /* bf16 [b, s_q, h_q, 576] */
-  const flashcpp_tensor* kv_cache;   /* bf16 [num_blocks, block_size, 1, 576] or u8/i8/e4m3 [.., 1, 656] */
+  const flashcpp_tensor* q;          /* bf16 or fp16 [b, s_q, h_q, 576] */
+  const flashcpp_tensor* kv_cache;   /* q's dtype [num_blocks, block_size, 1, 576]; bf16 q: or u8/i8/e4m3 [.., 656] */
   const flashcpp_tensor* attn_sink;  /* f32 [h_q] or NULL */
-  const flashcpp_tensor* out;        /* bf16 [b, s_q, h_q, 512] (any strides) */
+  const flashcpp_tensor* out;        /* q's dtype [b, s_q, h_q, 512] (any strides) */
   const flashcpp_tensor* lse;        /* f32 [b, s_q, h_q] (any strides) */
 } flashcpp_mla_dense_decode_tensors;
 /* No tensors yet. */
