@@ -523,6 +523,18 @@ def copy_bandwidth(timer):
     return 2 * n * 4 / (best * 1e-6)
 
 
+def flashmla_dense(flash_mla, q, k, inp, causal):
+    """FlashMLA's flash_mla_with_kvcache on (q, k) with metadata of its own, reused across calls as an engine reuses
+    it across layers: (the call, its out, its lse) after one call."""
+    meta, _ = flash_mla.get_mla_metadata()
+
+    def theirs():
+        return flash_mla.flash_mla_with_kvcache(q, k, inp["table"], inp["seqlens"], 512, meta, None, causal=causal)
+    out, lse = theirs()
+    torch.cuda.synchronize()
+    return theirs, out, lse
+
+
 def run_dense(flashcpp, flash_mla, timer, c):
     """The bf16 cache: FlashMLA, ours and (--lib-b) a second build replayed in turn; then our FP8 rows alone."""
     inp = dense_inputs(c)
@@ -538,14 +550,7 @@ def run_dense(flashcpp, flash_mla, timer, c):
     ref_out = ref_lse = None
     bf16_contenders = {}
     if flash_mla is not None:
-        meta, _ = flash_mla.get_mla_metadata()
-
-        def theirs():
-            return flash_mla.flash_mla_with_kvcache(q, k, inp["table"], inp["seqlens"], 512, meta, None,
-                                                    causal=c["causal"])
-        ref_out, ref_lse = theirs()
-        torch.cuda.synchronize()
-        bf16_contenders["flashmla_us"] = theirs
+        bf16_contenders["flashmla_us"], ref_out, ref_lse = flashmla_dense(flash_mla, q, k, inp, c["causal"])
     out_fi = None
     if EXPERIMENT["flashinfer"]:  # FlashInfer's batch MLA on the same bf16 cache, in the same rotation
         out_fi = torch.empty((b * s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
@@ -563,10 +568,10 @@ def run_dense(flashcpp, flash_mla, timer, c):
             out_fi = None
     outputs = {}
 
-    def prepare(lib, cache):
-        out = torch.empty((b, s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
+    def prepare(lib, cache, query=q):
+        out = torch.empty((b, s_q, h_q, 512), dtype=query.dtype, device="cuda")
         lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device="cuda")
-        plan, run = lib.prepare_dense(q, cache, inp["table"], inp["seqlens"], c["causal"], out, lse.transpose(1, 2))
+        plan, run = lib.prepare_dense(query, cache, inp["table"], inp["seqlens"], c["causal"], out, lse.transpose(1, 2))
         plan()
         lib.warm(run)
         return plan, run, out, lse
@@ -626,7 +631,35 @@ def run_dense(flashcpp, flash_mla, timer, c):
         compare_extra_builds(r, run, out, extra_runs)
         rows.append(r)
     rows[1]["fp8_speedup"] = rows[0]["flashcpp_us"] / rows[1]["flashcpp_us"]
+    if EXPERIMENT.get("dense_fp16"):
+        rows.append(run_dense_fp16(flashcpp, flash_mla, timer, c, inp, rec, prepare))
     return rows
+
+
+def run_dense_fp16(flashcpp, flash_mla, timer, c, inp, rec, prepare):
+    """--dense-fp16: the same case in fp16 (q and cache converted, NaN kept), FlashMLA and ours in turn."""
+    b, s_q, h_q = c["b"], c["s_q"], c["h_q"]
+    q16, k16 = inp["q"].half(), inp["k"].half()
+    contenders = {}
+    ref_out = ref_lse = None
+    if flash_mla is not None:
+        contenders["flashmla_us"], ref_out, ref_lse = flashmla_dense(flash_mla, q16, k16, inp, c["causal"])
+    plan, run, out, lse = prepare(flashcpp, k16, q16)
+    contenders["flashcpp_us"] = run
+    r = dict(rec, kv="fp16", **timer.time_contenders(contenders))
+    r["plan_us"] = timer.graph_us(plan)
+    plan()
+    run()
+    torch.cuda.synchronize()
+    flop = b * h_q * s_q * (2 * 576 + 2 * 512) * inp["mean_len"]
+    moved = b * (inp["mean_len"] * 576 * 2 + s_q * h_q * (576 + 512) * 2)
+    r["tflops"] = flop / (r["flashcpp_us"] * 1e-6) / 1e12
+    r["copy_fraction"] = moved / (r["flashcpp_us"] * 1e-6) / EXPERIMENT["copy_bw"]
+    if ref_out is not None:
+        r["max_abs_diff"], r["nonfinite_mismatch"] = diff(out, ref_out)
+        r["lse_max_abs_diff"], _ = diff(lse, ref_lse)
+        r["ratio"] = r["flashmla_us"] / r["flashcpp_us"]
+    return r
 
 
 class Timer:
@@ -955,6 +988,8 @@ def main():
     ap.add_argument("--no-host-time", action="store_true", help="skip the eager host-time loops (e.g. under a profiler)")
     ap.add_argument("--no-flashinfer", action="store_true",
                     help="dense decode without FlashInfer's batch MLA beside it (flashinfer_us, flashinfer_ratio)")
+    ap.add_argument("--dense-fp16", action="store_true",
+                    help="dense decode: also each case in fp16 (q and cache), FlashMLA and ours in turn (kv 'fp16')")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sequential", action="store_true",
                     help="time the contenders one after the other (ours first), as before 2026-12-04, not in turn")
@@ -979,7 +1014,8 @@ def main():
     args = ap.parse_args()
     EXPERIMENT.update(equal_lengths=args.equal_lengths, no_permute=args.no_permute, host_time=not args.no_host_time,
                       num_sms=args.num_sms, plan_by_lengths=not args.plan_without_lengths,
-                      sequential=args.sequential, profile_order=args.profile_order, flashinfer=not args.no_flashinfer)
+                      sequential=args.sequential, profile_order=args.profile_order, flashinfer=not args.no_flashinfer,
+                      dense_fp16=args.dense_fp16)
 
     def env_of(pairs):
         return dict(p.split("=", 1) for p in pairs)

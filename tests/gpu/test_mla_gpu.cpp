@@ -1151,8 +1151,9 @@ TEST(MlaGpuDenseDecode, EveryTileCountAndCut) {
 
 // The fp16 cache (fp16 q and out): FlashMLA's grid of heads and query tokens over short and long caches, varlen,
 // causal and the sink in turn; its corner case of half the requests empty; our odd block sizes, padded rows, a small
-// SM count (many splits), whole 64-row tiles (still gathered: the dense kernel has no fp16) and a graph replay. Each on
-// the dispatched kernel and the simple one, against the float64 reference within fp16's bounds.
+// SM count (many splits) and whole 64-row tiles (still gathered: the dense kernel has no fp16); the graph replay is in
+// CudaGraphReplayWithNewLengths. Each on the dispatched kernel and the simple one, against the float64 reference within
+// fp16's bounds.
 TEST(MlaGpuDenseDecode, Fp16Cache) {
   FLASHCPP_REQUIRE_GPU();
   uint32_t seed = 3800;
@@ -1177,15 +1178,16 @@ TEST(MlaGpuDenseDecode, Fp16Cache) {
   run_dense_case({.b = 7, .s_q = 2, .h_q = 128, .s_k = 2000, .varlen = true, .causal = true, .f16 = true,
                   .block_size = 128, .num_sms = 5, .padded_rows = true, .bad_blocks = true},
                  seed++);
-  run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true, .f16 = true}, seed++,
-                 /*graph=*/true);
 }
 
-// Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe).
+// Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe): bf16,
+// the FP8 rows and fp16.
 TEST(MlaGpuDenseDecode, CudaGraphReplayWithNewLengths) {
   FLASHCPP_REQUIRE_GPU();
   run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true}, 3600, /*graph=*/true);
   run_dense_case({.b = 9, .s_q = 1, .h_q = 64, .s_k = 1500, .varlen = true, .fp8 = true}, 3601, /*graph=*/true);
+  run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true, .f16 = true}, 3602,
+                 /*graph=*/true);
 }
 
 // ---------------------------------------------------------------------------------------------------
