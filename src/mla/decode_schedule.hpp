@@ -128,6 +128,110 @@ FLASHCPP_HD void build_schedule_of(int32_t batch, const Blocks& nb, int32_t num_
   }
 }
 
+/// One part of the schedule build_schedule_of makes for `batch` requests of `nb` blocks each, derived without the
+/// whole table: its PartMeta and num_splits at its first and last requests (every request between them is whole in
+/// this part, one split). Lets a kernel whose run has no per-request lengths start its first loads without reading
+/// the plan's schedule from global memory (a DRAM round trip before the first Q and index loads of every CTA).
+/// O(requests before the part's last one); the host enables it for few requests (kUniformMaxRequests).
+struct UniformPart {
+  PartMeta meta;
+  int32_t first_split0, first_splits;  ///< num_splits[begin_req] and begin_req's piece count
+  int32_t last_split0, last_splits;    ///< the same for end_req
+};
+inline constexpr int kUniformMaxRequests = 16;  ///< runs of more requests read the plan's schedule
+
+/// Walks the greedy fill of build_schedule_of for `batch` requests of `nb` blocks request by request: calls
+/// visit(r, split0, pieces, q0, take0, step, stop) per request until visit returns true, where the request's
+/// pieces run in parts q0 .. q0 + pieces - 1: the first takes blocks [0, take0) (take0 == nb: whole), each further
+/// one `step` blocks, the last the rest.
+template <class Visit>
+FLASHCPP_HD void walk_uniform_greedy(int32_t batch, int32_t nb, int32_t num_parts, Visit&& visit) {
+  constexpr int32_t c = kFixedOverheadBlocks;
+  const int64_t total = int64_t{batch} * (nb + c);
+  const int32_t payload = static_cast<int32_t>((total + num_parts - 1) / num_parts + c);
+  const int32_t step = payload - c;  // >= 1: blocks a fresh part takes of a request that does not fit it
+  int32_t q = 0, budget = payload, split0 = 0;
+  for (int32_t r = 0; r < batch; ++r) {
+    const int32_t q0 = q, last_part = num_parts - 1;
+    int32_t pieces, take0, qf;
+    int64_t left;  // the budget of the part the request ends in, after it
+    if (int64_t{nb} + c <= budget || q == last_part) {
+      pieces = 1, take0 = nb, qf = q;
+      left = int64_t{budget} - nb - c;
+    } else {
+      take0 = budget - c;  // >= 1: a part continues with a request only while its budget exceeds c
+      const int32_t rest = nb - take0;
+      int32_t middle = rest + c <= payload ? 0 : (rest + step - 1) / step - 1;  // cut parts after q0
+      if (q0 + 1 + middle > last_part) middle = last_part - q0 - 1;             // the last part takes what is left
+      qf = q0 + 1 + middle;
+      pieces = middle + 2;
+      left = int64_t{payload} - (rest - int64_t{middle} * step) - c;
+    }
+    if (visit(r, split0, pieces, q0, take0, step)) return;
+    split0 += pieces;
+    if (qf != last_part && left <= c) {
+      q = qf + 1, budget = payload;
+    } else {
+      q = qf, budget = static_cast<int32_t>(left);
+    }
+  }
+}
+
+/// Part `part`'s work in build_schedule_of's schedule of `batch` requests of `nb` blocks (batch, nb, num_parts >= 1).
+FLASHCPP_HD UniformPart uniform_part(int32_t batch, int32_t nb, int32_t num_parts, int32_t part) {
+  UniformPart u{};
+  u.meta.begin_req = batch;  // empty until a request touches the part
+  u.meta.end_req = batch - 1;
+  const int32_t most = nb / kMinPieceBlocks;
+  const int32_t k = num_parts / batch < most ? num_parts / batch : most;
+  if (batch <= num_parts && k >= 1 && int64_t{4} * batch * k >= int64_t{3} * num_parts) {  // equal pieces
+    if (part >= batch * k) return u;
+    const int32_t r = part / k, j = part % k;
+    u.meta = PartMeta{r, r, static_cast<int32_t>(int64_t{j} * nb / k), static_cast<int32_t>(int64_t{j + 1} * nb / k),
+                      j, k > 1, k > 1, j == k - 1};
+    u.first_split0 = u.last_split0 = r * k;
+    u.first_splits = u.last_splits = k;
+    return u;
+  }
+  bool touched = false;
+  walk_uniform_greedy(batch, nb, num_parts, [&](int32_t r, int32_t split0, int32_t pieces, int32_t q0, int32_t take0,
+                                                int32_t step) {
+    if (q0 > part) return true;
+    const int32_t j = part - q0;
+    if (j >= pieces) return false;
+    const int32_t begin = j == 0 ? 0 : take0 + (j - 1) * step;
+    const int32_t end = j == pieces - 1 ? nb : take0 + j * step;
+    if (!touched) {
+      touched = true;
+      u.meta.begin_req = r, u.meta.begin_block = begin, u.meta.begin_split = j;
+      u.first_split0 = split0, u.first_splits = pieces;
+    }
+    u.meta.end_req = r, u.meta.end_block = end, u.meta.end_is_last = j == pieces - 1;
+    u.last_split0 = split0, u.last_splits = pieces;
+    return false;
+  });
+  u.meta.first_is_split = touched && u.first_splits > 1;
+  u.meta.last_is_split = touched && u.last_splits > 1;
+  return u;
+}
+
+/// num_splits[r] of that schedule (split0) and request r's piece count.
+FLASHCPP_HD void uniform_splits(int32_t batch, int32_t nb, int32_t num_parts, int32_t r, int32_t& split0,
+                                int32_t& pieces) {
+  const int32_t most = nb / kMinPieceBlocks;
+  const int32_t k = num_parts / batch < most ? num_parts / batch : most;
+  if (batch <= num_parts && k >= 1 && int64_t{4} * batch * k >= int64_t{3} * num_parts) {
+    split0 = r * k, pieces = k;
+    return;
+  }
+  split0 = 0, pieces = 1;
+  walk_uniform_greedy(batch, nb, num_parts, [&](int32_t req, int32_t s0, int32_t n, int32_t, int32_t, int32_t) {
+    if (req < r) return false;
+    split0 = s0, pieces = n;
+    return true;
+  });
+}
+
 /// Blocks of each request: an array, or one value for every request.
 struct BlockCounts {
   const int32_t* blocks;

@@ -34,10 +34,16 @@ __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(co
   const int col = static_cast<int>(blockIdx.z) * (kDv / CHUNKS) + lane * 4;
   const int r = static_cast<int>(token / p.tokens_per_request);
   const int tok_in_req = static_cast<int>(token % p.tokens_per_request);
-  // The split counts come from the plan, which completed before the attention kernel started: read while that
-  // kernel still runs, so only the loads of its results wait for it.
-  const int split0 = p.num_splits[r];
-  const int n = p.num_splits[r + 1] - split0;
+  // The split counts come from the plan, which completed before the attention kernel started (or, for a run by the
+  // shape alone, from the same derivation the attention kernel used): read while that kernel still runs, so only
+  // the loads of its results wait for it.
+  int split0, n;
+  if (p.sched_uniform) {
+    sched::uniform_splits(p.num_requests, sched::blocks_of(p.topk), p.num_parts, r, split0, n);
+  } else {
+    split0 = p.num_splits[r];
+    n = p.num_splits[r + 1] - split0;
+  }
   if (n <= 1) return;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

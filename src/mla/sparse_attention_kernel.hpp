@@ -93,6 +93,12 @@ struct SparseAttentionParams {
   float* lse_accum = nullptr;
   int split_group_heads = 0;  // split-KV: heads per CTA the schedule was planned for (0: split_decode_group_heads)
   int64_t accum_rows = 0;  // rows allocated in lse_accum / o_accum (a guard: rows past it are never written)
+  // Split-KV by the shape alone: the run has no per-request lengths and at most sched::kUniformMaxRequests requests,
+  // so its schedule is the by-shape one (build_schedule of num_requests requests of blocks_of(topk) blocks), which
+  // the Hopper kernel and the combine derive (sched::uniform_part / uniform_splits) instead of reading sched and
+  // num_splits: no global load before a CTA's first Q and index loads. Whatever plan filled the workspace, the
+  // by-shape schedule covers every tile of such a run; set by the host only for the kernels that honour it.
+  bool sched_uniform = false;
 
   /// Element offset of token `token`'s row in a per-token tensor with these token and request strides: with
   /// tokens_per_request 1 (prefill, decode with s_q 1) the token stride alone, else request
@@ -115,7 +121,7 @@ struct SplitPiece {
   bool write_partial;
 };
 FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::PartMeta& m, int req, int nb,
-                                   int tok_in_req) {
+                                   int tok_in_req, int split0, int nsplit) {
   SplitPiece s;
   // A request's last piece runs to its end: a schedule planned from lengths (decode_plan with lengths) cut the
   // requests at the tiles those lengths gave, and a run with longer ones must still cover every tile. The piece's
@@ -124,8 +130,6 @@ FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::
   int b0 = req == m.begin_req ? m.begin_block : 0;
   int b1 = req == m.end_req && m.end_is_last == 0 ? m.end_block : nb;
   const int local = req == m.begin_req ? m.begin_split : 0;
-  const int split0 = p.num_splits[req];
-  const int nsplit = p.num_splits[req + 1] - split0;
   b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
   b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
   s.tile_begin = b0;
@@ -138,6 +142,13 @@ FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::
     s.write_partial = s.accum_row >= 0 && s.accum_row < p.accum_rows && local < nsplit;
   }
   return s;
+}
+
+/// The same, with request `req`'s splits read from the schedule's num_splits (split0 = num_splits[req]).
+FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::PartMeta& m, int req, int nb,
+                                   int tok_in_req) {
+  const int split0 = p.num_splits[req];
+  return split_piece(p, m, req, nb, tok_in_req, split0, p.num_splits[req + 1] - split0);
 }
 
 #if defined(__CUDACC__)

@@ -676,11 +676,19 @@ void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
   const mla::DecodeConfig cfg{.batch = static_cast<int>(c.b), .s_q = static_cast<int>(c.s_q),
                               .h_q = static_cast<int>(c.h_q), .d_qk = 576, .topk = static_cast<int>(c.topk),
                               .num_sms = c.num_sms};
-  // Every other case with lengths is planned by them (DecodePlanLengths), the rest by the shape alone.
-  const bool by_lengths = c.topk_len && seed % 4 == 0;
+  // Every other case with lengths is planned by them (DecodePlanLengths), the rest by the shape alone; and a quarter
+  // of those without lengths by lengths the run does not have: such a run still covers every slot (a run of few
+  // requests then derives its schedule by the shape in the kernels, SparseAttentionParams::sched_uniform).
+  const bool by_lengths = c.topk_len ? seed % 4 == 0 : seed % 4 == 1;
+  std::vector<int32_t> other_len(len.size());
+  for (auto& l : other_len) l = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(c.topk))(rng);
+  Dev<int32_t> dother_len(other_len);
+  const auto other_lenv = dview(dother_len.get(), DType::i32, {c.b});
   const mla::DecodePlan plan = mla::DecodePlan::create(
-      cfg, 0, stream, by_lengths ? mla::DecodePlanLengths{&lenv, nullptr} : mla::DecodePlanLengths{});
-  SCOPED_TRACE(by_lengths ? "planned by its lengths" : "planned by the shape");
+      cfg, 0, stream,
+      by_lengths ? mla::DecodePlanLengths{c.topk_len ? &lenv : &other_lenv, nullptr} : mla::DecodePlanLengths{});
+  SCOPED_TRACE(by_lengths ? (c.topk_len ? "planned by its lengths" : "planned by lengths it runs without")
+                          : "planned by the shape");
   auto check = [&](const char* what) {
     CUDA_OK(cudaStreamSynchronize(stream));
     std::vector<uint16_t> out = dout.download();

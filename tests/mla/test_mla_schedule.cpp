@@ -306,3 +306,40 @@ TEST(MlaSchedule, PlanSizesCoverTheSchedule) {
 }
 
 }  // namespace
+
+// A run without lengths derives its part of the schedule (sched::uniform_part) instead of reading the plan's: every
+// part and every request's splits must be exactly what build_schedule writes, for both of its fills (equal pieces
+// and the greedy one, including its last part taking the rest).
+TEST(MlaSchedule, UniformPartIsThePlannedPart) {
+  int checked = 0;
+  for (int batch = 1; batch <= 40; ++batch)
+    for (int nb : {1, 2, 3, 4, 5, 7, 8, 10, 16, 18, 31, 32, 33, 64, 100, 256})
+      for (int parts = 1; parts <= 140; parts += parts < 40 ? 1 : 7) {
+        SCOPED_TRACE("batch " + std::to_string(batch) + ", blocks " + std::to_string(nb) + ", parts " +
+                     std::to_string(parts));
+        std::vector<sched::PartMeta> meta(static_cast<size_t>(parts));
+        std::vector<int32_t> ns(static_cast<size_t>(batch) + 1, -99);
+        sched::build_schedule(batch, nullptr, nb, parts, meta.data(), ns.data());
+        for (int p = 0; p < parts; ++p) {
+          const sched::UniformPart u = sched::uniform_part(batch, nb, parts, p);
+          const sched::PartMeta& m = meta[static_cast<size_t>(p)];
+          ASSERT_EQ(0, std::memcmp(&u.meta, &m, sizeof m))
+              << "part " << p << ": derived begin " << u.meta.begin_req << "/" << u.meta.begin_block << " end "
+              << u.meta.end_req << "/" << u.meta.end_block << ", planned begin " << m.begin_req << "/" << m.begin_block
+              << " end " << m.end_req << "/" << m.end_block;
+          if (m.begin_req > m.end_req) continue;
+          EXPECT_EQ(u.first_split0, ns[static_cast<size_t>(m.begin_req)]) << "part " << p;
+          EXPECT_EQ(u.first_splits, ns[static_cast<size_t>(m.begin_req) + 1] - ns[static_cast<size_t>(m.begin_req)]);
+          EXPECT_EQ(u.last_split0, ns[static_cast<size_t>(m.end_req)]) << "part " << p;
+          EXPECT_EQ(u.last_splits, ns[static_cast<size_t>(m.end_req) + 1] - ns[static_cast<size_t>(m.end_req)]);
+        }
+        for (int r = 0; r < batch; ++r) {
+          int32_t split0 = -1, pieces = -1;
+          sched::uniform_splits(batch, nb, parts, r, split0, pieces);
+          ASSERT_EQ(split0, ns[static_cast<size_t>(r)]) << "request " << r;
+          ASSERT_EQ(pieces, ns[static_cast<size_t>(r) + 1] - ns[static_cast<size_t>(r)]) << "request " << r;
+        }
+        ++checked;
+      }
+  EXPECT_GT(checked, 20000);
+}
