@@ -35,6 +35,17 @@ static_assert(sizeof(PartMeta) == kMetaInts * 4);
 /// Blocks of one request with `topk` slots.
 FLASHCPP_HD int32_t blocks_of(int32_t topk) { return (topk + kBlockSlots - 1) / kBlockSlots; }
 
+/// The equal-pieces fill of build_schedule_of: pieces per request (k), or 0 where the greedy fill runs.
+template <class Blocks>
+FLASHCPP_HD int32_t equal_pieces(int32_t batch, const Blocks& nb, int32_t num_parts) {
+  if (batch > num_parts) return 0;
+  for (int32_t r = 1; r < batch; ++r)
+    if (nb(r) != nb(0)) return 0;
+  const int32_t most = nb(0) / kMinPieceBlocks;
+  const int32_t k = num_parts / batch < most ? num_parts / batch : most;
+  return k >= 1 && int64_t{4} * batch * k >= int64_t{3} * num_parts ? k : 0;
+}
+
 /// Fills `meta[num_parts]` and `num_splits[batch + 1]` for requests of `nb(r)` blocks each (`nb`: any callable, e.g.
 /// one reading shared memory on the device; build_schedule below takes an array or one count for all).
 /// Deterministic; O(batch + num_parts).
@@ -48,32 +59,26 @@ FLASHCPP_HD int32_t blocks_of(int32_t topk) { return (topk + kBlockSlots - 1) / 
 template <class Blocks>
 FLASHCPP_HD void build_schedule_of(int32_t batch, const Blocks& nb, int32_t num_parts, PartMeta* meta,
                                    int32_t* num_splits) {
-  bool same_size = true;
-  for (int32_t r = 1; r < batch && same_size; ++r) same_size = nb(r) == nb(0);
-  if (same_size && batch <= num_parts) {
+  if (const int32_t k = equal_pieces(batch, nb, num_parts); k > 0) {
     const int32_t n = nb(0);
-    const int32_t most = n / kMinPieceBlocks;
-    const int32_t k = num_parts / batch < most ? num_parts / batch : most;
-    if (k >= 1 && int64_t{4} * batch * k >= int64_t{3} * num_parts) {
-      for (int32_t r = 0; r <= batch; ++r) num_splits[r] = r * k;
-      for (int32_t p = 0; p < num_parts; ++p) {
-        PartMeta m{};
-        if (p < batch * k) {
-          const int32_t r = p / k, j = p % k;
-          m.begin_req = m.end_req = r;
-          m.begin_block = static_cast<int32_t>(int64_t{j} * n / k);
-          m.end_block = static_cast<int32_t>(int64_t{j + 1} * n / k);
-          m.begin_split = j;
-          m.first_is_split = m.last_is_split = k > 1;
-          m.end_is_last = j == k - 1;
-        } else {
-          m.begin_req = batch;  // empty
-          m.end_req = batch - 1;
-        }
-        meta[p] = m;
+    for (int32_t r = 0; r <= batch; ++r) num_splits[r] = r * k;
+    for (int32_t p = 0; p < num_parts; ++p) {
+      PartMeta m{};
+      if (p < batch * k) {
+        const int32_t r = p / k, j = p % k;
+        m.begin_req = m.end_req = r;
+        m.begin_block = static_cast<int32_t>(int64_t{j} * n / k);
+        m.end_block = static_cast<int32_t>(int64_t{j + 1} * n / k);
+        m.begin_split = j;
+        m.first_is_split = m.last_is_split = k > 1;
+        m.end_is_last = j == k - 1;
+      } else {
+        m.begin_req = batch;  // empty
+        m.end_req = batch - 1;
       }
-      return;
+      meta[p] = m;
     }
+    return;
   }
   int64_t total = 0;
   for (int32_t r = 0; r < batch; ++r) total += nb(r) + kFixedOverheadBlocks;
@@ -128,39 +133,39 @@ FLASHCPP_HD void build_schedule_of(int32_t batch, const Blocks& nb, int32_t num_
   }
 }
 
-/// One part of the schedule build_schedule_of makes for `batch` requests of `nb` blocks each, derived without the
-/// whole table: its PartMeta and num_splits at its first and last requests (every request between them is whole in
-/// this part, one split). Lets a kernel whose run has no per-request lengths start its first loads without reading
-/// the plan's schedule from global memory (a DRAM round trip before the first Q and index loads of every CTA).
-/// O(requests before the part's last one); the host enables it for few requests (kUniformMaxRequests).
-struct UniformPart {
+/// One part of the schedule build_schedule_of makes, derived without the whole table: its PartMeta and num_splits at
+/// its first and last requests (every request between them is whole in this part, one split). Lets a kernel start its
+/// first loads without reading the plan's schedule from global memory (a DRAM round trip before the first Q and index
+/// loads of every CTA). O(requests); the host enables it for few requests (kDerivedMaxRequests).
+struct DerivedPart {
   PartMeta meta;
   int32_t first_split0, first_splits;  ///< num_splits[begin_req] and begin_req's piece count
   int32_t last_split0, last_splits;    ///< the same for end_req
 };
-inline constexpr int kUniformMaxRequests = 16;  ///< runs of more requests read the plan's schedule
+inline constexpr int kDerivedMaxRequests = 16;  ///< runs of more requests read the plan's schedule
 
-/// Walks the greedy fill of build_schedule_of for `batch` requests of `nb` blocks request by request: calls
-/// visit(r, split0, pieces, q0, take0, step, stop) per request until visit returns true, where the request's
-/// pieces run in parts q0 .. q0 + pieces - 1: the first takes blocks [0, take0) (take0 == nb: whole), each further
-/// one `step` blocks, the last the rest.
-template <class Visit>
-FLASHCPP_HD void walk_uniform_greedy(int32_t batch, int32_t nb, int32_t num_parts, Visit&& visit) {
+/// Walks the greedy fill of build_schedule_of request by request: calls visit(r, split0, pieces, q0, take0, step)
+/// per request until visit returns true, where request r's pieces run in parts q0 .. q0 + pieces - 1: the first
+/// takes blocks [0, take0) (take0 == nb(r): whole), each further one `step` blocks, the last the rest.
+template <class Blocks, class Visit>
+FLASHCPP_HD void walk_greedy(int32_t batch, const Blocks& nb, int32_t num_parts, Visit&& visit) {
   constexpr int32_t c = kFixedOverheadBlocks;
-  const int64_t total = int64_t{batch} * (nb + c);
+  int64_t total = 0;
+  for (int32_t r = 0; r < batch; ++r) total += nb(r) + c;
   const int32_t payload = static_cast<int32_t>((total + num_parts - 1) / num_parts + c);
   const int32_t step = payload - c;  // >= 1: blocks a fresh part takes of a request that does not fit it
+  const int32_t last_part = num_parts - 1;
   int32_t q = 0, budget = payload, split0 = 0;
   for (int32_t r = 0; r < batch; ++r) {
-    const int32_t q0 = q, last_part = num_parts - 1;
+    const int32_t n = nb(r), q0 = q;
     int32_t pieces, take0, qf;
     int64_t left;  // the budget of the part the request ends in, after it
-    if (int64_t{nb} + c <= budget || q == last_part) {
-      pieces = 1, take0 = nb, qf = q;
-      left = int64_t{budget} - nb - c;
+    if (int64_t{n} + c <= budget || q == last_part) {
+      pieces = 1, take0 = n, qf = q;
+      left = int64_t{budget} - n - c;
     } else {
       take0 = budget - c;  // >= 1: a part continues with a request only while its budget exceeds c
-      const int32_t rest = nb - take0;
+      const int32_t rest = n - take0;
       int32_t middle = rest + c <= payload ? 0 : (rest + step - 1) / step - 1;  // cut parts after q0
       if (q0 + 1 + middle > last_part) middle = last_part - q0 - 1;             // the last part takes what is left
       qf = q0 + 1 + middle;
@@ -177,30 +182,29 @@ FLASHCPP_HD void walk_uniform_greedy(int32_t batch, int32_t nb, int32_t num_part
   }
 }
 
-/// Part `part`'s work in build_schedule_of's schedule of `batch` requests of `nb` blocks (batch, nb, num_parts >= 1).
-FLASHCPP_HD UniformPart uniform_part(int32_t batch, int32_t nb, int32_t num_parts, int32_t part) {
-  UniformPart u{};
+/// Part `part` of build_schedule_of's schedule of `batch` requests of nb(r) blocks (batch, num_parts, nb(r) >= 1).
+template <class Blocks>
+FLASHCPP_HD DerivedPart derived_part(int32_t batch, const Blocks& nb, int32_t num_parts, int32_t part) {
+  DerivedPart u{};
   u.meta.begin_req = batch;  // empty until a request touches the part
   u.meta.end_req = batch - 1;
-  const int32_t most = nb / kMinPieceBlocks;
-  const int32_t k = num_parts / batch < most ? num_parts / batch : most;
-  if (batch <= num_parts && k >= 1 && int64_t{4} * batch * k >= int64_t{3} * num_parts) {  // equal pieces
+  if (const int32_t k = equal_pieces(batch, nb, num_parts); k > 0) {
     if (part >= batch * k) return u;
-    const int32_t r = part / k, j = part % k;
-    u.meta = PartMeta{r, r, static_cast<int32_t>(int64_t{j} * nb / k), static_cast<int32_t>(int64_t{j + 1} * nb / k),
+    const int32_t r = part / k, j = part % k, n = nb(r);
+    u.meta = PartMeta{r, r, static_cast<int32_t>(int64_t{j} * n / k), static_cast<int32_t>(int64_t{j + 1} * n / k),
                       j, k > 1, k > 1, j == k - 1};
     u.first_split0 = u.last_split0 = r * k;
     u.first_splits = u.last_splits = k;
     return u;
   }
   bool touched = false;
-  walk_uniform_greedy(batch, nb, num_parts, [&](int32_t r, int32_t split0, int32_t pieces, int32_t q0, int32_t take0,
-                                                int32_t step) {
+  walk_greedy(batch, nb, num_parts, [&](int32_t r, int32_t split0, int32_t pieces, int32_t q0, int32_t take0,
+                                        int32_t step) {
     if (q0 > part) return true;
     const int32_t j = part - q0;
     if (j >= pieces) return false;
     const int32_t begin = j == 0 ? 0 : take0 + (j - 1) * step;
-    const int32_t end = j == pieces - 1 ? nb : take0 + j * step;
+    const int32_t end = j == pieces - 1 ? nb(r) : take0 + j * step;
     if (!touched) {
       touched = true;
       u.meta.begin_req = r, u.meta.begin_block = begin, u.meta.begin_split = j;
@@ -216,16 +220,15 @@ FLASHCPP_HD UniformPart uniform_part(int32_t batch, int32_t nb, int32_t num_part
 }
 
 /// num_splits[r] of that schedule (split0) and request r's piece count.
-FLASHCPP_HD void uniform_splits(int32_t batch, int32_t nb, int32_t num_parts, int32_t r, int32_t& split0,
+template <class Blocks>
+FLASHCPP_HD void derived_splits(int32_t batch, const Blocks& nb, int32_t num_parts, int32_t r, int32_t& split0,
                                 int32_t& pieces) {
-  const int32_t most = nb / kMinPieceBlocks;
-  const int32_t k = num_parts / batch < most ? num_parts / batch : most;
-  if (batch <= num_parts && k >= 1 && int64_t{4} * batch * k >= int64_t{3} * num_parts) {
+  if (const int32_t k = equal_pieces(batch, nb, num_parts); k > 0) {
     split0 = r * k, pieces = k;
     return;
   }
   split0 = 0, pieces = 1;
-  walk_uniform_greedy(batch, nb, num_parts, [&](int32_t req, int32_t s0, int32_t n, int32_t, int32_t, int32_t) {
+  walk_greedy(batch, nb, num_parts, [&](int32_t req, int32_t s0, int32_t n, int32_t, int32_t, int32_t) {
     if (req < r) return false;
     split0 = s0, pieces = n;
     return true;

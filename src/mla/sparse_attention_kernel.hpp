@@ -93,12 +93,13 @@ struct SparseAttentionParams {
   float* lse_accum = nullptr;
   int split_group_heads = 0;  // split-KV: heads per CTA the schedule was planned for (0: split_decode_group_heads)
   int64_t accum_rows = 0;  // rows allocated in lse_accum / o_accum (a guard: rows past it are never written)
-  // Split-KV by the shape alone: the run has no per-request lengths and at most sched::kUniformMaxRequests requests,
-  // so its schedule is the by-shape one (build_schedule of num_requests requests of blocks_of(topk) blocks), which
-  // the Hopper kernel and the combine derive (sched::uniform_part / uniform_splits) instead of reading sched and
-  // num_splits: no global load before a CTA's first Q and index loads. Whatever plan filled the workspace, the
-  // by-shape schedule covers every tile of such a run; set by the host only for the kernels that honour it.
-  bool sched_uniform = false;
+  // Split-KV derived by the kernels: a run of at most sched::kDerivedMaxRequests split requests is split as a plan
+  // made from its own shape and lengths would split it (build_schedule over RunBlocks), and the Hopper kernel and
+  // the combine derive that schedule (sched::derived_part / derived_splits) instead of reading sched and num_splits:
+  // no global load before a CTA's first Q and index loads but the run's lengths. Whatever plan filled the workspace
+  // (by the shape, these lengths or others), that schedule covers every valid tile of the run; set by the host only
+  // for the kernels that honour it.
+  bool sched_derived = false;
 
   /// Element offset of token `token`'s row in a per-token tensor with these token and request strides: with
   /// tokens_per_request 1 (prefill, decode with s_q 1) the token stride alone, else request
@@ -196,6 +197,22 @@ FLASHCPP_HD int32_t schedule_request_blocks(const ScheduleLengths& l, int32_t ma
   const int32_t b = sched::blocks_of(main_len) + sched::blocks_of(extra_len);
   return b < 1 ? 1 : b;
 }
+/// Blocks of split request r of a run as a plan by its lengths counts them (SparseAttentionParams::sched_derived):
+/// the tiles of its valid slots by topk_length / extra_topk_length where given, else every tile.
+struct RunBlocks {
+  const SparseAttentionParams* p;
+  FLASHCPP_HD int32_t operator()(int32_t r) const {
+    const bool v4 = p->kv_format == KvFormat::fp8_v4;
+    ScheduleLengths l;
+    l.main_topk = v4 ? p->main_topk : p->topk;
+    l.extra_topk = v4 ? p->topk - p->main_topk : 0;
+    const int64_t at = static_cast<int64_t>(r) * p->tokens_per_request / p->tokens_per_length;
+    const int32_t main_len = p->topk_length != nullptr ? p->topk_length[at] : l.main_topk;
+    const int32_t extra_len = v4 && p->extra_topk_length != nullptr ? p->extra_topk_length[at] : l.extra_topk;
+    return schedule_request_blocks(l, main_len, extra_len);
+  }
+};
+
 /// launch_decode_schedule for `batch` requests balanced by `lengths` (batch <= kScheduleLengthsMaxRequests).
 void launch_decode_schedule_by_lengths(void* sched, int32_t* num_splits, int batch, const ScheduleLengths& lengths,
                                        int num_parts, cudaStream_t stream);

@@ -305,7 +305,9 @@ __device__ __forceinline__ int v4_pool_length(const SparseAttentionParams& p, co
   return v < 0 ? 0 : (v > pool_topk ? pool_topk : v);
 }
 
-template <bool SPLIT, bool V4 = false>
+// DERIVE: the instantiation honours SparseAttentionParams::sched_derived (the FP8 sparse decode kernels; the 16-bit
+// split instantiations serve dense decode, whose plans are read).
+template <bool SPLIT, bool V4 = false, bool DERIVE = false>
 struct WorkList {
   static_assert(sched::kBlockSlots == 64, "a schedule block must be one 64-row KV tile");
   const SparseAttentionParams* p;
@@ -316,16 +318,15 @@ struct WorkList {
   // pointer after the prologue's barriers chained three dependent loads.
   sched::PartMeta meta{};
   int tok_in_req = 0;
-  // SparseAttentionParams::sched_uniform: the part derived, not read; num_splits at its first and last requests
+  // SparseAttentionParams::sched_derived: the part derived, not read; num_splits at its first and last requests
   // (split0 and piece count; every request between them is whole in this part).
   int first_split0 = 0, first_splits = 0, last_split0 = 0, last_splits = 0;
 
   __device__ WorkList(const SparseAttentionParams& params, int64_t outer_index) : p(&params), outer(outer_index) {
     if constexpr (SPLIT) {
       const int part = static_cast<int>(outer / p->tokens_per_request);
-      if (p->sched_uniform) {
-        const sched::UniformPart u =
-            sched::uniform_part(p->num_requests, sched::blocks_of(p->topk), p->num_parts, part);
+      if (DERIVE && p->sched_derived) {
+        const sched::DerivedPart u = sched::derived_part(p->num_requests, RunBlocks{p}, p->num_parts, part);
         meta = u.meta;
         first_split0 = u.first_split0, first_splits = u.first_splits;
         last_split0 = u.last_split0, last_splits = u.last_splits;
@@ -348,7 +349,7 @@ struct WorkList {
     if constexpr (SPLIT) {
       const int nb = sched::blocks_of(p->topk);
       const SplitPiece piece =
-          !p->sched_uniform ? split_piece(*p, meta, k, nb, tok_in_req)
+          !(DERIVE && p->sched_derived) ? split_piece(*p, meta, k, nb, tok_in_req)
                             : split_piece(*p, meta, k, nb, tok_in_req, k == first ? first_split0 : last_split0,
                                           k == first ? first_splits : (k == last ? last_splits : 1));
       tile_begin = piece.tile_begin;

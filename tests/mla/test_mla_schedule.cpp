@@ -307,39 +307,86 @@ TEST(MlaSchedule, PlanSizesCoverTheSchedule) {
 
 }  // namespace
 
-// A run without lengths derives its part of the schedule (sched::uniform_part) instead of reading the plan's: every
+// A run of few requests derives its part of the schedule (sched::derived_part) instead of reading the plan's: every
 // part and every request's splits must be exactly what build_schedule writes, for both of its fills (equal pieces
-// and the greedy one, including its last part taking the rest).
-TEST(MlaSchedule, UniformPartIsThePlannedPart) {
+// and the greedy one, including its last part taking the rest), for requests of one size and of mixed sizes.
+void expect_derived_is_planned(int batch, const std::vector<int32_t>& blocks, int parts) {
+  std::vector<sched::PartMeta> meta(static_cast<size_t>(parts));
+  std::vector<int32_t> ns(static_cast<size_t>(batch) + 1, -99);
+  sched::build_schedule(batch, blocks.data(), 0, parts, meta.data(), ns.data());
+  const sched::BlockCounts nb{blocks.data(), 0};
+  for (int p = 0; p < parts; ++p) {
+    const sched::DerivedPart u = sched::derived_part(batch, nb, parts, p);
+    const sched::PartMeta& m = meta[static_cast<size_t>(p)];
+    ASSERT_EQ(0, std::memcmp(&u.meta, &m, sizeof m))
+        << "part " << p << ": derived begin " << u.meta.begin_req << "/" << u.meta.begin_block << " end "
+        << u.meta.end_req << "/" << u.meta.end_block << ", planned begin " << m.begin_req << "/" << m.begin_block
+        << " end " << m.end_req << "/" << m.end_block;
+    if (m.begin_req > m.end_req) continue;
+    const auto at = [&](int32_t r) { return ns[static_cast<size_t>(r)]; };
+    EXPECT_EQ(u.first_split0, at(m.begin_req)) << "part " << p;
+    EXPECT_EQ(u.first_splits, at(m.begin_req + 1) - at(m.begin_req)) << "part " << p;
+    EXPECT_EQ(u.last_split0, at(m.end_req)) << "part " << p;
+    EXPECT_EQ(u.last_splits, at(m.end_req + 1) - at(m.end_req)) << "part " << p;
+  }
+  for (int r = 0; r < batch; ++r) {
+    int32_t split0 = -1, pieces = -1;
+    sched::derived_splits(batch, nb, parts, r, split0, pieces);
+    ASSERT_EQ(split0, ns[static_cast<size_t>(r)]) << "request " << r;
+    ASSERT_EQ(pieces, ns[static_cast<size_t>(r) + 1] - ns[static_cast<size_t>(r)]) << "request " << r;
+  }
+}
+
+TEST(MlaSchedule, DerivedPartIsThePlannedPart) {
   int checked = 0;
   for (int batch = 1; batch <= 40; ++batch)
     for (int nb : {1, 2, 3, 4, 5, 7, 8, 10, 16, 18, 31, 32, 33, 64, 100, 256})
       for (int parts = 1; parts <= 140; parts += parts < 40 ? 1 : 7) {
         SCOPED_TRACE("batch " + std::to_string(batch) + ", blocks " + std::to_string(nb) + ", parts " +
                      std::to_string(parts));
-        std::vector<sched::PartMeta> meta(static_cast<size_t>(parts));
-        std::vector<int32_t> ns(static_cast<size_t>(batch) + 1, -99);
-        sched::build_schedule(batch, nullptr, nb, parts, meta.data(), ns.data());
-        for (int p = 0; p < parts; ++p) {
-          const sched::UniformPart u = sched::uniform_part(batch, nb, parts, p);
-          const sched::PartMeta& m = meta[static_cast<size_t>(p)];
-          ASSERT_EQ(0, std::memcmp(&u.meta, &m, sizeof m))
-              << "part " << p << ": derived begin " << u.meta.begin_req << "/" << u.meta.begin_block << " end "
-              << u.meta.end_req << "/" << u.meta.end_block << ", planned begin " << m.begin_req << "/" << m.begin_block
-              << " end " << m.end_req << "/" << m.end_block;
-          if (m.begin_req > m.end_req) continue;
-          EXPECT_EQ(u.first_split0, ns[static_cast<size_t>(m.begin_req)]) << "part " << p;
-          EXPECT_EQ(u.first_splits, ns[static_cast<size_t>(m.begin_req) + 1] - ns[static_cast<size_t>(m.begin_req)]);
-          EXPECT_EQ(u.last_split0, ns[static_cast<size_t>(m.end_req)]) << "part " << p;
-          EXPECT_EQ(u.last_splits, ns[static_cast<size_t>(m.end_req) + 1] - ns[static_cast<size_t>(m.end_req)]);
-        }
-        for (int r = 0; r < batch; ++r) {
-          int32_t split0 = -1, pieces = -1;
-          sched::uniform_splits(batch, nb, parts, r, split0, pieces);
-          ASSERT_EQ(split0, ns[static_cast<size_t>(r)]) << "request " << r;
-          ASSERT_EQ(pieces, ns[static_cast<size_t>(r) + 1] - ns[static_cast<size_t>(r)]) << "request " << r;
-        }
+        expect_derived_is_planned(batch, std::vector<int32_t>(static_cast<size_t>(batch), nb), parts);
         ++checked;
       }
-  EXPECT_GT(checked, 20000);
+  std::mt19937 rng(29);
+  for (int iter = 0; iter < 3000; ++iter, ++checked) {
+    const int batch = std::uniform_int_distribution<int>(1, 24)(rng);
+    const int parts = std::uniform_int_distribution<int>(1, 140)(rng);
+    std::vector<int32_t> blocks(static_cast<size_t>(batch));
+    const int most = std::uniform_int_distribution<int>(1, 300)(rng);
+    for (auto& b : blocks) b = std::uniform_int_distribution<int>(1, most)(rng);
+    SCOPED_TRACE("mixed sizes, batch " + std::to_string(batch) + ", parts " + std::to_string(parts));
+    expect_derived_is_planned(batch, blocks, parts);
+  }
+  EXPECT_GT(checked, 23000);
+}
+
+// The blocks a derived schedule counts for a run (kernels::RunBlocks) are those a plan by the run's lengths counts
+// (schedule_request_blocks over the plan's ScheduleLengths), for V3.2 and V4 runs with and without lengths.
+TEST(MlaSchedule, RunBlocksAreThePlansBlocks) {
+  std::mt19937 rng(31);
+  for (bool v4 : {false, true})
+    for (int with : {0, 1, 2, 3}) {
+      kernels::SparseAttentionParams p;
+      p.kv_format = v4 ? kernels::KvFormat::fp8_v4 : kernels::KvFormat::fp8_v32;
+      p.tokens_per_request = p.tokens_per_length = 2;
+      p.main_topk = v4 ? 128 : 0;
+      p.topk = v4 ? 128 + 1024 : 2048;
+      std::vector<int32_t> main_len(8), extra_len(8);
+      for (auto& l : main_len) l = std::uniform_int_distribution<int32_t>(-3, v4 ? 200 : 2100)(rng);
+      for (auto& l : extra_len) l = std::uniform_int_distribution<int32_t>(-3, 1100)(rng);
+      if (with & 1) p.topk_length = main_len.data();
+      if (v4 && (with & 2)) p.extra_topk_length = extra_len.data();
+      kernels::ScheduleLengths l;
+      l.topk_length = p.topk_length;
+      l.extra_topk_length = p.extra_topk_length;
+      l.main_topk = v4 ? 128 : 2048;
+      l.extra_topk = v4 ? 1024 : 0;
+      for (int r = 0; r < 8; ++r) {
+        const int32_t m = l.topk_length ? main_len[static_cast<size_t>(r)] : l.main_topk;
+        const int32_t x = l.extra_topk_length ? extra_len[static_cast<size_t>(r)] : l.extra_topk;
+        EXPECT_EQ(kernels::RunBlocks{&p}(r), kernels::schedule_request_blocks(l, m, x))
+            << (v4 ? "V4" : "V3.2") << ", lengths " << with << ", request " << r;
+      }
+      if (!p.topk_length && !p.extra_topk_length) EXPECT_EQ(kernels::RunBlocks{&p}(0), sched::blocks_of(p.topk));
+    }
 }
