@@ -198,7 +198,8 @@ FLASHCPP_HD int32_t schedule_request_blocks(const ScheduleLengths& l, int32_t ma
   return b < 1 ? 1 : b;
 }
 /// Blocks of split request r of a run as a plan by its lengths counts them (SparseAttentionParams::sched_derived):
-/// the tiles of its valid slots by topk_length / extra_topk_length where given, else every tile.
+/// the tiles of its valid slots by topk_length / extra_topk_length where given, else every tile. Decode runs have
+/// one length per request (tokens_per_length == tokens_per_request).
 struct RunBlocks {
   const SparseAttentionParams* p;
   FLASHCPP_HD int32_t operator()(int32_t r) const {
@@ -206,9 +207,8 @@ struct RunBlocks {
     ScheduleLengths l;
     l.main_topk = v4 ? p->main_topk : p->topk;
     l.extra_topk = v4 ? p->topk - p->main_topk : 0;
-    const int64_t at = static_cast<int64_t>(r) * p->tokens_per_request / p->tokens_per_length;
-    const int32_t main_len = p->topk_length != nullptr ? p->topk_length[at] : l.main_topk;
-    const int32_t extra_len = v4 && p->extra_topk_length != nullptr ? p->extra_topk_length[at] : l.extra_topk;
+    const int32_t main_len = p->topk_length != nullptr ? p->topk_length[r] : l.main_topk;
+    const int32_t extra_len = v4 && p->extra_topk_length != nullptr ? p->extra_topk_length[r] : l.extra_topk;
     return schedule_request_blocks(l, main_len, extra_len);
   }
 };
