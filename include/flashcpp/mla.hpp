@@ -184,9 +184,6 @@ struct DecodeWorkspace {
 /// scheduler does so too). Results never depend on it: a run whose lengths differ from the planned ones (a
 /// step's new lengths before re-planning) is exact, only less balanced, since each request's last piece runs to
 /// its end. Planning reads the lengths on the device (batches up to 12288 requests; larger ones plan as without).
-/// A run of at most 4 split requests on the Hopper kernel is split as a plan by its own lengths (or its shape, when
-/// it has none) would split it, whatever plan filled the workspace: the kernels derive that schedule themselves and
-/// read neither sched_meta nor num_splits (a global load fewer before each CTA's first loads).
 struct DecodePlanLengths {
   OptionalTensor topk_length = nullptr;        ///< i32 [batch], contiguous, on the plan's device
   OptionalTensor extra_topk_length = nullptr;  ///< i32 [batch], contiguous; V4 plans with an extra pool only

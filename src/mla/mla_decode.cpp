@@ -383,10 +383,6 @@ void launch_decode(const kernels::SparseAttentionParams& p, const DecodePlanSize
     split.num_tokens = static_cast<int>(p.num_tokens - head_tokens);
     split.num_requests = p.num_requests - sizes.head_requests;
   }
-  // A run of few split requests is split by its own shape and lengths whatever plan filled the workspace: the Hopper
-  // kernel and the combine derive that schedule instead of reading it (SparseAttentionParams::sched_derived).
-  split.sched_derived = split.num_requests <= sched::kDerivedMaxRequests &&
-                        kernels::choose(split, kernel_support(device_id)).kernel == kernels::SparseKernel::wgmma_sm90;
   run_attention(split, stream, device_id);
   cuda_check(kernels::launch_sparse_attention_combine(split, stream, kernel_support(device_id).hopper),
              "sparse MLA combine kernel launch");

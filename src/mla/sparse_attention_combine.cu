@@ -24,8 +24,7 @@ constexpr int kDv = 512;
 // registers, 2 CTAs an SM; FlashMLA's whole-row combine 8 us).
 // F16: out in fp16 (KvFormat::f16), else bf16.
 template <int CHUNKS, int BATCH, int HEADS, bool F16>  // HEADS: warps (heads) per CTA
-__global__ void __launch_bounds__(HEADS * 32)
-    sparse_attention_combine_kernel(const __grid_constant__ SparseAttentionParams p) {
+__global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(const SparseAttentionParams p) {
   static_assert(kDv % (CHUNKS * 128) == 0 && 32 % BATCH == 0, "lanes own whole float4s; batches tile 32 splits");
   constexpr int kVecs = kDv / CHUNKS / 128;  // float4s of one split row per lane
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -35,16 +34,10 @@ __global__ void __launch_bounds__(HEADS * 32)
   const int col = static_cast<int>(blockIdx.z) * (kDv / CHUNKS) + lane * 4;
   const int r = static_cast<int>(token / p.tokens_per_request);
   const int tok_in_req = static_cast<int>(token % p.tokens_per_request);
-  // The split counts come from the plan, which completed before the attention kernel started (or from the same
-  // derivation the attention kernel ran, SparseAttentionParams::sched_derived): read while that kernel still runs,
-  // so only the loads of its results wait for it.
-  int split0, n;
-  if (p.sched_derived) {
-    sched::derived_splits(p.num_requests, RunBlocks{&p}, p.num_parts, r, split0, n);
-  } else {
-    split0 = p.num_splits[r];
-    n = p.num_splits[r + 1] - split0;
-  }
+  // The split counts come from the plan, which completed before the attention kernel started: read while that
+  // kernel still runs, so only the loads of its results wait for it.
+  const int split0 = p.num_splits[r];
+  const int n = p.num_splits[r + 1] - split0;
   if (n <= 1) return;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

@@ -93,13 +93,6 @@ struct SparseAttentionParams {
   float* lse_accum = nullptr;
   int split_group_heads = 0;  // split-KV: heads per CTA the schedule was planned for (0: split_decode_group_heads)
   int64_t accum_rows = 0;  // rows allocated in lse_accum / o_accum (a guard: rows past it are never written)
-  // Split-KV derived by the kernels: a run of at most sched::kDerivedMaxRequests split requests is split as a plan
-  // made from its own shape and lengths would split it (build_schedule over RunBlocks), and the Hopper kernel and
-  // the combine derive that schedule (sched::derived_part / derived_splits) instead of reading sched and num_splits:
-  // no global load before a CTA's first Q and index loads but the run's lengths. Whatever plan filled the workspace
-  // (by the shape, these lengths or others), that schedule covers every valid tile of the run; set by the host only
-  // for the kernels that honour it.
-  bool sched_derived = false;
 
   /// Element offset of token `token`'s row in a per-token tensor with these token and request strides: with
   /// tokens_per_request 1 (prefill, decode with s_q 1) the token stride alone, else request
@@ -122,7 +115,7 @@ struct SplitPiece {
   bool write_partial;
 };
 FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::PartMeta& m, int req, int nb,
-                                   int tok_in_req, int split0, int nsplit) {
+                                   int tok_in_req) {
   SplitPiece s;
   // A request's last piece runs to its end: a schedule planned from lengths (decode_plan with lengths) cut the
   // requests at the tiles those lengths gave, and a run with longer ones must still cover every tile. The piece's
@@ -131,6 +124,8 @@ FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::
   int b0 = req == m.begin_req ? m.begin_block : 0;
   int b1 = req == m.end_req && m.end_is_last == 0 ? m.end_block : nb;
   const int local = req == m.begin_req ? m.begin_split : 0;
+  const int split0 = p.num_splits[req];
+  const int nsplit = p.num_splits[req + 1] - split0;
   b0 = b0 < 0 ? 0 : (b0 > nb ? nb : b0);
   b1 = b1 < b0 ? b0 : (b1 > nb ? nb : b1);
   s.tile_begin = b0;
@@ -143,13 +138,6 @@ FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::
     s.write_partial = s.accum_row >= 0 && s.accum_row < p.accum_rows && local < nsplit;
   }
   return s;
-}
-
-/// The same, with request `req`'s splits read from the schedule's num_splits (split0 = num_splits[req]).
-FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::PartMeta& m, int req, int nb,
-                                   int tok_in_req) {
-  const int split0 = p.num_splits[req];
-  return split_piece(p, m, req, nb, tok_in_req, split0, p.num_splits[req + 1] - split0);
 }
 
 #if defined(__CUDACC__)
@@ -197,22 +185,6 @@ FLASHCPP_HD int32_t schedule_request_blocks(const ScheduleLengths& l, int32_t ma
   const int32_t b = sched::blocks_of(main_len) + sched::blocks_of(extra_len);
   return b < 1 ? 1 : b;
 }
-/// Blocks of split request r of a run as a plan by its lengths counts them (SparseAttentionParams::sched_derived):
-/// the tiles of its valid slots by topk_length / extra_topk_length where given, else every tile. Decode runs have
-/// one length per request (tokens_per_length == tokens_per_request).
-struct RunBlocks {
-  const SparseAttentionParams* p;
-  FLASHCPP_HD int32_t operator()(int32_t r) const {
-    const bool v4 = p->kv_format == KvFormat::fp8_v4;
-    ScheduleLengths l;
-    l.main_topk = v4 ? p->main_topk : p->topk;
-    l.extra_topk = v4 ? p->topk - p->main_topk : 0;
-    const int32_t main_len = p->topk_length != nullptr ? p->topk_length[r] : l.main_topk;
-    const int32_t extra_len = v4 && p->extra_topk_length != nullptr ? p->extra_topk_length[r] : l.extra_topk;
-    return schedule_request_blocks(l, main_len, extra_len);
-  }
-};
-
 /// launch_decode_schedule for `batch` requests balanced by `lengths` (batch <= kScheduleLengthsMaxRequests).
 void launch_decode_schedule_by_lengths(void* sched, int32_t* num_splits, int batch, const ScheduleLengths& lengths,
                                        int num_parts, cudaStream_t stream);

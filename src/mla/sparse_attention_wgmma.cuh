@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
     if (args.longest_first)
       outer = longest_first_token<C>(args.p, outer, reinterpret_cast<int32_t*>(smem + C::kOffQ));
   }
-  const WorkList<SPLIT, C::kFp8V4, C::kFp8> work(args.p, outer);
+  const WorkList<SPLIT, C::kFp8V4> work(args.p, outer);
 
   if (threadIdx.x == 0) {
     mbar_init(sm.bar_q_full(), C::kProducerThreads + 1);  // cp.async arrivals + the item's publisher

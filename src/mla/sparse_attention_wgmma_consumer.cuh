@@ -461,7 +461,7 @@ __device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, in
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>& sm, const uint8_t* s_valid,
                                          float* s_max, float* s_sum, const ItemInfo* s_item,
-                                         const WorkList<SPLIT, C::kFp8V4, C::kFp8>& work, HeadRange heads) {
+                                         const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const auto [lane, warp_in_wg, g, t, r0, r1] = consumer_lane();
   const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
@@ -557,7 +557,7 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer_per_tile(const KernelParams& args, const Smem<C>& sm, const uint8_t* s_valid,
                                                   float* s_alpha, float* s_sum, const ItemInfo* s_item,
-                                                  const WorkList<SPLIT, C::kFp8V4, C::kFp8>& work, HeadRange heads) {
+                                                  const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, quad = lane & 3;

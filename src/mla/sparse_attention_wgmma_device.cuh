@@ -305,9 +305,7 @@ __device__ __forceinline__ int v4_pool_length(const SparseAttentionParams& p, co
   return v < 0 ? 0 : (v > pool_topk ? pool_topk : v);
 }
 
-// DERIVE: the instantiation honours SparseAttentionParams::sched_derived (the FP8 sparse decode kernels; the 16-bit
-// split instantiations serve dense decode, whose plans are read).
-template <bool SPLIT, bool V4 = false, bool DERIVE = false>
+template <bool SPLIT, bool V4 = false>
 struct WorkList {
   static_assert(sched::kBlockSlots == 64, "a schedule block must be one 64-row KV tile");
   const SparseAttentionParams* p;
@@ -318,24 +316,14 @@ struct WorkList {
   // pointer after the prologue's barriers chained three dependent loads.
   sched::PartMeta meta{};
   int tok_in_req = 0;
-  // SparseAttentionParams::sched_derived: the part derived, not read; num_splits at its first and last requests
-  // (split0 and piece count; every request between them is whole in this part).
-  int first_split0 = 0, first_splits = 0, last_split0 = 0, last_splits = 0;
 
   __device__ WorkList(const SparseAttentionParams& params, int64_t outer_index) : p(&params), outer(outer_index) {
     if constexpr (SPLIT) {
-      const int part = static_cast<int>(outer / p->tokens_per_request);
-      if (DERIVE && p->sched_derived) {
-        const sched::DerivedPart u = sched::derived_part(p->num_requests, RunBlocks{p}, p->num_parts, part);
-        meta = u.meta;
-        first_split0 = u.first_split0, first_splits = u.first_splits;
-        last_split0 = u.last_split0, last_splits = u.last_splits;
-      } else {
-        static_assert(sizeof(sched::PartMeta) == 32, "two 16-byte loads");
-        const int4* src = reinterpret_cast<const int4*>(static_cast<const sched::PartMeta*>(p->sched) + part);
-        const int4 lo = src[0], hi = src[1];
-        meta = sched::PartMeta{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      }
+      static_assert(sizeof(sched::PartMeta) == 32, "two 16-byte loads");
+      const int4* src = reinterpret_cast<const int4*>(static_cast<const sched::PartMeta*>(p->sched) +
+                                                      outer / p->tokens_per_request);
+      const int4 lo = src[0], hi = src[1];
+      meta = sched::PartMeta{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
       tok_in_req = static_cast<int>(outer % p->tokens_per_request);
       first = meta.begin_req < 0 ? 0 : meta.begin_req;
       last = meta.end_req < p->num_requests ? meta.end_req : p->num_requests - 1;  // empty part: last < first
@@ -347,11 +335,7 @@ struct WorkList {
     int tile_begin = 0, tile_end = INT_MAX;
     w.token = outer;
     if constexpr (SPLIT) {
-      const int nb = sched::blocks_of(p->topk);
-      const SplitPiece piece =
-          !(DERIVE && p->sched_derived) ? split_piece(*p, meta, k, nb, tok_in_req)
-                            : split_piece(*p, meta, k, nb, tok_in_req, k == first ? first_split0 : last_split0,
-                                          k == first ? first_splits : (k == last ? last_splits : 1));
+      const SplitPiece piece = split_piece(*p, meta, k, sched::blocks_of(p->topk), tok_in_req);
       tile_begin = piece.tile_begin;
       tile_end = piece.tile_end;
       w.token = piece.token;

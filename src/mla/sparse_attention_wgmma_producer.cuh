@@ -478,9 +478,8 @@ __device__ __forceinline__ void cluster_exit(const Smem<C>& sm, int iter) {
 // consumers.
 template <class C, bool SPLIT>
 __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Smem<C>& sm,
-                                       const WorkList<SPLIT, C::kFp8V4, C::kFp8>& work, int k, const WorkItem& w,
-                                       int64_t q_row, HeadRange heads, ItemInfo* s_item, int ptid, int group,
-                                       int sub) {
+                                       const WorkList<SPLIT, C::kFp8V4>& work, int k, const WorkItem& w, int64_t q_row,
+                                       HeadRange heads, ItemInfo* s_item, int ptid, int group, int sub) {
   if (k > work.first) mbar_wait(sm.bar_q_empty(), (k - work.first - 1) & 1);
 #pragma unroll
   for (int r = 0; r < C::kRowsPerThread; ++r) {
@@ -507,8 +506,7 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Sme
 // Per work item: the first indices, Q, then the KV tiles (tile by tile, or two tiles per iteration).
 template <class C, bool SPLIT>
 __device__ __forceinline__ void producer(const KernelParams& args, const Smem<C>& sm, uint8_t* s_valid,
-                                         ItemInfo* s_item, const WorkList<SPLIT, C::kFp8V4, C::kFp8>& work,
-                                         HeadRange heads) {
+                                         ItemInfo* s_item, const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const int ptid = threadIdx.x - C::kConsumerThreads;
   const int group = ptid / C::kThreadsPerRow, sub = ptid % C::kThreadsPerRow;

@@ -677,8 +677,8 @@ void run_decode_case(const DecodeCase& c, uint32_t seed, bool graph = false) {
                               .h_q = static_cast<int>(c.h_q), .d_qk = 576, .topk = static_cast<int>(c.topk),
                               .num_sms = c.num_sms};
   // Every other case with lengths is planned by them (DecodePlanLengths), the rest by the shape alone; and a quarter
-  // of those without lengths by lengths the run does not have: such a run still covers every slot (a run of few
-  // requests derives its own schedule in the kernels, SparseAttentionParams::sched_derived).
+  // of those without lengths by lengths the run does not have: such a run still attends every slot (each request's
+  // last piece runs to its end, DecodePlanLengths).
   const bool by_lengths = c.topk_len ? seed % 4 == 0 : seed % 4 == 1;
   std::vector<int32_t> other_len(len.size());
   for (auto& l : other_len) l = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(c.topk))(rng);
