@@ -631,6 +631,10 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
     dc.q_dtype = dc.kv_dtype = s.model->dtype;
     dc.enable_cuda_graph = graphs;
     dc.enable_pdl = s.opt.pdl && device_facts(s.opt.device).cc_major >= 9;
+    if (s.opt.decode_unsplit) {
+      dc.backend = DecodeBackend::tensor_cores;
+      dc.disable_split_kv = true;
+    }
     const DecodeIndptrs ip{host_i32(p.kv_indptr), host_i32(p.last_page_len)};
     decode.emplace(BatchDecodePlan::create(*s.rt, *s.ws, ip, dc, st));
   } else {

@@ -45,6 +45,11 @@ struct EngineOptions {
   /// SmolLM2 f16, CUDA graphs, a step of 1 / 2 / 3 / 4 / 8 tokens: fused 870 / 996 / 1104 / 1222 / 1984 us, the
   /// cuBLASLt path 1226 / 1231 / 1245 / 1257 / 1254, so they cross between 4 and 5 tokens.
   int64_t fused_decode_max_tokens = 4;
+  /// gpu: decode attention on FlashInfer's tensor-core path (its fa2 prefill kernel, one query a request) with
+  /// split-KV off (BatchDecodeConfig::disable_split_kv): one attention kernel a layer and no merge. The default
+  /// CUDA-core decode plan splits short contexts too and merges them (30 merge kernels of a batch-1 step's 154, 118 µs
+  /// of kernel time alone, docs/PERFORMANCE.md); off until measured against it.
+  bool decode_unsplit = false;
   /// gpu: time each step's device work (index upload to the last kernel) with CUDA events: last_step_gpu_us.
   bool time_steps = false;
 };

@@ -125,7 +125,9 @@ case "${1:-}" in
       { "${llm[@]}" --no-prefill --dtype bf16
         "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-pdl
         "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-graphs
-        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-fused; } 2>&1 | tee "$out/bench_variants.txt" || failed=1
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-fused
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --decode-unsplit; } 2>&1 |
+        tee "$out/bench_variants.txt" || failed=1
     fi
     if has profile; then bash "$0" profile "$out" || failed=1; fi
     if has profile-unfused; then bash "$0" profile "$out/unfused" --no-fused || failed=1; fi

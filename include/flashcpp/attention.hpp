@@ -213,6 +213,12 @@ struct BatchDecodeConfig {
   AttentionBackend prefill_backend = AttentionBackend::automatic;  ///< for the tensor-core path
   bool enable_cuda_graph = false;
   bool enable_pdl = false;
+  /// Split-KV control of the tensor-core path's fa2 plan, as FlashInfer's decode wrapper takes them: each request's
+  /// KV cut into chunks of fixed_split_size pages (-1: FlashInfer's choice), or never cut (disable_split_kv: no
+  /// merge kernel after the attention, one CTA per request and KV head). The CUDA-core path (FlashInfer's decode
+  /// plan) has neither; a plan that runs there refuses them, as fa3 does.
+  int64_t fixed_split_size = -1;
+  bool disable_split_kv = false;
 };
 
 /// Host (int32) page table of the batch: kv_indptr [batch + 1] (pages), kv_last_page_len [batch].

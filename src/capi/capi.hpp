@@ -86,14 +86,16 @@ void require_device_id(int64_t device_id, const char* op, const char* name);
 // (struct_sizes.hpp). Each struct's layout is unchanged since it first began with its size (the FlashInfer ops'
 // in C ABI 3.0.0, 2648276; batch MLA, GDN, MoE and the sparse MLA config and options in 3.0.0 too, 5481221 and
 // 20d1b9e; the dense MLA decode structs in 3.2.0; the bundles of tensors in 4.0.0), so each first size is today's
-// sizeof but for the fused MoE config, which grew auto_tune in 3.4.0 (its first size ends before it); sparse MLA
+// sizeof but for the fused MoE config, which grew auto_tune in 3.4.0 (its first size ends before it), and the batch
+// decode config, which grew fixed_split_size and disable_split_kv in 4.3.0; sparse MLA
 // decode's extra_topk predates the struct's size field (966e687, C ABI 2.x). A field appended in a MINOR release
 // keeps the entry's first size and adds its default to the struct's *_INIT.
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_attention_options, sizeof(flashcpp_attention_options),
                            FLASHCPP_ATTENTION_OPTIONS_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_prefill_config, sizeof(flashcpp_batch_prefill_config),
                            FLASHCPP_BATCH_PREFILL_CONFIG_INIT);
-FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_decode_config, sizeof(flashcpp_batch_decode_config),
+// fixed_split_size and disable_split_kv were appended in C ABI 4.3.0: the first published size ends before them.
+FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_decode_config, offsetof(flashcpp_batch_decode_config, fixed_split_size),
                            FLASHCPP_BATCH_DECODE_CONFIG_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_batch_mla_config, sizeof(flashcpp_batch_mla_config), FLASHCPP_BATCH_MLA_CONFIG_INIT);
 FLASHCPP_CAPI_STRUCT_SIZES(flashcpp_gdn_prefill_args, sizeof(flashcpp_gdn_prefill_args), FLASHCPP_GDN_PREFILL_ARGS_INIT);

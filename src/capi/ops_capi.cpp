@@ -358,6 +358,8 @@ flashcpp_status flashcpp_batch_decode_plan_create(const flashcpp_batch_decode_co
     c.head_dim = config.head_dim;
     c.backend = to_enum<DecodeBackend>(config.backend, 2, op, "backend");
     c.prefill_backend = to_enum<AttentionBackend>(config.prefill_backend, 2, op, "prefill_backend");
+    c.fixed_split_size = config.fixed_split_size;
+    c.disable_split_kv = flag_of(config.disable_split_kv, op, "disable_split_kv");
     DecodeIndptrs ip;
     ip.kv_indptr = to_view(kv, op, "kv_indptr_host");
     ip.kv_last_page_len = to_view(last, op, "kv_last_page_len_host");

@@ -54,6 +54,13 @@ void check_strides_32bit(const Validator& v, const TensorView& t, const char* ar
     if (t.strides[i] > int64_t{0x7fffffff}) v.fail(arg, t, "must have strides below 2^31 elements");
 }
 
+void check_split_options(const Validator& v, int64_t fixed_split_size, bool disable_split_kv, bool fa3) {
+  if (fixed_split_size < -1 || fixed_split_size == 0)
+    v.fail("fixed_split_size", "must be -1 (off) or > 0; got " + std::to_string(fixed_split_size));
+  if (fa3 && (fixed_split_size != -1 || disable_split_kv))
+    v.fail("fixed_split_size", "and disable_split_kv are fa2 options; use backend fa2");
+}
+
 void check_workspace(const Validator& v, const Workspace& ws, int64_t reserved_int_bytes) {
   check_cuda_tensor(v, ws.float_buffer, "workspace.float_buffer");
   v.rank(ws.float_buffer, "workspace.float_buffer", 1).contiguous(ws.float_buffer, "workspace.float_buffer");

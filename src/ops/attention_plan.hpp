@@ -47,6 +47,10 @@ struct AttentionPlanCore {
 /// Validates the workspace (device buffers on one CUDA device, pinned host buffer >= int buffer).
 void check_workspace(const Validator& v, const Workspace& ws, int64_t reserved_int_bytes);
 
+/// fa2's split-KV controls (batch prefill, and batch decode on the tensor-core path): fixed_split_size -1 (off) or
+/// > 0; neither for fa3 (`fa3`: the plan's backend).
+void check_split_options(const Validator& v, int64_t fixed_split_size, bool disable_split_kv, bool fa3);
+
 struct AttentionPlanRequest {
   const TensorView* qo_indptr;        // host
   const TensorView* kv_indptr;        // host

@@ -93,6 +93,11 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
   if (!tc && !decode_group_supported(c.num_qo_heads, c.num_kv_heads))
     v.fail("backend", "cuda_cores supports GQA group sizes 1, 2, 3, 4, 8 only; got " +
                           std::to_string(c.num_qo_heads / c.num_kv_heads) + " (use tensor_cores or automatic)");
+  ops::check_split_options(v, c.fixed_split_size, c.disable_split_kv, /*fa3=*/false);
+  if (!tc && (c.fixed_split_size != -1 || c.disable_split_kv))
+    v.fail("fixed_split_size", "and disable_split_kv need the tensor-core path (FlashInfer's decode plan has neither); "
+                               "this plan runs on CUDA cores (group size " +
+                                   std::to_string(c.num_qo_heads / c.num_kv_heads) + "): use backend tensor_cores");
   v.on_host(ip.kv_last_page_len, "kv_last_page_len").rank(ip.kv_last_page_len, "kv_last_page_len", 1);
   const int64_t batch = ip.kv_last_page_len.size(0);
   v.require(batch >= 1, "kv_last_page_len", "must have at least one entry (batch >= 1)");
@@ -133,6 +138,7 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
     // H200 against 103% for fa2, so the automatic choice for decode is fa2.
     core.fa3 = c.prefill_backend != AttentionBackend::automatic &&
                ops::choose_fa3(v, c.prefill_backend, core.variant, false, core.device.id);
+    ops::check_split_options(v, c.fixed_split_size, c.disable_split_kv, core.fa3);
     if (core.fa3) core.variant.backend = jit::Backend::fa3;
     core.uri = jit::batch_prefill_uri(core.variant);
     core.mod = ops::resolve_module(
@@ -145,6 +151,8 @@ BatchDecodePlan BatchDecodePlan::create(const Runtime& rt, const Workspace& ws, 
     req.kv_indptr = &ip.kv_indptr;
     req.causal = false;
     req.reserved_int_bytes = reserved;
+    req.fixed_split_size = c.fixed_split_size;
+    req.disable_split_kv = c.disable_split_kv;
     ops::run_attention_plan(core, req, v, stream);
     // The query indptr 0..batch lives in the int workspace's reserved tail; its pinned twin is written
     // here and copied on the plan's stream (a later plan writes the same prefix, so reuse is safe).

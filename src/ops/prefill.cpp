@@ -177,8 +177,7 @@ BatchPrefillPlan BatchPrefillPlan::create(const Runtime& rt, const Workspace& ws
   const DType o_dtype = ops::check_plan_dtypes_and_layout(v, c.q_dtype, c.kv_dtype, c.o_dtype, c.layout);
   ops::check_window_and_cap(v, c.window_left, c.logits_soft_cap);
   const double sm_scale = ops::resolve_sm_scale(v, c.sm_scale, c.head_dim_qk);
-  if (c.fixed_split_size < -1 || c.fixed_split_size == 0)
-    v.fail("fixed_split_size", "must be -1 (off) or > 0; got " + std::to_string(c.fixed_split_size));
+  ops::check_split_options(v, c.fixed_split_size, c.disable_split_kv, /*fa3=*/false);
 
   const bool paged = c.kv_storage == KvStorage::paged;
   if (paged) {
@@ -232,8 +231,7 @@ BatchPrefillPlan BatchPrefillPlan::create(const Runtime& rt, const Workspace& ws
   core.enable_pdl = c.enable_pdl;
   core.enable_cuda_graph = c.enable_cuda_graph;
   core.fa3 = ops::choose_fa3(v, c.backend, core.variant, !paged && c.layout == KvLayout::hnd, core.device.id);
-  if (core.fa3 && (c.fixed_split_size != -1 || c.disable_split_kv))
-    v.fail("fixed_split_size", "and disable_split_kv are fa2 options; use backend fa2");
+  ops::check_split_options(v, c.fixed_split_size, c.disable_split_kv, core.fa3);
   if (core.fa3) core.variant.backend = jit::Backend::fa3;
   core.uri = jit::batch_prefill_uri(core.variant);
   core.mod = ops::resolve_module(

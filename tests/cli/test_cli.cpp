@@ -251,7 +251,7 @@ TEST(Cli, VersionReportsLibraryAbiPinsAndCuda) {
   const CliRun r = run("--version");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("flashcpp 0.", 0), 0u) << r.output;
-  for (const char* part : {"(C ABI 4.2.0, ", "FlashInfer 0.6.3, ", "TVM-FFI 0.1.9, ", "built with CUDA 1"})
+  for (const char* part : {"(C ABI 4.3.0, ", "FlashInfer 0.6.3, ", "TVM-FFI 0.1.9, ", "built with CUDA 1"})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
 }
 

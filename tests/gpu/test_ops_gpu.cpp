@@ -1043,18 +1043,27 @@ void check_decode(Paged& p, int64_t hq, uint64_t seed, bool with_graph = false) 
   struct Path {
     DecodeBackend decode;
     AttentionBackend prefill;
+    int64_t fixed_split_size = -1;
+    bool disable_split_kv = false;
   };
   std::vector<Path> paths;
   const int64_t g = hq / p.hkv;
   if (g == 1 || g == 2 || g == 3 || g == 4 || g == 8) paths.push_back({DecodeBackend::cuda_cores, AttentionBackend::fa2});
   for (AttentionBackend be : prefill_backends()) paths.push_back({DecodeBackend::tensor_cores, be});
+  // The tensor-core path's split-KV controls: never split (no merge), and chunks of 3 pages.
+  paths.push_back({DecodeBackend::tensor_cores, AttentionBackend::fa2, -1, true});
+  paths.push_back({DecodeBackend::tensor_cores, AttentionBackend::fa2, 3, false});
   OwnedWorkspace ws(0);
   Stream stream(0);
   for (const Path& path : paths) {
-    const std::string what = path.decode == DecodeBackend::cuda_cores ? "cuda cores" : std::string("tensor cores ") + name(path.prefill);
+    std::string what = path.decode == DecodeBackend::cuda_cores ? "cuda cores" : std::string("tensor cores ") + name(path.prefill);
+    if (path.disable_split_kv) what += ", split-KV off";
+    if (path.fixed_split_size > 0) what += ", splits of " + std::to_string(path.fixed_split_size) + " pages";
     SCOPED_TRACE(what);
     c.backend = path.decode;
     c.prefill_backend = path.prefill;
+    c.fixed_split_size = path.fixed_split_size;
+    c.disable_split_kv = path.disable_split_kv;
     c.enable_cuda_graph = with_graph;
     poison(out);
     poison(lse);

@@ -158,10 +158,12 @@ TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
   go.fused_decode_max_tokens = kDecodeLinearMaxTokens;  // the kernels up to their limit, whatever the default
   EngineOptions unfused = go;
   unfused.fused_decode_max_tokens = 0;
+  EngineOptions unsplit = go;  // decode attention on the tensor-core path, split-KV off
+  unsplit.decode_unsplit = true;
   for (const size_t n : {size_t{3}, size_t{8}, size_t{10}}) {
-    Engine ref(*model, ro), gpu(*model, go), plain(*model, unfused);
+    Engine ref(*model, ro), gpu(*model, go), plain(*model, unfused), whole(*model, unsplit);
     std::vector<std::vector<int32_t>> prompts;
-    std::vector<int> sr, sg, sp;
+    std::vector<int> sr, sg, sp, sw;
     for (size_t i = 0; i < n; ++i) {
       std::vector<int32_t> ids;
       for (size_t j = 0; j < 3 + 7 * i; ++j) ids.push_back(kPrompt[(i + j) % kPrompt.size()] + static_cast<int32_t>(i));
@@ -169,28 +171,35 @@ TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
       sr.push_back(ref.open_sequence());
       sg.push_back(gpu.open_sequence());
       sp.push_back(plain.open_sequence());
-      const StepInput a{sr.back(), ids, false}, b{sg.back(), ids, false}, c{sp.back(), ids, false};
+      sw.push_back(whole.open_sequence());
+      const StepInput a{sr.back(), ids, false}, b{sg.back(), ids, false}, c{sp.back(), ids, false},
+          d{sw.back(), ids, false};
       (void)ref.forward({&a, 1});
       (void)gpu.forward({&b, 1});
       (void)plain.forward({&c, 1});
+      (void)whole.forward({&d, 1});
     }
-    double least = 1, least_plain = 1;
+    double least = 1, least_plain = 1, least_unsplit = 1;
     for (int step = 0; step < 3; ++step) {
       std::vector<std::vector<int32_t>> tok(n);
-      std::vector<StepInput> br, bg, bp;
+      std::vector<StepInput> br, bg, bp, bw;
       for (size_t i = 0; i < n; ++i) {
         tok[i] = {static_cast<int32_t>(100 + 37 * i + 11 * step)};
         br.push_back({sr[i], tok[i], false});
         bg.push_back({sg[i], tok[i], false});
         bp.push_back({sp[i], tok[i], false});
+        bw.push_back({sw[i], tok[i], false});
       }
-      const std::vector<float> lr = ref.forward(br), lg = gpu.forward(bg), lp = plain.forward(bp);
+      const std::vector<float> lr = ref.forward(br), lg = gpu.forward(bg), lp = plain.forward(bp),
+                               lw = whole.forward(bw);
       ASSERT_EQ(lr.size(), n * static_cast<size_t>(vocab));
+      ASSERT_EQ(lw.size(), n * static_cast<size_t>(vocab));
       for (size_t i = 0; i < n; ++i) {
         const float* a = lr.data() + i * vocab;
         const double cg = cosine(a, lg.data() + i * vocab, vocab);
         least = std::min(least, cg);
         least_plain = std::min(least_plain, cosine(lg.data() + i * vocab, lp.data() + i * vocab, vocab));
+        least_unsplit = std::min(least_unsplit, cosine(a, lw.data() + i * vocab, vocab));
         EXPECT_GE(cg, min_cosine(GetParam())) << n << " sequences, step " << step << ", sequence " << i;
         if (top2_gap(a, vocab) > 0.1) {
           EXPECT_EQ(argmax(a, vocab), argmax(lg.data() + i * vocab, vocab)) << "step " << step << ", sequence " << i;
@@ -198,13 +207,15 @@ TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
       }
     }
     EXPECT_GE(least_plain, min_cosine(GetParam())) << n << " sequences: fused against cuBLASLt/FlashInfer";
+    EXPECT_GE(least_unsplit, min_cosine(GetParam())) << n << " sequences: split-KV off against the reference";
     // Up to 8 tokens a step: 1 embedding + 5 per layer + the head + 2 sampler launches would be a sampled step;
     // forward() has no sampler.
     if (n <= 8) {
       EXPECT_EQ(gpu.last_step_launches(), 2 + 5 * model->config.layers);
     }
-    std::printf("%s, %zu sequences: least cosine against the reference %.6f, fused against unfused %.6f\n",
-                std::string(dtype_name(GetParam())).c_str(), n, least, least_plain);
+    std::printf("%s, %zu sequences: least cosine against the reference %.6f (split-KV off %.6f), fused against "
+                "unfused %.6f\n",
+                std::string(dtype_name(GetParam())).c_str(), n, least, least_unsplit, least_plain);
   }
 }
 

@@ -60,7 +60,7 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   CHECK(strcmp(flashcpp_status_name(FLASHCPP_UNSUPPORTED), "unsupported") == 0, "status name");
   CHECK(strcmp(flashcpp_status_name(FLASHCPP_UNTRUSTED), "untrusted file") == 0, "status name");
   CHECK(strcmp(flashcpp_status_name((flashcpp_status)11), "unknown status") == 0, "status name");
-  CHECK(flashcpp_abi_version() == FLASHCPP_C_ABI_VERSION && FLASHCPP_C_ABI_VERSION == 40200u, "ABI version");
+  CHECK(flashcpp_abi_version() == FLASHCPP_C_ABI_VERSION && FLASHCPP_C_ABI_VERSION == 40300u, "ABI version");
 
   CHECK_ERROR(flashcpp_mla_get_device_info(0, NULL), FLASHCPP_INVALID_ARGUMENT, "argument 'info' must not be NULL");
   CHECK_ERROR(flashcpp_mla_get_device_info(1000, &info), FLASHCPP_INVALID_ARGUMENT, "device id 1000");

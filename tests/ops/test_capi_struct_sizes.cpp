@@ -86,6 +86,28 @@ TEST(CapiStructSizes, AFusedMoeConfigOfC_ABI_3_3ReadsAutoTuneAsOn) {
   EXPECT_EQ(read_struct(&now, "op", "config").auto_tune, 0);
 }
 
+TEST(CapiStructSizes, ABatchDecodeConfigOfC_ABI_4_2ReadsTheSplitControlsAsOff) {
+  // A caller compiled against the 4.2 header: its struct ends where fixed_split_size begins.
+  const size_t old_size = offsetof(flashcpp_batch_decode_config, fixed_split_size);
+  alignas(flashcpp_batch_decode_config) unsigned char bytes[sizeof(flashcpp_batch_decode_config)];
+  std::memset(bytes, 0xAB, sizeof bytes);  // past the caller's struct: garbage that must not be read
+  flashcpp_batch_decode_config old = FLASHCPP_BATCH_DECODE_CONFIG_INIT;
+  old.struct_size = static_cast<uint32_t>(old_size);
+  old.num_qo_heads = 9;
+  old.enable_pdl = 1;
+  std::memcpy(bytes, &old, old_size);
+  const auto c = read_struct(reinterpret_cast<const flashcpp_batch_decode_config*>(bytes), "op", "config");
+  EXPECT_EQ(c.num_qo_heads, 9);
+  EXPECT_EQ(c.enable_pdl, 1);
+  EXPECT_EQ(c.fixed_split_size, -1);  // FLASHCPP_BATCH_DECODE_CONFIG_INIT's: off
+  EXPECT_EQ(c.disable_split_kv, 0);
+  flashcpp_batch_decode_config now = FLASHCPP_BATCH_DECODE_CONFIG_INIT;
+  now.fixed_split_size = 4;
+  now.disable_split_kv = 1;
+  EXPECT_EQ(read_struct(&now, "op", "config").fixed_split_size, 4);
+  EXPECT_EQ(read_struct(&now, "op", "config").disable_split_kv, 1);
+}
+
 TEST(CapiStructSizes, NothingPastTheCallersStructSizeIsRead) {
   // The older caller's struct ends where an unreadable page begins: a read past struct_size would fault.
   const long page = sysconf(_SC_PAGESIZE);

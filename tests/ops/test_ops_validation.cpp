@@ -614,6 +614,19 @@ TEST_F(OpsPlanValidation, BatchDecodeCreateAndRun) {
       {[](DecodeArgs& a) { a.ws.int_buffer = dev(DType::u8, {100}); }, "'workspace.int_buffer' must hold at least"},
       {[](DecodeArgs& a) { a.ws.float_buffer = shifted(a.ws.int_buffer, 4096); },
        "'workspace.float_buffer' must not overlap 'workspace.int_buffer'"},
+      // The split-KV controls: fa2's, so only on the tensor-core path, and never fa3.
+      {[](DecodeArgs& a) { a.c.disable_split_kv = true; }, "need the tensor-core path"},
+      {[](DecodeArgs& a) { a.c.fixed_split_size = 8; }, "'fixed_split_size' and disable_split_kv need the tensor-core"},
+      {[](DecodeArgs& a) { a.c.backend = DecodeBackend::tensor_cores; a.c.fixed_split_size = 0; },
+       "'fixed_split_size' must be -1 (off) or > 0; got 0"},
+      {[](DecodeArgs& a) { a.c.backend = DecodeBackend::tensor_cores; a.c.fixed_split_size = -7; },
+       "'fixed_split_size' must be -1 (off) or > 0; got -7"},
+      {[](DecodeArgs& a) {
+         a.c.backend = DecodeBackend::tensor_cores;
+         a.c.prefill_backend = AttentionBackend::fa3;
+         a.c.disable_split_kv = true;
+       },
+       "are fa2 options"},
   };
   for (const auto& [m, frag] : cases) reject<DecodeArgs>(b, m, create, frag);
 

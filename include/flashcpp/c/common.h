@@ -28,7 +28,8 @@ extern "C" {
  * _mla_dense_decode_tensors, _batch_mla_cache, _paged_kv_cache, _paged_mla_kv_cache, _workspace, _ragged_kv,
  * _sampling_workspace, so every struct the library reads can grow in a MINOR release); 4.1.0: the FP8 cache
  * dequantizers flashcpp_mla_dequantize_kv_cache_fp8, _dequantize_kv_cache_fp8_v4; 4.2.0: dense MLA decode over an
- * fp16 cache with fp16 q and out, flashcpp_mla_dense_decode).
+ * fp16 cache with fp16 q and out, flashcpp_mla_dense_decode; 4.3.0: the batch decode config's split-KV controls,
+ * flashcpp_batch_decode_config.fixed_split_size and .disable_split_kv).
  * FLASHCPP_C_ABI_VERSION packs the three as MAJOR * 10000 + MINOR * 100 + PATCH; flashcpp_abi_version() returns the
  * loaded library's, so a caller can check it is at least the one it was compiled with and of the same MAJOR.
  *
@@ -46,7 +47,7 @@ extern "C" {
  * sm_scale (the softmax scale applied to q.k), in every struct that has one: 0 selects the default, 1/sqrt of
  * the op's q.k head dimension (the C++ API's unset std::optional); any other value must be finite and > 0. */
 #define FLASHCPP_C_ABI_VERSION_MAJOR 4u
-#define FLASHCPP_C_ABI_VERSION_MINOR 2u
+#define FLASHCPP_C_ABI_VERSION_MINOR 3u
 #define FLASHCPP_C_ABI_VERSION_PATCH 0u
 #define FLASHCPP_C_ABI_VERSION \
   (FLASHCPP_C_ABI_VERSION_MAJOR * 10000u + FLASHCPP_C_ABI_VERSION_MINOR * 100u + FLASHCPP_C_ABI_VERSION_PATCH)

@@ -169,10 +169,14 @@ typedef struct flashcpp_batch_decode_config {
   int32_t backend;         /* flashcpp_decode_backend */
   int32_t prefill_backend; /* flashcpp_attention_backend, tensor-core path */
   int32_t enable_cuda_graph, enable_pdl;
+  /* Since ABI 4.3.0 (a smaller struct_size reads them as in the initializer): the tensor-core path's split-KV
+   * controls, as for batch prefill; a plan on CUDA cores or fa3 refuses them (flashcpp/attention.hpp). */
+  int64_t fixed_split_size; /* -1: off */
+  int32_t disable_split_kv;
 } flashcpp_batch_decode_config;
-/* bf16 q and KV, o_dtype as q, no window, everything else 0 (automatic). */
+/* bf16 q and KV, o_dtype as q, no window, fixed_split_size off, everything else 0 (automatic). */
 #define FLASHCPP_BATCH_DECODE_CONFIG_INIT \
-  {(uint32_t)sizeof(flashcpp_batch_decode_config), 0, 0, 0, 0, FLASHCPP_BF16, FLASHCPP_BF16, -1, 0, -1, 0.0, 0.0, 0, 0, 0, 0}
+  {(uint32_t)sizeof(flashcpp_batch_decode_config), 0, 0, 0, 0, FLASHCPP_BF16, FLASHCPP_BF16, -1, 0, -1, 0.0, 0.0, 0, 0, 0, 0, -1, 0}
 void flashcpp_batch_decode_config_init(flashcpp_batch_decode_config* config);
 
 typedef struct flashcpp_batch_decode_plan flashcpp_batch_decode_plan;
