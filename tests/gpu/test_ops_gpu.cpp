@@ -1050,9 +1050,10 @@ void check_decode(Paged& p, int64_t hq, uint64_t seed, bool with_graph = false) 
   const int64_t g = hq / p.hkv;
   if (g == 1 || g == 2 || g == 3 || g == 4 || g == 8) paths.push_back({DecodeBackend::cuda_cores, AttentionBackend::fa2});
   for (AttentionBackend be : prefill_backends()) paths.push_back({DecodeBackend::tensor_cores, be});
-  // The tensor-core path's split-KV controls: never split (no merge), and chunks of 3 pages.
+  // The tensor-core path's split-KV controls: never split (no merge), and (eager runs) chunks of 3 pages, which in
+  // CUDA-graph mode may need more tiles than FlashInfer's graph schedule pads for.
   paths.push_back({DecodeBackend::tensor_cores, AttentionBackend::fa2, -1, true});
-  paths.push_back({DecodeBackend::tensor_cores, AttentionBackend::fa2, 3, false});
+  if (!with_graph) paths.push_back({DecodeBackend::tensor_cores, AttentionBackend::fa2, 3, false});
   OwnedWorkspace ws(0);
   Stream stream(0);
   for (const Path& path : paths) {
