@@ -24,6 +24,7 @@
 #include "flashcpp/runtime.hpp"
 #include "flashcpp/sampling.hpp"
 #include "decode_linear.hpp"
+#include "decode_step.hpp"
 #include "gather_rows.hpp"
 
 namespace flashcpp::llm {
@@ -157,6 +158,7 @@ struct Engine::Impl {
   std::vector<int32_t> free_pages;  // a stack
   int64_t last_launches = 0;
   bool last_replayed = false;
+  const char* last_path = "none";
   Engine::StepTiming last_timing;
 
   // gpu
@@ -173,6 +175,9 @@ struct Engine::Impl {
   const uint16_t *embedding_w = nullptr, *head_w = nullptr, *out_norm_w = nullptr;
   DeviceBuffer k_cache, v_cache;  // [layers][max_pages, page_size, kv_heads, head_dim], the model's dtype
   DeviceBuffer residual, h, qkv, attn, gu, act, hl, logits, probs;
+  // The persistent decode step (decode_step.hpp), when the model is one it takes: its per-layer pointers, its attention
+  // splits and its barrier counter (zero between launches: the kernel leaves it so).
+  DeviceBuffer step_layers, step_splits, step_barrier;
   // Index arrays at fixed offsets (so a captured graph reads this step's values): see Offsets.
   struct Offsets {
     int64_t tokens, positions, batch_indices, qo_indptr, kv_indptr, last_page_len, kv_indices, logit_rows, samples,
@@ -280,6 +285,21 @@ void setup_gpu(Impl& s) {
   s.index_dev = DeviceBuffer(static_cast<size_t>(s.off.total * 4), dev);
   s.index_host = PinnedBuffer(static_cast<size_t>(s.off.total * 4));
   s.logits_host = PinnedBuffer(static_cast<size_t>(s.opt.max_logit_rows * c.vocab * 4));
+  if (decode_step_supports(1, c.hidden, c.ffn, c.heads, c.kv_heads, c.head_dim, c.vocab)) {
+    std::vector<DecodeStepLayer> layers(static_cast<size_t>(c.layers));
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const Impl::LayerPtrs& w = s.layer_w[i];
+      const int64_t off = static_cast<int64_t>(i) * s.opt.max_pages * page_elems;
+      layers[i] = {w.attn_norm, w.wqkv, w.wo, w.ffn_norm, w.w_gate_up, w.w_down,
+                   static_cast<uint16_t*>(s.k_cache.get()) + off, static_cast<uint16_t*>(s.v_cache.get()) + off};
+    }
+    s.step_layers = DeviceBuffer(layers.size() * sizeof(DecodeStepLayer), dev);
+    FLASHCPP_CUDA_CHECK(cudaMemcpy(s.step_layers.get(), layers.data(), s.step_layers.size(), cudaMemcpyHostToDevice));
+    s.step_splits = DeviceBuffer(static_cast<size_t>(decode_step_split_floats(kDecodeStepMaxTokens, c.heads) * 4), dev);
+    s.step_barrier = DeviceBuffer(sizeof(unsigned), dev);
+    FLASHCPP_CUDA_CHECK(cudaMemset(s.step_barrier.get(), 0, sizeof(unsigned)));
+    FLASHCPP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   if (s.opt.time_steps) {
     s.step_begin.emplace();
     s.step_end.emplace();
@@ -396,6 +416,44 @@ bool fused_decode_applies(const Impl& s, int64_t tokens) {
 }
 
 int64_t enqueue_sampler(Impl& s, const StepPlan& p, const SamplerOptions& sample, bool pdl);
+
+bool persistent_decode_applies(const Impl& s, const StepPlan& p) {
+  return p.decode && s.opt.persistent_decode && s.step_layers.get() != nullptr && p.tokens <= kDecodeStepMaxTokens;
+}
+
+// A decode step as one persistent kernel (decode_step.hpp), then the sampler. Returns the launches after the embedding.
+int64_t enqueue_persistent_decode(Impl& s, const StepPlan& p, const SamplerOptions* sample, bool pdl) {
+  const ModelConfig& c = s.cfg;
+  const auto* idx = static_cast<const int32_t*>(s.index_dev.get());
+  DecodeStepParams dp;
+  dp.f16 = s.model->dtype == DType::f16;
+  dp.tokens = p.tokens;
+  dp.layers = c.layers;
+  dp.hidden = c.hidden;
+  dp.ffn = c.ffn;
+  dp.heads = c.heads;
+  dp.kv_heads = c.kv_heads;
+  dp.head_dim = c.head_dim;
+  dp.vocab = c.vocab;
+  dp.page_size = s.opt.page_size;
+  dp.eps = static_cast<float>(c.rms_eps);
+  dp.rope_theta = static_cast<float>(c.rope_theta);
+  dp.layer = static_cast<const DecodeStepLayer*>(s.step_layers.get());
+  dp.out_norm = s.out_norm_w;
+  dp.lm_head = s.head_w;
+  dp.residual = static_cast<uint16_t*>(s.residual.get());
+  dp.qkv = static_cast<uint16_t*>(s.qkv.get());
+  dp.attn_split = static_cast<float*>(s.step_splits.get());
+  dp.act = static_cast<uint16_t*>(s.act.get());
+  dp.logits = static_cast<float*>(s.logits.get());
+  dp.positions = idx + s.off.positions;
+  dp.batch_indices = idx + s.off.batch_indices;
+  dp.kv_indptr = idx + s.off.kv_indptr;
+  dp.kv_indices = idx + s.off.kv_indices;
+  dp.barrier = static_cast<unsigned*>(s.step_barrier.get());
+  FLASHCPP_CUDA_CHECK(launch_decode_step(dp, s.stream->get()));
+  return 1 + (sample ? enqueue_sampler(s, p, *sample, pdl) : 0);
+}
 
 // A decode step of at most kDecodeLinearMaxTokens tokens in 5 kernels a layer (decode_linear.hpp): the q/k/v projection
 // with the attention norm before it and RoPE and the KV append after it; attention; the o projection adding into the
@@ -527,6 +585,7 @@ int64_t enqueue_gpu_step(Impl& s, const StepPlan& p, const BatchPrefillPlan* pre
   FLASHCPP_CUDA_CHECK(launch_gather_rows(s.embedding_w, idx + s.off.tokens, t, c.hidden,
                                          static_cast<uint16_t*>(s.residual.get()), st));
   ++launches;
+  if (persistent_decode_applies(s, p)) return launches + enqueue_persistent_decode(s, p, sample, pdl);
   if (decode && fused_decode_applies(s, t)) return launches + enqueue_fused_decode(s, p, *decode, sample, pdl);
   rmsnorm(rt, h, residual, half(s.layer_w[0].attn_norm, {c.hidden}), norm, st);
   ++launches;
@@ -622,7 +681,9 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
   std::optional<BatchDecodePlan> decode;
   const auto plan_start = std::chrono::steady_clock::now();
   const bool graphs = s.opt.cuda_graphs && p.decode && sample != nullptr;
-  if (p.decode) {
+  if (persistent_decode_applies(s, p)) {
+    // No attention plan: the persistent kernel splits each token's keys itself.
+  } else if (p.decode) {
     BatchDecodeConfig dc;
     dc.num_qo_heads = c.heads;
     dc.num_kv_heads = c.kv_heads;
@@ -652,16 +713,21 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
   }
   const double plan_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - plan_start).count();
   s.last_replayed = false;
+  s.last_path = !p.decode                        ? "prefill"
+                : persistent_decode_applies(s, p) ? "persistent"
+                : fused_decode_applies(s, p.tokens) ? "fused"
+                                                    : "unfused";
   if (graphs) {
     // A decode step of this batch size replays its graph when the plan matches the captured one (FlashInfer's
     // CUDA-graph mode keeps the workspace layout of a batch size; the index arrays sit at fixed offsets).
     std::unique_ptr<Graph>& gr = s.graphs[p.batch];
-    if (gr && gr->plan_info != decode->plan_info()) gr.reset();
+    const std::vector<int64_t> plan_info = decode ? decode->plan_info() : std::vector<int64_t>{};
+    if (gr && gr->plan_info != plan_info) gr.reset();
     if (!gr) {
       auto fresh = std::make_unique<Graph>();
       FLASHCPP_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
       try {
-        fresh->launches = enqueue_gpu_step(s, p, nullptr, &*decode, sample);
+        fresh->launches = enqueue_gpu_step(s, p, nullptr, decode ? &*decode : nullptr, sample);
       } catch (...) {
         cudaGraph_t broken = nullptr;
         cudaStreamEndCapture(st, &broken);
@@ -670,7 +736,7 @@ void gpu_step(Impl& s, const StepPlan& p, const SamplerOptions* sample, float* l
       }
       FLASHCPP_CUDA_CHECK(cudaStreamEndCapture(st, &fresh->graph));
       FLASHCPP_CUDA_CHECK(cudaGraphInstantiate(&fresh->exec, fresh->graph, 0));
-      fresh->plan_info = decode->plan_info();
+      fresh->plan_info = plan_info;
       gr = std::move(fresh);
     } else {
       s.last_replayed = true;
@@ -867,6 +933,7 @@ std::vector<int32_t> Engine::forward_sample(std::span<const StepInput> batch, co
 
 int64_t Engine::last_step_launches() const { return impl_->last_launches; }
 bool Engine::last_step_replayed() const { return impl_->last_replayed; }
+const char* Engine::last_step_path() const { return impl_->last_path; }
 Engine::StepTiming Engine::last_step_timing() const { return impl_->last_timing; }
 
 }  // namespace flashcpp::llm

@@ -50,6 +50,11 @@ struct EngineOptions {
   /// CUDA-core decode plan splits short contexts too and merges them (30 merge kernels of a batch-1 step's 154, 118 µs
   /// of kernel time alone, docs/PERFORMANCE.md); off until measured against it.
   bool decode_unsplit = false;
+  /// gpu: decode steps of at most kDecodeStepMaxTokens (4) tokens run as one persistent kernel (decode_step.hpp: every
+  /// layer, attention included, and the LM head, phases separated by grid-wide barriers) instead of 5 kernels a layer
+  /// plus FlashInfer's decode plan and merges. For models it supports (head_dim 64, hidden and heads * head_dim up to
+  /// 768, FFN up to 1536: SmolLM2); others, and larger steps, take the paths above. Off until measured.
+  bool persistent_decode = false;
   /// gpu: time each step's device work (index upload to the last kernel) with CUDA events: last_step_gpu_us.
   bool time_steps = false;
 };
@@ -93,6 +98,9 @@ class Engine {
   /// Kernel launches of the last step (gpu; 0 for reference) and whether it was a graph replay.
   int64_t last_step_launches() const;
   bool last_step_replayed() const;
+  /// How the last step ran: "prefill", or a decode step's "persistent", "fused" or "unfused" (cuBLASLt and FlashInfer)
+  /// path (gpu; "none" before its first step and on the reference backend).
+  const char* last_step_path() const;
   /// Where the last step's time went (gpu with time_steps; else zeros): plan_us, the host's attention planning
   /// (FlashInfer's plan, its workspace upload included); gpu_us, the device's span from the index upload to the last
   /// kernel (host planning inside it shows as idle time).

@@ -194,12 +194,12 @@ int run_bench(Engine& engine, const Model& model, const BenchOptions& o) {
     const double floor_us = std::max(weights_us, static_cast<double>(launches) * 0.59);
     std::printf("LLM_BENCH {\"op\":\"decode\",\"batch\":%lld,\"context\":%lld,\"step_us\":%.1f,\"gpu_us\":%.1f,"
                 "\"plan_us\":%.1f,\"tokens_per_s\":%.0f,\"floor_us\":%.1f,\"weights_floor_us\":%.1f,\"kernels\":%lld,"
-                "\"graph_replay\":%s,\"copy_gb_s\":%.0f,\"step_over_floor\":%.2f,\"dtype\":\"%s\"}\n",
+                "\"graph_replay\":%s,\"copy_gb_s\":%.0f,\"step_over_floor\":%.2f,\"dtype\":\"%s\",\"path\":\"%s\"}\n",
                 static_cast<long long>(batch), static_cast<long long>(prompt + o.decode_steps), s * 1e6,
                 gpu.empty() ? 0.0 : median(gpu), plan.empty() ? 0.0 : median(plan),
                 s > 0 ? static_cast<double>(batch) / s : 0.0, floor_us, weights_us,
                 static_cast<long long>(launches), replayed ? "true" : "false", bw / 1e9, s * 1e6 / floor_us,
-                std::string(dtype_name(model.dtype)).c_str());
+                std::string(dtype_name(model.dtype)).c_str(), engine.last_step_path());
     std::fflush(stdout);
     for (const StepInput& e : in) engine.close_sequence(e.sequence);
   }

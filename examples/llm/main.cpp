@@ -56,7 +56,8 @@ std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
   return out;
 }
 
-bool no_pdl = false, no_graphs = false, no_fused = false, decode_unsplit = false, time_steps = false;
+bool no_pdl = false, no_graphs = false, no_fused = false, decode_unsplit = false, persistent_decode = false,
+     time_steps = false;
 int64_t fused_decode_max_tokens = EngineOptions{}.fused_decode_max_tokens;
 
 EngineOptions engine_options(const std::string& backend) {
@@ -66,6 +67,7 @@ EngineOptions engine_options(const std::string& backend) {
   o.cuda_graphs = !no_graphs;
   o.fused_decode_max_tokens = no_fused ? 0 : fused_decode_max_tokens;
   o.decode_unsplit = decode_unsplit;
+  o.persistent_decode = persistent_decode;
   o.backend = backend == "reference" ? Backend::reference : Backend::gpu;
   if (o.backend == Backend::reference) o.max_pages = 512;  // 8192 tokens of f32 KV on the host
   return o;
@@ -85,6 +87,8 @@ int main(int argc, char** argv) {
     c->add_flag("--no-fused", no_fused, "gpu: decode steps without the fused linear-layer kernels");
     c->add_flag("--decode-unsplit", decode_unsplit,
                 "gpu: decode attention on the tensor-core path with split-KV off (no merge kernels)");
+    c->add_flag("--persistent-decode", persistent_decode,
+                "gpu: decode steps of at most 4 tokens as one persistent kernel (every layer and the LM head)");
     c->add_option("--fused-decode-tokens", fused_decode_max_tokens,
                   "gpu: decode steps of at most this many tokens use the fused kernels (0..8)")
         ->check(CLI::Range(0, 8));

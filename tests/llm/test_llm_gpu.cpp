@@ -219,11 +219,74 @@ TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
   }
 }
 
+// The persistent decode step (decode_step.hpp: the whole step in one kernel) against the reference backend and against
+// the fused kernels: 1 and 4 sequences (its largest step), contexts of 5 to 150 tokens (one to five attention splits a
+// head, pages filling past their boundaries), three steps each. The linear layers are the fused kernels' code, so
+// only attention (its own kernel against FlashInfer's decode) parts the two GPU paths.
+TEST_P(LlmGpuDtype, PersistentDecodeMatchesTheReference) {
+  REQUIRE_MODEL(GetParam());
+  const int64_t vocab = model->config.vocab;
+  EngineOptions go = gpu_options(false);
+  EngineOptions ro = go;
+  ro.backend = Backend::reference;
+  ro.max_pages = 64;
+  EngineOptions po = go;
+  po.persistent_decode = true;
+  for (const size_t n : {size_t{1}, size_t{4}}) {
+    Engine ref(*model, ro), fused(*model, go), persistent(*model, po);
+    std::vector<int> sr, sf, sp;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t len = n == 1 ? 150 : std::vector<size_t>{5, 37, 70, 150}[i];
+      std::vector<int32_t> ids;
+      for (size_t j = 0; j < len; ++j) ids.push_back(kPrompt[(i + j) % kPrompt.size()] + static_cast<int32_t>(j % 7));
+      sr.push_back(ref.open_sequence());
+      sf.push_back(fused.open_sequence());
+      sp.push_back(persistent.open_sequence());
+      const StepInput a{sr.back(), ids, false}, b{sf.back(), ids, false}, c{sp.back(), ids, false};
+      (void)ref.forward({&a, 1});
+      (void)fused.forward({&b, 1});
+      (void)persistent.forward({&c, 1});
+    }
+    double least = 1, least_fused = 1;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<std::vector<int32_t>> tok(n);
+      std::vector<StepInput> br, bf, bp;
+      for (size_t i = 0; i < n; ++i) {
+        tok[i] = {static_cast<int32_t>(200 + 41 * i + 13 * step)};
+        br.push_back({sr[i], tok[i], false});
+        bf.push_back({sf[i], tok[i], false});
+        bp.push_back({sp[i], tok[i], false});
+      }
+      const std::vector<float> lr = ref.forward(br), lf = fused.forward(bf), lp = persistent.forward(bp);
+      ASSERT_EQ(lp.size(), n * static_cast<size_t>(vocab));
+      EXPECT_EQ(persistent.last_step_launches(), 2) << "the embedding gather and the persistent kernel";
+      for (size_t i = 0; i < n; ++i) {
+        const float* a = lr.data() + i * vocab;
+        const float* b = lp.data() + i * vocab;
+        for (int64_t j = 0; j < vocab; ++j) ASSERT_TRUE(std::isfinite(b[j])) << "sequence " << i << " logit " << j;
+        const double c = cosine(a, b, vocab);
+        least = std::min(least, c);
+        least_fused = std::min(least_fused, cosine(lf.data() + i * vocab, b, vocab));
+        EXPECT_GE(c, min_cosine(GetParam())) << n << " sequences, step " << step << ", sequence " << i;
+        if (top2_gap(a, vocab) > 0.1) {
+          EXPECT_EQ(argmax(a, vocab), argmax(b, vocab)) << "step " << step << ", sequence " << i;
+        }
+      }
+    }
+    EXPECT_GE(least_fused, pair_min_cosine(GetParam())) << n << " sequences: persistent against the fused kernels";
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(persistent.length(sp[i]), ref.length(sr[i]));
+    std::printf("%s, %zu sequences: persistent decode's least cosine against the reference %.6f, against the fused "
+                "kernels %.6f\n",
+                std::string(dtype_name(GetParam())).c_str(), n, least, least_fused);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, LlmGpuDtype, ::testing::Values(DType::f16, DType::bf16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // Greedy generation of three prompts of different lengths: CUDA-graph replays give the tokens eager steps give, and the
-// steady decode steps are replays.
+// steady decode steps are replays; with the fused decode kernels and with the persistent decode step (a cooperative
+// kernel in the graph, its barrier counter reused by every replay).
 TEST(LlmGpu, GraphReplayEqualsEagerSteps) {
   REQUIRE_MODEL();
   const std::vector<std::vector<int32_t>> prompts{kPrompt, {1, 504, 3458}, {1, 19936, 314, 253, 1345, 28}};
@@ -231,12 +294,17 @@ TEST(LlmGpu, GraphReplayEqualsEagerSteps) {
   g.max_new_tokens = 24;
   g.max_batch = 8;
   g.max_step_tokens = 512;
-  Engine eager(*model, gpu_options(false)), graphs(*model, gpu_options(true));
-  const GenerateResult re = generate(eager, prompts, g), rg = generate(graphs, prompts, g);
-  EXPECT_EQ(re.tokens, rg.tokens);
-  EXPECT_TRUE(graphs.last_step_replayed());
-  EXPECT_FALSE(eager.last_step_replayed());
-  EXPECT_EQ(graphs.free_pages(), 256);
+  for (const bool persistent : {false, true}) {
+    SCOPED_TRACE(persistent ? "persistent decode step" : "fused decode kernels");
+    EngineOptions eo = gpu_options(false), go = gpu_options(true);
+    eo.persistent_decode = go.persistent_decode = persistent;
+    Engine eager(*model, eo), graphs(*model, go);
+    const GenerateResult re = generate(eager, prompts, g), rg = generate(graphs, prompts, g);
+    EXPECT_EQ(re.tokens, rg.tokens);
+    EXPECT_TRUE(graphs.last_step_replayed());
+    EXPECT_FALSE(eager.last_step_replayed());
+    EXPECT_EQ(graphs.free_pages(), 256);
+  }
 }
 
 // Continuous batching on the GPU: prompts admitted while others decode (a small step budget) give the tokens each

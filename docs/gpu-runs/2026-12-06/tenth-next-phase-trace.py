@@ -9,7 +9,7 @@ sys.path.insert(0, "bench")
 import flashmla_side_by_side as fs  # noqa: E402
 
 NAMES = {1: "barriers ready", 2: "P item+idx issued", 3: "P Q issued", 4: "P tile0 L stored", 5: "P tile0 R published",
-         6: "P last tile published", 7: "P end", 8: "C0 Q full", 9: "C0 tile0 L full"
+         6: "P last tile published", 7: "P end", 8: "C0 Q full", 9: "C0 tile0 L full",
          10: "C0 S0 done", 11: "C0 PV0 done", 12: "C0 last PV done", 13: "C0 rows written", 14: "C1 rows written"}
 
 

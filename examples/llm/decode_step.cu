@@ -1,0 +1,368 @@
+#include "decode_step.hpp"
+
+#include <cmath>
+#include <mutex>
+
+#include "decode_linear_device.cuh"
+
+namespace flashcpp::llm {
+namespace {
+
+using namespace device;
+
+constexpr int kWarps = 12;  // 1584 warps on 132 SMs: a gate/up row pair each for SmolLM2's 1536
+constexpr int kAhead = 2;   // weight row pairs a warp has in flight
+constexpr int kThreads = kWarps * 32;
+constexpr int kTokens = static_cast<int>(kDecodeStepMaxTokens);
+constexpr int kD = static_cast<int>(kDecodeStepHeadDim);
+constexpr int kMaxSplits = static_cast<int>(kDecodeStepMaxSplits);
+constexpr int kHiddenChunks = static_cast<int>(kDecodeStepMaxHidden / 256);
+constexpr int kFfnChunks = static_cast<int>(kDecodeStepMaxFfn / 256);
+constexpr int kRowStride = static_cast<int>(kDecodeStepMaxFfn / 8);  // a weight row's slot, in uint4
+constexpr int kSplitStride = kD + 4;  // a split's running max, sum, 2 floats of padding, then its kD outputs
+constexpr int kWeightSlotVectors = kWarps * kAhead * 2 * kRowStride;
+constexpr int kDynamicSmem = kWeightSlotVectors * 16 + kTokens * static_cast<int>(kDecodeStepMaxFfn) * 4;
+static_assert(kDynamicSmem + 8 * 1024 <= 227 * 1024, "weight slots and x' must fit an SM's shared memory");
+static_assert(kDecodeStepMaxHidden % 256 == 0 && kDecodeStepMaxFfn % 256 == 0 && kD == 64);
+static_assert(kTokens <= kMaxTokens && kDecodeStepMaxFfn <= kDecodeLinearMaxK);
+constexpr float kLog2e = 1.4426950408889634f;
+
+// A grid-wide barrier on one counter: a block arrives once per phase (after all its threads' writes, release at GPU
+// scope) and waits until every block has arrived as often (acquire). Reads of what other blocks wrote go through L2.
+struct GridBarrier {
+  unsigned* count;
+  unsigned arrived = 0;
+  __device__ void arrive() {
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+    ++arrived;
+  }
+  __device__ void wait() const {
+    if (threadIdx.x == 0) {
+      const unsigned target = arrived * gridDim.x;
+      unsigned seen = 0;
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+      } while (seen < target);
+    }
+    __syncthreads();
+  }
+  // After the block's last wait: the block whose arrival completes this count knows every block is past its last
+  // wait, and zeroes the counter for the next launch.
+  __device__ void retire() const {
+    if (threadIdx.x == 0 && atomicAdd(count, 1u) == (arrived + 1) * gridDim.x - 1) atomicExch(count, 0u);
+  }
+};
+
+__device__ inline int64_t global_warps() { return static_cast<int64_t>(gridDim.x) * kWarps; }
+__device__ inline int64_t this_warp() { return static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; }
+
+// How a token's keys are split: at most `splits_a_head` warps a (token, head), at least 32 keys each (a key a lane).
+__device__ inline int splits_a_head(const DecodeStepParams& p) {
+  const int64_t s = global_warps() / (p.tokens * p.heads);
+  return static_cast<int>(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
+}
+__device__ inline int64_t split_keys(int64_t len, int splits) {
+  const int64_t per = (len + splits - 1) / splits;
+  return per < 32 ? 32 : (per + 31) / 32 * 32;
+}
+
+__device__ inline void cp_async16(void* smem, const void* gmem) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending> __device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Copies row pair `pair` of lp.w (if it exists) into a warp's slot, as SharedRowPair reads it; one commit group.
+template <DecodeEpilogue E, int kChunks>
+__device__ void fetch_row_pair(const DecodeLinearParams& lp, int64_t pair, uint4* slot, int lane) {
+  if (pair < lp.rows / 2) {
+    int64_t r0 = 0, r1 = 0;
+    pair_rows<E>(lp.rows, pair, r0, r1);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t e = (static_cast<int64_t>(c) * 32 + lane) * 8;
+      if (e < lp.k) {
+        cp_async16(slot + c * 32 + lane, lp.w + r0 * lp.k + e);
+        cp_async16(slot + kRowStride + c * 32 + lane, lp.w + r1 * lp.k + e);
+      }
+    }
+  }
+  cp_async_commit();
+}
+
+// A linear layer as decode_linear_kernel computes it, its pairs spread over the grid's warps (a warp's pairs are
+// global_warps() apart). Each warp's weight rows stream into its kAhead shared-memory slots, the first kAhead pairs
+// before the barrier (weights do not depend on the step), each later one as soon as its slot is free. `stage` fills
+// xs (every thread calls it); blocks without a pair skip it.
+template <class T, DecodeEpilogue E, int kChunks, class Stage>
+__device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, float* xs, uint4* weight_slots,
+                             Stage stage) {
+  const int lane = threadIdx.x % 32;
+  const int64_t pairs = lp.rows / 2, stride = global_warps(), first = this_warp();
+  uint4* slots = weight_slots + (threadIdx.x / 32) * kAhead * 2 * kRowStride;
+#pragma unroll
+  for (int a = 0; a < kAhead; ++a)
+    fetch_row_pair<E, kChunks>(lp, first + a * stride, slots + a * 2 * kRowStride, lane);
+  bar.wait();
+  if (static_cast<int64_t>(blockIdx.x) * kWarps < pairs) {
+    stage();
+    const int t_n = static_cast<int>(lp.tokens);
+    int64_t i = 0;
+    for (int64_t pair = first; pair < pairs; pair += stride, ++i) {
+      cp_async_wait<kAhead - 1>();  // this pair's group (the oldest) has landed
+      uint4* slot = slots + (i % kAhead) * 2 * kRowStride;
+      int64_t r0 = 0, r1 = 0;
+      pair_rows<E>(lp.rows, pair, r0, r1);
+      float y0, y1;
+      dot_row_pair<T, kChunks, kTokens>(SharedRowPair{slot, kRowStride, lane}, xs, lp.k, t_n, lane, y0, y1);
+      if (lane < t_n) apply_epilogue<T, E>(lp, lane, r0, r1, y0, y1);
+      fetch_row_pair<E, kChunks>(lp, pair + kAhead * stride, slot, lane);
+    }
+  }
+  cp_async_wait<0>();  // nothing left in flight into the slots the next phase fills
+  bar.arrive();
+}
+
+// Attention: work items (token, head, split), one a warp. A lane scores a key (its K row against q in shared
+// memory), the warp keeps the running max and sum (log2 domain), and lane l accumulates output dims 2l, 2l + 1.
+template <class T>
+__device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer& layer, GridBarrier& bar,
+                                float* q_smem) {
+  bar.wait();
+  const int lane = threadIdx.x % 32;
+  float* q = q_smem + (threadIdx.x / 32) * kD;
+  const int64_t heads = p.heads, group = p.heads / p.kv_heads, qkv_rows = (p.heads + 2 * p.kv_heads) * kD;
+  const int splits = splits_a_head(p);
+  const float scale = kLog2e / sqrtf(static_cast<float>(kD));
+  for (int64_t item = this_warp(); item < p.tokens * heads * splits; item += global_warps()) {
+    const int64_t t = item / (heads * splits), h = item / splits % heads, s = item % splits;
+    const int64_t len = __ldcg(p.positions + t) + 1, per = split_keys(len, splits);
+    const int64_t begin = s * per, end = begin + per < len ? begin + per : len;
+    if (begin >= len) continue;
+    const int32_t* pages = p.kv_indices + __ldcg(p.kv_indptr + __ldcg(p.batch_indices + t));
+    const int64_t kv_head = h / group;
+    for (int i = lane; i < kD; i += 32) q[i] = at<T>(p.qkv, t * qkv_rows + h * kD + i) * scale;
+    __syncwarp();
+    float m = -INFINITY, l = 0.f, o0 = 0.f, o1 = 0.f;
+    for (int64_t key0 = begin; key0 < end; key0 += 32) {
+      const int64_t key = key0 + lane;
+      const bool valid = key < end;
+      int64_t slot = 0;
+      float score = -INFINITY;
+      if (valid) {
+        const int64_t page = __ldcg(pages + key / p.page_size);
+        slot = ((page * p.page_size + key % p.page_size) * p.kv_heads + kv_head) * kD;
+        const uint4* k_row = reinterpret_cast<const uint4*>(layer.k_cache + slot);
+        float acc = 0.f;
+#pragma unroll
+        for (int c = 0; c < kD / 8; ++c) {
+          float f[8];
+          unpack8<T>(__ldcg(k_row + c), f);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc = fmaf(f[j], q[c * 8 + j], acc);
+        }
+        score = acc;
+      }
+      float top = score;
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+      const float m_new = fmaxf(m, top), rescale = exp2f(m - m_new);
+      const float prob = valid ? exp2f(score - m_new) : 0.f;
+      float sum = prob;
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      l = l * rescale + sum;
+      o0 *= rescale;
+      o1 *= rescale;
+      m = m_new;
+      const int n = static_cast<int>(end - key0 < 32 ? end - key0 : 32);
+#pragma unroll 8
+      for (int j = 0; j < n; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, prob, j);
+        const int64_t sj = __shfl_sync(0xffffffffu, slot, j);
+        const unsigned v2 = __ldcg(reinterpret_cast<const unsigned*>(layer.v_cache + sj) + lane);
+        const T* v = reinterpret_cast<const T*>(&v2);
+        o0 = fmaf(pj, to_f32(v[0]), o0);
+        o1 = fmaf(pj, to_f32(v[1]), o1);
+      }
+    }
+    float* out = p.attn_split + ((t * heads + h) * kMaxSplits + s) * kSplitStride;
+    if (lane == 0) {
+      out[0] = m;
+      out[1] = l;
+    }
+    reinterpret_cast<float2*>(out + 4)[lane] = make_float2(o0, o1);
+    __syncwarp();
+  }
+  bar.arrive();
+}
+
+// The o projection's x: each (token, head)'s splits merged in split order, rounded to the 16-bit type.
+template <class T> __device__ void stage_attention(const DecodeStepParams& p, float* xs) {
+  const int splits = splits_a_head(p);
+  const int64_t heads = p.heads, n = p.tokens * heads * kD;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t t = i / (heads * kD), h = i / kD % heads, d = i % kD;
+    const int64_t len = __ldcg(p.positions + t) + 1, used = (len + split_keys(len, splits) - 1) / split_keys(len, splits);
+    const float* base = p.attn_split + (t * heads + h) * kMaxSplits * kSplitStride;
+    float top = -INFINITY;
+    for (int64_t s = 0; s < used; ++s) top = fmaxf(top, __ldcg(base + s * kSplitStride));
+    float sum = 0.f, o = 0.f;
+    for (int64_t s = 0; s < used; ++s) {
+      const float w = exp2f(__ldcg(base + s * kSplitStride) - top);
+      sum = fmaf(__ldcg(base + s * kSplitStride + 1), w, sum);
+      o = fmaf(__ldcg(base + s * kSplitStride + 4 + d), w, o);
+    }
+    xs[i] = to_f32(from_f32<T>(o / sum));
+  }
+  __syncthreads();
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeStepParams p) {
+  extern __shared__ uint4 smem[];
+  uint4* weight_slots = smem;                                      // [kWarps][kAhead][2 rows][kRowStride]
+  float* xs = reinterpret_cast<float*>(smem + kWeightSlotVectors);  // [tokens][k] of the phase
+  __shared__ float inv_rms[kTokens];
+  __shared__ float q_smem[kWarps * kD];
+  GridBarrier bar{p.barrier};
+  const int64_t qkv_rows = (p.heads + 2 * p.kv_heads) * kD;
+  DecodeLinearParams base;
+  base.f16 = p.f16;
+  base.tokens = p.tokens;
+  base.eps = p.eps;
+  for (int64_t li = 0; li < p.layers; ++li) {
+    const DecodeStepLayer& layer = p.layer[li];
+    DecodeLinearParams qkv = base;
+    qkv.epilogue = DecodeEpilogue::rope_append;
+    qkv.rows = qkv_rows;
+    qkv.k = p.hidden;
+    qkv.w = layer.wqkv;
+    qkv.x = p.residual;
+    qkv.norm_w = layer.attn_norm;
+    qkv.q_out = p.qkv;
+    qkv.q_stride = qkv_rows;
+    qkv.k_cache = layer.k_cache;
+    qkv.v_cache = layer.v_cache;
+    qkv.positions = p.positions;
+    qkv.batch_indices = p.batch_indices;
+    qkv.kv_indptr = p.kv_indptr;
+    qkv.kv_indices = p.kv_indices;
+    qkv.heads = p.heads;
+    qkv.kv_heads = p.kv_heads;
+    qkv.head_dim = kD;
+    qkv.page_size = p.page_size;
+    qkv.rope_theta = p.rope_theta;
+    linear_phase<T, DecodeEpilogue::rope_append, kHiddenChunks>(
+        qkv, bar, xs, weight_slots, [&] { stage_x<T>(xs, inv_rms, qkv.x, qkv.norm_w, qkv.tokens, qkv.k, qkv.eps); });
+
+    attention_phase<T>(p, layer, bar, q_smem);
+
+    DecodeLinearParams o = base;
+    o.epilogue = DecodeEpilogue::add_residual;
+    o.rows = p.hidden;
+    o.k = p.heads * kD;
+    o.w = layer.wo;
+    o.residual = p.residual;
+    linear_phase<T, DecodeEpilogue::add_residual, kHiddenChunks>(o, bar, xs, weight_slots,
+                                                                        [&] { stage_attention<T>(p, xs); });
+
+    DecodeLinearParams gu = base;
+    gu.epilogue = DecodeEpilogue::silu_and_mul;
+    gu.rows = 2 * p.ffn;
+    gu.k = p.hidden;
+    gu.w = layer.w_gate_up;
+    gu.x = p.residual;
+    gu.norm_w = layer.ffn_norm;
+    gu.act = p.act;
+    linear_phase<T, DecodeEpilogue::silu_and_mul, kHiddenChunks>(
+        gu, bar, xs, weight_slots, [&] { stage_x<T>(xs, inv_rms, gu.x, gu.norm_w, gu.tokens, gu.k, gu.eps); });
+
+    DecodeLinearParams down = base;
+    down.epilogue = DecodeEpilogue::add_residual;
+    down.rows = p.hidden;
+    down.k = p.ffn;
+    down.w = layer.w_down;
+    down.x = p.act;
+    down.residual = p.residual;
+    linear_phase<T, DecodeEpilogue::add_residual, kFfnChunks>(
+        down, bar, xs, weight_slots, [&] { stage_x<T>(xs, inv_rms, down.x, nullptr, down.tokens, down.k, down.eps); });
+  }
+  DecodeLinearParams head = base;
+  head.epilogue = DecodeEpilogue::store_f32;
+  head.rows = p.vocab;
+  head.k = p.hidden;
+  head.w = p.lm_head;
+  head.x = p.residual;
+  head.norm_w = p.out_norm;
+  head.out_f32 = p.logits;
+  linear_phase<T, DecodeEpilogue::store_f32, kHiddenChunks>(
+      head, bar, xs, weight_slots, [&] { stage_x<T>(xs, inv_rms, head.x, head.norm_w, head.tokens, head.k, head.eps); });
+  bar.retire();
+}
+
+constexpr int kMaxDevices = 64;
+
+// Blocks of one launch: one per SM, when one fits (the barrier needs every block resident).
+template <class T> cudaError_t grid_blocks(int& blocks) {
+  static std::once_flag once[kMaxDevices];
+  static cudaError_t status[kMaxDevices] = {};
+  static int sms[kMaxDevices] = {};
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::call_once(once[device], [device] {
+    cudaError_t e =
+        cudaFuncSetAttribute(decode_step_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kDynamicSmem);
+    int per_sm = 0;
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_step_kernel<T>, kThreads, kDynamicSmem);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms[device], cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess && per_sm < 1) e = cudaErrorCooperativeLaunchTooLarge;
+    status[device] = e;
+  });
+  blocks = sms[device];
+  return status[device];
+}
+
+template <class T> cudaError_t launch_typed(const DecodeStepParams& p, cudaStream_t stream) {
+  int blocks = 0;
+  if (const cudaError_t e = grid_blocks<T>(blocks); e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kDynamicSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, decode_step_kernel<T>, p);
+}
+
+}  // namespace
+
+int64_t decode_step_split_floats(int64_t tokens, int64_t heads) { return tokens * heads * kMaxSplits * kSplitStride; }
+
+bool decode_step_supports(int64_t tokens, int64_t hidden, int64_t ffn, int64_t heads, int64_t kv_heads,
+                          int64_t head_dim, int64_t vocab) {
+  const auto row_ok = [](int64_t k, int64_t most) { return k >= 8 && k <= most && k % 8 == 0; };
+  return tokens >= 1 && tokens <= kDecodeStepMaxTokens && head_dim == kDecodeStepHeadDim &&
+         row_ok(hidden, kDecodeStepMaxHidden) && row_ok(heads * head_dim, kDecodeStepMaxHidden) &&
+         row_ok(ffn, kDecodeStepMaxFfn) && kv_heads >= 1 && heads % kv_heads == 0 && vocab >= 2 && vocab % 2 == 0;
+}
+
+cudaError_t launch_decode_step(const DecodeStepParams& p, cudaStream_t stream) {
+  if (!decode_step_supports(p.tokens, p.hidden, p.ffn, p.heads, p.kv_heads, p.head_dim, p.vocab) || p.layers < 1 ||
+      p.page_size < 1 || !p.layer || !p.out_norm || !p.lm_head || !p.residual || !p.qkv || !p.attn_split || !p.act ||
+      !p.logits || !p.positions || !p.batch_indices || !p.kv_indptr || !p.kv_indices || !p.barrier)
+    return cudaErrorInvalidValue;
+  return p.f16 ? launch_typed<__half>(p, stream) : launch_typed<__nv_bfloat16>(p, stream);
+}
+
+}  // namespace flashcpp::llm
