@@ -32,13 +32,15 @@ use_carried() {
   export FLASHCPP_GPU_TESTS=1
 }
 
-# The modules SmolLM2 needs (head_dim 64, 9 query and 3 KV heads), for both 16-bit types the engine runs.
+# The modules SmolLM2 needs (head_dim 64, 9 query and 3 KV heads), for both 16-bit types the engine runs: decode,
+# prefill on the Hopper path, and the fa2 prefill kernel that decode attention runs with split-KV off (--decode-unsplit).
 llm_module_uris() {
   echo norm page rope sampling silu_and_mul
   local dt
   for dt in f16 bf16; do
     echo "batch_decode_with_kv_cache_dtype_q_${dt}_dtype_kv_${dt}_dtype_o_${dt}_dtype_idx_i32_head_dim_qk_64_head_dim_vo_64_posenc_0_use_swa_False_use_logits_cap_False"
     echo "batch_prefill_with_kv_cache_dtype_q_${dt}_dtype_kv_${dt}_dtype_o_${dt}_dtype_idx_i32_head_dim_qk_64_head_dim_vo_64_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False_sm90"
+    echo "batch_prefill_with_kv_cache_dtype_q_${dt}_dtype_kv_${dt}_dtype_o_${dt}_dtype_idx_i32_head_dim_qk_64_head_dim_vo_64_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False"
   done
 }
 
@@ -126,7 +128,9 @@ case "${1:-}" in
         "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-pdl
         "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-graphs
         "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-fused
-        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --decode-unsplit; } 2>&1 |
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --decode-unsplit
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 2 --decode-batch 4 --persistent-decode
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 2 --decode-batch 4; } 2>&1 |
         tee "$out/bench_variants.txt" || failed=1
     fi
     if has profile; then bash "$0" profile "$out" || failed=1; fi

@@ -220,7 +220,7 @@ TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
 }
 
 // The persistent decode step (decode_step.hpp: the whole step in one kernel) against the reference backend and against
-// the fused kernels: 1 and 4 sequences (its largest step), contexts of 5 to 150 tokens (one to five attention splits a
+// the fused kernels: 1 and 4 sequences (its largest step), contexts of 5 to 100 tokens (one to four attention splits a
 // head, pages filling past their boundaries), three steps each. The linear layers are the fused kernels' code, so
 // only attention (its own kernel against FlashInfer's decode) parts the two GPU paths.
 TEST_P(LlmGpuDtype, PersistentDecodeMatchesTheReference) {
@@ -236,7 +236,7 @@ TEST_P(LlmGpuDtype, PersistentDecodeMatchesTheReference) {
     Engine ref(*model, ro), fused(*model, go), persistent(*model, po);
     std::vector<int> sr, sf, sp;
     for (size_t i = 0; i < n; ++i) {
-      const size_t len = n == 1 ? 150 : std::vector<size_t>{5, 37, 70, 150}[i];
+      const size_t len = n == 1 ? 100 : std::vector<size_t>{5, 37, 70, 100}[i];
       std::vector<int32_t> ids;
       for (size_t j = 0; j < len; ++j) ids.push_back(kPrompt[(i + j) % kPrompt.size()] + static_cast<int32_t>(j % 7));
       sr.push_back(ref.open_sequence());
