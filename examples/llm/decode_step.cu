@@ -27,6 +27,16 @@ static_assert(kDecodeStepMaxHidden % 256 == 0 && kDecodeStepMaxFfn % 256 == 0 &&
 static_assert(kTokens <= kMaxTokens && kDecodeStepMaxFfn <= kDecodeLinearMaxK);
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Experiment builds only (-DFLASHCPP_DECODE_STEP_PROBE, decode_step_bench): parts of each phase switched off to see
+// what a phase's time is made of (outputs wrong by design). Bits: 1 no x staging, 2 no weight copies, 4 no dot
+// products or epilogues, 8 no attention work.
+#ifdef FLASHCPP_DECODE_STEP_PROBE
+__device__ int g_probe = 0;
+__device__ inline bool probe_skips(int bit) { return (g_probe & bit) != 0; }
+#else
+__device__ constexpr bool probe_skips(int) { return false; }
+#endif
+
 // A grid-wide barrier on one counter: a block arrives once per phase (after all its threads' writes, release at GPU
 // scope) and waits until every block has arrived as often (acquire). Reads of what other blocks wrote go through L2.
 struct GridBarrier {
@@ -79,7 +89,7 @@ template <int kPending> __device__ inline void cp_async_wait() {
 // Copies row pair `pair` of lp.w (if it exists) into a warp's slot, as SharedRowPair reads it; one commit group.
 template <DecodeEpilogue E, int kChunks>
 __device__ void fetch_row_pair(const DecodeLinearParams& lp, int64_t pair, uint4* slot, int lane) {
-  if (pair < lp.rows / 2) {
+  if (pair < lp.rows / 2 && !probe_skips(2)) {
     int64_t r0 = 0, r1 = 0;
     pair_rows<E>(lp.rows, pair, r0, r1);
 #pragma unroll
@@ -109,10 +119,10 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
     fetch_row_pair<E, kChunks>(lp, first + a * stride, slots + a * 2 * kRowStride, lane);
   bar.wait();
   if (static_cast<int64_t>(blockIdx.x) * kWarps < pairs) {
-    stage();
+    if (!probe_skips(1)) stage();
     const int t_n = static_cast<int>(lp.tokens);
     int64_t i = 0;
-    for (int64_t pair = first; pair < pairs; pair += stride, ++i) {
+    for (int64_t pair = probe_skips(4) ? pairs : first; pair < pairs; pair += stride, ++i) {
       cp_async_wait<kAhead - 1>();  // this pair's group (the oldest) has landed
       uint4* slot = slots + (i % kAhead) * 2 * kRowStride;
       int64_t r0 = 0, r1 = 0;
@@ -138,7 +148,8 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
   const int64_t heads = p.heads, group = p.heads / p.kv_heads, qkv_rows = (p.heads + 2 * p.kv_heads) * kD;
   const int splits = splits_a_head(p);
   const float scale = kLog2e / sqrtf(static_cast<float>(kD));
-  for (int64_t item = this_warp(); item < p.tokens * heads * splits; item += global_warps()) {
+  for (int64_t item = probe_skips(8) ? p.tokens * heads * splits : this_warp(); item < p.tokens * heads * splits;
+       item += global_warps()) {
     const int64_t t = item / (heads * splits), h = item / splits % heads, s = item % splits;
     const int64_t len = __ldcg(p.positions + t) + 1, per = split_keys(len, splits);
     const int64_t begin = s * per, end = begin + per < len ? begin + per : len;
@@ -356,6 +367,10 @@ bool decode_step_supports(int64_t tokens, int64_t hidden, int64_t ffn, int64_t h
          row_ok(hidden, kDecodeStepMaxHidden) && row_ok(heads * head_dim, kDecodeStepMaxHidden) &&
          row_ok(ffn, kDecodeStepMaxFfn) && kv_heads >= 1 && heads % kv_heads == 0 && vocab >= 2 && vocab % 2 == 0;
 }
+
+#ifdef FLASHCPP_DECODE_STEP_PROBE
+cudaError_t decode_step_set_probe(int bits) { return cudaMemcpyToSymbol(g_probe, &bits, sizeof(int)); }
+#endif
 
 cudaError_t launch_decode_step(const DecodeStepParams& p, cudaStream_t stream) {
   if (!decode_step_supports(p.tokens, p.hidden, p.ffn, p.heads, p.kv_heads, p.head_dim, p.vocab) || p.layers < 1 ||
