@@ -3,7 +3,8 @@
 // a warp holds two weight rows in registers (chunk c of a row is 8 values at (c * 32 + lane) * 8), dots them with x'
 // (f32 in shared memory, [tokens][k]) for every token, reduces across the warp, and lane t applies the epilogue to
 // token t. Activations that another block may have written (x, the residual, the caches) are read through L2
-// (ld.global.cg): inside one persistent kernel the L1 of another SM may hold a stale copy.
+// (ld.global.cg): inside one persistent kernel the L1 of another SM may hold a stale copy. The index arrays (positions,
+// pages) and the weights are written before the kernel starts and only read, so they take the read-only path.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -168,7 +169,7 @@ __device__ inline void apply_epilogue(const DecodeLinearParams& p, int64_t t, in
     put<T>(p.act, t * (p.rows / 2) + r0, y0 / (1.f + __expf(-y0)) * y1);
   } else {
     const int64_t d = p.head_dim, q_rows = p.heads * d, k_rows = p.kv_heads * d;
-    const int32_t pos = __ldcg(p.positions + t);
+    const int32_t pos = __ldg(p.positions + t);
     const int64_t dim = r0 % d;  // even: the pair is (dim, dim + 1)
     if (r0 < q_rows + k_rows) {  // q or k: rotate
       const float freq = exp2f(-static_cast<float>(dim) / static_cast<float>(d) * log2f(p.rope_theta));
@@ -184,8 +185,8 @@ __device__ inline void apply_epilogue(const DecodeLinearParams& p, int64_t t, in
     } else {
       const bool is_k = r0 < q_rows + k_rows;
       const int64_t kv_head = (r0 - q_rows - (is_k ? 0 : k_rows)) / d;
-      const int32_t b = __ldcg(p.batch_indices + t);
-      const int64_t page = __ldcg(p.kv_indices + __ldcg(p.kv_indptr + b) + pos / p.page_size);
+      const int32_t b = __ldg(p.batch_indices + t);
+      const int64_t page = __ldg(p.kv_indices + __ldg(p.kv_indptr + b) + pos / p.page_size);
       const int64_t at_slot = ((page * p.page_size + pos % p.page_size) * p.kv_heads + kv_head) * d + dim;
       uint16_t* cache = is_k ? p.k_cache : p.v_cache;
       put<T>(cache, at_slot, y0);

@@ -26,6 +26,7 @@ static_assert(kDynamicSmem + 8 * 1024 <= 227 * 1024, "weight slots and x' must f
 static_assert(kDecodeStepMaxHidden % 256 == 0 && kDecodeStepMaxFfn % 256 == 0 && kD == 64);
 static_assert(kTokens <= kMaxTokens && kDecodeStepMaxFfn <= kDecodeLinearMaxK);
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMergeGroup = 8;
 
 // Experiment builds only (-DFLASHCPP_DECODE_STEP_PROBE, decode_step_bench): parts of each phase switched off to see
 // what a phase's time is made of (outputs wrong by design). Bits: 1 no x staging, 2 no weight copies, 4 no dot
@@ -117,6 +118,9 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
 #pragma unroll
   for (int a = 0; a < kAhead; ++a)
     fetch_row_pair<E, kChunks>(lp, first + a * stride, slots + a * 2 * kRowStride, lane);
+  // The norm's weights into L1 too (a 128-byte line a thread), so the staging after the barrier finds them there.
+  if (lp.norm_w != nullptr && threadIdx.x * 64 < lp.k)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(lp.norm_w + threadIdx.x * 64));
   bar.wait();
   if (static_cast<int64_t>(blockIdx.x) * kWarps < pairs) {
     if (!probe_skips(1)) stage();
@@ -137,24 +141,28 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
   bar.arrive();
 }
 
-// Attention: work items (token, head, split), one a warp. A lane scores a key (its K row against q in shared
-// memory), the warp keeps the running max and sum (log2 domain), and lane l accumulates output dims 2l, 2l + 1.
+// Attention: work items (token, head, split), one a warp. A lane loads one key's K and V rows (together: one round
+// trip), scores the key against q in shared memory and puts the V row in the warp's V tile (the warp's weight slots,
+// free between linear phases; 16-byte chunks XOR-swizzled by key so neither the stores nor the reads conflict); the
+// warp keeps the running max and sum (log2 domain), and lane l accumulates output dims 2l, 2l + 1 from the tile.
 template <class T>
 __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer& layer, GridBarrier& bar,
-                                float* q_smem) {
+                                float* q_smem, uint4* weight_slots) {
   bar.wait();
   const int lane = threadIdx.x % 32;
   float* q = q_smem + (threadIdx.x / 32) * kD;
+  uint4* v_tile = weight_slots + (threadIdx.x / 32) * kAhead * 2 * kRowStride;  // [32 keys][kD / 8 chunks]
+  static_assert(32 * kD / 8 <= kAhead * 2 * kRowStride, "a warp's V tile fits its weight slots");
   const int64_t heads = p.heads, group = p.heads / p.kv_heads, qkv_rows = (p.heads + 2 * p.kv_heads) * kD;
   const int splits = splits_a_head(p);
   const float scale = kLog2e / sqrtf(static_cast<float>(kD));
   for (int64_t item = probe_skips(8) ? p.tokens * heads * splits : this_warp(); item < p.tokens * heads * splits;
        item += global_warps()) {
     const int64_t t = item / (heads * splits), h = item / splits % heads, s = item % splits;
-    const int64_t len = __ldcg(p.positions + t) + 1, per = split_keys(len, splits);
+    const int64_t len = __ldg(p.positions + t) + 1, per = split_keys(len, splits);
     const int64_t begin = s * per, end = begin + per < len ? begin + per : len;
     if (begin >= len) continue;
-    const int32_t* pages = p.kv_indices + __ldcg(p.kv_indptr + __ldcg(p.batch_indices + t));
+    const int32_t* pages = p.kv_indices + __ldg(p.kv_indptr + __ldg(p.batch_indices + t));
     const int64_t kv_head = h / group;
     for (int i = lane; i < kD; i += 32) q[i] = at<T>(p.qkv, t * qkv_rows + h * kD + i) * scale;
     __syncwarp();
@@ -162,22 +170,30 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
     for (int64_t key0 = begin; key0 < end; key0 += 32) {
       const int64_t key = key0 + lane;
       const bool valid = key < end;
-      int64_t slot = 0;
       float score = -INFINITY;
       if (valid) {
-        const int64_t page = __ldcg(pages + key / p.page_size);
-        slot = ((page * p.page_size + key % p.page_size) * p.kv_heads + kv_head) * kD;
+        const int64_t page = __ldg(pages + key / p.page_size);
+        const int64_t slot = ((page * p.page_size + key % p.page_size) * p.kv_heads + kv_head) * kD;
         const uint4* k_row = reinterpret_cast<const uint4*>(layer.k_cache + slot);
+        const uint4* v_row = reinterpret_cast<const uint4*>(layer.v_cache + slot);
+        uint4 kr[kD / 8], vr[kD / 8];
+#pragma unroll
+        for (int c = 0; c < kD / 8; ++c) {
+          kr[c] = __ldcg(k_row + c);
+          vr[c] = __ldcg(v_row + c);
+        }
         float acc = 0.f;
 #pragma unroll
         for (int c = 0; c < kD / 8; ++c) {
           float f[8];
-          unpack8<T>(__ldcg(k_row + c), f);
+          unpack8<T>(kr[c], f);
 #pragma unroll
           for (int j = 0; j < 8; ++j) acc = fmaf(f[j], q[c * 8 + j], acc);
+          v_tile[lane * (kD / 8) + (c ^ (lane & 7))] = vr[c];
         }
         score = acc;
       }
+      __syncwarp();
       float top = score;
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
@@ -191,15 +207,15 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
       o1 *= rescale;
       m = m_new;
       const int n = static_cast<int>(end - key0 < 32 ? end - key0 : 32);
-#pragma unroll 8
+      const int chunk = lane / 4, word = lane % 4;  // dims 2 lane, 2 lane + 1: 32-bit word `word` of chunk `chunk`
       for (int j = 0; j < n; ++j) {
         const float pj = __shfl_sync(0xffffffffu, prob, j);
-        const int64_t sj = __shfl_sync(0xffffffffu, slot, j);
-        const unsigned v2 = __ldcg(reinterpret_cast<const unsigned*>(layer.v_cache + sj) + lane);
+        const unsigned v2 = reinterpret_cast<const unsigned*>(&v_tile[j * (kD / 8) + (chunk ^ (j & 7))])[word];
         const T* v = reinterpret_cast<const T*>(&v2);
         o0 = fmaf(pj, to_f32(v[0]), o0);
         o1 = fmaf(pj, to_f32(v[1]), o1);
       }
+      __syncwarp();  // the tile is read before the next keys overwrite it
     }
     float* out = p.attn_split + ((t * heads + h) * kMaxSplits + s) * kSplitStride;
     if (lane == 0) {
@@ -212,23 +228,44 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
   bar.arrive();
 }
 
-// The o projection's x: each (token, head)'s splits merged in split order, rounded to the 16-bit type.
+// The o projection's x: each (token, head)'s splits merged in split order, rounded to the 16-bit type. A thread's
+// loads of kMergeGroup splits are issued together (one L2 round trip a group, not one a split).
 template <class T> __device__ void stage_attention(const DecodeStepParams& p, float* xs) {
   const int splits = splits_a_head(p);
   const int64_t heads = p.heads, n = p.tokens * heads * kD;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const int64_t t = i / (heads * kD), h = i / kD % heads, d = i % kD;
-    const int64_t len = __ldcg(p.positions + t) + 1, used = (len + split_keys(len, splits) - 1) / split_keys(len, splits);
+    const int64_t len = __ldg(p.positions + t) + 1, per = split_keys(len, splits), used = (len + per - 1) / per;
     const float* base = p.attn_split + (t * heads + h) * kMaxSplits * kSplitStride;
-    float top = -INFINITY;
-    for (int64_t s = 0; s < used; ++s) top = fmaxf(top, __ldcg(base + s * kSplitStride));
-    float sum = 0.f, o = 0.f;
-    for (int64_t s = 0; s < used; ++s) {
-      const float w = exp2f(__ldcg(base + s * kSplitStride) - top);
-      sum = fmaf(__ldcg(base + s * kSplitStride + 1), w, sum);
-      o = fmaf(__ldcg(base + s * kSplitStride + 4 + d), w, o);
+    float top = -INFINITY, sum = 0.f, acc = 0.f;
+    for (int64_t s0 = 0; s0 < used; s0 += kMergeGroup) {
+      float m[kMergeGroup], l[kMergeGroup], o[kMergeGroup];
+#pragma unroll
+      for (int j = 0; j < kMergeGroup; ++j) {
+        m[j] = -INFINITY;
+        l[j] = o[j] = 0.f;
+        if (s0 + j < used) {
+          const float* split = base + (s0 + j) * kSplitStride;
+          m[j] = __ldcg(split);
+          l[j] = __ldcg(split + 1);
+          o[j] = __ldcg(split + 4 + d);
+        }
+      }
+      float group_top = top;
+#pragma unroll
+      for (int j = 0; j < kMergeGroup; ++j) group_top = fmaxf(group_top, m[j]);
+      const float rescale = exp2f(top - group_top);
+      sum *= rescale;
+      acc *= rescale;
+#pragma unroll
+      for (int j = 0; j < kMergeGroup; ++j) {
+        const float w = exp2f(m[j] - group_top);  // 0 for the missing splits (m = -inf)
+        sum = fmaf(l[j], w, sum);
+        acc = fmaf(o[j], w, acc);
+      }
+      top = group_top;
     }
-    xs[i] = to_f32(from_f32<T>(o / sum));
+    xs[i] = to_f32(from_f32<T>(acc / sum));
   }
   __syncthreads();
 }
@@ -271,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     linear_phase<T, DecodeEpilogue::rope_append, kHiddenChunks>(
         qkv, bar, xs, weight_slots, [&] { stage_x<T>(xs, inv_rms, qkv.x, qkv.norm_w, qkv.tokens, qkv.k, qkv.eps); });
 
-    attention_phase<T>(p, layer, bar, q_smem);
+    attention_phase<T>(p, layer, bar, q_smem, weight_slots);
 
     DecodeLinearParams o = base;
     o.epilogue = DecodeEpilogue::add_residual;

@@ -2,7 +2,8 @@
 // shape (no model file needed): 30 layers, hidden 576, FFN 1536, 9 query and 3 KV heads of 64, vocabulary 49152, f16,
 // every sequence at a context of 168 tokens in 16-token pages. One DECODE_STEP_BENCH json line per step size: the
 // median of 30 launches (CUDA events, after 5 warm-up launches; the 270 MB of weights exceed the L2, so each launch
-// reads them from memory). Built with -DFLASHCPP_DECODE_STEP_PROBE (an experiment build), `--probe BITS` switches
+// reads them from memory). --dump writes the logits of each step size's last launch (f32, tokens x vocab, the step
+// sizes in turn), so two builds can be compared on the same random model. Built with -DFLASHCPP_DECODE_STEP_PROBE (an experiment build), `--probe BITS` switches
 // parts of every phase off (decode_step.cu says which) to see what a phase's time is made of.
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -58,11 +59,14 @@ template <class T> T* device_copy(const std::vector<T>& v, std::vector<void*>& o
 
 int main(int argc, char** argv) {
   int probe = 0;
+  const char* dump = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--probe") == 0 && i + 1 < argc) {
       probe = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
+      dump = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: decode_step_bench [--probe BITS]\n");
+      std::fprintf(stderr, "usage: decode_step_bench [--probe BITS] [--dump LOGITS_FILE]\n");
       return 2;
     }
   }
@@ -105,6 +109,8 @@ int main(int argc, char** argv) {
   p.out_norm = random_f16(kHidden, 1.f, 0.1f, rng, owned);
   p.lm_head = random_f16(kVocab * kHidden, 0.f, 0.05f, rng, owned);
   p.residual = random_f16(kMaxTokens * kHidden, 0.f, 1.f, rng, owned);
+  // Every launch starts from the same embeddings (the step adds into the residual in place).
+  const uint16_t* embeddings = random_f16(kMaxTokens * kHidden, 0.f, 1.f, rng, owned);
   p.qkv = random_f16(kMaxTokens * qkv_rows, 0.f, 1.f, rng, owned);
   p.act = random_f16(kMaxTokens * kFfn, 0.f, 1.f, rng, owned);
   std::vector<float> zeros(static_cast<size_t>(flashcpp::llm::decode_step_split_floats(kMaxTokens, kHeads)));
@@ -129,6 +135,8 @@ int main(int argc, char** argv) {
     p.tokens = tokens;
     std::vector<float> us;
     for (int it = 0; it < 35; ++it) {
+      check(cudaMemcpyAsync(p.residual, embeddings, kMaxTokens * kHidden * 2, cudaMemcpyDeviceToDevice, stream),
+            "cudaMemcpyAsync");
       check(cudaEventRecord(begin, stream), "cudaEventRecord");
       check(flashcpp::llm::launch_decode_step(p, stream), "launch_decode_step");
       check(cudaEventRecord(end, stream), "cudaEventRecord");
@@ -136,6 +144,14 @@ int main(int argc, char** argv) {
       float ms = 0;
       check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
       if (it >= 5) us.push_back(ms * 1e3f);
+    }
+    if (dump != nullptr) {
+      std::vector<float> logits(static_cast<size_t>(tokens * kVocab));
+      check(cudaMemcpy(logits.data(), p.logits, logits.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      if (FILE* f = std::fopen(dump, tokens == 1 ? "wb" : "ab")) {
+        std::fwrite(logits.data(), 4, logits.size(), f);
+        std::fclose(f);
+      }
     }
     std::sort(us.begin(), us.end());
     std::printf("DECODE_STEP_BENCH {\"tokens\":%lld,\"context\":%lld,\"probe\":%d,\"us\":%.1f,\"min_us\":%.1f}\n",
