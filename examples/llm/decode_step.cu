@@ -29,11 +29,14 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMergeGroup = 8;
 
 // Experiment builds only (-DFLASHCPP_DECODE_STEP_PROBE, decode_step_bench): parts of each phase switched off to see
-// what a phase's time is made of (outputs wrong by design). Bits: 1 no x staging, 2 no weight copies, 4 no dot
-// products or epilogues, 8 no attention work.
+// what a phase's time is made of (outputs wrong by design), and alternatives switched on. Bits: 1 no x staging, 2 no
+// weight copies, 4 no dot products or epilogues, 8 no attention work; 16 the barrier polls with relaxed loads and
+// fences once it sees the count (acquire), 32 it arrives with a fence and a relaxed add (cooperative groups' form).
+// decode_step_set_grid overrides the block count (0: one per SM).
 #ifdef FLASHCPP_DECODE_STEP_PROBE
 __device__ int g_probe = 0;
 __device__ inline bool probe_skips(int bit) { return (g_probe & bit) != 0; }
+int g_grid_override = 0;
 #else
 __device__ constexpr bool probe_skips(int) { return false; }
 #endif
@@ -45,16 +48,30 @@ struct GridBarrier {
   unsigned arrived = 0;
   __device__ void arrive() {
     __syncthreads();
-    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+    if (threadIdx.x == 0) {
+      if (probe_skips(32)) {
+        __threadfence();
+        atomicAdd(count, 1u);
+      } else {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+      }
+    }
     ++arrived;
   }
   __device__ void wait() const {
     if (threadIdx.x == 0) {
       const unsigned target = arrived * gridDim.x;
       unsigned seen = 0;
-      do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
-      } while (seen < target);
+      if (probe_skips(16)) {
+        do {
+          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+        } while (seen < target);
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      } else {
+        do {
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+        } while (seen < target);
+      }
     }
     __syncthreads();
   }
@@ -107,23 +124,24 @@ __device__ void fetch_row_pair(const DecodeLinearParams& lp, int64_t pair, uint4
 
 // A linear layer as decode_linear_kernel computes it, its pairs spread over the grid's warps (a warp's pairs are
 // global_warps() apart). Each warp's weight rows stream into its kAhead shared-memory slots, the first kAhead pairs
-// before the barrier (weights do not depend on the step), each later one as soon as its slot is free. `stage` fills
-// xs (every thread calls it); blocks without a pair skip it.
+// before the barrier (weights do not depend on the step), each later one as soon as its slot is free; the norm's
+// weights, if any, into norm_smem with the first (not through L1: every barrier's acquire invalidates it). `stage`
+// fills xs given the norm's weights (every thread calls it); blocks without a pair skip it.
 template <class T, DecodeEpilogue E, int kChunks, class Stage>
 __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, float* xs, uint4* weight_slots,
-                             Stage stage) {
+                             uint4* norm_smem, Stage stage) {
   const int lane = threadIdx.x % 32;
   const int64_t pairs = lp.rows / 2, stride = global_warps(), first = this_warp();
   uint4* slots = weight_slots + (threadIdx.x / 32) * kAhead * 2 * kRowStride;
+  if (lp.norm_w != nullptr)
+    for (int64_t v = threadIdx.x; v * 8 < lp.k; v += blockDim.x) cp_async16(norm_smem + v, lp.norm_w + v * 8);
 #pragma unroll
   for (int a = 0; a < kAhead; ++a)
     fetch_row_pair<E, kChunks>(lp, first + a * stride, slots + a * 2 * kRowStride, lane);
-  // The norm's weights into L1 too (a 128-byte line a thread), so the staging after the barrier finds them there.
-  if (lp.norm_w != nullptr && threadIdx.x * 64 < lp.k)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(lp.norm_w + threadIdx.x * 64));
   bar.wait();
   if (static_cast<int64_t>(blockIdx.x) * kWarps < pairs) {
-    if (!probe_skips(1)) stage();
+    cp_async_wait<kAhead - 1>();  // the first group (the norm's weights, the first pair) has landed
+    if (!probe_skips(1)) stage(lp.norm_w != nullptr ? reinterpret_cast<const uint16_t*>(norm_smem) : nullptr);
     const int t_n = static_cast<int>(lp.tokens);
     int64_t i = 0;
     for (int64_t pair = probe_skips(4) ? pairs : first; pair < pairs; pair += stride, ++i) {
@@ -277,6 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
   float* xs = reinterpret_cast<float*>(smem + kWeightSlotVectors);  // [tokens][k] of the phase
   __shared__ float inv_rms[kTokens];
   __shared__ float q_smem[kWarps * kD];
+  __shared__ uint4 norm_smem[kDecodeStepMaxHidden / 8];
   GridBarrier bar{p.barrier};
   const int64_t qkv_rows = (p.heads + 2 * p.kv_heads) * kD;
   DecodeLinearParams base;
@@ -306,7 +325,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     qkv.page_size = p.page_size;
     qkv.rope_theta = p.rope_theta;
     linear_phase<T, DecodeEpilogue::rope_append, kHiddenChunks>(
-        qkv, bar, xs, weight_slots, [&] { stage_x<T>(xs, inv_rms, qkv.x, qkv.norm_w, qkv.tokens, qkv.k, qkv.eps); });
+        qkv, bar, xs, weight_slots, norm_smem,
+        [&](const uint16_t* norm) { stage_x<T>(xs, inv_rms, qkv.x, norm, qkv.tokens, qkv.k, qkv.eps); });
 
     attention_phase<T>(p, layer, bar, q_smem, weight_slots);
 
@@ -316,8 +336,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     o.k = p.heads * kD;
     o.w = layer.wo;
     o.residual = p.residual;
-    linear_phase<T, DecodeEpilogue::add_residual, kHiddenChunks>(o, bar, xs, weight_slots,
-                                                                        [&] { stage_attention<T>(p, xs); });
+    linear_phase<T, DecodeEpilogue::add_residual, kHiddenChunks>(
+        o, bar, xs, weight_slots, norm_smem, [&](const uint16_t*) { stage_attention<T>(p, xs); });
 
     DecodeLinearParams gu = base;
     gu.epilogue = DecodeEpilogue::silu_and_mul;
@@ -328,7 +348,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     gu.norm_w = layer.ffn_norm;
     gu.act = p.act;
     linear_phase<T, DecodeEpilogue::silu_and_mul, kHiddenChunks>(
-        gu, bar, xs, weight_slots, [&] { stage_x<T>(xs, inv_rms, gu.x, gu.norm_w, gu.tokens, gu.k, gu.eps); });
+        gu, bar, xs, weight_slots, norm_smem,
+        [&](const uint16_t* norm) { stage_x<T>(xs, inv_rms, gu.x, norm, gu.tokens, gu.k, gu.eps); });
 
     DecodeLinearParams down = base;
     down.epilogue = DecodeEpilogue::add_residual;
@@ -338,7 +359,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     down.x = p.act;
     down.residual = p.residual;
     linear_phase<T, DecodeEpilogue::add_residual, kFfnChunks>(
-        down, bar, xs, weight_slots, [&] { stage_x<T>(xs, inv_rms, down.x, nullptr, down.tokens, down.k, down.eps); });
+        down, bar, xs, weight_slots, norm_smem,
+        [&](const uint16_t*) { stage_x<T>(xs, inv_rms, down.x, nullptr, down.tokens, down.k, down.eps); });
   }
   DecodeLinearParams head = base;
   head.epilogue = DecodeEpilogue::store_f32;
@@ -349,7 +371,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
   head.norm_w = p.out_norm;
   head.out_f32 = p.logits;
   linear_phase<T, DecodeEpilogue::store_f32, kHiddenChunks>(
-      head, bar, xs, weight_slots, [&] { stage_x<T>(xs, inv_rms, head.x, head.norm_w, head.tokens, head.k, head.eps); });
+      head, bar, xs, weight_slots, norm_smem,
+      [&](const uint16_t* norm) { stage_x<T>(xs, inv_rms, head.x, norm, head.tokens, head.k, head.eps); });
   bar.retire();
 }
 
@@ -374,6 +397,9 @@ template <class T> cudaError_t grid_blocks(int& blocks) {
     status[device] = e;
   });
   blocks = sms[device];
+#ifdef FLASHCPP_DECODE_STEP_PROBE
+  if (g_grid_override > 0 && g_grid_override < blocks) blocks = g_grid_override;
+#endif
   return status[device];
 }
 
@@ -407,6 +433,7 @@ bool decode_step_supports(int64_t tokens, int64_t hidden, int64_t ffn, int64_t h
 
 #ifdef FLASHCPP_DECODE_STEP_PROBE
 cudaError_t decode_step_set_probe(int bits) { return cudaMemcpyToSymbol(g_probe, &bits, sizeof(int)); }
+void decode_step_set_grid(int blocks) { g_grid_override = blocks; }
 #endif
 
 cudaError_t launch_decode_step(const DecodeStepParams& p, cudaStream_t stream) {

@@ -12,11 +12,11 @@
 // share it must be stream-ordered (one engine, one stream).
 //
 // Attention: token t (of sequence batch_indices[t], at position positions[t]) attends keys 0..positions[t] of its
-// sequence's pages (kv_indptr / kv_indices, page_size tokens a page, NHD caches [pages, page_size, kv_heads, head_dim]),
-// head h reading kv head h / (heads / kv_heads), scale 1 / sqrt(head_dim), f32 online softmax. Its keys are split over
-// up to kDecodeStepMaxSplits warps; each warp keeps a running max, sum and output, and the o projection's blocks merge
-// the splits (in a fixed order: the step's result does not depend on timing) and round the output to the 16-bit type,
-// as the attention output buffer of the other paths is.
+// sequence's pages (kv_indptr / kv_indices, page_size tokens a page, NHD caches [pages, page_size, kv_heads,
+// head_dim]), head h reading kv head h / (heads / kv_heads), scale 1 / sqrt(head_dim), f32 online softmax. Its keys
+// are split over up to kDecodeStepMaxSplits warps; each warp keeps a running max, sum and output, and the o
+// projection's blocks merge the splits (in a fixed order: the step's result does not depend on timing) and round the
+// output to the 16-bit type, as the attention output buffer of the other paths is.
 //
 // Types and layouts as decode_linear.hpp: 16-bit weights and activations of one type (f16 or bf16), row-major. The
 // engine validates shapes and indices on the host; decode_step_supports says which models and steps the kernel takes,

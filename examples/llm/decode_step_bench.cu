@@ -1,10 +1,11 @@
 // decode_step_bench: the persistent decode step (decode_step.hpp) timed alone on random weights of SmolLM2-135M's
 // shape (no model file needed): 30 layers, hidden 576, FFN 1536, 9 query and 3 KV heads of 64, vocabulary 49152, f16,
 // every sequence at a context of 168 tokens in 16-token pages. One DECODE_STEP_BENCH json line per step size: the
-// median of 30 launches (CUDA events, after 5 warm-up launches; the 270 MB of weights exceed the L2, so each launch
-// reads them from memory). --dump writes the logits of each step size's last launch (f32, tokens x vocab, the step
-// sizes in turn), so two builds can be compared on the same random model. Built with -DFLASHCPP_DECODE_STEP_PROBE (an experiment build), `--probe BITS` switches
-// parts of every phase off (decode_step.cu says which) to see what a phase's time is made of.
+// median of 30 launches (CUDA events, after 5 warm-up launches, each from the same embeddings; the 270 MB of weights
+// exceed the L2, so each launch reads them from memory). --dump writes the logits of each step size's last launch
+// (f32, tokens x vocab, the step sizes in turn), so two builds can be compared on the same random model. In an
+// experiment build (-DFLASHCPP_DECODE_STEP_PROBE) `--probe BITS` switches parts of every phase off, or alternatives
+// on (decode_step.cu says which), and `--grid N` runs N blocks instead of one per SM.
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -20,6 +21,7 @@
 namespace flashcpp::llm {
 #ifdef FLASHCPP_DECODE_STEP_PROBE
 cudaError_t decode_step_set_probe(int bits);
+void decode_step_set_grid(int blocks);
 #endif
 }  // namespace flashcpp::llm
 
@@ -58,23 +60,26 @@ template <class T> T* device_copy(const std::vector<T>& v, std::vector<void*>& o
 }  // namespace
 
 int main(int argc, char** argv) {
-  int probe = 0;
+  int probe = 0, grid = 0;
   const char* dump = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--probe") == 0 && i + 1 < argc) {
       probe = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--grid") == 0 && i + 1 < argc) {
+      grid = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
       dump = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: decode_step_bench [--probe BITS] [--dump LOGITS_FILE]\n");
+      std::fprintf(stderr, "usage: decode_step_bench [--probe BITS] [--grid BLOCKS] [--dump LOGITS_FILE]\n");
       return 2;
     }
   }
 #ifdef FLASHCPP_DECODE_STEP_PROBE
   check(flashcpp::llm::decode_step_set_probe(probe), "probe");
+  flashcpp::llm::decode_step_set_grid(grid);
 #else
-  if (probe != 0) {
-    std::fprintf(stderr, "decode_step_bench: --probe needs a build with -DFLASHCPP_DECODE_STEP_PROBE\n");
+  if (probe != 0 || grid != 0) {
+    std::fprintf(stderr, "decode_step_bench: --probe and --grid need a build with -DFLASHCPP_DECODE_STEP_PROBE\n");
     return 2;
   }
 #endif
@@ -154,8 +159,10 @@ int main(int argc, char** argv) {
       }
     }
     std::sort(us.begin(), us.end());
-    std::printf("DECODE_STEP_BENCH {\"tokens\":%lld,\"context\":%lld,\"probe\":%d,\"us\":%.1f,\"min_us\":%.1f}\n",
-                static_cast<long long>(tokens), static_cast<long long>(kContext), probe, us[us.size() / 2], us.front());
+    std::printf("DECODE_STEP_BENCH {\"tokens\":%lld,\"context\":%lld,\"probe\":%d,\"grid\":%d,\"us\":%.1f,"
+                "\"min_us\":%.1f}\n",
+                static_cast<long long>(tokens), static_cast<long long>(kContext), probe, grid, us[us.size() / 2],
+                us.front());
   }
   for (void* d : owned) cudaFree(d);
   return 0;
