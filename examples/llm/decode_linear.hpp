@@ -48,6 +48,10 @@ struct DecodeLinearParams {
   uint16_t *k_cache = nullptr, *v_cache = nullptr;
   const int32_t *positions = nullptr, *batch_indices = nullptr, *kv_indptr = nullptr, *kv_indices = nullptr;
   int64_t heads = 0, kv_heads = 0, head_dim = 0, page_size = 0;
+  /// rope_append, optional (the persistent decode step's shared-memory copies): each token's position and cache slot
+  /// (page * page_size + position % page_size), read there instead of derived from the index arrays above.
+  const int32_t* token_pos = nullptr;
+  const int64_t* token_slot = nullptr;
   float rope_theta = 10000.f;
   bool pdl = false;  ///< launch as a programmatic dependent of the previous kernel
 };

@@ -155,6 +155,14 @@ __device__ inline void dot_row_pair(const Rows& rp, const float* xs, int64_t k, 
     }
 }
 
+/// add_residual with the residual's two values already read (old0, old1): each sum rounded once.
+template <class T>
+__device__ inline void add_residual_rows(const DecodeLinearParams& p, int64_t t, int64_t r0, int64_t r1, float y0,
+                                         float y1, float old0, float old1) {
+  put<T>(p.residual, t * p.rows + r0, old0 + y0);
+  put<T>(p.residual, t * p.rows + r1, old1 + y1);
+}
+
 /// Token t's results (y0, y1) for rows r0, r1 through epilogue E (decode_linear.hpp says what each does).
 template <class T, DecodeEpilogue E>
 __device__ inline void apply_epilogue(const DecodeLinearParams& p, int64_t t, int64_t r0, int64_t r1, float y0,
@@ -163,13 +171,12 @@ __device__ inline void apply_epilogue(const DecodeLinearParams& p, int64_t t, in
     p.out_f32[t * p.rows + r0] = y0;
     p.out_f32[t * p.rows + r1] = y1;
   } else if constexpr (E == DecodeEpilogue::add_residual) {
-    put<T>(p.residual, t * p.rows + r0, at<T>(p.residual, t * p.rows + r0) + y0);
-    put<T>(p.residual, t * p.rows + r1, at<T>(p.residual, t * p.rows + r1) + y1);
+    add_residual_rows<T>(p, t, r0, r1, y0, y1, at<T>(p.residual, t * p.rows + r0), at<T>(p.residual, t * p.rows + r1));
   } else if constexpr (E == DecodeEpilogue::silu_and_mul) {
     put<T>(p.act, t * (p.rows / 2) + r0, y0 / (1.f + __expf(-y0)) * y1);
   } else {
     const int64_t d = p.head_dim, q_rows = p.heads * d, k_rows = p.kv_heads * d;
-    const int32_t pos = __ldg(p.positions + t);
+    const int32_t pos = p.token_pos != nullptr ? p.token_pos[t] : __ldg(p.positions + t);
     const int64_t dim = r0 % d;  // even: the pair is (dim, dim + 1)
     if (r0 < q_rows + k_rows) {  // q or k: rotate
       const float freq = exp2f(-static_cast<float>(dim) / static_cast<float>(d) * log2f(p.rope_theta));
@@ -185,9 +192,14 @@ __device__ inline void apply_epilogue(const DecodeLinearParams& p, int64_t t, in
     } else {
       const bool is_k = r0 < q_rows + k_rows;
       const int64_t kv_head = (r0 - q_rows - (is_k ? 0 : k_rows)) / d;
-      const int32_t b = __ldg(p.batch_indices + t);
-      const int64_t page = __ldg(p.kv_indices + __ldg(p.kv_indptr + b) + pos / p.page_size);
-      const int64_t at_slot = ((page * p.page_size + pos % p.page_size) * p.kv_heads + kv_head) * d + dim;
+      int64_t slot = 0;
+      if (p.token_slot != nullptr) {
+        slot = p.token_slot[t];
+      } else {
+        const int32_t b = __ldg(p.batch_indices + t);
+        slot = __ldg(p.kv_indices + __ldg(p.kv_indptr + b) + pos / p.page_size) * p.page_size + pos % p.page_size;
+      }
+      const int64_t at_slot = (slot * p.kv_heads + kv_head) * d + dim;
       uint16_t* cache = is_k ? p.k_cache : p.v_cache;
       put<T>(cache, at_slot, y0);
       put<T>(cache, at_slot + 1, y1);

@@ -82,6 +82,14 @@ struct GridBarrier {
   }
 };
 
+// What every phase needs to know of each token, read from the index arrays once at the kernel's start into shared
+// memory (global reads after a barrier would miss in L1, which each barrier's acquire invalidates).
+struct TokenTable {
+  int32_t pos[kTokens];        // position of the token in its sequence: it attends keys 0..pos
+  int32_t page_base[kTokens];  // where its sequence's page ids start in kv_indices
+  int64_t slot[kTokens];       // the cache slot its key and value go to: page * page_size + pos % page_size
+};
+
 __device__ inline int64_t global_warps() { return static_cast<int64_t>(gridDim.x) * kWarps; }
 __device__ inline int64_t this_warp() { return static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; }
 
@@ -140,9 +148,19 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
     fetch_row_pair<E, kChunks>(lp, first + a * stride, slots + a * 2 * kRowStride, lane);
   bar.wait();
   if (static_cast<int64_t>(blockIdx.x) * kWarps < pairs) {
+    const int t_n = static_cast<int>(lp.tokens);
+    // The residual values the first pair's epilogue adds to, read now so that their round trip overlaps the staging.
+    float old0 = 0.f, old1 = 0.f;
+    if constexpr (E == DecodeEpilogue::add_residual) {
+      if (first < pairs && lane < t_n) {
+        int64_t r0 = 0, r1 = 0;
+        pair_rows<E>(lp.rows, first, r0, r1);
+        old0 = at<T>(lp.residual, lane * lp.rows + r0);
+        old1 = at<T>(lp.residual, lane * lp.rows + r1);
+      }
+    }
     cp_async_wait<kAhead - 1>();  // the first group (the norm's weights, the first pair) has landed
     if (!probe_skips(1)) stage(lp.norm_w != nullptr ? reinterpret_cast<const uint16_t*>(norm_smem) : nullptr);
-    const int t_n = static_cast<int>(lp.tokens);
     int64_t i = 0;
     for (int64_t pair = probe_skips(4) ? pairs : first; pair < pairs; pair += stride, ++i) {
       cp_async_wait<kAhead - 1>();  // this pair's group (the oldest) has landed
@@ -151,7 +169,17 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
       pair_rows<E>(lp.rows, pair, r0, r1);
       float y0, y1;
       dot_row_pair<T, kChunks, kTokens>(SharedRowPair{slot, kRowStride, lane}, xs, lp.k, t_n, lane, y0, y1);
-      if (lane < t_n) apply_epilogue<T, E>(lp, lane, r0, r1, y0, y1);
+      if (lane < t_n) {
+        if constexpr (E == DecodeEpilogue::add_residual) {
+          if (i == 0) {
+            add_residual_rows<T>(lp, lane, r0, r1, y0, y1, old0, old1);
+          } else {
+            apply_epilogue<T, E>(lp, lane, r0, r1, y0, y1);
+          }
+        } else {
+          apply_epilogue<T, E>(lp, lane, r0, r1, y0, y1);
+        }
+      }
       fetch_row_pair<E, kChunks>(lp, pair + kAhead * stride, slot, lane);
     }
   }
@@ -164,8 +192,8 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
 // free between linear phases; 16-byte chunks XOR-swizzled by key so neither the stores nor the reads conflict); the
 // warp keeps the running max and sum (log2 domain), and lane l accumulates output dims 2l, 2l + 1 from the tile.
 template <class T>
-__device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer& layer, GridBarrier& bar,
-                                float* q_smem, uint4* weight_slots) {
+__device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer& layer, const TokenTable& tokens,
+                                GridBarrier& bar, float* q_smem, uint4* weight_slots) {
   bar.wait();
   const int lane = threadIdx.x % 32;
   float* q = q_smem + (threadIdx.x / 32) * kD;
@@ -177,10 +205,10 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
   for (int64_t item = probe_skips(8) ? p.tokens * heads * splits : this_warp(); item < p.tokens * heads * splits;
        item += global_warps()) {
     const int64_t t = item / (heads * splits), h = item / splits % heads, s = item % splits;
-    const int64_t len = __ldg(p.positions + t) + 1, per = split_keys(len, splits);
+    const int64_t len = tokens.pos[t] + 1, per = split_keys(len, splits);
     const int64_t begin = s * per, end = begin + per < len ? begin + per : len;
     if (begin >= len) continue;
-    const int32_t* pages = p.kv_indices + __ldg(p.kv_indptr + __ldg(p.batch_indices + t));
+    const int32_t* pages = p.kv_indices + tokens.page_base[t];
     const int64_t kv_head = h / group;
     for (int i = lane; i < kD; i += 32) q[i] = at<T>(p.qkv, t * qkv_rows + h * kD + i) * scale;
     __syncwarp();
@@ -248,12 +276,12 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
 
 // The o projection's x: each (token, head)'s splits merged in split order, rounded to the 16-bit type. A thread's
 // loads of kMergeGroup splits are issued together (one L2 round trip a group, not one a split).
-template <class T> __device__ void stage_attention(const DecodeStepParams& p, float* xs) {
+template <class T> __device__ void stage_attention(const DecodeStepParams& p, const TokenTable& tokens, float* xs) {
   const int splits = splits_a_head(p);
   const int64_t heads = p.heads, n = p.tokens * heads * kD;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const int64_t t = i / (heads * kD), h = i / kD % heads, d = i % kD;
-    const int64_t len = __ldg(p.positions + t) + 1, per = split_keys(len, splits), used = (len + per - 1) / per;
+    const int64_t len = tokens.pos[t] + 1, per = split_keys(len, splits), used = (len + per - 1) / per;
     const float* base = p.attn_split + (t * heads + h) * kMaxSplits * kSplitStride;
     float top = -INFINITY, sum = 0.f, acc = 0.f;
     for (int64_t s0 = 0; s0 < used; s0 += kMergeGroup) {
@@ -296,6 +324,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
   __shared__ float inv_rms[kTokens];
   __shared__ float q_smem[kWarps * kD];
   __shared__ uint4 norm_smem[kDecodeStepMaxHidden / 8];
+  __shared__ TokenTable tokens;
+  if (threadIdx.x < p.tokens) {
+    const int t = static_cast<int>(threadIdx.x);
+    const int32_t pos = __ldg(p.positions + t), base = __ldg(p.kv_indptr + __ldg(p.batch_indices + t));
+    tokens.pos[t] = pos;
+    tokens.page_base[t] = base;
+    tokens.slot[t] = static_cast<int64_t>(__ldg(p.kv_indices + base + pos / p.page_size)) * p.page_size +
+                     pos % p.page_size;
+  }
+  __syncthreads();
   GridBarrier bar{p.barrier};
   const int64_t qkv_rows = (p.heads + 2 * p.kv_heads) * kD;
   DecodeLinearParams base;
@@ -324,11 +362,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     qkv.head_dim = kD;
     qkv.page_size = p.page_size;
     qkv.rope_theta = p.rope_theta;
+    qkv.token_pos = tokens.pos;
+    qkv.token_slot = tokens.slot;
     linear_phase<T, DecodeEpilogue::rope_append, kHiddenChunks>(
         qkv, bar, xs, weight_slots, norm_smem,
         [&](const uint16_t* norm) { stage_x<T>(xs, inv_rms, qkv.x, norm, qkv.tokens, qkv.k, qkv.eps); });
 
-    attention_phase<T>(p, layer, bar, q_smem, weight_slots);
+    attention_phase<T>(p, layer, tokens, bar, q_smem, weight_slots);
 
     DecodeLinearParams o = base;
     o.epilogue = DecodeEpilogue::add_residual;
@@ -337,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     o.w = layer.wo;
     o.residual = p.residual;
     linear_phase<T, DecodeEpilogue::add_residual, kHiddenChunks>(
-        o, bar, xs, weight_slots, norm_smem, [&](const uint16_t*) { stage_attention<T>(p, xs); });
+        o, bar, xs, weight_slots, norm_smem, [&](const uint16_t*) { stage_attention<T>(p, tokens, xs); });
 
     DecodeLinearParams gu = base;
     gu.epilogue = DecodeEpilogue::silu_and_mul;
