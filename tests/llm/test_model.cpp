@@ -15,6 +15,7 @@
 #include <memory>
 #include <numeric>
 
+#include "decode_step.hpp"
 #include "engine.hpp"
 #include "flashcpp/error.hpp"
 #include "generate.hpp"
@@ -165,6 +166,37 @@ TEST(LlmEngine, RefusesOptionsOutOfRange) {
   EngineOptions o = small_reference();
   o.max_logit_rows = o.max_batch - 1;
   expect_invalid([&] { Engine e(*model, o); }, "max_logit_rows must be in [4, ");
+}
+
+// What the persistent decode step takes (decode_step.hpp) and that its launcher refuses anything else before it touches
+// the device (so this runs without a GPU): SmolLM2's shape up to 4 tokens, nothing past the kernel's limits.
+TEST(LlmDecodeStep, SupportsSmolLm2AndRefusesTheRestBeforeLaunching) {
+  EXPECT_TRUE(decode_step_supports(1, 576, 1536, 9, 3, 64, 49152));
+  EXPECT_TRUE(decode_step_supports(kDecodeStepMaxTokens, 576, 1536, 9, 3, 64, 49152));
+  EXPECT_FALSE(decode_step_supports(0, 576, 1536, 9, 3, 64, 49152)) << "no tokens";
+  EXPECT_FALSE(decode_step_supports(kDecodeStepMaxTokens + 1, 576, 1536, 9, 3, 64, 49152)) << "too many tokens";
+  EXPECT_FALSE(decode_step_supports(1, 576, 1536, 9, 3, 128, 49152)) << "head_dim 128";
+  EXPECT_FALSE(decode_step_supports(1, 1024, 1536, 9, 3, 64, 49152)) << "hidden past 768";
+  EXPECT_FALSE(decode_step_supports(1, 576, 2048, 9, 3, 64, 49152)) << "FFN past 1536";
+  EXPECT_FALSE(decode_step_supports(1, 576, 1536, 16, 3, 64, 49152)) << "heads * head_dim past 768";
+  EXPECT_FALSE(decode_step_supports(1, 576, 1536, 9, 4, 64, 49152)) << "heads not a multiple of kv_heads";
+  EXPECT_FALSE(decode_step_supports(1, 580, 1536, 9, 3, 64, 49152)) << "hidden not a multiple of 8";
+  EXPECT_FALSE(decode_step_supports(1, 576, 1536, 9, 3, 64, 49151)) << "odd vocabulary";
+  DecodeStepParams p;  // a supported shape, every pointer missing
+  p.tokens = 1;
+  p.layers = 30;
+  p.hidden = 576;
+  p.ffn = 1536;
+  p.heads = 9;
+  p.kv_heads = 3;
+  p.head_dim = 64;
+  p.vocab = 49152;
+  p.page_size = 16;
+  EXPECT_EQ(launch_decode_step(p, nullptr), cudaErrorInvalidValue);
+  p.tokens = 5;
+  EXPECT_EQ(launch_decode_step(p, nullptr), cudaErrorInvalidValue);
+  // Room for every split's running max, sum and output.
+  EXPECT_GE(decode_step_split_floats(4, 9), 4 * 9 * kDecodeStepMaxSplits * (kDecodeStepHeadDim + 2));
 }
 
 TEST(LlmEngine, RefusesBadStepsAndAppendsNothing) {
