@@ -353,16 +353,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     qkv.q_stride = qkv_rows;
     qkv.k_cache = layer.k_cache;
     qkv.v_cache = layer.v_cache;
-    qkv.positions = p.positions;
-    qkv.batch_indices = p.batch_indices;
-    qkv.kv_indptr = p.kv_indptr;
-    qkv.kv_indices = p.kv_indices;
     qkv.heads = p.heads;
     qkv.kv_heads = p.kv_heads;
     qkv.head_dim = kD;
     qkv.page_size = p.page_size;
     qkv.rope_theta = p.rope_theta;
-    qkv.token_pos = tokens.pos;
+    qkv.token_pos = tokens.pos;  // in place of the index arrays
     qkv.token_slot = tokens.slot;
     linear_phase<T, DecodeEpilogue::rope_append, kHiddenChunks>(
         qkv, bar, xs, weight_slots, norm_smem,
