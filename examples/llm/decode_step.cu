@@ -31,7 +31,8 @@ constexpr int kMergeGroup = 8;
 // Experiment builds only (-DFLASHCPP_DECODE_STEP_PROBE, decode_step_bench): parts of each phase switched off to see
 // what a phase's time is made of (outputs wrong by design), and alternatives switched on. Bits: 1 no x staging, 2 no
 // weight copies, 4 no dot products or epilogues, 8 no attention work; 16 the barrier polls with relaxed loads and
-// fences once it sees the count (acquire), 32 it arrives with a fence and a relaxed add (cooperative groups' form).
+// fences once it sees the count (acquire), 32 it arrives with a fence and a relaxed add (cooperative groups' form),
+// 64 no L2 prefetch of later phases' weights.
 // decode_step_set_grid overrides the block count (0: one per SM).
 #ifdef FLASHCPP_DECODE_STEP_PROBE
 __device__ int g_probe = 0;
@@ -110,6 +111,20 @@ __device__ inline void cp_async16(void* smem, const void* gmem) {
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int kPending> __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Asks the L2 for the rows a warp will fetch first in a later linear phase (its first row pair of w [rows, k]; with
+// split_halves the pair is row i and row i + rows / 2, as silu_and_mul pairs them), so that phase's copies find them
+// there: issued at least one phase ahead, the DRAM latency of a phase's weights leaves the chain of phases. Lane 0 of
+// each warp; a hint with no effect on results.
+__device__ inline void prefetch_rows_l2(const uint16_t* w, int64_t rows, int64_t k, bool split_halves) {
+  const int64_t pair = this_warp();
+  if (threadIdx.x % 32 != 0 || pair >= rows / 2 || probe_skips(64)) return;
+  const auto bytes = static_cast<unsigned>(k * 2);
+  const uint16_t* r0 = w + (split_halves ? pair : 2 * pair) * k;
+  const uint16_t* r1 = w + (split_halves ? pair + rows / 2 : 2 * pair + 1) * k;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(r0), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(r1), "r"(bytes) : "memory");
 }
 
 // Copies row pair `pair` of lp.w (if it exists) into a warp's slot, as SharedRowPair reads it; one commit group.
@@ -360,10 +375,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     qkv.rope_theta = p.rope_theta;
     qkv.token_pos = tokens.pos;  // in place of the index arrays
     qkv.token_slot = tokens.slot;
+    prefetch_rows_l2(layer.wo, p.hidden, p.heads * kD, false);  // the o projection's, two phases ahead
     linear_phase<T, DecodeEpilogue::rope_append, kHiddenChunks>(
         qkv, bar, xs, weight_slots, norm_smem,
         [&](const uint16_t* norm) { stage_x<T>(xs, inv_rms, qkv.x, norm, qkv.tokens, qkv.k, qkv.eps); });
 
+    prefetch_rows_l2(layer.w_gate_up, 2 * p.ffn, p.hidden, true);
     attention_phase<T>(p, layer, tokens, bar, q_smem, weight_slots);
 
     DecodeLinearParams o = base;
@@ -372,6 +389,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     o.k = p.heads * kD;
     o.w = layer.wo;
     o.residual = p.residual;
+    prefetch_rows_l2(layer.w_down, p.hidden, p.ffn, false);
     linear_phase<T, DecodeEpilogue::add_residual, kHiddenChunks>(
         o, bar, xs, weight_slots, norm_smem, [&](const uint16_t*) { stage_attention<T>(p, tokens, xs); });
 
@@ -383,6 +401,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     gu.x = p.residual;
     gu.norm_w = layer.ffn_norm;
     gu.act = p.act;
+    if (li + 1 < p.layers) {
+      prefetch_rows_l2(p.layer[li + 1].wqkv, qkv_rows, p.hidden, false);
+    } else {
+      prefetch_rows_l2(p.lm_head, p.vocab, p.hidden, false);
+    }
     linear_phase<T, DecodeEpilogue::silu_and_mul, kHiddenChunks>(
         gu, bar, xs, weight_slots, norm_smem,
         [&](const uint16_t* norm) { stage_x<T>(xs, inv_rms, gu.x, norm, gu.tokens, gu.k, gu.eps); });
