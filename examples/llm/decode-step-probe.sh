@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# What a phase of the persistent decode step (decode_step.cu) is made of, on a GPU machine, without the model file:
+# decode_step_bench on random weights of SmolLM2's shape, built as an experiment (-DFLASHCPP_DECODE_STEP_PROBE).
+#
+#   here:         bash examples/llm/decode-step-probe.sh build [BASE_COMMIT]   # .dsb/opt (this tree), .dsb/base
+#   device call:  bash examples/llm/decode-step-probe.sh run OUT_DIR           # carry .dsb (ignored by git)
+#
+# `run` compares the two builds' logits on the same random model (base: a version whose logits matched the reference
+# backend on the real model), times both, then times the tree's build with each probe bit (decode_step.cu lists
+# them) and with half the blocks. One DECODE_STEP_BENCH line per step size (1, 2, 4 tokens) and variant.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build_one() {  # build_one SOURCE_DIR OUTPUT
+  nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -DFLASHCPP_DECODE_STEP_PROBE -I"$1" \
+    "$1/decode_step_bench.cu" "$1/decode_step.cu" -o "$2"
+}
+case "${1:-}" in
+  build)
+    mkdir -p .dsb
+    build_one examples/llm .dsb/opt
+    base=${2:-dda5d0a}  # the persistent step's first version (docs/PERFORMANCE.md, "flashcpp-llm")
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    for f in decode_step.cu decode_linear_device.cuh decode_step.hpp decode_linear.hpp; do
+      git show "$base:examples/llm/$f" > "$tmp/$f"
+    done
+    cp examples/llm/decode_step_bench.cu "$tmp/"  # today's bench (--dump, --grid) over the old kernel
+    build_one "$tmp" .dsb/base
+    ls -la .dsb
+    ;;
+  run)
+    out=${2:?usage: run OUT_DIR}
+    mkdir -p "$out"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+    .dsb/base --dump "$out/base.bin" | tee "$out/base.txt"
+    .dsb/opt --dump "$out/opt.bin" | tee "$out/opt.txt"
+    python3 - "$out/base.bin" "$out/opt.bin" <<'EOF' | tee "$out/compare.txt"
+import sys
+import numpy as np
+a, b = (np.fromfile(f, dtype=np.float32) for f in sys.argv[1:3])
+print("finite:", bool(np.isfinite(a).all()), bool(np.isfinite(b).all()))
+at = 0
+for t in (1, 2, 4):
+    n = t * 49152
+    x, y = a[at:at + n].reshape(t, -1).astype(np.float64), b[at:at + n].reshape(t, -1).astype(np.float64)
+    at += n
+    cos = min(float(u @ v / np.sqrt((u @ u) * (v @ v))) for u, v in zip(x, y))
+    same = [int(u.argmax() == v.argmax()) for u, v in zip(x, y)]
+    print(f"tokens {t}: max |diff| {np.abs(x - y).max():.4g} of max |logit| {np.abs(x).max():.4g}, "
+          f"least cosine {cos:.7f}, top-1 same {same}")
+EOF
+    rm -f "$out/base.bin" "$out/opt.bin"
+    for bits in 15 2 1 8 4 16 32 64; do .dsb/opt --probe "$bits"; done | tee "$out/probes.txt"
+    .dsb/opt --grid 66 | tee -a "$out/probes.txt"
+    ;;
+  *) sed -n 2,11p "$0" >&2; exit 2 ;;
+esac
