@@ -10,21 +10,23 @@
 # them) and with half the blocks. One DECODE_STEP_BENCH line per step size (1, 2, 4 tokens) and variant.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build_one() {  # build_one SOURCE_DIR OUTPUT
-  nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -DFLASHCPP_DECODE_STEP_PROBE -I"$1" \
-    "$1/decode_step_bench.cu" "$1/decode_step.cu" -o "$2"
+build_one() {  # build_one SOURCE_DIR OUTPUT [NVCC FLAGS...]
+  local src=$1 dst=$2
+  shift 2
+  nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a "$@" -I"$src" "$src/decode_step_bench.cu" \
+    "$src/decode_step.cu" -o "$dst"
 }
 case "${1:-}" in
   build)
     mkdir -p .dsb
-    build_one examples/llm .dsb/opt
+    build_one examples/llm .dsb/opt -DFLASHCPP_DECODE_STEP_PROBE
     base=${2:-dda5d0a}  # the persistent step's first version (docs/PERFORMANCE.md, "flashcpp-llm")
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     for f in decode_step.cu decode_linear_device.cuh decode_step.hpp decode_linear.hpp; do
       git show "$base:examples/llm/$f" > "$tmp/$f"
     done
-    cp examples/llm/decode_step_bench.cu "$tmp/"  # today's bench (--dump, --grid) over the old kernel
+    cp examples/llm/decode_step_bench.cu "$tmp/"  # today's bench (--dump) over the old kernel, without probes
     build_one "$tmp" .dsb/base
     ls -la .dsb
     ;;
