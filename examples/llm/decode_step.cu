@@ -225,6 +225,8 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
     if (begin >= len) continue;
     const int32_t* pages = p.kv_indices + tokens.page_base[t];
     const int64_t kv_head = h / group;
+    // The first keys' page ids are read before q, so the two round trips overlap.
+    const int32_t first_page = begin + lane < end ? __ldg(pages + (begin + lane) / p.page_size) : 0;
     for (int i = lane; i < kD; i += 32) q[i] = at<T>(p.qkv, t * qkv_rows + h * kD + i) * scale;
     __syncwarp();
     float m = -INFINITY, l = 0.f, o0 = 0.f, o1 = 0.f;
@@ -233,7 +235,7 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
       const bool valid = key < end;
       float score = -INFINITY;
       if (valid) {
-        const int64_t page = __ldg(pages + key / p.page_size);
+        const int64_t page = key0 == begin ? first_page : __ldg(pages + key / p.page_size);
         const int64_t slot = ((page * p.page_size + key % p.page_size) * p.kv_heads + kv_head) * kD;
         const uint4* k_row = reinterpret_cast<const uint4*>(layer.k_cache + slot);
         const uint4* v_row = reinterpret_cast<const uint4*>(layer.v_cache + slot);
