@@ -94,15 +94,10 @@ struct TokenTable {
 __device__ inline int64_t global_warps() { return static_cast<int64_t>(gridDim.x) * kWarps; }
 __device__ inline int64_t this_warp() { return static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; }
 
-// How a token's keys are split: at most `splits_a_head` warps a (token, head), at least 32 keys each (a key a lane).
 __device__ inline int splits_a_head(const DecodeStepParams& p) {
-  const int64_t s = global_warps() / (p.tokens * p.heads);
-  return static_cast<int>(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
+  return static_cast<int>(decode_step_splits_a_head(global_warps(), p.tokens, p.heads));
 }
-__device__ inline int64_t split_keys(int64_t len, int splits) {
-  const int64_t per = (len + splits - 1) / splits;
-  return per < 32 ? 32 : (per + 31) / 32 * 32;
-}
+__device__ inline int64_t split_keys(int64_t len, int splits) { return decode_step_split_keys(len, splits); }
 
 __device__ inline void cp_async16(void* smem, const void* gmem) {
   const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -56,6 +56,25 @@ struct DecodeStepParams {
   unsigned* barrier = nullptr;   ///< one counter: zero before the launch, zero after it
 };
 
+#if defined(__CUDACC__)
+#define FLASHCPP_LLM_HOST_DEVICE __host__ __device__
+#else
+#define FLASHCPP_LLM_HOST_DEVICE
+#endif
+
+/// How the step splits each token's keys over its `warps` warps (the kernel and its tests use these): at most this
+/// many splits a (token, head), 1 to kDecodeStepMaxSplits ...
+FLASHCPP_LLM_HOST_DEVICE constexpr int64_t decode_step_splits_a_head(int64_t warps, int64_t tokens, int64_t heads) {
+  const int64_t s = warps / (tokens * heads);
+  return s < 1 ? 1 : s > kDecodeStepMaxSplits ? kDecodeStepMaxSplits : s;
+}
+/// ... of this many keys each (a multiple of 32, a key a lane, at least 32): a context of len keys takes
+/// ceil(len / keys) of them, each non-empty.
+FLASHCPP_LLM_HOST_DEVICE constexpr int64_t decode_step_split_keys(int64_t len, int64_t splits) {
+  const int64_t per = (len + splits - 1) / splits;
+  return per < 32 ? 32 : (per + 31) / 32 * 32;
+}
+
 /// Floats of DecodeStepParams::attn_split for a step of `tokens` tokens and `heads` query heads.
 int64_t decode_step_split_floats(int64_t tokens, int64_t heads);
 /// True when the kernel takes this model and a step of `tokens` tokens.

@@ -169,7 +169,8 @@ TEST(LlmEngine, RefusesOptionsOutOfRange) {
 }
 
 // What the persistent decode step takes (decode_step.hpp) and that its launcher refuses anything else before it touches
-// the device (so this runs without a GPU): SmolLM2's shape up to 4 tokens, nothing past the kernel's limits.
+// the device (so this runs without a GPU): SmolLM2's shape up to 4 tokens, nothing past the kernel's limits; and that
+// its attention splits cover every context exactly.
 TEST(LlmDecodeStep, SupportsSmolLm2AndRefusesTheRestBeforeLaunching) {
   EXPECT_TRUE(decode_step_supports(1, 576, 1536, 9, 3, 64, 49152));
   EXPECT_TRUE(decode_step_supports(kDecodeStepMaxTokens, 576, 1536, 9, 3, 64, 49152));
@@ -195,6 +196,23 @@ TEST(LlmDecodeStep, SupportsSmolLm2AndRefusesTheRestBeforeLaunching) {
   EXPECT_EQ(launch_decode_step(p, nullptr), cudaErrorInvalidValue);
   p.tokens = 5;
   EXPECT_EQ(launch_decode_step(p, nullptr), cudaErrorInvalidValue);
+  // Every context is covered by its splits exactly: each split a multiple of 32 keys, none empty, no more of them
+  // than the kernel has slots for.
+  for (const int64_t warps : {int64_t{1584}, int64_t{1056}, int64_t{100}, int64_t{7}}) {
+    for (int64_t tokens = 1; tokens <= kDecodeStepMaxTokens; ++tokens) {
+      const int64_t splits = decode_step_splits_a_head(warps, tokens, 9);
+      ASSERT_GE(splits, 1);
+      ASSERT_LE(splits, kDecodeStepMaxSplits);
+      for (int64_t len = 1; len <= 5000; ++len) {
+        const int64_t per = decode_step_split_keys(len, splits), used = (len + per - 1) / per;
+        ASSERT_EQ(per % 32, 0) << "len " << len;
+        ASSERT_LE(used, splits) << "len " << len << ", " << splits << " splits";
+        ASSERT_LT((used - 1) * per, len) << "an empty split at len " << len;
+      }
+    }
+  }
+  EXPECT_EQ(decode_step_splits_a_head(1584, 1, 9), kDecodeStepMaxSplits);
+  EXPECT_EQ(decode_step_split_keys(168, kDecodeStepMaxSplits), 32) << "168 keys: 6 splits of 32";
   // Room for every split's running max, sum and output.
   EXPECT_GE(decode_step_split_floats(4, 9), 4 * 9 * kDecodeStepMaxSplits * (kDecodeStepHeadDim + 2));
 }
