@@ -36,10 +36,10 @@ constexpr int kMergeGroup = 8;
 // decode_step_set_grid overrides the block count (0: one per SM).
 #ifdef FLASHCPP_DECODE_STEP_PROBE
 __device__ int g_probe = 0;
-__device__ inline bool probe_skips(int bit) { return (g_probe & bit) != 0; }
+__device__ inline bool probe_bit(int bit) { return (g_probe & bit) != 0; }
 int g_grid_override = 0;
 #else
-__device__ constexpr bool probe_skips(int) { return false; }
+__device__ constexpr bool probe_bit(int) { return false; }
 #endif
 
 // A grid-wide barrier on one counter: a block arrives once per phase (after all its threads' writes, release at GPU
@@ -50,7 +50,7 @@ struct GridBarrier {
   __device__ void arrive() {
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (probe_skips(32)) {
+      if (probe_bit(32)) {
         __threadfence();
         atomicAdd(count, 1u);
       } else {
@@ -63,7 +63,7 @@ struct GridBarrier {
     if (threadIdx.x == 0) {
       const unsigned target = arrived * gridDim.x;
       unsigned seen = 0;
-      if (probe_skips(16)) {
+      if (probe_bit(16)) {
         do {
           asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
         } while (seen < target);
@@ -114,7 +114,7 @@ template <int kPending> __device__ inline void cp_async_wait() {
 // each warp; a hint with no effect on results.
 __device__ inline void prefetch_rows_l2(const uint16_t* w, int64_t rows, int64_t k, bool split_halves) {
   const int64_t pair = this_warp();
-  if (threadIdx.x % 32 != 0 || pair >= rows / 2 || probe_skips(64)) return;
+  if (threadIdx.x % 32 != 0 || pair >= rows / 2 || probe_bit(64)) return;
   const auto bytes = static_cast<unsigned>(k * 2);
   const uint16_t* r0 = w + (split_halves ? pair : 2 * pair) * k;
   const uint16_t* r1 = w + (split_halves ? pair + rows / 2 : 2 * pair + 1) * k;
@@ -125,7 +125,7 @@ __device__ inline void prefetch_rows_l2(const uint16_t* w, int64_t rows, int64_t
 // Copies row pair `pair` of lp.w (if it exists) into a warp's slot, as SharedRowPair reads it; one commit group.
 template <DecodeEpilogue E, int kChunks>
 __device__ void fetch_row_pair(const DecodeLinearParams& lp, int64_t pair, uint4* slot, int lane) {
-  if (pair < lp.rows / 2 && !probe_skips(2)) {
+  if (pair < lp.rows / 2 && !probe_bit(2)) {
     int64_t r0 = 0, r1 = 0;
     pair_rows<E>(lp.rows, pair, r0, r1);
 #pragma unroll
@@ -170,9 +170,9 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
       }
     }
     cp_async_wait<kAhead - 1>();  // the first group (the norm's weights, the first pair) has landed
-    if (!probe_skips(1)) stage(lp.norm_w != nullptr ? reinterpret_cast<const uint16_t*>(norm_smem) : nullptr);
+    if (!probe_bit(1)) stage(lp.norm_w != nullptr ? reinterpret_cast<const uint16_t*>(norm_smem) : nullptr);
     int64_t i = 0;
-    for (int64_t pair = probe_skips(4) ? pairs : first; pair < pairs; pair += stride, ++i) {
+    for (int64_t pair = probe_bit(4) ? pairs : first; pair < pairs; pair += stride, ++i) {
       cp_async_wait<kAhead - 1>();  // this pair's group (the oldest) has landed
       uint4* slot = slots + (i % kAhead) * 2 * kRowStride;
       int64_t r0 = 0, r1 = 0;
@@ -212,7 +212,7 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
   const int64_t heads = p.heads, group = p.heads / p.kv_heads, qkv_rows = (p.heads + 2 * p.kv_heads) * kD;
   const int splits = splits_a_head(p);
   const float scale = kLog2e / sqrtf(static_cast<float>(kD));
-  for (int64_t item = probe_skips(8) ? p.tokens * heads * splits : this_warp(); item < p.tokens * heads * splits;
+  for (int64_t item = probe_bit(8) ? p.tokens * heads * splits : this_warp(); item < p.tokens * heads * splits;
        item += global_warps()) {
     const int64_t t = item / (heads * splits), h = item / splits % heads, s = item % splits;
     const int64_t len = tokens.pos[t] + 1, per = split_keys(len, splits);
