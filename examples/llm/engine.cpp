@@ -296,6 +296,7 @@ void setup_gpu(Impl& s) {
     s.step_layers = DeviceBuffer(layers.size() * sizeof(DecodeStepLayer), dev);
     FLASHCPP_CUDA_CHECK(cudaMemcpy(s.step_layers.get(), layers.data(), s.step_layers.size(), cudaMemcpyHostToDevice));
     s.step_splits = DeviceBuffer(static_cast<size_t>(decode_step_split_floats(kDecodeStepMaxTokens, c.heads) * 4), dev);
+    FLASHCPP_CUDA_CHECK(cudaMemset(s.step_splits.get(), 0xff, s.step_splits.size()));  // NaN, as the activations
     s.step_barrier = DeviceBuffer(sizeof(unsigned), dev);
     FLASHCPP_CUDA_CHECK(cudaMemset(s.step_barrier.get(), 0, sizeof(unsigned)));
     FLASHCPP_CUDA_CHECK(cudaDeviceSynchronize());
