@@ -54,6 +54,9 @@ EOF
     rm -f "$out/base.bin" "$out/opt.bin"
     for bits in 15 2 1 8 4 16 32 64; do .dsb/opt --probe "$bits"; done | tee "$out/probes.txt"
     .dsb/opt --grid 66 | tee -a "$out/probes.txt"
+    .dsb/opt --trace "$out/trace.bin" > /dev/null
+    python3 examples/llm/decode_step_trace.py "$out/trace.bin" | tee "$out/trace.txt"
+    rm -f "$out/trace.bin"
     ;;
   *) sed -n 2,11p "$0" >&2; exit 2 ;;
 esac

@@ -94,17 +94,25 @@ __device__ inline void stage_x(float* xs, float* inv_rms, const uint16_t* x, con
   }
   __syncthreads();
   if (norm_w == nullptr) return;
-  for (int64_t t = warp; t < tokens; t += warps) {
+  // 32-bit indices (k <= kDecodeLinearMaxK) and unrolled loops: a row's sum of squares is a chain of dependent adds,
+  // and its shared-memory reads should be in flight together, not one per add.
+  const int n = static_cast<int>(k);
+  for (int t = warp; t < tokens; t += warps) {
+    const float* row = xs + t * n;
     float ss = 0.f;
-    for (int64_t i = lane; i < k; i += 32) ss += xs[t * k + i] * xs[t * k + i];
+#pragma unroll 8
+    for (int i = lane; i < n; i += 32) ss += row[i] * row[i];
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) inv_rms[t] = rsqrtf(ss / static_cast<float>(k) + eps);
   }
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < tokens * k; i += blockDim.x) {
-    const float w = to_f32(reinterpret_cast<const T*>(norm_w)[i % k]);
-    xs[i] *= inv_rms[i / k] * w;
+  for (int t = 0; t < tokens; ++t) {
+    const float r = inv_rms[t];
+    for (int d = threadIdx.x; d < n; d += blockDim.x) {
+      const float w = to_f32(reinterpret_cast<const T*>(norm_w)[d]);
+      xs[t * n + d] *= r * w;
+    }
   }
   __syncthreads();
 }

@@ -27,19 +27,37 @@ static_assert(kDecodeStepMaxHidden % 256 == 0 && kDecodeStepMaxFfn % 256 == 0 &&
 static_assert(kTokens <= kMaxTokens && kDecodeStepMaxFfn <= kDecodeLinearMaxK);
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMergeGroup = 8;
+constexpr unsigned kTraceSlots = 6;
+// The barrier is polled from the block's last warp: items go to warp 0 first, and a warp's poll (an acquire, which
+// invalidates L1) waits for its own loads in flight, such as attention's keys loaded before the barrier.
+constexpr int kPollerThread = kThreads - 32;
 
 // Experiment builds only (-DFLASHCPP_DECODE_STEP_PROBE, decode_step_bench): parts of each phase switched off to see
 // what a phase's time is made of (outputs wrong by design), and alternatives switched on. Bits: 1 no x staging, 2 no
 // weight copies, 4 no dot products or epilogues, 8 no attention work; 16 the barrier polls with relaxed loads and
 // fences once it sees the count (acquire), 32 it arrives with a fence and a relaxed add (cooperative groups' form),
 // 64 no L2 prefetch of later phases' weights.
-// decode_step_set_grid overrides the block count (0: one per SM).
+// decode_step_set_grid overrides the block count (0: one per SM); decode_step_set_trace, when given a buffer of
+// kDecodeStepTraceSlots x phases x blocks u64, has each block's thread 0 write %globaltimer where a phase starts (its
+// barrier wait returns), at the phase's marks (below; thread 0's warp) and where the block arrives at its end:
+// [phase][start, marks 1-4, end][block]. Marks in a linear phase: 1 the first weights landed, 2 x staged, 3 the first
+// row pair's dot products done, 4 its epilogue stored; in attention: 1 q and the first page ids read, 2 the first keys
+// scored, 3 the warp's last keys accumulated, 4 its split stored.
 #ifdef FLASHCPP_DECODE_STEP_PROBE
 __device__ int g_probe = 0;
+__device__ unsigned long long* g_trace = nullptr;
 __device__ inline bool probe_bit(int bit) { return (g_probe & bit) != 0; }
+__device__ inline void trace_event(unsigned event) {
+  if (g_trace != nullptr && threadIdx.x == 0) {
+    unsigned long long now = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    g_trace[event * gridDim.x + blockIdx.x] = now;
+  }
+}
 int g_grid_override = 0;
 #else
 __device__ constexpr bool probe_bit(int) { return false; }
+__device__ inline void trace_event(unsigned) {}
 #endif
 
 // A grid-wide barrier on one counter: a block arrives once per phase (after all its threads' writes, release at GPU
@@ -49,6 +67,7 @@ struct GridBarrier {
   unsigned arrived = 0;
   __device__ void arrive() {
     __syncthreads();
+    trace_event(arrived * kTraceSlots + kTraceSlots - 1);
     if (threadIdx.x == 0) {
       if (probe_bit(32)) {
         __threadfence();
@@ -60,7 +79,7 @@ struct GridBarrier {
     ++arrived;
   }
   __device__ void wait() const {
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == kPollerThread) {
       const unsigned target = arrived * gridDim.x;
       unsigned seen = 0;
       if (probe_bit(16)) {
@@ -75,7 +94,9 @@ struct GridBarrier {
       }
     }
     __syncthreads();
+    trace_event(arrived * kTraceSlots);
   }
+  __device__ void mark(unsigned slot) const { trace_event(arrived * kTraceSlots + slot); }
   // After the block's last wait: the block whose arrival completes this count knows every block is past its last
   // wait, and zeroes the counter for the next launch.
   __device__ void retire() const {
@@ -89,10 +110,16 @@ struct TokenTable {
   int32_t pos[kTokens];        // position of the token in its sequence: it attends keys 0..pos
   int32_t page_base[kTokens];  // where its sequence's page ids start in kv_indices
   int64_t slot[kTokens];       // the cache slot its key and value go to: page * page_size + pos % page_size
+  int32_t written_from[kTokens];  // the least position this step writes in its sequence: older keys are the step's
+                                  // inputs, loaded before the qkv phase's barrier
 };
 
 __device__ inline int64_t global_warps() { return static_cast<int64_t>(gridDim.x) * kWarps; }
-__device__ inline int64_t this_warp() { return static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; }
+// A phase's work items (row pairs, attention splits) go round the blocks first: item i to block i % blocks, so a
+// phase of fewer items than warps puts one or two on each SM instead of twelve on a few (whose weight copies,
+// shared-memory reads and issue slots would then be the phase's critical path).
+__device__ inline int64_t this_warp() { return static_cast<int64_t>(threadIdx.x / 32) * gridDim.x + blockIdx.x; }
+__device__ inline bool block_has_item(int64_t items) { return blockIdx.x < items; }
 
 __device__ inline int splits_a_head(const DecodeStepParams& p) {
   return static_cast<int>(decode_step_splits_a_head(global_warps(), p.tokens, p.heads));
@@ -157,7 +184,7 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
   for (int a = 0; a < kAhead; ++a)
     fetch_row_pair<E, kChunks>(lp, first + a * stride, slots + a * 2 * kRowStride, lane);
   bar.wait();
-  if (static_cast<int64_t>(blockIdx.x) * kWarps < pairs) {
+  if (block_has_item(pairs)) {
     const int t_n = static_cast<int>(lp.tokens);
     // The residual values the first pair's epilogue adds to, read now so that their round trip overlaps the staging.
     float old0 = 0.f, old1 = 0.f;
@@ -170,7 +197,9 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
       }
     }
     cp_async_wait<kAhead - 1>();  // the first group (the norm's weights, the first pair) has landed
+    bar.mark(1);
     if (!probe_bit(1)) stage(lp.norm_w != nullptr ? reinterpret_cast<const uint16_t*>(norm_smem) : nullptr);
+    bar.mark(2);
     int64_t i = 0;
     for (int64_t pair = probe_bit(4) ? pairs : first; pair < pairs; pair += stride, ++i) {
       cp_async_wait<kAhead - 1>();  // this pair's group (the oldest) has landed
@@ -179,6 +208,7 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
       pair_rows<E>(lp.rows, pair, r0, r1);
       float y0, y1;
       dot_row_pair<T, kChunks, kTokens>(SharedRowPair{slot, kRowStride, lane}, xs, lp.k, t_n, lane, y0, y1);
+      if (i == 0) bar.mark(3);
       if (lane < t_n) {
         if constexpr (E == DecodeEpilogue::add_residual) {
           if (i == 0) {
@@ -190,6 +220,7 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
           apply_epilogue<T, E>(lp, lane, r0, r1, y0, y1);
         }
       }
+      if (i == 0) bar.mark(4);
       fetch_row_pair<E, kChunks>(lp, pair + kAhead * stride, slot, lane);
     }
   }
@@ -204,42 +235,70 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
 template <class T>
 __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer& layer, const TokenTable& tokens,
                                 GridBarrier& bar, float* q_smem, uint4* weight_slots) {
-  bar.wait();
   const int lane = threadIdx.x % 32;
   float* q = q_smem + (threadIdx.x / 32) * kD;
   uint4* v_tile = weight_slots + (threadIdx.x / 32) * kAhead * 2 * kRowStride;  // [32 keys][kD / 8 chunks]
   static_assert(32 * kD / 8 <= kAhead * 2 * kRowStride, "a warp's V tile fits its weight slots");
   const int64_t heads = p.heads, group = p.heads / p.kv_heads, qkv_rows = (p.heads + 2 * p.kv_heads) * kD;
   const int splits = splits_a_head(p);
+  const int64_t items = probe_bit(8) ? 0 : p.tokens * heads * splits;
   const float scale = kLog2e / sqrtf(static_cast<float>(kD));
-  for (int64_t item = probe_bit(8) ? p.tokens * heads * splits : this_warp(); item < p.tokens * heads * splits;
-       item += global_warps()) {
-    const int64_t t = item / (heads * splits), h = item / splits % heads, s = item % splits;
-    const int64_t len = tokens.pos[t] + 1, per = split_keys(len, splits);
-    const int64_t begin = s * per, end = begin + per < len ? begin + per : len;
-    if (begin >= len) continue;
-    const int32_t* pages = p.kv_indices + tokens.page_base[t];
-    const int64_t kv_head = h / group;
-    // The first keys' page ids are read before q, so the two round trips overlap.
-    const int32_t first_page = begin + lane < end ? __ldg(pages + (begin + lane) / p.page_size) : 0;
+  // Where item `item`'s keys are, and the cache offset of `key`'s K and V rows.
+  auto range_of = [&](int64_t item, int64_t& t, int64_t& h, int64_t& begin, int64_t& end) {
+    // 32-bit division (items < 2^31: tokens x heads x splits): 64-bit division is a long subroutine.
+    const int i = static_cast<int>(item), hs = static_cast<int>(heads) * splits;
+    t = i / hs;
+    h = i % hs / splits;
+    const int64_t s = i % splits, len = tokens.pos[t] + 1, per = split_keys(len, splits);
+    begin = s * per;
+    end = begin + per < len ? begin + per : len;
+  };
+  auto row_of = [&](int64_t t, int64_t h, int64_t key) {
+    const int32_t page = __ldg(p.kv_indices + tokens.page_base[t] + key / p.page_size);
+    return ((static_cast<int64_t>(page) * p.page_size + key % p.page_size) * p.kv_heads + h / group) * kD;
+  };
+  uint4 kr[kD / 8], vr[kD / 8];
+  auto load_rows = [&](int64_t row) {
+#pragma unroll
+    for (int c = 0; c < kD / 8; ++c) {
+      kr[c] = __ldcg(reinterpret_cast<const uint4*>(layer.k_cache + row) + c);
+      vr[c] = __ldcg(reinterpret_cast<const uint4*>(layer.v_cache + row) + c);
+    }
+  };
+  // The page ids of the warp's first item's first keys, and the K and V rows of those the step does not write
+  // (every key before the step's positions in that sequence), are inputs of the step: loaded before the barrier,
+  // their dependent round trips overlap the qkv phase instead of following it.
+  bool first_keys = true, preloaded = false;
+  int64_t first_row = 0;
+  if (this_warp() < items) {
+    int64_t t = 0, h = 0, begin = 0, end = 0;
+    range_of(this_warp(), t, h, begin, end);
+    const int64_t key = begin + lane;
+    if (key < end) {
+      first_row = row_of(t, h, key);
+      preloaded = key < tokens.written_from[t];
+      if (preloaded) load_rows(first_row);
+    }
+  }
+  bar.wait();
+  for (int64_t item = this_warp(); item < items; item += global_warps()) {
+    int64_t t = 0, h = 0, begin = 0, end = 0;
+    range_of(item, t, h, begin, end);
+    const bool first_item = first_keys;  // kr, vr or first_row hold this item's first keys
+    first_keys = false;
+    if (begin >= end) continue;
+    // A key this step wrote (its rows are visible after the barrier) is loaded with q, the two round trips together.
+    if (first_item && !preloaded && begin + lane < end) load_rows(first_row);
     for (int i = lane; i < kD; i += 32) q[i] = at<T>(p.qkv, t * qkv_rows + h * kD + i) * scale;
     __syncwarp();
+    bar.mark(1);
     float m = -INFINITY, l = 0.f, o0 = 0.f, o1 = 0.f;
     for (int64_t key0 = begin; key0 < end; key0 += 32) {
       const int64_t key = key0 + lane;
       const bool valid = key < end;
       float score = -INFINITY;
       if (valid) {
-        const int64_t page = key0 == begin ? first_page : __ldg(pages + key / p.page_size);
-        const int64_t slot = ((page * p.page_size + key % p.page_size) * p.kv_heads + kv_head) * kD;
-        const uint4* k_row = reinterpret_cast<const uint4*>(layer.k_cache + slot);
-        const uint4* v_row = reinterpret_cast<const uint4*>(layer.v_cache + slot);
-        uint4 kr[kD / 8], vr[kD / 8];
-#pragma unroll
-        for (int c = 0; c < kD / 8; ++c) {
-          kr[c] = __ldcg(k_row + c);
-          vr[c] = __ldcg(v_row + c);
-        }
+        if (!(key0 == begin && first_item)) load_rows(row_of(t, h, key));
         float acc = 0.f;
 #pragma unroll
         for (int c = 0; c < kD / 8; ++c) {
@@ -250,11 +309,15 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
           v_tile[lane * (kD / 8) + (c ^ (lane & 7))] = vr[c];
         }
         score = acc;
+      } else {
+#pragma unroll
+        for (int c = 0; c < kD / 8; ++c) v_tile[lane * (kD / 8) + c] = make_uint4(0u, 0u, 0u, 0u);  // weight 0
       }
       __syncwarp();
       float top = score;
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+      if (key0 == begin) bar.mark(2);
       const float m_new = fmaxf(m, top), rescale = exp2f(m - m_new);
       const float prob = valid ? exp2f(score - m_new) : 0.f;
       float sum = prob;
@@ -264,9 +327,9 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
       o0 *= rescale;
       o1 *= rescale;
       m = m_new;
-      const int n = static_cast<int>(end - key0 < 32 ? end - key0 : 32);
       const int chunk = lane / 4, word = lane % 4;  // dims 2 lane, 2 lane + 1: 32-bit word `word` of chunk `chunk`
-      for (int j = 0; j < n; ++j) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {  // keys past the end have weight 0 and zero rows: the sum is unchanged
         const float pj = __shfl_sync(0xffffffffu, prob, j);
         const unsigned v2 = reinterpret_cast<const unsigned*>(&v_tile[j * (kD / 8) + (chunk ^ (j & 7))])[word];
         const T* v = reinterpret_cast<const T*>(&v2);
@@ -275,55 +338,66 @@ __device__ void attention_phase(const DecodeStepParams& p, const DecodeStepLayer
       }
       __syncwarp();  // the tile is read before the next keys overwrite it
     }
-    float* out = p.attn_split + ((t * heads + h) * kMaxSplits + s) * kSplitStride;
+    bar.mark(3);
+    float* out = p.attn_split + ((t * heads + h) * kMaxSplits + item % splits) * kSplitStride;
     if (lane == 0) {
       out[0] = m;
       out[1] = l;
     }
     reinterpret_cast<float2*>(out + 4)[lane] = make_float2(o0, o1);
     __syncwarp();
+    bar.mark(4);
   }
   bar.arrive();
 }
 
-// The o projection's x: each (token, head)'s splits merged in split order, rounded to the 16-bit type. A thread's
-// loads of kMergeGroup splits are issued together (one L2 round trip a group, not one a split).
+// The o projection's x: each (token, head)'s splits merged in split order, rounded to the 16-bit type. A warp merges
+// a (token, head): lane s reads split s's running max and sum, and every lane its two output dims of kMergeGroup
+// splits at a time, all issued together (one L2 round trip a group).
 template <class T> __device__ void stage_attention(const DecodeStepParams& p, const TokenTable& tokens, float* xs) {
-  const int splits = splits_a_head(p);
-  const int64_t heads = p.heads, n = p.tokens * heads * kD;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const int64_t t = i / (heads * kD), h = i / kD % heads, d = i % kD;
-    const int64_t len = tokens.pos[t] + 1, per = split_keys(len, splits), used = (len + per - 1) / per;
-    const float* base = p.attn_split + (t * heads + h) * kMaxSplits * kSplitStride;
-    float top = -INFINITY, sum = 0.f, acc = 0.f;
-    for (int64_t s0 = 0; s0 < used; s0 += kMergeGroup) {
-      float m[kMergeGroup], l[kMergeGroup], o[kMergeGroup];
+  static_assert(kMaxSplits <= 32 && kD == 64, "a lane a split's max and sum; two output dims a lane");
+  const int splits = splits_a_head(p), lane = threadIdx.x % 32;
+  const int64_t heads = p.heads;
+  for (int64_t pair = threadIdx.x / 32; pair < p.tokens * heads; pair += blockDim.x / 32) {
+    const int64_t t = pair / heads;
+    const int64_t len = tokens.pos[t] + 1, per = split_keys(len, splits);
+    const int used = static_cast<int>((len + per - 1) / per);
+    const float* base = p.attn_split + pair * kMaxSplits * kSplitStride;
+    const float m_lane = lane < used ? __ldcg(base + lane * kSplitStride) : -INFINITY;  // missing splits weigh 0
+    const float l_lane = lane < used ? __ldcg(base + lane * kSplitStride + 1) : 0.f;
+    float top = -INFINITY, sum = 0.f, acc0 = 0.f, acc1 = 0.f;
+    for (int s0 = 0; s0 < used; s0 += kMergeGroup) {
+      float2 o[kMergeGroup];
+#pragma unroll
+      for (int j = 0; j < kMergeGroup; ++j)
+        o[j] = s0 + j < used ? __ldcg(reinterpret_cast<const float2*>(base + (s0 + j) * kSplitStride + 4) + lane)
+                             : make_float2(0.f, 0.f);
+      float m[kMergeGroup], l[kMergeGroup];
 #pragma unroll
       for (int j = 0; j < kMergeGroup; ++j) {
-        m[j] = -INFINITY;
-        l[j] = o[j] = 0.f;
-        if (s0 + j < used) {
-          const float* split = base + (s0 + j) * kSplitStride;
-          m[j] = __ldcg(split);
-          l[j] = __ldcg(split + 1);
-          o[j] = __ldcg(split + 4 + d);
-        }
+        m[j] = __shfl_sync(0xffffffffu, m_lane, (s0 + j) % 32);
+        l[j] = __shfl_sync(0xffffffffu, l_lane, (s0 + j) % 32);
+        if (s0 + j >= used) m[j] = -INFINITY, l[j] = 0.f;
       }
       float group_top = top;
 #pragma unroll
       for (int j = 0; j < kMergeGroup; ++j) group_top = fmaxf(group_top, m[j]);
       const float rescale = exp2f(top - group_top);
       sum *= rescale;
-      acc *= rescale;
+      acc0 *= rescale;
+      acc1 *= rescale;
 #pragma unroll
       for (int j = 0; j < kMergeGroup; ++j) {
         const float w = exp2f(m[j] - group_top);  // 0 for the missing splits (m = -inf)
         sum = fmaf(l[j], w, sum);
-        acc = fmaf(o[j], w, acc);
+        acc0 = fmaf(o[j].x, w, acc0);
+        acc1 = fmaf(o[j].y, w, acc1);
       }
       top = group_top;
     }
-    xs[i] = to_f32(from_f32<T>(acc / sum));
+    float* x = xs + pair * kD + 2 * lane;  // [tokens][heads * kD]
+    x[0] = to_f32(from_f32<T>(acc0 / sum));
+    x[1] = to_f32(from_f32<T>(acc1 / sum));
   }
   __syncthreads();
 }
@@ -344,6 +418,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     tokens.page_base[t] = base;
     tokens.slot[t] = static_cast<int64_t>(__ldg(p.kv_indices + base + pos / p.page_size)) * p.page_size +
                      pos % p.page_size;
+  }
+  __syncthreads();
+  if (threadIdx.x < p.tokens) {
+    const int t = static_cast<int>(threadIdx.x);
+    int32_t least = tokens.pos[t];
+    for (int u = 0; u < p.tokens; ++u)
+      if (tokens.page_base[u] == tokens.page_base[t] && tokens.pos[u] < least) least = tokens.pos[u];
+    tokens.written_from[t] = least;
   }
   __syncthreads();
   GridBarrier bar{p.barrier};
@@ -490,6 +572,9 @@ bool decode_step_supports(int64_t tokens, int64_t hidden, int64_t ffn, int64_t h
 #ifdef FLASHCPP_DECODE_STEP_PROBE
 cudaError_t decode_step_set_probe(int bits) { return cudaMemcpyToSymbol(g_probe, &bits, sizeof(int)); }
 void decode_step_set_grid(int blocks) { g_grid_override = blocks; }
+cudaError_t decode_step_set_trace(unsigned long long* buffer) {
+  return cudaMemcpyToSymbol(g_trace, &buffer, sizeof(buffer));
+}
 #endif
 
 cudaError_t launch_decode_step(const DecodeStepParams& p, cudaStream_t stream) {

@@ -5,7 +5,9 @@
 // exceed the L2, so each launch reads them from memory). --dump writes the logits of each step size's last launch
 // (f32, tokens x vocab, the step sizes in turn), so two builds can be compared on the same random model. In an
 // experiment build (-DFLASHCPP_DECODE_STEP_PROBE) `--probe BITS` switches parts of every phase off, or alternatives
-// on (decode_step.cu says which), and `--grid N` runs N blocks instead of one per SM.
+// on (decode_step.cu says which), `--grid N` runs N blocks instead of one per SM, and `--trace FILE` appends, for each
+// step size, one more launch's phase trace: u64 globaltimer [phase][start, marks 1-4, end][block] (decode_step.cu says
+// what the marks are; 0 where a block's first warp had no work), phases in kernel order.
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -22,6 +24,7 @@ namespace flashcpp::llm {
 #ifdef FLASHCPP_DECODE_STEP_PROBE
 cudaError_t decode_step_set_probe(int bits);
 void decode_step_set_grid(int blocks);
+cudaError_t decode_step_set_trace(unsigned long long* buffer);
 #endif
 }  // namespace flashcpp::llm
 
@@ -62,15 +65,18 @@ template <class T> T* device_copy(const std::vector<T>& v, std::vector<void*>& o
 int main(int argc, char** argv) {
   int probe = 0, grid = 0;
   const char* dump = nullptr;
+  const char* trace = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--probe") == 0 && i + 1 < argc) {
       probe = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--grid") == 0 && i + 1 < argc) {
       grid = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) {
+      trace = argv[++i];
     } else if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
       dump = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: decode_step_bench [--probe BITS] [--grid BLOCKS] [--dump LOGITS_FILE]\n");
+      std::fprintf(stderr, "usage: decode_step_bench [--probe BITS] [--grid BLOCKS] [--trace FILE] [--dump LOGITS_FILE]\n");
       return 2;
     }
   }
@@ -78,12 +84,13 @@ int main(int argc, char** argv) {
   check(flashcpp::llm::decode_step_set_probe(probe), "probe");
   flashcpp::llm::decode_step_set_grid(grid);
 #else
-  if (probe != 0 || grid != 0) {
-    std::fprintf(stderr, "decode_step_bench: --probe and --grid need a build with -DFLASHCPP_DECODE_STEP_PROBE\n");
+  if (probe != 0 || grid != 0 || trace != nullptr) {
+    std::fprintf(stderr, "decode_step_bench: --probe, --grid and --trace need a build with -DFLASHCPP_DECODE_STEP_PROBE\n");
     return 2;
   }
 #endif
   constexpr int64_t kLayers = 30, kHidden = 576, kFfn = 1536, kHeads = 9, kKvHeads = 3, kD = 64, kVocab = 49152;
+  constexpr int64_t kTraceSlots = 6;
   constexpr int64_t kPage = 16, kContext = 168, kMaxTokens = flashcpp::llm::kDecodeStepMaxTokens;
   constexpr int64_t kPagesPerSeq = (kContext + kPage - 1) / kPage, kPages = kMaxTokens * kPagesPerSeq;
   std::mt19937 rng(7);
@@ -158,6 +165,29 @@ int main(int argc, char** argv) {
         std::fclose(f);
       }
     }
+#ifdef FLASHCPP_DECODE_STEP_PROBE
+    if (trace != nullptr) {
+      int blocks = grid;
+      if (blocks <= 0) check(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, 0), "SM count");
+      const size_t n = static_cast<size_t>(kTraceSlots * (5 * kLayers + 1) * blocks);
+      unsigned long long* d = nullptr;
+      check(cudaMalloc(&d, n * 8), "cudaMalloc");
+      check(cudaMemset(d, 0, n * 8), "cudaMemset");
+      check(flashcpp::llm::decode_step_set_trace(d), "trace");
+      check(cudaMemcpyAsync(p.residual, embeddings, kMaxTokens * kHidden * 2, cudaMemcpyDeviceToDevice, stream),
+            "cudaMemcpyAsync");
+      check(flashcpp::llm::launch_decode_step(p, stream), "launch_decode_step");
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      check(flashcpp::llm::decode_step_set_trace(nullptr), "trace");
+      std::vector<unsigned long long> h(n);
+      check(cudaMemcpy(h.data(), d, n * 8, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      cudaFree(d);
+      if (FILE* f = std::fopen(trace, tokens == 1 ? "wb" : "ab")) {
+        std::fwrite(h.data(), 8, n, f);
+        std::fclose(f);
+      }
+    }
+#endif
     std::sort(us.begin(), us.end());
     std::printf("DECODE_STEP_BENCH {\"tokens\":%lld,\"context\":%lld,\"probe\":%d,\"grid\":%d,\"us\":%.1f,"
                 "\"min_us\":%.1f}\n",

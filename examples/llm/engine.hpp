@@ -53,9 +53,9 @@ struct EngineOptions {
   /// gpu: decode steps of at most kDecodeStepMaxTokens (4) tokens run as one persistent kernel (decode_step.hpp: every
   /// layer, attention included, and the LM head, phases separated by grid-wide barriers) instead of 5 kernels a layer
   /// plus FlashInfer's decode plan and merges. For models it supports (head_dim 64, hidden and heads * head_dim up to
-  /// 768, FFN up to 1536: SmolLM2); others, and larger steps, take the paths above. Off: its first version measured
-  /// no faster than the fused kernels (docs/PERFORMANCE.md, "flashcpp-llm").
-  bool persistent_decode = false;
+  /// 768, FFN up to 1536: SmolLM2); others, and larger steps, take the paths above. On: faster than the fused kernels
+  /// at 1, 2 and 4 tokens (docs/PERFORMANCE.md, "flashcpp-llm").
+  bool persistent_decode = true;
   /// gpu: time each step's device work (index upload to the last kernel) with CUDA events: last_step_gpu_us.
   bool time_steps = false;
 };

@@ -125,16 +125,16 @@ case "${1:-}" in
     if has bench; then "${llm[@]}" 2>&1 | tee "$out/bench.txt" || failed=1; fi
     if has variants; then
       { "${llm[@]}" --no-prefill --dtype bf16
-        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-pdl
-        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-graphs
-        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-fused
-        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --decode-unsplit
-        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 2 --decode-batch 4 --persistent-decode
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-pdl --no-persistent-decode
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-graphs --no-persistent-decode
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --no-fused --no-persistent-decode
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 8 --decode-unsplit --no-persistent-decode
+        "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 2 --decode-batch 4 --no-persistent-decode
         "${llm[@]}" --no-prefill --decode-batch 1 --decode-batch 2 --decode-batch 4; } 2>&1 |
         tee "$out/bench_variants.txt" || failed=1
     fi
-    if has profile; then bash "$0" profile "$out" || failed=1; fi
-    if has profile-unfused; then bash "$0" profile "$out/unfused" --no-fused || failed=1; fi
+    if has profile; then bash "$0" profile "$out" --no-persistent-decode || failed=1; fi  # the 5-kernel step
+    if has profile-unfused; then bash "$0" profile "$out/unfused" --no-fused --no-persistent-decode || failed=1; fi
     exit "$failed"
     ;;
   profile)

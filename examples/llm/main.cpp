@@ -56,8 +56,8 @@ std::vector<std::vector<int32_t>> read_sequences(const std::string& path) {
   return out;
 }
 
-bool no_pdl = false, no_graphs = false, no_fused = false, decode_unsplit = false, persistent_decode = false,
-     time_steps = false;
+bool no_pdl = false, no_graphs = false, no_fused = false, decode_unsplit = false,
+     persistent_decode = EngineOptions{}.persistent_decode, time_steps = false;
 int64_t fused_decode_max_tokens = EngineOptions{}.fused_decode_max_tokens;
 
 EngineOptions engine_options(const std::string& backend) {
@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
     c->add_flag("--no-fused", no_fused, "gpu: decode steps without the fused linear-layer kernels");
     c->add_flag("--decode-unsplit", decode_unsplit,
                 "gpu: decode attention on the tensor-core path with split-KV off (no merge kernels)");
-    c->add_flag("--persistent-decode", persistent_decode,
-                "gpu: decode steps of at most 4 tokens as one persistent kernel (every layer and the LM head)");
+    c->add_flag("--persistent-decode,!--no-persistent-decode", persistent_decode,
+                "gpu: decode steps of at most 4 tokens as one persistent kernel, every layer and the LM head (default "
+                "on; --no-persistent-decode: 5 kernels a layer)");
     c->add_option("--fused-decode-tokens", fused_decode_max_tokens,
                   "gpu: decode steps of at most this many tokens use the fused kernels (0..8)")
         ->check(CLI::Range(0, 8));

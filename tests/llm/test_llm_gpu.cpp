@@ -156,6 +156,7 @@ TEST_P(LlmGpuDtype, BatchedDecodeMatchesTheReference) {
   ro.backend = Backend::reference;
   ro.max_pages = 64;
   go.fused_decode_max_tokens = kDecodeLinearMaxTokens;  // the kernels up to their limit, whatever the default
+  go.persistent_decode = false;                         // (steps of up to 4 tokens would run the persistent kernel)
   EngineOptions unfused = go;
   unfused.fused_decode_max_tokens = 0;
   EngineOptions unsplit = go;  // decode attention on the tensor-core path, split-KV off
@@ -227,6 +228,7 @@ TEST_P(LlmGpuDtype, PersistentDecodeMatchesTheReference) {
   REQUIRE_MODEL(GetParam());
   const int64_t vocab = model->config.vocab;
   EngineOptions go = gpu_options(false);
+  go.persistent_decode = false;  // the fused kernels
   EngineOptions ro = go;
   ro.backend = Backend::reference;
   ro.max_pages = 64;
