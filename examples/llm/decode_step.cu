@@ -577,6 +577,13 @@ cudaError_t decode_step_set_trace(unsigned long long* buffer) {
 }
 #endif
 
+cudaError_t decode_step_launch_check(bool f16) {
+  int blocks = 0;
+  const cudaError_t e = f16 ? grid_blocks<__half>(blocks) : grid_blocks<__nv_bfloat16>(blocks);
+  if (e != cudaSuccess) (void)cudaGetLastError();  // a refused attribute or query: reported here, not to a later check
+  return e;
+}
+
 cudaError_t launch_decode_step(const DecodeStepParams& p, cudaStream_t stream) {
   if (!decode_step_supports(p.tokens, p.hidden, p.ffn, p.heads, p.kv_heads, p.head_dim, p.vocab) || p.layers < 1 ||
       p.page_size < 1 || !p.layer || !p.out_norm || !p.lm_head || !p.residual || !p.qkv || !p.attn_split || !p.act ||

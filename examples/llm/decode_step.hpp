@@ -80,6 +80,10 @@ int64_t decode_step_split_floats(int64_t tokens, int64_t heads);
 /// True when the kernel takes this model and a step of `tokens` tokens.
 bool decode_step_supports(int64_t tokens, int64_t hidden, int64_t ffn, int64_t heads, int64_t kv_heads,
                           int64_t head_dim, int64_t vocab);
+/// Whether the step can launch on the current device in this 16-bit type (f16, else bf16): its shared memory granted
+/// and one block resident on every SM, which the grid barrier needs. cudaSuccess, else why not (the answer is kept
+/// per device; the error is not left pending).
+cudaError_t decode_step_launch_check(bool f16);
 /// Launches the step on `stream` (blocks: one per SM of the current device).
 cudaError_t launch_decode_step(const DecodeStepParams& p, cudaStream_t stream);
 

@@ -285,7 +285,9 @@ void setup_gpu(Impl& s) {
   s.index_dev = DeviceBuffer(static_cast<size_t>(s.off.total * 4), dev);
   s.index_host = PinnedBuffer(static_cast<size_t>(s.off.total * 4));
   s.logits_host = PinnedBuffer(static_cast<size_t>(s.opt.max_logit_rows * c.vocab * 4));
-  if (s.opt.persistent_decode && decode_step_supports(1, c.hidden, c.ffn, c.heads, c.kv_heads, c.head_dim, c.vocab)) {
+  // On where the model fits the kernel and the device can hold its grid at once; else the fused and unfused paths.
+  if (s.opt.persistent_decode && decode_step_supports(1, c.hidden, c.ffn, c.heads, c.kv_heads, c.head_dim, c.vocab) &&
+      decode_step_launch_check(s.model->dtype == DType::f16) == cudaSuccess) {
     std::vector<DecodeStepLayer> layers(static_cast<size_t>(c.layers));
     for (size_t i = 0; i < layers.size(); ++i) {
       const Impl::LayerPtrs& w = s.layer_w[i];

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "decode_linear.hpp"
+#include "decode_step.hpp"
 #include "engine.hpp"
 #include "generate.hpp"
 #include "gguf.hpp"
@@ -234,6 +235,8 @@ TEST_P(LlmGpuDtype, PersistentDecodeMatchesTheReference) {
   ro.max_pages = 64;
   EngineOptions po = go;
   po.persistent_decode = true;
+  ASSERT_TRUE(EngineOptions{}.persistent_decode) << "the engine's default";
+  ASSERT_EQ(decode_step_launch_check(GetParam() == DType::f16), cudaSuccess) << "the grid fits this device at once";
   for (const size_t n : {size_t{1}, size_t{4}}) {
     Engine ref(*model, ro), fused(*model, go), persistent(*model, po);
     std::vector<int> sr, sf, sp;
@@ -262,6 +265,8 @@ TEST_P(LlmGpuDtype, PersistentDecodeMatchesTheReference) {
       const std::vector<float> lr = ref.forward(br), lf = fused.forward(bf), lp = persistent.forward(bp);
       ASSERT_EQ(lp.size(), n * static_cast<size_t>(vocab));
       EXPECT_EQ(persistent.last_step_launches(), 2) << "the embedding gather and the persistent kernel";
+      EXPECT_STREQ(persistent.last_step_path(), "persistent");
+      EXPECT_STREQ(fused.last_step_path(), "fused");
       for (size_t i = 0; i < n; ++i) {
         const float* a = lr.data() + i * vocab;
         const float* b = lp.data() + i * vocab;
