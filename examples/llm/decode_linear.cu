@@ -45,7 +45,6 @@ __global__ void __launch_bounds__(kWarps * 32) decode_linear_kernel(const Decode
   if (!active) return;
   float y0, y1;
   dot_row_pair<T, kChunks>(rp, xs, p.k, t_n, lane, y0, y1);  // (3)
-  if (p.norm_w != nullptr) scale_by_inv_rms(inv_rms, t_n, lane, y0, y1);
   if (lane < t_n) apply_epilogue<T, E>(p, lane, r0, r1, y0, y1);  // (4)
 }
 
@@ -106,9 +105,7 @@ bool decode_linear_supports(int64_t tokens, int64_t k) {
 }
 
 cudaError_t launch_decode_linear(const DecodeLinearParams& p, cudaStream_t stream) {
-  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  if (!decode_linear_supports(p.tokens, p.k) || p.rows < 2 || p.rows % 2 != 0 || p.w == nullptr || p.x == nullptr ||
-      !aligned16(p.x) || !aligned16(p.norm_w))  // both read as 16-byte vectors
+  if (!decode_linear_supports(p.tokens, p.k) || p.rows < 2 || p.rows % 2 != 0 || p.w == nullptr || p.x == nullptr)
     return cudaErrorInvalidValue;
   if (p.epilogue == DecodeEpilogue::rope_append &&
       (p.head_dim % 2 != 0 || p.rows != (p.heads + 2 * p.kv_heads) * p.head_dim || p.page_size < 1))

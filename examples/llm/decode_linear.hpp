@@ -1,7 +1,6 @@
 // The linear layers of a small decode step (at most kDecodeLinearMaxTokens tokens), each one kernel with the ops
 // around it fused: y[t, r] = sum_i x'[t, i] * w[r, i] (f32 accumulation), where x' is x or, with a norm, the RMSNorm of
-// x (x * rsqrt(mean(x^2) + eps) * norm_w, in f32, never rounded to 16 bits; computed as the dot product with
-// x * norm_w, then times the row's rsqrt), and the epilogue is one of
+// x (x * rsqrt(mean(x^2) + eps) * norm_w, in f32, never rounded to 16 bits), and the epilogue is one of
 //   store_f32     out_f32[t, r] = y                                              (the LM head: logits)
 //   add_residual  residual[t, r] += y, rounded once                              (o and down projections)
 //   silu_and_mul  act[t, j] = silu(y[t, j]) * y[t, ffn + j], j < ffn = rows / 2  (gate/up; w holds gate rows, then up)
@@ -13,7 +12,7 @@
 // previous one (programmatic dependent launch), since they do not depend on it.
 //
 // Types: w, x, norm_w, residual, act, q_out and the caches hold 16-bit floats of one type (f16 or bf16). Layouts are
-// row-major and contiguous, x and norm_w 16-byte aligned: w [rows, k], x [tokens, k], out_f32 / residual [tokens, rows]; q_out rows are q_stride
+// row-major and contiguous: w [rows, k], x [tokens, k], out_f32 / residual [tokens, rows]; q_out rows are q_stride
 // apart (the q part of a [tokens, qkv rows] buffer); caches [pages, page_size, kv_heads, head_dim] (NHD). Device
 // indices (int32): positions [tokens], batch_indices [tokens], kv_indptr [batch + 1], kv_indices (page ids) — the
 // paged-cache arrays FlashInfer's append takes. The engine validates shapes and indices on the host; the launcher

@@ -80,50 +80,41 @@ __device__ inline void load_row_pair(const uint16_t* w, int64_t k, int64_t r0, i
   }
 }
 
-/// x [tokens, k] (16-bit) into xs as f32; with norm_w, x times the norm's weight, and inv_rms[t] the RMSNorm's scale
-/// of token t, which the dot products take afterwards (scale_by_inv_rms): one pass over x and two block barriers, the
-/// sums of squares a vector of 8 values at a time and then a warp per token. Every thread of the block calls it.
+/// x [tokens, k] (16-bit) into xs as f32, or its RMSNorm with norm_w when set. Every thread of the block calls it.
 template <class T>
 __device__ inline void stage_x(float* xs, float* inv_rms, const uint16_t* x, const uint16_t* norm_w, int64_t tokens,
                                int64_t k, float eps) {
-  // 32-bit indices: k <= kDecodeLinearMaxK, tokens <= kMaxTokens.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const int n = static_cast<int>(k), row_vecs = n / 8, vecs = static_cast<int>(tokens) * row_vecs;
-  __shared__ float squares[kMaxTokens * kDecodeLinearMaxK / 8];  // [tokens][k / 8]: each vector's sum of squares
-  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+  const int64_t vecs = tokens * k / 8;
+  for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
     float f[8];
     unpack8<T>(__ldcg(reinterpret_cast<const uint4*>(x) + v), f);
-    if (norm_w != nullptr) {
-      float g[8], ss = 0.f;
-      unpack8<T>(reinterpret_cast<const uint4*>(norm_w)[v % row_vecs], g);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        ss = fmaf(f[j], f[j], ss);
-        f[j] *= g[j];
-      }
-      squares[v] = ss;
-    }
 #pragma unroll
     for (int j = 0; j < 8; ++j) xs[v * 8 + j] = f[j];
   }
   __syncthreads();
   if (norm_w == nullptr) return;
+  // 32-bit indices (k <= kDecodeLinearMaxK) and unrolled loops: a row's sum of squares is a chain of dependent adds,
+  // and its shared-memory reads should be in flight together, not one per add.
+  const int n = static_cast<int>(k);
   for (int t = warp; t < tokens; t += warps) {
+    const float* row = xs + t * n;
     float ss = 0.f;
-    for (int i = lane; i < row_vecs; i += 32) ss += squares[t * row_vecs + i];
+#pragma unroll 8
+    for (int i = lane; i < n; i += 32) ss += row[i] * row[i];
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) inv_rms[t] = rsqrtf(ss / static_cast<float>(k) + eps);
   }
   __syncthreads();
-}
-
-/// A dot product of a normed x' (stage_x with norm_w) times its token's RMSNorm scale: lane t < tokens, token t.
-__device__ inline void scale_by_inv_rms(const float* inv_rms, int tokens, int lane, float& y0, float& y1) {
-  if (lane < tokens) {
-    y0 *= inv_rms[lane];
-    y1 *= inv_rms[lane];
+  for (int t = 0; t < tokens; ++t) {
+    const float r = inv_rms[t];
+    for (int d = threadIdx.x; d < n; d += blockDim.x) {
+      const float w = to_f32(reinterpret_cast<const T*>(norm_w)[d]);
+      xs[t * n + d] *= r * w;
+    }
   }
+  __syncthreads();
 }
 
 /// The dot products of a row pair with every token's x', reduced across the warp: lane t < tokens gets token t's

@@ -173,8 +173,8 @@ __device__ void fetch_row_pair(const DecodeLinearParams& lp, int64_t pair, uint4
 // weights, if any, into norm_smem with the first (not through L1: every barrier's acquire invalidates it). `stage`
 // fills xs given the norm's weights (every thread calls it); blocks without a pair skip it.
 template <class T, DecodeEpilogue E, int kChunks, class Stage>
-__device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, float* xs, const float* inv_rms,
-                             uint4* weight_slots, uint4* norm_smem, Stage stage) {
+__device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, float* xs, uint4* weight_slots,
+                             uint4* norm_smem, Stage stage) {
   const int lane = threadIdx.x % 32;
   const int64_t pairs = lp.rows / 2, stride = global_warps(), first = this_warp();
   uint4* slots = weight_slots + (threadIdx.x / 32) * kAhead * 2 * kRowStride;
@@ -208,7 +208,6 @@ __device__ void linear_phase(const DecodeLinearParams& lp, GridBarrier& bar, flo
       pair_rows<E>(lp.rows, pair, r0, r1);
       float y0, y1;
       dot_row_pair<T, kChunks, kTokens>(SharedRowPair{slot, kRowStride, lane}, xs, lp.k, t_n, lane, y0, y1);
-      if (lp.norm_w != nullptr) scale_by_inv_rms(inv_rms, t_n, lane, y0, y1);
       if (i == 0) bar.mark(3);
       if (lane < t_n) {
         if constexpr (E == DecodeEpilogue::add_residual) {
@@ -457,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     qkv.token_slot = tokens.slot;
     prefetch_rows_l2(layer.wo, p.hidden, p.heads * kD, false);  // the o projection's, two phases ahead
     linear_phase<T, DecodeEpilogue::rope_append, kHiddenChunks>(
-        qkv, bar, xs, inv_rms, weight_slots, norm_smem,
+        qkv, bar, xs, weight_slots, norm_smem,
         [&](const uint16_t* norm) { stage_x<T>(xs, inv_rms, qkv.x, norm, qkv.tokens, qkv.k, qkv.eps); });
 
     prefetch_rows_l2(layer.w_gate_up, 2 * p.ffn, p.hidden, true);
@@ -471,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     o.residual = p.residual;
     prefetch_rows_l2(layer.w_down, p.hidden, p.ffn, false);
     linear_phase<T, DecodeEpilogue::add_residual, kHiddenChunks>(
-        o, bar, xs, inv_rms, weight_slots, norm_smem, [&](const uint16_t*) { stage_attention<T>(p, tokens, xs); });
+        o, bar, xs, weight_slots, norm_smem, [&](const uint16_t*) { stage_attention<T>(p, tokens, xs); });
 
     DecodeLinearParams gu = base;
     gu.epilogue = DecodeEpilogue::silu_and_mul;
@@ -487,7 +486,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
       prefetch_rows_l2(p.lm_head, p.vocab, p.hidden, false);
     }
     linear_phase<T, DecodeEpilogue::silu_and_mul, kHiddenChunks>(
-        gu, bar, xs, inv_rms, weight_slots, norm_smem,
+        gu, bar, xs, weight_slots, norm_smem,
         [&](const uint16_t* norm) { stage_x<T>(xs, inv_rms, gu.x, norm, gu.tokens, gu.k, gu.eps); });
 
     DecodeLinearParams down = base;
@@ -498,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     down.x = p.act;
     down.residual = p.residual;
     linear_phase<T, DecodeEpilogue::add_residual, kFfnChunks>(
-        down, bar, xs, inv_rms, weight_slots, norm_smem,
+        down, bar, xs, weight_slots, norm_smem,
         [&](const uint16_t*) { stage_x<T>(xs, inv_rms, down.x, nullptr, down.tokens, down.k, down.eps); });
   }
   DecodeLinearParams head = base;
@@ -510,7 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
   head.norm_w = p.out_norm;
   head.out_f32 = p.logits;
   linear_phase<T, DecodeEpilogue::store_f32, kHiddenChunks>(
-      head, bar, xs, inv_rms, weight_slots, norm_smem,
+      head, bar, xs, weight_slots, norm_smem,
       [&](const uint16_t* norm) { stage_x<T>(xs, inv_rms, head.x, norm, head.tokens, head.k, head.eps); });
   bar.retire();
 }
