@@ -38,11 +38,11 @@ constexpr int kPollerThread = kThreads - 32;
 // fences once it sees the count (acquire), 32 it arrives with a fence and a relaxed add (cooperative groups' form),
 // 64 no L2 prefetch of later phases' weights.
 // decode_step_set_grid overrides the block count (0: one per SM); decode_step_set_trace, when given a buffer of
-// kDecodeStepTraceSlots x phases x blocks u64, has each block's thread 0 write %globaltimer where a phase starts (its
+// kTraceSlots (6) x phases x blocks u64, has each block's thread 0 write %globaltimer where a phase starts (its
 // barrier wait returns), at the phase's marks (below; thread 0's warp) and where the block arrives at its end:
 // [phase][start, marks 1-4, end][block]. Marks in a linear phase: 1 the first weights landed, 2 x staged, 3 the first
-// row pair's dot products done, 4 its epilogue stored; in attention: 1 q and the first page ids read, 2 the first keys
-// scored, 3 the warp's last keys accumulated, 4 its split stored.
+// row pair's dot products done, 4 its epilogue stored; in attention: 1 q read, 2 the first keys scored, 3 the
+// warp's last keys accumulated, 4 its split stored.
 #ifdef FLASHCPP_DECODE_STEP_PROBE
 __device__ int g_probe = 0;
 __device__ unsigned long long* g_trace = nullptr;
@@ -110,8 +110,8 @@ struct TokenTable {
   int32_t pos[kTokens];        // position of the token in its sequence: it attends keys 0..pos
   int32_t page_base[kTokens];  // where its sequence's page ids start in kv_indices
   int64_t slot[kTokens];       // the cache slot its key and value go to: page * page_size + pos % page_size
-  int32_t written_from[kTokens];  // the least position this step writes in its sequence: older keys are the step's
-                                  // inputs, loaded before the qkv phase's barrier
+  int32_t written_from[kTokens];  // the least position this step writes in its sequence (the tokens with its page
+                                  // list): older keys are inputs of the step, loaded before attention's barrier
 };
 
 __device__ inline int64_t global_warps() { return static_cast<int64_t>(gridDim.x) * kWarps; }
