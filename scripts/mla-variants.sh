@@ -8,6 +8,8 @@
 #   bash scripts/mla-variants.sh build BUILD_DIR KIT_DIR SPEC...
 #     SPEC is NAME (BUILD_DIR's own library), NAME=PATCH, NAME@FLAGS or NAME=PATCH@FLAGS, e.g.
 #     head  pf=docs/gpu-runs/2026-12-05/seventh-next-l2-prefetch.patch@-DFLASHCPP_EXP_L2_PREFETCH=2
+#   MLA_VARIANT_FILES (a Python regular expression on the file names under src/mla, default "wgmma") picks the
+#   translation units a variant recompiles, e.g. 'wgmma|combine|simple|mma_sm90' for a patch to the combine.
 #   Writes KIT_DIR/<NAME>/ (stripped libraries), KIT_DIR/lib (their non-system dependencies), test_mla_gpu, the
 #   golden data when FLASHCPP_GOLDEN_DIR names it, FlashMLA's Python package when FLASHMLA_PKG names a built one
 #   (this script never builds it), and KIT_DIR.tgz to carry (a device call carries 64 MiB at most).
@@ -33,7 +35,8 @@ cd "$root"
 
 die() { echo "mla-variants: $*" >&2; exit 2; }
 
-# One variant library: the MLA kernel objects recompiled (patch applied to the working tree for the compile, then
+# One variant library: the MLA kernel objects (src/mla/*.cu whose names match MLA_VARIANT_FILES, a Python regular
+# expression, default "wgmma") recompiled (patch applied to the working tree for the compile, then
 # reverted) and linked with BUILD_DIR's other objects.
 build_variant() {
   local build=$1 out=$2 patch=$3 flags=$4
@@ -44,11 +47,11 @@ build_variant() {
     git apply "$patch"
     applied_patch=$patch
   fi
-  python3 - "$build" "$obj" "$flags" > "$out/compile.sh" <<'PY'
-import json, shlex, sys, os
-build, obj, flags = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
+  python3 - "$build" "$obj" "$flags" "${MLA_VARIANT_FILES:-wgmma}" > "$out/compile.sh" <<'PY'
+import json, shlex, sys, os, re
+build, obj, flags, files = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3], sys.argv[4]
 for e in json.load(open(os.path.join(build, "compile_commands.json"))):
-    if "/src/mla/" in e["file"] and "wgmma" in os.path.basename(e["file"]) and e["file"].endswith(".cu"):
+    if "/src/mla/" in e["file"] and re.search(files, os.path.basename(e["file"])) and e["file"].endswith(".cu"):
         cmd = e["command"]
         target = e.get("output") or cmd.split(" -o ")[1].split()[0]
         cmd = cmd.replace(" -o " + target, " -o " + shlex.quote(os.path.join(obj, os.path.basename(target))))
