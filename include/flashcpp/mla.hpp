@@ -145,7 +145,8 @@ struct DecodeConfig {
 
 /// Sizes of the plan buffers (elements). `split == false`: the run needs no buffers (all sizes 0) and
 /// launches one kernel; otherwise sched_meta is i32 [num_sm_parts, 8], num_splits i32 [split requests + 1],
-/// lse_accum f32 [lse_accum_elems], o_accum f32 [o_accum_elems] (16-byte aligned).
+/// lse_accum f32 [lse_accum_elems], o_accum f32 [o_accum_elems] (16-byte aligned; opaque scratch: it holds the split
+/// pieces' partial rows as bf16, two to an element).
 /// `head_requests` > 0 (split plans only): where the unsplit grid would end on a short last wave, the first
 /// head_requests requests run unsplit (whole waves) and only the remaining batch - head_requests are split over all
 /// SMs, so no SM idles through a long last wave of few tokens; the schedule and buffers are those of the split
@@ -284,7 +285,7 @@ struct DenseDecodeConfig {
 };
 
 /// Sizes of the workspace buffers (elements): sched_meta i32 [num_sm_parts, 8], num_splits i32 [batch + 1],
-/// lse_accum f32 / o_accum f32, indices i32 [batch, capacity] (capacity = max_blocks * block_size rounded up to a
+/// lse_accum f32 / o_accum f32 (opaque scratch: bf16 partial rows, two to an element), indices i32 [batch, capacity] (capacity = max_blocks * block_size rounded up to a
 /// multiple of 64), token_lengths i32 [batch * s_q]; all contiguous, all but num_splits 16-byte aligned.
 struct DenseDecodePlanSizes {
   int num_sm_parts = 0;

@@ -48,7 +48,7 @@ DenseDecodePlanSizes sizes_for(const DenseDecodeConfig& c, int num_sms) {
   s.sched_meta_elems = int64_t{s.num_sm_parts} * sched::kMetaInts;
   s.num_splits_elems = int64_t{c.batch} + 1;
   s.lse_accum_elems = (int64_t{c.batch} + s.num_sm_parts) * c.s_q * c.h_q;
-  s.o_accum_elems = s.lse_accum_elems * kDv;
+  s.o_accum_elems = s.lse_accum_elems * kDv / 2;  // f32 elements, each two bf16 of a partial row
   s.indices_elems = int64_t{c.batch} * s.capacity;
   s.token_lengths_elems = int64_t{c.batch} * c.s_q;
   return s;
@@ -268,7 +268,7 @@ void dense_decode(const DenseDecodeTensors& tensors, const DenseDecodeWorkspace&
   p.sched = ws.sched_meta.data;
   p.num_splits = ws.num_splits.data_as<const int32_t>();
   p.num_parts = sizes.num_sm_parts;
-  p.o_accum = ws.o_accum.data_as<float>();
+  p.o_accum = ws.o_accum.data_as<uint16_t>();  // bf16 partial rows in f32-typed storage
   p.lse_accum = ws.lse_accum.data_as<float>();
   p.accum_rows = sizes.lse_accum_elems / h_q;
   p.split_group_heads = 64;

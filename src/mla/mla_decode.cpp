@@ -130,7 +130,7 @@ DecodePlanSizes sizes_for(const DecodeConfig& c, int num_sms) {
   s.sched_meta_elems = parts * sched::kMetaInts;
   s.num_splits_elems = split_requests + 1;
   s.lse_accum_elems = (split_requests + parts) * c.s_q * c.h_q;
-  s.o_accum_elems = s.lse_accum_elems * kDv;
+  s.o_accum_elems = s.lse_accum_elems * kDv / 2;  // f32 elements, each two bf16 of a partial row
   return s;
 }
 
@@ -328,7 +328,7 @@ kernels::SparseAttentionParams decode_params(const DecodeProblem& d, const Tenso
     p.sched = ws.sched_meta.data;
     p.num_splits = ws.num_splits.data_as<const int32_t>();
     p.num_parts = d.sizes.num_sm_parts;
-    p.o_accum = ws.o_accum.data_as<float>();
+    p.o_accum = ws.o_accum.data_as<uint16_t>();  // bf16 partial rows in f32-typed storage
     p.lse_accum = ws.lse_accum.data_as<float>();
     p.accum_rows = d.sizes.lse_accum_elems / d.h_q;
     p.split_group_heads = d.sizes.split_group_heads;
@@ -340,7 +340,8 @@ kernels::SparseAttentionParams decode_params(const DecodeProblem& d, const Tenso
 kernels::SparseAttentionParams without_split(kernels::SparseAttentionParams p) {
   p.sched = nullptr;
   p.num_splits = nullptr;
-  p.o_accum = p.lse_accum = nullptr;
+  p.o_accum = nullptr;
+  p.lse_accum = nullptr;
   p.num_parts = 0;
   p.accum_rows = 0;
   p.split_group_heads = 0;

@@ -15,7 +15,7 @@ namespace {
 constexpr int kDv = 512;
 
 // Combine: grid (tokens, ceil(h_q / HEADS), CHUNKS), one warp per (head, 512 / CHUNKS columns); lane owns
-// 16 / CHUNKS columns of each split row, as float4s. Launched as a programmatic dependent of the attention kernel:
+// 16 / CHUNKS columns of each split row, 4 bf16 (8 bytes) at a time. Launched as a programmatic dependent of the attention kernel:
 // everything after the wait sees its results. Its time is the latency of dependent reads, so each warp keeps BATCH
 // split rows in flight (issued with its lse loads, and each row consumed is replaced by the one BATCH further on),
 // and only rows that exist are loaded. combine_shape() picks (CHUNKS, BATCH): whole rows and two in flight where
@@ -25,8 +25,8 @@ constexpr int kDv = 512;
 // F16: out in fp16 (KvFormat::f16), else bf16.
 template <int CHUNKS, int BATCH, int HEADS, bool F16>  // HEADS: warps (heads) per CTA
 __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(const SparseAttentionParams p) {
-  static_assert(kDv % (CHUNKS * 128) == 0 && 32 % BATCH == 0, "lanes own whole float4s; batches tile 32 splits");
-  constexpr int kVecs = kDv / CHUNKS / 128;  // float4s of one split row per lane
+  static_assert(kDv % (CHUNKS * 128) == 0 && 32 % BATCH == 0, "lanes own whole 4-value groups; batches tile 32 splits");
+  constexpr int kVecs = kDv / CHUNKS / 128;  // 4-value groups of one split row per lane
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int head = static_cast<int>(blockIdx.y) * HEADS + warp;
   if (head >= p.h_q) return;
@@ -44,11 +44,11 @@ __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(co
 #endif
   auto row_of = [&](int k) { return static_cast<int64_t>(split0 + k) * p.tokens_per_request + tok_in_req; };
   auto lse_of = [&](int k) { return k < n ? p.lse_accum[row_of(k) * p.h_q + head] : -INFINITY; };
-  float4 v[BATCH][kVecs];
-  auto load_row = [&](int k, float4 (&dst)[kVecs]) {
-    const float* row = p.o_accum + (row_of(k) * p.h_q + head) * kDv + col;
+  uint2 v[BATCH][kVecs];  // 4 bf16 each, widened where used (the loads stay in flight)
+  auto load_row = [&](int k, uint2 (&dst)[kVecs]) {
+    const uint16_t* row = p.o_accum + (row_of(k) * p.h_q + head) * kDv + col;
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) dst[i] = *reinterpret_cast<const float4*>(row + i * 128);
+    for (int i = 0; i < kVecs; ++i) dst[i] = *reinterpret_cast<const uint2*>(row + i * 128);
   };
 
   // Issued together: this lane's first lse and the first batch of rows (the weights come later).
@@ -95,22 +95,23 @@ __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(co
         if (w != 0.f) {  // an empty split (weight 0) adds nothing, whatever its row holds
 #pragma unroll
           for (int i = 0; i < kVecs; ++i) {
-            o[i].x = fmaf(w, v[u][i].x, o[i].x);
-            o[i].y = fmaf(w, v[u][i].y, o[i].y);
-            o[i].z = fmaf(w, v[u][i].z, o[i].z);
-            o[i].w = fmaf(w, v[u][i].w, o[i].w);
+            o[i].x = fmaf(w, __uint_as_float(v[u][i].x << 16), o[i].x);
+            o[i].y = fmaf(w, __uint_as_float(v[u][i].x & 0xffff0000u), o[i].y);
+            o[i].z = fmaf(w, __uint_as_float(v[u][i].y << 16), o[i].z);
+            o[i].w = fmaf(w, __uint_as_float(v[u][i].y & 0xffff0000u), o[i].w);
           }
         }
         if (k + BATCH < n) load_row(k + BATCH, v[u]);
       }
     }
   }
+  // The 4 values at partial-row position col (16c + 4t) are columns 16c + 2t, +1 and 16c + 8 + 2t, +1.
   auto* out = static_cast<uint16_t*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request) +
-              head * p.out_stride_head + col;
+              head * p.out_stride_head + (col & ~15) + ((col & 15) >> 1);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     store_16bit_pair<F16>(out + i * 128, o[i].x, o[i].y);
-    store_16bit_pair<F16>(out + i * 128 + 2, o[i].z, o[i].w);
+    store_16bit_pair<F16>(out + i * 128 + 8, o[i].z, o[i].w);
   }
   if (lane == 0 && blockIdx.z == 0) p.lse[lse_offset(p, token, head)] = lse == -INFINITY ? INFINITY : lse;
 }

@@ -83,13 +83,17 @@ struct SparseAttentionParams {
   // tokens are grouped into `num_requests` requests of `tokens_per_request` consecutive tokens; part p
   // of `num_parts` processes the block ranges in sched[p]. A request with one split writes out/lse
   // directly; a split request writes, per split k and token s, row (num_splits[r] + k) * tokens_per_request + s
-  // of o_accum f32 [rows, h_q, d_v] (already divided by that split's softmax sum, 0 when empty) and
-  // lse_accum f32 [rows, h_q] (natural log, -inf when empty); the combine kernel finishes them.
+  // of o_accum bf16 [rows, h_q, d_v] (already divided by that split's softmax sum, 0 when empty) and
+  // lse_accum f32 [rows, h_q] (natural log, -inf when empty); the combine kernel finishes them. A partial row's
+  // columns 16c + 2t, +1, 16c + 8 + 2t, +1 (t < 4) lie at 16c + 4t .. +3, so that the Hopper kernels' fragment
+  // stores (a thread holds columns 8j + 2t, +1) fill whole 32-byte sectors: bf16 halves the bytes written and read
+  // (the split small batches' bound), and 4-byte stores that leave half sectors measured slower than f32 (H100,
+  // 2026-12-06: V3.2 b 1 26.1 -> 29.5 us, this layout 26.4 -> 24.5).
   // Both kernels take split work (the Hopper kernel for the FP8 cache only).
   const void* sched = nullptr;  // mla::sched::PartMeta[num_parts]
   const int32_t* num_splits = nullptr;  // [num_requests + 1]
   int num_parts = 0, num_requests = 0, tokens_per_request = 1;
-  float* o_accum = nullptr;
+  uint16_t* o_accum = nullptr;  // bf16, in the layout above
   float* lse_accum = nullptr;
   int split_group_heads = 0;  // split-KV: heads per CTA the schedule was planned for (0: split_decode_group_heads)
   int64_t accum_rows = 0;  // rows allocated in lse_accum / o_accum (a guard: rows past it are never written)

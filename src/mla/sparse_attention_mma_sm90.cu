@@ -275,8 +275,9 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, int64_t t
   }
 }
 
-// Split-KV: the combine kernel's partial row, O / l in f32 (0 when empty) and lse = m + ln l (-inf when empty), no
-// sink (the combine adds it). Straight from registers: a warp's store covers 8 rows x 32 bytes, whole sectors.
+// Split-KV: the combine kernel's partial row, O / l in bf16 (0 when empty; SparseAttentionParams's layout) and
+// lse = m + ln l (-inf when empty), no sink (the combine adds it). Straight from registers: a warp's store covers 8
+// rows x 32 bytes, whole sectors.
 __device__ __forceinline__ void write_partial_row(const SparseAttentionParams& p, const float (&o_acc)[2][16][4],
                                               const float (&m_run)[4], const float* s_sum, int64_t accum_row,
                                               int head0, int mw, int nq, int g, int t) {
@@ -288,11 +289,11 @@ __device__ __forceinline__ void write_partial_row(const SparseAttentionParams& p
     const bool empty = (m == -INFINITY);
     const float l = row_sum(s_sum, row);
     const float inv = empty ? 0.f : 1.f / l;
-    float* dst = p.o_accum + (accum_row * p.h_q + head) * kDv + nq * 128 + 2 * t;
+    uint2* dst = reinterpret_cast<uint2*>(p.o_accum + (accum_row * p.h_q + head) * kDv + nq * 128 + 4 * t);
 #pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-      *reinterpret_cast<float2*>(dst + nt * 8) =
-          make_float2(o_acc[mt][nt][2 * hf] * inv, o_acc[mt][nt][2 * hf + 1] * inv);
+    for (int q = 0; q < 8; ++q)
+      dst[4 * q] = make_uint2(pack_bf16x2(o_acc[mt][2 * q][2 * hf] * inv, o_acc[mt][2 * q][2 * hf + 1] * inv),
+                              pack_bf16x2(o_acc[mt][2 * q + 1][2 * hf] * inv, o_acc[mt][2 * q + 1][2 * hf + 1] * inv));
     if (nq == 0 && t == 0) p.lse_accum[accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
   });
 }

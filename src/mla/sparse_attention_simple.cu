@@ -302,8 +302,10 @@ __device__ void store_rows(const SparseAttentionParams& p, const Smem& s, int64_
     if (!PARTIAL && p.attn_sink != nullptr) denom += expf(p.attn_sink[head] - m);  // +inf sink -> inv 0
     const float inv = l > 0.f ? 1.f / denom : 0.f;
     if constexpr (PARTIAL) {
-      float2* dst = reinterpret_cast<float2*>(p.o_accum + (row * p.h_q + head) * kDv) + tid;
-      *dst = make_float2(acc[h][0] * inv, acc[h][1] * inv);
+      // Columns 2 tid, +1 at their place in the partial row's layout (16c + 2t + 8s -> 16c + 4t + 2s).
+      const int c = 2 * tid, pos = (c & ~15) + 4 * ((c & 7) >> 1) + ((c & 8) >> 2);
+      store_bf16_pair(reinterpret_cast<__nv_bfloat16*>(p.o_accum + (row * p.h_q + head) * kDv + pos),
+                      acc[h][0] * inv, acc[h][1] * inv);
     } else {
       auto* out = static_cast<uint16_t*>(p.out) + p.token_offset(row, p.out_stride_token, p.out_stride_request) +
                   head * p.out_stride_head;

@@ -157,7 +157,7 @@ __device__ __forceinline__ RowSinks load_row_sinks(const SparseAttentionParams& 
   return s;
 }
 
-// The item's result for this thread's rows of O columns W*256 .. +256: the split's partial row (O / l in f32,
+// The item's result for this thread's rows of O columns W*256 .. +256: the split's partial row (O / l in bf16,
 // lse; -inf when empty), or out = O / (l + sink term) with lse and max_logits. `row_sum(h)`: the full row sum
 // of row r0 (h 0) or r1 (h 1). The ways an instantiation writes are fixed at compile time, so that none carries code
 // it never runs (the unsplit FP8 kernels 11-15% smaller): PARTIAL, items may be split pieces
@@ -180,10 +180,12 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
       const float l = row_sum(h);
       const bool empty = m == -INFINITY;
       const float inv = empty ? 0.f : 1.f / l;
-      float* dst = p.o_accum + (w.accum_row * p.h_q + head) * C::kDv + W * C::kHalfDv + 2 * t;
+      // Columns 16q + 2t, +1 and 16q + 8 + 2t, +1 as one 8-byte word at 16q + 4t: a warp's store fills whole sectors.
+      uint2* dst = reinterpret_cast<uint2*>(p.o_accum + (w.accum_row * p.h_q + head) * C::kDv + W * C::kHalfDv + 4 * t);
 #pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      for (int q = 0; q < 16; ++q)
+        dst[4 * q] = make_uint2(pack_bf16x2(o[8 * q + 2 * h] * inv, o[8 * q + 2 * h + 1] * inv),
+                                pack_bf16x2(o[8 * q + 4 + 2 * h] * inv, o[8 * q + 4 + 2 * h + 1] * inv));
       if (W == 0 && t == 0) p.lse_accum[w.accum_row * p.h_q + head] = empty ? -INFINITY : logf(l) + m * kLn2;
     }
     return;

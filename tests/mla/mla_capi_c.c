@@ -119,7 +119,8 @@ int mla_c_abi_status_codes(char* msg, size_t msg_len) {
   cfg.device_id = 1000;
   CHECK(sizes.split == 1 && sizes.num_sm_parts == 66, "sizes: split %d parts %d", sizes.split, sizes.num_sm_parts);
   CHECK(sizes.sched_meta_elems == 66 * FLASHCPP_MLA_SCHED_META_INTS && sizes.num_splits_elems == 3, "sizes");
-  CHECK(sizes.lse_accum_elems == 68 * 128 && sizes.o_accum_elems == 68 * 128 * 512, "accumulator sizes");
+  CHECK(sizes.lse_accum_elems == 68 * 128 && sizes.o_accum_elems == 68 * 128 * 256,
+        "accumulator sizes (o_accum: bf16 partial rows, two to an f32 element)");
 
   /* A bad config leaves `sizes` untouched. */
   memset(&sizes, 0x5A, sizeof sizes);

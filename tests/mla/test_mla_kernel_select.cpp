@@ -140,7 +140,7 @@ TEST(MlaKernelSelect, AutomaticFp8ChoiceFollowsHeads) {
   p.num_parts = 33;
   p.sched = g_buffer;
   p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
-  p.o_accum = reinterpret_cast<float*>(g_buffer);
+  p.o_accum = reinterpret_cast<uint16_t*>(g_buffer);
   p.lse_accum = reinterpret_cast<float*>(g_buffer);
   for (int requests : {1, 2, 4, 5, 8}) {
     p.num_requests = requests;
@@ -216,7 +216,7 @@ TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
   auto split_bf16 = prefill_params();
   split_bf16.sched = g_buffer;  // split work over bf16 KV (dense decode): the Hopper kernel with d_qk 576 only
   split_bf16.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
-  split_bf16.o_accum = reinterpret_cast<float*>(g_buffer);
+  split_bf16.o_accum = reinterpret_cast<uint16_t*>(g_buffer);
   split_bf16.lse_accum = reinterpret_cast<float*>(g_buffer);
   split_bf16.num_parts = split_bf16.num_requests = 1;
   EXPECT_EQ(kernel_of(split_bf16, true), split_bf16.d_qk == 576 ? SparseKernel::wgmma_sm90 : SparseKernel::simple);
@@ -247,7 +247,7 @@ kernels::SparseAttentionParams whole_tiles(kernels::SparseAttentionParams p) {
 kernels::SparseAttentionParams with_split(kernels::SparseAttentionParams p, int group_heads = 0) {
   p.sched = g_buffer;
   p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
-  p.o_accum = reinterpret_cast<float*>(g_buffer);
+  p.o_accum = reinterpret_cast<uint16_t*>(g_buffer);
   p.lse_accum = reinterpret_cast<float*>(g_buffer);
   p.num_parts = 33;
   p.num_requests = 2;

@@ -227,7 +227,7 @@ TEST(MlaValidation, DecodePlanSizesFollowTheShape) {
   EXPECT_EQ(s.sched_meta_elems, 66 * 8);
   EXPECT_EQ(s.num_splits_elems, 3);
   EXPECT_EQ(s.lse_accum_elems, (2 + 66) * 1 * 128);
-  EXPECT_EQ(s.o_accum_elems, (2 + 66) * 1 * 128 * 512);
+  EXPECT_EQ(s.o_accum_elems, (2 + 66) * 1 * 128 * 256);  // bf16 rows, two to an f32 element
   // Enough independent CTAs (b * s_q * head groups >= 2/3 of the SMs): no split, no buffers.
   s = mla::decode_plan_sizes({.batch = 64, .s_q = 2, .h_q = 128, .topk = 2048}, 132);
   EXPECT_FALSE(s.split);
@@ -438,7 +438,7 @@ struct DenseArgs {
                                TensorView::contiguous(fake(8), DType::i32, kDev, {sizes.num_sm_parts, 8}),
                                TensorView::contiguous(fake(9), DType::i32, kDev, {sizes.num_splits_elems}),
                                TensorView::contiguous(fake(10), DType::f32, kDev, {sizes.lse_accum_elems}),
-                               TensorView::contiguous(fake(11), DType::f32, kDev, {sizes.o_accum_elems}),  // 18 MiB
+                               TensorView::contiguous(fake(11), DType::f32, kDev, {sizes.o_accum_elems}),  // 9 MiB
                                TensorView::contiguous(fake(14), DType::i32, kDev, {sizes.indices_elems}),
                                TensorView::contiguous(fake(15), DType::i32, kDev, {sizes.token_lengths_elems})};
   mla::DenseDecodeOptions options{.sm_scale = 0.04};
@@ -455,7 +455,7 @@ TEST(MlaValidation, DenseDecodeSizesFollowTheShape) {
   EXPECT_EQ(s.sched_meta_elems, 33 * 8);
   EXPECT_EQ(s.num_splits_elems, 129);
   EXPECT_EQ(s.lse_accum_elems, (128 + 33) * 2 * 128);
-  EXPECT_EQ(s.o_accum_elems, s.lse_accum_elems * 512);
+  EXPECT_EQ(s.o_accum_elems, s.lse_accum_elems * 256);
   EXPECT_EQ(s.indices_elems, 128 * 70 * 64);
   EXPECT_EQ(s.token_lengths_elems, 256);
   // Slots round up to whole 64-slot tiles; one part at least.

@@ -71,7 +71,8 @@ typedef struct flashcpp_mla_decode_config {
 typedef struct flashcpp_mla_decode_plan_sizes {
   int32_t num_sm_parts; /* 0 when not split */
   int32_t split;        /* 0: run needs no plan buffers (pass NULL) */
-  int64_t sched_meta_elems, num_splits_elems, lse_accum_elems, o_accum_elems; /* i32, i32, f32, f32 */
+  int64_t sched_meta_elems, num_splits_elems, lse_accum_elems, o_accum_elems; /* i32, i32, f32, f32 (opaque: bf16
+                                                                                 partial rows, two to an element) */
 } flashcpp_mla_decode_plan_sizes;
 
 /* Decode plan. With sched_meta == num_splits == NULL: only computes `sizes` (no device work; config->device_id
