@@ -134,7 +134,7 @@ void add_decode_selector_params(mla::kernels::SparseAttentionParams& p, const Te
   p.sched = ws.sched_meta.data;
   p.num_splits = ws.num_splits.data_as<const int32_t>();
   p.num_parts = plan.sizes().num_sm_parts;
-  p.o_accum = ws.o_accum.data_as<float>();
+  p.o_accum = ws.o_accum.data_as<uint16_t>();  // bf16 partial rows in f32-typed storage
   p.lse_accum = ws.lse_accum.data_as<float>();
   p.accum_rows = plan.sizes().lse_accum_elems / p.h_q;
 }
