@@ -285,8 +285,9 @@ struct DenseDecodeConfig {
 };
 
 /// Sizes of the workspace buffers (elements): sched_meta i32 [num_sm_parts, 8], num_splits i32 [batch + 1],
-/// lse_accum f32 / o_accum f32 (opaque scratch: bf16 partial rows, two to an element), indices i32 [batch, capacity] (capacity = max_blocks * block_size rounded up to a
-/// multiple of 64), token_lengths i32 [batch * s_q]; all contiguous, all but num_splits 16-byte aligned.
+/// lse_accum f32 / o_accum f32 (opaque scratch: bf16 partial rows, two to an element), indices i32 [batch, capacity]
+/// (capacity = max_blocks * block_size rounded up to a multiple of 64), token_lengths i32 [batch * s_q]; all
+/// contiguous, all but num_splits 16-byte aligned.
 struct DenseDecodePlanSizes {
   int num_sm_parts = 0;
   int64_t capacity = 0;

@@ -15,8 +15,8 @@ namespace {
 constexpr int kDv = 512;
 
 // Combine: grid (tokens, ceil(h_q / HEADS), CHUNKS), one warp per (head, 512 / CHUNKS columns); lane owns
-// 16 / CHUNKS columns of each split row, 4 bf16 (8 bytes) at a time. Launched as a programmatic dependent of the attention kernel:
-// everything after the wait sees its results. Its time is the latency of dependent reads, so each warp keeps BATCH
+// 16 / CHUNKS columns of each split row, 4 bf16 (8 bytes) at a time. Launched as a programmatic dependent of the
+// attention kernel: everything after the wait sees its results. Its time is the latency of dependent reads, so each warp keeps BATCH
 // split rows in flight (issued with its lse loads, and each row consumed is replaced by the one BATCH further on),
 // and only rows that exist are loaded. combine_shape() picks (CHUNKS, BATCH): whole rows and two in flight where
 // tokens x heads alone fill the GPU (few splits each), column chunks and deep batches for few tokens with tens of
