@@ -817,8 +817,8 @@ TEST(MlaGpuDecode, Sweep) {
 }
 
 // FlashMLA's own test tensors are padded views (every dim one longer, the last 128 longer): taken as they are on
-// every decode path: the split plan, the unsplit grid, s_q 1 and 3, h_q 64 (mma.sync kernel) and 128 (cluster),
-// and the simple kernel (run_decode_case runs both).
+// every decode path: the split plan, the unsplit grid, s_q 1 and 3, h_q 64 (one wgmma CTA a token) and 128 (the
+// 2-CTA cluster), and the simple kernel (run_decode_case runs both).
 TEST(MlaGpuDecode, FlashMlaPaddedViews) {
   FLASHCPP_REQUIRE_GPU();
   uint32_t seed = 700;
