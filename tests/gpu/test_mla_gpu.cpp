@@ -209,6 +209,14 @@ struct ForceSimple {
   ~ForceSimple() { mla::kernels::set_force_simple_kernel(prev); }
   bool prev;
 };
+// The FP8 decode kernel forced (FLASHCPP_MLA_FP8_KERNEL's switch), for a scope.
+struct Fp8DecodeKernel {
+  explicit Fp8DecodeKernel(mla::kernels::SparseKernel k) : prev(mla::kernels::fp8_decode_kernel()) {
+    mla::kernels::set_fp8_decode_kernel(k);
+  }
+  ~Fp8DecodeKernel() { mla::kernels::set_fp8_decode_kernel(prev); }
+  std::optional<mla::kernels::SparseKernel> prev;
+};
 // Dense decode's whole bf16 tiles on the dense kernel (on) or the sparse kernel's gathers (off), for a scope.
 struct DenseTiles {
   explicit DenseTiles(bool on) : prev(mla::kernels::dense_tiles_kernel()) { mla::kernels::set_dense_tiles_kernel(on); }
@@ -829,6 +837,20 @@ TEST(MlaGpuDecode, FlashMlaPaddedViews) {
     run_decode_case({4, 1, h_q, 128, 2, 0, true, false, 4, true}, seed++);      // s_q 1
   }
   run_decode_case({3, 2, 128, 1024, 64, 0, true, true, 4, true}, seed++, /*graph=*/true);
+}
+
+// The mma.sync kernel (FP8 V3.2 with more than 128 heads, or FLASHCPP_MLA_FP8_KERNEL=mma) on the paths that write
+// partial rows for the combine and the one that does not: split, split forced over 5 SMs with s_q 3 and lengths,
+// unsplit; h_q 64 and 128.
+TEST(MlaGpuDecode, MmaKernelSplitAndUnsplit) {
+  FLASHCPP_REQUIRE_GPU();
+  const Fp8DecodeKernel mma(mla::kernels::SparseKernel::mma_sm90);
+  uint32_t seed = 760;
+  for (int64_t h_q : {64, 128}) {
+    run_decode_case({2, 2, h_q, 2048, 64, 0, true, false, 4}, seed++);  // split
+    run_decode_case({7, 3, h_q, 576, 61, 5, false, true, 6}, seed++);   // forced split, s_q 3
+    run_decode_case({96, 2, h_q, 512, 64, 0, true, true, 6}, seed++);   // unsplit
+  }
 }
 
 // FlashMLA's correctness and corner-case grids for the V3.2 cache (tests/test_flash_mla_sparse_decoding.py,
