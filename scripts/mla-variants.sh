@@ -8,8 +8,9 @@
 #   bash scripts/mla-variants.sh build BUILD_DIR KIT_DIR SPEC...
 #     SPEC is NAME (BUILD_DIR's own library), NAME=PATCH, NAME@FLAGS or NAME=PATCH@FLAGS, e.g.
 #     head  pf=docs/gpu-runs/2026-12-05/seventh-next-l2-prefetch.patch@-DFLASHCPP_EXP_L2_PREFETCH=2
-#   MLA_VARIANT_FILES (a Python regular expression on the file names under src/mla, default "wgmma") picks the
-#   translation units a variant recompiles, e.g. 'wgmma|combine|simple|mma_sm90' for a patch to the combine.
+#   MLA_VARIANT_FILES (a Python regular expression on the file names under src/mla, .cu and .cpp, default "wgmma")
+#   picks the translation units a variant recompiles, e.g. 'wgmma|combine|simple|mma_sm90' for a patch to the
+#   combine, or 'mla_decode\.cpp|wgmma' for one to the decode launches too.
 #   Writes KIT_DIR/<NAME>/ (stripped libraries), KIT_DIR/lib (their non-system dependencies), test_mla_gpu, the
 #   golden data when FLASHCPP_GOLDEN_DIR names it, FlashMLA's Python package when FLASHMLA_PKG names a built one
 #   (this script never builds it), and KIT_DIR.tgz to carry (a device call carries 64 MiB at most).
@@ -35,7 +36,7 @@ cd "$root"
 
 die() { echo "mla-variants: $*" >&2; exit 2; }
 
-# One variant library: the MLA kernel objects (src/mla/*.cu whose names match MLA_VARIANT_FILES, a Python regular
+# One variant library: the MLA objects (src/mla/*.cu and *.cpp whose names match MLA_VARIANT_FILES, a Python regular
 # expression, default "wgmma") recompiled (patch applied to the working tree for the compile, then
 # reverted) and linked with BUILD_DIR's other objects.
 build_variant() {
@@ -51,7 +52,7 @@ build_variant() {
 import json, shlex, sys, os, re
 build, obj, flags, files = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3], sys.argv[4]
 for e in json.load(open(os.path.join(build, "compile_commands.json"))):
-    if "/src/mla/" in e["file"] and re.search(files, os.path.basename(e["file"])) and e["file"].endswith(".cu"):
+    if "/src/mla/" in e["file"] and re.search(files, os.path.basename(e["file"])) and e["file"].endswith((".cu", ".cpp")):
         cmd = e["command"]
         target = e.get("output") or cmd.split(" -o ")[1].split()[0]
         cmd = cmd.replace(" -o " + target, " -o " + shlex.quote(os.path.join(obj, os.path.basename(target))))
