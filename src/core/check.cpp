@@ -246,6 +246,25 @@ bool has_elements(const TensorView& t) {
   return true;
 }
 
+// The byte range of a non-empty view (extent known to fit in int64): its elements' lowest and highest byte.
+struct ByteRange {
+  i128 lo = 0, hi = 0;
+};
+ByteRange byte_range(const TensorView& t) {
+  const i128 elem = dtype_size(t.dtype);
+  ByteRange r;
+  r.lo = r.hi = static_cast<i128>(reinterpret_cast<uintptr_t>(t.data));
+  for (int i = 0; i < t.rank; ++i) {
+    const i128 span = i128{t.shape[i] - 1} * t.strides[i] * elem;
+    (span < 0 ? r.lo : r.hi) += span;
+  }
+  r.hi += elem - 1;
+  return r;
+}
+// Byte ranges that do not meet share no byte, whatever the strides: the common case (separate allocations),
+// settled without views_overlap's search, which is left to views that interleave or nest.
+bool apart(const ByteRange& a, const ByteRange& b) { return a.hi < b.lo || b.hi < a.lo; }
+
 }  // namespace
 
 const Validator& Validator::disjoint(const TensorView& out, std::string_view out_arg, const TensorView& other,
@@ -254,6 +273,7 @@ const Validator& Validator::disjoint(const TensorView& out, std::string_view out
     if (!t->extent_fits())
       fail(arg, *t, "must have non-negative sizes and an element count and byte extent that fit in int64");
   if (!has_elements(out) || !has_elements(other) || !same_memory_space(out, other)) return *this;
+  if (apart(byte_range(out), byte_range(other))) return *this;
   if (in_place == InPlace::allowed && same_view(out, other)) return *this;
   const Overlap o = views_overlap(out, other);
   if (o == Overlap::none) return *this;
@@ -272,12 +292,43 @@ const Validator& Validator::disjoint(const TensorView& out, std::string_view out
 }
 
 const Validator& Validator::no_overlap(std::initializer_list<Named> outputs, std::initializer_list<Named> inputs) const {
-  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+  // Every call of an op checks each output against each input (46 pairs for a split V4 decode): each view's byte
+  // range is computed once, and a pair whose views are non-empty, on one device and apart is settled by two
+  // comparisons; any other pair goes to disjoint(), which refuses it (or finds it disjoint) exactly as it would
+  // alone, in the same order. (4.3 us of a split V4 decode call's host time went here, 2026-12-06.)
+  constexpr size_t kMaxViews = 32;
+  struct Known {
+    bool simple = false;  // extent fits, non-empty: `range` holds
+    ByteRange range;
+  };
+  std::array<Known, kMaxViews> known{};
+  const size_t count = outputs.size() + inputs.size();
+  if (count <= kMaxViews) {
+    size_t i = 0;
+    for (const auto* list : {&outputs, &inputs})
+      for (const Named& n : *list) {
+        Known& k = known[i++];
+        k.simple = n.t != nullptr && n.t->extent_fits() && has_elements(*n.t);
+        if (k.simple) k.range = byte_range(*n.t);
+      }
+  }
+  auto check = [&](const Named& a, size_t ia, const Named& b, size_t ib) {
+    if (count <= kMaxViews && known[ia].simple && known[ib].simple && same_memory_space(*a.t, *b.t) &&
+        apart(known[ia].range, known[ib].range))
+      return;
+    disjoint(*a.t, a.arg, *b.t, b.arg);
+  };
+  size_t io = 0;
+  for (auto out = outputs.begin(); out != outputs.end(); ++out, ++io) {
     if (out->t == nullptr) continue;
-    for (auto other = out + 1; other != outputs.end(); ++other)
-      if (other->t != nullptr) disjoint(*out->t, out->arg, *other->t, other->arg);
-    for (const Named& in : inputs)
-      if (in.t != nullptr) disjoint(*out->t, out->arg, *in.t, in.arg);
+    size_t iother = io + 1;
+    for (auto other = out + 1; other != outputs.end(); ++other, ++iother)
+      if (other->t != nullptr) check(*out, io, *other, iother);
+    size_t iin = outputs.size();
+    for (const Named& in : inputs) {
+      if (in.t != nullptr) check(*out, io, in, iin);
+      ++iin;
+    }
   }
   return *this;
 }

@@ -260,6 +260,19 @@ TEST_F(OpsValidation, OverlappingOutputsOfNormsAndAppendsAreRefused) {
   interleaved.input = dev_strided(DType::bf16, {4, 256}, {512, 1});
   interleaved.out = shifted(interleaved.input, 256 * 2);
   accept<NormArgs>(interleaved, norm);
+  // The byte ranges' edges (the rule settles views whose ranges do not meet without the element search): the
+  // output starting right after the input's last byte passes, one 16-byte step earlier it is refused; and the
+  // same for an output ending right before the input.
+  NormArgs adjacent = n;
+  adjacent.out = shifted(adjacent.input, 4 * 256 * 2);
+  accept<NormArgs>(adjacent, norm);
+  adjacent.out = shifted(adjacent.input, -4 * 256 * 2);
+  accept<NormArgs>(adjacent, norm);
+  reject<NormArgs>(n, [](NormArgs& a) { a.out = shifted(a.input, 4 * 256 * 2 - 16); }, norm,
+                   "'out' must not overlap 'input' (an output shares no byte with another argument; its data starts "
+                   "2032 bytes after the data of 'input')");
+  reject<NormArgs>(n, [](NormArgs& a) { a.out = shifted(a.input, -4 * 256 * 2 + 16); }, norm,
+                   "its data starts 2032 bytes before the data of 'input'");
   NormArgs heads{dev(DType::f16, {4, 8, 128}), dev(DType::f16, {4, 8, 128}), dev(DType::f16, {128}), {}};
   reject<NormArgs>(heads, [](NormArgs& a) { a.out = shifted(a.input, 128 * 2 * 8 * 3); }, qk,
                    "'out' must not overlap 'input'");
