@@ -576,11 +576,13 @@ __device__ __forceinline__ void single_tile_wg1(const Group<1, FP8>& c, const It
   pair_wg1<true, false, false>(c, it, 0, o, s, l0, l1, phase, pairs);
 }
 
-// Q of `token` (64 heads x 576, zeros past the CTA's heads) into its buffer by every thread's cp.async (waited for
-// at the item's start). Not inlined: the two places that start it would double its 18-step loop in the code.
-__device__ __noinline__ void copy_q_rows(const SparseAttentionParams& p, const Smem& sm, int64_t token, HeadRange heads) {
+// Q of the token at position `pos` of `request` (64 heads x 576, zeros past the CTA's heads) into its buffer by every
+// thread's cp.async (waited for at the item's start). Not inlined: the two places that start it would double its
+// 18-step loop in the code.
+__device__ __noinline__ void copy_q_rows(const SparseAttentionParams& p, const Smem& sm, int64_t request, int pos,
+                                        HeadRange heads) {
   const __nv_bfloat16* q =
-      static_cast<const __nv_bfloat16*>(p.q) + p.token_offset(token, p.q_stride_token, p.q_stride_request);
+      static_cast<const __nv_bfloat16*>(p.q) + p.request_offset(request, pos, p.q_stride_token, p.q_stride_request);
   constexpr int kChunksPerRow = T::kDqk / 8;
   for (int ch = threadIdx.x; ch < T::kHeads * kChunksPerRow; ch += T::kThreads) {
     const int row = ch / kChunksPerRow, col = ch % kChunksPerRow;
@@ -603,7 +605,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
   int phase = 0;  // of this warpgroup's buffer's barriers
   int pairs = 0;  // tile pairs so far (both warpgroups take part in each): the rescale exchanges' parity
   auto tiles_of = [&](const WorkItem& w) {
-    return ItemTiles{p.indices + p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request),
+    return ItemTiles{p.indices + p.request_offset(w.request, w.pos, p.indices_stride_token, p.indices_stride_request),
                      static_cast<int>(p.num_kv), w.eff, w.tile_begin, w.n_tiles()};
   };
   // Item tile b (0 or 1) into buffer b (one thread).
@@ -612,7 +614,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
     if (b == 0) copies.template tile<0>(it.row(0));
     else copies.template tile<1>(it.row(1));
   };
-  auto copy_q = [&](const WorkItem& w) { copy_q_rows(p, sm, w.token, heads); };
+  auto copy_q = [&](const WorkItem& w) { copy_q_rows(p, sm, w.request, w.pos, heads); };
   if (work.first > work.last) return;
   WorkItem w = work.item(work.first);
   bool copied_early = false, tile1_copied = false;  // by the previous item's epilogue: Q and tile 0; tile 1
@@ -657,7 +659,7 @@ __device__ __forceinline__ void warpgroup(const Params& a, const Smem& sm, const
         tile1_copied = true;
       }
     }
-    const ItemInfo info{w.token, w.accum_row, it.n, w.write_partial ? 1 : 0, {0, 0}};
+    const ItemInfo info{w.token, w.accum_row, it.n, w.write_partial ? 1 : 0, static_cast<int32_t>(w.request), w.pos};
     write_item_rows<T, W, /*PARTIAL=*/true, /*STAGED=*/true>(
         p, info, heads, r0, r1, t, o, m0, m1, [&](int h) {
           const int row = h == 0 ? r0 : r1;

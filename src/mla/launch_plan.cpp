@@ -28,7 +28,10 @@ bool sparse_attention_sm90_handles(const SparseAttentionParams& p) {
     return false;
   if (p.tokens_per_request < 1) return false;
   if (p.d_v != kDv || p.h_q < 1 || p.num_tokens < 0 || p.topk < 1) return false;
-  if (p.topk_length != nullptr && p.tokens_per_length < 1) return false;
+  // Lengths per token or per request (SparseAttentionParams::length_index), V4's extra pool's likewise.
+  if ((p.topk_length != nullptr || p.extra_topk_length != nullptr) && p.tokens_per_length != 1 &&
+      p.tokens_per_length != p.tokens_per_request)
+    return false;
   if (p.q == nullptr || p.indices == nullptr || p.out == nullptr || (p.num_kv > 0 && p.kv == nullptr)) return false;
   // 16-byte vector access: Q rows, KV rows and O rows start on 16-byte boundaries.
   const bool by_request = p.tokens_per_request > 1;

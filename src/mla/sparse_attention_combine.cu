@@ -30,10 +30,12 @@ __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(co
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int head = static_cast<int>(blockIdx.y) * HEADS + warp;
   if (head >= p.h_q) return;
-  const int64_t token = blockIdx.x;
   const int col = static_cast<int>(blockIdx.z) * (kDv / CHUNKS) + lane * 4;
-  const int r = static_cast<int>(token / p.tokens_per_request);
-  const int tok_in_req = static_cast<int>(token % p.tokens_per_request);
+  // The token's request and position, one 32-bit division (the grid's x is the token); every offset below is
+  // taken from the two (SparseAttentionParams::request_offset).
+  const unsigned per = static_cast<unsigned>(p.tokens_per_request);
+  const int r = static_cast<int>(per <= 1 ? blockIdx.x : blockIdx.x / per);
+  const int tok_in_req = static_cast<int>(blockIdx.x - static_cast<unsigned>(r) * (per <= 1 ? 1u : per));
   // The split counts come from the plan, which completed before the attention kernel started: read while that
   // kernel still runs, so only the loads of its results wait for it.
   const int split0 = p.num_splits[r];
@@ -106,14 +108,16 @@ __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(co
     }
   }
   // The 4 values at partial-row position col (16c + 4t) are columns 16c + 2t, +1 and 16c + 8 + 2t, +1.
-  auto* out = static_cast<uint16_t*>(p.out) + p.token_offset(token, p.out_stride_token, p.out_stride_request) +
+  auto* out = static_cast<uint16_t*>(p.out) + p.request_offset(r, tok_in_req, p.out_stride_token, p.out_stride_request) +
               head * p.out_stride_head + (col & ~15) + ((col & 15) >> 1);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     store_16bit_pair<F16>(out + i * 128, o[i].x, o[i].y);
     store_16bit_pair<F16>(out + i * 128 + 8, o[i].z, o[i].w);
   }
-  if (lane == 0 && blockIdx.z == 0) p.lse[lse_offset(p, token, head)] = lse == -INFINITY ? INFINITY : lse;
+  if (lane == 0 && blockIdx.z == 0)
+    p.lse[p.request_offset(r, tok_in_req, p.lse_stride_token, p.lse_stride_request) +
+          static_cast<int64_t>(head) * p.lse_stride_head] = lse == -INFINITY ? INFINITY : lse;
 }
 
 }  // namespace

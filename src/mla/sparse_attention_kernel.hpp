@@ -39,7 +39,8 @@ struct SparseAttentionParams {
   // and its slot position < the token's topk_length (when given); everything else is masked, never read.
   const int32_t* indices = nullptr;
   int64_t indices_stride_token = 0, indices_stride_request = 0;
-  // Optional int32 lengths; token t uses topk_length[t / tokens_per_length] (prefill: 1; decode: s_q).
+  // Optional int32 lengths; token t uses topk_length[t / tokens_per_length] (prefill, dense decode: 1; decode: s_q;
+  // the Hopper kernels take only 1 or tokens_per_request).
   const int32_t* topk_length = nullptr;
   int tokens_per_length = 1;
   // Optional f32 [h_q].
@@ -105,6 +106,19 @@ struct SparseAttentionParams {
     if (tokens_per_request <= 1) return token * stride_token;
     return (token / tokens_per_request) * stride_request + (token % tokens_per_request) * stride_token;
   }
+  /// The same offset for the token at position `pos` of request `request` (token = request * tokens_per_request +
+  /// pos), without a division: a kernel that has the two (every split piece gets them from the schedule) uses this.
+  /// Each 64-bit division on a CTA's way to its first loads cost about 30 instructions fetched cold.
+  FLASHCPP_HD int64_t request_offset(int64_t request, int pos, int64_t stride_token, int64_t stride_request) const {
+    if (tokens_per_request <= 1) return request * stride_token;
+    return request * stride_request + static_cast<int64_t>(pos) * stride_token;
+  }
+  /// The index of the token's entry in the length vectors (topk_length, extra_topk_length), token / tokens_per_length,
+  /// for the two values the Hopper kernels take (sparse_attention_sm90_handles): tokens_per_request (a length per
+  /// request: decode) or 1 (a length per token: prefill, dense decode).
+  FLASHCPP_HD int64_t length_index(int64_t token, int64_t request) const {
+    return tokens_per_length == tokens_per_request ? request : token;
+  }
 };
 
 /// Request `req`'s piece of split-KV part `m`, for token `tok_in_req` of each request: the token, its tiles
@@ -145,10 +159,11 @@ FLASHCPP_HD SplitPiece split_piece(const SparseAttentionParams& p, const sched::
 }
 
 #if defined(__CUDACC__)
-/// The slots token `token` attends: topk_length[token / tokens_per_length] clamped to [0, topk], or topk.
-__device__ __forceinline__ int effective_topk(const SparseAttentionParams& p, int64_t token) {
+/// The slots a token attends: topk_length[length_index] clamped to [0, topk], or topk. `length_index`: the token's
+/// entry, token / tokens_per_length (SparseAttentionParams::length_index where the request is known).
+__device__ __forceinline__ int effective_topk(const SparseAttentionParams& p, int64_t length_index) {
   if (p.topk_length == nullptr) return p.topk;
-  const int len = __ldg(p.topk_length + token / p.tokens_per_length);
+  const int len = __ldg(p.topk_length + length_index);
   return len < 0 ? 0 : (len < p.topk ? len : p.topk);
 }
 #endif

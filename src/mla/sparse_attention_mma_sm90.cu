@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_sm90_kernel(cons
         work_item<SPLIT>(p, meta, req, nb, tok_in_req, outer);
 
     // Effective number of slots for this token, and this item's tiles [j_begin, j_end).
-    const int eff = effective_topk(p, token);
+    const int eff = effective_topk(p, token / p.tokens_per_length);
     const int n_tiles = (eff + kTileKv - 1) / kTileKv;
     const int j_begin = tile_begin;
     const int j_end = tile_end < n_tiles ? tile_end : n_tiles;

@@ -176,7 +176,7 @@ __device__ void attend(const SparseAttentionParams& p, Smem& s, int64_t token, i
 
   // fp8_v4 masks by each pool's length slot by slot (the valid slots are not one prefix of the list).
   const bool v4 = p.kv_format == KvFormat::fp8_v4;
-  const int len = v4 ? p.topk : effective_topk(p, token);
+  const int len = v4 ? p.topk : effective_topk(p, token / p.tokens_per_length);
   const int end = slot_end < len ? slot_end : len;
   const int32_t* idx_row = p.indices + p.token_offset(token, p.indices_stride_token, p.indices_stride_request);
   const float scale = p.sm_scale;

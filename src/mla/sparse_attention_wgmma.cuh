@@ -87,15 +87,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(
 
   // blockIdx.x = outer * groups + head group: the head groups of one token are adjacent, so they gather
   // the same KV rows through L2 at about the same time.
-  const int first_head = static_cast<int>(blockIdx.x % args.groups) * args.group_heads;
+  // A cluster's CTAs are its token's head groups (the launcher checks groups == kClusterCtas): shifts, not a division.
+  const unsigned groups = C::kCluster ? static_cast<unsigned>(C::kClusterCtas) : static_cast<unsigned>(args.groups);
+  const int first_head = static_cast<int>(blockIdx.x % groups) * args.group_heads;
   const HeadRange heads{first_head, min(first_head + args.group_heads, args.p.h_q)};
-  int64_t outer = blockIdx.x / args.groups;
+  int64_t outer = blockIdx.x / groups;
   if constexpr (!SPLIT && C::kFp8) {
     // Q's buffer holds the requests' tile counts; its first load comes after the barrier initialisation below.
     if (args.longest_first)
       outer = longest_first_token<C>(args.p, outer, reinterpret_cast<int32_t*>(smem + C::kOffQ));
   }
-  const WorkList<SPLIT, C::kFp8V4> work(args.p, outer);
+  const WorkListOf<C, SPLIT> work(args.p, outer);
 
   if (threadIdx.x == 0) {
     mbar_init(sm.bar_q_full(), C::kProducerThreads + 1);  // cp.async arrivals + the item's publisher

@@ -190,8 +190,14 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
     }
     return;
   }
+  // By request and position but in the prefill kernels (kByRequest: PARTIAL is the sparse kernels' SPLIT, and the
+  // dense kernel's work is split).
+  auto offset = [&](int64_t stride_token, int64_t stride_request) {
+    return kByRequest<C, PARTIAL> ? p.request_offset(w.request, w.pos, stride_token, stride_request)
+                                  : p.token_offset(w.token, stride_token, stride_request);
+  };
   uint16_t* out = static_cast<uint16_t*>(p.out) +  // bf16 or fp16 (C::kF16)
-                  p.token_offset(w.token, p.out_stride_token, p.out_stride_request) + W * C::kHalfDv;
+                  offset(p.out_stride_token, p.out_stride_request) + W * C::kHalfDv;
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -204,7 +210,7 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
     inv[h] = empty ? 0.f : 1.f / denom;
     if (W == 0 && t == 0 && head < heads.end) {
       if (p.lse != nullptr) {
-        const int64_t lse_token = p.token_offset(w.token, p.lse_stride_token, p.lse_stride_request);
+        const int64_t lse_token = offset(p.lse_stride_token, p.lse_stride_request);
         p.lse[lse_token + head * p.lse_stride_head] = empty ? INFINITY : logf(l) + m * kLn2;
       }
       if (p.max_logits != nullptr)
@@ -463,7 +469,7 @@ __device__ __forceinline__ void combine_row_sums(float* sums, int r0, int r1, in
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>& sm, const uint8_t* s_valid,
                                          float* s_max, float* s_sum, const ItemInfo* s_item,
-                                         const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
+                                         const WorkListOf<C, SPLIT>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const auto [lane, warp_in_wg, g, t, r0, r1] = consumer_lane();
   const uint64_t desc_q = make_desc(sm.q(), 16, 1024);
@@ -559,7 +565,7 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
 template <class C, bool SPLIT, int W>
 __device__ __forceinline__ void consumer_per_tile(const KernelParams& args, const Smem<C>& sm, const uint8_t* s_valid,
                                                   float* s_alpha, float* s_sum, const ItemInfo* s_item,
-                                                  const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
+                                                  const WorkListOf<C, SPLIT>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, quad = lane & 3;

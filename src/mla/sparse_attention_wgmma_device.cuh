@@ -272,6 +272,8 @@ struct HeadRange {
 // schedule part blockIdx / groups / tokens_per_request, one per request, each over the part's tile range.
 struct WorkItem {
   int64_t token = 0;
+  int64_t request = 0;  // token = request * tokens_per_request + pos: offsets and lengths need no division
+  int pos = 0;
   int eff = 0;                // valid slots of the token (topk_length applied; V4: all topk slots)
   int main_len = 0, extra_len = 0;  // V4: each pool's valid slots (its length applied)
   int tile_begin = 0, tile_end = 0;
@@ -293,20 +295,31 @@ struct alignas(16) ItemInfo {
   int64_t accum_row;
   int32_t n_iters;  // tile by tile (Traits::kPerTile): the item's tiles
   int32_t write_partial;
-  int32_t pad[2];
+  int32_t request, pos;  // the token's request and position (num_tokens is an int, so both fit)
 };
 static_assert(sizeof(ItemInfo) == 32);
 
-// V4: a pool's length for `token`: lengths[token / tokens_per_length] clamped to [0, pool_topk], or pool_topk.
-__device__ __forceinline__ int v4_pool_length(const SparseAttentionParams& p, const int32_t* lengths, int pool_topk,
-                                              int64_t token) {
+// V4: a pool's length for the token whose entry is `length_index`: lengths[length_index] clamped to [0, pool_topk],
+// or pool_topk.
+__device__ __forceinline__ int v4_pool_length(const int32_t* lengths, int pool_topk, int64_t length_index) {
   if (lengths == nullptr) return pool_topk;
-  const int v = __ldg(lengths + token / p.tokens_per_length);
+  const int v = __ldg(lengths + length_index);
   return v < 0 ? 0 : (v > pool_topk ? pool_topk : v);
 }
 
-template <bool SPLIT, bool V4 = false>
+// Whether an instantiation takes its item's offsets and lengths from the token's request and position (no
+// division; SparseAttentionParams::request_offset) or from the token as before: every one but the prefill kernels
+// (bf16 or fp16, unsplit), whose main loops ptxas schedules about 3% slower around the request arithmetic (V3.2 and
+// V4 h_q 128 prefill, H100, 2026-12-06) while they gain nothing from it (one item a CTA, one token per request).
+template <class C, bool SPLIT>
+inline constexpr bool kByRequest = [] {
+  if constexpr (SPLIT) return true;  // the dense kernel's Traits (always split) has no kFp8
+  else return C::kFp8;
+}();
+
+template <bool SPLIT, bool V4 = false, bool BY_REQUEST = true>
 struct WorkList {
+  static_assert(SPLIT ? BY_REQUEST : true, "split pieces come by request");
   static_assert(sched::kBlockSlots == 64, "a schedule block must be one 64-row KV tile");
   const SparseAttentionParams* p;
   int64_t outer;  // blockIdx.x / groups
@@ -320,11 +333,14 @@ struct WorkList {
   __device__ WorkList(const SparseAttentionParams& params, int64_t outer_index) : p(&params), outer(outer_index) {
     if constexpr (SPLIT) {
       static_assert(sizeof(sched::PartMeta) == 32, "two 16-byte loads");
-      const int4* src = reinterpret_cast<const int4*>(static_cast<const sched::PartMeta*>(p->sched) +
-                                                      outer / p->tokens_per_request);
+      // 32-bit: outer < num_parts * tokens_per_request (a grid dimension), and a 64-bit division puts its check and
+      // slow path on every CTA's way to its first load.
+      const unsigned o = static_cast<unsigned>(outer), per = static_cast<unsigned>(p->tokens_per_request);
+      const unsigned part = per == 1 ? o : o / per;
+      const int4* src = reinterpret_cast<const int4*>(static_cast<const sched::PartMeta*>(p->sched) + part);
       const int4 lo = src[0], hi = src[1];
       meta = sched::PartMeta{lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      tok_in_req = static_cast<int>(outer % p->tokens_per_request);
+      tok_in_req = static_cast<int>(o - part * per);
       first = meta.begin_req < 0 ? 0 : meta.begin_req;
       last = meta.end_req < p->num_requests ? meta.end_req : p->num_requests - 1;  // empty part: last < first
     }
@@ -339,14 +355,23 @@ struct WorkList {
       tile_begin = piece.tile_begin;
       tile_end = piece.tile_end;
       w.token = piece.token;
+      w.request = k;
+      w.pos = tok_in_req;
       w.accum_row = piece.accum_row;
       w.write_partial = piece.write_partial;
+    } else if constexpr (BY_REQUEST) {
+      // The grid's token (< num_tokens, an int): one 32-bit division for the whole item.
+      const unsigned t = static_cast<unsigned>(outer), per = static_cast<unsigned>(p->tokens_per_request);
+      const unsigned request = per <= 1 ? t : t / per;
+      w.request = request;
+      w.pos = static_cast<int>(t - request * (per <= 1 ? 1u : per));
     }
+    const int64_t length_index = BY_REQUEST ? p->length_index(w.token, w.request) : w.token / p->tokens_per_length;
     int eff, n_tiles;
     if constexpr (V4) {  // both pools' slots run; each pool's length masks its own (the valid slots are no prefix)
       eff = p->topk;
-      w.main_len = v4_pool_length(*p, p->topk_length, p->main_topk, w.token);
-      w.extra_len = v4_pool_length(*p, p->extra_topk_length, p->topk - p->main_topk, w.token);
+      w.main_len = v4_pool_length(p->topk_length, p->main_topk, length_index);
+      w.extra_len = v4_pool_length(p->extra_topk_length, p->topk - p->main_topk, length_index);
       // Only the tiles with a valid slot: the main pool's first main_tiles, then the extra pool's (a schedule block
       // is one of these tiles; a schedule planned without lengths counts every tile, and its pieces past the valid
       // ones run empty).
@@ -354,7 +379,7 @@ struct WorkList {
       w.tile_gap = p->main_topk / sched::kBlockSlots - w.main_tiles;
       n_tiles = w.main_tiles + sched::blocks_of(w.extra_len);
     } else {
-      eff = effective_topk(*p, w.token);
+      eff = effective_topk(*p, length_index);
       n_tiles = sched::blocks_of(eff);
     }
     w.eff = eff;
@@ -363,6 +388,10 @@ struct WorkList {
     return w;
   }
 };
+
+// The work list of instantiation C.
+template <class C, bool SPLIT>
+using WorkListOf = WorkList<SPLIT, C::kFp8V4, kByRequest<C, SPLIT>>;
 
 // Longest first (KernelParams::longest_first): the token the CTA of unsplit token slot `outer` runs: the request whose
 // rank by tiles (more first, ties by index) is outer / s_q; the same in both CTAs of a cluster. A counting rank, in
@@ -390,7 +419,7 @@ __device__ int64_t longest_first_token(const SparseAttentionParams& p, int64_t o
   for (int b = tid; b < bins; b += C::kThreads) hist[b] = 0;
   __syncthreads();
   for (int r = tid; r < n; r += C::kThreads) {
-    const int t = WorkList<false, C::kFp8V4>(p, static_cast<int64_t>(r) * per).item(0).n_tiles();
+    const int t = WorkListOf<C, false>(p, static_cast<int64_t>(r) * per).item(0).n_tiles();
     tiles[r] = t;
     atomicAdd(&hist[t], 1);
   }

@@ -478,7 +478,7 @@ __device__ __forceinline__ void cluster_exit(const Smem<C>& sm, int iter) {
 // consumers.
 template <class C, bool SPLIT>
 __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Smem<C>& sm,
-                                       const WorkList<SPLIT, C::kFp8V4>& work, int k, const WorkItem& w, int64_t q_row,
+                                       const WorkListOf<C, SPLIT>& work, int k, const WorkItem& w, int64_t q_row,
                                        HeadRange heads, ItemInfo* s_item, int ptid, int group, int sub) {
   if (k > work.first) mbar_wait(sm.bar_q_empty(), (k - work.first - 1) & 1);
 #pragma unroll
@@ -497,7 +497,8 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Sme
   // latency before the first KV rows).
   if (ptid == 0) {
     s_item[(k - work.first) & 1] =
-        ItemInfo{w.token, w.accum_row, C::kPerTile ? w.n_tiles() : w.n_iters(), w.write_partial ? 1 : 0, {0, 0}};
+        ItemInfo{w.token, w.accum_row, C::kPerTile ? w.n_tiles() : w.n_iters(), w.write_partial ? 1 : 0,
+                 static_cast<int32_t>(w.request), w.pos};
     mbar_arrive(sm.bar_q_full());  // publishes the item (release)
   }
   cp_async_arrive(sm.bar_q_full());
@@ -506,7 +507,7 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Sme
 // Per work item: the first indices, Q, then the KV tiles (tile by tile, or two tiles per iteration).
 template <class C, bool SPLIT>
 __device__ __forceinline__ void producer(const KernelParams& args, const Smem<C>& sm, uint8_t* s_valid,
-                                         ItemInfo* s_item, const WorkList<SPLIT, C::kFp8V4>& work, HeadRange heads) {
+                                         ItemInfo* s_item, const WorkListOf<C, SPLIT>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const int ptid = threadIdx.x - C::kConsumerThreads;
   const int group = ptid / C::kThreadsPerRow, sub = ptid % C::kThreadsPerRow;
@@ -515,13 +516,16 @@ __device__ __forceinline__ void producer(const KernelParams& args, const Smem<C>
   int iter = 0;  // iterations before this work item (barrier phases run on across items)
   for (int k = work.first; k <= work.last; ++k) {
     const WorkItem w = work.item(k);
-    const int64_t q_row = p.token_offset(w.token, p.q_stride_token, p.q_stride_request);
+    auto offset = [&](int64_t stride_token, int64_t stride_request) {
+      return kByRequest<C, SPLIT> ? p.request_offset(w.request, w.pos, stride_token, stride_request)
+                                  : p.token_offset(w.token, stride_token, stride_request);
+    };
+    const int64_t q_row = offset(p.q_stride_token, p.q_stride_request);
 
     // ---- Phase: fill KV tiles.
-    const int64_t idx_start = p.token_offset(w.token, p.indices_stride_token, p.indices_stride_request);
+    const int64_t idx_start = offset(p.indices_stride_token, p.indices_stride_request);
     const int32_t* idx_row = p.indices + idx_start;
-    const int64_t extra_start =
-        C::kFp8V4 ? p.token_offset(w.token, p.extra_indices_stride_token, p.extra_indices_stride_request) : 0;
+    const int64_t extra_start = C::kFp8V4 ? offset(p.extra_indices_stride_token, p.extra_indices_stride_request) : 0;
     const int n_iters = w.n_iters();
     int idx_cur[2][C::kRowsPerThread], idx_next[2][C::kRowsPerThread];
     // The first tiles' indices go out before Q's 64 KiB of copies, which they would otherwise queue behind: the
