@@ -228,6 +228,19 @@ TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
   auto d512_fp8 = decode_params();
   d512_fp8.d_qk = 512;
   EXPECT_EQ(kernel_of(d512_fp8, true), SparseKernel::simple);
+  // Lengths per token (1) or per request (tokens_per_request) on the Hopper kernels, which index them by the token
+  // or its request without a division (SparseAttentionParams::length_index); any other grouping runs the simple one.
+  auto lengths = decode_params();
+  lengths.tokens_per_request = 2;
+  lengths.topk_length = reinterpret_cast<const int32_t*>(g_buffer);
+  for (const auto& [per_length, kernel] :
+       {std::pair{1, SparseKernel::wgmma_sm90}, std::pair{2, SparseKernel::wgmma_sm90},
+        std::pair{4, SparseKernel::simple}, std::pair{0, SparseKernel::simple}}) {
+    lengths.tokens_per_length = per_length;
+    EXPECT_EQ(kernel_of(lengths, true), kernel) << "tokens_per_length " << per_length;
+  }
+  lengths.topk_length = nullptr;  // without lengths the grouping is never read
+  EXPECT_EQ(kernel_of(lengths, true), SparseKernel::wgmma_sm90);
 }
 
 // `p` as split-KV work of 2 requests over 33 parts, planned for `group_heads` heads per CTA (0: the rule's).
