@@ -108,8 +108,9 @@ __global__ void __launch_bounds__(HEADS * 32) sparse_attention_combine_kernel(co
     }
   }
   // The 4 values at partial-row position col (16c + 4t) are columns 16c + 2t, +1 and 16c + 8 + 2t, +1.
-  auto* out = static_cast<uint16_t*>(p.out) + p.request_offset(r, tok_in_req, p.out_stride_token, p.out_stride_request) +
-              head * p.out_stride_head + (col & ~15) + ((col & 15) >> 1);
+  auto* out = static_cast<uint16_t*>(p.out) +
+              p.request_offset(r, tok_in_req, p.out_stride_token, p.out_stride_request) + head * p.out_stride_head +
+              (col & ~15) + ((col & 15) >> 1);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     store_16bit_pair<F16>(out + i * 128, o[i].x, o[i].y);
