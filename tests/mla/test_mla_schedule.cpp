@@ -159,6 +159,33 @@ TEST(MlaSchedule, KernelPiecesCoverEveryRequestOnceAndWriteDistinctRows) {
         }
 }
 
+// The Hopper kernels take a piece's offsets from its request and position (request_offset) and its length entry from
+// length_index, with no division; both must name what the token arithmetic names (token_offset, token /
+// tokens_per_length), for FlashMLA-style strides that give each request its own stride.
+TEST(MlaSchedule, RequestOffsetsAndLengthEntriesMatchTheTokenArithmetic) {
+  std::mt19937 rng(7);
+  for (int tokens_per_request : {1, 2, 3, 4, 7}) {
+    kernels::SparseAttentionParams p;
+    p.tokens_per_request = tokens_per_request;
+    for (int per_length : {1, tokens_per_request}) {
+      p.tokens_per_length = per_length;
+      for (int trial = 0; trial < 200; ++trial) {
+        const int64_t request = std::uniform_int_distribution<int64_t>(0, 1 << 20)(rng);
+        const int pos = std::uniform_int_distribution<int>(0, tokens_per_request - 1)(rng);
+        const int64_t stride_token = std::uniform_int_distribution<int64_t>(1, 1 << 16)(rng);
+        const int64_t stride_request =
+            stride_token * tokens_per_request + std::uniform_int_distribution<int64_t>(0, 4096)(rng);  // padded
+        const int64_t token = request * tokens_per_request + pos;
+        SCOPED_TRACE("s_q " + std::to_string(tokens_per_request) + ", request " + std::to_string(request) +
+                     ", position " + std::to_string(pos));
+        ASSERT_EQ(p.request_offset(request, pos, stride_token, stride_request),
+                  p.token_offset(token, stride_token, stride_request));
+        ASSERT_EQ(p.length_index(token, request), token / per_length);
+      }
+    }
+  }
+}
+
 // A schedule planned from lengths (DecodePlanLengths, kernels::schedule_request_blocks) cuts each request at the
 // tiles its planned lengths leave, and the pieces the kernels walk (split_piece over the request's full tile count)
 // still cover every tile once, whatever lengths the run has: a request's last piece runs to its end. With the
