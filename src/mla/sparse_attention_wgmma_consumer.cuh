@@ -193,8 +193,7 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
   // By request and position but in the prefill kernels (kByRequest: PARTIAL is the sparse kernels' SPLIT, and the
   // dense kernel's work is split).
   auto offset = [&](int64_t stride_token, int64_t stride_request) {
-    return kByRequest<C, PARTIAL> ? p.request_offset(w.request, w.pos, stride_token, stride_request)
-                                  : p.token_offset(w.token, stride_token, stride_request);
+    return item_offset<kByRequest<C, PARTIAL>>(p, w.token, w.request, w.pos, stride_token, stride_request);
   };
   uint16_t* out = static_cast<uint16_t*>(p.out) +  // bf16 or fp16 (C::kF16)
                   offset(p.out_stride_token, p.out_stride_request) + W * C::kHalfDv;

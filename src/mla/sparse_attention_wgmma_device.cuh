@@ -317,6 +317,15 @@ inline constexpr bool kByRequest = [] {
   else return C::kFp8;
 }();
 
+// The element offset of an item's token in a per-token tensor, the one rule kByRequest chooses between: from its
+// request and position, or from the token.
+template <bool BY_REQUEST>
+__device__ __forceinline__ int64_t item_offset(const SparseAttentionParams& p, int64_t token, int64_t request, int pos,
+                                               int64_t stride_token, int64_t stride_request) {
+  if constexpr (BY_REQUEST) return p.request_offset(request, pos, stride_token, stride_request);
+  else return p.token_offset(token, stride_token, stride_request);
+}
+
 template <bool SPLIT, bool V4 = false, bool BY_REQUEST = true>
 struct WorkList {
   static_assert(SPLIT ? BY_REQUEST : true, "split pieces come by request");

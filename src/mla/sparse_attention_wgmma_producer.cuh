@@ -517,8 +517,7 @@ __device__ __forceinline__ void producer(const KernelParams& args, const Smem<C>
   for (int k = work.first; k <= work.last; ++k) {
     const WorkItem w = work.item(k);
     auto offset = [&](int64_t stride_token, int64_t stride_request) {
-      return kByRequest<C, SPLIT> ? p.request_offset(w.request, w.pos, stride_token, stride_request)
-                                  : p.token_offset(w.token, stride_token, stride_request);
+      return item_offset<kByRequest<C, SPLIT>>(p, w.token, w.request, w.pos, stride_token, stride_request);
     };
     const int64_t q_row = offset(p.q_stride_token, p.q_stride_request);
 
