@@ -218,14 +218,33 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
   }
   if constexpr (STAGED) {
     // Row i of the warp's 16 (r0 = 16 warp + g is row g, r1 row g + 8): 512 bytes, 16-byte chunk j at j ^ (i & 7),
-    // so the quads' 4-byte stores and the row reads below are free of bank conflicts.
+    // so the row reads below are free of bank conflicts. Written by stmatrix: the 8 x 8 matrix (chunk J, rows 8h ..
+    // 8h + 7) is this thread's packed pair of o[4J + 2h], +1; an x4 stores chunks j, j + 1 (j even) of both row halves,
+    // lane 8m + q giving row q of matrix m = 2 (J - j) + h. As j is even, row q's chunk J sits at
+    // 8 (j >> 3) + ((j & 7) ^ y) with y = (J - j) ^ q, so each lane's address is one of four per-lane offsets plus an
+    // immediate (4-byte stores took four integer instructions each for the same layout).
     const int g = r0 & 7, lane = 4 * g + t;
+    if constexpr (PARTIAL) {  // the dense tiles kernel: 4-byte stores (stmatrix there moved its spills, unmeasured)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < 32; ++j)
-        st_shared_u32(stage + (g + 8 * h) * 512 + ((j ^ g) << 4) + 4 * t,
-                      pack_16x2<C::kF16>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
+        for (int j = 0; j < 32; ++j)
+          st_shared_u32(stage + (g + 8 * h) * 512 + ((j ^ g) << 4) + 4 * t,
+                        pack_16x2<C::kF16>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
+    } else {
+      const int m = lane >> 3, q = lane & 7, y = (m >> 1) ^ q;
+      const uint32_t row = stage + (8 * (m & 1) + q) * 512;
+      uint32_t at[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) at[c] = row + (((2 * c) ^ y) << 4);
+#pragma unroll
+      for (int j = 0; j < 32; j += 2)
+        stmatrix_x4(at[(j & 7) >> 1] + 128 * (j >> 3),
+                    pack_16x2<C::kF16>(o[4 * j + 0] * inv[0], o[4 * j + 1] * inv[0]),
+                    pack_16x2<C::kF16>(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]),
+                    pack_16x2<C::kF16>(o[4 * j + 4] * inv[0], o[4 * j + 5] * inv[0]),
+                    pack_16x2<C::kF16>(o[4 * j + 6] * inv[1], o[4 * j + 7] * inv[1]));
+    }
     __syncwarp();
     const int first_row = r0 - g;
     const uint64_t out_policy = sm90::l2_policy_evict_first();  // written once: kept out of the KV rows' way
