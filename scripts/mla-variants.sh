@@ -27,7 +27,8 @@
 #     Nsight Compute on one case of flashmla_side_by_side.py (OP; CASE: its --filter, e.g. "dense b 128 s_q 2 h_q
 #     128 s_k 8192 causal False"), build NAME with FlashMLA in the same process: every launch of FlashMLA's and our sm90
 #     MLA kernels (speed of light, compute and memory workload, warp states, scheduler, instruction mix, occupancy,
-#     per-instruction source counters), clocks left alone, caches flushed. ARGS go to flashmla_side_by_side.py, @KIT@
+#     per-instruction source counters, the memory chart: L1 / L2 hit rates and bytes between the units), clocks left
+#     alone, caches flushed. ARGS go to flashmla_side_by_side.py, @KIT@
 #     standing for the unpacked kit (e.g. --lib-env FLASHCPP_MLA_DENSE_KERNEL=tiles --lib-b @KIT@/head/libflashcpp.so).
 #     Under $OUT: ncu-details.txt, ncu-source.csv.gz, ncu-summary.txt (bench/ncu_source_summary.py), ncu-run.txt.
 set -euo pipefail
@@ -216,7 +217,7 @@ cmd_profile() {
     --launch-count "${MLA_VARIANTS_NCU_LAUNCHES:-30}" \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
     --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters \
-    --section Occupancy \
+    --section Occupancy --section MemoryWorkloadAnalysis_Chart \
     python3 bench/flashmla_side_by_side.py --lib "$kit/$name/libflashcpp.so" --op "$op" --filter "$case_label" \
     --iters 2 --no-host-time --no-flashinfer "${args[@]}" > "$out/ncu-run.txt" 2>&1 || echo "   (ncu exit $?)"
   ncu -i "$rep.ncu-rep" --page details > "$out/ncu-details.txt" 2>&1 || true
