@@ -247,13 +247,13 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
     }
     __syncwarp();
     const int first_row = r0 - g;
-    const uint64_t out_policy = sm90::l2_policy_evict_first();  // written once: kept out of the KV rows' way
+    const uint64_t out_policy = l2_policy_evict_first();  // written once: kept out of the KV rows' way
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const int head = heads.first + first_row + i;
       if (head < heads.end)
-        sm90::st_global_v4_hint(out + static_cast<int64_t>(head) * p.out_stride_head + 8 * lane,
-                                ld_shared_v4(stage + i * 512 + ((lane ^ (i & 7)) << 4)), out_policy);
+        st_global_v4_hint(out + static_cast<int64_t>(head) * p.out_stride_head + 8 * lane,
+                          ld_shared_v4(stage + i * 512 + ((lane ^ (i & 7)) << 4)), out_policy);
     }
     __syncwarp();
   } else {

@@ -483,7 +483,7 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Sme
   if (k > work.first) mbar_wait(sm.bar_q_empty(), (k - work.first - 1) & 1);
   // Q is read once: its lines go first, so they do not push the KV rows the CTAs gather out of the L2 (with the
   // output's stores likewise: prefill 1%, decode 1.3% faster beside FlashMLA, H100, 2026-12-06).
-  const uint64_t q_policy = sm90::l2_policy_evict_first();
+  const uint64_t q_policy = l2_policy_evict_first();
 #pragma unroll
   for (int r = 0; r < C::kRowsPerThread; ++r) {
     const int row = r * C::kRowsPerPass + group;
@@ -493,8 +493,8 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Sme
                           static_cast<int64_t>(ok ? head : 0) * p.q_stride_head + sub * 8;
 #pragma unroll
     for (int a = 0; a < C::kAtoms; ++a)
-      sm90::cp_async_16_hint(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0,
-                             q_policy);
+      cp_async_16_hint(sm.q() + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, ok ? 16 : 0,
+                       q_policy);
   }
   // The item is published after the first index loads are issued: its split row reads num_splits, and its
   // publisher's warp would otherwise wait for that load before issuing its own index loads (one more global
