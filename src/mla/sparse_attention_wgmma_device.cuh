@@ -15,9 +15,10 @@
 
 namespace flashcpp::mla::kernels::wgmma {
 
-using sm90::cp_async_16, sm90::cp_async_16_hint, sm90::fast_exp2, sm90::l2_policy_evict_first, sm90::ld_global_nc_v4,
-    sm90::ld_shared_v4, sm90::pack_16x2, sm90::pack_bf16x2, sm90::smem_addr, sm90::st_global_v4_hint,
-    sm90::st_shared_u32, sm90::st_shared_v4, sm90::stmatrix_x4;
+using sm90::cp_async_16, sm90::cp_async_16_hint, sm90::fast_exp2, sm90::l2_policy_evict_first,
+    sm90::l2_policy_evict_last, sm90::ld_global_nc_v4, sm90::ld_shared_v4, sm90::pack_16x2, sm90::pack_bf16x2,
+    sm90::smem_addr, sm90::st_global_v2_hint, sm90::st_global_v4_hint, sm90::st_shared_u32, sm90::st_shared_v4,
+    sm90::stmatrix_x4;
 
 struct KernelParams {
   SparseAttentionParams p;
