@@ -1,0 +1,266 @@
+// Probe: how fast can 64-row tiles of 576-wide bf16 KV rows (1152 B) be gathered by index into 128-byte-swizzled
+// shared memory (the sparse kernels' tile layout), and does TMA with 1-row boxes (unicast, or multicast to the two
+// head-group CTAs of a token in a 2-CTA cluster) land the rows where the swizzle puts them?
+// Modes: 0 cp.async 16 B (the kernels' gather today), 1 TMA 1-row boxes, 2 TMA 1-row boxes multicast (each CTA of the
+// pair issues half of the rows for both). No math: the tile rate alone. Verifies the last tile of every CTA.
+// Built as bench/probe_gather_multicast (CMake); run: probe_gather_multicast [tokens, default 1024].
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+constexpr int kCols = 576, kBlocks = 9, kRows = 64, kTopk = 2048, kTiles = kTopk / kRows;
+constexpr int kStageBytes = kRows * kCols * 2;  // 73728
+constexpr int kStages = 2, kThreads = 128;
+constexpr int kSmem = kStages * kStageBytes + 1024 + 64;
+
+__device__ __forceinline__ uint16_t pattern(int row, int col) {
+  uint32_t h = static_cast<uint32_t>(row) * 2654435761u ^ static_cast<uint32_t>(col) * 40503u;
+  return static_cast<uint16_t>(h ^ (h >> 16));
+}
+
+__global__ void fill(uint16_t* kv, int n) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < int64_t(n) * kCols) kv[i] = pattern(int(i / kCols), int(i % kCols));
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n .reg .b32 remAddr32;\n mapa.shared::cluster.u32 remAddr32, %0, %1;\n"
+      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remAddr32];\n}" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+      " @!p bra W;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          dst),
+      "l"(map), "r"(col), "r"(row), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_row_mc(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar,
+                                           uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(map), "r"(col), "r"(row), "r"(bar), "h"(mask)
+      : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Count the last tile's mismatches against the swizzled placement of rows idx[0..63].
+__device__ void verify(const uint8_t* stage, const int* idx, unsigned long long* errors) {
+  unsigned long long bad = 0;
+  for (int e = threadIdx.x; e < kRows * kCols; e += blockDim.x) {
+    const int r = e / kCols, c = e % kCols, k = c / 64, chunk = (c % 64) / 8, within = c % 8;
+    const uint16_t got = *reinterpret_cast<const uint16_t*>(stage + k * 8192 + r * 128 + ((chunk ^ (r % 8)) * 16) +
+                                                            within * 2);
+    if (got != pattern(idx[r], c)) ++bad;
+  }
+  if (bad) atomicAdd(errors, bad);
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(kThreads, 1)
+    gather(const __grid_constant__ CUtensorMap map, const uint16_t* kv, const int* indices,
+           unsigned long long* errors) {
+  extern __shared__ uint8_t raw[];
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + kStages * kStageBytes);
+  uint64_t* empty = full + kStages;
+  const int token = blockIdx.x / 2;  // the two head-group CTAs of a token gather the same rows
+  const int* idx = indices + int64_t(token) * kTopk;
+  const uint32_t rank = MODE == 2 ? cluster_rank() : 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(smem_u32(&full[s]), 1);
+      mbar_init(smem_u32(&empty[s]), MODE == 2 ? 2 : 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  if (MODE == 2) cluster_sync();
+  else __syncthreads();
+  for (int t = 0; t < kTiles; ++t) {
+    const int s = t % kStages;
+    const uint32_t st = smem_u32(base + s * kStageBytes);
+    const int* ti = idx + t * kRows;
+    if (MODE == 0) {
+      // 8 threads a row, each 9 chunks of 16 B (one per column block): a warp instruction covers 4 rows' lines.
+      for (int i = 0; i < kRows * kBlocks * 8 / kThreads; ++i) {
+        const int flat = i * kThreads + threadIdx.x, r = (flat / 8) % kRows, k = flat / (8 * kRows), c = flat % 8;
+        const void* src = kv + int64_t(ti[r]) * kCols + k * 64 + c * 8;
+        const uint32_t dst = st + k * 8192 + r * 128 + ((c ^ (r % 8)) * 16);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      if (t >= 1) {
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        __syncthreads();  // the tile t-1 "consumed"
+      }
+    } else {
+      // Wait until every reader of stage s released it (both CTAs for multicast), then issue.
+      if (t >= kStages) mbar_wait(smem_u32(&empty[s]), ((t / kStages) - 1) & 1);
+      if (threadIdx.x == 0) mbar_expect_tx(smem_u32(&full[s]), kStageBytes);
+      if (MODE == 2) __syncwarp();
+      if (threadIdx.x < 32) {
+        const int rows_per_cta = MODE == 2 ? kRows / 2 : kRows;
+        for (int q = threadIdx.x; q < rows_per_cta * kBlocks; q += 32) {
+          const int r = (MODE == 2 ? rank * (kRows / 2) : 0) + q / kBlocks, k = q % kBlocks;
+          const uint32_t dst = st + k * 8192 + r * 128;
+          if (MODE == 1) tma_row(dst, &map, k * 64, ti[r], smem_u32(&full[s]));
+          else tma_row_mc(dst, &map, k * 64, ti[r], smem_u32(&full[s]), 3);
+        }
+      }
+      mbar_wait(smem_u32(&full[s]), (t / kStages) & 1);  // "consume"
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        if (MODE == 2) {
+          mbar_arrive_cluster(smem_u32(&empty[s]), 0);
+          mbar_arrive_cluster(smem_u32(&empty[s]), 1);
+        } else {
+          mbar_arrive(smem_u32(&empty[s]));
+        }
+      }
+    }
+  }
+  if (MODE == 0) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+  }
+  const int last = (kTiles - 1) % kStages;
+  verify(base + last * kStageBytes, idx + (kTiles - 1) * kRows, errors);
+  if (MODE == 2) cluster_sync();  // no CTA exits while its peer may still arrive on its barriers
+}
+
+int main(int argc, char** argv) {
+  const int tokens = argc > 1 ? std::atoi(argv[1]) : 1024;
+  std::vector<int> kv_rows = {8192, 32768, 131072};
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
+                                         cudaEnableDefault, &found));
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  CHECK(cudaFuncSetAttribute(gather<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CHECK(cudaFuncSetAttribute(gather<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CHECK(cudaFuncSetAttribute(gather<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  unsigned long long* errors;
+  CHECK(cudaMalloc(&errors, sizeof(unsigned long long)));
+  unsigned long long total_bad = 0;
+  for (int n : kv_rows) {
+    uint16_t* kv;
+    int* indices;
+    CHECK(cudaMalloc(&kv, size_t(n) * kCols * 2));
+    CHECK(cudaMalloc(&indices, size_t(tokens) * kTopk * 4));
+    fill<<<(int64_t(n) * kCols + 255) / 256, 256>>>(kv, n);
+    std::mt19937 rng(n);
+    std::vector<int> h(size_t(tokens) * kTopk);
+    for (auto& v : h) v = int(rng() % uint32_t(n));
+    CHECK(cudaMemcpy(indices, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    CUtensorMap map{};
+    const cuuint64_t dims[2] = {kCols, cuuint64_t(n)};
+    const cuuint64_t strides[1] = {kCols * 2};
+    const cuuint32_t box[2] = {64, 1}, es[2] = {1, 1};
+    if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, kv, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
+        CUDA_SUCCESS) {
+      std::printf("tensor map encode failed\n");
+      return 1;
+    }
+    for (int mode = 0; mode < 3; ++mode) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(tokens * 2);
+      cfg.blockDim = dim3(kThreads);
+      cfg.dynamicSmemBytes = kSmem;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 2;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = mode == 2 ? 1 : 0;
+      auto launch = [&] {
+        if (mode == 0) CHECK(cudaLaunchKernelEx(&cfg, gather<0>, map, kv, indices, errors));
+        if (mode == 1) CHECK(cudaLaunchKernelEx(&cfg, gather<1>, map, kv, indices, errors));
+        if (mode == 2) CHECK(cudaLaunchKernelEx(&cfg, gather<2>, map, kv, indices, errors));
+      };
+      if (mode == 2 && n == kv_rows[0]) {
+        int clusters = 0;
+        CHECK(cudaOccupancyMaxActiveClusters(&clusters, gather<2>, &cfg));
+        std::printf("max active 2-CTA clusters at 1 CTA an SM: %d\n", clusters);
+      }
+      CHECK(cudaMemset(errors, 0, 8));
+      for (int w = 0; w < 3; ++w) launch();
+      CHECK(cudaDeviceSynchronize());
+      std::vector<float> ms;
+      cudaEvent_t a, b;
+      CHECK(cudaEventCreate(&a));
+      CHECK(cudaEventCreate(&b));
+      for (int rep = 0; rep < 9; ++rep) {
+        CHECK(cudaEventRecord(a));
+        launch();
+        CHECK(cudaEventRecord(b));
+        CHECK(cudaEventSynchronize(b));
+        float t = 0;
+        CHECK(cudaEventElapsedTime(&t, a, b));
+        ms.push_back(t);
+      }
+      CHECK(cudaEventDestroy(a));
+      CHECK(cudaEventDestroy(b));
+      std::sort(ms.begin(), ms.end());
+      unsigned long long bad = 0;
+      CHECK(cudaMemcpy(&bad, errors, 8, cudaMemcpyDeviceToHost));
+      total_bad += bad;
+      const double delivered = double(tokens) * 2 * kTiles * kStageBytes;
+      std::printf(
+          "PROBE {\"kv_rows\": %d, \"mode\": \"%s\", \"us\": %.1f, \"smem_fill_TBps\": %.3f, \"l2_read_TBps\": %.3f, "
+          "\"mismatches\": %llu}\n",
+          n, mode == 0 ? "cp.async" : mode == 1 ? "tma_rows" : "tma_rows_multicast", ms[4] * 1e3,
+          delivered / (ms[4] * 1e-3) / 1e12, delivered / (mode == 2 ? 2 : 1) / (ms[4] * 1e-3) / 1e12, bad);
+    }
+    CHECK(cudaFree(kv));
+    CHECK(cudaFree(indices));
+  }
+  CHECK(cudaFree(errors));
+  return total_bad == 0 ? 0 : 2;  // a mode that put rows elsewhere than the swizzle says fails the run
+}
