@@ -3,12 +3,14 @@
 # Here, first:
 #   ninja -C build-gpu-full probe_gather_multicast && cp build-gpu-full/bench/probe_gather_multicast ./probe-bin
 #   FLASHCPP_GOLDEN_DIR=build-gpu-full/tests/data/flashmla-golden bash scripts/mla-variants.sh build build-gpu-full \
-#     .mla-kit-t head "tmarows=docs/gpu-runs/2026-12-06/eighteenth-next-tma-rows.patch@-DFLASHCPP_EXP_TMA_ROWS"
+#     .mla-kit-t head "tmarows=docs/gpu-runs/2026-12-06/eighteenth-next-tma-rows.patch@-DFLASHCPP_EXP_TMA_ROWS" \
+#     "tmauni=docs/gpu-runs/2026-12-06/eighteenth-next-tma-rows.patch@-DFLASHCPP_EXP_TMA_UNICAST"
 # Then one device call, carrying .mla-kit-t.tgz (probe-bin travels as an untracked file):
 #   bash docs/gpu-runs/2026-12-06/eighteenth-next-call.sh
 # 1. the gather probe (cp.async against TMA row boxes, unicast and multicast; where the rows land);
-# 2. the prefill golden cases and sweep on both builds (tmarows runs every h_q 128 prefill as a 2-CTA cluster);
-# 3. both builds on FlashMLA's prefill and dense suites in turn, both orders (FlashMLA beside them when importable).
+# 2. the prefill golden cases and sweep on each build (tmarows: every h_q 128 prefill and dense decode as a 2-CTA
+#    cluster whose CTAs multicast the rows; tmauni: every 16-bit kernel's rows by TMA boxes, no cluster);
+# 3. the builds on FlashMLA's prefill and dense suites in turn, both orders (FlashMLA beside them when importable).
 set -u
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
@@ -16,10 +18,10 @@ timeout 40 ./probe-bin 1024 > "$out/probe.txt" 2>&1; echo "probe exit $?" >> "$o
 cat "$out/probe.txt"
 k=$(mktemp -d); tar xzf .mla-kit-t.tgz -C "$k"
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 FLASHCPP_GOLDEN_DIR=$k/golden
-for n in head tmarows; do
+for n in head tmarows tmauni; do
   LD_LIBRARY_PATH=$k/$n:$k/lib timeout 60 "$k/test_mla_gpu" --gtest_filter='MlaGpuPrefill.GoldenCases:MlaGpuPrefill.Sweep' \
     > "$out/quick-$n.txt" 2>&1
   echo "$n quick tests exit $?"; grep -E '^\[  (PASSED|FAILED)|FAILED \]|OK \]' "$out/quick-$n.txt" | head
 done
-MLA_VARIANTS_BUDGET_S=${BUDGET:-300} bash scripts/mla-variants.sh run .mla-kit-t.tgz prefill,dense head tmarows -- \
+MLA_VARIANTS_BUDGET_S=${BUDGET:-300} bash scripts/mla-variants.sh run .mla-kit-t.tgz prefill,dense head tmauni tmarows -- \
   'MlaGpuPrefill.*:MlaGpuDenseDecode.FlashMlaCorrectnessGrid:MlaGpuDenseDecode.CudaGraphReplayWithNewLengths' 2>&1 | tail -40
