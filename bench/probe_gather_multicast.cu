@@ -15,6 +15,8 @@
 #include <random>
 #include <vector>
 
+#include "mla/sparse_attention_wgmma_device.cuh"
+
 #define CHECK(x)                                                                          \
   do {                                                                                    \
     cudaError_t e_ = (x);                                                                 \
@@ -39,52 +41,28 @@ __global__ void fill(uint16_t* kv, int n) {
   if (i < int64_t(n) * kCols) kv[i] = pattern(int(i / kCols), int(i % kCols));
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n .reg .b32 remAddr32;\n mapa.shared::cluster.u32 remAddr32, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remAddr32];\n}" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-      " @!p bra W;\n}" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          dst),
-      "l"(map), "r"(col), "r"(row), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void tma_row_mc(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar,
-                                           uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-      "{%2, %3}], [%4], %5;" ::"r"(dst),
-      "l"(map), "r"(col), "r"(row), "r"(bar), "h"(mask)
-      : "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+using flashcpp::mla::kernels::wgmma::cluster_rank, flashcpp::mla::kernels::wgmma::cluster_sync_relaxed,
+    flashcpp::mla::kernels::wgmma::fence_mbarrier_init, flashcpp::mla::kernels::wgmma::map_to_rank,
+    flashcpp::mla::kernels::wgmma::mbar_arrive, flashcpp::mla::kernels::wgmma::mbar_arrive_expect_tx,
+    flashcpp::mla::kernels::wgmma::mbar_arrive_remote, flashcpp::mla::kernels::wgmma::mbar_init,
+    flashcpp::mla::kernels::wgmma::mbar_wait, flashcpp::mla::kernels::wgmma::smem_addr;
+
+// One 64-column box of row `row` into `dst` (a row's 128-byte line in a swizzled atom), its bytes completing `bar`:
+// in this CTA alone (mask 0), or at the same offset in each CTA of `mask`.
+__device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar,
+                                        uint16_t mask) {
+  if (mask == 0)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+            "r"(dst),
+        "l"(map), "r"(col), "r"(row), "r"(bar)
+        : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+        "[%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+        "l"(map), "r"(col), "r"(row), "r"(bar), "h"(mask)
+        : "memory");
 }
 
 // Count the last tile's mismatches against the swizzled placement of rows idx[0..63].
@@ -112,16 +90,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t rank = MODE == 2 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(smem_u32(&full[s]), 1);
-      mbar_init(smem_u32(&empty[s]), MODE == 2 ? 2 : 1);
+      mbar_init(smem_addr(&full[s]), 1);
+      mbar_init(smem_addr(&empty[s]), MODE == 2 ? 2 : 1);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_mbarrier_init();
   }
-  if (MODE == 2) cluster_sync();
+  if (MODE == 2) cluster_sync_relaxed();
   else __syncthreads();
   for (int t = 0; t < kTiles; ++t) {
     const int s = t % kStages;
-    const uint32_t st = smem_u32(base + s * kStageBytes);
+    const uint32_t st = smem_addr(base + s * kStageBytes);
     const int* ti = idx + t * kRows;
     if (MODE == 0) {
       // 8 threads a row, each 9 chunks of 16 B (one per column block): a warp instruction covers 4 rows' lines.
@@ -138,26 +116,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     } else {
       // Wait until every reader of stage s released it (both CTAs for multicast), then issue.
-      if (t >= kStages) mbar_wait(smem_u32(&empty[s]), ((t / kStages) - 1) & 1);
-      if (threadIdx.x == 0) mbar_expect_tx(smem_u32(&full[s]), kStageBytes);
-      if (MODE == 2) __syncwarp();
+      if (t >= kStages) mbar_wait(smem_addr(&empty[s]), ((t / kStages) - 1) & 1);
+      if (threadIdx.x == 0) mbar_arrive_expect_tx(smem_addr(&full[s]), kStageBytes);
       if (threadIdx.x < 32) {
         const int rows_per_cta = MODE == 2 ? kRows / 2 : kRows;
         for (int q = threadIdx.x; q < rows_per_cta * kBlocks; q += 32) {
           const int r = (MODE == 2 ? rank * (kRows / 2) : 0) + q / kBlocks, k = q % kBlocks;
           const uint32_t dst = st + k * 8192 + r * 128;
-          if (MODE == 1) tma_row(dst, &map, k * 64, ti[r], smem_u32(&full[s]));
-          else tma_row_mc(dst, &map, k * 64, ti[r], smem_u32(&full[s]), 3);
+          tma_row(dst, &map, k * 64, ti[r], smem_addr(&full[s]), MODE == 2 ? 0b11 : 0);
         }
       }
-      mbar_wait(smem_u32(&full[s]), (t / kStages) & 1);  // "consume"
+      mbar_wait(smem_addr(&full[s]), (t / kStages) & 1);  // "consume"
       __syncthreads();
       if (threadIdx.x == 0) {
         if (MODE == 2) {
-          mbar_arrive_cluster(smem_u32(&empty[s]), 0);
-          mbar_arrive_cluster(smem_u32(&empty[s]), 1);
+          mbar_arrive_remote(map_to_rank(smem_addr(&empty[s]), 0));
+          mbar_arrive_remote(map_to_rank(smem_addr(&empty[s]), 1));
         } else {
-          mbar_arrive(smem_u32(&empty[s]));
+          mbar_arrive(smem_addr(&empty[s]));
         }
       }
     }
@@ -168,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const int last = (kTiles - 1) % kStages;
   verify(base + last * kStageBytes, idx + (kTiles - 1) * kRows, errors);
-  if (MODE == 2) cluster_sync();  // no CTA exits while its peer may still arrive on its barriers
+  if (MODE == 2) cluster_sync_relaxed();  // no CTA exits while its peer may still arrive on its barriers
 }
 
 int main(int argc, char** argv) {
