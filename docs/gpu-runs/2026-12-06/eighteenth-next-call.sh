@@ -7,7 +7,7 @@
 #     "tmauni=docs/gpu-runs/2026-12-06/eighteenth-next-tma-rows.patch@-DFLASHCPP_EXP_TMA_UNICAST"
 # Then one device call, carrying .mla-kit-t.tgz (probe-bin travels as an untracked file):
 #   bash docs/gpu-runs/2026-12-06/eighteenth-next-call.sh
-# 1. the gather probe (cp.async against TMA row boxes, unicast and multicast; where the rows land);
+# 1. the gather probe (cp.async, TMA row boxes unicast and multicast, half by cp.async + bulk copy to the peer);
 # 2. the prefill golden cases and sweep on each build (tmarows: every h_q 128 prefill and dense decode as a 2-CTA
 #    cluster whose CTAs multicast the rows; tmauni: every 16-bit kernel's rows by TMA boxes, no cluster);
 # 3. the builds on FlashMLA's prefill and dense suites in turn, both orders (FlashMLA beside them when importable).
