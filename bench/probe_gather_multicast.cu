@@ -4,7 +4,7 @@
 // Modes (gather, below): 0 cp.async 16 B (the kernels' gather today), 1 TMA 1-row boxes, 2 TMA 1-row boxes multicast
 // (each CTA of the pair issues half of the rows for both), 3 each CTA of the pair gathers half by cp.async and sends it
 // to the other by bulk copies. No math: the tile rate alone. Verifies the last tile of every CTA.
-// Built as bench/probe_gather_multicast (CMake); run: probe_gather_multicast [tokens, default 1024].
+// Built as bench/probe_gather_multicast (CMake); run: probe_gather_multicast [tokens (1024)] [modes ("0123")].
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "mla/sparse_attention_wgmma_device.cuh"
@@ -190,11 +191,16 @@ constexpr const char* kModeNames[] = {"cp.async", "tma_rows", "tma_rows_multicas
 
 int main(int argc, char** argv) {
   const int tokens = argc > 1 ? std::atoi(argv[1]) : 1024;
+  const std::string modes = argc > 2 ? argv[2] : "0123";  // which modes run (a faulting mode ends the process)
   std::vector<int> kv_rows = {8192, 32768, 131072};
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   cudaDriverEntryPointQueryResult found{};
   CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
                                          cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || encode == nullptr) {
+    std::printf("the driver has no tensor-map encoder\n");
+    return 1;
+  }
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -226,6 +232,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (int mode = 0; mode < 4; ++mode) {
+      if (modes.find(char('0' + mode)) == std::string::npos) continue;
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(tokens * 2);
       cfg.blockDim = dim3(kThreads);

@@ -14,7 +14,9 @@
 set -u
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
-timeout 40 ./probe-bin 1024 > "$out/probe.txt" 2>&1; echo "probe exit $?" >> "$out/probe.txt"
+for m in 0 3 1 2; do  # one process a mode: a mode that faults ends only its own run
+  timeout 30 ./probe-bin 1024 $m >> "$out/probe.txt" 2>&1; echo "probe mode $m exit $?" >> "$out/probe.txt"
+done
 cat "$out/probe.txt"
 k=$(mktemp -d); tar xzf .mla-kit-t.tgz -C "$k"
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 FLASHCPP_GOLDEN_DIR=$k/golden
