@@ -22,8 +22,9 @@ k=$(mktemp -d); tar xzf .mla-kit-t.tgz -C "$k"
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 FLASHCPP_GOLDEN_DIR=$k/golden
 for n in head tmarows tmauni; do
   LD_LIBRARY_PATH=$k/$n:$k/lib timeout 60 "$k/test_mla_gpu" --gtest_filter='MlaGpuPrefill.GoldenCases:MlaGpuPrefill.Sweep' \
-    > "$out/quick-$n.txt" 2>&1
-  echo "$n quick tests exit $?"; grep -E '^\[  (PASSED|FAILED)|FAILED \]|OK \]' "$out/quick-$n.txt" | head
+    > "$k/quick-$n.txt" 2>&1
+  echo "== $n: exit $?" >> "$out/quick-tests.txt"; cat "$k/quick-$n.txt" >> "$out/quick-tests.txt"
+  echo "$n quick tests"; grep -E '^\[  (PASSED|FAILED)|FAILED \]|OK \]' "$k/quick-$n.txt" | head
 done
 MLA_VARIANTS_BUDGET_S=${BUDGET:-300} bash scripts/mla-variants.sh run .mla-kit-t.tgz prefill,dense head tmauni tmarows -- \
   'MlaGpuPrefill.*:MlaGpuDenseDecode.FlashMlaCorrectnessGrid:MlaGpuDenseDecode.CudaGraphReplayWithNewLengths' 2>&1 | tail -40
@@ -32,8 +33,9 @@ MLA_VARIANTS_BUDGET_S=${BUDGET:-300} bash scripts/mla-variants.sh run .mla-kit-t
 if [[ ${FULL_TESTS:-0} == 1 ]]; then
   for s in 0 1 2 3; do
     LD_LIBRARY_PATH=$k/head:$k/lib GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$s timeout 330 "$k/test_mla_gpu" \
-      > "$out/full-tests-shard$s.txt" 2>&1 &
+      > "$k/full-tests-shard$s.txt" 2>&1 &
   done
   wait
-  grep -h -E '^\[  (PASSED|FAILED|SKIPPED)|FAILED \]' "$out"/full-tests-shard*.txt
+  tar czf "$out/full-tests.tgz" -C "$k" $(cd "$k" && ls full-tests-shard*.txt)  # the call returns 8 files at most
+  grep -h -E '^\[  (PASSED|FAILED|SKIPPED)|FAILED \]' "$k"/full-tests-shard*.txt
 fi
