@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The nineteenth session's call 3: every MLA GPU test (test_mla_gpu) on main's build in four shards at once.
+# Here, first (kit s: kit p's `head`, its libraries and test binary, FlashMLA's golden cases from the project's shared
+# data, the V4 ones included):
+#   mkdir .mla-kit-s && cp -a .mla-kit-p/{head,lib,test_mla_gpu} .mla-kit-s/ && mkdir .mla-kit-s/golden &&
+#   cp -r <shared data>/flashmla-golden/* .mla-kit-s/golden/ && tar czf .mla-kit-s.tgz .mla-kit-s
+# Then one device call carrying .mla-kit-s.tgz: bash docs/gpu-runs/2026-12-06/nineteenth-call3-suite.sh
+set -u
+out=${OUT:-$(mktemp -d)}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+k=$(mktemp -d)
+tar xzf .mla-kit-s.tgz -C "$k"
+k=$k/.mla-kit-s
+export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 FLASHCPP_GOLDEN_DIR=$k/golden
+for s in 0 1 2 3; do
+  LD_LIBRARY_PATH=$k/head:$k/lib GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$s timeout "${SHARD_S:-480}" \
+    "$k/test_mla_gpu" > "$out/shard$s.txt" 2>&1 &
+done
+wait
+for s in 0 1 2 3; do echo "== shard $s"; grep -E '^\[  (PASSED|FAILED|SKIPPED)|FAILED \]|^\[       OK|^\[  SKIPPED' "$out/shard$s.txt"; done
