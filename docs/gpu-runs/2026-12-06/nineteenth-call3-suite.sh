@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The nineteenth session's call 3: every MLA GPU test (test_mla_gpu) on main's build in four shards at once.
+# The nineteenth session's call 3: every MLA GPU test (test_mla_gpu) on main's build in four shards at once, and
+# compute-sanitizer racecheck on the prefill kernels beside them.
 # Here, first (kit s: kit p's `head`, its libraries and test binary, FlashMLA's golden cases from the project's shared
 # data, the V4 ones included):
 #   mkdir .mla-kit-s && cp -a .mla-kit-p/{head,lib,test_mla_gpu} .mla-kit-s/ && mkdir .mla-kit-s/golden &&
@@ -16,5 +17,12 @@ for s in 0 1 2 3; do
   LD_LIBRARY_PATH=$k/head:$k/lib GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$s timeout "${SHARD_S:-480}" \
     "$k/test_mla_gpu" > "$out/shard$s.txt" 2>&1 &
 done
+# racecheck beside them on the prefill kernels (d_qk 576 and 512, h_q 64 and 128, strided q and out); the sweep and the
+# benchmark-sized shapes do not finish under it.
+timeout "${RACE_S:-450}" compute-sanitizer --tool racecheck --error-exitcode 3 \
+  env LD_LIBRARY_PATH=$k/head:$k/lib "$k/test_mla_gpu" \
+  --gtest_filter='MlaGpuPrefill.GoldenCases:MlaGpuPrefill.StridedQueryAndOutput' > "$out/racecheck-prefill.txt" 2>&1
+echo "racecheck exit $?" >> "$out/racecheck-prefill.txt"
 wait
+tail -5 "$out/racecheck-prefill.txt"
 for s in 0 1 2 3; do echo "== shard $s"; grep -E '^\[  (PASSED|FAILED|SKIPPED)|FAILED \]|^\[       OK|^\[  SKIPPED' "$out/shard$s.txt"; done
