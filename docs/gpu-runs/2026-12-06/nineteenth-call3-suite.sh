@@ -19,8 +19,8 @@ for s in 0 1 2 3; do
 done
 # racecheck beside them on the prefill kernels (d_qk 576 and 512, h_q 64 and 128, strided q and out); the sweep and the
 # benchmark-sized shapes do not finish under it.
-timeout "${RACE_S:-450}" compute-sanitizer --tool racecheck --error-exitcode 3 \
-  env LD_LIBRARY_PATH=$k/head:$k/lib "$k/test_mla_gpu" \
+LD_LIBRARY_PATH=$k/head:$k/lib timeout "${RACE_S:-450}" compute-sanitizer --tool racecheck --error-exitcode 3 \
+  "$k/test_mla_gpu" \
   --gtest_filter='MlaGpuPrefill.GoldenCases:MlaGpuPrefill.StridedQueryAndOutput' > "$out/racecheck-prefill.txt" 2>&1
 echo "racecheck exit $?" >> "$out/racecheck-prefill.txt"
 wait
