@@ -81,7 +81,8 @@ case "${1:-}" in
     for v in opt "$@"; do
       .dsb/"$v" --trace "$out/trace.bin" > /dev/null
       echo "== $v"
-      python3 examples/llm/decode_step_trace.py "$out/trace.bin"
+      # a build with other phases a layer than five is misread, or refused, by the reduction: its times still stand
+      python3 examples/llm/decode_step_trace.py "$out/trace.bin" || echo "(trace of $v not reduced)"
     done > "$out/traces.txt"
     rm -f "$out/trace.bin"
     grep -A8 "tokens 1" "$out/traces.txt" || true
