@@ -13,6 +13,7 @@
 # against base's logits, times them in turn twice, and traces each. One DECODE_STEP_BENCH line per step size (1, 2, 4
 # tokens) and build. Logits equal to base's say the arithmetic is unchanged on this model only (one context length,
 # one sequence a token): a variant that changes what steps of several sequences read needs the real model's tests.
+# DECODE_STEP_CONTEXT=N runs `ab` at that context instead of 168 (base and the builds alike).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build_one() {  # build_one SOURCE_DIR OUTPUT [NVCC FLAGS...]
@@ -68,18 +69,19 @@ case "${1:-}" in
     out=${2:?usage: ab OUT_DIR NAME...}
     shift 2
     mkdir -p "$out"
+    ctx=(${DECODE_STEP_CONTEXT:+--context "$DECODE_STEP_CONTEXT"})
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-    .dsb/base --dump "$out/base.bin" > "$out/base.txt"
+    .dsb/base ${ctx[@]+"${ctx[@]}"} --dump "$out/base.bin" > "$out/base.txt"
     for v in opt "$@"; do
-      .dsb/"$v" --dump "$out/$v.bin" > /dev/null
+      .dsb/"$v" ${ctx[@]+"${ctx[@]}"} --dump "$out/$v.bin" > /dev/null
       echo "== $v against base"
       compare_logits "$out/base.bin" "$out/$v.bin"
       rm -f "$out/$v.bin"
     done | tee "$out/compare.txt"
     rm -f "$out/base.bin"
-    for round in 1 2; do for v in opt "$@"; do echo "== $v" && .dsb/"$v"; done; done | tee "$out/times.txt"
+    for round in 1 2; do for v in opt "$@"; do echo "== $v" && .dsb/"$v" ${ctx[@]+"${ctx[@]}"}; done; done | tee "$out/times.txt"
     for v in opt "$@"; do
-      .dsb/"$v" --trace "$out/trace.bin" > /dev/null
+      .dsb/"$v" ${ctx[@]+"${ctx[@]}"} --trace "$out/trace.bin" > /dev/null
       echo "== $v"
       # a build with other phases a layer than five is misread, or refused, by the reduction: its times still stand
       python3 examples/llm/decode_step_trace.py "$out/trace.bin" || echo "(trace of $v not reduced)"

