@@ -79,7 +79,9 @@ case "${1:-}" in
       rm -f "$out/$v.bin"
     done | tee "$out/compare.txt"
     rm -f "$out/base.bin"
-    for round in 1 2; do for v in opt "$@"; do echo "== $v" && .dsb/"$v" ${ctx[@]+"${ctx[@]}"}; done; done | tee "$out/times.txt"
+    for round in 1 2; do
+      for v in opt "$@"; do echo "== $v" && .dsb/"$v" ${ctx[@]+"${ctx[@]}"}; done
+    done | tee "$out/times.txt"
     for v in opt "$@"; do
       .dsb/"$v" ${ctx[@]+"${ctx[@]}"} --trace "$out/trace.bin" > /dev/null
       echo "== $v"

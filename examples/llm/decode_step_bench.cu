@@ -2,8 +2,9 @@
 // shape (no model file needed): 30 layers, hidden 576, FFN 1536, 9 query and 3 KV heads of 64, vocabulary 49152, f16,
 // every sequence at a context of 168 tokens (`--context N`) in 16-token pages. One DECODE_STEP_BENCH json line per
 // step size: the median of 30 launches (CUDA events, after 5 warm-up launches, each from the same embeddings; the
-// 270 MB of weights exceed the L2, so each launch reads them from memory). --dump writes the logits of each step size's last launch
-// (f32, tokens x vocab, the step sizes in turn), so two builds can be compared on the same random model. In an
+// 270 MB of weights exceed the L2, so each launch reads them from memory). --dump writes the logits of each step
+// size's last launch (f32, tokens x vocab, the step sizes in turn), so two builds can be compared on the same random
+// model. In an
 // experiment build (-DFLASHCPP_DECODE_STEP_PROBE) `--probe BITS` switches parts of every phase off, or alternatives
 // on (decode_step.cu says which), `--grid N` runs N blocks instead of one per SM, and `--trace FILE` appends, for each
 // step size, one more launch's phase trace: u64 globaltimer [phase][start, marks 1-4, end][block] (decode_step.cu says
