@@ -24,7 +24,7 @@ readonly model_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea3737281
 
 # The carried binaries, libraries and modules, and the placed model.
 use_carried() {
-  test -f .llm/model.gguf || { echo "no .llm/model.gguf: run the two place calls first" >&2; exit 1; }
+  test -f .llm/model.gguf || { echo "no .llm/model.gguf: run the three place calls first" >&2; exit 1; }
   # The carried library's links may not travel; the CUDA toolkit's lib64 has cuBLASLt.
   (cd build-gpu && ln -sf libflashcpp.so.0.1.0 libflashcpp.so.0.1 && ln -sf libflashcpp.so.0.1 libflashcpp.so)
   export LD_LIBRARY_PATH="$PWD/build-gpu:$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -103,7 +103,12 @@ case "${1:-}" in
       echo "placed .llm/model.gguf"
     else
       rm -f .llm/model.gguf.tmp
-      echo "placed part $p ($(cat .llm/part-? | wc -c) bytes so far); place the next part in the next call"
+      have=$(cat .llm/part-? | wc -c)
+      if [[ $p == c ]]; then  # the last part: the earlier ones are missing (the machine went back between calls?)
+        echo "place c: the parts on this machine ($have bytes) are not the model; place a and b again, then c" >&2
+        exit 1
+      fi
+      echo "placed part $p ($have bytes so far); place the next part in the next call"
     fi
     ;;
   run)
