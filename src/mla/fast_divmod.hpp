@@ -19,7 +19,10 @@ struct FastDivmod {
   }
 #if defined(__CUDACC__)
   __device__ __forceinline__ uint32_t div(uint32_t n) const {
-    return divisor == 1 ? n : (__umulhi(n, multiplier) >> shift);
+    // Both sides computed, then selected: a branch here made the callers' per-row code divergent, with the
+    // multiplier and shift loaded per thread from the constant bank.
+    const uint32_t q = __umulhi(n, multiplier) >> shift;
+    return divisor == 1 ? n : q;
   }
 #endif
   /// The same on the host (tests).

@@ -131,16 +131,21 @@ struct RowAddr {
 template <class C>
 __device__ __forceinline__ RowAddr locate(const KernelParams& args, const uint8_t* cache, int id, bool extra) {
   const SparseAttentionParams& p = args.p;
+  // Without a branch: a masked row's offsets are computed for row 0 and dropped. An early return made every row's
+  // address its own divergent region, where the divisor and the strides came by per-thread constant loads and the
+  // four rows' chains ran one after another (the producer's largest stall, H100 profile, 2026-12-06).
+  const bool valid = row_valid<C>(p, id, extra);
+  const int safe = valid ? id : 0;
   RowAddr a{nullptr, nullptr};
-  if (!row_valid<C>(p, id, extra)) return a;
   if constexpr (C::kFp8V4) {
     int64_t token_off, scale_off;
-    v4_record_offsets(args, extra, id, token_off, scale_off);
+    v4_record_offsets(args, extra, safe, token_off, scale_off);
     const uint8_t* pool = static_cast<const uint8_t*>(extra ? p.extra_kv : p.kv);
-    a.rec = pool + token_off;
-    a.scales = pool + scale_off;
+    a.rec = valid ? pool + token_off : nullptr;
+    a.scales = valid ? pool + scale_off : nullptr;
   } else {
-    a.rec = cache + fp8_row_offset(args, id);
+    const uint8_t* rec = cache + fp8_row_offset(args, safe);
+    a.rec = valid ? rec : nullptr;
   }
   return a;
 }
