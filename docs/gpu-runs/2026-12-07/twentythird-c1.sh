@@ -5,8 +5,8 @@
 #              c1a=D/twentythird-c1a.patch c1b=D/twentythird-c1b.patch
 #   w (next): MLA_VARIANT_FILES='wgmma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-w head \
 #              c1c=D/twentythird-c1c.patch c1d=D/twentythird-c1d.patch c1e=D/twentythird-c1e.patch \
-#              lalone=D/twentythird-lalone.patch
-#   then: KIT=.mla-kit-w.tgz VARIANTS="c1c c1d c1e lalone" TEST_VARIANT=c1e bash D/twentythird-c1.sh both
+#              c1g=D/twentythird-c1g.patch lalone=D/twentythird-lalone.patch
+#   then: KIT=.mla-kit-w.tgz VARIANTS="c1c c1d c1e c1g lalone" TEST_VARIANT=c1g bash D/twentythird-c1.sh both
 #   bash twentythird-c1.sh bench   dense and decode suites (head and the variants in one process), then FP8-cache
 #                                  prefill with head and with $TEST_VARIANT (default c1a) in turn
 #   bash twentythird-c1.sh tests   the decode and dense GPU tests on $TEST_VARIANT in six shards
