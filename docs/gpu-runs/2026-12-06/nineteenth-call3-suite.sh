@@ -6,6 +6,8 @@
 #   mkdir .mla-kit-s && cp -a .mla-kit-p/{head,lib,test_mla_gpu} .mla-kit-s/ && mkdir .mla-kit-s/golden &&
 #   cp -r <shared data>/flashmla-golden/* .mla-kit-s/golden/ && tar czf .mla-kit-s.tgz .mla-kit-s
 # Then one device call carrying .mla-kit-s.tgz: bash docs/gpu-runs/2026-12-06/nineteenth-call3-suite.sh
+# (The twenty-third session rebuilt kit s the same way from kit w's `head`, main with the branch-free `locate`:
+#   cp -a .mla-kit-w/{head,lib,test_mla_gpu} in place of kit p's; see 2026-12-07/twentythird-c1.sh for kit w.)
 set -u
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
