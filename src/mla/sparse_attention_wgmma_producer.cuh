@@ -133,7 +133,8 @@ __device__ __forceinline__ RowAddr locate(const KernelParams& args, const uint8_
   const SparseAttentionParams& p = args.p;
   // Without a branch: a masked row's offsets are computed for row 0 and dropped. An early return made every row's
   // address its own divergent region, where the divisor and the strides came by per-thread constant loads and the
-  // four rows' chains ran one after another (the producer's largest stall, H100 profile, 2026-12-06).
+  // four rows' chains ran one after another. Measured (H100, 2026-12-07, with FastDivmod::div branch-free too):
+  // sparse decode 3% faster over V3.2 rows, 1.6% over V4 pages, dense FP8 6% slower at 16 / 32 heads.
   const bool valid = row_valid<C>(p, id, extra);
   const int safe = valid ? id : 0;
   RowAddr a{nullptr, nullptr};
