@@ -74,6 +74,7 @@ const char* kernel_name(SparseKernel k) {
     case SparseKernel::simple: return "simple";
     case SparseKernel::mma_sm90: return "mma_sm90";
     case SparseKernel::wgmma_sm90: return "wgmma_sm90";
+    case SparseKernel::dense_mma_sm90: return "dense_mma_sm90";
   }
   return "unknown";
 }
@@ -94,10 +95,26 @@ std::atomic<bool>& dense_tiles_flag() {
   static std::atomic<bool> flag{env::choice("FLASHCPP_MLA_DENSE_KERNEL").value_or("gather") == "tiles"};
   return flag;
 }
+
+// Off by default until measured (docs/PERFORMANCE.md, "The few-heads FP8 kernel").
+std::atomic<bool>& dense_fp8_mma_flag() {
+  static std::atomic<bool> flag{env::choice("FLASHCPP_MLA_DENSE_KERNEL").value_or("gather") == "mma"};
+  return flag;
+}
 }  // namespace
 
 void set_dense_tiles_kernel(bool on) { dense_tiles_flag().store(on); }
 bool dense_tiles_kernel() { return dense_tiles_flag().load(std::memory_order_relaxed); }
+void set_dense_fp8_mma_kernel(bool on) { dense_fp8_mma_flag().store(on); }
+bool dense_fp8_mma_kernel() { return dense_fp8_mma_flag().load(std::memory_order_relaxed); }
+
+bool dense_fp8_mma_fit(const SparseAttentionParams& p) {
+  return p.kv_format == KvFormat::fp8_v32 && p.kv_dense_tiles && p.d_qk == 576 && p.d_v == 512 && p.h_q >= 1 &&
+         p.h_q <= 32 && p.sched != nullptr && p.kv != nullptr && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0 &&
+         p.num_kv >= 1 && p.num_kv <= INT32_MAX && p.block_size >= 64 && p.block_size % 64 == 0 &&
+         p.block_size <= INT32_MAX && p.kv_slot_stride_bytes == 656 && p.kv_block_stride_bytes % 16 == 0 &&
+         p.kv_block_stride_bytes >= p.block_size * 656;
+}
 
 bool dense_tiles_fit(const SparseAttentionParams& p, bool tensor_maps) {
   // The bulk tensor copies: a 16-byte aligned base and strides that are multiples of 16 bytes; coordinates in int32.
@@ -176,6 +193,9 @@ LaunchPlan choose(const SparseAttentionParams& p, const KernelSupport& f) {
   LaunchPlan plan;
   plan.split = p.sched != nullptr;
   plan.kernel = select_kernel(p, f.hopper);
+  // Dense decode's FP8 split work with few heads: the kernel that converts the cache's bytes in registers.
+  if (plan.kernel == SparseKernel::wgmma_sm90 && plan.split && dense_fp8_mma_kernel() && dense_fp8_mma_fit(p))
+    plan.kernel = SparseKernel::dense_mma_sm90;
   if (plan.kernel == SparseKernel::wgmma_sm90) choose_wgmma(p, f, plan);
   return plan;
 }
@@ -205,6 +225,8 @@ bool launch(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t
       return true;
     case SparseKernel::mma_sm90:
       return launch_sparse_attention_mma_fp8(p, stream);
+    case SparseKernel::dense_mma_sm90:
+      return launch_dense_decode_mma_fp8(p, stream);
     case SparseKernel::wgmma_sm90: {
       if (plan.variant == WgmmaVariant::dense_bf16 || plan.variant == WgmmaVariant::dense_fp8)
         return launch_dense_decode_wgmma(plan, p, stream);

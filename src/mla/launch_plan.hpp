@@ -85,6 +85,13 @@ bool launch_sparse_attention_wgmma_f16(const LaunchPlan& plan, const SparseAtten
 bool launch_sparse_attention_wgmma_fp8(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_sparse_attention_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
+bool launch_dense_decode_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
+
+/// Whether dense decode's split work in `p` fits the few-heads FP8 kernel (dense_decode_mma_fp8.cu): the V3.2 cache
+/// as whole tiles (kv_dense_tiles, block size a multiple of 64, rows of exactly 656 bytes so that a tile is one bulk
+/// copy, a 16-byte aligned cache and block stride), d_qk 576 / d_v 512, h_q 1..32, a schedule. The chooser's
+/// condition for SparseKernel::dense_mma_sm90 (with dense_fp8_mma_kernel()), and the launcher's.
+bool dense_fp8_mma_fit(const SparseAttentionParams& p);
 
 /// Whether the driver has the tensor-map encoder the dense decode kernel needs (looked up once).
 bool dense_decode_tensor_maps_available();
@@ -92,9 +99,13 @@ bool dense_decode_tensor_maps_available();
 /// Which kernel runs dense decode's split work over whole tiles: true the dense kernel (WgmmaVariant::dense_bf16 and
 /// dense_fp8), false (the default: the dense kernel measured slower, docs/PERFORMANCE.md) the sparse kernels over the plan's indices (bf16_576,
 /// v32_alone / v32_pair).
-/// Initialised from FLASHCPP_MLA_DENSE_KERNEL=tiles|gather; for benchmarks and tests.
+/// Initialised from FLASHCPP_MLA_DENSE_KERNEL=tiles|gather|mma; for benchmarks and tests.
 void set_dense_tiles_kernel(bool on);
 bool dense_tiles_kernel();
+/// Whether dense decode's FP8 split work with h_q <= 32 runs the few-heads kernel (SparseKernel::dense_mma_sm90,
+/// where dense_fp8_mma_fit) instead of the gather kernels. Initialised from FLASHCPP_MLA_DENSE_KERNEL=mma.
+void set_dense_fp8_mma_kernel(bool on);
+bool dense_fp8_mma_kernel();
 
 /// Whole clusters of the unsplit v4_pair instantiation resident at once on `device` (0 without code for it there).
 /// Queried by kernel_support once per device.

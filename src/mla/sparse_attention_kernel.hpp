@@ -270,6 +270,7 @@ enum class SparseKernel : int {
   simple = 0,      ///< sparse_attention_simple.cu: any SM >= 8.0, every shape the API accepts
   mma_sm90 = 1,    ///< sparse_attention_mma_sm90.cu: Hopper FP8 decode on mma.sync
   wgmma_sm90 = 2,  ///< sparse_attention_wgmma.cuh: Hopper warp-specialized wgmma (prefill; FP8 decode, 2-CTA cluster)
+  dense_mma_sm90 = 3,  ///< dense_decode_mma_fp8.cu: Hopper dense decode over the V3.2 FP8 cache, h_q <= 32, on mma.sync
 };
 const char* kernel_name(SparseKernel k);
 

@@ -224,6 +224,15 @@ struct DenseTiles {
   bool prev;
 };
 
+// Dense decode's FP8 work with up to 32 heads on the few-heads kernel (FLASHCPP_MLA_DENSE_KERNEL=mma), for a scope.
+struct DenseFp8FewHeads {
+  explicit DenseFp8FewHeads(bool on) : prev(mla::kernels::dense_fp8_mma_kernel()) {
+    mla::kernels::set_dense_fp8_mma_kernel(on);
+  }
+  ~DenseFp8FewHeads() { mla::kernels::set_dense_fp8_mma_kernel(prev); }
+  bool prev;
+};
+
 // ---------------------------------------------------------------------------------------------------
 // Prefill
 
@@ -1208,6 +1217,34 @@ TEST(MlaGpuDenseDecode, Fp16Cache) {
   run_dense_case({.b = 7, .s_q = 2, .h_q = 128, .s_k = 2000, .varlen = true, .causal = true, .f16 = true,
                   .block_size = 128, .num_sms = 5, .padded_rows = true, .bad_blocks = true},
                  seed++);
+}
+
+// The few-heads FP8 kernel (dense_decode_mma_fp8.cu): one and two m-tiles of heads (1, 9, 16 / 17, 24, 32), every
+// tile count an item can have in requests cut by 3 parts and by the device's, causal s_q 2, the sink; FlashMLA's long
+// varlen caches with empty requests; invalid blocks inside the lengths; a graph replay with new lengths.
+TEST(MlaGpuDenseDecode, FewHeadsFp8Kernel) {
+  FLASHCPP_REQUIRE_GPU();
+  DenseFp8FewHeads on(true);
+  const std::vector<int32_t> lengths = {0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 320, 383, 384, 2};
+  uint32_t seed = 3900;
+  for (int num_sms : {3, 0})
+    for (int64_t h_q : {1, 9, 16, 17, 24, 32})
+      for (int64_t s_q : {1, 2})
+        run_dense_case({.b = static_cast<int64_t>(lengths.size()), .s_q = s_q, .h_q = h_q, .s_k = 200,
+                        .causal = s_q == 2, .fp8 = true, .sink = h_q % 2 == 1, .num_sms = num_sms, .max_ref_rows = 64,
+                        .lengths = lengths},
+                       seed++);
+  for (int64_t h_q : {16, 32})
+    for (bool causal : {false, true})
+      run_dense_case({.b = 64, .s_q = 2, .h_q = h_q, .s_k = 4096, .varlen = true, .causal = causal,
+                      .zero_lengths = true, .fp8 = true, .max_ref_rows = 12},
+                     seed++);
+  run_dense_case({.b = 6, .s_q = 1, .h_q = 24, .s_k = 1200, .varlen = true, .fp8 = true, .block_size = 128,
+                  .sink = true, .bad_blocks = true},
+                 seed++);
+  run_dense_case({.b = 9, .s_q = 1, .h_q = 16, .s_k = 1500, .varlen = true, .fp8 = true}, seed++, /*graph=*/true);
+  run_dense_case({.b = 9, .s_q = 2, .h_q = 32, .s_k = 1500, .varlen = true, .causal = true, .fp8 = true}, seed++,
+                 /*graph=*/true);
 }
 
 // Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe): bf16,

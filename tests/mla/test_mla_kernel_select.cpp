@@ -479,6 +479,57 @@ TEST(MlaLaunchPlan, DenseTilesFallBackToTheGatherKernel) {
   EXPECT_EQ(kernels::choose(fp8, facts(true)).variant, WgmmaVariant::v32_pair);
 }
 
+// Dense decode's FP8 split work with up to 32 heads runs the few-heads kernel (dense_decode_mma_fp8.cu) when it is
+// switched on (FLASHCPP_MLA_DENSE_KERNEL=mma) and the cache's tiles are single copies; every other problem keeps its
+// kernel.
+TEST(MlaLaunchPlan, DenseFp8FewHeadsKernel) {
+  struct Scope {
+    bool prev = kernels::dense_fp8_mma_kernel();
+    ~Scope() { kernels::set_dense_fp8_mma_kernel(prev); }
+  } scope;
+  kernels::set_dense_fp8_mma_kernel(true);
+  kernels::SparseAttentionParams p = whole_tiles(with_split(decode_params()));
+  for (int h : {1, 16, 17, 32}) {
+    p.h_q = h;
+    EXPECT_TRUE(kernels::dense_fp8_mma_fit(p)) << "h_q " << h;
+    const LaunchPlan plan = kernels::choose(p, facts(true));
+    EXPECT_EQ(plan.kernel, SparseKernel::dense_mma_sm90) << "h_q " << h;
+    EXPECT_STREQ(kernels::plan_label(plan), "dense_mma_sm90");
+    EXPECT_EQ(kernels::choose(p, facts(false)).kernel, SparseKernel::simple);
+  }
+  p.h_q = 16;
+  auto refused = [&](const char* what, kernels::SparseAttentionParams q) {
+    EXPECT_FALSE(kernels::dense_fp8_mma_fit(q)) << what;
+    EXPECT_NE(kernels::choose(q, facts(true)).kernel, SparseKernel::dense_mma_sm90) << what;
+  };
+  kernels::SparseAttentionParams q = p;
+  q.h_q = 33;
+  refused("33 heads", q);
+  q = p;
+  q.kv_slot_stride_bytes = 672;  // padded rows: a tile is no longer one copy
+  q.kv_block_stride_bytes = 64 * 672;
+  refused("padded rows", q);
+  q = p;
+  q.block_size = 32;
+  q.kv_block_stride_bytes = 32 * 656;
+  refused("block size 32", q);
+  q = p;
+  q.kv = g_buffer + 8;
+  refused("unaligned cache", q);
+  q = p;
+  q.kv_block_stride_bytes = 64 * 656 + 8;
+  refused("unaligned block stride", q);
+  q = p;
+  q.kv_dense_tiles = false;
+  refused("gathered rows", q);
+  refused("unsplit", whole_tiles(decode_params()));
+  kernels::SparseAttentionParams bf16 = whole_tiles(with_split(prefill_params()));
+  bf16.h_q = 16;
+  refused("bf16 cache", bf16);
+  kernels::set_dense_fp8_mma_kernel(false);
+  EXPECT_EQ(kernels::choose(p, facts(true)).kernel, SparseKernel::wgmma_sm90);
+}
+
 // Dense decode over an fp16 cache (fp16 q and out): its own instantiation of the sparse kernel's gathers, split or not
 // by the plan, never the dense kernel (instantiated for bf16 and the V3.2 FP8 cache only); the simple kernel off Hopper.
 TEST(MlaLaunchPlan, Fp16CacheRunsItsOwnInstantiation) {
@@ -509,6 +560,7 @@ TEST(MlaKernelSelect, NamesEveryKernel) {
   EXPECT_STREQ(kernels::kernel_name(SparseKernel::simple), "simple");
   EXPECT_STREQ(kernels::kernel_name(SparseKernel::mma_sm90), "mma_sm90");
   EXPECT_STREQ(kernels::kernel_name(SparseKernel::wgmma_sm90), "wgmma_sm90");
+  EXPECT_STREQ(kernels::kernel_name(SparseKernel::dense_mma_sm90), "dense_mma_sm90");
 }
 
 TEST(MlaFastDivmod, MatchesDivisionForPageSizesAndIndices) {
