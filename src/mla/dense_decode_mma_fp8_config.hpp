@@ -54,7 +54,7 @@ struct Traits {
   static constexpr int kOffWarpSum = kOffWarpMax + kWarps * kRows * 4;  // float [kWarps][kRows]: their row sums
   static constexpr int kOffRowScale = kOffWarpSum + kWarps * kRows * 4;  // float [kRows]: sm_scale log2e 2^-e
   static constexpr int kOffValid = kOffRowScale + kRows * 4;  // int [kStages]: each stage's valid rows
-  static constexpr int kOffBar = kOffValid + kStages * 4;     // mbarrier [kStages]: the stage's copy landed
+  static constexpr int kOffBar = (kOffValid + kStages * 4 + 7) / 8 * 8;  // mbarrier [kStages]: the stage's copy landed
   static constexpr int kSmemBytes = kOffBar + kStages * 8;
 
   static_assert(kTileBytes % 16 == 0 && kOffQNope % 128 == 0, "bulk copies land on 16-byte aligned stages");
