@@ -99,11 +99,11 @@ bool dense_decode_tensor_maps_available();
 /// Which kernel runs dense decode's split work over whole tiles: true the dense kernel (WgmmaVariant::dense_bf16 and
 /// dense_fp8), false (the default: the dense kernel measured slower, docs/PERFORMANCE.md) the sparse kernels over the plan's indices (bf16_576,
 /// v32_alone / v32_pair).
-/// Initialised from FLASHCPP_MLA_DENSE_KERNEL=tiles|gather|mma; for benchmarks and tests.
+/// Initialised from FLASHCPP_MLA_DENSE_KERNEL=tiles (on) | gather | mma (off); for benchmarks and tests.
 void set_dense_tiles_kernel(bool on);
 bool dense_tiles_kernel();
 /// Whether dense decode's FP8 split work with h_q <= 32 runs the few-heads kernel (SparseKernel::dense_mma_sm90,
-/// where dense_fp8_mma_fit) instead of the gather kernels. Initialised from FLASHCPP_MLA_DENSE_KERNEL=mma.
+/// where dense_fp8_mma_fit) instead of the gather kernels: on unless FLASHCPP_MLA_DENSE_KERNEL=gather.
 void set_dense_fp8_mma_kernel(bool on);
 bool dense_fp8_mma_kernel();
 

@@ -251,6 +251,13 @@ struct DenseTilesScope {
   bool prev;
 };
 
+// FLASHCPP_MLA_DENSE_KERNEL's few-heads FP8 switch for a scope: on (the default) or off (=gather).
+struct DenseFp8MmaScope {
+  explicit DenseFp8MmaScope(bool on) : prev(kernels::dense_fp8_mma_kernel()) { kernels::set_dense_fp8_mma_kernel(on); }
+  ~DenseFp8MmaScope() { kernels::set_dense_fp8_mma_kernel(prev); }
+  bool prev;
+};
+
 // Dense decode over a cache whose block size is a multiple of 64 (every tile is 64 consecutive rows).
 kernels::SparseAttentionParams whole_tiles(kernels::SparseAttentionParams p) {
   p.kv_dense_tiles = true;
@@ -308,9 +315,13 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
         {wg, v32_pair, true, 64, 2}, "wgmma_sm90/v32_pair/64h"},
       {"dense decode (split V3.2 FP8, whole tiles, the dense kernel)", whole_tiles(with_split(decode_params())),
         {wg, dense_fp8, true, 64, 1}, "wgmma_sm90/dense_fp8/64h", 66, true},
-      {"dense decode (split V3.2 FP8 h_q 16, whole tiles, the dense kernel)",
-        whole_tiles(with_split(heads(decode_params(), 16))), {wg, dense_fp8, true, 64, 1}, "wgmma_sm90/dense_fp8/64h",
-        66, true},
+      {"dense decode (split V3.2 FP8 h_q 16, whole tiles): the few-heads kernel, the dense kernel on or not",
+        whole_tiles(with_split(heads(decode_params(), 16))), {SparseKernel::dense_mma_sm90, none, true, 0, 1},
+        "dense_mma_sm90", 66, true},
+      {"dense decode (split V3.2 FP8 h_q 32, whole tiles)", whole_tiles(with_split(heads(decode_params(), 32))),
+        {SparseKernel::dense_mma_sm90, none, true, 0, 1}, "dense_mma_sm90"},
+      {"dense decode (split V3.2 FP8 h_q 33, whole tiles)", whole_tiles(with_split(heads(decode_params(), 33))),
+        {wg, v32_alone, true, 64, 1}, "wgmma_sm90/v32_alone/64h"},
       {"V3.2 h_q 128", decode_params(), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
       {"V3.2 h_q 128 split", with_split(decode_params()), {wg, v32_pair, true, 64, 2}, "wgmma_sm90/v32_pair/64h"},
       {"V3.2 h_q 65", heads(decode_params(), 65), {wg, v32_pair, false, 64, 2}, "wgmma_sm90/v32_pair/64h"},
@@ -369,14 +380,16 @@ TEST(MlaLaunchPlan, DocsTableMatchesTheChooser) {
     ASSERT_GE(cells.size(), 7u) << line;
     const std::string &op = cells[0], &kv = cells[1], &plan = cells[6];
     // "bf16" / "f16" / "v32" / "v4", then ", whole tiles" (dense decode over a block size that is a multiple of 64),
-    // then ", FLASHCPP_MLA_DENSE_KERNEL=tiles".
+    // then ", FLASHCPP_MLA_DENSE_KERNEL=tiles" or "=gather" (the few-heads FP8 kernel switched off).
     const std::string format = kv.substr(0, kv.find(','));
     const bool tiles_kernel = kv.ends_with(", FLASHCPP_MLA_DENSE_KERNEL=tiles");
+    const bool gather = kv.ends_with(", FLASHCPP_MLA_DENSE_KERNEL=gather");  // the few-heads FP8 kernel off
     const bool bf16 = format == "bf16" || format == "f16";
     kernels::SparseAttentionParams p = bf16 ? prefill_params() : decode_params();
     if (format == "f16") p.kv_format = KvFormat::f16;
     p.kv_dense_tiles = kv.find(", whole tiles") != std::string::npos;
     DenseTilesScope tiles(tiles_kernel);
+    DenseFp8MmaScope few_heads(!gather);
     if (format == "v4") {
       p.kv_format = KvFormat::fp8_v4;
       p.topk = p.main_topk = 128;
@@ -483,11 +496,7 @@ TEST(MlaLaunchPlan, DenseTilesFallBackToTheGatherKernel) {
 // switched on (FLASHCPP_MLA_DENSE_KERNEL=mma) and the cache's tiles are single copies; every other problem keeps its
 // kernel.
 TEST(MlaLaunchPlan, DenseFp8FewHeadsKernel) {
-  struct Scope {
-    bool prev = kernels::dense_fp8_mma_kernel();
-    ~Scope() { kernels::set_dense_fp8_mma_kernel(prev); }
-  } scope;
-  kernels::set_dense_fp8_mma_kernel(true);
+  DenseFp8MmaScope scope(true);
   kernels::SparseAttentionParams p = whole_tiles(with_split(decode_params()));
   for (int h : {1, 16, 17, 32}) {
     p.h_q = h;

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The twenty-fourth session's second call on the few-heads FP8 kernel: where its time goes and two changes, each a
+# build of main's tree with one patch of this directory (kit y, built here: /tmp-style loop of `git apply PATCH`,
+# `cmake --build build-gpu-full --target flashcpp`, the library copied to .mla-kit-y/NAME, `git checkout src/mla`):
+#   bits  the e4m3 pairs converted by integer operations (value * 2^-8, exact) instead of cvt.rn.f16x2.e4m3x2
+#   st5   five stages instead of four (16 heads)      vearly  V's loads and conversions before the P barrier
+#   pidx  the producer loads a tile's first index a tile ahead      pv2  pidx with vearly
+#   nopv  probe: P V skipped (wrong output: time only)      nos   probe: S skipped      none  probe: both skipped
+# One call carrying .mla-kit-x.tgz and .mla-kit-y.tgz: bash docs/gpu-runs/2026-12-07/twentyfourth-fewheads-probe.sh
+# Then, beside each other: CornerCases on kit x with FLASHCPP_MLA_DENSE_KERNEL=mma (its h_q 1 FP8 cases run the
+# kernel), FewHeadsFp8Kernel on `bits` and on `pv2`, and FlashMLA's dense grid on `pv2`.
+set -u
+out=${OUT:-$(mktemp -d)}
+k=$(mktemp -d)
+tar xzf .mla-kit-x.tgz -C "$k"
+tar xzf .mla-kit-y.tgz -C "$k"
+x=$k/.mla-kit-x y=$k/.mla-kit-y
+export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+more=""
+for v in ${VARIANTS:-pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
+# shellcheck disable=SC2086
+FLASHCPP_MLA_DENSE_KERNEL=mma LD_LIBRARY_PATH=$x/lib timeout "${BENCH_S:-200}" python3 bench/flashmla_side_by_side.py \
+  --op dense --iters 10 --no-host-time --no-flashinfer --lib "$x/x/libflashcpp.so" --lib-b "$x/x/libflashcpp.so" \
+  --lib-b-env FLASHCPP_MLA_DENSE_KERNEL=gather --filter "dense tp" --lib-more $more > "$out/dense.txt" 2>&1
+echo "bench exit $?"
+grep '^MLA_SUITE' "$out/dense.txt" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line.split(" ", 1)[1])
+    if d["kv"] != "fp8": continue
+    print(d["h_q"], "ours", round(d["flashcpp_us"], 1), "gather", round(d.get("flashcpp_b_us", 0), 1),
+          "fp8_speedup", round(d.get("fp8_speedup", 0), 3), "copy", round(d["copy_fraction"], 3),
+          {k: round(v, 4) for k, v in d.items() if k.endswith("_speedup") or k.endswith("_diff")})'
+tail -3 "$out/dense.txt"
+LD_LIBRARY_PATH=$x/x:$x/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+  --gtest_filter='MlaGpuDenseDecode.CornerCases' > "$out/tests-corner.txt" 2>&1 &
+LD_LIBRARY_PATH=$y/bits:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+  --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-bits-fewheads.txt" 2>&1 &
+LD_LIBRARY_PATH=$y/pv2:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+  --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-pv2-fewheads.txt" 2>&1 &
+LD_LIBRARY_PATH=$y/pv2:$x/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+  --gtest_filter='MlaGpuDenseDecode.FlashMlaCorrectnessGrid' > "$out/tests-pv2-grid.txt" 2>&1 &
+wait
+for f in "$out"/tests-*.txt; do
+  echo "== $(basename "$f"): $(grep -cE '^\[       OK' "$f") ok"
+  grep -E '^\[  (PASSED|FAILED)|FAILED \]|Failure' "$f" | head -10
+done
