@@ -28,7 +28,7 @@ namespace flashcpp::mla::kernels::dense_mma {
 namespace {
 
 using wgmma::mbar_arrive, wgmma::mbar_arrive_expect_tx, wgmma::mbar_init, wgmma::mbar_wait, wgmma::WorkItem;
-using sm90::fast_exp2;
+using sm90::fast_exp2, sm90::ldmatrix_x4, sm90::mma_bf16, sm90::mma_f16;
 
 struct Params {
   SparseAttentionParams p;
@@ -37,26 +37,6 @@ struct Params {
 
 // ---------------------------------------------------------------------------------------------------
 // PTX helpers.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// D (16x8 f32) += A (16x16, row) * B (16x8, col), fp16 or bf16 operands.
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 // The low (HI false) or high 16 bits of `two`, two e4m3 values (lower byte first), as fp16x2: exact.
 template <bool HI>
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
@@ -566,14 +546,7 @@ bool launch_mt(const SparseAttentionParams& p, cudaStream_t stream) {
   args.p = p;
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   const int64_t blocks = static_cast<int64_t>(p.num_parts) * p.tokens_per_request;
-  if (blocks < 1 || blocks > INT_MAX) return false;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(T::kThreads);
-  config.dynamicSmemBytes = T::kSmemBytes;
-  config.stream = stream;
-  return cudaLaunchKernelEx(&config, dense_decode_mma_fp8_kernel<MT>, args) == cudaSuccess &&
-         cudaGetLastError() == cudaSuccess;
+  return launch_grid(dense_decode_mma_fp8_kernel<MT>, blocks, T::kThreads, T::kSmemBytes, stream, args);
 }
 
 }  // namespace

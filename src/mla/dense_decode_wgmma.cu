@@ -779,13 +779,7 @@ bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionPara
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   args.groups = (p.h_q + T::kHeads - 1) / T::kHeads;
   const int64_t blocks = static_cast<int64_t>(p.num_parts) * p.tokens_per_request * args.groups;
-  if (blocks < 1 || blocks > INT_MAX) return false;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(T::kThreads);
-  config.dynamicSmemBytes = T::kSmemBytes;
-  config.stream = stream;
-  return cudaLaunchKernelEx(&config, kernel, args) == cudaSuccess && cudaGetLastError() == cudaSuccess;
+  return launch_grid(kernel, blocks, T::kThreads, T::kSmemBytes, stream, args);
 }
 
 }  // namespace flashcpp::mla::kernels

@@ -1,5 +1,6 @@
-// Device helpers shared by the Hopper sparse-attention kernels (sparse_attention_mma_sm90.cu and
-// sparse_attention_wgmma.cuh): shared-memory addresses, 16-byte copies, loads and stores, bf16 / fp16 packing, exp2.
+// Device helpers shared by the Hopper attention kernels (sparse_attention_mma_sm90.cu, sparse_attention_wgmma.cuh,
+// dense_decode_mma_fp8.cu): shared-memory addresses, 16-byte copies, loads and stores, bf16 / fp16 packing, exp2, and
+// the mma.sync fragments' ldmatrix and m16n8k16 products.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -98,5 +99,24 @@ __device__ __forceinline__ float fast_exp2(float x) {  // ex2(-inf) = +0
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+// Four 8x8 b16 matrices from shared memory, lanes 8i..8i+7 giving matrix i's row addresses (mma.sync's fragments).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// D (16x8 f32) += A (16x16, row) * B (16x8, col) on warp-level tensor cores, bf16 (mma_bf16) or fp16 (mma_f16) operands.
+#define FLASHCPP_SM90_MMA_16816(TYPE)                                                                                \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE                                               \
+               ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                             \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  FLASHCPP_SM90_MMA_16816("bf16");
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  FLASHCPP_SM90_MMA_16816("f16");
+}
+#undef FLASHCPP_SM90_MMA_16816
 
 }  // namespace flashcpp::mla::kernels::sm90

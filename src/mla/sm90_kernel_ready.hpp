@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <climits>
+#include <cstdint>
 #include <mutex>
 
 namespace flashcpp::mla::kernels {
@@ -33,6 +35,21 @@ bool sm90a_kernel_ready(int device, int smem_bytes) {
     ready[device] = true;
   });
   return ready[device];
+}
+
+/// Launches `kernel(args)` on `blocks` CTAs of `threads` threads with `smem_bytes` of dynamic shared memory on
+/// `stream`: false, launching nothing, for a grid outside [1, INT_MAX]; false after a failed launch (its error left in
+/// cudaGetLastError).
+template <class Args>
+bool launch_grid(void (*kernel)(Args), int64_t blocks, int threads, int smem_bytes, cudaStream_t stream,
+                 const Args& args) {
+  if (blocks < 1 || blocks > INT_MAX) return false;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, kernel, args) == cudaSuccess && cudaGetLastError() == cudaSuccess;
 }
 
 }  // namespace flashcpp::mla::kernels

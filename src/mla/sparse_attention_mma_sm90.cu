@@ -21,7 +21,7 @@
 namespace flashcpp::mla::kernels {
 namespace {
 
-using sm90::cp_async_16, sm90::fast_exp2, sm90::ld_global_nc_v4, sm90::ld_shared_v4, sm90::pack_bf16x2,
+using sm90::cp_async_16, sm90::fast_exp2, sm90::ldmatrix_x4, sm90::mma_bf16, sm90::ld_global_nc_v4, sm90::ld_shared_v4, sm90::pack_bf16x2,
     sm90::smem_addr, sm90::st_shared_u32, sm90::st_shared_v4;
 
 using namespace mma_sm90;
@@ -39,23 +39,10 @@ struct KernelParams {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-}
-// D (16x8 f32) += A (16x16 bf16, row) * B (16x8 bf16, col).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 // Two e4m3 (low byte first) -> bf16x2 of (value * scale), product rounded once from f32.
 __device__ __forceinline__ uint32_t dequant_e4m3x2(uint32_t two, float scale) {
