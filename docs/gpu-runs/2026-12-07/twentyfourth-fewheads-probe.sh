@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# The twenty-fourth session's second call on the few-heads FP8 kernel: where its time goes and two changes, each a
-# build of main's tree with one patch of this directory (kit y, built here: /tmp-style loop of `git apply PATCH`,
-# `cmake --build build-gpu-full --target flashcpp`, the library copied to .mla-kit-y/NAME, `git checkout src/mla`):
+# The twenty-fourth session's second call on the few-heads FP8 kernel (prepared, not run: no device time was left):
+# where its time goes and changes to it, each a build with one patch of this directory (a full diff against main at
+# 1d5dd12). Kit y, built here from a configured and built tree (D = docs/gpu-runs/2026-12-07):
+#   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-y \
+#     lean=D/twentyfourth-lean.patch pidx=D/twentyfourth-pidx.patch pv2=D/twentyfourth-pidx-vearly.patch \
+#     bits=D/twentyfourth-bits.patch st5=D/twentyfourth-st5.patch vearly=D/twentyfourth-vearly.patch \
+#     nopv=D/twentyfourth-nopv.patch nos=D/twentyfourth-nos.patch none=D/twentyfourth-none.patch
+# and kit x (main's own build) as twentyfourth-fewheads.sh says. The builds:
 #   bits  the e4m3 pairs converted by integer operations (value * 2^-8, exact) instead of cvt.rn.f16x2.e4m3x2
 #   st5   five stages instead of four (16 heads)      vearly  V's loads and conversions before the P barrier
 #   pidx  the producer loads a tile's first index a tile ahead      pv2  pidx with vearly
+#   lean  pv2 with fewer instructions a tile (from the SASS: the conversions' high halves read in place, not shifted;
+#         S's ldmatrix addresses as four bases and immediates; V's rows masked only in a partial tile; O's rescale
+#         skipped when every factor of the warp is 1): 916 instructions in the 16-head tile loop against 1030
 #   nopv  probe: P V skipped (wrong output: time only)      nos   probe: S skipped      none  probe: both skipped
 # One call carrying .mla-kit-x.tgz and .mla-kit-y.tgz: bash docs/gpu-runs/2026-12-07/twentyfourth-fewheads-probe.sh
 # Then, beside each other: CornerCases on kit x with FLASHCPP_MLA_DENSE_KERNEL=mma (its h_q 1 FP8 cases run the
-# kernel), FewHeadsFp8Kernel on `bits` and on `pv2`, and FlashMLA's dense grid on `pv2`.
+# kernel) and FewHeadsFp8Kernel on `bits` (CORNER=0: neither), FewHeadsFp8Kernel and FlashMLA's dense grid on
+# $TEST_VARIANT (default `lean`). About 4 minutes with CORNER=0 TEST_S=130.
 set -u
 out=${OUT:-$(mktemp -d)}
 k=$(mktemp -d)
@@ -18,7 +27,7 @@ x=$k/.mla-kit-x y=$k/.mla-kit-y
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 more=""
-for v in ${VARIANTS:-pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
+for v in ${VARIANTS:-lean pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
 # shellcheck disable=SC2086
 FLASHCPP_MLA_DENSE_KERNEL=mma LD_LIBRARY_PATH=$x/lib timeout "${BENCH_S:-200}" python3 bench/flashmla_side_by_side.py \
   --op dense --iters 10 --no-host-time --no-flashinfer --lib "$x/x/libflashcpp.so" --lib-b "$x/x/libflashcpp.so" \
@@ -39,10 +48,11 @@ if [[ ${CORNER:-1} == 1 ]]; then  # CornerCases takes over 200 s
   LD_LIBRARY_PATH=$y/bits:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
     --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-bits-fewheads.txt" 2>&1 &
 fi
-LD_LIBRARY_PATH=$y/pv2:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
-  --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-pv2-fewheads.txt" 2>&1 &
-LD_LIBRARY_PATH=$y/pv2:$x/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
-  --gtest_filter='MlaGpuDenseDecode.FlashMlaCorrectnessGrid' > "$out/tests-pv2-grid.txt" 2>&1 &
+tv=${TEST_VARIANT:-lean}
+LD_LIBRARY_PATH=$y/$tv:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+  --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-$tv-fewheads.txt" 2>&1 &
+LD_LIBRARY_PATH=$y/$tv:$x/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+  --gtest_filter='MlaGpuDenseDecode.FlashMlaCorrectnessGrid' > "$out/tests-$tv-grid.txt" 2>&1 &
 wait
 for f in "$out"/tests-*.txt; do
   echo "== $(basename "$f"): $(grep -cE '^\[       OK' "$f") ok"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The twenty-fourth session's device call for the few-heads FP8 dense decode kernel (dense_decode_mma_fp8.cu), kit x
 # built here from main's tree with the kernel (a configured build-gpu-full):
-#   cmake --build build-gpu-full --target flashcpp test_mla_gpu && mkdir -p .mla-kit-x/x &&
-#   cp -a build-gpu-full/libflashcpp.so* .mla-kit-x/x/ && cp build-gpu-full/tests/gpu/test_mla_gpu .mla-kit-x/ &&
-#   (kit w's lib/ and build-gpu-full/tests/libflashcpp_test_hooks.so into .mla-kit-x/lib) && tar czf .mla-kit-x.tgz .mla-kit-x
+#   cmake --build build-gpu-full --target flashcpp test_mla_gpu &&
+#   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-x x
+#   (KIT/x/: the library; KIT/lib: its dependencies and the test hooks; KIT/test_mla_gpu)
 # One call carrying .mla-kit-x.tgz: bash docs/gpu-runs/2026-12-07/twentyfourth-fewheads.sh
 #   1. the kernel's GPU tests (FewHeadsFp8Kernel) and FlashMLA's dense grid and corner cases with
 #      FLASHCPP_MLA_DENSE_KERNEL=mma (its h_q 1, 3 and 9 FP8 cases run the kernel), four processes at once;
