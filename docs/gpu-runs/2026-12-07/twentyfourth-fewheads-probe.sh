@@ -23,7 +23,9 @@ out=${OUT:-$(mktemp -d)}
 k=$(mktemp -d)
 tar xzf .mla-kit-x.tgz -C "$k"
 tar xzf .mla-kit-y.tgz -C "$k"
-x=$k/.mla-kit-x y=$k/.mla-kit-y
+x=$k/.mla-kit-x y=$k/.mla-kit-y  # (the kits as tarred here; mla-variants.sh's own tgz has no folder:)
+[[ -d $x ]] || { mkdir "$k/x" && tar xzf .mla-kit-x.tgz -C "$k/x" && x=$k/x; }
+[[ -d $y ]] || { mkdir "$k/y" && tar xzf .mla-kit-y.tgz -C "$k/y" && y=$k/y; }
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 more=""

@@ -13,7 +13,7 @@ set -u
 out=${OUT:-$(mktemp -d)}
 k=$(mktemp -d)
 tar xzf .mla-kit-x.tgz -C "$k"
-k=$k/.mla-kit-x
+[[ -d $k/.mla-kit-x ]] && k=$k/.mla-kit-x  # as tarred here; mla-variants.sh's own tgz has no folder
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 run_tests() {  # name, seconds, env..., -- gtest args
