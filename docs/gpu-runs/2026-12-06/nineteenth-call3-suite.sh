@@ -7,7 +7,9 @@
 #   cp -r <shared data>/flashmla-golden/* .mla-kit-s/golden/ && tar czf .mla-kit-s.tgz .mla-kit-s
 # Then one device call carrying .mla-kit-s.tgz: bash docs/gpu-runs/2026-12-06/nineteenth-call3-suite.sh
 # (The twenty-third session rebuilt kit s the same way from kit w's `head`, main with the branch-free `locate`:
-#   cp -a .mla-kit-w/{head,lib,test_mla_gpu} in place of kit p's; see 2026-12-07/twentythird-c1.sh for kit w.)
+#   cp -a .mla-kit-w/{head,lib,test_mla_gpu} in place of kit p's; see 2026-12-07/twentythird-c1.sh for kit w. The
+#   twenty-fourth rebuilt it from main at fd1f748, with the few-heads FP8 dense kernel on by default: head = that
+#   build's stripped library, test_mla_gpu with MlaGpuDenseDecode.FewHeadsFp8Kernel, lib with its test hooks.)
 set -u
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
