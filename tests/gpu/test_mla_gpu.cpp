@@ -1247,6 +1247,18 @@ TEST(MlaGpuDenseDecode, FewHeadsFp8Kernel) {
                  /*graph=*/true);
 }
 
+// A few small cases of the few-heads FP8 kernel for compute-sanitizer (memcheck, racecheck), where the whole test
+// above takes too long: split items of every tile count at 3 parts, one and two m-tiles, causal s_q 2, the sink.
+TEST(MlaGpuDenseDecode, FewHeadsFp8KernelSanitizerCases) {
+  FLASHCPP_REQUIRE_GPU();
+  DenseFp8FewHeads on(true);
+  uint32_t seed = 3950;
+  for (int64_t h_q : {16, 32})
+    run_dense_case({.b = 4, .s_q = 2, .h_q = h_q, .s_k = 200, .causal = true, .fp8 = true, .sink = true, .num_sms = 3,
+                    .max_ref_rows = 16, .lengths = {0, 65, 130, 257}},
+                   seed++);
+}
+
 // Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe): bf16,
 // the FP8 rows and fp16.
 TEST(MlaGpuDenseDecode, CudaGraphReplayWithNewLengths) {

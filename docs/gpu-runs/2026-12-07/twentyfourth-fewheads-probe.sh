@@ -17,7 +17,8 @@
 # One call carrying .mla-kit-x.tgz and .mla-kit-y.tgz: bash docs/gpu-runs/2026-12-07/twentyfourth-fewheads-probe.sh
 # Then, beside each other: CornerCases on kit x with FLASHCPP_MLA_DENSE_KERNEL=mma (its h_q 1 FP8 cases run the
 # kernel) and FewHeadsFp8Kernel on `bits` (CORNER=0: neither), FewHeadsFp8Kernel and FlashMLA's dense grid on
-# $TEST_VARIANT (default `lean`). About 4 minutes with CORNER=0 TEST_S=130.
+# $TEST_VARIANT (default `lean`), and compute-sanitizer memcheck and racecheck on FewHeadsFp8KernelSanitizerCases
+# (main's build and $TEST_VARIANT). About 4 minutes with CORNER=0 TEST_S=130.
 set -u
 out=${OUT:-$(mktemp -d)}
 k=$(mktemp -d)
@@ -55,7 +56,19 @@ LD_LIBRARY_PATH=$y/$tv:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
   --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-$tv-fewheads.txt" 2>&1 &
 LD_LIBRARY_PATH=$y/$tv:$x/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
   --gtest_filter='MlaGpuDenseDecode.FlashMlaCorrectnessGrid' > "$out/tests-$tv-grid.txt" 2>&1 &
+# compute-sanitizer on the kernel's small cases (main's build and $TEST_VARIANT), beside the tests (SANITIZE=0: not)
+if [[ ${SANITIZE:-1} == 1 ]]; then
+  for lib in x "$tv"; do
+    for tool in memcheck racecheck; do
+      d=$([[ $lib == x ]] && echo "$x/x" || echo "$y/$lib")
+      (LD_LIBRARY_PATH=$d:$x/lib timeout "${TEST_S:-300}" compute-sanitizer --tool $tool --error-exitcode 3 \
+        "$x/test_mla_gpu" --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8KernelSanitizerCases' \
+        > "$out/sanitize-$lib-$tool.txt" 2>&1; echo "exit $?" >> "$out/sanitize-$lib-$tool.txt") &
+    done
+  done
+fi
 wait
+for f in "$out"/sanitize-*.txt; do echo "== $(basename "$f"): $(tail -1 "$f")"; grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f"; done
 for f in "$out"/tests-*.txt; do
   echo "== $(basename "$f"): $(grep -cE '^\[       OK' "$f") ok"
   grep -E '^\[  (PASSED|FAILED)|FAILED \]|Failure' "$f" | head -10
