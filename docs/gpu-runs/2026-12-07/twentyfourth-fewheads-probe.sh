@@ -5,7 +5,8 @@
 #   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-y \
 #     lean=D/twentyfourth-lean.patch pidx=D/twentyfourth-pidx.patch pv2=D/twentyfourth-pidx-vearly.patch \
 #     bits=D/twentyfourth-bits.patch st5=D/twentyfourth-st5.patch vearly=D/twentyfourth-vearly.patch \
-#     nopv=D/twentyfourth-nopv.patch nos=D/twentyfourth-nos.patch none=D/twentyfourth-none.patch
+#     nopv=D/twentyfourth-nopv.patch nos=D/twentyfourth-nos.patch none=D/twentyfourth-none.patch \
+#     twogroup=D/twentyfourth-twogroup.patch
 # and kit x (main's own build) as twentyfourth-fewheads.sh says. The builds:
 #   bits  the e4m3 pairs converted by integer operations (value * 2^-8, exact) instead of cvt.rn.f16x2.e4m3x2
 #   st5   five stages instead of four (16 heads)      vearly  V's loads and conversions before the P barrier
@@ -13,12 +14,15 @@
 #   lean  pv2 with fewer instructions a tile (from the SASS: the conversions' high halves read in place, not shifted;
 #         S's ldmatrix addresses as four bases and immediates; V's rows masked only in a partial tile; O's rescale
 #         skipped when every factor of the warp is 1): 916 instructions in the 16-head tile loop against 1030
+#   twogroup  lean with two groups of 8 warps at 16 heads taking an item's tiles in turn (each its own softmax state,
+#         P and O, merged at the item's end; thread 0 issues the copies, a stage refilled once its reader's warps
+#         released it): one group's barriers and latencies under the other's work. 128 registers, 12 bytes spilled.
 #   nopv  probe: P V skipped (wrong output: time only)      nos   probe: S skipped      none  probe: both skipped
 # One call carrying .mla-kit-x.tgz and .mla-kit-y.tgz: bash docs/gpu-runs/2026-12-07/twentyfourth-fewheads-probe.sh
 # Then, beside each other: CornerCases on kit x with FLASHCPP_MLA_DENSE_KERNEL=mma (its h_q 1 FP8 cases run the
-# kernel) and FewHeadsFp8Kernel on `bits` (CORNER=0: neither), FewHeadsFp8Kernel and FlashMLA's dense grid on
-# $TEST_VARIANT (default `lean`), and compute-sanitizer memcheck and racecheck on FewHeadsFp8KernelSanitizerCases
-# (main's build and $TEST_VARIANT). About 4 minutes with CORNER=0 TEST_S=130.
+# kernel) and FewHeadsFp8Kernel on `bits` (CORNER=0: neither), FewHeadsFp8Kernel and FlashMLA's dense grid on each
+# of $TEST_VARIANTS (default `lean twogroup`), and compute-sanitizer memcheck and racecheck on
+# FewHeadsFp8KernelSanitizerCases (main's build and $TEST_VARIANTS). About 4 minutes with CORNER=0 TEST_S=130.
 set -u
 out=${OUT:-$(mktemp -d)}
 k=$(mktemp -d)
@@ -30,7 +34,7 @@ x=$k/.mla-kit-x y=$k/.mla-kit-y  # (the kits as tarred here; mla-variants.sh's o
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 more=""
-for v in ${VARIANTS:-lean pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
+for v in ${VARIANTS:-twogroup lean pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
 # shellcheck disable=SC2086
 FLASHCPP_MLA_DENSE_KERNEL=mma LD_LIBRARY_PATH=$x/lib timeout "${BENCH_S:-200}" python3 bench/flashmla_side_by_side.py \
   --op dense --iters 10 --no-host-time --no-flashinfer --lib "$x/x/libflashcpp.so" --lib-b "$x/x/libflashcpp.so" \
@@ -51,14 +55,15 @@ if [[ ${CORNER:-1} == 1 ]]; then  # CornerCases takes over 200 s
   LD_LIBRARY_PATH=$y/bits:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
     --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-bits-fewheads.txt" 2>&1 &
 fi
-tv=${TEST_VARIANT:-lean}
-LD_LIBRARY_PATH=$y/$tv:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
-  --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-$tv-fewheads.txt" 2>&1 &
-LD_LIBRARY_PATH=$y/$tv:$x/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
-  --gtest_filter='MlaGpuDenseDecode.FlashMlaCorrectnessGrid' > "$out/tests-$tv-grid.txt" 2>&1 &
+for tv in ${TEST_VARIANTS:-lean twogroup}; do
+  LD_LIBRARY_PATH=$y/$tv:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+    --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-$tv-fewheads.txt" 2>&1 &
+  LD_LIBRARY_PATH=$y/$tv:$x/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+    --gtest_filter='MlaGpuDenseDecode.FlashMlaCorrectnessGrid' > "$out/tests-$tv-grid.txt" 2>&1 &
+done
 # compute-sanitizer on the kernel's small cases (main's build and $TEST_VARIANT), beside the tests (SANITIZE=0: not)
 if [[ ${SANITIZE:-1} == 1 ]]; then
-  for lib in x "$tv"; do
+  for lib in x ${TEST_VARIANTS:-lean twogroup}; do
     for tool in memcheck racecheck; do
       d=$([[ $lib == x ]] && echo "$x/x" || echo "$y/$lib")
       (LD_LIBRARY_PATH=$d:$x/lib timeout "${TEST_S:-300}" compute-sanitizer --tool $tool --error-exitcode 3 \
