@@ -31,10 +31,18 @@ tar xzf .mla-kit-y.tgz -C "$k"
 x=$k/.mla-kit-x y=$k/.mla-kit-y  # (the kits as tarred here; mla-variants.sh's own tgz has no folder:)
 [[ -d $x ]] || { mkdir "$k/x" && tar xzf .mla-kit-x.tgz -C "$k/x" && x=$k/x; }
 [[ -d $y ]] || { mkdir "$k/y" && tar xzf .mla-kit-y.tgz -C "$k/y" && y=$k/y; }
+# Kit z (twenty-fifth session, when carried): mixv / mixk, lean with V's / K's conversions by integer operations
+# (twentyfifth-mixv.patch, twentyfifth-mixk.patch), so that the conversion pipe and the integer pipe share the work.
+z=""
+if [[ -f .mla-kit-z.tgz ]]; then
+  tar xzf .mla-kit-z.tgz -C "$k"; z=$k/.mla-kit-z
+  [[ -d $z ]] || { mkdir "$k/z" && tar xzf .mla-kit-z.tgz -C "$k/z" && z=$k/z; }
+fi
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 more=""
 for v in ${VARIANTS:-twogroup lean pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
+[[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk}; do more+=" $v=$z/$v/libflashcpp.so"; done
 # shellcheck disable=SC2086
 FLASHCPP_MLA_DENSE_KERNEL=mma LD_LIBRARY_PATH=$x/lib timeout "${BENCH_S:-200}" python3 bench/flashmla_side_by_side.py \
   --op dense --iters 10 --no-host-time --no-flashinfer --lib "$x/x/libflashcpp.so" --lib-b "$x/x/libflashcpp.so" \
@@ -56,16 +64,17 @@ if [[ ${CORNER:-1} == 1 ]]; then  # CornerCases takes over 200 s
     --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-bits-fewheads.txt" 2>&1 &
 fi
 for tv in ${TEST_VARIANTS:-lean twogroup}; do
-  LD_LIBRARY_PATH=$y/$tv:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+  vd=$y/$tv; [[ -d $vd ]] || vd=$z/$tv
+  LD_LIBRARY_PATH=$vd:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
     --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-$tv-fewheads.txt" 2>&1 &
-  LD_LIBRARY_PATH=$y/$tv:$x/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
+  LD_LIBRARY_PATH=$vd:$x/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
     --gtest_filter='MlaGpuDenseDecode.FlashMlaCorrectnessGrid' > "$out/tests-$tv-grid.txt" 2>&1 &
 done
 # compute-sanitizer on the kernel's small cases (main's build and $TEST_VARIANT), beside the tests (SANITIZE=0: not)
 if [[ ${SANITIZE:-1} == 1 ]]; then
   for lib in x ${TEST_VARIANTS:-lean twogroup}; do
     for tool in memcheck racecheck; do
-      d=$([[ $lib == x ]] && echo "$x/x" || echo "$y/$lib")
+      d=$([[ $lib == x ]] && echo "$x/x" || echo "$y/$lib"); [[ -d $d ]] || d=$z/$lib
       (LD_LIBRARY_PATH=$d:$x/lib timeout "${TEST_S:-300}" compute-sanitizer --tool $tool --error-exitcode 3 \
         "$x/test_mla_gpu" --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8KernelSanitizerCases' \
         > "$out/sanitize-$lib-$tool.txt" 2>&1; echo "exit $?" >> "$out/sanitize-$lib-$tool.txt") &
