@@ -31,8 +31,15 @@ tar xzf .mla-kit-y.tgz -C "$k"
 x=$k/.mla-kit-x y=$k/.mla-kit-y  # (the kits as tarred here; mla-variants.sh's own tgz has no folder:)
 [[ -d $x ]] || { mkdir "$k/x" && tar xzf .mla-kit-x.tgz -C "$k/x" && x=$k/x; }
 [[ -d $y ]] || { mkdir "$k/y" && tar xzf .mla-kit-y.tgz -C "$k/y" && y=$k/y; }
-# Kit z (twenty-fifth session, when carried): mixv / mixk, lean with V's / K's conversions by integer operations
-# (twentyfifth-mixv.patch, twentyfifth-mixk.patch), so that the conversion pipe and the integer pipe share the work.
+# Kit z (twenty-fifth session, when carried; D = docs/gpu-runs/2026-12-07):
+#   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-z \
+#     mixv=D/twentyfifth-mixv.patch mixk=D/twentyfifth-mixk.patch s8=D/twentyfifth-s8.patch \
+#     s8mixv=D/twentyfifth-s8mixv.patch
+#   mixv / mixk  lean with V's / K's conversions by integer operations (four a pair, exact, value * 2^-8), so that the
+#         conversion pipe (16 results a clock an SM) and the integer pipe share the work
+#   s8    lean with every warp computing S for all 32 heads over 8 tokens (32 heads; 16 heads: lean's code): each K
+#         byte converted once instead of twice, Q's fragments loaded twice (K conversions a tile 1,536 -> 1,024 warp
+#         instructions an SM)      s8mixv  s8 with mixv's V conversions
 z=""
 if [[ -f .mla-kit-z.tgz ]]; then
   tar xzf .mla-kit-z.tgz -C "$k"; z=$k/.mla-kit-z
@@ -42,7 +49,7 @@ export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 more=""
 for v in ${VARIANTS:-twogroup lean pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
-[[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk}; do more+=" $v=$z/$v/libflashcpp.so"; done
+[[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk s8 s8mixv}; do more+=" $v=$z/$v/libflashcpp.so"; done
 # shellcheck disable=SC2086
 FLASHCPP_MLA_DENSE_KERNEL=mma LD_LIBRARY_PATH=$x/lib timeout "${BENCH_S:-200}" python3 bench/flashmla_side_by_side.py \
   --op dense --iters 10 --no-host-time --no-flashinfer --lib "$x/x/libflashcpp.so" --lib-b "$x/x/libflashcpp.so" \
