@@ -18,10 +18,11 @@
 #         P and O, merged at the item's end; thread 0 issues the copies, a stage refilled once its reader's warps
 #         released it): one group's barriers and latencies under the other's work. 128 registers, 12 bytes spilled.
 #   nopv  probe: P V skipped (wrong output: time only)      nos   probe: S skipped      none  probe: both skipped
-# One call carrying .mla-kit-x.tgz and .mla-kit-y.tgz: bash docs/gpu-runs/2026-12-07/twentyfourth-fewheads-probe.sh
+# One call carrying .mla-kit-x.tgz, .mla-kit-y.tgz and .mla-kit-z.tgz (about 55 MB):
+#   bash docs/gpu-runs/2026-12-07/twentyfourth-fewheads-probe.sh
 # Then, beside each other: CornerCases on kit x with FLASHCPP_MLA_DENSE_KERNEL=mma (its h_q 1 FP8 cases run the
 # kernel) and FewHeadsFp8Kernel on `bits` (CORNER=0: neither), FewHeadsFp8Kernel and FlashMLA's dense grid on each
-# of $TEST_VARIANTS (default `lean twogroup`), and compute-sanitizer memcheck and racecheck on
+# of $TEST_VARIANTS (default: the two fastest builds of the run), and compute-sanitizer memcheck and racecheck on
 # FewHeadsFp8KernelSanitizerCases (main's build and $TEST_VARIANTS). About 4 minutes with CORNER=0 TEST_S=130.
 set -u
 out=${OUT:-$(mktemp -d)}
@@ -34,12 +35,17 @@ x=$k/.mla-kit-x y=$k/.mla-kit-y  # (the kits as tarred here; mla-variants.sh's o
 # Kit z (twenty-fifth session, when carried; D = docs/gpu-runs/2026-12-07):
 #   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-z \
 #     mixv=D/twentyfifth-mixv.patch mixk=D/twentyfifth-mixk.patch s8=D/twentyfifth-s8.patch \
-#     s8mixv=D/twentyfifth-s8mixv.patch
+#     s8mixv=D/twentyfifth-s8mixv.patch dsplit=D/twentyfifth-dsplit.patch
 #   mixv / mixk  lean with V's / K's conversions by integer operations (four a pair, exact, value * 2^-8), so that the
-#         conversion pipe (16 results a clock an SM) and the integer pipe share the work
+#         conversion pipe (16 results a clock an SM, if it has the CUDA guide's rate for most conversions) and the
+#         integer pipe share the work
 #   s8    lean with every warp computing S for all 32 heads over 8 tokens (32 heads; 16 heads: lean's code): each K
 #         byte converted once instead of twice, Q's fragments loaded twice (K conversions a tile 1,536 -> 1,024 warp
 #         instructions an SM)      s8mixv  s8 with mixv's V conversions
+#   dsplit  s8 with S split by dims: warp w keeps Q's dims [64 w, + 64) in registers (no per-tile reload of Q's
+#         fragments, 147 KB of shared-memory reads a tile at 16 heads), writes its partial S of all 64 tokens (fp32)
+#         into Q's staging room, and after a third barrier sums its 8 tokens' partials with their scales and RoPE;
+#         32 heads in 3 stages. 184 / 224 registers, no spills
 z=""
 if [[ -f .mla-kit-z.tgz ]]; then
   tar xzf .mla-kit-z.tgz -C "$k"; z=$k/.mla-kit-z
@@ -49,7 +55,7 @@ export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 more=""
 for v in ${VARIANTS:-twogroup lean pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
-[[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk s8 s8mixv}; do more+=" $v=$z/$v/libflashcpp.so"; done
+[[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk s8 s8mixv dsplit}; do more+=" $v=$z/$v/libflashcpp.so"; done
 # shellcheck disable=SC2086
 FLASHCPP_MLA_DENSE_KERNEL=mma LD_LIBRARY_PATH=$x/lib timeout "${BENCH_S:-200}" python3 bench/flashmla_side_by_side.py \
   --op dense --iters 10 --no-host-time --no-flashinfer --lib "$x/x/libflashcpp.so" --lib-b "$x/x/libflashcpp.so" \
@@ -69,6 +75,23 @@ if [[ ${CORNER:-1} == 1 ]]; then  # CornerCases takes over 200 s
     --gtest_filter='MlaGpuDenseDecode.CornerCases' > "$out/tests-corner.txt" 2>&1 &
   LD_LIBRARY_PATH=$y/bits:$x/lib timeout "${TEST_S:-300}" "$x/test_mla_gpu" \
     --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$out/tests-bits-fewheads.txt" 2>&1 &
+fi
+# The builds tested: $TEST_VARIANTS, else the two fastest on the FP8 rows (geometric mean of <name>_speedup, a time
+# ratio to main's: lower is faster; the probes that skip work excluded), else lean and twogroup.
+if [[ -z ${TEST_VARIANTS+x} ]]; then
+  TEST_VARIANTS=$(grep '^MLA_SUITE' "$out/dense.txt" | python3 -c '
+import json, math, sys
+logs = {}
+for line in sys.stdin:
+    d = json.loads(line.split(" ", 1)[1])
+    if d["kv"] != "fp8": continue
+    for k, v in d.items():
+        name = k[: -len("_speedup")]
+        if k.endswith("_speedup") and name not in ("b", "fp8", "nos", "nopv", "none") and v > 0:
+            logs.setdefault(name, []).append(math.log(v))
+ranked = sorted(logs, key=lambda n: sum(logs[n]) / len(logs[n]))
+print(" ".join(ranked[:2]) or "lean twogroup")')
+  echo "tested builds (the two fastest): $TEST_VARIANTS"
 fi
 for tv in ${TEST_VARIANTS:-lean twogroup}; do
   vd=$y/$tv; [[ -d $vd ]] || vd=$z/$tv
