@@ -35,7 +35,7 @@ x=$k/.mla-kit-x y=$k/.mla-kit-y  # (the kits as tarred here; mla-variants.sh's o
 # Kit z (twenty-fifth session, when carried; D = docs/gpu-runs/2026-12-07):
 #   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-z \
 #     mixv=D/twentyfifth-mixv.patch mixk=D/twentyfifth-mixk.patch s8=D/twentyfifth-s8.patch \
-#     s8mixv=D/twentyfifth-s8mixv.patch dsplit=D/twentyfifth-dsplit.patch
+#     s8mixv=D/twentyfifth-s8mixv.patch dsplit=D/twentyfifth-dsplit.patch dsmixv=D/twentyfifth-dsmixv.patch
 #   mixv / mixk  lean with V's / K's conversions by integer operations (four a pair, exact, value * 2^-8), so that the
 #         conversion pipe (16 results a clock an SM, if it has the CUDA guide's rate for most conversions) and the
 #         integer pipe share the work
@@ -45,7 +45,7 @@ x=$k/.mla-kit-x y=$k/.mla-kit-y  # (the kits as tarred here; mla-variants.sh's o
 #   dsplit  s8 with S split by dims: warp w keeps Q's dims [64 w, + 64) in registers (no per-tile reload of Q's
 #         fragments, 147 KB of shared-memory reads a tile at 16 heads), writes its partial S of all 64 tokens (fp32)
 #         into Q's staging room, and after a third barrier sums its 8 tokens' partials with their scales and RoPE;
-#         32 heads in 3 stages. 184 / 224 registers, no spills
+#         32 heads in 3 stages. 184 / 224 registers, no spills      dsmixv  dsplit with mixv's V conversions
 z=""
 if [[ -f .mla-kit-z.tgz ]]; then
   tar xzf .mla-kit-z.tgz -C "$k"; z=$k/.mla-kit-z
@@ -55,7 +55,7 @@ export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 more=""
 for v in ${VARIANTS:-twogroup lean pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
-[[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk s8 s8mixv dsplit}; do more+=" $v=$z/$v/libflashcpp.so"; done
+[[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk s8 s8mixv dsplit dsmixv}; do more+=" $v=$z/$v/libflashcpp.so"; done
 # shellcheck disable=SC2086
 FLASHCPP_MLA_DENSE_KERNEL=mma LD_LIBRARY_PATH=$x/lib timeout "${BENCH_S:-200}" python3 bench/flashmla_side_by_side.py \
   --op dense --iters 10 --no-host-time --no-flashinfer --lib "$x/x/libflashcpp.so" --lib-b "$x/x/libflashcpp.so" \
