@@ -18,7 +18,11 @@
 #         P and O, merged at the item's end; thread 0 issues the copies, a stage refilled once its reader's warps
 #         released it): one group's barriers and latencies under the other's work. 128 registers, 12 bytes spilled.
 #   nopv  probe: P V skipped (wrong output: time only)      nos   probe: S skipped      none  probe: both skipped
-# One call carrying .mla-kit-x.tgz, .mla-kit-y.tgz and .mla-kit-z.tgz (about 55 MB):
+# Kits y and z are packed without pidx, vearly and pv2 (lean carries them) and without their own lib/ and test binary
+# (kit x's serve), so that the three (41 MB) and the tree (18 MB) travel in one call's 64 MiB:
+#   tar czf .mla-kit-y.tgz .mla-kit-y/{twogroup,lean,bits,st5,nopv,nos,none}
+#   tar czf .mla-kit-z.tgz .mla-kit-z/{mixv,mixk,s8,s8mixv,dsplit,dsmixv}
+# One call carrying .mla-kit-x.tgz, .mla-kit-y.tgz and .mla-kit-z.tgz:
 #   bash docs/gpu-runs/2026-12-07/twentyfourth-fewheads-probe.sh
 # Then, beside each other: CornerCases on kit x with FLASHCPP_MLA_DENSE_KERNEL=mma (its h_q 1 FP8 cases run the
 # kernel) and FewHeadsFp8Kernel on `bits` (CORNER=0: neither), FewHeadsFp8Kernel and FlashMLA's dense grid on each
@@ -54,7 +58,7 @@ fi
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 more=""
-for v in ${VARIANTS:-twogroup lean pidx pv2 bits st5 vearly nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
+for v in ${VARIANTS:-twogroup lean bits st5 nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
 [[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk s8 s8mixv dsplit dsmixv}; do more+=" $v=$z/$v/libflashcpp.so"; done
 # shellcheck disable=SC2086
 FLASHCPP_MLA_DENSE_KERNEL=mma LD_LIBRARY_PATH=$x/lib timeout "${BENCH_S:-200}" python3 bench/flashmla_side_by_side.py \
