@@ -21,7 +21,7 @@
 # Kits y and z are packed without pidx, vearly and pv2 (lean carries them) and without their own lib/ and test binary
 # (kit x's serve), so that the three (44 MB) and the tree (18 MB) travel in one call's 64 MiB:
 #   tar czf .mla-kit-y.tgz .mla-kit-y/{twogroup,lean,bits,st5,nopv,nos,none}
-#   tar czf .mla-kit-z.tgz .mla-kit-z/{mixv,mixk,s8,s8mixv,dsplit,dsmixv,dsmovm}
+#   tar czf .mla-kit-z.tgz .mla-kit-z/{mixv,mixk,s8,dsplit,dsmixv,dsmovm,dsmovmk}
 # One call carrying .mla-kit-x.tgz, .mla-kit-y.tgz and .mla-kit-z.tgz:
 #   bash docs/gpu-runs/2026-12-07/twentyfourth-fewheads-probe.sh
 # Then, beside each other: CornerCases on kit x with FLASHCPP_MLA_DENSE_KERNEL=mma (its h_q 1 FP8 cases run the
@@ -39,8 +39,9 @@ x=$k/.mla-kit-x y=$k/.mla-kit-y  # (the kits as tarred here; mla-variants.sh's o
 # Kit z (twenty-fifth session, when carried; D = docs/gpu-runs/2026-12-07):
 #   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-z \
 #     mixv=D/twentyfifth-mixv.patch mixk=D/twentyfifth-mixk.patch s8=D/twentyfifth-s8.patch \
-#     s8mixv=D/twentyfifth-s8mixv.patch dsplit=D/twentyfifth-dsplit.patch dsmixv=D/twentyfifth-dsmixv.patch \
-#     dsmovm=D/twentyfifth-dsmovm.patch
+#     dsplit=D/twentyfifth-dsplit.patch dsmixv=D/twentyfifth-dsmixv.patch dsmovm=D/twentyfifth-dsmovm.patch \
+#     dsmovmk=D/twentyfifth-dsmovmk.patch
+#   (twentyfifth-s8mixv.patch, s8 with mixv, is not in the kit: room)
 #   mixv / mixk  lean with V's / K's conversions by integer operations (four a pair, exact, value * 2^-8), so that the
 #         conversion pipe (16 results a clock an SM, if it has the CUDA guide's rate for most conversions) and the
 #         integer pipe share the work
@@ -54,6 +55,7 @@ x=$k/.mla-kit-x y=$k/.mla-kit-y  # (the kits as tarred here; mla-variants.sh's o
 #   dsmovm  dsplit where at 16 heads V's fragments are K's converted ones (the same bytes: a warp's dims of every
 #         token) transposed by movmatrix, kept in registers from S to P V: half the conversions, no V loads or byte
 #         permutes (F2FP 178 -> 130, MOVM 64, LDS 119 -> 103 in the kernel's SASS; 221 registers, no spills)
+#   dsmovmk  dsmovm with K's conversions by integer operations (mixk's): at 16 heads no conversion on that pipe
 z=""
 if [[ -f .mla-kit-z.tgz ]]; then
   tar xzf .mla-kit-z.tgz -C "$k"; z=$k/.mla-kit-z
@@ -63,7 +65,7 @@ export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 more=""
 for v in ${VARIANTS:-twogroup lean bits st5 nopv nos none}; do more+=" $v=$y/$v/libflashcpp.so"; done
-[[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk s8 s8mixv dsplit dsmixv dsmovm}; do more+=" $v=$z/$v/libflashcpp.so"; done
+[[ -n $z ]] && for v in ${Z_VARIANTS:-mixv mixk s8 dsplit dsmixv dsmovm dsmovmk}; do more+=" $v=$z/$v/libflashcpp.so"; done
 # shellcheck disable=SC2086
 FLASHCPP_MLA_DENSE_KERNEL=mma LD_LIBRARY_PATH=$x/lib timeout "${BENCH_S:-200}" python3 bench/flashmla_side_by_side.py \
   --op dense --iters 10 --no-host-time --no-flashinfer --lib "$x/x/libflashcpp.so" --lib-b "$x/x/libflashcpp.so" \
