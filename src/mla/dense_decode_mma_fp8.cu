@@ -5,9 +5,12 @@
 //
 // One CTA = one query token (all its heads) over a schedule part's work items; 8 warps, no producer warp: thread 0
 // issues each tile's bulk copy kStages tiles ahead, across the part's items. Per tile:
-//   wait for its copy; S warps: S = Q K^T over their tokens, masked and scaled, their row maxima published;
-//   barrier 1 (and thread 0 refills the stage the previous tile freed); every warp: the new running max and the
-//   rescale; S warps: P to shared memory and their row sums; barrier 2; every warp: O += P V over its 64 dims.
+//   wait for its copy; every warp: its partial S over its 64 dims (Q's fragments held in registers since the item
+//   began), every head and token, to shared memory (16 heads: the same converted K fragments, transposed by
+//   movmatrix, are its V fragments); barrier 3; warp w: S of tokens [8 w, + 8) = the partials summed per scale tile,
+//   times each token's scale, plus RoPE, masked and scaled, its row maxima published; barrier 1 (and thread 0 refills
+//   the stage the previous tile freed); every warp: the new running max and the rescale, P of its tokens to shared
+//   memory and its row sums; barrier 2; every warp: O += P V over its 64 dims.
 // Masking: slot s of a tile is valid iff s < the token's length and the tile's first index is a cache row whose 64
 // rows lie in one block (anything else: the tile is not copied and all of it is masked). Invalid slots' logits are
 // -inf and their V bytes and scales are replaced by zeros before any product (the stage may hold anything there).
@@ -41,9 +44,19 @@ struct Params {
 template <bool HI>
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
   uint32_t r;
-  const uint16_t bits = static_cast<uint16_t>(HI ? two >> 16 : two & 0xffffu);
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(bits));
+  // The half taken by a register split in PTX: ptxas then reads it in place (a 16-bit shift first cost one
+  // instruction a conversion).
+  if constexpr (HI)
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(two));
+  else
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(two));
   return r;
+}
+// The 8 x 8 16-bit matrix whose row lane / 4, columns 2 (lane % 4) (+1) this thread holds, transposed across the warp.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+  return d;
 }
 __device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
   uint32_t r;
@@ -91,6 +104,10 @@ struct Kernel {
   __device__ uint32_t q_nope(int row, int chunk) const {
     return base + T::kOffQNope + row * T::kQNopeRowBytes + ((chunk ^ (row & 7)) << 4);
   }
+  // Writer w's partial S of m-tile mt, n8 block nb, this lane's float4.
+  __device__ uint32_t partial_s(int w, int mt, int nb) const {
+    return base + T::kOffQNope + (((w * MT + mt) * 8 + nb) * 32 + lane) * 16;
+  }
   __device__ uint32_t q_rope(int row, int chunk) const {
     return base + T::kOffQRope + row * T::kQRopeRowBytes + ((chunk ^ (row & 7)) << 4);
   }
@@ -101,13 +118,18 @@ struct Kernel {
   __device__ uint32_t warp_sum(int w, int row) const { return base + T::kOffWarpSum + 4 * (w * T::kRows + row); }
   __device__ uint32_t row_scale(int row) const { return base + T::kOffRowScale + 4 * row; }
 
-  // ---- The producer (thread 0): tile j of item w into stage s, with its valid rows in valid_slot(s).
-  __device__ void issue_tile(const WorkItem& w, int j, int s) const {
+  // ---- The producer (thread 0). The first index of tile j of item w (loaded a tile ahead of its copy: thread 0's warp
+  // waits for it at the barrier that follows, which every warp then waits for).
+  __device__ int tile_index(const WorkItem& w, int j) const {
     const SparseAttentionParams& p = a.p;
     const int32_t* slots =
         p.indices + p.request_offset(w.request, w.pos, p.indices_stride_token, p.indices_stride_request);
+    return __ldg(slots + static_cast<int64_t>(w.tile_begin + j) * T::kTile);
+  }
+  // Tile j of item w, whose first index is v, into stage s, with its valid rows in valid_slot(s).
+  __device__ void issue_tile(const WorkItem& w, int j, int v, int s) const {
+    const SparseAttentionParams& p = a.p;
     const int tile = w.tile_begin + j;
-    const int v = __ldg(slots + static_cast<int64_t>(tile) * T::kTile);
     const unsigned bs = static_cast<unsigned>(p.block_size);
     const unsigned block = static_cast<unsigned>(v) / bs, slot = static_cast<unsigned>(v) - block * bs;
     // A cache row whose tile of 64 rows lies in its block (the plan writes tile-aligned rows; anything else is masked).
@@ -189,61 +211,81 @@ struct Kernel {
     }
   }
 
-  // ---- S of this warp's tokens (m-tile ms, n8 blocks nb < MT at tokens tb + 8 nb) over the tile in `st`: the four
-  // scale tiles each in its own accumulator (4 independent mma chains), then scaled per token and summed with RoPE.
-  __device__ void gemm_s(float (&s)[MT][4], uint32_t st, int ms, int tb) const {
-    float acc[MT][5][4];
+  // ---- S split by dims. This warp's partial S over its dims [64 warp, + 64) (16-dim blocks 4 warp .. 4 warp + 3,
+  // all inside scale tile warp / 2), every m-tile and all 64 tokens, unscaled, into shared memory.
+  // 16 heads: the converted K fragments are also this warp's V (the same bytes: V's dims [64 warp, + 64) of every
+  // token), transposed by movmatrix into P V's B fragments (vb0, vb1: k-step kp, n8 block j = 2 kk + e holding dims
+  // 16 kk + {4c + 2e, 4c + 2e + 1 : c} in column order), tokens past nv zeroed first.
+  __device__ void gemm_s_partial(uint32_t st, const uint32_t (&qf)[MT][4][4], int nv, uint32_t (&vb0)[4][8],
+                                 uint32_t (&vb1)[4][8]) const {
+    float acc[MT][8][4];
+    sm90::zero_fill(acc);
 #pragma unroll
-    for (int nb = 0; nb < MT; ++nb)
+    for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int c = 0; c < 5; ++c) sm90::zero_fill(acc[nb][c]);
-    const int arow = 16 * ms + (lane & 15), ahalf = lane >> 4;
-    uint32_t krow[MT];
+      for (int nb = 0; nb < 8; ++nb) {
+        const uint32_t w4 = ld_shared_u32(st + (8 * nb + g) * T::kRowBytes + 16 * (4 * warp + kk) + 4 * t);
+        uint32_t b0 = e4m3x2_to_f16x2<false>(w4), b1 = e4m3x2_to_f16x2<true>(w4);
 #pragma unroll
-    for (int nb = 0; nb < MT; ++nb) krow[nb] = st + (tb + 8 * nb + g) * T::kRowBytes;
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int ks = 8 * c + kk;  // 16-dim block
-        uint32_t af[4];
-        ldmatrix_x4(af, q_nope(arow, 2 * ks + ahalf));
-#pragma unroll
-        for (int nb = 0; nb < MT; ++nb) {
-          const uint32_t w4 = ld_shared_u32(krow[nb] + 16 * ks + 4 * t);
-          mma_f16(acc[nb][c], af, e4m3x2_to_f16x2<false>(w4), e4m3x2_to_f16x2<true>(w4));
+        for (int mt = 0; mt < MT; ++mt) mma_f16(acc[mt][nb], qf[mt][kk], b0, b1);
+        if constexpr (MT == 1) {
+          if (nv < T::kTile && 8 * nb + g >= nv) b0 = b1 = 0u;  // rows past the length may hold NaN (S masks them)
+          uint32_t(&dst)[4][8] = (nb & 1) ? vb1 : vb0;
+          dst[nb >> 1][2 * kk] = movmatrix_trans(b0);
+          dst[nb >> 1][2 * kk + 1] = movmatrix_trans(b1);
         }
       }
-    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb)
+        sm90::st_shared_v4(partial_s(warp, mt, nb),
+                           make_uint4(__float_as_uint(acc[mt][nb][0]), __float_as_uint(acc[mt][nb][1]),
+                                      __float_as_uint(acc[mt][nb][2]), __float_as_uint(acc[mt][nb][3])));
+  }
+
+  // ---- S of this warp's tokens (tb .. tb + 7, every m-tile): the 8 partials of its n8 block, each pair of writers
+  // (one scale tile) times the token's scale, plus RoPE (bf16, computed here).
+  __device__ void reduce_s(float (&s)[MT][4], uint32_t st, int tb) const {
+    float acc[MT][4];
+    sm90::zero_fill(acc);
+    const int ahalf = lane >> 4;
+    const uint32_t krow = st + (tb + g) * T::kRowBytes;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      uint32_t af[4];
-      ldmatrix_x4(af, q_rope(arow, 2 * kk + ahalf));
+      const uint32_t at = krow + fp8::kRopeOffset + 2 * (16 * kk + 2 * t);
+      const uint32_t r0 = ld_shared_u32(at), r1 = ld_shared_u32(at + 16);
 #pragma unroll
-      for (int nb = 0; nb < MT; ++nb) {
-        const uint32_t at = krow[nb] + fp8::kRopeOffset + 2 * (16 * kk + 2 * t);
-        mma_bf16(acc[nb][4], af, ld_shared_u32(at), ld_shared_u32(at + 16));
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t af[4];
+        ldmatrix_x4(af, q_rope(16 * mt + (lane & 15), 2 * kk + ahalf));
+        mma_bf16(acc[mt], af, r0, r1);
       }
     }
-    // Thread's columns 2t, 2t + 1 of each n8 block: tokens tb + 8 nb + 2t (+1); the scales of their rows.
+    // Thread's columns 2t, 2t + 1: tokens tb + 2t (+1); the scales of their rows.
+    const uint32_t r0 = st + (tb + 2 * t) * T::kRowBytes + fp8::kScaleOffset;
+    const uint4 sc0 = sm90::ld_shared_v4(r0), sc1 = sm90::ld_shared_v4(r0 + T::kRowBytes);
+    const float k0[4] = {__uint_as_float(sc0.x), __uint_as_float(sc0.y), __uint_as_float(sc0.z),
+                         __uint_as_float(sc0.w)};
+    const float k1[4] = {__uint_as_float(sc1.x), __uint_as_float(sc1.y), __uint_as_float(sc1.z),
+                         __uint_as_float(sc1.w)};
+    const int nb = tb / 8;
 #pragma unroll
-    for (int nb = 0; nb < MT; ++nb) {
-      const uint32_t r0 = st + (tb + 8 * nb + 2 * t) * T::kRowBytes + fp8::kScaleOffset;
-      const uint4 sc0 = sm90::ld_shared_v4(r0), sc1 = sm90::ld_shared_v4(r0 + T::kRowBytes);
-      const float k0[4] = {__uint_as_float(sc0.x), __uint_as_float(sc0.y), __uint_as_float(sc0.z), __uint_as_float(sc0.w)};
-      const float k1[4] = {__uint_as_float(sc1.x), __uint_as_float(sc1.y), __uint_as_float(sc1.z), __uint_as_float(sc1.w)};
-      float v0 = acc[nb][4][0], v1 = acc[nb][4][1], v2 = acc[nb][4][2], v3 = acc[nb][4][3];
+    for (int mt = 0; mt < MT; ++mt) {
+      float v0 = acc[mt][0], v1 = acc[mt][1], v2 = acc[mt][2], v3 = acc[mt][3];
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        v0 = fmaf(acc[nb][c][0], k0[c], v0);
-        v1 = fmaf(acc[nb][c][1], k1[c], v1);
-        v2 = fmaf(acc[nb][c][2], k0[c], v2);
-        v3 = fmaf(acc[nb][c][3], k1[c], v3);
+        const uint4 x = sm90::ld_shared_v4(partial_s(2 * c, mt, nb));
+        const uint4 y = sm90::ld_shared_v4(partial_s(2 * c + 1, mt, nb));
+        v0 = fmaf(__uint_as_float(x.x) + __uint_as_float(y.x), k0[c], v0);
+        v1 = fmaf(__uint_as_float(x.y) + __uint_as_float(y.y), k1[c], v1);
+        v2 = fmaf(__uint_as_float(x.z) + __uint_as_float(y.z), k0[c], v2);
+        v3 = fmaf(__uint_as_float(x.w) + __uint_as_float(y.w), k1[c], v3);
       }
-      s[nb][0] = v0;
-      s[nb][1] = v1;
-      s[nb][2] = v2;
-      s[nb][3] = v3;
+      s[mt][0] = v0;
+      s[mt][1] = v1;
+      s[mt][2] = v2;
+      s[mt][3] = v3;
     }
   }
 
@@ -251,7 +293,7 @@ struct Kernel {
   // (B column g = dim 64 warp + 8 g + j) and k-step kk takes byte j of rows 16 kk + {2t, 2t + 1} (b0) and
   // {2t + 8, 2t + 9} (b1); P's A fragment is scaled per token by `f` (fp16x2 pairs: tokens 2t, 2t + 1 and 2t + 8, 2t + 9
   // of each k-step).
-  __device__ void gemm_pv(float (&o)[MT][8][4], uint32_t st, int nv, const uint32_t (&f)[4][2]) const {
+  __device__ void load_v(uint32_t (&b0)[4][8], uint32_t (&b1)[4][8], uint32_t st, int nv) const {
     const uint32_t vcol = st + 64 * warp + 8 * g;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -259,26 +301,34 @@ struct Kernel {
       uint2 v[4];
       const int toks[4] = {tk, tk + 1, tk + 8, tk + 9};
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        v[q] = ld_shared_v2(vcol + toks[q] * T::kRowBytes);
-        if (toks[q] >= nv) v[q] = make_uint2(0u, 0u);  // rows past the length (or a masked tile) may hold NaN
+      for (int q = 0; q < 4; ++q) v[q] = ld_shared_v2(vcol + toks[q] * T::kRowBytes);
+      if (nv < T::kTile) {  // rows past the length (or a masked tile) may hold NaN: zeros (a partial tile only)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (toks[q] >= nv) v[q] = make_uint2(0u, 0u);
       }
-      uint32_t b0[8], b1[8];
 #pragma unroll
       for (int hw = 0; hw < 2; ++hw) {
         const uint32_t x0 = hw == 0 ? v[0].x : v[0].y, x1 = hw == 0 ? v[1].x : v[1].y;
         const uint32_t y0 = hw == 0 ? v[2].x : v[2].y, y1 = hw == 0 ? v[3].x : v[3].y;
         const uint32_t xlo = __byte_perm(x0, x1, 0x5140), xhi = __byte_perm(x0, x1, 0x7362);
         const uint32_t ylo = __byte_perm(y0, y1, 0x5140), yhi = __byte_perm(y0, y1, 0x7362);
-        b0[4 * hw + 0] = e4m3x2_to_f16x2<false>(xlo);
-        b0[4 * hw + 1] = e4m3x2_to_f16x2<true>(xlo);
-        b0[4 * hw + 2] = e4m3x2_to_f16x2<false>(xhi);
-        b0[4 * hw + 3] = e4m3x2_to_f16x2<true>(xhi);
-        b1[4 * hw + 0] = e4m3x2_to_f16x2<false>(ylo);
-        b1[4 * hw + 1] = e4m3x2_to_f16x2<true>(ylo);
-        b1[4 * hw + 2] = e4m3x2_to_f16x2<false>(yhi);
-        b1[4 * hw + 3] = e4m3x2_to_f16x2<true>(yhi);
+        b0[kk][4 * hw + 0] = e4m3x2_to_f16x2<false>(xlo);
+        b0[kk][4 * hw + 1] = e4m3x2_to_f16x2<true>(xlo);
+        b0[kk][4 * hw + 2] = e4m3x2_to_f16x2<false>(xhi);
+        b0[kk][4 * hw + 3] = e4m3x2_to_f16x2<true>(xhi);
+        b1[kk][4 * hw + 0] = e4m3x2_to_f16x2<false>(ylo);
+        b1[kk][4 * hw + 1] = e4m3x2_to_f16x2<true>(ylo);
+        b1[kk][4 * hw + 2] = e4m3x2_to_f16x2<false>(yhi);
+        b1[kk][4 * hw + 3] = e4m3x2_to_f16x2<true>(yhi);
       }
+    }
+  }
+  // O += P V with V's fragments from load_v.
+  __device__ void gemm_pv(float (&o)[MT][8][4], const uint32_t (&b0)[4][8], const uint32_t (&b1)[4][8],
+                          const uint32_t (&f)[4][2]) const {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t af[4];
@@ -288,7 +338,7 @@ struct Kernel {
         af[2] = hmul2(af[2], f[kk][1]);
         af[3] = hmul2(af[3], f[kk][1]);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) mma_f16(o[mt][j], af, b0[j], b1[j]);
+        for (int j = 0; j < 8; ++j) mma_f16(o[mt][j], af, b0[kk][j], b1[kk][j]);
       }
     }
   }
@@ -308,12 +358,45 @@ struct Kernel {
         if (row >= p.h_q) continue;
         float l = 0.f;
 #pragma unroll
-        for (int i = 0; i < T::kSWarpsPerMTile; ++i) l += ld_shared_f32(warp_sum(MT * i + mt, row));
+        for (int i = 0; i < T::kWarps; ++i) l += ld_shared_f32(warp_sum(i, row));
         const float mx = m[mt][h];
         const bool empty = mx == -INFINITY;
         float denom = l;
         if (!partial && p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + row) * kLog2e - mx);
         const float inv = empty ? 0.f : ref / denom;
+        if constexpr (MT == 1) {
+          // The thread's dims 64 warp + 16 kk + 4 t + {0, 1} (o[2 kk][2h], [2h + 1]) and + {2, 3} (o[2 kk + 1]).
+          if (partial) {  // the partial rows' layout: in a 16-dim chunk dims 2a, 2a + 1 at 4a, 8 + 2a, +1 at 4a + 2
+            uint16_t* dst = p.o_accum + (w.accum_row * p.h_q + row) * T::kDv + 64 * warp + (t < 2 ? 8 * t : 8 * t - 14);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              *reinterpret_cast<uint32_t*>(dst + 16 * kk) =
+                  sm90::pack_bf16x2(o[mt][2 * kk][2 * h] * inv, o[mt][2 * kk][2 * h + 1] * inv);
+              *reinterpret_cast<uint32_t*>(dst + 16 * kk + 4) =
+                  sm90::pack_bf16x2(o[mt][2 * kk + 1][2 * h] * inv, o[mt][2 * kk + 1][2 * h + 1] * inv);
+            }
+            if (warp == 0 && t == 0) p.lse_accum[w.accum_row * p.h_q + row] = empty ? -INFINITY : logf(l) + mx * kLn2;
+          } else {
+            uint16_t* dst = static_cast<uint16_t*>(p.out) + out_off + row * p.out_stride_head + 64 * warp + 4 * t;
+            const uint64_t first = sm90::l2_policy_evict_first();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+              sm90::st_global_v2_hint(
+                  dst + 16 * kk,
+                  make_uint2(sm90::pack_bf16x2(o[mt][2 * kk][2 * h] * inv, o[mt][2 * kk][2 * h + 1] * inv),
+                             sm90::pack_bf16x2(o[mt][2 * kk + 1][2 * h] * inv, o[mt][2 * kk + 1][2 * h + 1] * inv)),
+                  first);
+            if (warp == 0 && t == 0) {
+              if (p.lse != nullptr)
+                p.lse[p.request_offset(w.request, w.pos, p.lse_stride_token, p.lse_stride_request) +
+                      row * p.lse_stride_head] = empty ? INFINITY : logf(l) + mx * kLn2;
+              if (p.max_logits != nullptr)
+                p.max_logits[w.token * p.max_logits_stride_token + row * p.max_logits_stride_head] =
+                    empty ? -INFINITY : mx * kLn2;
+            }
+          }
+          continue;
+        }
         // The thread's 16 dims 64 warp + 16 t + d: d = j from o[.][j][2h], d = 8 + j from o[.][j][2h + 1].
         uint32_t wd[8];
         if (partial) {  // the partial rows' layout: dims 2a, 2a + 1 at 4a, dims 8 + 2a, +1 at 4a + 2
@@ -353,24 +436,31 @@ struct Kernel {
     const SparseAttentionParams& p = a.p;
     const wgmma::WorkList<true> work(p, blockIdx.x);
     if (work.first > work.last) return;
-    const int ms = warp % MT, tb = T::kSTokens * (warp / MT);  // S: m-tile and first token
+    const int tb = T::kSTokens * warp;  // S: the warp's first token
     const int ctile = warp / 2;                                // P V: the scale tile of this warp's dims
 
-    // Producer cursor (thread 0): the next tile to copy, across the part's items.
-    int pk = work.first, pj = 0, issued = 0;
-    WorkItem pw = work.item(pk);
-    auto produce = [&]() {
+    // Producer cursor (thread 0): the next tile to copy across the part's items, and its first index (pv).
+    int pk = work.first, pj = 0, issued = 0, pv = 0;
+    WorkItem pw{};
+    auto settle = [&]() {  // the cursor onto a tile that exists (or past the last item), its index loading
       while (pk <= work.last && pj >= pw.n_tiles()) {
         if (++pk <= work.last) pw = work.item(pk);
         pj = 0;
       }
+      if (pk <= work.last) pv = tile_index(pw, pj);
+    };
+    auto produce = [&]() {
       if (pk > work.last) return;
-      issue_tile(pw, pj, issued % T::kStages);
+      issue_tile(pw, pj, pv, issued % T::kStages);
       ++issued;
       ++pj;
+      settle();
     };
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+      pw = work.item(pk);
+      settle();
       for (int i = 0; i < T::kStages; ++i) produce();
+    }
 
     int consumed = 0;  // tiles of the part consumed so far: the stage and its phase
     for (int k = work.first; k <= work.last; ++k) {
@@ -379,13 +469,25 @@ struct Kernel {
       cta_sync(0);  // the previous item's readers of Q and of the row sums are done
       stage_q(w);
       cta_sync(0);
-      float rs[2];  // S rows 16 ms + g (+8): sm_scale log2e 2^-e
-      rs[0] = ld_shared_f32(row_scale(16 * ms + g));
-      rs[1] = ld_shared_f32(row_scale(16 * ms + g + 8));
+      uint32_t qf[MT][4][4];  // Q's fragments of this warp's dims, every m-tile
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          ldmatrix_x4(qf[mt][kk], q_nope(16 * mt + (lane & 15), 2 * (4 * warp + kk) + (lane >> 4)));
+      cta_sync(0);  // every warp holds its fragments: the region takes the partial S from here on
+      float rs[MT][2];  // S rows 16 mt + g (+8): sm_scale log2e 2^-e
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        rs[mt][0] = ld_shared_f32(row_scale(16 * mt + g));
+        rs[mt][1] = ld_shared_f32(row_scale(16 * mt + g + 8));
+      }
       float m[MT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY;
-      float l0 = 0.f, l1 = 0.f;  // this thread's share of S rows' sums
+      float l[MT][2];  // this thread's share of S rows' sums
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) l[mt][0] = l[mt][1] = 0.f;
       float o[MT][8][4];
       sm90::zero_fill(o);
       float ref = 1.f;  // O's reference scale: O true = o * ref
@@ -398,26 +500,29 @@ struct Kernel {
 
         // S, masked and in base 2; the warp's row maxima over its tokens.
         float s[MT][4];
-        gemm_s(s, st, ms, tb);
-        float mx0 = -INFINITY, mx1 = -INFINITY;
+        uint32_t vb0[4][8], vb1[4][8];
+        gemm_s_partial(st, qf, nv, vb0, vb1);
+        cta_sync(3);  // every partial S written (the previous tile's readers are past barrier 1)
+        reduce_s(s, st, tb);
+        {
+          const int tok = tb + 2 * t;
 #pragma unroll
-        for (int nb = 0; nb < MT; ++nb) {
-          const int tok = tb + 8 * nb + 2 * t;
-          s[nb][0] = tok < nv ? s[nb][0] * rs[0] : -INFINITY;
-          s[nb][1] = tok + 1 < nv ? s[nb][1] * rs[0] : -INFINITY;
-          s[nb][2] = tok < nv ? s[nb][2] * rs[1] : -INFINITY;
-          s[nb][3] = tok + 1 < nv ? s[nb][3] * rs[1] : -INFINITY;
-          mx0 = fmaxf(mx0, fmaxf(s[nb][0], s[nb][1]));
-          mx1 = fmaxf(mx1, fmaxf(s[nb][2], s[nb][3]));
-        }
+          for (int mt = 0; mt < MT; ++mt) {
+            s[mt][0] = tok < nv ? s[mt][0] * rs[mt][0] : -INFINITY;
+            s[mt][1] = tok + 1 < nv ? s[mt][1] * rs[mt][0] : -INFINITY;
+            s[mt][2] = tok < nv ? s[mt][2] * rs[mt][1] : -INFINITY;
+            s[mt][3] = tok + 1 < nv ? s[mt][3] * rs[mt][1] : -INFINITY;
+            float mx0 = fmaxf(s[mt][0], s[mt][1]), mx1 = fmaxf(s[mt][2], s[mt][3]);
 #pragma unroll
-        for (int o2 = 1; o2 < 4; o2 <<= 1) {
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-        }
-        if (t == 0) {
-          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(warp_max(warp, 16 * ms + g)), "f"(mx0) : "memory");
-          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(warp_max(warp, 16 * ms + g + 8)), "f"(mx1) : "memory");
+            for (int o2 = 1; o2 < 4; o2 <<= 1) {
+              mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+              mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+            }
+            if (t == 0) {
+              asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(warp_max(warp, 16 * mt + g)), "f"(mx0) : "memory");
+              asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(warp_max(warp, 16 * mt + g + 8)), "f"(mx1) : "memory");
+            }
+          }
         }
 
         // This warp's P V factors: each token's scale for its dims over the tile's largest valid one.
@@ -452,59 +557,63 @@ struct Kernel {
             const int row = 16 * mt + g + 8 * h;
             float tmax = -INFINITY;
 #pragma unroll
-            for (int i = 0; i < T::kSWarpsPerMTile; ++i) tmax = fmaxf(tmax, ld_shared_f32(warp_max(MT * i + mt, row)));
+            for (int i = 0; i < T::kWarps; ++i) tmax = fmaxf(tmax, ld_shared_f32(warp_max(i, row)));
             const float mn = fmaxf(m[mt][h], tmax);
             alpha[mt][h] = mn == -INFINITY ? 1.f : fast_exp2(m[mt][h] - mn);
             m[mt][h] = mn;
           }
 
-        // S warps: P to shared memory (fp16), their share of the row sums.
-        {
-          const float mu0 = m[ms][0] == -INFINITY ? 0.f : m[ms][0];
-          const float mu1 = m[ms][1] == -INFINITY ? 0.f : m[ms][1];
-          float ps0 = 0.f, ps1 = 0.f;
+        // P of this warp's tokens to shared memory (fp16), its share of the row sums.
 #pragma unroll
-          for (int nb = 0; nb < MT; ++nb) {
-            const float p0 = fast_exp2(s[nb][0] - mu0), p1 = fast_exp2(s[nb][1] - mu0);
-            const float p2 = fast_exp2(s[nb][2] - mu1), p3 = fast_exp2(s[nb][3] - mu1);
-            ps0 += p0 + p1;
-            ps1 += p2 + p3;
-            const int chunk = (tb + 8 * nb) >> 3;
-            const int row0 = 16 * ms + g;
-            sm90::st_shared_u32(p_at(row0, chunk) + 4 * t, sm90::pack_f16x2(p0, p1));
-            sm90::st_shared_u32(p_at(row0 + 8, chunk) + 4 * t, sm90::pack_f16x2(p2, p3));
-          }
-          l0 = l0 * alpha[ms][0] + ps0;
-          l1 = l1 * alpha[ms][1] + ps1;
+        for (int mt = 0; mt < MT; ++mt) {
+          const float mu0 = m[mt][0] == -INFINITY ? 0.f : m[mt][0];
+          const float mu1 = m[mt][1] == -INFINITY ? 0.f : m[mt][1];
+          const float p0 = fast_exp2(s[mt][0] - mu0), p1 = fast_exp2(s[mt][1] - mu0);
+          const float p2 = fast_exp2(s[mt][2] - mu1), p3 = fast_exp2(s[mt][3] - mu1);
+          const int row0 = 16 * mt + g;
+          sm90::st_shared_u32(p_at(row0, warp) + 4 * t, sm90::pack_f16x2(p0, p1));
+          sm90::st_shared_u32(p_at(row0 + 8, warp) + 4 * t, sm90::pack_f16x2(p2, p3));
+          l[mt][0] = l[mt][0] * alpha[mt][0] + (p0 + p1);
+          l[mt][1] = l[mt][1] * alpha[mt][1] + (p2 + p3);
         }
         // O rescaled to the new max and to this tile's reference scale.
         const float rescale = ref * inv_r;
+        bool same = rescale == 1.f;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const float a0 = alpha[mt][0] * rescale, a1 = alpha[mt][1] * rescale;
+        for (int mt = 0; mt < MT; ++mt) same = same && alpha[mt][0] == 1.f && alpha[mt][1] == 1.f;
+        if (!__all_sync(0xffffffffu, same)) {  // once the running max and the reference settle, a no-op: skipped
 #pragma unroll
-          for (int jj = 0; jj < 8; ++jj) {
-            o[mt][jj][0] *= a0;
-            o[mt][jj][1] *= a0;
-            o[mt][jj][2] *= a1;
-            o[mt][jj][3] *= a1;
+          for (int mt = 0; mt < MT; ++mt) {
+            const float a0 = alpha[mt][0] * rescale, a1 = alpha[mt][1] * rescale;
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+              o[mt][jj][0] *= a0;
+              o[mt][jj][1] *= a0;
+              o[mt][jj][2] *= a1;
+              o[mt][jj][3] *= a1;
+            }
           }
         }
         ref = r;
 
+        if constexpr (MT != 1) load_v(vb0, vb1, st, nv);  // before the barrier: V is in since the copy's wait
         cta_sync(2);  // P is complete
-        gemm_pv(o, st, nv, f);
+        gemm_pv(o, vb0, vb1, f);
       }
 
-      // ---- Epilogue: the S warps' row sums, then every warp writes its dims.
+      // ---- Epilogue: the warps' row sums, then every warp writes its dims.
 #pragma unroll
-      for (int o2 = 1; o2 < 4; o2 <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
-      }
-      if (t == 0) {
-        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(warp_sum(warp, 16 * ms + g)), "f"(l0) : "memory");
-        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(warp_sum(warp, 16 * ms + g + 8)), "f"(l1) : "memory");
+      for (int mt = 0; mt < MT; ++mt) {
+        float l0 = l[mt][0], l1 = l[mt][1];
+#pragma unroll
+        for (int o2 = 1; o2 < 4; o2 <<= 1) {
+          l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+          l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+        }
+        if (t == 0) {
+          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(warp_sum(warp, 16 * mt + g)), "f"(l0) : "memory");
+          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(warp_sum(warp, 16 * mt + g + 8)), "f"(l1) : "memory");
+        }
       }
       cta_sync(0);
       write_rows(w, o, m, ref);
