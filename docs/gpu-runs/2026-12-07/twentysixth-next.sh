@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The twenty-sixth session's next call on the few-heads FP8 kernel: main as landed (1d5061b, `head`) and three builds,
+# each one patch of this directory against it, all built with line information (D = docs/gpu-runs/2026-12-07):
+#   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-a1 \
+#     head@-lineinfo nob1=D/twentysixth-nob1.patch@-lineinfo qreg=D/twentysixth-qreg.patch@-lineinfo \
+#     qnob=D/twentysixth-qnob.patch@-lineinfo
+#   nob1  one CTA barrier a tile fewer: each warp publishes its reference (the running max, or its tile maxima if
+#         larger) with P relative to it, and after the one barrier every warp scales P's A fragments by each writer's
+#         2^(reference - new max) with the tokens' scales; P and the references in two buffers, tiles in turn
+#         (254 / 212 registers at 32 / 16 heads, no spills)
+#   qreg  16 heads: S by tokens (warp w: tokens [8 w, + 8) over all 576 dims) with all of Q's nope fragments in
+#         registers (128), so no partial S and no third barrier; V from shared memory after the P barrier
+#         (255 registers, 4 bytes spilled outside the loop)
+#   qnob  qreg and nob1: one CTA barrier a tile at 16 heads (255 registers, 28 bytes spilled)
+# One call carrying .mla-kit-a1.tgz: bash docs/gpu-runs/2026-12-07/twentysixth-next.sh
+# FlashMLA's dense suite rows "dense tp" (16 and 32 heads, b 128, s_k 8192) over head, the gather kernels and the
+# builds in one process; then the tests (FewHeadsFp8Kernel, FlashMLA's dense grid on the kernel) and compute-sanitizer
+# memcheck and racecheck on FewHeadsFp8KernelSanitizerCases for $TEST_VARIANTS (default: the fastest build, if it beats
+# head); then (PROFILE=1, default) Nsight Compute on head and that build at 16 and 32 heads. Few files come back:
+# device.txt, dense.txt, tests.txt, sanitize.txt, profile.txt and profile-source.tgz.
+set -u
+out=${OUT:-$(mktemp -d)}
+k=$(mktemp -d)
+tar xzf .mla-kit-a1.tgz -C "$k"
+export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$k/lib
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+variants=${VARIANTS:-nob1 qreg qnob}
+more=""
+for v in $variants; do more+=" $v=$k/$v/libflashcpp.so"; done
+# shellcheck disable=SC2086
+timeout "${BENCH_S:-150}" python3 bench/flashmla_side_by_side.py --op dense --iters 10 --no-host-time \
+  --no-flashinfer --lib "$k/head/libflashcpp.so" --lib-b "$k/head/libflashcpp.so" \
+  --lib-b-env FLASHCPP_MLA_DENSE_KERNEL=gather --filter "dense tp" --lib-more $more > "$out/dense.txt" 2>&1
+echo "bench exit $?"
+grep '^MLA_SUITE' "$out/dense.txt" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line.split(" ", 1)[1])
+    print(d["h_q"], d["kv"], "head", round(d["flashcpp_us"], 1), "gather", round(d.get("flashcpp_b_us", 0), 1),
+          "fp8_speedup", round(d.get("fp8_speedup", 0), 3), "copy", round(d["copy_fraction"], 3),
+          {k: round(v, 4) for k, v in d.items() if k.endswith("_speedup") or k.endswith("_diff")})'
+if [[ -z ${TEST_VARIANTS+x} ]]; then
+  TEST_VARIANTS=$(grep '^MLA_SUITE' "$out/dense.txt" | python3 -c '
+import json, math, sys
+logs = {}
+for line in sys.stdin:
+    d = json.loads(line.split(" ", 1)[1])
+    if d["kv"] != "fp8": continue
+    for k, v in d.items():
+        name = k[: -len("_speedup")]
+        if k.endswith("_speedup") and name not in ("b", "fp8") and v > 0:
+            logs.setdefault(name, []).append(math.log(v))
+ranked = sorted(logs, key=lambda n: sum(logs[n]) / len(logs[n]))
+print(ranked[0] if ranked and sum(logs[ranked[0]]) < 0 else "")')
+  echo "tested build (the fastest, if faster than head): ${TEST_VARIANTS:-none}"
+fi
+for tv in $TEST_VARIANTS; do
+  LD_LIBRARY_PATH=$k/$tv:$k/lib timeout "${TEST_S:-200}" "$k/test_mla_gpu" \
+    --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8Kernel' > "$k/tests-$tv-fewheads.txt" 2>&1 &
+  LD_LIBRARY_PATH=$k/$tv:$k/lib FLASHCPP_MLA_DENSE_KERNEL=mma timeout "${TEST_S:-200}" "$k/test_mla_gpu" \
+    --gtest_filter='MlaGpuDenseDecode.FlashMlaCorrectnessGrid' > "$k/tests-$tv-grid.txt" 2>&1 &
+  for tool in memcheck racecheck; do
+    (LD_LIBRARY_PATH=$k/$tv:$k/lib timeout "${TEST_S:-200}" compute-sanitizer --tool $tool --error-exitcode 3 \
+      "$k/test_mla_gpu" --gtest_filter='MlaGpuDenseDecode.FewHeadsFp8KernelSanitizerCases' \
+      > "$k/sanitize-$tv-$tool.txt" 2>&1; echo "exit $?" >> "$k/sanitize-$tv-$tool.txt") &
+  done
+done
+wait
+for f in "$k"/tests-*.txt; do
+  [[ -f $f ]] || continue
+  { echo "== $(basename "$f")"; cat "$f"; } >> "$out/tests.txt"
+  echo "== $(basename "$f"): $(grep -cE '^\[       OK' "$f") ok"; grep -E '^\[  (PASSED|FAILED)|FAILED \]' "$f" | head -5
+done
+for f in "$k"/sanitize-*.txt; do
+  [[ -f $f ]] || continue
+  { echo "== $(basename "$f")"; cat "$f"; } >> "$out/sanitize.txt"
+  echo "== $(basename "$f"): $(tail -1 "$f")"; grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f"
+done
+if [[ ${PROFILE:-1} == 1 ]]; then
+  for b in head $TEST_VARIANTS; do
+    for h in 16 32; do
+      rep=$k/ncu-$b-h$h
+      # the FP8 row launches the kernel for its check, then the timed runs: the second launch is warm
+      timeout 150 ncu --clock-control none --cache-control all -f -o "$rep" -k regex:dense_decode_mma_fp8 \
+        --launch-skip 1 --launch-count 1 --import-source yes \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
+        --section SourceCounters --section Occupancy --section MemoryWorkloadAnalysis_Tables \
+        python3 bench/flashmla_side_by_side.py --lib "$k/$b/libflashcpp.so" --op dense \
+        --filter "dense tp b 128 s_q 1 h_q $h s_k" --iters 2 --no-host-time --no-flashinfer > "$k/ncu-run.txt" 2>&1
+      echo "ncu $b h$h exit $?"
+      { echo "==== $b h$h"; ncu -i "$rep.ncu-rep" --page details; } >> "$out/profile.txt" 2>&1
+      ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$k/sass-$b-h$h.csv" 2>&1
+      ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda > "$k/cuda-$b-h$h.csv" 2>&1
+      python3 bench/ncu_source_summary.py "$k/sass-$b-h$h.csv" >> "$out/profile.txt" 2>&1
+    done
+  done
+  (cd "$k" && tar czf "$out/profile-source.tgz" sass-*.csv cuda-*.csv)
+  grep -E "^==== |Duration|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Registers Per" "$out/profile.txt"
+fi
