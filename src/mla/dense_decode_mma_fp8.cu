@@ -5,12 +5,12 @@
 //
 // One CTA = one query token (all its heads) over a schedule part's work items; 8 warps, no producer warp: thread 0
 // issues each tile's bulk copy kStages tiles ahead, across the part's items. Per tile:
-//   wait for its copy; every warp: its partial S over its 64 dims (Q's fragments held in registers since the item
-//   began), every head and token, to shared memory (16 heads: the same converted K fragments, transposed by
-//   movmatrix, are its V fragments); barrier 3; warp w: S of tokens [8 w, + 8) = the partials summed per scale tile,
-//   times each token's scale, plus RoPE, masked and scaled, its row maxima published; barrier 1 (and thread 0 refills
-//   the stage the previous tile freed); every warp: the new running max and the rescale, P of its tokens to shared
-//   memory and its row sums; barrier 2; every warp: O += P V over its 64 dims.
+//   wait for its copy; warp w: S of tokens [8 w, + 8) (16 heads: over all dims, Q's nope fragments held in registers
+//   since the item began; 32 heads: every warp's partial S over its 64 dims, Q's fragments of them in registers, to
+//   shared memory, barrier 3, then the partials summed per scale tile), times each token's scale, plus RoPE, masked
+//   and scaled, its row maxima published; barrier 1 (and thread 0 refills the stage the previous tile freed); every
+//   warp: the new running max and the rescale, P of its tokens to shared memory and its row sums; barrier 2; every
+//   warp: O += P V over its 64 dims.
 // Masking: slot s of a tile is valid iff s < the token's length and the tile's first index is a cache row whose 64
 // rows lie in one block (anything else: the tile is not copied and all of it is masked). Invalid slots' logits are
 // -inf and their V bytes and scales are replaced by zeros before any product (the stage may hold anything there).
@@ -52,12 +52,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
     asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(two));
   return r;
 }
-// The 8 x 8 16-bit matrix whose row lane / 4, columns 2 (lane % 4) (+1) this thread holds, transposed across the warp.
-__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
-  uint32_t d;
-  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
-  return d;
-}
 __device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
   uint32_t r;
   asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
@@ -94,6 +88,8 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
 template <int MT>
 struct Kernel {
   using T = Traits<MT>;
+  // 16 heads: S by tokens with all of Q's nope fragments in registers; 32 heads (too few registers): S split by dims.
+  static constexpr bool kQInRegisters = MT == 1;
   const Params& a;
   uint32_t base;  // shared memory
   int warp, lane, g, t;
@@ -211,13 +207,9 @@ struct Kernel {
     }
   }
 
-  // ---- S split by dims. This warp's partial S over its dims [64 warp, + 64) (16-dim blocks 4 warp .. 4 warp + 3,
-  // all inside scale tile warp / 2), every m-tile and all 64 tokens, unscaled, into shared memory.
-  // 16 heads: the converted K fragments are also this warp's V (the same bytes: V's dims [64 warp, + 64) of every
-  // token), transposed by movmatrix into P V's B fragments (vb0, vb1: k-step kp, n8 block j = 2 kk + e holding dims
-  // 16 kk + {4c + 2e, 4c + 2e + 1 : c} in column order), tokens past nv zeroed first.
-  __device__ void gemm_s_partial(uint32_t st, const uint32_t (&qf)[MT][4][4], int nv, uint32_t (&vb0)[4][8],
-                                 uint32_t (&vb1)[4][8]) const {
+  // ---- S split by dims (32 heads). This warp's partial S over its dims [64 warp, + 64) (16-dim blocks 4 warp ..
+  // 4 warp + 3, all inside scale tile warp / 2), every m-tile and all 64 tokens, unscaled, into shared memory.
+  __device__ void gemm_s_partial(uint32_t st, const uint32_t (&qf)[MT][4][4]) const {
     float acc[MT][8][4];
     sm90::zero_fill(acc);
 #pragma unroll
@@ -225,15 +217,9 @@ struct Kernel {
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         const uint32_t w4 = ld_shared_u32(st + (8 * nb + g) * T::kRowBytes + 16 * (4 * warp + kk) + 4 * t);
-        uint32_t b0 = e4m3x2_to_f16x2<false>(w4), b1 = e4m3x2_to_f16x2<true>(w4);
+        const uint32_t b0 = e4m3x2_to_f16x2<false>(w4), b1 = e4m3x2_to_f16x2<true>(w4);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) mma_f16(acc[mt][nb], qf[mt][kk], b0, b1);
-        if constexpr (MT == 1) {
-          if (nv < T::kTile && 8 * nb + g >= nv) b0 = b1 = 0u;  // rows past the length may hold NaN (S masks them)
-          uint32_t(&dst)[4][8] = (nb & 1) ? vb1 : vb0;
-          dst[nb >> 1][2 * kk] = movmatrix_trans(b0);
-          dst[nb >> 1][2 * kk + 1] = movmatrix_trans(b1);
-        }
       }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -242,6 +228,50 @@ struct Kernel {
         sm90::st_shared_v4(partial_s(warp, mt, nb),
                            make_uint4(__float_as_uint(acc[mt][nb][0]), __float_as_uint(acc[mt][nb][1]),
                                       __float_as_uint(acc[mt][nb][2]), __float_as_uint(acc[mt][nb][3])));
+  }
+
+  // ---- S of this warp's tokens tb .. tb + 7 over all dims (16 heads), Q's nope fragments in registers (qa: its 16-dim
+  // blocks; RoPE's from shared memory): the four scale tiles each in its own accumulator, then scaled per token, plus
+  // RoPE.
+  template <int NQ>
+  __device__ void gemm_s_tokens(float (&s)[MT][4], uint32_t st, int tb, const uint32_t (&qa)[NQ][4]) const {
+    static_assert(NQ == 32 && MT == 1, "all 32 nope blocks of one m-tile");
+    float acc[5][4];
+    sm90::zero_fill(acc);
+    const uint32_t krow = st + (tb + g) * T::kRowBytes;
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int ks = 8 * c + kk;
+        const uint32_t w4 = ld_shared_u32(krow + 16 * ks + 4 * t);
+        mma_f16(acc[c], qa[ks], e4m3x2_to_f16x2<false>(w4), e4m3x2_to_f16x2<true>(w4));
+      }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t at = krow + fp8::kRopeOffset + 2 * (16 * kk + 2 * t);
+      uint32_t af[4];
+      ldmatrix_x4(af, q_rope(lane & 15, 2 * kk + (lane >> 4)));
+      mma_bf16(acc[4], af, ld_shared_u32(at), ld_shared_u32(at + 16));
+    }
+    const uint32_t r0 = st + (tb + 2 * t) * T::kRowBytes + fp8::kScaleOffset;
+    const uint4 sc0 = sm90::ld_shared_v4(r0), sc1 = sm90::ld_shared_v4(r0 + T::kRowBytes);
+    const float k0[4] = {__uint_as_float(sc0.x), __uint_as_float(sc0.y), __uint_as_float(sc0.z),
+                         __uint_as_float(sc0.w)};
+    const float k1[4] = {__uint_as_float(sc1.x), __uint_as_float(sc1.y), __uint_as_float(sc1.z),
+                         __uint_as_float(sc1.w)};
+    float v0 = acc[4][0], v1 = acc[4][1], v2 = acc[4][2], v3 = acc[4][3];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      v0 = fmaf(acc[c][0], k0[c], v0);
+      v1 = fmaf(acc[c][1], k1[c], v1);
+      v2 = fmaf(acc[c][2], k0[c], v2);
+      v3 = fmaf(acc[c][3], k1[c], v3);
+    }
+    s[0][0] = v0;
+    s[0][1] = v1;
+    s[0][2] = v2;
+    s[0][3] = v3;
   }
 
   // ---- S of this warp's tokens (tb .. tb + 7, every m-tile): the 8 partials of its n8 block, each pair of writers
@@ -364,39 +394,6 @@ struct Kernel {
         float denom = l;
         if (!partial && p.attn_sink != nullptr) denom += fast_exp2(__ldg(p.attn_sink + row) * kLog2e - mx);
         const float inv = empty ? 0.f : ref / denom;
-        if constexpr (MT == 1) {
-          // The thread's dims 64 warp + 16 kk + 4 t + {0, 1} (o[2 kk][2h], [2h + 1]) and + {2, 3} (o[2 kk + 1]).
-          if (partial) {  // the partial rows' layout: in a 16-dim chunk dims 2a, 2a + 1 at 4a, 8 + 2a, +1 at 4a + 2
-            uint16_t* dst = p.o_accum + (w.accum_row * p.h_q + row) * T::kDv + 64 * warp + (t < 2 ? 8 * t : 8 * t - 14);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              *reinterpret_cast<uint32_t*>(dst + 16 * kk) =
-                  sm90::pack_bf16x2(o[mt][2 * kk][2 * h] * inv, o[mt][2 * kk][2 * h + 1] * inv);
-              *reinterpret_cast<uint32_t*>(dst + 16 * kk + 4) =
-                  sm90::pack_bf16x2(o[mt][2 * kk + 1][2 * h] * inv, o[mt][2 * kk + 1][2 * h + 1] * inv);
-            }
-            if (warp == 0 && t == 0) p.lse_accum[w.accum_row * p.h_q + row] = empty ? -INFINITY : logf(l) + mx * kLn2;
-          } else {
-            uint16_t* dst = static_cast<uint16_t*>(p.out) + out_off + row * p.out_stride_head + 64 * warp + 4 * t;
-            const uint64_t first = sm90::l2_policy_evict_first();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk)
-              sm90::st_global_v2_hint(
-                  dst + 16 * kk,
-                  make_uint2(sm90::pack_bf16x2(o[mt][2 * kk][2 * h] * inv, o[mt][2 * kk][2 * h + 1] * inv),
-                             sm90::pack_bf16x2(o[mt][2 * kk + 1][2 * h] * inv, o[mt][2 * kk + 1][2 * h + 1] * inv)),
-                  first);
-            if (warp == 0 && t == 0) {
-              if (p.lse != nullptr)
-                p.lse[p.request_offset(w.request, w.pos, p.lse_stride_token, p.lse_stride_request) +
-                      row * p.lse_stride_head] = empty ? INFINITY : logf(l) + mx * kLn2;
-              if (p.max_logits != nullptr)
-                p.max_logits[w.token * p.max_logits_stride_token + row * p.max_logits_stride_head] =
-                    empty ? -INFINITY : mx * kLn2;
-            }
-          }
-          continue;
-        }
         // The thread's 16 dims 64 warp + 16 t + d: d = j from o[.][j][2h], d = 8 + j from o[.][j][2h + 1].
         uint32_t wd[8];
         if (partial) {  // the partial rows' layout: dims 2a, 2a + 1 at 4a, dims 8 + 2a, +1 at 4a + 2
@@ -470,11 +467,17 @@ struct Kernel {
       stage_q(w);
       cta_sync(0);
       uint32_t qf[MT][4][4];  // Q's fragments of this warp's dims, every m-tile
+      uint32_t qa[kQInRegisters ? 32 : 1][4];  // or all of Q's nope fragments (one m-tile)
+      if constexpr (kQInRegisters) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+        for (int ks = 0; ks < 32; ++ks) ldmatrix_x4(qa[ks], q_nope(lane & 15, 2 * ks + (lane >> 4)));
+      } else {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          ldmatrix_x4(qf[mt][kk], q_nope(16 * mt + (lane & 15), 2 * (4 * warp + kk) + (lane >> 4)));
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            ldmatrix_x4(qf[mt][kk], q_nope(16 * mt + (lane & 15), 2 * (4 * warp + kk) + (lane >> 4)));
+      }
       cta_sync(0);  // every warp holds its fragments: the region takes the partial S from here on
       float rs[MT][2];  // S rows 16 mt + g (+8): sm_scale log2e 2^-e
 #pragma unroll
@@ -501,9 +504,13 @@ struct Kernel {
         // S, masked and in base 2; the warp's row maxima over its tokens.
         float s[MT][4];
         uint32_t vb0[4][8], vb1[4][8];
-        gemm_s_partial(st, qf, nv, vb0, vb1);
-        cta_sync(3);  // every partial S written (the previous tile's readers are past barrier 1)
-        reduce_s(s, st, tb);
+        if constexpr (kQInRegisters) {
+          gemm_s_tokens(s, st, tb, qa);
+        } else {
+          gemm_s_partial(st, qf);
+          cta_sync(3);  // every partial S written (the previous tile's readers are past barrier 1)
+          reduce_s(s, st, tb);
+        }
         {
           const int tok = tb + 2 * t;
 #pragma unroll
@@ -596,8 +603,9 @@ struct Kernel {
         }
         ref = r;
 
-        if constexpr (MT != 1) load_v(vb0, vb1, st, nv);  // before the barrier: V is in since the copy's wait
+        if constexpr (!kQInRegisters) load_v(vb0, vb1, st, nv);  // before the barrier: V is in since the copy's wait
         cta_sync(2);  // P is complete
+        if constexpr (kQInRegisters) load_v(vb0, vb1, st, nv);  // after: Q's fragments hold the registers
         gemm_pv(o, vb0, vb1, f);
       }
 

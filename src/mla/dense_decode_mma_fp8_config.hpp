@@ -6,13 +6,14 @@
 // to bf16 in shared memory in one producer warpgroup, which at 16 heads is slower than bf16 (docs/PERFORMANCE.md).
 // Here the cache's tiles land raw (one bulk copy of 64 x 656 bytes), and every warp converts the e4m3 bytes it
 // multiplies, in registers, to fp16 (exact: every e4m3 value is an fp16 value) for warp-level mma.sync:
-//   * S = Q K^T, split by dims: warp w holds Q's dims [64 w, + 64) as A fragments in registers (fp16, each head's
-//     row scaled by a power of two into fp16's range; staged once an item) and multiplies them with K's B fragments
-//     (4 bytes of one row each; Q's columns are permuted to match) for every head and all 64 tokens: each K byte is
-//     loaded and converted once, Q is never reloaded. The fp32 partials go to shared memory; warp w then sums the 8
-//     partials of its 8 tokens (each pair one 128-dim scale tile, times the token's scale) and adds RoPE (bf16 as
-//     stored). At 16 heads the converted K fragments of dims [64 w, + 64) are exactly the V bytes warp w multiplies
-//     in P V: movmatrix transposes them into V's B fragments, and V is neither reloaded nor converted again.
+//   * S = Q K^T with Q (fp16, each head's row scaled by a power of two into fp16's range; staged once an item) as A
+//     fragments held in registers, K's B fragments 4 bytes of one row each (Q's columns are permuted to match): each
+//     K byte is loaded and converted once, Q is never reloaded. 16 heads: warp w computes its 8 tokens over all 576
+//     dims, all 32 of Q's nope fragments in registers (128 of them), each 128-dim scale tile in its own accumulator
+//     scaled per token, RoPE in bf16 as stored. 32 heads (twice the fragments: too many registers): split by dims,
+//     warp w holds Q's dims [64 w, + 64) for both m-tiles and writes its fp32 partial S of every head and all 64
+//     tokens to shared memory; after a third barrier it sums the 8 partials of its 8 tokens (each pair one scale
+//     tile, times the token's scale) and adds RoPE.
 //   * O += P V: P (fp16, each token's column times its scale over the tile's largest) from shared memory; V's B
 //     fragments (32 heads) take a byte from four rows each, put together by byte permutes. Each warp owns 64 of V's
 //     dims, inside one scale tile, so its O carries one running reference scale.
@@ -38,7 +39,7 @@ struct Traits {
   static constexpr int kTileBytes = kTile * kRowBytes;   // 41,984: one bulk copy
   static constexpr int kStages = MT == 1 ? 4 : 3;  // 32 heads: the partial S takes a stage's room
 
-  // S's reduction: warp w sums the partials of tokens [kSTokens * w, + kSTokens) (one n8 block), every m-tile.
+  // S: warp w's tokens are [kSTokens * w, + kSTokens) (one n8 block), every m-tile.
   static constexpr int kSTokens = 8;
   static_assert(kSTokens * kWarps == kTile, "the S warps cover the tile's tokens");
   // P V: warp w owns V's dims [64 w, 64 w + 64), all of them in scale tile w / 2.
@@ -51,9 +52,9 @@ struct Traits {
   static constexpr int kQRopeRowBytes = kRope * 2;
   static constexpr int kPRowBytes = kTile * 2;
   static constexpr int kOffStages = 0;
-  // S is split by dims: warp w keeps Q's dims [64 w, + 64) in registers and writes its partial S (every m-tile and
-  // token, fp32, float4 a lane: [kWarps][MT][8 n8 blocks][32 lanes]) into the region Q's nope dims were staged in.
-  static constexpr int kPartialBytes = kWarps * MT * 8 * 32 * 16;
+  // 32 heads, S split by dims: warp w writes its partial S (every m-tile and token, fp32, float4 a lane:
+  // [kWarps][MT][8 n8 blocks][32 lanes]) into the region Q's nope dims were staged in.
+  static constexpr int kPartialBytes = MT == 1 ? 0 : kWarps * MT * 8 * 32 * 16;
   static constexpr int kQNopeBytes = kRows * kQNopeRowBytes;
   static constexpr int kOffQNope = kOffStages + kStages * kTileBytes;  // also the partial S
   static constexpr int kOffQRope = kOffQNope + (kPartialBytes > kQNopeBytes ? kPartialBytes : kQNopeBytes);
