@@ -52,11 +52,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
     asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(two));
   return r;
 }
-__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
-  uint32_t r;
-  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
-  return r;
-}
 __device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
@@ -107,9 +102,11 @@ struct Kernel {
   __device__ uint32_t q_rope(int row, int chunk) const {
     return base + T::kOffQRope + row * T::kQRopeRowBytes + ((chunk ^ (row & 7)) << 4);
   }
-  __device__ uint32_t p_at(int row, int chunk) const {
-    return base + T::kOffP + row * T::kPRowBytes + ((chunk ^ (row & 7)) << 4);
+  // P of scale tile c: P times each token's scale of the tile over the tile's largest (what warps 2c, 2c + 1 multiply).
+  __device__ uint32_t p_at(int c, int row, int chunk) const {
+    return base + T::kOffP + (c * T::kRows + row) * T::kPRowBytes + ((chunk ^ (row & 7)) << 4);
   }
+  __device__ uint32_t inv_ref(int c) const { return base + T::kOffInvRef + 4 * c; }
   __device__ uint32_t warp_max(int w, int row) const { return base + T::kOffWarpMax + 4 * (w * T::kRows + row); }
   __device__ uint32_t warp_sum(int w, int row) const { return base + T::kOffWarpSum + 4 * (w * T::kRows + row); }
   __device__ uint32_t row_scale(int row) const { return base + T::kOffRowScale + 4 * row; }
@@ -234,7 +231,8 @@ struct Kernel {
   // blocks; RoPE's from shared memory): the four scale tiles each in its own accumulator, then scaled per token, plus
   // RoPE.
   template <int NQ>
-  __device__ void gemm_s_tokens(float (&s)[MT][4], uint32_t st, int tb, const uint32_t (&qa)[NQ][4]) const {
+  __device__ void gemm_s_tokens(float (&s)[MT][4], float (&k0)[4], float (&k1)[4], uint32_t st, int tb,
+                                const uint32_t (&qa)[NQ][4]) const {
     static_assert(NQ == 32 && MT == 1, "all 32 nope blocks of one m-tile");
     float acc[5][4];
     sm90::zero_fill(acc);
@@ -256,10 +254,10 @@ struct Kernel {
     }
     const uint32_t r0 = st + (tb + 2 * t) * T::kRowBytes + fp8::kScaleOffset;
     const uint4 sc0 = sm90::ld_shared_v4(r0), sc1 = sm90::ld_shared_v4(r0 + T::kRowBytes);
-    const float k0[4] = {__uint_as_float(sc0.x), __uint_as_float(sc0.y), __uint_as_float(sc0.z),
-                         __uint_as_float(sc0.w)};
-    const float k1[4] = {__uint_as_float(sc1.x), __uint_as_float(sc1.y), __uint_as_float(sc1.z),
-                         __uint_as_float(sc1.w)};
+    k0[0] = __uint_as_float(sc0.x), k0[1] = __uint_as_float(sc0.y), k0[2] = __uint_as_float(sc0.z);
+    k0[3] = __uint_as_float(sc0.w);
+    k1[0] = __uint_as_float(sc1.x), k1[1] = __uint_as_float(sc1.y), k1[2] = __uint_as_float(sc1.z);
+    k1[3] = __uint_as_float(sc1.w);
     float v0 = acc[4][0], v1 = acc[4][1], v2 = acc[4][2], v3 = acc[4][3];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -276,7 +274,7 @@ struct Kernel {
 
   // ---- S of this warp's tokens (tb .. tb + 7, every m-tile): the 8 partials of its n8 block, each pair of writers
   // (one scale tile) times the token's scale, plus RoPE (bf16, computed here).
-  __device__ void reduce_s(float (&s)[MT][4], uint32_t st, int tb) const {
+  __device__ void reduce_s(float (&s)[MT][4], float (&k0)[4], float (&k1)[4], uint32_t st, int tb) const {
     float acc[MT][4];
     sm90::zero_fill(acc);
     const int ahalf = lane >> 4;
@@ -295,10 +293,10 @@ struct Kernel {
     // Thread's columns 2t, 2t + 1: tokens tb + 2t (+1); the scales of their rows.
     const uint32_t r0 = st + (tb + 2 * t) * T::kRowBytes + fp8::kScaleOffset;
     const uint4 sc0 = sm90::ld_shared_v4(r0), sc1 = sm90::ld_shared_v4(r0 + T::kRowBytes);
-    const float k0[4] = {__uint_as_float(sc0.x), __uint_as_float(sc0.y), __uint_as_float(sc0.z),
-                         __uint_as_float(sc0.w)};
-    const float k1[4] = {__uint_as_float(sc1.x), __uint_as_float(sc1.y), __uint_as_float(sc1.z),
-                         __uint_as_float(sc1.w)};
+    k0[0] = __uint_as_float(sc0.x), k0[1] = __uint_as_float(sc0.y), k0[2] = __uint_as_float(sc0.z);
+    k0[3] = __uint_as_float(sc0.w);
+    k1[0] = __uint_as_float(sc1.x), k1[1] = __uint_as_float(sc1.y), k1[2] = __uint_as_float(sc1.z);
+    k1[3] = __uint_as_float(sc1.w);
     const int nb = tb / 8;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -354,19 +352,14 @@ struct Kernel {
       }
     }
   }
-  // O += P V with V's fragments from load_v.
-  __device__ void gemm_pv(float (&o)[MT][8][4], const uint32_t (&b0)[4][8], const uint32_t (&b1)[4][8],
-                          const uint32_t (&f)[4][2]) const {
+  // O += P V with V's fragments from load_v, P of this warp's scale tile.
+  __device__ void gemm_pv(float (&o)[MT][8][4], const uint32_t (&b0)[4][8], const uint32_t (&b1)[4][8]) const {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t af[4];
-        ldmatrix_x4(af, p_at(16 * mt + (lane & 15), 2 * kk + (lane >> 4)));
-        af[0] = hmul2(af[0], f[kk][0]);
-        af[1] = hmul2(af[1], f[kk][0]);
-        af[2] = hmul2(af[2], f[kk][1]);
-        af[3] = hmul2(af[3], f[kk][1]);
+        ldmatrix_x4(af, p_at(warp / 2, 16 * mt + (lane & 15), 2 * kk + (lane >> 4)));
 #pragma unroll
         for (int j = 0; j < 8; ++j) mma_f16(o[mt][j], af, b0[kk][j], b1[kk][j]);
       }
@@ -503,16 +496,22 @@ struct Kernel {
 
         // S, masked and in base 2; the warp's row maxima over its tokens.
         float s[MT][4];
+        float k0[4], k1[4];  // the scales of the thread's tokens tb + 2t (+1), zero past the length
         uint32_t vb0[4][8], vb1[4][8];
         if constexpr (kQInRegisters) {
-          gemm_s_tokens(s, st, tb, qa);
+          gemm_s_tokens(s, k0, k1, st, tb, qa);
         } else {
           gemm_s_partial(st, qf);
           cta_sync(3);  // every partial S written (the previous tile's readers are past barrier 1)
-          reduce_s(s, st, tb);
+          reduce_s(s, k0, k1, st, tb);
         }
         {
           const int tok = tb + 2 * t;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            k0[c] = tok < nv ? k0[c] : 0.f;
+            k1[c] = tok + 1 < nv ? k1[c] : 0.f;
+          }
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             s[mt][0] = tok < nv ? s[mt][0] * rs[mt][0] : -INFINITY;
@@ -532,7 +531,7 @@ struct Kernel {
           }
         }
 
-        // This warp's P V factors: each token's scale for its dims over the tile's largest valid one.
+        // The reference of this warp's scale tile: its largest valid token scale (published by one of its two warps).
         const uint32_t scol = st + fp8::kScaleOffset + 4 * ctile;
         float sc_a = lane < nv ? ld_shared_f32(scol + lane * T::kRowBytes) : 0.f;
         float sc_b = lane + 32 < nv ? ld_shared_f32(scol + (lane + 32) * T::kRowBytes) : 0.f;
@@ -541,16 +540,8 @@ struct Kernel {
         for (int o2 = 16; o2 > 0; o2 >>= 1) r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, o2));
         if (!(r > 0.f) || !(r <= 3.0e38f)) r = 1.f;
         const float inv_r = 1.f / r;
-        uint32_t f[4][2];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int tok = 16 * kk + 2 * t + 8 * hh;
-            const float f0 = tok < nv ? ld_shared_f32(scol + tok * T::kRowBytes) * inv_r : 0.f;
-            const float f1 = tok + 1 < nv ? ld_shared_f32(scol + (tok + 1) * T::kRowBytes) * inv_r : 0.f;
-            f[kk][hh] = sm90::pack_f16x2(f0, f1);
-          }
+        if ((warp & 1) == 0 && lane == 0)
+          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(inv_ref(ctile)), "f"(inv_r) : "memory");
 
         cta_sync(1);  // every warp's maxima published; every warp is past its P V of the previous tile
         if (threadIdx.x == 0 && consumed >= 1) produce();  // into the stage the previous tile freed
@@ -570,7 +561,19 @@ struct Kernel {
             m[mt][h] = mn;
           }
 
-        // P of this warp's tokens to shared memory (fp16), its share of the row sums.
+        // P of this warp's tokens to shared memory, once a scale tile: fp16 P times the token's scale over the tile's
+        // reference (at most 1); its share of the row sums.
+        float kc0[4], kc1[4];
+        {
+          const uint4 ir = sm90::ld_shared_v4(inv_ref(0));
+          const float irf[4] = {__uint_as_float(ir.x), __uint_as_float(ir.y), __uint_as_float(ir.z),
+                                __uint_as_float(ir.w)};
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            kc0[c] = k0[c] * irf[c];
+            kc1[c] = k1[c] * irf[c];
+          }
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const float mu0 = m[mt][0] == -INFINITY ? 0.f : m[mt][0];
@@ -578,8 +581,11 @@ struct Kernel {
           const float p0 = fast_exp2(s[mt][0] - mu0), p1 = fast_exp2(s[mt][1] - mu0);
           const float p2 = fast_exp2(s[mt][2] - mu1), p3 = fast_exp2(s[mt][3] - mu1);
           const int row0 = 16 * mt + g;
-          sm90::st_shared_u32(p_at(row0, warp) + 4 * t, sm90::pack_f16x2(p0, p1));
-          sm90::st_shared_u32(p_at(row0 + 8, warp) + 4 * t, sm90::pack_f16x2(p2, p3));
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            sm90::st_shared_u32(p_at(c, row0, warp) + 4 * t, sm90::pack_f16x2(p0 * kc0[c], p1 * kc1[c]));
+            sm90::st_shared_u32(p_at(c, row0 + 8, warp) + 4 * t, sm90::pack_f16x2(p2 * kc0[c], p3 * kc1[c]));
+          }
           l[mt][0] = l[mt][0] * alpha[mt][0] + (p0 + p1);
           l[mt][1] = l[mt][1] * alpha[mt][1] + (p2 + p3);
         }
@@ -606,7 +612,7 @@ struct Kernel {
         if constexpr (!kQInRegisters) load_v(vb0, vb1, st, nv);  // before the barrier: V is in since the copy's wait
         cta_sync(2);  // P is complete
         if constexpr (kQInRegisters) load_v(vb0, vb1, st, nv);  // after: Q's fragments hold the registers
-        gemm_pv(o, vb0, vb1, f);
+        gemm_pv(o, vb0, vb1);
       }
 
       // ---- Epilogue: the warps' row sums, then every warp writes its dims.

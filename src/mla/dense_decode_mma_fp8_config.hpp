@@ -58,8 +58,9 @@ struct Traits {
   static constexpr int kQNopeBytes = kRows * kQNopeRowBytes;
   static constexpr int kOffQNope = kOffStages + kStages * kTileBytes;  // also the partial S
   static constexpr int kOffQRope = kOffQNope + (kPartialBytes > kQNopeBytes ? kPartialBytes : kQNopeBytes);
-  static constexpr int kOffP = kOffQRope + kRows * kQRopeRowBytes;
-  static constexpr int kOffWarpMax = kOffP + kRows * kPRowBytes;     // float [kWarps][kRows]: S warps' tile maxima
+  static constexpr int kOffP = kOffQRope + kRows * kQRopeRowBytes;  // fp16 [4 scale tiles][kRows][kTile]
+  static constexpr int kOffInvRef = kOffP + 4 * kRows * kPRowBytes;  // float [4]: 1 / each scale tile's reference
+  static constexpr int kOffWarpMax = kOffInvRef + 16;                // float [kWarps][kRows]: S warps' tile maxima
   static constexpr int kOffWarpSum = kOffWarpMax + kWarps * kRows * 4;  // float [kWarps][kRows]: their row sums
   static constexpr int kOffRowScale = kOffWarpSum + kWarps * kRows * 4;  // float [kRows]: sm_scale log2e 2^-e
   static constexpr int kOffValid = kOffRowScale + kRows * 4;  // int [kStages]: each stage's valid rows
