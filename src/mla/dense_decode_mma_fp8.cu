@@ -9,8 +9,8 @@
 //   since the item began; 32 heads: every warp's partial S over its 64 dims, Q's fragments of them in registers, to
 //   shared memory, barrier 3, then the partials summed per scale tile), times each token's scale, plus RoPE, masked
 //   and scaled, its row maxima published; barrier 1 (and thread 0 refills the stage the previous tile freed); every
-//   warp: the new running max and the rescale, P of its tokens to shared memory and its row sums; barrier 2; every
-//   warp: O += P V over its 64 dims.
+//   warp: the new running max and the rescale, P of its tokens to shared memory (once a scale tile, times each
+//   token's scale over the tile's reference) and its row sums; barrier 2; every warp: O += P V over its 64 dims.
 // Masking: slot s of a tile is valid iff s < the token's length and the tile's first index is a cache row whose 64
 // rows lie in one block (anything else: the tile is not copied and all of it is masked). Invalid slots' logits are
 // -inf and their V bytes and scales are replaced by zeros before any product (the stage may hold anything there).

@@ -14,7 +14,8 @@
 //     warp w holds Q's dims [64 w, + 64) for both m-tiles and writes its fp32 partial S of every head and all 64
 //     tokens to shared memory; after a third barrier it sums the 8 partials of its 8 tokens (each pair one scale
 //     tile, times the token's scale) and adds RoPE.
-//   * O += P V: P (fp16, each token's column times its scale over the tile's largest) from shared memory; V's B
+//   * O += P V: P (fp16, each token's column times its scale over the tile's largest, stored once for each of the
+//     four scale tiles by the warp that computed the token's S, which holds its scales) from shared memory; V's B
 //     fragments (32 heads) take a byte from four rows each, put together by byte permutes. Each warp owns 64 of V's
 //     dims, inside one scale tile, so its O carries one running reference scale.
 #pragma once

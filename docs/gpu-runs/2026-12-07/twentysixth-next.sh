@@ -13,15 +13,23 @@
 #         (255 registers, 4 bytes spilled outside the loop)
 #   qnob  qreg and nob1: one CTA barrier a tile at 16 heads (255 registers, 28 bytes spilled)
 # One call carrying .mla-kit-a1.tgz: bash docs/gpu-runs/2026-12-07/twentysixth-next.sh
+# Kit a2 (main at 42bec51, qreg landed, and one build), then KIT=.mla-kit-a2.tgz VARIANTS=p4 PROFILE=0 DURATIONS=1:
+#   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-a2 \
+#     head p4=D/twentysixth-p4.patch
+#   p4    P stored once per scale tile, each token's P times its scale over the tile's reference (the S warp holds its
+#         tokens' scales from S), so that P V reads its tile's P as it is: no per-token scale loads, selects and fp16
+#         multiplies in every warp (248 / 225 registers at 16 / 32 heads, no spills)
+# DURATIONS=1: Nsight Compute's duration of each kernel of the 16- and 32-head FP8 rows on head (the attention and
+# the combine), to place the time between the attention kernel and the whole call.
 # FlashMLA's dense suite rows "dense tp" (16 and 32 heads, b 128, s_k 8192) over head, the gather kernels and the
 # builds in one process; then the tests (FewHeadsFp8Kernel, FlashMLA's dense grid on the kernel) and compute-sanitizer
 # memcheck and racecheck on FewHeadsFp8KernelSanitizerCases for $TEST_VARIANTS (default: the fastest build, if it beats
 # head); then (PROFILE=1, default) Nsight Compute on head and that build at 16 and 32 heads. Few files come back:
-# device.txt, dense.txt, tests.txt, sanitize.txt, profile.txt and profile-source.tgz.
+# device.txt, dense.txt, tests.txt, sanitize.txt, durations.txt, profile.txt and profile-source.tgz.
 set -u
 out=${OUT:-$(mktemp -d)}
 k=$(mktemp -d)
-tar xzf .mla-kit-a1.tgz -C "$k"
+tar xzf "${KIT:-.mla-kit-a1.tgz}" -C "$k"
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$k/lib
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 variants=${VARIANTS:-nob1 qreg qnob}
@@ -76,6 +84,26 @@ for f in "$k"/sanitize-*.txt; do
   { echo "== $(basename "$f")"; cat "$f"; } >> "$out/sanitize.txt"
   echo "== $(basename "$f"): $(tail -1 "$f")"; grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f"
 done
+if [[ ${DURATIONS:-0} == 1 ]]; then
+  for h in 16 32; do
+    timeout 120 ncu --clock-control none --cache-control all -f -o "$k/dur-h$h" \
+      -k 'regex:dense_decode_mma_fp8|combine|dense_decode_plan' --section SpeedOfLight \
+      python3 bench/flashmla_side_by_side.py --lib "$k/head/libflashcpp.so" --op dense \
+      --filter "dense tp b 128 s_q 1 h_q $h s_k" --iters 2 --no-host-time --no-flashinfer > "$k/dur-run.txt" 2>&1
+    echo "durations h$h (ncu exit $?)"
+    ncu -i "$k/dur-h$h.ncu-rep" --page raw --csv --metrics gpu__time_duration.sum,launch__grid_size \
+      > "$k/dur-h$h.csv" 2>&1
+    { echo "==== h$h"; cat "$k/dur-h$h.csv"; } >> "$out/durations.txt"
+    python3 -c '
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+hdr = next((r for r in rows if "Kernel Name" in r), None)
+if hdr:
+    ki, ti = hdr.index("Kernel Name"), hdr.index("gpu__time_duration.sum")
+    for r in rows[rows.index(hdr) + 2:]:
+        if len(r) > ti: print("  ", r[ki][:70], r[ti])' "$k/dur-h$h.csv"
+  done
+fi
 if [[ ${PROFILE:-1} == 1 ]]; then
   for b in head $TEST_VARIANTS; do
     for h in 16 32; do
