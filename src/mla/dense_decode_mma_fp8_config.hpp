@@ -16,7 +16,7 @@
 //     tile, times the token's scale) and adds RoPE.
 //   * O += P V: P (fp16, each token's column times its scale over the tile's largest, stored once for each of the
 //     four scale tiles by the warp that computed the token's S, which holds its scales) from shared memory; V's B
-//     fragments (32 heads) take a byte from four rows each, put together by byte permutes. Each warp owns 64 of V's
+//     fragments take a byte from four rows each, put together by byte permutes. Each warp owns 64 of V's
 //     dims, inside one scale tile, so its O carries one running reference scale.
 #pragma once
 #include "mla/fp8_v32.hpp"
