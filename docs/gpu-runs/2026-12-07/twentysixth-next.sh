@@ -25,7 +25,7 @@
 # builds in one process; then the tests (FewHeadsFp8Kernel, FlashMLA's dense grid on the kernel) and compute-sanitizer
 # memcheck and racecheck on FewHeadsFp8KernelSanitizerCases for $TEST_VARIANTS (default: the fastest build, if it beats
 # head); then (PROFILE=1, default) Nsight Compute on head and that build at 16 and 32 heads. Few files come back:
-# device.txt, dense.txt, tests.txt, sanitize.txt, durations.txt, profile.txt and profile-source.tgz.
+# device.txt, dense.txt, tests.txt, sanitize.txt, durations.txt, profile.txt and profile-sass.tgz.
 set -u
 out=${OUT:-$(mktemp -d)}
 k=$(mktemp -d)
@@ -118,10 +118,9 @@ if [[ ${PROFILE:-1} == 1 ]]; then
       echo "ncu $b h$h exit $?"
       { echo "==== $b h$h"; ncu -i "$rep.ncu-rep" --page details; } >> "$out/profile.txt" 2>&1
       ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$k/sass-$b-h$h.csv" 2>&1
-      ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda > "$k/cuda-$b-h$h.csv" 2>&1
-      python3 bench/ncu_source_summary.py "$k/sass-$b-h$h.csv" >> "$out/profile.txt" 2>&1
+      (root=$PWD && cd "$k" && python3 "$root/bench/ncu_source_summary.py" "sass-$b-h$h.csv") >> "$out/profile.txt" 2>&1
     done
   done
-  (cd "$k" && tar czf "$out/profile-source.tgz" sass-*.csv cuda-*.csv)
+  (cd "$k" && tar czf "$out/profile-sass.tgz" sass-*.csv)
   grep -E "^==== |Duration|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Registers Per" "$out/profile.txt"
 fi
