@@ -19,6 +19,14 @@
 #   p4    P stored once per scale tile, each token's P times its scale over the tile's reference (the S warp holds its
 #         tokens' scales from S), so that P V reads its tile's P as it is: no per-token scale loads, selects and fp16
 #         multiplies in every warp (248 / 225 registers at 16 / 32 heads, no spills)
+# Kit a3: head and wg32 (twentysixth-wg32-probes.patch as below, probes off), run with KIT=.mla-kit-a3.tgz
+#   VARIANTS=wg32 TEST_VARIANTS=wg32 PROFILE=0: the timing, the tests and the sanitizers on it.
+# Kit a4 (the wgmma form at 32 heads, twentysixth-wg32-probes.patch against 1386d3f, and its probes):
+#   MLA_VARIANT_FILES='dense_decode_mma_fp8' bash scripts/mla-variants.sh build build-gpu-full .mla-kit-a4 head \
+#     wg32=D/twentysixth-wg32-probes.patch wgnos=D/twentysixth-wg32-probes.patch@-DFLASHCPP_WG_PROBE=1 \
+#     wgnopv=D/twentysixth-wg32-probes.patch@-DFLASHCPP_WG_PROBE=2 wgnone=D/twentysixth-wg32-probes.patch@-DFLASHCPP_WG_PROBE=3
+#   then KIT=.mla-kit-a4.tgz VARIANTS="wg32 wgnos wgnopv wgnone" TEST_VARIANTS="" PROFILE_BUILDS=wg32 PROFILE_HEADS=32
+#   (PROFILE_BUILDS / PROFILE_HEADS: the builds and head counts profiled, default head and $TEST_VARIANTS, 16 and 32)
 # DURATIONS=1: Nsight Compute's duration of each kernel of the 16- and 32-head FP8 rows on head (the attention and
 # the combine), to place the time between the attention kernel and the whole call.
 # FlashMLA's dense suite rows "dense tp" (16 and 32 heads, b 128, s_k 8192) over head, the gather kernels and the
@@ -105,8 +113,8 @@ if hdr:
   done
 fi
 if [[ ${PROFILE:-1} == 1 ]]; then
-  for b in head $TEST_VARIANTS; do
-    for h in 16 32; do
+  for b in ${PROFILE_BUILDS:-head $TEST_VARIANTS}; do
+    for h in ${PROFILE_HEADS:-16 32}; do
       rep=$k/ncu-$b-h$h
       # the FP8 row launches the kernel for its check, then the timed runs: the second launch is warm
       timeout 150 ncu --clock-control none --cache-control all -f -o "$rep" -k regex:dense_decode_mma_fp8 \
