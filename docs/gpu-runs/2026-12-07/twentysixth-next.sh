@@ -27,6 +27,8 @@
 #     wgnopv=D/twentysixth-wg32-probes.patch@-DFLASHCPP_WG_PROBE=2 wgnone=D/twentysixth-wg32-probes.patch@-DFLASHCPP_WG_PROBE=3
 #   then KIT=.mla-kit-a4.tgz VARIANTS="wg32 wgnos wgnopv wgnone" TEST_VARIANTS="" PROFILE_BUILDS=wg32 PROFILE_HEADS=32
 #   (PROFILE_BUILDS / PROFILE_HEADS: the builds and head counts profiled, default head and $TEST_VARIANTS, 16 and 32)
+# Kit a5: head and sticky=D/twentysixth-sticky.patch (each scale tile's reference only grows over an item, so that
+#   O's rescale is skipped once it settles), run with KIT=.mla-kit-a5.tgz VARIANTS=sticky TEST_VARIANTS=sticky PROFILE=0.
 # DURATIONS=1: Nsight Compute's duration of each kernel of the 16- and 32-head FP8 rows on head (the attention and
 # the combine), to place the time between the attention kernel and the whole call.
 # FlashMLA's dense suite rows "dense tp" (16 and 32 heads, b 128, s_k 8192) over head, the gather kernels and the
