@@ -227,6 +227,16 @@ struct Kernel {
                                       __float_as_uint(acc[mt][nb][2]), __float_as_uint(acc[mt][nb][3])));
   }
 
+  // The four scale tiles' scales of the thread's S columns 2t, 2t + 1: tokens tb + 2t (k0) and tb + 2t + 1 (k1).
+  __device__ void token_scales(float (&k0)[4], float (&k1)[4], uint32_t st, int tb) const {
+    const uint32_t r0 = st + (tb + 2 * t) * T::kRowBytes + fp8::kScaleOffset;
+    const uint4 sc0 = sm90::ld_shared_v4(r0), sc1 = sm90::ld_shared_v4(r0 + T::kRowBytes);
+    k0[0] = __uint_as_float(sc0.x), k0[1] = __uint_as_float(sc0.y), k0[2] = __uint_as_float(sc0.z);
+    k0[3] = __uint_as_float(sc0.w);
+    k1[0] = __uint_as_float(sc1.x), k1[1] = __uint_as_float(sc1.y), k1[2] = __uint_as_float(sc1.z);
+    k1[3] = __uint_as_float(sc1.w);
+  }
+
   // ---- S of this warp's tokens tb .. tb + 7 over all dims (16 heads), Q's nope fragments in registers (qa: its 16-dim
   // blocks; RoPE's from shared memory): the four scale tiles each in its own accumulator, then scaled per token, plus
   // RoPE.
@@ -252,12 +262,7 @@ struct Kernel {
       ldmatrix_x4(af, q_rope(lane & 15, 2 * kk + (lane >> 4)));
       mma_bf16(acc[4], af, ld_shared_u32(at), ld_shared_u32(at + 16));
     }
-    const uint32_t r0 = st + (tb + 2 * t) * T::kRowBytes + fp8::kScaleOffset;
-    const uint4 sc0 = sm90::ld_shared_v4(r0), sc1 = sm90::ld_shared_v4(r0 + T::kRowBytes);
-    k0[0] = __uint_as_float(sc0.x), k0[1] = __uint_as_float(sc0.y), k0[2] = __uint_as_float(sc0.z);
-    k0[3] = __uint_as_float(sc0.w);
-    k1[0] = __uint_as_float(sc1.x), k1[1] = __uint_as_float(sc1.y), k1[2] = __uint_as_float(sc1.z);
-    k1[3] = __uint_as_float(sc1.w);
+    token_scales(k0, k1, st, tb);
     float v0 = acc[4][0], v1 = acc[4][1], v2 = acc[4][2], v3 = acc[4][3];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -290,13 +295,7 @@ struct Kernel {
         mma_bf16(acc[mt], af, r0, r1);
       }
     }
-    // Thread's columns 2t, 2t + 1: tokens tb + 2t (+1); the scales of their rows.
-    const uint32_t r0 = st + (tb + 2 * t) * T::kRowBytes + fp8::kScaleOffset;
-    const uint4 sc0 = sm90::ld_shared_v4(r0), sc1 = sm90::ld_shared_v4(r0 + T::kRowBytes);
-    k0[0] = __uint_as_float(sc0.x), k0[1] = __uint_as_float(sc0.y), k0[2] = __uint_as_float(sc0.z);
-    k0[3] = __uint_as_float(sc0.w);
-    k1[0] = __uint_as_float(sc1.x), k1[1] = __uint_as_float(sc1.y), k1[2] = __uint_as_float(sc1.z);
-    k1[3] = __uint_as_float(sc1.w);
+    token_scales(k0, k1, st, tb);
     const int nb = tb / 8;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
