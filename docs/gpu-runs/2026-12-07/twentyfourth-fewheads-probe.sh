@@ -89,18 +89,8 @@ fi
 # The builds tested: $TEST_VARIANTS, else the two fastest on the FP8 rows (geometric mean of <name>_speedup, a time
 # ratio to main's: lower is faster; the probes that skip work excluded), else lean and twogroup.
 if [[ -z ${TEST_VARIANTS+x} ]]; then
-  TEST_VARIANTS=$(grep '^MLA_SUITE' "$out/dense.txt" | python3 -c '
-import json, math, sys
-logs = {}
-for line in sys.stdin:
-    d = json.loads(line.split(" ", 1)[1])
-    if d["kv"] != "fp8": continue
-    for k, v in d.items():
-        name = k[: -len("_speedup")]
-        if k.endswith("_speedup") and name not in ("b", "fp8", "nos", "nopv", "none") and v > 0:
-            logs.setdefault(name, []).append(math.log(v))
-ranked = sorted(logs, key=lambda n: sum(logs[n]) / len(logs[n]))
-print(" ".join(ranked[:2]) or "lean twogroup")')
+  TEST_VARIANTS=$(python3 docs/gpu-runs/2026-12-07/fastest-builds.py 2 --exclude nos nopv none < "$out/dense.txt")
+  TEST_VARIANTS=${TEST_VARIANTS:-lean twogroup}
   echo "tested builds (the two fastest): $TEST_VARIANTS"
 fi
 for tv in ${TEST_VARIANTS:-lean twogroup}; do

@@ -63,18 +63,7 @@ for line in sys.stdin:
           "fp8_speedup", round(d.get("fp8_speedup", 0), 3), "copy", round(d["copy_fraction"], 3),
           {k: round(v, 4) for k, v in d.items() if k.endswith("_speedup") or k.endswith("_diff")})'
 if [[ -z ${TEST_VARIANTS+x} ]]; then
-  TEST_VARIANTS=$(grep '^MLA_SUITE' "$out/dense.txt" | python3 -c '
-import json, math, sys
-logs = {}
-for line in sys.stdin:
-    d = json.loads(line.split(" ", 1)[1])
-    if d["kv"] != "fp8": continue
-    for k, v in d.items():
-        name = k[: -len("_speedup")]
-        if k.endswith("_speedup") and name not in ("b", "fp8") and v > 0:
-            logs.setdefault(name, []).append(math.log(v))
-ranked = sorted(logs, key=lambda n: sum(logs[n]) / len(logs[n]))
-print(ranked[0] if ranked and sum(logs[ranked[0]]) < 0 else "")')
+  TEST_VARIANTS=$(python3 docs/gpu-runs/2026-12-07/fastest-builds.py 1 --faster-only < "$out/dense.txt")
   echo "tested build (the fastest, if faster than head): ${TEST_VARIANTS:-none}"
 fi
 for tv in $TEST_VARIANTS; do
