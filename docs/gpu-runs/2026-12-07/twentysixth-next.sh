@@ -29,11 +29,13 @@
 #   (PROFILE_BUILDS / PROFILE_HEADS: the builds and head counts profiled, default head and $TEST_VARIANTS, 16 and 32)
 # Kit a5: head and sticky=D/twentysixth-sticky.patch (each scale tile's reference only grows over an item, so that
 #   O's rescale is skipped once it settles), run with KIT=.mla-kit-a5.tgz VARIANTS=sticky TEST_VARIANTS=sticky PROFILE=0.
-# Kit a6 (prepared, not run: the session's device time was spent): head (5aef622) and w16=D/twentysixth-w16.patch,
-#   32 heads with 16 warps (4 a scheduler, 128 registers, 12 bytes spilled outside the tile loop's hot path): each
-#   warp half of an 8-warp warp's work a tile (partial S over 64 dims for 32 tokens; the reduction of one m-tile over
-#   8 tokens; P V over 32 dims). Run: KIT=.mla-kit-a6.tgz VARIANTS=w16 TEST_VARIANTS=w16 PROFILE=0, then (if faster)
-#   PROFILE=1 PROFILE_BUILDS=w16 PROFILE_HEADS=32.
+# Kit a6 (prepared, not run: the session's device time was spent): head (5aef622), w16=D/twentysixth-w16.patch and
+#   w16h=D/twentysixth-w16h.patch:
+#   w16   32 heads with 16 warps (4 a scheduler, 128 registers, 12 bytes spilled, two reloads a tile): each warp half
+#         of an 8-warp warp's work a tile (partial S over 64 dims for 32 tokens; the reduction of one m-tile over 8
+#         tokens; P V over 32 dims)
+#   w16h  w16's form at 16 heads too (S split by dims, 127 registers, no spills) in place of Q in registers
+#   Run: KIT=.mla-kit-a6.tgz VARIANTS="w16 w16h" PROFILE=0 (the tests on the faster, if faster than head).
 # DURATIONS=1: Nsight Compute's duration of each kernel of the 16- and 32-head FP8 rows on head (the attention and
 # the combine), to place the time between the attention kernel and the whole call.
 # FlashMLA's dense suite rows "dense tp" (16 and 32 heads, b 128, s_k 8192) over head, the gather kernels and the
