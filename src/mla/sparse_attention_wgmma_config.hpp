@@ -51,12 +51,18 @@ struct Traits {
   // work, and its raw bytes are loaded a whole tile ahead; with two tiles per iteration (the other configurations)
   // the late half's refill waited for the iteration's end.
   static constexpr bool kPerTile = RAW_BUFFERS > 1;
-  // O half (128 f32) + S (32 f32) + P + softmax
-  // bf16: FlashMLA's split (216 / 72); 224 / 56 measured 0.5-0.8% slower in prefill (H100, 2026-12-05), 232 / 40
-  // spills in the producer.
-  static constexpr int kConsumerRegs = !FP8 ? 216 : (kPerTile ? 192 : 200);
+  // The 16-bit two-tile kernels hold Q's last atom in the consumers' registers for the S GEMM (register-A wgmma): an
+  // S GEMM with both operands in shared memory takes all of its bandwidth, which the tile's gather and P V share
+  // (about 300 KB a tile against 280 KB of the tensor cores' time at 128 B a clock). Prefill 0.8% and dense decode
+  // 0.5% faster in both orders (H100, 2026-12-07; the register split alone: 0.2% / -0.3%).
+  static constexpr bool kQLastInRegs = !FP8 && !kPerTile;
+  // O half (128 f32) + S (32 f32) + P + softmax (+ Q's last atom, 16, for bf16 / fp16)
+  // bf16: 232 / 40, for Q's last atom (216 / 72, FlashMLA's split, left ptxas serializing the wgmma instructions with
+  // it; 224 / 56 measured no faster). Without it, 224 / 56 had measured 0.5-0.8% slower in prefill (H100, 2026-12-05).
+  // The split decode instantiation's producer spills 20 bytes at 40 (ptxas, CUDA 13.0).
+  static constexpr int kConsumerRegs = !FP8 ? 232 : (kPerTile ? 192 : 200);
   static constexpr int kConsumer1Regs = kPerTile ? 160 : kConsumerRegs;  // tile by tile: O half + P address
-  static constexpr int kProducerRegs = !FP8 ? 72 : (kPerTile ? 152 : 104);
+  static constexpr int kProducerRegs = !FP8 ? 40 : (kPerTile ? 152 : 104);
   // setmaxnreg moves registers only within the CTA's own allocation: __launch_bounds__(kThreads, 1) gives
   // each thread 65536 / kThreads rounded down to a multiple of 8 (168), and the split may not exceed that.
   static constexpr int kLaunchRegs = 65536 / (kConsumerThreads + kProducerThreads) / 8 * 8;

@@ -23,6 +23,41 @@ __device__ __forceinline__ void gemm_qk(float (&s)[32], uint64_t desc_q, uint64_
     }
 }
 
+// The same over atoms [A0, A1) with Q's last atom (kQLastInRegs) from registers (qr: its four k-steps' A fragments):
+// 8 KB fewer shared-memory reads per S GEMM, whose A and B both from shared memory take the whole bandwidth.
+template <class C, int A0, int A1, bool FIRST>
+__device__ __forceinline__ void gemm_qk_last_in_regs(float (&s)[32], uint64_t desc_q, uint64_t desc_k,
+                                                     const uint32_t (&qr)[16]) {
+#pragma unroll
+  for (int a = A0; a < A1; ++a)
+#pragma unroll
+    for (int ks = 0; ks < C::kAtomCols / 16; ++ks) {
+      const uint64_t off = static_cast<uint64_t>((a * C::kAtomBytes + ks * 32) >> 4);
+      const int scale_d = (FIRST && a == A0 && ks == 0) ? 0 : 1;
+      if (a == C::kAtoms - 1) {
+        const uint32_t frag[4] = {qr[4 * ks], qr[4 * ks + 1], qr[4 * ks + 2], qr[4 * ks + 3]};
+        wgmma_m64n64k16_rs<C::kF16>(s, frag, desc_k + off, scale_d);
+      } else {
+        wgmma_m64n64k16_ss<C::kF16>(s, desc_q + off, desc_k + off, scale_d);
+      }
+    }
+}
+
+// Q's last atom as this warp's A fragments (rows 16 warp .. + 15, four k-steps of 16 dims): matrix i of k-step ks
+// is rows 8 (i & 1) .. + 7 of the warp's, 16-byte chunk 2 ks + (i >> 1), at chunk ^ (row & 7) (the 128-byte swizzle).
+template <class C>
+__device__ __forceinline__ void load_q_last(uint32_t (&qr)[16], uint32_t q_base, int warp_in_wg, int lane) {
+  const int i = lane >> 3, row = 16 * warp_in_wg + 8 * (i & 1) + (lane & 7);
+  const uint32_t row_addr = q_base + (C::kAtoms - 1) * C::kAtomBytes + row * 128;
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    uint32_t r[4];
+    sm90::ldmatrix_x4(r, row_addr + (((2 * ks + (i >> 1)) ^ (row & 7)) << 4));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) qr[4 * ks + j] = r[j];
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Consumer pieces shared by both schedules (two tiles per iteration, and tile by tile). A thread holds rows
 // r0 = 16 warp + g and r1 = r0 + 8 of the 64, columns 2t, 2t + 1 of each 8-column block (t = lane & 3).
@@ -335,11 +370,12 @@ struct TwoTiles {
 
   // S = Q K_W^T over the tile's early half, then its late half, each once it is full. Consumer 0 overlapping its
   // P_B V_B-left (OVERLAP): that GEMM group is waited for between the halves, and B-left released.
-  __device__ __forceinline__ void gemm_s(float (&s)[32], int phase, auto overlap) const {
+  __device__ __forceinline__ void gemm_s(float (&s)[32], int phase, auto overlap, const uint32_t (&qr)[16]) const {
     mbar_wait(sm.bar_full(W, first_half(W)), phase);
     fence_proxy_async();
     wgmma_fence();
     if constexpr (W == 0) gemm_qk<C, 0, C::kLeftAtoms, true>(s, desc_q, desc_k);
+    else if constexpr (C::kQLastInRegs) gemm_qk_last_in_regs<C, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k, qr);
     else gemm_qk<C, C::kLeftAtoms, C::kAtoms, true>(s, desc_q, desc_k);
     if constexpr (decltype(overlap)::value) {
       wgmma_commit();
@@ -349,7 +385,8 @@ struct TwoTiles {
     mbar_wait(sm.bar_full(W, 1 - first_half(W)), phase);
     fence_proxy_async();
     wgmma_fence();
-    if constexpr (W == 0) gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
+    if constexpr (W == 0 && C::kQLastInRegs) gemm_qk_last_in_regs<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k, qr);
+    else if constexpr (W == 0) gemm_qk<C, C::kLeftAtoms, C::kAtoms, false>(s, desc_q, desc_k);
     else gemm_qk<C, 0, C::kLeftAtoms, false>(s, desc_q, desc_k);
     wgmma_commit();
     wgmma_wait<0>();
@@ -434,14 +471,14 @@ __device__ __forceinline__ void share_p_a(const TwoTiles<C, 0>& c, const float (
 // is the item's last (of n_iters; `phase`: its barrier phase), when B-left is released after it.
 template <class C>
 __device__ __forceinline__ void pv_b_left(const TwoTiles<C, 0>& c, float (&o)[128], float (&s)[32], int phase, int it,
-                                          int n_iters) {
+                                          int n_iters, const uint32_t (&qr)[16]) {
   named_sync(kBarPReadyB);
   fence_regs(o);
   wgmma_fence();
   c.gemm_pv_other(o);
   wgmma_commit();
   if (it + 1 < n_iters) {
-    c.gemm_s(s, phase ^ 1, std::true_type{});  // the next S_A, overlapping P_B V_B-left
+    c.gemm_s(s, phase ^ 1, std::true_type{}, qr);  // the next S_A, overlapping P_B V_B-left
   } else {
     wgmma_wait<0>();
     c.release(1, 1 - first_half(1), std::false_type{});  // B-left
@@ -514,15 +551,17 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
     float o[128];
     const ItemInfo w = begin_item(sm, s_item, k - work.first, o);
     const int n_iters = w.n_iters;
+    uint32_t qr[16];  // Q's last atom (kQLastInRegs; unused otherwise)
+    if constexpr (C::kQLastInRegs) load_q_last<C>(qr, sm.q(), warp_in_wg, lane);
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     float s[32];
     if constexpr (W == 0)
-      if (n_iters > 0) c.gemm_s(s, iter & 1, std::false_type{});
+      if (n_iters > 0) c.gemm_s(s, iter & 1, std::false_type{}, qr);
 
     for (int it = 0; it < n_iters; ++it) {
       const int phase = (iter + it) & 1;
       // ---- Phase QK: S = Q K_W^T (consumer 0's was issued in the previous iteration).
-      if constexpr (W == 1) c.gemm_s(s, phase, std::false_type{});
+      if constexpr (W == 1) c.gemm_s(s, phase, std::false_type{}, qr);
       fence_regs(s);
       // ---- Phase softmax: mask, scale to base 2; consumer 0 on its own, consumer 1 after consumer 0's max.
       float mx0, mx1;
@@ -557,7 +596,7 @@ __device__ __forceinline__ void consumer(const KernelParams& args, const Smem<C>
         rescale_rows<kRescaleAlways>(o, b0, b1);
         l0 *= b0;
         l1 *= b1;
-        pv_b_left(c, o, s, phase, it, n_iters);
+        pv_b_left(c, o, s, phase, it, n_iters, qr);
       } else {
         pv_consumer1(c, o, pf);
       }
