@@ -33,7 +33,9 @@ FlashMLA's replay reuses its scheduler metadata; copy_fraction: bytes moved / ti
 FlashInfer's batch MLA (its module through flashcpp's C ABI, when the runtime finds it; --no-flashinfer: not timed) runs
 on the same bf16 cache: flashinfer_us and flashinfer_ratio (its time / ours; on the FP8 rows its bf16 time / our FP8
 time), flashinfer_max_abs_diff against our output, or flashinfer_error where it cannot run.
-The bf16 contenders (FlashMLA, FlashInfer, ours, --lib-b) are replayed in turn; the FP8 rows are timed after them.
+The bf16 contenders (FlashMLA, FlashInfer, ours, --lib-b) and our FP8 rows are replayed in turn (fp8_speedup and the
+FP8 row's flashcpp_in_turn_us from that rotation); the FP8 rows of every build are then timed in a rotation of their own
+(the FP8 row's flashcpp_us and the builds' ratios).
 
 Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|dense|all]
        [--filter SUBSTR] [--iters N] [--no-flush] [--no-flashmla] [--lib-b OTHER/libflashcpp.so]
@@ -584,6 +586,10 @@ def run_dense(flashcpp, flash_mla, timer, c):
 
     plan_bf16, run_bf16, out_bf16, lse_bf16 = prepare(flashcpp, k)
     bf16_contenders["flashcpp_us"] = run_bf16  # per layer, on the step's plan (FlashMLA reuses its metadata so too)
+    # Our FP8 rows in the same rotation too, so that fp8_speedup (issue 30's FP8 / bf16) compares two times taken
+    # under the same conditions (a rotation's size moved a memory-bound case by 15%, docs/PERFORMANCE.md).
+    prepared_fp8 = prepare(flashcpp, fp8)
+    bf16_contenders["flashcpp_fp8_in_turn_us"] = prepared_fp8[1]
     if OTHER_BUILD["lib"] is not None:
         _, run_b, out_b, _ = prepare(OTHER_BUILD["lib"], k)
         bf16_contenders["flashcpp_b_us"] = run_b
@@ -593,6 +599,7 @@ def run_dense(flashcpp, flash_mla, timer, c):
         extra_bf16[name] = prepare(lib, k)[1:]
         bf16_contenders[f"flashcpp_{name}_us"] = extra_bf16[name][0]
     times = timer.time_contenders(bf16_contenders)
+    fp8_in_turn_us = times.pop("flashcpp_fp8_in_turn_us")
     rows = []
     for kind in ("bf16", "fp8"):
         if kind == "bf16":
@@ -600,7 +607,7 @@ def run_dense(flashcpp, flash_mla, timer, c):
             r = dict(rec, kv=kind, **times)
             extra_runs = extra_bf16
         else:
-            plan, run, out, lse = prepare(flashcpp, fp8)
+            plan, run, out, lse = prepared_fp8
             fp8_contenders = {"flashcpp_us": run}
             if OTHER_BUILD["lib"] is not None:  # the other build on the same FP8 rows, in turn
                 _, run_b, outputs["b"], _ = prepare(OTHER_BUILD["lib"], fp8)
@@ -636,7 +643,9 @@ def run_dense(flashcpp, flash_mla, timer, c):
             r["b_speedup"] = r["flashcpp_b_us"] / r["flashcpp_us"]
         compare_extra_builds(r, run, out, extra_runs)
         rows.append(r)
-    rows[1]["fp8_speedup"] = rows[0]["flashcpp_us"] / rows[1]["flashcpp_us"]
+    # FP8 / bf16 from the bf16 rotation (both there); the FP8 row's own time is its rotation with the other builds'.
+    rows[1]["flashcpp_in_turn_us"] = fp8_in_turn_us
+    rows[1]["fp8_speedup"] = rows[0]["flashcpp_us"] / fp8_in_turn_us
     if EXPERIMENT.get("dense_fp16"):
         rows.append(run_dense_fp16(flashcpp, flash_mla, timer, c, inp, rec, prepare))
     return rows
