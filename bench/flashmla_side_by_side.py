@@ -34,7 +34,7 @@ FlashInfer's batch MLA (its module through flashcpp's C ABI, when the runtime fi
 on the same bf16 cache: flashinfer_us and flashinfer_ratio (its time / ours; on the FP8 rows its bf16 time / our FP8
 time), flashinfer_max_abs_diff against our output, or flashinfer_error where it cannot run.
 The bf16 contenders (FlashMLA, FlashInfer, ours, --lib-b) and our FP8 rows are replayed in turn (fp8_speedup and the
-FP8 row's flashcpp_in_turn_us from that rotation); the FP8 rows of every build are then timed in a rotation of their own
+FP8 row's fp8_in_turn_us from that rotation); the FP8 rows of every build are then timed in a rotation of their own
 (the FP8 row's flashcpp_us and the builds' ratios).
 
 Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|dense|all]
@@ -644,7 +644,7 @@ def run_dense(flashcpp, flash_mla, timer, c):
         compare_extra_builds(r, run, out, extra_runs)
         rows.append(r)
     # FP8 / bf16 from the bf16 rotation (both there); the FP8 row's own time is its rotation with the other builds'.
-    rows[1]["flashcpp_in_turn_us"] = fp8_in_turn_us
+    rows[1]["fp8_in_turn_us"] = fp8_in_turn_us
     rows[1]["fp8_speedup"] = rows[0]["flashcpp_us"] / fp8_in_turn_us
     if EXPERIMENT.get("dense_fp16"):
         rows.append(run_dense_fp16(flashcpp, flash_mla, timer, c, inp, rec, prepare))
