@@ -56,7 +56,7 @@ if [[ ${TIMING:-1} == 1 ]]; then
   # A build whose tests did not pass (or hung) is not timed.
   names=(head)
   for n in tmc tmc4; do
-    if [[ ${TESTS:-1} != 1 ]] || grep -q '^\[  PASSED' "$out/$n-tests.txt"; then names+=("$n"); else echo "(not timing $n)"; fi
+    if [[ ${TESTS:-1} != 1 ]] || { grep -q "^\[  PASSED" "$out/$n-tests.txt" && ! grep -q "^\[  FAILED" "$out/$n-tests.txt"; }; then names+=("$n"); else echo "(not timing $n)"; fi
   done
   names+=(fpf)
   OUT=$out MLA_VARIANTS_BUDGET_S=${BUDGET:-300} bash scripts/mla-variants.sh run .mla-kit-b6.tgz dense "${names[@]}" -- none
