@@ -134,6 +134,12 @@ bool dense_tiles_fit(const SparseAttentionParams& p, bool tensor_maps) {
   return false;
 }
 
+bool multicast_tiles_fit(const SparseAttentionParams& p, bool tensor_maps) {
+  return tensor_maps && p.kv_dense_tiles && kv_is_16bit(p.kv_format) && p.d_qk == 576 && p.h_q > kGroupHeads &&
+         p.h_q <= 2 * kGroupHeads && p.kv != nullptr && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0 && p.num_kv >= 1 &&
+         p.num_kv <= INT32_MAX && p.kv_row_stride >= 576 && p.kv_row_stride % 8 == 0;
+}
+
 SparseKernel auto_fp8_kernel(const SparseAttentionParams& p) {
   return p.h_q <= 2 * kGroupHeads ? SparseKernel::wgmma_sm90 : SparseKernel::mma_sm90;
 }
@@ -158,11 +164,16 @@ void choose_wgmma(const SparseAttentionParams& p, const KernelSupport& f, Launch
   switch (p.kv_format) {
     case KvFormat::bf16:
       plan.variant = p.d_qk == 576 ? WgmmaVariant::bf16_576 : WgmmaVariant::bf16_512;
-      // Dense decode over whole tiles: the dense kernel.
-      if (plan.split && dense_tiles_fit(p, f.tensor_maps) && dense_tiles_kernel()) plan.variant = WgmmaVariant::dense_bf16;
+      // Dense decode over whole tiles: the dense kernel where switched on, else at 65..128 heads the pair cluster
+      // (4-6% faster over FlashMLA's dense suite at 128 heads, H200, 2026-12-07; docs/PERFORMANCE.md).
+      if (plan.split && dense_tiles_fit(p, f.tensor_maps) && dense_tiles_kernel())
+        plan.variant = WgmmaVariant::dense_bf16;
+      else if (plan.split && multicast_tiles_fit(p, f.tensor_maps))
+        plan.variant = WgmmaVariant::bf16_576_pair;
       break;
     case KvFormat::f16:
-      plan.variant = WgmmaVariant::f16_576;
+      plan.variant = plan.split && multicast_tiles_fit(p, f.tensor_maps) ? WgmmaVariant::f16_576_pair
+                                                                          : WgmmaVariant::f16_576;
       break;
     case KvFormat::fp8_v32:
       plan.variant = pair ? WgmmaVariant::v32_pair : WgmmaVariant::v32_alone;
@@ -185,7 +196,10 @@ void choose_wgmma(const SparseAttentionParams& p, const KernelSupport& f, Launch
       break;
     }
   }
-  plan.cluster_ctas = plan.variant == WgmmaVariant::v32_pair || plan.variant == WgmmaVariant::v4_pair ? 2 : 1;
+  plan.cluster_ctas = plan.variant == WgmmaVariant::v32_pair || plan.variant == WgmmaVariant::v4_pair ||
+                              plan.variant == WgmmaVariant::bf16_576_pair || plan.variant == WgmmaVariant::f16_576_pair
+                          ? 2
+                          : 1;
 }
 
 }  // namespace
@@ -207,6 +221,8 @@ const char* plan_label(const LaunchPlan& plan) {
     case WgmmaVariant::bf16_576: return "wgmma_sm90/bf16_576/64h";
     case WgmmaVariant::bf16_512: return "wgmma_sm90/bf16_512/64h";
     case WgmmaVariant::f16_576: return "wgmma_sm90/f16_576/64h";
+    case WgmmaVariant::bf16_576_pair: return "wgmma_sm90/bf16_576_pair/64h";
+    case WgmmaVariant::f16_576_pair: return "wgmma_sm90/f16_576_pair/64h";
     case WgmmaVariant::v32_alone: return "wgmma_sm90/v32_alone/64h";
     case WgmmaVariant::v32_pair: return "wgmma_sm90/v32_pair/64h";
     case WgmmaVariant::v4_alone: return "wgmma_sm90/v4_alone/64h";
@@ -231,8 +247,10 @@ bool launch(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t
     case SparseKernel::wgmma_sm90: {
       if (plan.variant == WgmmaVariant::dense_bf16 || plan.variant == WgmmaVariant::dense_fp8)
         return launch_dense_decode_wgmma(plan, p, stream);
-      if (plan.variant == WgmmaVariant::f16_576) return launch_sparse_attention_wgmma_f16(plan, p, stream);
-      const bool bf16 = plan.variant == WgmmaVariant::bf16_576 || plan.variant == WgmmaVariant::bf16_512;
+      if (plan.variant == WgmmaVariant::f16_576 || plan.variant == WgmmaVariant::f16_576_pair)
+        return launch_sparse_attention_wgmma_f16(plan, p, stream);
+      const bool bf16 = plan.variant == WgmmaVariant::bf16_576 || plan.variant == WgmmaVariant::bf16_512 ||
+                        plan.variant == WgmmaVariant::bf16_576_pair;
       return bf16 ? launch_sparse_attention_wgmma_bf16(plan, p, stream)
                   : launch_sparse_attention_wgmma_fp8(plan, p, stream);
     }

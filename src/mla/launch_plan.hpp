@@ -38,6 +38,9 @@ enum class WgmmaVariant : int {
   bf16_576,   ///< Traits<576, false>: sparse prefill with d_qk 576, and dense decode's split work
   bf16_512,   ///< Traits<512, false>: sparse prefill with d_qk 512 (unsplit only)
   f16_576,    ///< Traits<576, false, 1, 1, true>: dense decode over an fp16 cache (fp16 q and out), split or not
+  bf16_576_pair,  ///< Traits<576, false, 2>: dense decode's split work over whole tiles (multicast_tiles_fit), h_q
+                  ///< 65..128: a token's two head groups as a 2-CTA cluster, each whole tile multicast to both by TMA
+  f16_576_pair,   ///< Traits<576, false, 2, 1, true>: the same over an fp16 cache
   v32_alone,  ///< Traits<576, true, 1, 2>: V3.2 FP8 decode, h_q <= 64, one CTA tile by tile
   v32_pair,   ///< Traits<576, true, 2, 2>: V3.2 FP8 decode, h_q 65..128, the two head groups as a 2-CTA cluster
   v4_alone,   ///< Traits<512, true, 1, 2>: V4 pages, one CTA of 64 heads tile by tile
@@ -51,6 +54,12 @@ enum class WgmmaVariant : int {
 /// 576, row and page strides and the cache's address as the tensor maps need them, a driver that encodes tensor
 /// maps). The chooser's condition for dense_bf16 / dense_fp8 (with dense_tiles_kernel()), and the launcher's.
 bool dense_tiles_fit(const SparseAttentionParams& p, bool tensor_maps);
+
+/// Whether dense decode's split work in `p` can run as the 16-bit pair cluster (bf16_576_pair / f16_576_pair): a
+/// 16-bit cache of whole tiles (kv_dense_tiles) with d_qk 576, h_q 65..128 (two head groups of 64), a 16-byte aligned
+/// cache whose row stride is a multiple of 16 bytes and whose rows an int32 counts, and a driver that encodes tensor
+/// maps. The chooser's condition; the launcher refuses the rest (nothing launched).
+bool multicast_tiles_fit(const SparseAttentionParams& p, bool tensor_maps);
 
 /// The whole decision for one problem. For the wgmma kernel: its instantiation, the heads each CTA computes
 /// (64, or 32 for V4's half-heads cluster; the CTA's other rows compute on zero Q and are never written) and the

@@ -1,7 +1,7 @@
 // Sparse MLA attention for Hopper (sm_90a): a warp-specialized wgmma kernel with FlashMLA's semantics
 // (sparse_attention_kernel.hpp, docs/MLA.md), for sparse prefill over bf16 KV and sparse decode over the
-// DeepSeek V3.2 FP8 cache (split-KV or not). Traits: sparse_attention_wgmma_config.hpp;
-// instantiations: sparse_attention_wgmma_bf16.cu, sparse_attention_wgmma_fp8.cu. This file holds the kernel
+// DeepSeek V3.2 FP8 cache (split-KV or not), and dense decode's split work over 16-bit caches. Traits:
+// sparse_attention_wgmma_config.hpp; instantiations: sparse_attention_wgmma_{bf16,f16,fp8}.cu. This file holds the kernel
 // entry and the host launch; its pieces: sparse_attention_wgmma_device.cuh (PTX helpers, Smem, work lists),
 // sparse_attention_wgmma_producer.cuh and sparse_attention_wgmma_consumer.cuh (with the epilogue).
 //
@@ -28,6 +28,11 @@
 //     the RoPE atom by cp.async). The rest of this list describes the two-tile iteration of the other
 //     configurations (V3.2 alone, bf16 prefill).
 //     (docs/MLA.md: measurements and the automatic choice between this kernel and the mma.sync kernel.)
+//   * 16-bit dense decode over whole tiles with h_q 65..128 runs as a 2-CTA cluster too (Traits::kTmaRows, the
+//     two-tile iteration): a tile of 64 consecutive cache rows within the token's length comes by TMA as 64 x 64
+//     boxes, each CTA issuing half of a half tile's atoms multicast into both CTAs' tiles, so each tile crosses
+//     the L2 once a token instead of once a head group; other tiles are gathered by each CTA alone. The empty
+//     barriers count both CTAs' consumers, as in the FP8 cluster.
 //   * Iteration i handles tiles A = 2i and B = 2i + 1. Consumer 0 computes S_A = Q K_A^T and consumer 1
 //     S_B = Q K_B^T (wgmma m64n64k16, both operands in shared memory). They run staggered: consumer 0 takes
 //     the running max over tile A and starts its first PV at once, consumer 1 adds tile B's max, and consumer 0
@@ -51,7 +56,9 @@
 //     is O / l in f32 with lse -inf when empty (the combine kernel finishes it).
 //   * Epilogue: the unsplit grid's output goes through Q's buffer, each warp writing its 16 rows as whole
 //     512-byte rows with 16-byte stores (write_item_rows); the sink values are loaded when the consumers start.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
 
 #include <climits>
 #include <cstdint>
@@ -66,10 +73,14 @@
 #include "mla/sparse_attention_wgmma_producer.cuh"
 #include "mla/sm90_kernel_ready.hpp"
 
+namespace flashcpp::mla::kernels::dense {
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();  // dense_decode_wgmma.cu: the driver's encoder, or null
+}  // namespace flashcpp::mla::kernels::dense
+
 namespace flashcpp::mla::kernels::wgmma {
 
 template <class C, bool SPLIT>
-__global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(const __grid_constant__ KernelParams args) {
+__global__ void __launch_bounds__(C::kThreads, 1) sparse_attention_wgmma_kernel(const __grid_constant__ KernelParamsOf<C> args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -213,7 +224,7 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads
   }
   if (!sm90a_kernel_ready<sparse_attention_wgmma_kernel<C, SPLIT>>(device, C::kSmemBytes)) return false;
   if (p.num_tokens == 0) return true;
-  KernelParams args;
+  KernelParamsOf<C> args;
   args.p = p;
   args.scale_log2 = p.sm_scale * 1.4426950408889634f;
   if (group_heads < 1 || group_heads > C::kHeads) return false;
@@ -231,6 +242,20 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads
   }
   // A cluster holds the head groups of one token, so it is used exactly when there are as many groups.
   if (C::kCluster && args.groups != C::kClusterCtas) return false;
+  if constexpr (C::kTmaRows) {
+    // The cache as rows for TMA: [num_kv, d_qk] 16-bit elements, a row's stride in bytes a multiple of 16.
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = dense::tensor_map_encoder();
+    const int64_t stride_bytes = p.kv_row_stride * 2;
+    if (encode == nullptr || p.num_kv < 1 || p.num_kv > INT32_MAX || stride_bytes % 16 != 0 || !aligned16(p.kv))
+      return false;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(C::kDqk), static_cast<cuuint64_t>(p.num_kv)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride_bytes)};
+    const cuuint32_t box[2] = {C::kAtomCols, C::kTile}, elem_strides[2] = {1, 1};
+    if (encode(&args.kv_rows, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(p.kv), dims, strides, box,
+               elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
   const int64_t outer = SPLIT ? static_cast<int64_t>(p.num_parts) * p.tokens_per_request : p.num_tokens;
   const int64_t blocks = outer * args.groups;
   if (blocks > INT_MAX) return false;

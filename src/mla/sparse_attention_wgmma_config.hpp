@@ -13,8 +13,9 @@ inline constexpr int kSmemOptinLimit = 232448;  // sm_90 opt-in shared memory pe
 template <int D_QK, bool FP8, int CLUSTER_CTAS = 1, int RAW_BUFFERS = 1, bool F16 = false>
 struct Traits {
   static_assert(D_QK == 576 || D_QK == 512, "d_qk is 576 (512 NoPE + 64 RoPE) or 512");
-  static_assert(CLUSTER_CTAS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2),
-                "only the FP8 cache is shared across a cluster (of the two head groups of a token), tile by tile");
+  static_assert(CLUSTER_CTAS == 1 || (FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 2) ||
+                    (!FP8 && CLUSTER_CTAS == 2 && RAW_BUFFERS == 1),
+                "a cluster is the two head groups of a token: FP8 tile by tile, or 16-bit dense tiles by multicast TMA");
   static_assert(RAW_BUFFERS == 1 || (FP8 && RAW_BUFFERS == 2),
                 "FP8 runs with one raw buffer, or tile by tile with two");
   static_assert(!(F16 && FP8), "fp16 is a 16-bit cache's type; the FP8 caches dequantize to bf16");
@@ -25,6 +26,11 @@ struct Traits {
   static constexpr bool kFp8V4 = FP8 && D_QK == 512;  // DeepSeek V4 pages (mla/fp8_v4.hpp); else V3.2 rows
   static constexpr int kClusterCtas = CLUSTER_CTAS;
   static constexpr bool kCluster = CLUSTER_CTAS > 1;
+  // 16-bit dense decode in a cluster (the two head groups of a token): a whole dense tile (64 consecutive cache rows,
+  // all within the token's length) comes by TMA as 64 x 64 boxes, each CTA issuing its share of a half's atoms
+  // multicast into both CTAs' tiles, so the tile crosses the L2 once a token instead of once a head group; other tiles
+  // by the cp.async gather, each CTA its own.
+  static constexpr bool kTmaRows = kCluster && !FP8;
 
   // Tiles. One CTA = one query token x 64 heads (the wgmma M); KV rows come in tiles of 64 (the N of
   // S = Q K^T and the K of O += P V), two tiles (A, B) per iteration.
@@ -95,7 +101,7 @@ struct Traits {
   // e4m3 bytes (a tile ahead, into registers), stores them and sends them to the peer with the dequantized
   // blocks. Alone, the RoPE atom comes by cp.async once the buffer is free (its registers would not fit a
   // producer that holds a whole tile's raw bytes).
-  static constexpr bool kRopeInRegs = kCluster;
+  static constexpr bool kRopeInRegs = kCluster && FP8;
   // Bytes a half tile receives from the peer: its rows' dequantized atoms, plus the RoPE atom on the right:
   // 4 atoms left and 5 right for V3.2; V4's right half has 3 dequantized (dims 256..447) and the RoPE atom.
   static constexpr int kPeerBytesLeft = kTile / CLUSTER_CTAS * kLeftAtoms * 128;

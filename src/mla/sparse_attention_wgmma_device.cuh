@@ -1,9 +1,11 @@
 // Device pieces of the wgmma sparse-attention kernel (sparse_attention_wgmma.cuh): kernel arguments, PTX helpers
 // (barriers, clusters, wgmma), the shared-memory plan (Smem) and the work lists.
 #pragma once
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <climits>
+#include <type_traits>
 #include <cmath>
 #include <cstdint>
 
@@ -31,6 +33,14 @@ struct KernelParams {
   // request with the i-th most tiles (longest first, ties by index), so the rounds end together.
   int longest_first = 0;
 };
+// The 16-bit pair cluster's (Traits::kTmaRows) parameters: also the cache as [num_kv rows, d_qk] for TMA, in boxes of
+// 64 rows x 64 columns (a tile's atom), 128-byte swizzled. Only those instantiations take it, so the others' parameter
+// block and code stay as they were.
+struct TmaRowsKernelParams : KernelParams {
+  CUtensorMap kv_rows;
+};
+template <class C>
+using KernelParamsOf = std::conditional_t<C::kTmaRows, TmaRowsKernelParams, KernelParams>;
 
 // ---------------------------------------------------------------------------------------------------
 // PTX helpers (those both Hopper kernels use are in sm90_device.cuh).
@@ -87,6 +97,23 @@ __device__ __forceinline__ void bulk_copy_to_peer(uint32_t cluster_dst, uint32_t
                    cluster_dst),
                "r"(src), "r"(bytes), "r"(cluster_bar)
                : "memory");
+}
+// One box of `map` at (col, row) into `dst` of both CTAs of the cluster (the same offset in each), completing its
+// bytes on `bar` in each.
+__device__ __forceinline__ void tma_row_to_cluster(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(map), "r"(col), "r"(row), "r"(bar), "h"(static_cast<uint16_t>(0b11))
+      : "memory");
+}
+// The same box into this CTA alone.
+__device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(map), "r"(col), "r"(row), "r"(bar)
+      : "memory");
 }
 // The prologue's cluster barrier: the barriers' initialisation is released by fence_mbarrier_init, so the arrival
 // itself orders nothing (a release arrival would also wait for the schedule loads in flight).
@@ -273,6 +300,7 @@ struct Smem {
 __host__ __device__ __forceinline__ constexpr int first_half(int t) { return t; }
 
 // Whether a fill of (t, half) ends with a cp.async arrival, and with an ordinary one (valid flags, stores).
+// Whole dense tiles by multicast TMA (kTmaRows) make the same arrivals (the cp.async one with no copies pending).
 template <class C>
 __host__ __device__ __forceinline__ constexpr bool fill_has_cp_async(int t, int half) {
   return !C::kFp8 || (half == 1 && !C::kRopeInRegs);
@@ -280,6 +308,10 @@ __host__ __device__ __forceinline__ constexpr bool fill_has_cp_async(int t, int 
 template <class C>
 __host__ __device__ __forceinline__ constexpr bool fill_has_ordinary(int t, int half) {
   return C::kFp8 || half == first_half(t);
+}
+// Adds `bytes` to the barrier's expected transaction count without arriving.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
 // The heads a CTA computes and writes: [first, end). Its rows past end - first compute on zero-filled Q.

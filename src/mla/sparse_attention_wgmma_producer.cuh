@@ -408,7 +408,7 @@ __device__ __forceinline__ void prefetch_dense_tile(const SparseAttentionParams&
 // Two tiles per iteration (bf16; V3.2 alone with one raw buffer: raw, scale, rope): per iteration the halves of
 // tiles A and B in release order; `iter`: the iterations before this item's. Indices one iteration ahead.
 template <class C, bool SPLIT = false>
-__device__ __forceinline__ void fill_two_tiles(const KernelParams& args, const uint8_t* cache, const Smem<C>& sm,
+__device__ __forceinline__ void fill_two_tiles(const KernelParamsOf<C>& args, const uint8_t* cache, const Smem<C>& sm,
                                                int group, int sub, int rank, const WorkItem& w, int n_iters, int iter,
                                                uint8_t* s_valid,
                                                int64_t idx_start, const int32_t* idx_row, int64_t extra_start,
@@ -435,20 +435,50 @@ __device__ __forceinline__ void fill_two_tiles(const KernelParams& args, const u
         const uint16_t* kv = static_cast<const uint16_t*>(p.kv);  // bf16 or fp16 (C::kF16), copied as bytes
         const int a0 = half == 0 ? 0 : C::kLeftAtoms;
         const int a1 = half == 0 ? C::kLeftAtoms : C::kAtoms;
-#pragma unroll
-        for (int r = 0; r < C::kRowsPerThread; ++r) {
-          const int row = r * C::kRowsPerPass + group;
-          const int idx = idx_cur[t][r];
-          const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
-          const uint16_t* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
-#pragma unroll
-          for (int a = a0; a < a1; ++a)
-            cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
-          if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+        // kTmaRows: a whole dense tile (every slot within the token's length: 64 consecutive cache rows, all valid or
+        // all masked, so row 0's index is this thread's first row's minus its group) by TMA boxes multicast to both CTAs
+        // of the cluster, each issuing the half's atoms of its parity. Every thread of both CTAs decides alike (one
+        // token, one work list, one tile). Other tiles by the gather below.
+        bool whole = false;
+        int row0 = 0;
+        if constexpr (C::kTmaRows) {
+          const int tile_no = w.tile_begin + 2 * it + t;
+          row0 = idx_cur[t][0] - group;
+          whole = p.kv_dense_tiles && (tile_no + 1) * C::kTile <= w.eff && row0 >= 0 &&
+                  static_cast<int64_t>(row0) + C::kTile <= p.num_kv;
         }
-        // Publishes the valid flags (release).
-        if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
-        cp_async_arrive(sm.bar_full(t, half));
+        if (whole) {
+          if constexpr (C::kTmaRows) {
+            if (group == 0) {  // one box an atom, from group 0's threads
+              const int a = a0 + sub;
+              if (a < a1 && (a & 1) == rank)
+                tma_row_to_cluster(tile + a * C::kAtomBytes, &args.kv_rows, a * C::kAtomCols, row0,
+                                   sm.bar_full(t, half));
+              if (sub == 0) mbar_expect_tx(sm.bar_full(t, half), C::kTile * (a1 - a0) * 128);  // both CTAs' boxes
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < C::kRowsPerThread; ++r)
+            if (step < 2 && sub == 0) s_valid[t * C::kTile + r * C::kRowsPerPass + group] = 1;
+          // The same arrivals as the gather's (its cp.async one with no copies of this fill pending).
+          if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
+          cp_async_arrive(sm.bar_full(t, half));
+        } else {
+#pragma unroll
+          for (int r = 0; r < C::kRowsPerThread; ++r) {
+            const int row = r * C::kRowsPerPass + group;
+            const int idx = idx_cur[t][r];
+            const bool valid = idx >= 0 && static_cast<int64_t>(idx) < p.num_kv;
+            const uint16_t* src = kv + (valid ? static_cast<int64_t>(idx) * p.kv_row_stride : 0) + sub * 8;
+#pragma unroll
+            for (int a = a0; a < a1; ++a)
+              cp_async_16(tile + a * C::kAtomBytes + chunk_offset(row, sub), src + a * C::kAtomCols, valid ? 16 : 0);
+            if (step < 2 && sub == 0) s_valid[t * C::kTile + row] = valid ? 1 : 0;
+          }
+          // Publishes the valid flags (release).
+          if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
+          cp_async_arrive(sm.bar_full(t, half));
+        }
       } else {
         // FP8 (V3.2 rows, one CTA, one raw buffer): this step's raw bytes, loaded before the wait for the buffer.
         static_assert(!C::kFp8V4, "V4 pages run tile by tile");
@@ -540,7 +570,7 @@ __device__ __forceinline__ void load_q(const SparseAttentionParams& p, const Sme
 
 // Per work item: the first indices, Q, then the KV tiles (tile by tile, or two tiles per iteration).
 template <class C, bool SPLIT>
-__device__ __forceinline__ void producer(const KernelParams& args, const Smem<C>& sm, uint8_t* s_valid,
+__device__ __forceinline__ void producer(const KernelParamsOf<C>& args, const Smem<C>& sm, uint8_t* s_valid,
                                          ItemInfo* s_item, const WorkListOf<C, SPLIT>& work, HeadRange heads) {
   const SparseAttentionParams& p = args.p;
   const int ptid = threadIdx.x - C::kConsumerThreads;
@@ -587,7 +617,15 @@ __device__ __forceinline__ void producer(const KernelParams& args, const Smem<C>
       iter += n_iters;
     }
   }
-  if constexpr (C::kCluster) cluster_exit<C>(sm, iter);
+  if constexpr (C::kTmaRows && C::kCluster) {
+    // Neither CTA leaves while the peer's consumers may still arrive on its empty barriers: every fill of both
+    // tiles' halves released by both CTAs (the peer's copies into this CTA's tiles landed before its release).
+    if (iter > 0)
+      for (int t = 0; t < 2; ++t)
+        for (int half = 0; half < 2; ++half) mbar_wait(sm.bar_empty(t, half), (iter - 1) & 1);
+  } else if constexpr (C::kCluster) {
+    cluster_exit<C>(sm, iter);
+  }
   cp_async_wait_all();  // no copy may land after the CTA is gone
 }
 

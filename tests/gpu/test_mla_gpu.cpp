@@ -925,6 +925,7 @@ struct DenseCase {
   int64_t max_ref_rows = 6;
   bool bad_blocks = false;  // every fifth block of the table invalid (negative, or past the cache): masked
   std::vector<int32_t> lengths = {};  // the requests' lengths, cycled (instead of s_k and varlen)
+  bool graph_tiles_kernel = true;  // graph: capture with the dense kernel switched on (else the default dispatch)
 };
 
 // FlashMLA's generator (tests/test_flash_mla_dense_decoding.py): lengths normal(s_k, s_k / 2), at least s_q, some 0
@@ -1093,7 +1094,7 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
     }
     return;
   }
-  DenseTiles dt(true);  // the graph captures the dense kernel where the tiles are whole
+  DenseTiles dt(c.graph_tiles_kernel);  // the dense kernel where the tiles are whole, or the default dispatch
   step();  // one-time setup outside the capture
   CUDA_OK(cudaStreamSynchronize(stream));
   cudaGraph_t g = nullptr;
@@ -1259,11 +1260,14 @@ TEST(MlaGpuDenseDecode, FewHeadsFp8KernelSanitizerCases) {
                    seed++);
 }
 
-// Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe): bf16,
-// the FP8 rows and fp16.
+// Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe): bf16 (the
+// dense kernel, and the default: whole tiles multicast to the pair of head groups), the FP8 rows and fp16 (its pair).
 TEST(MlaGpuDenseDecode, CudaGraphReplayWithNewLengths) {
   FLASHCPP_REQUIRE_GPU();
   run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true}, 3600, /*graph=*/true);
+  run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true,
+                  .graph_tiles_kernel = false},
+                 3603, /*graph=*/true);
   run_dense_case({.b = 9, .s_q = 1, .h_q = 64, .s_k = 1500, .varlen = true, .fp8 = true}, 3601, /*graph=*/true);
   run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true, .f16 = true}, 3602,
                  /*graph=*/true);

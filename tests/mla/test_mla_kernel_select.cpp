@@ -307,7 +307,13 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
       {"prefill d_qk 512", prefill512, {wg, bf16_512, false, 64, 1}, "wgmma_sm90/bf16_512/64h"},
       {"dense decode (split bf16)", with_split(prefill_params()),
         {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
-      {"dense decode (split bf16, whole tiles)", whole_tiles(with_split(prefill_params())),
+      {"dense decode (split bf16, whole tiles): multicast to the two head groups", whole_tiles(with_split(prefill_params())),
+        {wg, bf16_576_pair, true, 64, 2}, "wgmma_sm90/bf16_576_pair/64h"},
+      {"dense decode (split bf16 h_q 65, whole tiles)", whole_tiles(with_split(heads(prefill_params(), 65))),
+        {wg, bf16_576_pair, true, 64, 2}, "wgmma_sm90/bf16_576_pair/64h"},
+      {"dense decode (split bf16 h_q 64, whole tiles): one head group", whole_tiles(with_split(heads(prefill_params(), 64))),
+        {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
+      {"dense decode (split bf16 h_q 129, whole tiles): three head groups", whole_tiles(with_split(heads(prefill_params(), 129))),
         {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
       {"dense decode (split bf16, whole tiles, the dense kernel)", whole_tiles(with_split(prefill_params())),
         {wg, dense_bf16, true, 64, 1}, "wgmma_sm90/dense_bf16/64h", 66, true},
@@ -457,7 +463,7 @@ TEST(MlaLaunchPlan, DenseTilesFallBackToTheGatherKernel) {
   no_maps.tensor_maps = false;
   EXPECT_EQ(kernels::choose(p, no_maps).variant, WgmmaVariant::bf16_576);
   kernels::set_dense_tiles_kernel(false);
-  EXPECT_EQ(kernels::choose(p, facts(true)).variant, WgmmaVariant::bf16_576);
+  EXPECT_EQ(kernels::choose(p, facts(true)).variant, WgmmaVariant::bf16_576_pair);  // 128 heads: the pair cluster
   kernels::set_dense_tiles_kernel(true);
   // Unsplit problems and prefill never take it.
   EXPECT_EQ(kernels::choose(whole_tiles(prefill_params()), facts(true)).variant, WgmmaVariant::bf16_576);
@@ -490,6 +496,44 @@ TEST(MlaLaunchPlan, DenseTilesFallBackToTheGatherKernel) {
   EXPECT_EQ(kernels::choose(block_32, facts(true)).variant, WgmmaVariant::v32_pair);
   kernels::set_dense_tiles_kernel(false);
   EXPECT_EQ(kernels::choose(fp8, facts(true)).variant, WgmmaVariant::v32_pair);
+}
+
+// Dense decode's 16-bit whole tiles at 65..128 heads run as the pair cluster (each tile multicast by TMA to a token's
+// two head groups) exactly where the tensor map can describe the cache; otherwise the gather instantiation runs. The
+// pair instantiations refuse what is not theirs before any CUDA call.
+TEST(MlaLaunchPlan, MulticastTilesFitOnlyWhatTheTensorMapTakes) {
+  const kernels::SparseAttentionParams p = whole_tiles(with_split(prefill_params()));
+  EXPECT_TRUE(kernels::multicast_tiles_fit(p, true));
+  EXPECT_FALSE(kernels::multicast_tiles_fit(p, false));  // no tensor maps from the driver
+  EXPECT_FALSE(kernels::multicast_tiles_fit(with_split(prefill_params()), true));  // tiles not whole
+  auto with = [&](auto change) {
+    kernels::SparseAttentionParams q = p;
+    change(q);
+    return q;
+  };
+  EXPECT_FALSE(kernels::multicast_tiles_fit(with([](auto& q) { q.h_q = 64; }), true));   // one head group
+  EXPECT_TRUE(kernels::multicast_tiles_fit(with([](auto& q) { q.h_q = 65; }), true));
+  EXPECT_FALSE(kernels::multicast_tiles_fit(with([](auto& q) { q.h_q = 129; }), true));  // three groups
+  EXPECT_FALSE(kernels::multicast_tiles_fit(with([](auto& q) { q.d_qk = 512; }), true));
+  EXPECT_FALSE(kernels::multicast_tiles_fit(with([](auto& q) { q.kv = g_buffer + 8; }), true));  // unaligned
+  EXPECT_FALSE(kernels::multicast_tiles_fit(with([](auto& q) { q.kv_row_stride = 580; }), true));  // 1160 bytes
+  EXPECT_TRUE(kernels::multicast_tiles_fit(with([](auto& q) { q.kv_row_stride = 584; }), true));   // 1168 bytes
+  EXPECT_FALSE(kernels::multicast_tiles_fit(with([](auto& q) { q.num_kv = 0; }), true));
+  EXPECT_FALSE(kernels::multicast_tiles_fit(with([](auto& q) { q.num_kv = int64_t{INT32_MAX} + 1; }), true));
+  EXPECT_FALSE(kernels::multicast_tiles_fit(whole_tiles(with_split(decode_params())), true));  // the FP8 cache
+  kernels::KernelSupport no_maps = facts(true);
+  no_maps.tensor_maps = false;
+  EXPECT_EQ(kernels::choose(p, no_maps), (LaunchPlan{SparseKernel::wgmma_sm90, WgmmaVariant::bf16_576, true, 64, 1}));
+  const LaunchPlan pair = kernels::choose(p, facts(true));
+  ASSERT_EQ(pair.variant, WgmmaVariant::bf16_576_pair);
+  EXPECT_FALSE(kernels::launch(pair, with([](auto& q) { q.d_qk = 512; }), nullptr));  // a d_qk 512 problem
+  EXPECT_FALSE(kernels::launch(pair, with([](auto& q) { q.kv_format = KvFormat::f16; }), nullptr));  // fp16 KV
+  LaunchPlan unsplit = pair;
+  unsplit.split = false;
+  EXPECT_FALSE(kernels::launch(unsplit, p, nullptr));  // the problem has a schedule; the plan says none
+  LaunchPlan f16_pair = pair;
+  f16_pair.variant = WgmmaVariant::f16_576_pair;
+  EXPECT_FALSE(kernels::launch(f16_pair, p, nullptr));  // a bf16 problem
 }
 
 // Dense decode's FP8 split work with up to 32 heads runs the few-heads kernel (dense_decode_mma_fp8.cu) when it is
@@ -542,15 +586,19 @@ TEST(MlaLaunchPlan, DenseFp8FewHeadsKernel) {
 // Dense decode over an fp16 cache (fp16 q and out): its own instantiation of the sparse kernel's gathers, split or not
 // by the plan, never the dense kernel (instantiated for bf16 and the V3.2 FP8 cache only); the simple kernel off Hopper.
 TEST(MlaLaunchPlan, Fp16CacheRunsItsOwnInstantiation) {
-  kernels::SparseAttentionParams p = whole_tiles(with_split(prefill_params()));
+  kernels::SparseAttentionParams p = with_split(prefill_params());
   p.kv_format = kernels::KvFormat::f16;
   DenseTilesScope tiles(true);
-  EXPECT_FALSE(kernels::dense_tiles_fit(p, true));
+  EXPECT_FALSE(kernels::dense_tiles_fit(whole_tiles(p), true));
   const LaunchPlan plan = kernels::choose(p, facts(true));
   EXPECT_EQ(plan.kernel, SparseKernel::wgmma_sm90);
   EXPECT_EQ(plan.variant, WgmmaVariant::f16_576);
   EXPECT_TRUE(plan.split);
   EXPECT_STREQ(kernels::plan_label(plan), "wgmma_sm90/f16_576/64h");
+  // Whole tiles at 128 heads: the fp16 pair cluster, as bf16's.
+  const LaunchPlan pair = kernels::choose(whole_tiles(p), facts(true));
+  EXPECT_EQ(pair, (LaunchPlan{SparseKernel::wgmma_sm90, WgmmaVariant::f16_576_pair, true, 64, 2}));
+  EXPECT_STREQ(kernels::plan_label(pair), "wgmma_sm90/f16_576_pair/64h");
   EXPECT_EQ(kernels::choose(p, facts(false)).kernel, SparseKernel::simple);
   // d_qk 512 (prefill's V4 shape) is not an fp16 problem the Hopper kernels take.
   kernels::SparseAttentionParams d512 = p;
