@@ -30,3 +30,7 @@ if [[ -f .flashmla-kit.tgz ]]; then
   export PYTHONPATH=$fm/.flashmla-kit${PYTHONPATH:+:$PYTHONPATH}
 fi
 OUT=$out MLA_VARIANTS_BUDGET_S=${BUDGET:-120} bash scripts/mla-variants.sh run .mla-kit-b7.tgz dense head head -- none
+# PREFILL=1 (with .mla-kit-b6.tgz carried too): the prefill builds of kit b6 beside main and FlashMLA (twentyeighth-next.sh).
+if [[ ${PREFILL:-0} == 1 && -f .mla-kit-b6.tgz ]]; then
+  OUT=$out/prefill MLA_VARIANTS_BUDGET_S=${PREFILL_BUDGET:-100} bash scripts/mla-variants.sh run .mla-kit-b6.tgz prefill head rp1 qa2 -- none
+fi
