@@ -5,9 +5,9 @@
 #include <cuda_bf16.h>
 
 #include <climits>
-#include <type_traits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "mla/decode_schedule.hpp"
 #include "mla/fast_divmod.hpp"
@@ -105,14 +105,6 @@ __device__ __forceinline__ void tma_row_to_cluster(uint32_t dst, const CUtensorM
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
       " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
       "l"(map), "r"(col), "r"(row), "r"(bar), "h"(static_cast<uint16_t>(0b11))
-      : "memory");
-}
-// The same box into this CTA alone.
-__device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(map), "r"(col), "r"(row), "r"(bar)
       : "memory");
 }
 // The prologue's cluster barrier: the barriers' initialisation is released by fence_mbarrier_init, so the arrival
