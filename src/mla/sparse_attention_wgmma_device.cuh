@@ -33,6 +33,10 @@ struct KernelParams {
   // request with the i-th most tiles (longest first, ties by index), so the rounds end together.
   int longest_first = 0;
 };
+// The valid flag of every slot of a whole dense tile in the pair cluster (Traits::kTmaRows; any nonzero flag marks a
+// valid slot): its consumers then skip the mask (tile_row_max).
+constexpr uint8_t kWholeTileFlag = 2;
+
 // The 16-bit pair cluster's (Traits::kTmaRows) parameters: also the cache as [num_kv rows, d_qk] for TMA, in boxes of
 // 64 rows x 64 columns (a tile's atom), 128-byte swizzled. Only those instantiations take it, so the others' parameter
 // block and code stay as they were.

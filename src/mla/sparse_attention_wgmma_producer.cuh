@@ -459,7 +459,7 @@ __device__ __forceinline__ void fill_two_tiles(const KernelParamsOf<C>& args, co
           }
 #pragma unroll
           for (int r = 0; r < C::kRowsPerThread; ++r)
-            if (step < 2 && sub == 0) s_valid[t * C::kTile + r * C::kRowsPerPass + group] = 1;
+            if (step < 2 && sub == 0) s_valid[t * C::kTile + r * C::kRowsPerPass + group] = kWholeTileFlag;
           // The same arrivals as the gather's (its cp.async one with no copies of this fill pending).
           if (fill_has_ordinary<C>(t, half)) mbar_arrive(sm.bar_full(t, half));
           cp_async_arrive(sm.bar_full(t, half));
