@@ -29,7 +29,8 @@ cache dequantized then the bf16 prefill over it (ratio = that time / the FP8 tim
 Dense decode (--op dense): FlashMLA's dense decoding performance cases (tests/test_flash_mla_dense_decoding.py) with
 its generator, flashcpp on the bf16 cache (ratio: FlashMLA time / ours) and on the V3.2 FP8 rows quantized from it
 (fp8_speedup: our bf16 time / our FP8 time); flashcpp times one layer's run on the step's plan (plan_us apart), as
-FlashMLA's replay reuses its scheduler metadata; copy_fraction: bytes moved / time / the copy bandwidth of this run.
+FlashMLA's replay reuses its scheduler metadata; copy_fraction: bytes moved / time / the copy bandwidth of this run;
+host_us: one eager run a layer on the step's plan (both rows), flashmla_host_us: FlashMLA's call with its metadata.
 FlashInfer's batch MLA (its module through flashcpp's C ABI, when the runtime finds it; --no-flashinfer: not timed) runs
 on the same bf16 cache: flashinfer_us and flashinfer_ratio (its time / ours; on the FP8 rows its bf16 time / our FP8
 time), flashinfer_max_abs_diff against our output, or flashinfer_error where it cannot run.
@@ -276,10 +277,10 @@ class Flashcpp:
                 ctypes.byref(cfg), table, lens, ctypes.byref(w), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
                 "dense plan")
 
-        def run():
+        def run(stream=None):  # stream: read once by host_us's loop, as an engine has its stream at hand
             self.check(self.lib.flashcpp_mla_dense_decode(
                 ctypes.byref(cfg), ctypes.byref(t), ctypes.byref(w), ctypes.byref(opts),
-                ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "dense decode")
+                stream if stream is not None else current_stream()), "dense decode")
         return plan, run
 
     def prepare_batch_mla(self, q, cache, block_table, seqlens, causal, out):
@@ -557,8 +558,10 @@ def run_dense(flashcpp, flash_mla, timer, c):
     flashcpp.quantize(k, fp8, False)
     ref_out = ref_lse = None
     bf16_contenders = {}
+    bf16_theirs = None
     if flash_mla is not None:
-        bf16_contenders["flashmla_us"], ref_out, ref_lse = flashmla_dense(flash_mla, q, k, inp, c["causal"])
+        bf16_theirs, ref_out, ref_lse = flashmla_dense(flash_mla, q, k, inp, c["causal"])
+        bf16_contenders["flashmla_us"] = bf16_theirs
     out_fi = None
     if EXPERIMENT["flashinfer"]:  # FlashInfer's batch MLA on the same bf16 cache, in the same rotation
         out_fi = torch.empty((b * s_q, h_q, 512), dtype=torch.bfloat16, device="cuda")
@@ -624,6 +627,10 @@ def run_dense(flashcpp, flash_mla, timer, c):
         plan()
         run()
         torch.cuda.synchronize()
+        if EXPERIMENT["host_time"]:  # one eager call per layer on the step's plan; FlashMLA's with its metadata
+            r["host_us"] = timer.host_us(run, stream_arg=True)
+            if kind == "bf16" and flash_mla is not None:
+                r["flashmla_host_us"] = timer.host_us(bf16_theirs)
         kv_bytes = 576 * 2 if kind == "bf16" else 656
         moved = b * (inp["mean_len"] * kv_bytes + s_q * h_q * (576 + 512) * 2)
         r["tflops"] = flop / (r["flashcpp_us"] * 1e-6) / 1e12
