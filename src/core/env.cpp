@@ -29,7 +29,7 @@ constexpr Rule kRules[] = {
     {"FLASHCPP_NO_BUILD_DEPS", Kind::choice, {"0", "1"}},
     {"FLASHCPP_MLA_FORCE_SIMPLE", Kind::choice, {"0", "1"}},
     {"FLASHCPP_MLA_FP8_KERNEL", Kind::choice, {"auto", "mma", "wgmma"}},
-    {"FLASHCPP_MLA_DENSE_KERNEL", Kind::choice, {"tiles", "gather", "mma"}},
+    {"FLASHCPP_MLA_DENSE_KERNEL", Kind::choice, {"mma", "gather"}},
     {"FLASHCPP_MLA_TAIL_SPLIT", Kind::choice, {"auto", "off"}},
     {"FLASHCPP_MLA_SPLIT", Kind::choice, {"auto", "always", "off"}},
     {"FLASHCPP_RETRIES", Kind::integer, {}, 0, 100},

@@ -90,12 +90,6 @@ std::optional<SparseKernel> fp8_decode_kernel() {
 }
 
 namespace {
-// Off by default: measured slower than the gather kernels (2026-12-05, docs/PERFORMANCE.md, "The dense kernel measured").
-std::atomic<bool>& dense_tiles_flag() {
-  static std::atomic<bool> flag{env::choice("FLASHCPP_MLA_DENSE_KERNEL").value_or("gather") == "tiles"};
-  return flag;
-}
-
 // On by default: 1.31x / 1.10x the gather kernels' speed at 16 / 32 heads on FlashMLA's dense suite (H100,
 // 2026-12-07; docs/PERFORMANCE.md, "The few-heads FP8 kernel"); FLASHCPP_MLA_DENSE_KERNEL=gather switches it off.
 std::atomic<bool>& dense_fp8_mma_flag() {
@@ -104,8 +98,6 @@ std::atomic<bool>& dense_fp8_mma_flag() {
 }
 }  // namespace
 
-void set_dense_tiles_kernel(bool on) { dense_tiles_flag().store(on); }
-bool dense_tiles_kernel() { return dense_tiles_flag().load(std::memory_order_relaxed); }
 void set_dense_fp8_mma_kernel(bool on) { dense_fp8_mma_flag().store(on); }
 bool dense_fp8_mma_kernel() { return dense_fp8_mma_flag().load(std::memory_order_relaxed); }
 
@@ -115,23 +107,6 @@ bool dense_fp8_mma_fit(const SparseAttentionParams& p) {
          p.num_kv >= 1 && p.num_kv <= INT32_MAX && p.block_size >= 64 && p.block_size % 64 == 0 &&
          p.block_size <= INT32_MAX && p.kv_slot_stride_bytes == 656 && p.kv_block_stride_bytes % 16 == 0 &&
          p.kv_block_stride_bytes >= p.block_size * 656;
-}
-
-bool dense_tiles_fit(const SparseAttentionParams& p, bool tensor_maps) {
-  // The bulk tensor copies: a 16-byte aligned base and strides that are multiples of 16 bytes; coordinates in int32.
-  if (!tensor_maps || !p.kv_dense_tiles || p.d_qk != 576 || p.kv == nullptr ||
-      reinterpret_cast<uintptr_t>(p.kv) % 16 != 0 || p.num_kv < 1 || p.num_kv > INT32_MAX)
-    return false;
-  switch (p.kv_format) {
-    case KvFormat::bf16: return p.kv_row_stride >= 576 && p.kv_row_stride % 8 == 0;
-    case KvFormat::fp8_v32:
-      return p.block_size >= 64 && p.block_size % 64 == 0 && p.num_kv % p.block_size == 0 &&
-             p.kv_slot_stride_bytes >= 656 && p.kv_slot_stride_bytes % 16 == 0 && p.kv_block_stride_bytes % 16 == 0 &&
-             p.kv_block_stride_bytes >= p.block_size * p.kv_slot_stride_bytes;  // a tensor map's strides nest
-    case KvFormat::fp8_v4:
-    case KvFormat::f16: return false;  // the dense kernel is instantiated for bf16 and the V3.2 FP8 cache only
-  }
-  return false;
 }
 
 bool multicast_tiles_fit(const SparseAttentionParams& p, bool tensor_maps) {
@@ -164,12 +139,9 @@ void choose_wgmma(const SparseAttentionParams& p, const KernelSupport& f, Launch
   switch (p.kv_format) {
     case KvFormat::bf16:
       plan.variant = p.d_qk == 576 ? WgmmaVariant::bf16_576 : WgmmaVariant::bf16_512;
-      // Dense decode over whole tiles: the dense kernel where switched on, else at 65..128 heads the pair cluster
-      // (4-6% faster over FlashMLA's dense suite at 128 heads, H200, 2026-12-07; docs/PERFORMANCE.md).
-      if (plan.split && dense_tiles_fit(p, f.tensor_maps) && dense_tiles_kernel())
-        plan.variant = WgmmaVariant::dense_bf16;
-      else if (plan.split && multicast_tiles_fit(p, f.tensor_maps))
-        plan.variant = WgmmaVariant::bf16_576_pair;
+      // Dense decode over whole tiles at 65..128 heads: the pair cluster (4-6% faster over FlashMLA's dense suite at
+      // 128 heads, H200, 2026-12-07; docs/PERFORMANCE.md).
+      if (plan.split && multicast_tiles_fit(p, f.tensor_maps)) plan.variant = WgmmaVariant::bf16_576_pair;
       break;
     case KvFormat::f16:
       plan.variant = plan.split && multicast_tiles_fit(p, f.tensor_maps) ? WgmmaVariant::f16_576_pair
@@ -177,7 +149,6 @@ void choose_wgmma(const SparseAttentionParams& p, const KernelSupport& f, Launch
       break;
     case KvFormat::fp8_v32:
       plan.variant = pair ? WgmmaVariant::v32_pair : WgmmaVariant::v32_alone;
-      if (plan.split && dense_tiles_fit(p, f.tensor_maps) && dense_tiles_kernel()) plan.variant = WgmmaVariant::dense_fp8;
       break;
     case KvFormat::fp8_v4: {
       plan.variant = pair ? WgmmaVariant::v4_pair : WgmmaVariant::v4_alone;
@@ -227,8 +198,6 @@ const char* plan_label(const LaunchPlan& plan) {
     case WgmmaVariant::v32_pair: return "wgmma_sm90/v32_pair/64h";
     case WgmmaVariant::v4_alone: return "wgmma_sm90/v4_alone/64h";
     case WgmmaVariant::v4_pair: return plan.group_heads == 32 ? "wgmma_sm90/v4_pair/32h" : "wgmma_sm90/v4_pair/64h";
-    case WgmmaVariant::dense_bf16: return "wgmma_sm90/dense_bf16/64h";
-    case WgmmaVariant::dense_fp8: return "wgmma_sm90/dense_fp8/64h";
     case WgmmaVariant::none: break;
   }
   return kernel_name(plan.kernel);
@@ -245,8 +214,6 @@ bool launch(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t
     case SparseKernel::dense_mma_sm90:
       return launch_dense_decode_mma_fp8(p, stream);
     case SparseKernel::wgmma_sm90: {
-      if (plan.variant == WgmmaVariant::dense_bf16 || plan.variant == WgmmaVariant::dense_fp8)
-        return launch_dense_decode_wgmma(plan, p, stream);
       if (plan.variant == WgmmaVariant::f16_576 || plan.variant == WgmmaVariant::f16_576_pair)
         return launch_sparse_attention_wgmma_f16(plan, p, stream);
       const bool bf16 = plan.variant == WgmmaVariant::bf16_576 || plan.variant == WgmmaVariant::bf16_512 ||

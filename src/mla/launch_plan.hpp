@@ -24,7 +24,7 @@ struct KernelSupport {
   /// Whole 2-CTA clusters of the unsplit V4 32-head instantiation (v4_pair at 32 heads) resident at once; 0 where
   /// none fits or the device is not Hopper (then unsplit V4 h_q 33..64 runs one CTA of 64 heads per token).
   int64_t v4_half_heads_cluster_slots = 0;
-  /// The driver encodes tensor maps (the dense decode kernel's bulk tensor copies); Hopper only.
+  /// The driver encodes tensor maps (the 16-bit pair cluster's whole-tile copies, multicast_tiles_fit); Hopper only.
   bool tensor_maps = false;
 };
 
@@ -45,15 +45,7 @@ enum class WgmmaVariant : int {
   v32_pair,   ///< Traits<576, true, 2, 2>: V3.2 FP8 decode, h_q 65..128, the two head groups as a 2-CTA cluster
   v4_alone,   ///< Traits<512, true, 1, 2>: V4 pages, one CTA of 64 heads tile by tile
   v4_pair,    ///< Traits<512, true, 2, 2>: V4 pages, a 2-CTA cluster (h_q 65..128, or 33..64 as two CTAs of 32 heads)
-  dense_bf16, ///< dense::Traits (dense_decode_wgmma.cu): dense decode's split work over whole bf16 tiles
-              ///< (SparseAttentionParams::kv_dense_tiles), copied by TMA
-  dense_fp8,  ///< the same kernel over whole tiles of the V3.2 FP8 cache (h_q <= 128), dequantized in shared memory
 };
-
-/// Whether dense decode's split work in `p` is whole tiles the dense kernel can copy by TMA (kv_dense_tiles, d_qk
-/// 576, row and page strides and the cache's address as the tensor maps need them, a driver that encodes tensor
-/// maps). The chooser's condition for dense_bf16 / dense_fp8 (with dense_tiles_kernel()), and the launcher's.
-bool dense_tiles_fit(const SparseAttentionParams& p, bool tensor_maps);
 
 /// Whether dense decode's split work in `p` can run as the 16-bit pair cluster (bf16_576_pair / f16_576_pair): a
 /// 16-bit cache of whole tiles (kv_dense_tiles) with d_qk 576, h_q 65..128 (two head groups of 64), a 16-byte aligned
@@ -93,7 +85,6 @@ bool launch_sparse_attention_wgmma_bf16(const LaunchPlan& plan, const SparseAtte
 bool launch_sparse_attention_wgmma_f16(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_sparse_attention_wgmma_fp8(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_sparse_attention_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
-bool launch_dense_decode_wgmma(const LaunchPlan& plan, const SparseAttentionParams& p, cudaStream_t stream);
 bool launch_dense_decode_mma_fp8(const SparseAttentionParams& p, cudaStream_t stream);
 
 /// Whether dense decode's split work in `p` fits the few-heads FP8 kernel (dense_decode_mma_fp8.cu): the V3.2 cache
@@ -102,17 +93,9 @@ bool launch_dense_decode_mma_fp8(const SparseAttentionParams& p, cudaStream_t st
 /// condition for SparseKernel::dense_mma_sm90 (with dense_fp8_mma_kernel()), and the launcher's.
 bool dense_fp8_mma_fit(const SparseAttentionParams& p);
 
-/// Whether the driver has the tensor-map encoder the dense decode kernel needs (looked up once).
-bool dense_decode_tensor_maps_available();
-
-/// Which kernel runs dense decode's split work over whole tiles: true the dense kernel (WgmmaVariant::dense_bf16 and
-/// dense_fp8), false (the default: the dense kernel measured slower, docs/PERFORMANCE.md) the sparse kernels over the plan's indices (bf16_576,
-/// v32_alone / v32_pair).
-/// Initialised from FLASHCPP_MLA_DENSE_KERNEL=tiles (on) | gather | mma (off); for benchmarks and tests.
-void set_dense_tiles_kernel(bool on);
-bool dense_tiles_kernel();
 /// Whether dense decode's FP8 split work with h_q <= 32 runs the few-heads kernel (SparseKernel::dense_mma_sm90,
-/// where dense_fp8_mma_fit) instead of the gather kernels: on unless FLASHCPP_MLA_DENSE_KERNEL=gather.
+/// where dense_fp8_mma_fit) instead of the gather kernels: on unless FLASHCPP_MLA_DENSE_KERNEL=gather; for
+/// benchmarks and tests.
 void set_dense_fp8_mma_kernel(bool on);
 bool dense_fp8_mma_kernel();
 

@@ -21,6 +21,7 @@
 #include "mla/launch_plan.hpp"
 #include "mla/mla_host.hpp"
 #include "mla/sparse_attention_kernel.hpp"
+#include "mla/tensor_map.hpp"
 
 namespace flashcpp::mla {
 using namespace detail;
@@ -154,7 +155,7 @@ const KernelSupport& kernel_support(int device_id) {
     f.hopper = f.sparse_supported && info.cc_major == 9 && info.cc_minor == 0;
     if (f.hopper) {
       f.v4_half_heads_cluster_slots = wgmma_v4_pair_cluster_slots(id);
-      f.tensor_maps = dense_decode_tensor_maps_available();
+      f.tensor_maps = tensor_maps_available();
     }
   });
 }

@@ -52,9 +52,10 @@ struct SparseAttentionParams {
   const void* kv = nullptr;
   int64_t num_kv = 0;             // valid index range [0, num_kv)
   int64_t kv_row_stride = 0;      // bf16 / f16: elements between rows
-  // Dense decode over a cache (bf16 or fp8_v32) whose block size is a multiple of 64: slot s of a token is row
+  // Dense decode over a cache (bf16, f16 or fp8_v32) whose block size is a multiple of 64: slot s of a token is row
   // indices[s - s % 64] + s % 64 (each 64-slot tile is 64 consecutive rows of one block), and a tile whose first index
-  // is not a row is masked whole. Lets the dense kernel (dense_decode_wgmma.cu) copy whole tiles.
+  // is not a row is masked whole. Lets the 16-bit pair cluster copy whole tiles by TMA, the producer prefetch a tile's
+  // rows and the few-heads FP8 kernel copy a tile in one bulk copy.
   bool kv_dense_tiles = false;
   // fp8_v32 paged cache [num_blocks, block_size, 1, 656]: row r lives at block r / block_size, slot r % block_size.
   int64_t block_size = 0;

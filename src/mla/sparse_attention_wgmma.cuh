@@ -72,10 +72,7 @@
 #include "mla/sparse_attention_wgmma_device.cuh"
 #include "mla/sparse_attention_wgmma_producer.cuh"
 #include "mla/sm90_kernel_ready.hpp"
-
-namespace flashcpp::mla::kernels::dense {
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();  // dense_decode_wgmma.cu: the driver's encoder, or null
-}  // namespace flashcpp::mla::kernels::dense
+#include "mla/tensor_map.hpp"
 
 namespace flashcpp::mla::kernels::wgmma {
 
@@ -244,7 +241,7 @@ bool launch(const SparseAttentionParams& p, cudaStream_t stream, int group_heads
   if (C::kCluster && args.groups != C::kClusterCtas) return false;
   if constexpr (C::kTmaRows) {
     // The cache as rows for TMA: [num_kv, d_qk] 16-bit elements, a row's stride in bytes a multiple of 16.
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = dense::tensor_map_encoder();
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     const int64_t stride_bytes = p.kv_row_stride * 2;
     if (encode == nullptr || p.num_kv < 1 || p.num_kv > INT32_MAX || stride_bytes % 16 != 0 || !aligned16(p.kv))
       return false;

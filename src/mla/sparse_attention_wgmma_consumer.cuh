@@ -243,8 +243,7 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
     }
     return;
   }
-  // By request and position but in the prefill kernels (kByRequest: PARTIAL is the sparse kernels' SPLIT, and the
-  // dense kernel's work is split).
+  // By request and position but in the prefill kernels (kByRequest: PARTIAL is the kernel's SPLIT).
   auto offset = [&](int64_t stride_token, int64_t stride_request) {
     return item_offset<kByRequest<C, PARTIAL>>(p, w.token, w.request, w.pos, stride_token, stride_request);
   };
@@ -277,27 +276,18 @@ __device__ __forceinline__ void write_item_rows(const SparseAttentionParams& p, 
     // 8 (j >> 3) + ((j & 7) ^ y) with y = (J - j) ^ q, so each lane's address is one of four per-lane offsets plus an
     // immediate (4-byte stores took four integer instructions each for the same layout).
     const int g = r0 & 7, lane = 4 * g + t;
-    if constexpr (PARTIAL) {  // the dense tiles kernel: 4-byte stores (stmatrix there moved its spills, unmeasured)
+    const int m = lane >> 3, q = lane & 7, y = (m >> 1) ^ q;
+    const uint32_t row = stage + (8 * (m & 1) + q) * 512;
+    uint32_t at[4];
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < 4; ++c) at[c] = row + (((2 * c) ^ y) << 4);
 #pragma unroll
-        for (int j = 0; j < 32; ++j)
-          st_shared_u32(stage + (g + 8 * h) * 512 + ((j ^ g) << 4) + 4 * t,
-                        pack_16x2<C::kF16>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
-    } else {
-      const int m = lane >> 3, q = lane & 7, y = (m >> 1) ^ q;
-      const uint32_t row = stage + (8 * (m & 1) + q) * 512;
-      uint32_t at[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) at[c] = row + (((2 * c) ^ y) << 4);
-#pragma unroll
-      for (int j = 0; j < 32; j += 2)
-        stmatrix_x4(at[(j & 7) >> 1] + 128 * (j >> 3),
-                    pack_16x2<C::kF16>(o[4 * j + 0] * inv[0], o[4 * j + 1] * inv[0]),
-                    pack_16x2<C::kF16>(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]),
-                    pack_16x2<C::kF16>(o[4 * j + 4] * inv[0], o[4 * j + 5] * inv[0]),
-                    pack_16x2<C::kF16>(o[4 * j + 6] * inv[1], o[4 * j + 7] * inv[1]));
-    }
+    for (int j = 0; j < 32; j += 2)
+      stmatrix_x4(at[(j & 7) >> 1] + 128 * (j >> 3),
+                  pack_16x2<C::kF16>(o[4 * j + 0] * inv[0], o[4 * j + 1] * inv[0]),
+                  pack_16x2<C::kF16>(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]),
+                  pack_16x2<C::kF16>(o[4 * j + 4] * inv[0], o[4 * j + 5] * inv[0]),
+                  pack_16x2<C::kF16>(o[4 * j + 6] * inv[1], o[4 * j + 7] * inv[1]));
     __syncwarp();
     const int first_row = r0 - g;
     const uint64_t out_policy = l2_policy_evict_first();  // written once: kept out of the KV rows' way

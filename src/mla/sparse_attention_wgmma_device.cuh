@@ -19,8 +19,7 @@ namespace flashcpp::mla::kernels::wgmma {
 
 using sm90::cp_async_16, sm90::cp_async_16_hint, sm90::fast_exp2, sm90::l2_policy_evict_first,
     sm90::l2_policy_evict_last, sm90::ld_global_nc_v4, sm90::ld_shared_v4, sm90::pack_16x2, sm90::pack_bf16x2,
-    sm90::smem_addr, sm90::st_global_v2_hint, sm90::st_global_v4_hint, sm90::st_shared_u32, sm90::st_shared_v4,
-    sm90::stmatrix_x4;
+    sm90::smem_addr, sm90::st_global_v2_hint, sm90::st_global_v4_hint, sm90::st_shared_v4, sm90::stmatrix_x4;
 
 struct KernelParams {
   SparseAttentionParams p;
@@ -360,10 +359,7 @@ __device__ __forceinline__ int v4_pool_length(const int32_t* lengths, int pool_t
 // (bf16 or fp16, unsplit), whose main loops ptxas schedules about 3% slower around the request arithmetic (V3.2 and
 // V4 h_q 128 prefill, H100, 2026-12-06) while they gain nothing from it (one item a CTA, one token per request).
 template <class C, bool SPLIT>
-inline constexpr bool kByRequest = [] {
-  if constexpr (SPLIT) return true;  // the dense kernel's Traits (always split) has no kFp8
-  else return C::kFp8;
-}();
+inline constexpr bool kByRequest = SPLIT || C::kFp8;
 
 // The element offset of an item's token in a per-token tensor, the one rule kByRequest chooses between: from its
 // request and position, or from the token.

@@ -217,13 +217,6 @@ struct Fp8DecodeKernel {
   ~Fp8DecodeKernel() { mla::kernels::set_fp8_decode_kernel(prev); }
   std::optional<mla::kernels::SparseKernel> prev;
 };
-// Dense decode's whole bf16 tiles on the dense kernel (on) or the sparse kernel's gathers (off), for a scope.
-struct DenseTiles {
-  explicit DenseTiles(bool on) : prev(mla::kernels::dense_tiles_kernel()) { mla::kernels::set_dense_tiles_kernel(on); }
-  ~DenseTiles() { mla::kernels::set_dense_tiles_kernel(prev); }
-  bool prev;
-};
-
 // Dense decode's FP8 work with up to 32 heads on the few-heads kernel (FLASHCPP_MLA_DENSE_KERNEL=mma), for a scope.
 struct DenseFp8FewHeads {
   explicit DenseFp8FewHeads(bool on) : prev(mla::kernels::dense_fp8_mma_kernel()) {
@@ -925,7 +918,6 @@ struct DenseCase {
   int64_t max_ref_rows = 6;
   bool bad_blocks = false;  // every fifth block of the table invalid (negative, or past the cache): masked
   std::vector<int32_t> lengths = {};  // the requests' lengths, cycled (instead of s_k and varlen)
-  bool graph_tiles_kernel = true;  // graph: capture with the dense kernel switched on (else the default dispatch)
 };
 
 // FlashMLA's generator (tests/test_flash_mla_dense_decoding.py): lengths normal(s_k, s_k / 2), at least s_q, some 0
@@ -1074,15 +1066,12 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
         lse_rows[static_cast<size_t>(r * c.h_q + h)] = lse[static_cast<size_t>((r / c.s_q) * c.h_q * c.s_q + h * c.s_q + r % c.s_q)];
     expect_close(out, lse_rows, nullptr, rows, ref, c.h_q, what, -1, 1, c.f16);
   };
-  // The kernels: the dispatched one with the dense kernel for whole tiles (block size a multiple of 64) and without it
-  // (the sparse kernels gather them), then the simple one.
-  const bool whole_tiles = c.block_size % 64 == 0;
+  // The kernels: the dispatched one (whole tiles, a block size that is a multiple of 64, at 65..128 16-bit heads as the
+  // pair cluster, FP8 with up to 32 heads on the few-heads kernel, the rest gathered by the plan's indices), then the
+  // simple one.
   if (!graph) {
-    for (const char* kernel : {"dispatched", "dispatched, gather", "simple"}) {
-      const bool gather = std::string(kernel) == "dispatched, gather";
-      if (gather && (!whole_tiles || c.f16)) continue;  // fp16 always gathers (the dense kernel has no fp16)
+    for (const char* kernel : {"dispatched", "simple"}) {
       ForceSimple fs(std::string(kernel) == "simple");
-      DenseTiles dt(!gather);
       dout.poison();
       dlse.poison();
       step();
@@ -1094,7 +1083,6 @@ void run_dense_case(const DenseCase& c, uint32_t seed, bool graph = false) {
     }
     return;
   }
-  DenseTiles dt(c.graph_tiles_kernel);  // the dense kernel where the tiles are whole, or the default dispatch
   step();  // one-time setup outside the capture
   CUDA_OK(cudaStreamSynchronize(stream));
   cudaGraph_t g = nullptr;
@@ -1160,8 +1148,8 @@ TEST(MlaGpuDenseDecode, CornerCases) {
   run_dense_case({.b = 7, .s_q = 2, .h_q = 128, .s_k = 2000, .varlen = true, .causal = true, .fp8 = true, .num_sms = 5},
                  seed++);
   run_dense_case({.b = 2, .s_q = 1, .h_q = 256, .s_k = 1000, .varlen = true, .sink = true}, seed++);
-  // Whole 64-row tiles (block sizes that are multiples of 64: the dense kernel on Hopper): block 128 with padded rows
-  // and many splits; invalid blocks inside the lengths (bf16 and FP8); 20 heads with the sink.
+  // Whole 64-row tiles (block sizes that are multiples of 64: the pair cluster at 128 bf16 heads on Hopper): block 128
+  // with padded rows and many splits; invalid blocks inside the lengths (bf16 and FP8); 20 heads with the sink.
   run_dense_case({.b = 7, .s_q = 2, .h_q = 128, .s_k = 2000, .varlen = true, .causal = true, .block_size = 128,
                   .num_sms = 5, .padded_rows = true},
                  seed++);
@@ -1191,7 +1179,7 @@ TEST(MlaGpuDenseDecode, EveryTileCountAndCut) {
 
 // The fp16 cache (fp16 q and out): FlashMLA's grid of heads and query tokens over short and long caches, varlen,
 // causal and the sink in turn; its corner case of half the requests empty; our odd block sizes, padded rows, a small
-// SM count (many splits) and whole 64-row tiles (still gathered: the dense kernel has no fp16); the graph replay is in
+// SM count (many splits) and whole 64-row tiles (the fp16 pair cluster at 128 heads); the graph replay is in
 // CudaGraphReplayWithNewLengths. Each on the dispatched kernel and the simple one, against the float64 reference within
 // fp16's bounds.
 TEST(MlaGpuDenseDecode, Fp16Cache) {
@@ -1260,14 +1248,11 @@ TEST(MlaGpuDenseDecode, FewHeadsFp8KernelSanitizerCases) {
                    seed++);
 }
 
-// Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe): bf16 (the
-// dense kernel, and the default: whole tiles multicast to the pair of head groups), the FP8 rows and fp16 (its pair).
+// Capture one run, replay it with new lengths and block tables in the same buffers (the plan is graph-safe): bf16
+// (whole tiles multicast to the pair of head groups), the FP8 rows and fp16 (its pair).
 TEST(MlaGpuDenseDecode, CudaGraphReplayWithNewLengths) {
   FLASHCPP_REQUIRE_GPU();
-  run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true}, 3600, /*graph=*/true);
-  run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true,
-                  .graph_tiles_kernel = false},
-                 3603, /*graph=*/true);
+  run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true}, 3603, /*graph=*/true);
   run_dense_case({.b = 9, .s_q = 1, .h_q = 64, .s_k = 1500, .varlen = true, .fp8 = true}, 3601, /*graph=*/true);
   run_dense_case({.b = 9, .s_q = 2, .h_q = 128, .s_k = 1500, .varlen = true, .causal = true, .f16 = true}, 3602,
                  /*graph=*/true);

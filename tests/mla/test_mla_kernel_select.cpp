@@ -243,14 +243,6 @@ TEST(MlaKernelSelect, SimpleOffHopperWhenForcedOrUnhandled) {
   EXPECT_EQ(kernel_of(lengths, true), SparseKernel::wgmma_sm90);
 }
 
-// `p` as split-KV work of 2 requests over 33 parts, planned for `group_heads` heads per CTA (0: the rule's).
-// FLASHCPP_MLA_DENSE_KERNEL for a scope: tiles (on) or gather.
-struct DenseTilesScope {
-  explicit DenseTilesScope(bool on) : prev(kernels::dense_tiles_kernel()) { kernels::set_dense_tiles_kernel(on); }
-  ~DenseTilesScope() { kernels::set_dense_tiles_kernel(prev); }
-  bool prev;
-};
-
 // FLASHCPP_MLA_DENSE_KERNEL's few-heads FP8 switch for a scope: on (the default) or off (=gather).
 struct DenseFp8MmaScope {
   explicit DenseFp8MmaScope(bool on) : prev(kernels::dense_fp8_mma_kernel()) { kernels::set_dense_fp8_mma_kernel(on); }
@@ -264,6 +256,7 @@ kernels::SparseAttentionParams whole_tiles(kernels::SparseAttentionParams p) {
   return p;
 }
 
+// `p` as split-KV work of 2 requests over 33 parts, planned for `group_heads` heads per CTA (0: the rule's).
 kernels::SparseAttentionParams with_split(kernels::SparseAttentionParams p, int group_heads = 0) {
   p.sched = g_buffer;
   p.num_splits = reinterpret_cast<const int32_t*>(g_buffer);
@@ -298,7 +291,6 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
     LaunchPlan plan;
     const char* label;
     int64_t cluster_slots = 66;
-    bool tiles_kernel = false;  // FLASHCPP_MLA_DENSE_KERNEL=tiles
   };
   using enum WgmmaVariant;
   const SparseKernel wg = SparseKernel::wgmma_sm90;
@@ -315,15 +307,11 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
         {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
       {"dense decode (split bf16 h_q 129, whole tiles): three head groups", whole_tiles(with_split(heads(prefill_params(), 129))),
         {wg, bf16_576, true, 64, 1}, "wgmma_sm90/bf16_576/64h"},
-      {"dense decode (split bf16, whole tiles, the dense kernel)", whole_tiles(with_split(prefill_params())),
-        {wg, dense_bf16, true, 64, 1}, "wgmma_sm90/dense_bf16/64h", 66, true},
       {"dense decode (split V3.2 FP8, whole tiles)", whole_tiles(with_split(decode_params())),
         {wg, v32_pair, true, 64, 2}, "wgmma_sm90/v32_pair/64h"},
-      {"dense decode (split V3.2 FP8, whole tiles, the dense kernel)", whole_tiles(with_split(decode_params())),
-        {wg, dense_fp8, true, 64, 1}, "wgmma_sm90/dense_fp8/64h", 66, true},
-      {"dense decode (split V3.2 FP8 h_q 16, whole tiles): the few-heads kernel, the dense kernel on or not",
+      {"dense decode (split V3.2 FP8 h_q 16, whole tiles): the few-heads kernel",
         whole_tiles(with_split(heads(decode_params(), 16))), {SparseKernel::dense_mma_sm90, none, true, 0, 1},
-        "dense_mma_sm90", 66, true},
+        "dense_mma_sm90"},
       {"dense decode (split V3.2 FP8 h_q 32, whole tiles)", whole_tiles(with_split(heads(decode_params(), 32))),
         {SparseKernel::dense_mma_sm90, none, true, 0, 1}, "dense_mma_sm90"},
       {"dense decode (split V3.2 FP8 h_q 33, whole tiles)", whole_tiles(with_split(heads(decode_params(), 33))),
@@ -350,7 +338,6 @@ TEST(MlaLaunchPlan, EveryDocumentedCase) {
       {"V4 h_q 32 split", with_split(heads(v4, 32)), {wg, v4_alone, true, 64, 1}, "wgmma_sm90/v4_alone/64h"},
   };
   for (const Row& r : rows) {
-    DenseTilesScope tiles(r.tiles_kernel);
     const LaunchPlan plan = kernels::choose(r.p, facts(true, r.cluster_slots));
     EXPECT_EQ(plan, r.plan) << r.what << ": got " << kernels::plan_label(plan) << " split " << plan.split << " heads "
                             << plan.group_heads << " cluster " << plan.cluster_ctas;
@@ -386,15 +373,13 @@ TEST(MlaLaunchPlan, DocsTableMatchesTheChooser) {
     ASSERT_GE(cells.size(), 7u) << line;
     const std::string &op = cells[0], &kv = cells[1], &plan = cells[6];
     // "bf16" / "f16" / "v32" / "v4", then ", whole tiles" (dense decode over a block size that is a multiple of 64),
-    // then ", FLASHCPP_MLA_DENSE_KERNEL=tiles" or "=gather" (the few-heads FP8 kernel switched off).
+    // then ", FLASHCPP_MLA_DENSE_KERNEL=gather" (the few-heads FP8 kernel switched off).
     const std::string format = kv.substr(0, kv.find(','));
-    const bool tiles_kernel = kv.ends_with(", FLASHCPP_MLA_DENSE_KERNEL=tiles");
     const bool gather = kv.ends_with(", FLASHCPP_MLA_DENSE_KERNEL=gather");  // the few-heads FP8 kernel off
     const bool bf16 = format == "bf16" || format == "f16";
     kernels::SparseAttentionParams p = bf16 ? prefill_params() : decode_params();
     if (format == "f16") p.kv_format = KvFormat::f16;
     p.kv_dense_tiles = kv.find(", whole tiles") != std::string::npos;
-    DenseTilesScope tiles(tiles_kernel);
     DenseFp8MmaScope few_heads(!gather);
     if (format == "v4") {
       p.kv_format = KvFormat::fp8_v4;
@@ -437,65 +422,6 @@ TEST(MlaLaunchPlan, LaunchRefusesAPlanThatDoesNotFitTheProblem) {
   LaunchPlan d512 = kernels::choose(prefill, facts(true));
   d512.variant = WgmmaVariant::bf16_512;  // d_qk 576 problem, d_qk 512 instantiation
   EXPECT_FALSE(kernels::launch(d512, prefill, nullptr));
-  DenseTilesScope tiles(true);
-  LaunchPlan dense = kernels::choose(whole_tiles(with_split(prefill)), facts(true));
-  ASSERT_EQ(dense.variant, WgmmaVariant::dense_bf16);
-  EXPECT_FALSE(kernels::launch(dense, with_split(prefill), nullptr));  // tiles that are not whole
-  EXPECT_FALSE(kernels::launch(dense, whole_tiles(with_split(decode_params())), nullptr));  // an FP8 cache
-  LaunchPlan dense_fp8 = kernels::choose(whole_tiles(with_split(decode_params())), facts(true));
-  ASSERT_EQ(dense_fp8.variant, WgmmaVariant::dense_fp8);
-  EXPECT_FALSE(kernels::launch(dense_fp8, whole_tiles(with_split(prefill)), nullptr));  // a bf16 cache
-  kernels::SparseAttentionParams odd_pages = whole_tiles(with_split(decode_params()));
-  odd_pages.kv_block_stride_bytes = 64 * 656 + 8;  // not a multiple of 16 bytes: no tensor map
-  EXPECT_FALSE(kernels::launch(dense_fp8, odd_pages, nullptr));
-  LaunchPlan dense_unsplit = dense;
-  dense_unsplit.split = false;
-  EXPECT_FALSE(kernels::launch(dense_unsplit, whole_tiles(prefill), nullptr));  // no schedule
-}
-
-// Dense decode's whole tiles run the dense kernel only where the driver encodes tensor maps and it is switched on
-// (FLASHCPP_MLA_DENSE_KERNEL=tiles); otherwise the sparse kernel gathers them through the plan's indices.
-TEST(MlaLaunchPlan, DenseTilesFallBackToTheGatherKernel) {
-  const kernels::SparseAttentionParams p = whole_tiles(with_split(prefill_params()));
-  DenseTilesScope tiles(true);
-  EXPECT_EQ(kernels::choose(p, facts(true)).variant, WgmmaVariant::dense_bf16);
-  kernels::KernelSupport no_maps = facts(true);
-  no_maps.tensor_maps = false;
-  EXPECT_EQ(kernels::choose(p, no_maps).variant, WgmmaVariant::bf16_576);
-  kernels::set_dense_tiles_kernel(false);
-  EXPECT_EQ(kernels::choose(p, facts(true)).variant, WgmmaVariant::bf16_576_pair);  // 128 heads: the pair cluster
-  kernels::set_dense_tiles_kernel(true);
-  // Unsplit problems and prefill never take it.
-  EXPECT_EQ(kernels::choose(whole_tiles(prefill_params()), facts(true)).variant, WgmmaVariant::bf16_576);
-  // What the bulk tensor copies cannot take (the Hopper kernels refuse these too, so the chooser never gets there):
-  // an unaligned base, a row or page stride that is not a multiple of 16 bytes.
-  EXPECT_TRUE(kernels::dense_tiles_fit(p, true));
-  EXPECT_FALSE(kernels::dense_tiles_fit(p, false));
-  kernels::SparseAttentionParams unaligned = p;
-  unaligned.kv = g_buffer + 8;
-  EXPECT_FALSE(kernels::dense_tiles_fit(unaligned, true));
-  kernels::SparseAttentionParams odd_rows = p;
-  odd_rows.kv_row_stride = 580;
-  EXPECT_FALSE(kernels::dense_tiles_fit(odd_rows, true));
-  // The V3.2 FP8 cache the same way, falling back to its decode kernels.
-  const kernels::SparseAttentionParams fp8 = whole_tiles(with_split(decode_params()));
-  EXPECT_TRUE(kernels::dense_tiles_fit(fp8, true));
-  EXPECT_EQ(kernels::choose(fp8, facts(true)).variant, WgmmaVariant::dense_fp8);
-  EXPECT_EQ(kernels::choose(fp8, no_maps).variant, WgmmaVariant::v32_pair);
-  kernels::SparseAttentionParams odd_pages = fp8;
-  odd_pages.kv_block_stride_bytes = 64 * 656 + 8;
-  EXPECT_FALSE(kernels::dense_tiles_fit(odd_pages, true));
-  kernels::SparseAttentionParams overlapping_pages = fp8;  // one block's stride, never walked, of 0 or too small
-  overlapping_pages.kv_block_stride_bytes = 0;
-  EXPECT_FALSE(kernels::dense_tiles_fit(overlapping_pages, true));
-  overlapping_pages.kv_block_stride_bytes = 32 * 656;
-  EXPECT_FALSE(kernels::dense_tiles_fit(overlapping_pages, true));
-  kernels::SparseAttentionParams block_32 = fp8;
-  block_32.block_size = 32;
-  block_32.kv_block_stride_bytes = 32 * 656;
-  EXPECT_EQ(kernels::choose(block_32, facts(true)).variant, WgmmaVariant::v32_pair);
-  kernels::set_dense_tiles_kernel(false);
-  EXPECT_EQ(kernels::choose(fp8, facts(true)).variant, WgmmaVariant::v32_pair);
 }
 
 // Dense decode's 16-bit whole tiles at 65..128 heads run as the pair cluster (each tile multicast by TMA to a token's
@@ -524,6 +450,8 @@ TEST(MlaLaunchPlan, MulticastTilesFitOnlyWhatTheTensorMapTakes) {
   kernels::KernelSupport no_maps = facts(true);
   no_maps.tensor_maps = false;
   EXPECT_EQ(kernels::choose(p, no_maps), (LaunchPlan{SparseKernel::wgmma_sm90, WgmmaVariant::bf16_576, true, 64, 1}));
+  // Whole tiles without a schedule (prefill's unsplit grid): the pair cluster takes split work only.
+  EXPECT_EQ(kernels::choose(whole_tiles(prefill_params()), facts(true)).variant, WgmmaVariant::bf16_576);
   const LaunchPlan pair = kernels::choose(p, facts(true));
   ASSERT_EQ(pair.variant, WgmmaVariant::bf16_576_pair);
   EXPECT_FALSE(kernels::launch(pair, with([](auto& q) { q.d_qk = 512; }), nullptr));  // a d_qk 512 problem
@@ -584,12 +512,10 @@ TEST(MlaLaunchPlan, DenseFp8FewHeadsKernel) {
 }
 
 // Dense decode over an fp16 cache (fp16 q and out): its own instantiation of the sparse kernel's gathers, split or not
-// by the plan, never the dense kernel (instantiated for bf16 and the V3.2 FP8 cache only); the simple kernel off Hopper.
+// by the plan; the simple kernel off Hopper.
 TEST(MlaLaunchPlan, Fp16CacheRunsItsOwnInstantiation) {
   kernels::SparseAttentionParams p = with_split(prefill_params());
   p.kv_format = kernels::KvFormat::f16;
-  DenseTilesScope tiles(true);
-  EXPECT_FALSE(kernels::dense_tiles_fit(whole_tiles(p), true));
   const LaunchPlan plan = kernels::choose(p, facts(true));
   EXPECT_EQ(plan.kernel, SparseKernel::wgmma_sm90);
   EXPECT_EQ(plan.variant, WgmmaVariant::f16_576);
