@@ -41,9 +41,9 @@ FP8 row's fp8_in_turn_us from that rotation); the FP8 rows of every build are th
 Usage: python3 bench/flashmla_side_by_side.py --lib build/libflashcpp.so [--op decode|prefill|dense|all]
        [--filter SUBSTR] [--iters N] [--no-flush] [--no-flashmla] [--lib-b OTHER/libflashcpp.so]
 --lib-b loads a second flashcpp build beside the first (an A/B of two builds in one process, on the same tensors);
---lib-env / --lib-b-env give each its switches (the same build twice: e.g. --lib L --lib-b L --lib-env
-FLASHCPP_MLA_DENSE_KERNEL=tiles --lib-b-env FLASHCPP_MLA_DENSE_KERNEL=gather times the dense kernel against the gather
-kernel, and FlashMLA, in turn on the same tensors).
+--lib-env / --lib-b-env give each its switches (the same build twice: e.g. --lib L --lib-b L --lib-b-env
+FLASHCPP_MLA_DENSE_KERNEL=gather times the few-heads FP8 kernel against the gather kernels on the FP8 rows, and
+FlashMLA, in turn on the same tensors).
 --lib-more NAME=PATH ... adds further builds to the same rotation (decode, prefill, dense), each reported as
 flashcpp_<NAME>_us, <NAME>_speedup (its time / --lib's) and <NAME>_max_abs_diff: several experiment builds ranked on
 the same tensors in one process, FlashMLA beside them.
@@ -1025,7 +1025,7 @@ def main():
                     "its time / the first's; decode, prefill and dense bf16); the same file as --lib is loaded as a "
                     "copy, so that with --lib-b-env the two differ by a switch")
     ap.add_argument("--lib-env", nargs="*", default=[], metavar="NAME=VALUE",
-                    help="environment of --lib's first calls (dense decode), e.g. FLASHCPP_MLA_DENSE_KERNEL=tiles")
+                    help="environment of --lib's first calls (dense decode), e.g. FLASHCPP_MLA_DENSE_KERNEL=gather")
     ap.add_argument("--lib-b-env", nargs="*", default=[], metavar="NAME=VALUE",
                     help="environment of --lib-b's first calls, e.g. FLASHCPP_MLA_DENSE_KERNEL=gather")
     ap.add_argument("--lib-more", nargs="*", default=[], metavar="NAME=PATH",

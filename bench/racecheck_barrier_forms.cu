@@ -75,12 +75,12 @@ __global__ void __launch_bounds__(256) arrive_then_sync(float* out) {
   out[threadIdx.x] = acc;
 }
 
-// The dense kernel's row-sum exchange: one lane in four writes its rows' sums, both warpgroups meet at the non-aligned
-// counted barrier, every thread reads both halves; double-buffered by round parity, the whole CTA meeting at the end
-// of each round (the non-aligned barrier 0). With MIXED, the warpgroups also hand a slot over by the non-aligned
-// arrive / sync pair on barrier 4 each round (as the dense kernel's P exchange did): does its presence change what
-// racecheck makes of the other barriers? WARPGROUP_BARRIERS: each warpgroup also meets on a barrier of its own every
-// round (the FP8 dequantization's form).
+// The row-sum exchange of the dense tiles kernel (removed 2026-12-07): one lane in four writes its rows' sums, both
+// warpgroups meet at the non-aligned counted barrier, every thread reads both halves; double-buffered by round parity,
+// the whole CTA meeting at the end of each round (the non-aligned barrier 0). With MIXED, the warpgroups also hand a
+// slot over by the non-aligned arrive / sync pair on barrier 4 each round (as that kernel's P exchange did): does its
+// presence change what racecheck makes of the other barriers? WARPGROUP_BARRIERS: each warpgroup also meets on a
+// barrier of its own every round (the FP8 dequantization's form).
 template <bool MIXED, bool WARPGROUP_BARRIERS = false>
 __global__ void __launch_bounds__(256) row_sum_exchange(float* out) {
   __shared__ float sums[2][2][32];

@@ -8,8 +8,8 @@
 #   (Nsight Compute on decode, samples by warpgroup), moe (the fused MoE tests, its benchmark with and without
 #   tuned tactics and the PyTorch side; needs fused_moe_90), flashinfer-python (FlashInfer's own Python API
 #   beside flashcpp; needs the wheels in .whl/, below), mla-suite (FlashMLA's own sparse MLA suites beside
-#   flashcpp: bench/flashmla_side_by_side.py, FlashMLA when its package is importable), mla-dense (the dense decode
-#   kernel: its tests, compute-sanitizer, FlashMLA's dense suite with it and with the gather kernel).
+#   flashcpp: bench/flashmla_side_by_side.py, FlashMLA when its package is importable), mla-dense (dense decode as
+#   dispatched: its tests, compute-sanitizer, FlashMLA's dense suite beside it).
 # Modules built on an earlier machine can be carried as .gpu/modules.tgz (a tar of <cache>/jit/<key>/...).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -234,10 +234,10 @@ for line in open(sys.argv[1]):
 fi
 
 if has mla-dense; then
-  # The dense decode kernel (FLASHCPP_MLA_DENSE_KERNEL=tiles): a hang check, the dense GPU tests (which run it, the
-  # gather kernel and the simple one on every bf16 case with whole tiles), compute-sanitizer on one case, then
-  # FlashMLA's dense suite with each kernel (each process times FlashMLA on the same tensors).
-  log "dense MLA decode: the dense kernel's tests"
+  # Dense decode as dispatched (the pair cluster, the few-heads FP8 kernel, the gather kernels): a hang check, the
+  # dense GPU tests (the dispatched kernels and the simple one), compute-sanitizer on the graph case, then FlashMLA's
+  # dense suite beside ours (one process, the same tensors).
+  log "dense MLA decode: the tests"
   FLASHCPP_GPU_TESTS=1 timeout 90 build-gpu/tests/gpu/test_mla_gpu --gtest_filter='MlaGpuDenseDecode.CudaGraph*' \
     > "$out/mla-dense-graph.txt" 2>&1
   rc=$?
@@ -252,23 +252,21 @@ if has mla-dense; then
     wait
     cat "$out"/mla-dense-tests-*.txt | grep -E '^\[  (PASSED|FAILED)|tests ran|Failure' | head -20 | tee -a "$out/summary.txt"
     for tool in memcheck racecheck; do
-      FLASHCPP_MLA_DENSE_KERNEL=tiles FLASHCPP_GPU_TESTS=1 timeout 180 compute-sanitizer --tool $tool --error-exitcode 3 \
+      FLASHCPP_GPU_TESTS=1 timeout 180 compute-sanitizer --tool $tool --error-exitcode 3 \
         build-gpu/tests/gpu/test_mla_gpu --gtest_filter='MlaGpuDenseDecode.CudaGraph*' 2>&1 | tail -4 |
         tee -a "$out/mla-dense-sanitize.txt"
     done
-    # FlashMLA, the dense kernel (--lib) and the gather kernel (--lib-b: the same build, switched) in turn.
-    log "dense MLA decode: FlashMLA's dense suite, the dense kernel against FlashMLA and the gather kernel"
+    log "dense MLA decode: FlashMLA's dense suite, ours beside FlashMLA"
     PYTHONUNBUFFERED=1 timeout 300 python3 bench/flashmla_side_by_side.py --lib build-gpu/libflashcpp.so \
-      --lib-b build-gpu/libflashcpp.so --lib-env FLASHCPP_MLA_DENSE_KERNEL=tiles \
-      --lib-b-env FLASHCPP_MLA_DENSE_KERNEL=gather --op dense --iters 20 --no-host-time > "$out/mla-dense-suite.txt" 2>&1
+      --op dense --iters 20 --no-host-time > "$out/mla-dense-suite.txt" 2>&1
     grep '^MLA_SUITE' "$out/mla-dense-suite.txt" | python3 -c '
 import json, math, sys
 rows = [json.loads(l[10:]) for l in sys.stdin if l.startswith("MLA_SUITE ")]
 bf16 = [r for r in rows if r.get("kv") == "bf16" and "ratio" in r]
 for r in bf16:
-    print("%-10s h_q %3d s_q %d s_k %5d %-6s dense kernel %8.1f us  FlashMLA %8.1f  ratio %.3f  gather/dense %s" % (
+    print("%-10s h_q %3d s_q %d s_k %5d %-6s ours %8.1f us  FlashMLA %8.1f  ratio %.3f" % (
           r["case"], r["h_q"], r["s_q"], r["s_k"], "causal" if r["causal"] else "", r["flashcpp_us"], r["flashmla_us"],
-          r["ratio"], "%.3f" % r["b_speedup"] if "b_speedup" in r else "-"))
+          r["ratio"]))
 if bf16:
     print("geometric mean %.3f, min %.3f" % (math.exp(sum(math.log(r["ratio"]) for r in bf16) / len(bf16)),
                                              min(r["ratio"] for r in bf16)))' | tee -a "$out/summary.txt"

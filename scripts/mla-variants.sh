@@ -29,7 +29,7 @@
 #     MLA kernels (speed of light, compute and memory workload, warp states, scheduler, instruction mix, occupancy,
 #     per-instruction source counters, the memory chart: L1 / L2 hit rates and bytes between the units), clocks left
 #     alone, caches flushed. ARGS go to flashmla_side_by_side.py, @KIT@
-#     standing for the unpacked kit (e.g. --lib-env FLASHCPP_MLA_DENSE_KERNEL=tiles --lib-b @KIT@/head/libflashcpp.so).
+#     standing for the unpacked kit (e.g. --lib-env FLASHCPP_MLA_DENSE_KERNEL=gather --lib-b @KIT@/head/libflashcpp.so).
 #     Under $OUT: ncu-details.txt, ncu-source.csv.gz, ncu-summary.txt (bench/ncu_source_summary.py), ncu-run.txt.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -213,7 +213,7 @@ cmd_profile() {
   for arg in "$@"; do args+=("${arg//@KIT@/$kit}"); done
   local rep=$kit/ncu-report
   timeout "${MLA_VARIANTS_BUDGET_S:-400}" ncu --clock-control none --cache-control all -f -o "$rep" \
-    -k 'regex:flash_fwd_splitkv_mla|sparse_attn_fwd|sparse_attention_wgmma|dense_decode_wgmma' \
+    -k 'regex:flash_fwd_splitkv_mla|sparse_attn_fwd|sparse_attention_wgmma' \
     --launch-count "${MLA_VARIANTS_NCU_LAUNCHES:-30}" \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
     --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters \
