@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The thirtieth session's sixth call: consumer 1's order in every two-tile instantiation, timed on FlashMLA's prefill
+# suite (owed since the twenty-ninth session, whose kit b12 gated them but had no time left). Kit .mla-kit-p12.tgz
+# (ignored): main at 773c1f2 (`head`) and two builds of twentyninth-c1-order.patch (P):
+#   bash scripts/mla-variants.sh build build-gpu-full .mla-kit-p12 head \
+#     "erba=P@-DFLASHCPP_EXP_C1_ORDER=1 -DFLASHCPP_EXP_C1_ALL=1" "spfa=P@-DFLASHCPP_EXP_C1_ORDER=2 -DFLASHCPP_EXP_C1_ALL=1"
+# Steps: each build's prefill sweep, strided views and dense tile counts as a gate, then FlashMLA's prefill suite with
+# the builds that pass, both orders, FlashMLA's package (.flashmla-kit.tgz, ignored) in the same process.
+#   bash docs/gpu-runs/2026-12-07/thirtieth-call6.sh   (carry .mla-kit-p12.tgz and .flashmla-kit.tgz)
+set -u
+out=${OUT:-$(mktemp -d)}
+fm=$(mktemp -d); tar xzf .flashmla-kit.tgz -C "$fm"
+export PYTHONPATH=$fm/.flashmla-kit${PYTHONPATH:+:$PYTHONPATH}
+k=$(mktemp -d); tar xzf .mla-kit-p12.tgz -C "$k"
+t=$(mktemp -d)
+names=(erba spfa)
+for n in "${names[@]}"; do
+  FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 LD_LIBRARY_PATH=$k/$n:$k/lib timeout 90 "$k/test_mla_gpu" \
+    --gtest_filter='MlaGpuPrefill.Sweep:MlaGpuPrefill.StridedQueryAndOutput:MlaGpuDenseDecode.EveryTileCountAndCut' \
+    > "$t/gate-$n.txt" 2>&1 &
+done
+wait
+ok=()
+for n in "${names[@]}"; do
+  if grep -q '^\[  PASSED  \] 3 tests' "$t/gate-$n.txt"; then ok+=("$n"); echo "$n: gate passes"; else echo "$n: gate FAILED"; tail -4 "$t/gate-$n.txt"; fi
+done
+(cd "$t" && tar czf "$out/gate.tgz" .)
+if ((${#ok[@]})); then
+  OUT=$out MLA_VARIANTS_BUDGET_S=${TIME_S:-200} bash scripts/mla-variants.sh run .mla-kit-p12.tgz prefill head "${ok[@]}" -- none
+fi
