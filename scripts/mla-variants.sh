@@ -23,6 +23,8 @@
 #     and test's output, repacked after each step), so that a call the device tool stops at its limit still returns
 #     what ran, in few files (it returns at most 8). A step that would start with under 20 s of MLA_VARIANTS_BUDGET_S
 #     (default 540) left is skipped, and each step's timeout is cut to what is left.
+#     MLA_VARIANTS_GATE (a gtest filter, e.g. 'MlaGpuDenseDecode.EveryTileCountAndCut'): first every NAME's tests of
+#     it, all at once (MLA_VARIANTS_GATE_S each, default 90); a build that fails, hangs or runs no test is not timed.
 #   bash scripts/mla-variants.sh profile KIT_TGZ NAME OP CASE [-- ARGS...]
 #     Nsight Compute on one case of flashmla_side_by_side.py (OP; CASE: its --filter, e.g. "dense b 128 s_q 2 h_q
 #     128 s_k 8192 causal False"), build NAME with FlashMLA in the same process: every launch of FlashMLA's and our sm90
@@ -169,6 +171,24 @@ cmd_run() {
   }
   pack() { tar czf "$out/raw.tgz.part" -C "$raw" . && mv "$out/raw.tgz.part" "$out/raw.tgz"; }
   more() { local first=$1 n; shift; for n in "$@"; do [[ $n != "$first" ]] && printf '%s=%s ' "$n" "$kit/$n/libflashcpp.so"; done; }
+  if [[ -n ${MLA_VARIANTS_GATE:-} ]]; then
+    local n passed=()
+    for n in "${names[@]}"; do
+      LD_LIBRARY_PATH=$kit/$n:$LD_LIBRARY_PATH timeout "${MLA_VARIANTS_GATE_S:-90}" "$kit/test_mla_gpu" \
+        --gtest_filter="$MLA_VARIANTS_GATE" > "$raw/gate-$n.txt" 2>&1 &
+    done
+    wait
+    for n in "${names[@]}"; do
+      if grep -Eq '^\[  PASSED  \] [1-9][0-9]* tests?\.' "$raw/gate-$n.txt" && ! grep -q '^\[  FAILED  \]' "$raw/gate-$n.txt"; then
+        passed+=("$n"); echo "gate: $n passes"
+      else
+        echo "gate: $n FAILED, not timed"; tail -4 "$raw/gate-$n.txt"
+      fi
+    done
+    pack
+    names=("${passed[@]}")
+    if ((${#names[@]} == 0)); then rm -rf "$raw" "$kit"; return 0; fi
+  fi
   local last=${names[${#names[@]}-1]} op
   for op in ${ops//,/ }; do
     for first in "$base" "$last"; do

@@ -11,20 +11,5 @@ set -u
 out=${OUT:-$(mktemp -d)}
 fm=$(mktemp -d); tar xzf .flashmla-kit.tgz -C "$fm"
 export PYTHONPATH=$fm/.flashmla-kit${PYTHONPATH:+:$PYTHONPATH}
-k=$(mktemp -d); tar xzf .mla-kit-p12.tgz -C "$k"
-t=$(mktemp -d)
-names=(erba spfa)
-for n in "${names[@]}"; do
-  FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 LD_LIBRARY_PATH=$k/$n:$k/lib timeout 90 "$k/test_mla_gpu" \
-    --gtest_filter='MlaGpuPrefill.Sweep:MlaGpuPrefill.StridedQueryAndOutput:MlaGpuDenseDecode.EveryTileCountAndCut' \
-    > "$t/gate-$n.txt" 2>&1 &
-done
-wait
-ok=()
-for n in "${names[@]}"; do
-  if grep -q '^\[  PASSED  \] 3 tests' "$t/gate-$n.txt"; then ok+=("$n"); echo "$n: gate passes"; else echo "$n: gate FAILED"; tail -4 "$t/gate-$n.txt"; fi
-done
-(cd "$t" && tar czf "$out/gate.tgz" .)
-if ((${#ok[@]})); then
-  OUT=$out MLA_VARIANTS_BUDGET_S=${TIME_S:-200} bash scripts/mla-variants.sh run .mla-kit-p12.tgz prefill head "${ok[@]}" -- none
-fi
+MLA_VARIANTS_GATE='MlaGpuPrefill.Sweep:MlaGpuPrefill.StridedQueryAndOutput:MlaGpuDenseDecode.EveryTileCountAndCut' \
+  OUT=$out MLA_VARIANTS_BUDGET_S=${TIME_S:-290} bash scripts/mla-variants.sh run .mla-kit-p12.tgz prefill head erba spfa -- none
