@@ -7,7 +7,7 @@
 #   erba, spfa: consumer 1's order in every two-tile instantiation, gated on the prefill sweep, strided views and dense
 #       tile counts, then FlashMLA's prefill suite (scripts/mla-variants.sh run, both orders).
 #   bash docs/gpu-runs/2026-12-07/thirtyfirst-call2.sh   (carry .mla-kit-a.tgz and .flashmla-src.tgz, or
-#   .flashmla-kit.tgz, which it uses instead when present)
+#   .flashmla-kit.tgz, which it uses instead when present; with neither, the builds are ranked against head alone)
 set -u
 out=${OUT:-$(mktemp -d)}
 start=$SECONDS
@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/dev
 fm=$(mktemp -d)
 if [[ -f .flashmla-kit.tgz ]]; then
   tar xzf .flashmla-kit.tgz -C "$fm"
-else
+elif [[ -f .flashmla-src.tgz ]]; then
   tar xzf .flashmla-src.tgz -C "$fm"
   (cd "$fm/FlashMLA" && FLASH_MLA_DISABLE_SM100=1 MAX_JOBS=16 CPLUS_INCLUDE_PATH=/usr/local/cuda/include/cccl \
     timeout "${BUILD_S:-240}" python3 setup.py build_ext --inplace > "$fm/build.txt" 2>&1
