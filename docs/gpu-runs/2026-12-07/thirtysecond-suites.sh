@@ -16,8 +16,9 @@ out=${OUT:-$(mktemp -d)}
 if [[ ! -f .flashmla-kit.tgz ]]; then
   fm=$(mktemp -d)
   tar xzf .flashmla-src.tgz -C "$fm"
+  cuda=$(dirname "$(dirname "$(command -v nvcc)")")  # CUDA 13 keeps libcu++ under include/cccl
   (cd "$fm/FlashMLA" &&
-    FLASH_MLA_DISABLE_SM100=1 MAX_JOBS=16 CPLUS_INCLUDE_PATH=/usr/local/cuda/include/cccl \
+    FLASH_MLA_DISABLE_SM100=1 MAX_JOBS=16 CPLUS_INCLUDE_PATH=$cuda/include/cccl \
       timeout "${BUILD_S:-300}" python3 setup.py build_ext --inplace > "$fm/build.txt" 2>&1
   echo "flashmla build exit $?" >> "$fm/build.txt")
   tail -2 "$fm/build.txt"
