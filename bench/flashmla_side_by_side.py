@@ -252,11 +252,12 @@ class Flashcpp:
                        "prefill")
         return run
 
-    def prepare_dense(self, q, cache, block_table, seqlens, causal, out, lse):
-        """Sizes the workspace; returns (plan, run): plan once per step, run once per layer, on the current stream."""
+    def prepare_dense(self, q, cache, block_table, seqlens, causal, out, lse, num_sms=0):
+        """Sizes the workspace; returns (plan, run): plan once per step, run once per layer, on the current stream
+        (num_sms 0: the split schedule's parts for the device's SMs)."""
         b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
-        cfg = DenseConfig(ctypes.sizeof(DenseConfig), b, s_q, h_q, cache.shape[1], block_table.shape[1], int(causal), 0,
-                          q.device.index or 0)
+        cfg = DenseConfig(ctypes.sizeof(DenseConfig), b, s_q, h_q, cache.shape[1], block_table.shape[1], int(causal),
+                          num_sms, q.device.index or 0)
         sizes = DenseSizes()
         self.check(self.lib.flashcpp_mla_dense_decode_sizes_for(ctypes.byref(cfg), ctypes.byref(sizes)), "dense sizes")
         dev = q.device
@@ -579,10 +580,11 @@ def run_dense(flashcpp, flash_mla, timer, c):
             out_fi = None
     outputs = {}
 
-    def prepare(lib, cache, query=q):
+    def prepare(lib, cache, query=q, num_sms=0):
         out = torch.empty((b, s_q, h_q, 512), dtype=query.dtype, device="cuda")
         lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device="cuda")
-        plan, run = lib.prepare_dense(query, cache, inp["table"], inp["seqlens"], c["causal"], out, lse.transpose(1, 2))
+        plan, run = lib.prepare_dense(query, cache, inp["table"], inp["seqlens"], c["causal"], out, lse.transpose(1, 2),
+                                      num_sms=num_sms)
         plan()
         lib.warm(run)
         return plan, run, out, lse
@@ -601,6 +603,9 @@ def run_dense(flashcpp, flash_mla, timer, c):
     for name, lib in EXTRA_BUILDS.items():
         extra_bf16[name] = prepare(lib, k)[1:]
         bf16_contenders[f"flashcpp_{name}_us"] = extra_bf16[name][0]
+    for n in EXPERIMENT["num_sms"]:  # the same tensors planned for n SMs' parts, in the same rotation
+        extra_bf16[f"sms{n}"] = prepare(flashcpp, k, num_sms=n)[1:]
+        bf16_contenders[f"flashcpp_sms{n}_us"] = extra_bf16[f"sms{n}"][0]
     times = timer.time_contenders(bf16_contenders)
     fp8_in_turn_us = times.pop("flashcpp_fp8_in_turn_us")
     rows = []
@@ -1038,7 +1043,8 @@ def main():
     ap.add_argument("--profile-order", action="store_true",
                     help="experiment: decode cases launched untimed for a profiler, ours after ours, then after FlashMLA")
     ap.add_argument("--num-sms", type=int, nargs="*", default=[],
-                    help="experiment: decode also planned for each of these SM counts (num_sms_us: {n: [us, split]})")
+                    help="experiment: decode also planned for each of these SM counts (num_sms_us: {n: [us, split]}); "
+                         "dense bf16 too, as contenders flashcpp_sms<n>_us with sms<n>_speedup")
     args = ap.parse_args()
     EXPERIMENT.update(equal_lengths=args.equal_lengths, no_permute=args.no_permute, host_time=not args.no_host_time,
                       num_sms=args.num_sms, plan_by_lengths=not args.plan_without_lengths,
