@@ -1,33 +1,19 @@
 #!/usr/bin/env bash
 # The thirty-first session's first call: every MLA GPU test on main (four shards at once), compute-sanitizer racecheck
-# on the prefill kernels and memcheck / racecheck on the dense pair's graph replay, while FlashMLA main@9241ae3's
-# package is built beside them for the later calls' same-process suites.
+# on the prefill kernels and memcheck / racecheck on the dense pair's graph replay.
 # Here, first:
 #   kit a (ignored): main at 291133d (`head`) and the prepared builds of the thirtieth session (erba, spfa: consumer 1's
 #   order, twentyninth-c1-order.patch; tm: the pair launch's tensor map cached, thirtieth-next-tmap-cache.patch):
 #     FLASHCPP_GOLDEN_DIR=<shared data>/flashmla-golden bash scripts/mla-variants.sh build build-gpu-full .mla-kit-a head \
 #       "erba=P1@-DFLASHCPP_EXP_C1_ORDER=1 -DFLASHCPP_EXP_C1_ALL=1" "spfa=P1@-DFLASHCPP_EXP_C1_ORDER=2 -DFLASHCPP_EXP_C1_ALL=1" \
 #       "tm=P2@-DFLASHCPP_EXP_TMAP_CACHE"
-#   .flashmla-src.tgz (ignored, never committed): FlashMLA at 9241ae3 with CUTLASS 147f5673's include and
-#   tools/util/include in csrc/cutlass (its submodule), from `git archive` of both.
-# Then one device call carrying .mla-kit-a.tgz and .flashmla-src.tgz:
+# Then one device call carrying .mla-kit-a.tgz:
 #   bash docs/gpu-runs/2026-12-07/thirtyfirst-call1.sh
-# FlashMLA's package comes back as flashmla-kit.tgz (carry it as .flashmla-kit.tgz in the calls after); with
-# .flashmla-kit.tgz carried, nothing is built.
+# As run, this call also built FlashMLA main@9241ae3's package beside the tests; that step is not kept:
+# the tree builds no fetched code.
 set -u
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
-fm=$(mktemp -d)
-[[ -f .flashmla-kit.tgz ]] || tar xzf .flashmla-src.tgz -C "$fm"
-[[ -f .flashmla-kit.tgz ]] || (
-  cd "$fm/FlashMLA" &&
-    FLASH_MLA_DISABLE_SM100=1 MAX_JOBS=16 CPLUS_INCLUDE_PATH=/usr/local/cuda/include/cccl \
-      timeout "${BUILD_S:-300}" python3 setup.py build_ext --inplace > "$fm/build.txt" 2>&1
-  echo "flashmla build exit $?" >> "$fm/build.txt"
-  mkdir -p "$fm/kit/.flashmla-kit" && cp -r flash_mla "$fm/kit/.flashmla-kit/" &&
-    (cd "$fm/kit" && tar czf "$out/flashmla-kit.tgz" .flashmla-kit)
-  tail -25 "$fm/build.txt" > "$out/flashmla-build.txt"
-) &
 k=$(mktemp -d)
 tar xzf .mla-kit-a.tgz -C "$k"
 export FLASHCPP_OFFLINE=1 FLASHCPP_JIT=off FLASHCPP_GPU_TESTS=1 FLASHCPP_GOLDEN_DIR=$k/golden
@@ -46,6 +32,5 @@ for tool in memcheck racecheck; do
 done
 wait
 (cd "$t" && tar czf "$out/tests.tgz" .)
-[[ -f .flashmla-kit.tgz ]] || tail -2 "$out/flashmla-build.txt"
 tail -3 "$t/racecheck-prefill.txt" "$t"/dense-*.txt
 for s in 0 1 2 3; do echo "== shard $s"; grep -E '^\[  (PASSED|FAILED|SKIPPED)|FAILED \]|^\[       OK|^\[  SKIPPED' "$t/shard$s.txt"; done

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The thirty-first session's experiment call: FlashMLA main@9241ae3's package built in the lease (from
-# .flashmla-src.tgz, as thirtyfirst-call1.sh says), then the thirtieth session's two prepared experiments beside main
+# The thirty-first session's experiment call: the thirtieth session's two prepared experiments beside main
 # in one process on the same tensors (kit a, thirtyfirst-call1.sh's header):
 #   tm: the pair launch's tensor map cached; its dense tile counts and graph replay as a gate, then the dense suite's
 #       128-head 8K cases with host time, head and tm in turn, twice (host_us should move, the kernels not);
 #   erba, spfa: consumer 1's order in every two-tile instantiation, gated on the prefill sweep, strided views and dense
 #       tile counts, then FlashMLA's prefill suite (scripts/mla-variants.sh run, both orders).
-#   bash docs/gpu-runs/2026-12-07/thirtyfirst-call2.sh   (carry .mla-kit-a.tgz and .flashmla-src.tgz, or
-#   .flashmla-kit.tgz, which it uses instead when present; with neither, the builds are ranked against head alone)
+#   bash docs/gpu-runs/2026-12-07/thirtyfirst-call2.sh   (carry .mla-kit-a.tgz and .flashmla-kit.tgz, FlashMLA
+#   main@9241ae3's package; without it, the builds are ranked against head alone)
+# As run, this call also built FlashMLA's package on the GPU machine from a source archive; that step is not kept:
+# the tree builds no fetched code. Bring the package built there as .flashmla-kit.tgz (.flashmla-kit/flash_mla).
 set -u
 out=${OUT:-$(mktemp -d)}
 start=$SECONDS
@@ -15,13 +16,6 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/dev
 fm=$(mktemp -d)
 if [[ -f .flashmla-kit.tgz ]]; then
   tar xzf .flashmla-kit.tgz -C "$fm"
-elif [[ -f .flashmla-src.tgz ]]; then
-  tar xzf .flashmla-src.tgz -C "$fm"
-  (cd "$fm/FlashMLA" && FLASH_MLA_DISABLE_SM100=1 MAX_JOBS=16 CPLUS_INCLUDE_PATH=/usr/local/cuda/include/cccl \
-    timeout "${BUILD_S:-240}" python3 setup.py build_ext --inplace > "$fm/build.txt" 2>&1
-  echo "flashmla build exit $?" >> "$fm/build.txt"
-  mkdir -p "$fm/.flashmla-kit" && cp -r flash_mla "$fm/.flashmla-kit/" && (cd "$fm" && tar czf "$out/flashmla-kit.tgz" .flashmla-kit))
-  tail -25 "$fm/build.txt" > "$out/flashmla-build.txt"; tail -1 "$fm/build.txt"
 fi
 export PYTHONPATH=$fm/.flashmla-kit${PYTHONPATH:+:$PYTHONPATH}
 echo "flashmla ready at $((SECONDS - start)) s"
