@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The thirty-third session's second call, on the machine the first left warm (FlashMLA's package in the tree as
-# .flashmla-kit.tgz, or carried): build B of kit n (default head) through every MLA GPU test (four shards at once),
+# The thirty-third session's second call (prepared, not run): build B of kit n (default head) through every MLA GPU
+# test (four shards at once),
 # compute-sanitizer racecheck on the prefill kernels and memcheck / racecheck on the dense pair's graph replay, then
 # FlashMLA's suites (OPS, default "prefill dense decode") beside B in one process on the same tensors.
-# Here: kit n as thirtythird-call1.sh says. One device call carrying .mla-kit-n.tgz:
+# Here: kit n as thirtythird-call1.sh says. One device call carrying .mla-kit-n.tgz and .flashmla-kit.tgz (FlashMLA
+# main@9241ae3's package):
 #   B=head bash docs/gpu-runs/2026-12-07/thirtythird-call2.sh
 set -u
 start=$SECONDS
