@@ -426,6 +426,20 @@ TEST(MlaGpuPrefill, LargeAndOddShapes) {
   run_prefill_case({5, 130, 576, 32, 2048, true, true, true, 5}, 11);     // s_kv << topk: mostly invalid
 }
 
+// More query tokens than CTAs resident at once (66 token slots at 128 heads on 132 SMs, 132 at 64 heads), every row
+// checked: a kernel that runs several tokens per CTA (one round of CTAs) must get every later token right, with
+// lengths that differ per token (topk_length) and the sink.
+TEST(MlaGpuPrefill, MoreTokensThanResidentSlots) {
+  FLASHCPP_REQUIRE_GPU();
+  uint32_t seed = 40;
+  for (int64_t h_q : {128, 64})
+    for (int64_t d_qk : {576, 512}) {
+      PrefillCase c{300, h_q, d_qk, 1000, 128, true, true};
+      c.max_ref_rows = c.s_q;
+      run_prefill_case(c, seed++);
+    }
+}
+
 TEST(MlaGpuPrefill, StridedQueryAndOutput) {
   FLASHCPP_REQUIRE_GPU();
   for (int64_t d_qk : {576, 512}) {
